@@ -1,0 +1,98 @@
+/* config.h — the run configuration: one plain struct per deck group.
+ *
+ * The deck schema in deck.c maps every `&group key` to exactly one field here
+ * (same words).  The struct is plain data with fixed-size strings so that rank 0
+ * can parse the deck and broadcast the bytes to every other rank. */
+#ifndef TSR_CONFIG_H
+#define TSR_CONFIG_H
+
+#include <stdint.h>
+
+#define TSR_STR_SHORT 32
+#define TSR_STR_PATH 1024
+
+typedef struct {
+  char name[TSR_STR_SHORT * 2];
+  char out_dir[TSR_STR_PATH];
+  int64_t seed;
+  int64_t max_steps;
+  int64_t log_every;
+  int64_t eval_every;  /* 0 = never */
+  int64_t eval_steps;  /* validation batches per evaluation */
+  double step_timeout_s;
+} tsr_run_config;
+
+typedef struct {
+  char arch[TSR_STR_SHORT]; /* "llama" | "gpt2" */
+  int64_t n_layer;
+  int64_t d_model;
+  int64_t n_head;
+  int64_t n_kv_head;
+  int64_t d_ff;
+  int64_t vocab_size;
+  int64_t seq_len;
+  double rope_theta;
+  double norm_eps;
+  int tie_embeddings; /* logical */
+  double init_std;    /* std of the normal init of weight matrices */
+} tsr_model_config;
+
+typedef struct {
+  int64_t tp;
+  int64_t pp;
+  int64_t zero_stage;
+  char shard_scope[TSR_STR_SHORT]; /* "global" | "node" | integer */
+  int64_t ranks_per_node;          /* 0 = from MPI_COMM_TYPE_SHARED */
+  char schedule[TSR_STR_SHORT];    /* "gpipe" | "1f1b" | "interleaved" */
+  int64_t micro_batches;           /* 0 = derived */
+  int64_t virtual_stages;
+  int sequence_parallel;
+} tsr_parallel_config;
+
+typedef struct {
+  int64_t micro_batch;  /* sequences per micro-batch per dp rank */
+  int64_t global_batch; /* sequences per optimizer step, all ranks */
+  char precision[TSR_STR_SHORT]; /* "fp32" | "bf16" | "fp16" */
+  char recompute[TSR_STR_SHORT]; /* "none" | "selective" | "full" */
+  double grad_clip;              /* 0 = off */
+} tsr_train_config;
+
+typedef struct {
+  double lr;
+  double min_lr;
+  int64_t warmup_steps;
+  char decay[TSR_STR_SHORT]; /* "cosine" | "linear" | "wsd" | "constant" */
+  int64_t decay_steps;       /* 0 = run.max_steps */
+  double wsd_decay_frac;     /* fraction of decay_steps spent decaying (wsd) */
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+} tsr_optim_config;
+
+typedef struct {
+  char train[TSR_STR_PATH]; /* path or glob of token shards */
+  char valid[TSR_STR_PATH];
+  int shuffle;
+} tsr_data_config;
+
+typedef struct {
+  char dir[TSR_STR_PATH]; /* "" = <out_dir>/ckpt */
+  int64_t every_steps;    /* 0 = only at the end */
+  double every_minutes;   /* 0 = off */
+  int64_t keep;           /* newest kept; 0 = keep all */
+  char resume[TSR_STR_PATH]; /* "auto" | "none" | path */
+  int save_initial;
+} tsr_checkpoint_config;
+
+typedef struct {
+  tsr_run_config run;
+  tsr_model_config model;
+  tsr_parallel_config parallel;
+  tsr_train_config train;
+  tsr_optim_config optim;
+  tsr_data_config data;
+  tsr_checkpoint_config checkpoint;
+} tsr_config;
+
+#endif

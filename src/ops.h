@@ -1,0 +1,110 @@
+/* ops.h — the kernel interface.  The model calls only these; each backend
+ * (ops_cpu.c here, cuda/ops_cuda.cu later) implements the same signatures.
+ *
+ * Conventions for every function below:
+ *  - Activations are row-major [n_rows, width] float arrays; n_rows = B*T tokens,
+ *    token index r = b*T + t.  Weight matrices are [out, in] row-major (PyTorch).
+ *  - Forward functions overwrite their outputs.
+ *  - Backward functions ACCUMULATE (+=) into every gradient output (dx, dw, db, ...);
+ *    callers zero what must start at zero.  This makes gradient accumulation and
+ *    residual branches free and keeps one rule for everyone.
+ *  - Compute is fp32.  Mixed precision is done by the caller: bf16 storage is
+ *    emulated on the CPU by rounding values to bf16 (tsr_ops_round_bf16), which
+ *    gives bit-identical values to bf16 storage.
+ *  - Deterministic: the same inputs give bitwise the same outputs (no racy sums). */
+#ifndef TSR_OPS_H
+#define TSR_OPS_H
+
+#include <stdint.h>
+
+/* One-time backend setup (threads).  n_threads <= 0 = backend default. */
+void tsr_ops_init(int n_threads);
+
+/* ---- GEMM (OpenBLAS on the CPU) ----
+ * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out] if bias != NULL) */
+void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *bias,
+                        int n, int in, int out);
+/* dx[n, in] += dy @ w;  dw[out, in] += dy^T @ x;  dbias[out] += sum_rows dy.
+ * Any of dx, dw, dbias may be NULL (not needed). */
+void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy,
+                        const float *x, const float *w, int n, int in, int out);
+
+/* ---- embedding ----
+ * out[r, :] = wte[tokens[r] - vocab_start, :] if tokens[r] in [vocab_start, vocab_start+vocab_local)
+ *             else 0;   then += wpe[r % T, :] if wpe != NULL (learned positions, gpt2).
+ * (vocab_start/vocab_local exist for the vocab-parallel split; single rank: 0, vocab.) */
+void tsr_ops_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                           int n, int T, int C, int vocab_start, int vocab_local);
+void tsr_ops_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                           int n, int T, int C, int vocab_start, int vocab_local);
+
+/* ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * w;  rstd[n] saved ---- */
+void tsr_ops_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
+                         int n, int C, float eps);
+void tsr_ops_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
+                         const float *w, const float *rstd, int n, int C);
+
+/* ---- LayerNorm (biased variance, like torch): out = (x-mean)*rstd*w + b ---- */
+void tsr_ops_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+                           const float *w, const float *b, int n, int C, float eps);
+void tsr_ops_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
+                           const float *w, const float *mean, const float *rstd, int n, int C);
+
+/* ---- RoPE, half-split convention, in place ----
+ * x[r*stride + h*head_dim + i] for r in [0,n), h in [0,n_heads), pos = r % T.
+ * For i < head_dim/2 the pair (x[i], x[i+head_dim/2]) is rotated by angle
+ * pos * theta^(-2i/head_dim):  (a, b) -> (a cos - b sin, a sin + b cos).
+ * bwd applies the inverse rotation to the gradient in place (RoPE is orthogonal). */
+void tsr_ops_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride, float theta);
+void tsr_ops_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int stride, float theta);
+
+/* ---- causal grouped-query attention ----
+ * q: element (b,t,h,i) at q[(b*T+t)*qkv_stride + h*hd + i]            (h < H)
+ * k: element (b,t,g,i) at k[(b*T+t)*qkv_stride + g*hd + i]            (g < KV)
+ * v: same layout as k.  Query head h uses KV head g = h / (H/KV).
+ * out[(b*T+t)*H*hd + h*hd + i] (contiguous);  lse[(b*H+h)*T + t] = log-sum-exp of the
+ * scaled scores of row t (saved so the backward can rebuild probabilities without
+ * storing a T×T matrix).  Scale = 1/sqrt(hd).  Typically q, k, v all point into one
+ * fused [n, (H+2KV)*hd] buffer with qkv_stride = (H+2KV)*hd.
+ * bwd: dq/dk/dv use the same layout and stride as q/k/v and are accumulated. */
+void tsr_ops_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                           const float *v, int B, int T, int H, int KV, int hd, int qkv_stride);
+void tsr_ops_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v,
+                           int B, int T, int H, int KV, int hd, int qkv_stride);
+
+/* ---- SwiGLU: gate_up[r] = [gate(F) | up(F)], out[r, j] = silu(gate_j) * up_j ---- */
+void tsr_ops_swiglu_fwd(float *out, const float *gate_up, int n, int F);
+void tsr_ops_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F);
+
+/* ---- GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
+void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem);
+void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem);
+
+/* ---- elementwise ---- */
+void tsr_ops_add(float *out, const float *a, const float *b, long n_elem); /* out = a + b */
+void tsr_ops_acc(float *out, const float *a, long n_elem);                  /* out += a */
+void tsr_ops_scale(float *x, float s, long n_elem);                          /* x *= s */
+
+/* ---- cross entropy, fused with its gradient ----
+ * logits[n, V] (this rank's vocab columns [vocab_start, vocab_start+V)).
+ * Returns the SUM over rows of -log softmax(logits)[target] (double).
+ * Overwrites logits with d(loss_sum * dloss)/dlogits = dloss * (softmax - onehot).
+ * Single rank: vocab_start = 0, V = vocab. */
+double tsr_ops_xent_fwd_bwd(float *logits, const int32_t *targets, int n, int V, float dloss);
+/* Loss only (evaluation); logits are left unchanged. */
+double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int V);
+
+/* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n elements:
+ * p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+ * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+ * g is multiplied by grad_scale first (clipping, 1/loss-scale). t is 1-based. */
+void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
+                   float beta2, float eps, float weight_decay, long t, float grad_scale);
+
+/* ---- casts and reductions ---- */
+void tsr_ops_round_bf16(float *dst, const float *src, long n_elem); /* dst may == src */
+double tsr_ops_sumsq(const float *x, long n_elem); /* sum of squares in double */
+int tsr_ops_all_finite(const float *x, long n_elem);
+
+#endif

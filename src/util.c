@@ -1,0 +1,155 @@
+/* util.c — logging, error traces, checked allocation, counter-based RNG, bf16 rounding. */
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int g_rank = 0;
+static FILE *g_logfile = NULL;
+static size_t g_mem = 0, g_mem_peak = 0;
+
+void tsr_set_rank(int rank) { g_rank = rank; }
+int tsr_rank(void) { return g_rank; }
+
+int tsr_log_open(const char *path) {
+  if (g_rank != 0) return 0;
+  if (g_logfile) fclose(g_logfile);
+  g_logfile = fopen(path, "a");
+  if (!g_logfile) {
+    tsr_error("cannot open log file '%s' for appending", path);
+    return TSR_ERR_INPUT;
+  }
+  return 0;
+}
+
+void tsr_log_close(void) {
+  if (g_logfile) fclose(g_logfile);
+  g_logfile = NULL;
+}
+
+static void vlog(FILE *stream, const char *prefix, int all_ranks, const char *fmt, va_list ap) {
+  char buf[8192];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  size_t n = strlen(buf);
+  const char *nl = (n > 0 && buf[n - 1] == '\n') ? "" : "\n";
+  if (all_ranks && g_rank != 0)
+    fprintf(stream, "[rank %d] %s%s%s", g_rank, prefix, buf, nl);
+  else
+    fprintf(stream, "%s%s%s", prefix, buf, nl);
+  fflush(stream);
+  if (g_logfile && g_rank == 0) {
+    fprintf(g_logfile, "%s%s%s", prefix, buf, nl);
+    fflush(g_logfile);
+  }
+}
+
+void tsr_log(const char *fmt, ...) {
+  if (g_rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(stdout, "", 0, fmt, ap);
+  va_end(ap);
+}
+
+void tsr_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(stderr, "warning: ", 1, fmt, ap);
+  va_end(ap);
+}
+
+void tsr_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(stderr, "error: ", 1, fmt, ap);
+  va_end(ap);
+}
+
+void tsr_trace(const char *file, int line, const char *func, const char *what) {
+  if (getenv("TSR_TRACE"))
+    fprintf(stderr, "[rank %d]   from %s:%d %s: %s\n", g_rank, file, line, func, what);
+}
+
+void tsr_errorf_at(const char *file, int line, const char *func, const char *fmt, ...) {
+  char buf[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  tsr_error("%s", buf);
+  tsr_trace(file, line, func, "check failed");
+}
+
+/* A small header before each block remembers its size for the byte counter. */
+#define TSR_ALIGN 64
+void *tsr_calloc(size_t count, size_t size) {
+  if (count != 0 && size > (SIZE_MAX - TSR_ALIGN) / count) return NULL;
+  size_t bytes = count * size;
+  void *raw = NULL;
+  if (posix_memalign(&raw, TSR_ALIGN, bytes + TSR_ALIGN) != 0) {
+    tsr_error("out of memory allocating %zu bytes", bytes);
+    return NULL;
+  }
+  memset(raw, 0, bytes + TSR_ALIGN);
+  *(size_t *)raw = bytes;
+  g_mem += bytes;
+  if (g_mem > g_mem_peak) g_mem_peak = g_mem;
+  return (char *)raw + TSR_ALIGN;
+}
+
+void tsr_free_(void **p) {
+  if (!p || !*p) return;
+  char *raw = (char *)*p - TSR_ALIGN;
+  g_mem -= *(size_t *)raw;
+  free(raw);
+  *p = NULL;
+}
+
+size_t tsr_mem_bytes(void) { return g_mem; }
+size_t tsr_mem_peak_bytes(void) { return g_mem_peak; }
+
+uint64_t tsr_mix64(uint64_t x) { /* splitmix64 finaliser */
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t tsr_hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+double tsr_rand_uniform(uint64_t key, uint64_t index) {
+  uint64_t r = tsr_mix64(key ^ tsr_mix64(index));
+  return ((double)(r >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double tsr_rand_normal(uint64_t key, uint64_t index) { /* Box-Muller on two streams */
+  double u1 = tsr_rand_uniform(key, 2 * index);
+  double u2 = tsr_rand_uniform(key, 2 * index + 1);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+float tsr_round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) { /* inf / nan: keep, quiet nan */
+    if (u & 0x007fffffu) u |= 0x00400000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  u &= 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+double tsr_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,81 @@
+/* util.h — error propagation, logging and checked allocation shared by every module.
+ *
+ * Error model (CONVENTIONS.md): a function that can fail returns int, 0 on success,
+ * otherwise one of the TSR_ERR_* codes (which are also the process exit codes), or a
+ * pointer that is NULL on failure.  Callers propagate through TSR_CALL, which adds a
+ * "file:line func" trace line; user-facing checks go through TSR_CHECK with a message. */
+#ifndef TSR_UTIL_H
+#define TSR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum {
+  TSR_OK = 0,
+  TSR_ERR = 1,        /* anything else */
+  TSR_ERR_INPUT = 2,  /* bad deck, data or checkpoint: fix the input */
+  TSR_ERR_SIGNAL = 3, /* stopped on signal after a checkpoint: requeue */
+  TSR_ERR_WATCHDOG = 4
+};
+
+#if defined(__GNUC__)
+#define TSR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TSR_PRINTF(a, b)
+#endif
+
+/* Rank of this process in MPI_COMM_WORLD, set once by the driver (0 before MPI). */
+void tsr_set_rank(int rank);
+int tsr_rank(void);
+
+/* Log sink: rank 0 writes to stdout and, once opened, to <out_dir>/tessera.log. */
+int tsr_log_open(const char *path);
+void tsr_log_close(void);
+void tsr_log(const char *fmt, ...) TSR_PRINTF(1, 2);       /* rank 0 only */
+void tsr_warn(const char *fmt, ...) TSR_PRINTF(1, 2);      /* any rank, "warning:" */
+void tsr_error(const char *fmt, ...) TSR_PRINTF(1, 2);     /* any rank, "error:" */
+void tsr_trace(const char *file, int line, const char *func, const char *what);
+void tsr_errorf_at(const char *file, int line, const char *func, const char *fmt, ...)
+    TSR_PRINTF(4, 5);
+
+/* Propagate a failure from a callee, adding one trace line. */
+#define TSR_CALL(expr)                                         \
+  do {                                                         \
+    int tsr_rc_ = (expr);                                      \
+    if (tsr_rc_ != 0) {                                        \
+      tsr_trace(__FILE__, __LINE__, __func__, #expr);          \
+      return tsr_rc_;                                          \
+    }                                                          \
+  } while (0)
+
+/* Check a condition; on failure print the formatted message and return `code`. */
+#define TSR_CHECK(cond, code, ...)                             \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      tsr_errorf_at(__FILE__, __LINE__, __func__, __VA_ARGS__); \
+      return (code);                                           \
+    }                                                          \
+  } while (0)
+
+/* Checked, zeroed, 64-byte aligned allocation.  Counts live bytes so the step line
+ * can report memory as allocated.  tsr_free NULLs the pointer. */
+void *tsr_calloc(size_t count, size_t size);
+void tsr_free_(void **p);
+#define tsr_free(pp) tsr_free_((void **)(pp))
+size_t tsr_mem_bytes(void);      /* bytes currently allocated through tsr_calloc */
+size_t tsr_mem_peak_bytes(void); /* high-water mark */
+
+/* Counter-based random numbers: a pure function of (key, index), so every layout
+ * can generate the same value for the same logical element. */
+uint64_t tsr_mix64(uint64_t x);
+uint64_t tsr_hash_str(const char *s); /* FNV-1a 64 */
+double tsr_rand_uniform(uint64_t key, uint64_t index);  /* in (0, 1) */
+double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
+
+/* bf16 round-to-nearest-even of a float, returned as float (exactly representable). */
+float tsr_round_bf16(float x);
+
+double tsr_now(void); /* monotonic seconds */
+
+#endif
