@@ -1,0 +1,143 @@
+/* main.c — the tessera command: train, eval, --help-deck.
+ *
+ *   tessera [DECK] [group.key=value ...]        train (no DECK: the embedded input/tiny.nml)
+ *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
+ *   tessera plan DECK ...                       the planner (not in this version)
+ *   tessera --help-deck                         every deck key
+ *
+ * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
+ * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
+ * signal after a checkpoint (requeue me), 4 watchdog. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "deck.h"
+#include "ops.h"
+#include "train.h"
+#include "tsr_build.h"
+#include "util.h"
+
+extern const char tsr_embedded_deck[];     /* input/tiny.nml, built into the binary */
+extern const char tsr_embedded_deck_name[];
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: tessera [DECK] [group.key=value ...]       train (default deck: embedded %s)\n"
+          "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
+          "       tessera plan DECK [--nodes N --gpus-per-node G]  (not in this version)\n"
+          "       tessera --help-deck                         list every deck key\n"
+          "       tessera --version\n"
+          "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
+          "4 watchdog\n",
+          tsr_embedded_deck_name);
+}
+
+/* Threads per rank: the cores of this node shared among its ranks, unless the user set
+ * OMP_NUM_THREADS / OPENBLAS_NUM_THREADS. */
+static int threads_per_rank(void) {
+  if (getenv("OMP_NUM_THREADS") || getenv("OPENBLAS_NUM_THREADS")) return 0;
+  MPI_Comm node;
+  int local = 1;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)(cores / local);
+  return n < 1 ? 1 : n;
+}
+
+/* Rank 0 parses; everyone gets the outcome and the config. */
+static int load_config(tsr_config *cfg, const char *deck, int n_over, char **over, int world) {
+  int rc = 0, rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    if (deck) {
+      rc = tsr_deck_load(cfg, deck, n_over, over, world);
+    } else {
+      char err[8192];
+      rc = tsr_deck_parse(cfg, tsr_embedded_deck, strlen(tsr_embedded_deck),
+                          tsr_embedded_deck_name, n_over, over, world, err, sizeof err);
+      if (rc) fputs(err, stderr);
+    }
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rc) return rc;
+  MPI_Bcast(cfg, (int)sizeof *cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  tsr_set_rank(rank);
+
+  int rc = 0;
+  const char *mode = "train";
+  int a = 1;
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    if (rank == 0) usage(stdout);
+    goto out;
+  }
+  if (argc > 1 && !strcmp(argv[1], "--version")) {
+    if (rank == 0) printf("tessera %s\n", PACKAGE_VERSION);
+    goto out;
+  }
+  if (argc > 1 && !strcmp(argv[1], "--help-deck")) {
+    if (rank == 0) tsr_deck_help(stdout);
+    goto out;
+  }
+  if (argc > 1 && (!strcmp(argv[1], "eval") || !strcmp(argv[1], "plan"))) {
+    mode = argv[1];
+    a = 2;
+  }
+  if (!strcmp(mode, "plan")) {
+    if (rank == 0)
+      fprintf(stderr, "error: 'tessera plan' is not implemented in this version\n");
+    rc = TSR_ERR;
+    goto out;
+  }
+  /* A first argument without '=' is the deck; otherwise the embedded default. */
+  const char *deck = NULL;
+  if (a < argc && !strchr(argv[a], '=')) deck = argv[a++];
+  if (!deck && !strcmp(mode, "eval")) {
+    if (rank == 0) usage(stderr);
+    rc = TSR_ERR_INPUT;
+    goto out;
+  }
+  for (int i = a; i < argc; i++) {
+    if (argv[i][0] == '-') {
+      if (rank == 0) {
+        fprintf(stderr, "error: unknown option '%s'\n", argv[i]);
+        usage(stderr);
+      }
+      rc = TSR_ERR_INPUT;
+      goto out;
+    }
+  }
+
+  tsr_config cfg;
+  rc = load_config(&cfg, deck, argc - a, argv + a, world);
+  if (rc) goto out;
+  static char deck_text[1 << 16];
+  tsr_deck_write(&cfg, deck_text, sizeof deck_text);
+  tsr_ops_init(threads_per_rank());
+  tsr_train_install_signals();
+  rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
+                             : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
+  /* A failure that not every rank shares must not leave the others in a collective. */
+  if (world > 1) {
+    int any = 0;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    rc = any;
+  }
+out:
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,78 @@
+/* metrics.c — the metrics.jsonl writer (rank 0). */
+#include "metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "util.h"
+
+struct tsr_metrics {
+  FILE *f;
+};
+
+int tsr_metrics_open(tsr_metrics **out, const char *path) {
+  *out = NULL;
+  tsr_metrics *mt = tsr_calloc(1, sizeof *mt);
+  if (!mt) return TSR_ERR;
+  mt->f = fopen(path, "a");
+  if (!mt->f) {
+    tsr_error("cannot open metrics file '%s' for appending", path);
+    tsr_free(&mt);
+    return TSR_ERR_INPUT;
+  }
+  *out = mt;
+  return 0;
+}
+
+void tsr_metrics_close(tsr_metrics **mt) {
+  if (!mt || !*mt) return;
+  fclose((*mt)->f);
+  tsr_free(mt);
+}
+
+/* JSON has no NaN or Infinity: write null for them. */
+static void num(FILE *f, const char *key, double x, int last) {
+  if (isfinite(x))
+    fprintf(f, "\"%s\":%.17g%s", key, x, last ? "" : ",");
+  else
+    fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
+  if (!mt) return;
+  FILE *f = mt->f;
+  fprintf(f, "{\"step\":%lld,", (long long)s->step);
+  num(f, "loss", s->loss, 0);
+  num(f, "lr", s->lr, 0);
+  num(f, "grad_norm", s->grad_norm, 0);
+  fprintf(f, "\"tokens\":%lld,", (long long)s->tokens);
+  num(f, "tokens_per_s", s->tokens_per_s, 0);
+  num(f, "mfu", s->mfu >= 0 ? s->mfu : NAN, 0);
+  fprintf(f, "\"mem_bytes\":%lld,", (long long)s->mem_bytes);
+  num(f, "step_ms", s->step_ms, 0);
+  fprintf(f, "\"skipped\":%lld}\n", (long long)s->skipped);
+  fflush(f);
+}
+
+void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
+  if (!mt) return;
+  fprintf(mt->f, "{\"step\":%lld,", (long long)step);
+  num(mt->f, "val_loss", val_loss, 1);
+  fprintf(mt->f, "}\n");
+  fflush(mt->f);
+}
+
+void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
+  if (!mt) return;
+  fprintf(mt->f, "{\"step\":%lld,\"event\":\"%s\",\"detail\":\"", (long long)step, what);
+  for (const char *c = detail; *c; c++) { /* JSON string escape */
+    if (*c == '"' || *c == '\\')
+      fprintf(mt->f, "\\%c", *c);
+    else if ((unsigned char)*c < 0x20)
+      fprintf(mt->f, "\\u%04x", (unsigned char)*c);
+    else
+      fputc(*c, mt->f);
+  }
+  fprintf(mt->f, "\"}\n");
+  fflush(mt->f);
+}

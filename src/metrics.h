@@ -1,0 +1,27 @@
+/* metrics.h — <out_dir>/metrics.jsonl: one JSON object per line, appended across restarts.
+ * Only rank 0 writes; on other ranks the handle is NULL and every call is a no-op. */
+#ifndef TSR_METRICS_H
+#define TSR_METRICS_H
+
+#include <stdint.h>
+
+typedef struct tsr_metrics tsr_metrics;
+
+typedef struct {
+  int64_t step;
+  double loss, lr, grad_norm;
+  int64_t tokens;
+  double tokens_per_s, mfu; /* mfu < 0: unknown (written as null) */
+  int64_t mem_bytes;
+  double step_ms;
+  int64_t skipped;
+} tsr_step_metrics;
+
+int tsr_metrics_open(tsr_metrics **out, const char *path);
+void tsr_metrics_close(tsr_metrics **mt);
+void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s);
+void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss);
+/* {"step":…, "event":"<what>", "detail":"<detail>"}: starts, resumes, checkpoints. */
+void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail);
+
+#endif

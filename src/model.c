@@ -1,0 +1,433 @@
+/* model.c — forward and backward of the decoder-only transformer on one stage.
+ *
+ * Block (pre-norm):  h   = x + Wo · attn(rope(Wqkv · norm1(x)))
+ *                    out = h + Wdown · act(Wfc · norm2(h))
+ * llama: RMSNorm, RoPE, GQA, SwiGLU (Wfc = [w_gate; w_up]), no biases, untied head.
+ * gpt2:  LayerNorm, learned positions, GELU (Wfc = w_up), biases, tied head.
+ *
+ * Activation storage per recompute mode:
+ *   none       every layer keeps all its activations;
+ *   selective  every layer keeps the GEMM and attention outputs (qkv, attention out,
+ *              lse, h, fc); the norm outputs and the MLP activation — cheap
+ *              element-wise recomputations — are rebuilt in backward;
+ *   full       only each layer's input (the residual stream) is kept; the layer is
+ *              recomputed in backward into one shared set of buffers.
+ * Recomputation runs the same code on the same inputs, so gradients are bitwise equal
+ * across modes.
+ *
+ * Mixed precision (bf16): parameters are the bf16-rounded master weights; every stored
+ * activation is rounded to bf16 after the op that makes it; statistics (norm rstd,
+ * softmax lse), the loss and all gradients stay fp32. */
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "util.h"
+
+typedef struct { /* offsets of one layer's tensors in the flat buffers (-1: absent) */
+  int64_t norm1_w, norm1_b, wqkv, bqkv, wo, bo, norm2_w, norm2_b, wfc, bfc, wdown, bdown;
+} layer_params;
+
+typedef struct { /* one layer's activations (pointers may alias shared scratch) */
+  float *norm1, *norm1_mean, *norm1_rstd; /* [N,C], [N], [N] */
+  float *qkv;                             /* [N, qkv_dim] (after RoPE) */
+  float *atty;                            /* [N, H*hd] attention output */
+  float *lse;                             /* [B*H*T] */
+  float *h;                               /* [N,C] residual after attention */
+  float *norm2, *norm2_mean, *norm2_rstd;
+  float *fc;  /* [N, fc_dim] */
+  float *act; /* [N, F] */
+} layer_acts;
+
+struct tsr_model {
+  tsr_config cfg;
+  const tsr_layout *lay;
+  int gpt2, bf16;
+  tsr_recompute recompute;
+  int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
+  float eps, theta;
+  int64_t embed, pos_embed, final_w, final_b, head;
+  layer_params *lp;
+
+  float *params; /* compute-precision copy, n_flat */
+  float *grads;  /* fp32, n_flat */
+
+  layer_acts *acts;  /* [L] stored activations */
+  layer_acts scratch; /* recompute target */
+  float *resid;      /* [(L+1) * N*C] residual stream: input of layer l, then final */
+  float *final_norm, *final_mean, *final_rstd;
+  float *logits;      /* [N,V], overwritten by its gradient */
+  float *tmp_nc;      /* [N,C] projection outputs */
+  float *d_resid;     /* [N,C] gradient of the residual stream */
+  float *d_nc;        /* [N,C] gradient of a norm output */
+  float *d_atty, *d_qkv, *d_fc, *d_act;
+  int32_t *tokens;    /* [N] inputs of the current micro-batch (for embedding bwd) */
+  size_t act_bytes;
+};
+
+static int64_t off(const tsr_layout *lay, int layer, const char *suffix) {
+  const tsr_tensor *t = tsr_layout_layer(lay, layer, suffix);
+  return t ? t->offset : -1;
+}
+
+static int64_t off_global(const tsr_layout *lay, const char *name) {
+  const tsr_tensor *t = tsr_layout_find(lay, name);
+  return t ? t->offset : -1;
+}
+
+static float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o; }
+
+static float *alloc_f(tsr_model *m, size_t n) {
+  float *p = tsr_calloc(n, sizeof(float));
+  if (p) m->act_bytes += n * sizeof(float);
+  return p;
+}
+
+/* Allocate one layer's activation set; `which` selects the buffers to allocate. */
+enum { A_NORMS = 1, A_CORE = 2, A_ACT = 4, A_ALL = 7 };
+static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
+  const size_t N = (size_t)m->N, C = (size_t)m->C;
+  if (which & A_NORMS) {
+    if (!(a->norm1 = alloc_f(m, N * C)) || !(a->norm2 = alloc_f(m, N * C))) return TSR_ERR;
+  }
+  if (which & A_CORE) {
+    if (!(a->qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
+        !(a->atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
+        !(a->lse = alloc_f(m, (size_t)m->B * m->H * m->T)) || !(a->h = alloc_f(m, N * C)) ||
+        !(a->fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(a->norm1_mean = alloc_f(m, N)) ||
+        !(a->norm1_rstd = alloc_f(m, N)) || !(a->norm2_mean = alloc_f(m, N)) ||
+        !(a->norm2_rstd = alloc_f(m, N)))
+      return TSR_ERR;
+  }
+  if (which & A_ACT) {
+    if (!(a->act = alloc_f(m, N * (size_t)m->F))) return TSR_ERR;
+  }
+  return 0;
+}
+
+static void free_acts(layer_acts *a, int which) {
+  if (which & A_NORMS) {
+    tsr_free(&a->norm1);
+    tsr_free(&a->norm2);
+  }
+  if (which & A_CORE) {
+    tsr_free(&a->qkv);
+    tsr_free(&a->atty);
+    tsr_free(&a->lse);
+    tsr_free(&a->h);
+    tsr_free(&a->fc);
+    tsr_free(&a->norm1_mean);
+    tsr_free(&a->norm1_rstd);
+    tsr_free(&a->norm2_mean);
+    tsr_free(&a->norm2_rstd);
+  }
+  if (which & A_ACT) tsr_free(&a->act);
+}
+
+/* Which buffers each layer owns and which live in the shared scratch set. */
+static int owned_mask(tsr_recompute r) {
+  return r == TSR_RECOMPUTE_NONE ? A_ALL : r == TSR_RECOMPUTE_SELECTIVE ? A_CORE : 0;
+}
+
+int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay) {
+  *out = NULL;
+  tsr_model *m = tsr_calloc(1, sizeof *m);
+  if (!m) return TSR_ERR;
+  m->cfg = *cfg;
+  m->lay = lay;
+  const tsr_model_config *mc = &cfg->model;
+  m->gpt2 = strcmp(mc->arch, "gpt2") == 0;
+  m->bf16 = strcmp(cfg->train.precision, "bf16") == 0;
+  m->recompute = strcmp(cfg->train.recompute, "full") == 0        ? TSR_RECOMPUTE_FULL
+                 : strcmp(cfg->train.recompute, "selective") == 0 ? TSR_RECOMPUTE_SELECTIVE
+                                                                  : TSR_RECOMPUTE_NONE;
+  m->B = (int)cfg->train.micro_batch;
+  m->T = (int)mc->seq_len;
+  m->C = (int)mc->d_model;
+  m->H = (int)mc->n_head;
+  m->KV = (int)mc->n_kv_head;
+  m->hd = m->C / m->H;
+  m->F = (int)mc->d_ff;
+  m->V = (int)mc->vocab_size;
+  m->L = (int)mc->n_layer;
+  m->N = m->B * m->T;
+  m->qkv_dim = (m->H + 2 * m->KV) * m->hd;
+  m->fc_dim = m->gpt2 ? m->F : 2 * m->F;
+  m->eps = (float)mc->norm_eps;
+  m->theta = (float)mc->rope_theta;
+  int rc = TSR_ERR;
+
+  m->embed = off_global(lay, "embed.weight");
+  m->pos_embed = off_global(lay, "pos_embed.weight");
+  m->final_w = off_global(lay, "final_norm.weight");
+  m->final_b = off_global(lay, "final_norm.bias");
+  m->head = mc->tie_embeddings ? m->embed : off_global(lay, "lm_head.weight");
+  if (m->embed < 0 || m->final_w < 0 || m->head < 0 || (m->gpt2 && m->pos_embed < 0)) {
+    tsr_error("model: layout lacks embed/final_norm/lm_head tensors");
+    goto fail;
+  }
+  m->lp = tsr_calloc((size_t)m->L, sizeof *m->lp);
+  if (!m->lp) goto fail;
+  for (int l = 0; l < m->L; l++) {
+    layer_params *p = &m->lp[l];
+    p->norm1_w = off(lay, l, "attn_norm.weight");
+    p->norm1_b = off(lay, l, "attn_norm.bias");
+    p->wqkv = off(lay, l, "attn.wq.weight"); /* wq, wk, wv are adjacent: one matrix */
+    p->bqkv = off(lay, l, "attn.wq.bias");
+    p->wo = off(lay, l, "attn.wo.weight");
+    p->bo = off(lay, l, "attn.wo.bias");
+    p->norm2_w = off(lay, l, "mlp_norm.weight");
+    p->norm2_b = off(lay, l, "mlp_norm.bias");
+    p->wfc = m->gpt2 ? off(lay, l, "mlp.w_up.weight") : off(lay, l, "mlp.w_gate.weight");
+    p->bfc = off(lay, l, "mlp.w_up.bias");
+    p->wdown = off(lay, l, "mlp.w_down.weight");
+    p->bdown = off(lay, l, "mlp.w_down.bias");
+    const tsr_tensor *wk = tsr_layout_layer(lay, l, "attn.wk.weight");
+    const tsr_tensor *wv = tsr_layout_layer(lay, l, "attn.wv.weight");
+    if (p->wqkv < 0 || !wk || !wv || wk->offset != p->wqkv + (int64_t)m->H * m->hd * m->C ||
+        wv->offset != wk->offset + wk->numel) {
+      tsr_error("model: layer %d: wq, wk, wv are not adjacent in the flat layout", l);
+      goto fail;
+    }
+  }
+
+  const size_t N = (size_t)m->N, C = (size_t)m->C;
+  if (!(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float))) ||
+      !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float))))
+    goto fail;
+  m->acts = tsr_calloc((size_t)m->L, sizeof *m->acts);
+  if (!m->acts) goto fail;
+  const int own = owned_mask(m->recompute);
+  if (alloc_acts(m, &m->scratch, A_ALL & ~own)) goto fail;
+  for (int l = 0; l < m->L; l++) {
+    if (alloc_acts(m, &m->acts[l], own)) goto fail;
+    layer_acts *a = &m->acts[l], *s = &m->scratch;
+    if (!(own & A_NORMS)) a->norm1 = s->norm1, a->norm2 = s->norm2;
+    if (!(own & A_CORE)) {
+      a->qkv = s->qkv, a->atty = s->atty, a->lse = s->lse, a->h = s->h, a->fc = s->fc;
+      a->norm1_mean = s->norm1_mean, a->norm1_rstd = s->norm1_rstd;
+      a->norm2_mean = s->norm2_mean, a->norm2_rstd = s->norm2_rstd;
+    }
+    if (!(own & A_ACT)) a->act = s->act;
+  }
+  if (!(m->resid = alloc_f(m, (size_t)(m->L + 1) * N * C)) ||
+      !(m->final_norm = alloc_f(m, N * C)) || !(m->final_mean = alloc_f(m, N)) ||
+      !(m->final_rstd = alloc_f(m, N)) || !(m->logits = alloc_f(m, N * (size_t)m->V)) ||
+      !(m->tmp_nc = alloc_f(m, N * C)) || !(m->d_resid = alloc_f(m, N * C)) ||
+      !(m->d_nc = alloc_f(m, N * C)) || !(m->d_atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
+      !(m->d_qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
+      !(m->d_fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(m->d_act = alloc_f(m, N * (size_t)m->F)))
+    goto fail;
+  m->tokens = tsr_calloc(N, sizeof(int32_t));
+  if (!m->tokens) goto fail;
+  *out = m;
+  return 0;
+fail:
+  tsr_model_destroy(&m);
+  return rc;
+}
+
+void tsr_model_destroy(tsr_model **mp) {
+  if (!mp || !*mp) return;
+  tsr_model *m = *mp;
+  const int own = owned_mask(m->recompute);
+  if (m->acts)
+    for (int l = 0; l < m->L; l++) free_acts(&m->acts[l], own);
+  free_acts(&m->scratch, A_ALL & ~own);
+  tsr_free(&m->acts);
+  tsr_free(&m->lp);
+  tsr_free(&m->params);
+  tsr_free(&m->grads);
+  tsr_free(&m->resid);
+  tsr_free(&m->final_norm);
+  tsr_free(&m->final_mean);
+  tsr_free(&m->final_rstd);
+  tsr_free(&m->logits);
+  tsr_free(&m->tmp_nc);
+  tsr_free(&m->d_resid);
+  tsr_free(&m->d_nc);
+  tsr_free(&m->d_atty);
+  tsr_free(&m->d_qkv);
+  tsr_free(&m->d_fc);
+  tsr_free(&m->d_act);
+  tsr_free(&m->tokens);
+  tsr_free(mp);
+}
+
+const float *tsr_model_params(const tsr_model *m) { return m->params; }
+float *tsr_model_grads(tsr_model *m) { return m->grads; }
+size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
+
+void tsr_model_set_params(tsr_model *m, const float *master) {
+  const long n = (long)m->lay->n_flat;
+  if (m->bf16)
+    tsr_ops_round_bf16(m->params, master, n);
+  else
+    memcpy(m->params, master, (size_t)n * sizeof(float));
+}
+
+void tsr_model_zero_grads(tsr_model *m) {
+  memset(m->grads, 0, (size_t)m->lay->n_flat * sizeof(float));
+}
+
+/* bf16 storage of an activation: round in place. */
+static void store(const tsr_model *m, float *x, long n) {
+  if (m->bf16) tsr_ops_round_bf16(x, x, n);
+}
+
+static void norm_fwd(const tsr_model *m, float *out, float *mean, float *rstd, const float *x,
+                     int64_t w, int64_t b) {
+  if (m->gpt2)
+    tsr_ops_layernorm_fwd(out, mean, rstd, x, P(m->params, w), P(m->params, b), m->N, m->C,
+                          m->eps);
+  else
+    tsr_ops_rmsnorm_fwd(out, rstd, x, P(m->params, w), m->N, m->C, m->eps);
+  store(m, out, (long)m->N * m->C);
+}
+
+static void norm_bwd(tsr_model *m, float *dx, const float *dout, const float *x, const float *mean,
+                     const float *rstd, int64_t w, int64_t b) {
+  if (m->gpt2)
+    tsr_ops_layernorm_bwd(dx, P(m->grads, w), P(m->grads, b), dout, x, P(m->params, w), mean,
+                          rstd, m->N, m->C);
+  else
+    tsr_ops_rmsnorm_bwd(dx, P(m->grads, w), dout, x, P(m->params, w), rstd, m->N, m->C);
+}
+
+static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
+  if (m->gpt2)
+    tsr_ops_gelu_fwd(act, fc, m->N * m->F);
+  else
+    tsr_ops_swiglu_fwd(act, fc, m->N, m->F);
+  store(m, act, (long)m->N * m->F);
+}
+
+/* Forward of layer l: x (input) -> out; activations into a. */
+static void layer_fwd(tsr_model *m, int l, const float *x, layer_acts *a, float *out) {
+  const layer_params *p = &m->lp[l];
+  const int N = m->N, C = m->C, qd = m->H * m->hd;
+  float *pr = m->params;
+  norm_fwd(m, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
+  tsr_ops_matmul_fwd(a->qkv, a->norm1, P(pr, p->wqkv), P(pr, p->bqkv), N, C, m->qkv_dim);
+  if (!m->gpt2) {
+    tsr_ops_rope_fwd(a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_fwd(a->qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
+  }
+  store(m, a->qkv, (long)N * m->qkv_dim);
+  tsr_ops_attention_fwd(a->atty, a->lse, a->qkv, a->qkv + qd, a->qkv + qd + m->KV * m->hd, m->B,
+                        m->T, m->H, m->KV, m->hd, m->qkv_dim);
+  store(m, a->atty, (long)N * qd);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, P(pr, p->wo), P(pr, p->bo), N, qd, C);
+  store(m, m->tmp_nc, (long)N * C);
+  tsr_ops_add(a->h, x, m->tmp_nc, (long)N * C);
+  store(m, a->h, (long)N * C);
+  norm_fwd(m, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+  tsr_ops_matmul_fwd(a->fc, a->norm2, P(pr, p->wfc), P(pr, p->bfc), N, C, m->fc_dim);
+  store(m, a->fc, (long)N * m->fc_dim);
+  mlp_act_fwd(m, a->act, a->fc);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->act, P(pr, p->wdown), P(pr, p->bdown), N, m->F, C);
+  store(m, m->tmp_nc, (long)N * C);
+  tsr_ops_add(out, a->h, m->tmp_nc, (long)N * C);
+  store(m, out, (long)N * C);
+}
+
+/* Rebuild what the recompute mode did not keep for layer l. */
+static void layer_recompute(tsr_model *m, int l, const float *x, layer_acts *a) {
+  const layer_params *p = &m->lp[l];
+  if (m->recompute == TSR_RECOMPUTE_FULL) {
+    layer_fwd(m, l, x, a, m->d_nc); /* layer output is not needed: d_nc is free here */
+  } else if (m->recompute == TSR_RECOMPUTE_SELECTIVE) {
+    norm_fwd(m, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
+    norm_fwd(m, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+    mlp_act_fwd(m, a->act, a->fc);
+  }
+}
+
+/* Backward of layer l: m->d_resid holds d(out) and becomes d(x). */
+static void layer_bwd(tsr_model *m, int l, const float *x, layer_acts *a) {
+  const layer_params *p = &m->lp[l];
+  const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
+  float *pr = m->params, *gr = m->grads, *D = m->d_resid;
+  /* MLP branch */
+  memset(m->d_act, 0, (size_t)N * m->F * sizeof(float));
+  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), D, a->act, P(pr, p->wdown), N,
+                     m->F, C);
+  memset(m->d_fc, 0, (size_t)N * m->fc_dim * sizeof(float));
+  if (m->gpt2)
+    tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
+  else
+    tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
+  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, P(pr, p->wfc), N, C,
+                     m->fc_dim);
+  norm_bwd(m, D, m->d_nc, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b);
+  /* attention branch */
+  memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
+  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), D, a->atty, P(pr, p->wo), N, qd, C);
+  memset(m->d_qkv, 0, (size_t)N * m->qkv_dim * sizeof(float));
+  tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
+                        a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
+                        m->qkv_dim);
+  if (!m->gpt2) {
+    tsr_ops_rope_bwd(m->d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
+  }
+  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1, P(pr, p->wqkv),
+                     N, C, m->qkv_dim);
+  norm_bwd(m, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
+}
+
+static float *resid(tsr_model *m, int l) { return m->resid + (size_t)l * m->N * m->C; }
+
+/* Embedding, every layer, final norm and LM head: fills m->logits. */
+static void forward(tsr_model *m, const int32_t *inputs) {
+  const int N = m->N, C = m->C;
+  memcpy(m->tokens, inputs, (size_t)N * sizeof(int32_t));
+  tsr_ops_embedding_fwd(resid(m, 0), inputs, P(m->params, m->embed), P(m->params, m->pos_embed), N,
+                        m->T, C, 0, m->V);
+  store(m, resid(m, 0), (long)N * C);
+  for (int l = 0; l < m->L; l++) layer_fwd(m, l, resid(m, l), &m->acts[l], resid(m, l + 1));
+  norm_fwd(m, m->final_norm, m->final_mean, m->final_rstd, resid(m, m->L), m->final_w, m->final_b);
+  tsr_ops_matmul_fwd(m->logits, m->final_norm, P(m->params, m->head), NULL, N, C, m->V);
+  store(m, m->logits, (long)N * m->V);
+}
+
+static int check_tokens(const tsr_model *m, const int32_t *inputs, const int32_t *targets) {
+  for (int i = 0; i < m->N; i++)
+    TSR_CHECK(inputs[i] >= 0 && inputs[i] < m->V && targets[i] >= 0 && targets[i] < m->V,
+              TSR_ERR_INPUT, "token id out of range [0, %d) at position %d of the micro-batch",
+              m->V, i);
+  return 0;
+}
+
+int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
+  TSR_CALL(check_tokens(m, inputs, targets));
+  forward(m, inputs);
+  *loss = tsr_ops_xent_fwd(m->logits, targets, m->N, m->V) / m->N;
+  return 0;
+}
+
+int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+                      double *loss) {
+  TSR_CALL(check_tokens(m, inputs, targets));
+  const int N = m->N, C = m->C;
+  forward(m, inputs);
+  /* d(mean loss)/d logits, scaled by dloss; logits now hold their gradient */
+  *loss = tsr_ops_xent_fwd_bwd(m->logits, targets, N, m->V, dloss / (float)N) / N;
+  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  tsr_ops_matmul_bwd(m->d_nc, P(m->grads, m->head), NULL, m->logits, m->final_norm,
+                     P(m->params, m->head), N, C, m->V);
+  memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
+  norm_bwd(m, m->d_resid, m->d_nc, resid(m, m->L), m->final_mean, m->final_rstd, m->final_w,
+           m->final_b);
+  for (int l = m->L - 1; l >= 0; l--) {
+    layer_recompute(m, l, resid(m, l), &m->acts[l]);
+    layer_bwd(m, l, resid(m, l), &m->acts[l]);
+  }
+  tsr_ops_embedding_bwd(P(m->grads, m->embed), P(m->grads, m->pos_embed), m->d_resid, m->tokens, N,
+                        m->T, C, 0, m->V);
+  return 0;
+}

@@ -1,0 +1,41 @@
+/* optim.c — learning-rate schedules, clipping factor, AdamW over the flat buffers. */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+double tsr_optim_lr(const tsr_optim_config *o, int64_t max_steps, int64_t step) {
+  if (o->warmup_steps > 0 && step <= o->warmup_steps)
+    return o->lr * (double)step / (double)o->warmup_steps;
+  const int64_t total = o->decay_steps > 0 ? o->decay_steps : max_steps;
+  if (strcmp(o->decay, "constant") == 0 || total <= o->warmup_steps) return o->lr;
+  double p = (double)(step - o->warmup_steps) / (double)(total - o->warmup_steps);
+  p = p < 0 ? 0 : p > 1 ? 1 : p;
+  if (strcmp(o->decay, "linear") == 0) return o->lr + (o->min_lr - o->lr) * p;
+  if (strcmp(o->decay, "wsd") == 0) {
+    /* warmup-stable-decay: hold lr, then decay linearly over the last fraction of the steps */
+    const double start = 1.0 - o->wsd_decay_frac;
+    if (p <= start) return o->lr;
+    return o->lr + (o->min_lr - o->lr) * (p - start) / o->wsd_decay_frac;
+  }
+  return o->min_lr + (o->lr - o->min_lr) * 0.5 * (1.0 + cos(M_PI * p)); /* cosine */
+}
+
+double tsr_optim_clip_scale(double grad_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double c = max_norm / (grad_norm + 1e-6);
+  return c < 1.0 ? c : 1.0;
+}
+
+void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,
+                     float *v, const float *grad, double lr, int64_t step, double grad_scale) {
+  for (int i = 0; i < lay->n_tensors; i++) {
+    const tsr_tensor *t = &lay->tensors[i];
+    const double wd = t->decay ? o->weight_decay : 0.0;
+    tsr_ops_adamw(master + t->offset, m + t->offset, v + t->offset, grad + t->offset,
+                  (long)t->numel, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                  (float)wd, (long)step, (float)grad_scale);
+  }
+}

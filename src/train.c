@@ -1,0 +1,366 @@
+/* train.c — the training loop: setup, resume, micro-batch accumulation, clipping,
+ * non-finite skip, AdamW, logging, evaluation, periodic and final checkpoints.
+ *
+ * Sample accounting (DESIGN.md): optimizer step s (0-based) consumes global samples
+ * s*global_batch .. s*global_batch + global_batch - 1, split contiguously over dp
+ * replicas, then into micro-batches; the cursor (samples consumed) is saved in the
+ * checkpoint, so a resume continues the exact sample stream. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt.h"
+#include "data.h"
+#include "layout.h"
+#include "metrics.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "util.h"
+
+static volatile sig_atomic_t g_stop_signal = 0;
+
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+void tsr_train_install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+  char buf[TSR_STR_PATH];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) break;
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+    tsr_error("cannot create directory '%s': %s", path, strerror(errno));
+    return TSR_ERR_INPUT;
+  }
+  return 0;
+}
+
+typedef struct {
+  const tsr_config *cfg;
+  MPI_Comm world;
+  int rank, world_size, dp, dp_rank;
+  int64_t grad_accum_steps;
+  tsr_layout *lay;
+  tsr_model *model;
+  float *master, *adam_m, *adam_v;
+  tsr_data *train_data, *valid_data;
+  int32_t *inputs, *targets;
+  tsr_metrics *metrics;
+  tsr_train_state st;
+  double flops_per_token;
+} trainer;
+
+static void trainer_destroy(trainer *t) {
+  tsr_metrics_close(&t->metrics);
+  tsr_data_destroy(&t->train_data);
+  tsr_data_destroy(&t->valid_data);
+  tsr_model_destroy(&t->model);
+  tsr_free(&t->master);
+  tsr_free(&t->adam_m);
+  tsr_free(&t->adam_v);
+  tsr_free(&t->inputs);
+  tsr_free(&t->targets);
+  tsr_layout_destroy(&t->lay);
+}
+
+/* 6 N per token for the matmuls plus the causal attention (12 L T d / 2 per token). */
+static double flops_per_token(const tsr_config *cfg, const tsr_layout *lay) {
+  const tsr_model_config *m = &cfg->model;
+  double n = (double)lay->n_params;
+  const tsr_tensor *pos = tsr_layout_find(lay, "pos_embed.weight");
+  if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
+  return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
+}
+
+static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int need_train) {
+  memset(t, 0, sizeof *t);
+  t->cfg = cfg;
+  t->world = world;
+  MPI_Comm_rank(world, &t->rank);
+  MPI_Comm_size(world, &t->world_size);
+  TSR_CHECK(t->world_size == 1, TSR_ERR_INPUT,
+            "this build trains on one rank; %d ranks were started (data/tensor/pipeline "
+            "parallelism is not implemented yet)", t->world_size);
+  t->dp = 1;
+  t->dp_rank = 0;
+  const tsr_train_config *tc = &cfg->train;
+  TSR_CHECK(strcmp(tc->precision, "fp16") != 0, TSR_ERR_INPUT,
+            "&train precision = 'fp16' (dynamic loss scaling) is not implemented yet; use "
+            "'fp32' or 'bf16'");
+  t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
+
+  TSR_CALL(tsr_layout_create(&t->lay, &cfg->model));
+  TSR_CALL(tsr_model_create(&t->model, cfg, t->lay));
+  const size_t nf = (size_t)t->lay->n_flat;
+  t->master = tsr_calloc(nf, sizeof(float));
+  t->adam_m = tsr_calloc(nf, sizeof(float));
+  t->adam_v = tsr_calloc(nf, sizeof(float));
+  const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
+  t->inputs = tsr_calloc(ntok, sizeof(int32_t));
+  t->targets = tsr_calloc(ntok, sizeof(int32_t));
+  TSR_CHECK(t->master && t->adam_m && t->adam_v && t->inputs && t->targets, TSR_ERR,
+            "out of memory for %zu parameters", nf);
+  t->flops_per_token = flops_per_token(cfg, t->lay);
+
+  const uint64_t seed = (uint64_t)cfg->run.seed;
+  if (need_train) {
+    TSR_CHECK(cfg->data.train[0], TSR_ERR_INPUT,
+              "&data train is empty: set it to a path or glob of token shards (make them with "
+              "tools/tsr-prepare)");
+    TSR_CALL(tsr_data_open(&t->train_data, cfg->data.train, cfg->model.seq_len,
+                           cfg->model.vocab_size, cfg->data.shuffle, seed));
+  }
+  if (cfg->data.valid[0])
+    TSR_CALL(tsr_data_open(&t->valid_data, cfg->data.valid, cfg->model.seq_len,
+                           cfg->model.vocab_size, 0, seed));
+  t->st.seed = seed;
+  t->st.loss_scale = 1.0;
+  return 0;
+}
+
+/* Mean validation loss over eval_steps micro-batches: the first samples of the valid set. */
+static int evaluate(trainer *t, double *val_loss) {
+  const tsr_config *cfg = t->cfg;
+  const int64_t mb = cfg->train.micro_batch;
+  int64_t n_batches = cfg->run.eval_steps;
+  const int64_t avail = tsr_data_n_samples(t->valid_data) / mb;
+  if (avail < n_batches) n_batches = avail > 0 ? avail : 1; /* small valid sets wrap */
+  double sum = 0;
+  for (int64_t b = 0; b < n_batches; b++) {
+    double loss;
+    tsr_data_batch(t->valid_data, b * mb, mb, t->inputs, t->targets);
+    TSR_CALL(tsr_model_forward(t->model, t->inputs, t->targets, &loss));
+    sum += loss;
+  }
+  *val_loss = sum / (double)n_batches;
+  return 0;
+}
+
+static int save(trainer *t, const char *deck_text) {
+  const double t0 = tsr_now();
+  TSR_CALL(tsr_ckpt_save(t->cfg, t->lay, t->master, t->adam_m, t->adam_v, &t->st, deck_text,
+                         t->world));
+  char detail[64];
+  snprintf(detail, sizeof detail, "%.3f s", tsr_now() - t0);
+  tsr_metrics_event(t->metrics, t->st.step, "checkpoint", detail);
+  return 0;
+}
+
+static int resume_or_init(trainer *t) {
+  char path[TSR_STR_PATH];
+  TSR_CALL(tsr_ckpt_resolve(t->cfg, path, sizeof path, t->world));
+  if (path[0]) {
+    TSR_CALL(tsr_ckpt_load(path, t->lay, t->master, t->adam_m, t->adam_v, &t->st, t->world));
+    TSR_CHECK(t->st.seed == (uint64_t)t->cfg->run.seed, TSR_ERR_INPUT,
+              "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
+              "data order would change: use the same seed or checkpoint.resume = 'none'",
+              path, (unsigned long long)t->st.seed, (long long)t->cfg->run.seed);
+    tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)t->st.step,
+            (long long)t->st.data_cursor);
+    tsr_metrics_event(t->metrics, t->st.step, "resume", path);
+  } else {
+    tsr_layout_init(t->lay, t->master, (uint64_t)t->cfg->run.seed);
+    tsr_metrics_event(t->metrics, 0, "start", "initialised from seed");
+  }
+  tsr_model_set_params(t->model, t->master);
+  return 0;
+}
+
+/* One optimizer step: accumulate gradients over the micro-batches of this rank's share
+ * of the global batch, then clip and update (or skip on a non-finite gradient). */
+static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, int *skipped) {
+  const tsr_config *cfg = t->cfg;
+  const int64_t mb = cfg->train.micro_batch, k = t->grad_accum_steps;
+  const int64_t first = t->st.data_cursor + t->dp_rank * (cfg->train.global_batch / t->dp);
+  tsr_model_zero_grads(t->model);
+  double loss_sum = 0;
+  for (int64_t a = 0; a < k; a++) {
+    double l;
+    tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
+    TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, (float)(1.0 / (double)k), &l));
+    loss_sum += l;
+  }
+  *loss = loss_sum / (double)k;
+  float *grads = tsr_model_grads(t->model);
+  /* fault injection for the tests: poison one gradient at the given step */
+  const char *inject = getenv("TSR_FAULT_NAN_GRAD_STEP");
+  if (inject && atoll(inject) == t->st.step + 1) grads[0] = NAN;
+  *grad_norm = sqrt(tsr_ops_sumsq(grads, (long)t->lay->n_params));
+  const int64_t step = t->st.step + 1;
+  *lr = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step);
+  *skipped = !isfinite(*grad_norm);
+  if (*skipped) {
+    t->st.skipped++;
+  } else {
+    const double scale = tsr_optim_clip_scale(*grad_norm, cfg->train.grad_clip);
+    /* Adam's bias correction counts the updates actually made (skipped steps do not
+     * advance it, as with torch's GradScaler skipping optimizer.step()). */
+    tsr_optim_adamw(&cfg->optim, t->lay, t->master, t->adam_m, t->adam_v, grads, *lr,
+                    step - t->st.skipped, scale);
+    tsr_model_set_params(t->model, t->master);
+  }
+  t->st.step = step;
+  t->st.data_cursor += cfg->train.global_batch;
+  t->st.tokens += cfg->train.global_batch * cfg->model.seq_len;
+  return 0;
+}
+
+static void fmt_eta(char *buf, size_t len, double seconds) {
+  long s = (long)(seconds + 0.5);
+  if (s >= 3600)
+    snprintf(buf, len, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else
+    snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
+}
+
+int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
+  trainer t;
+  int rc = trainer_setup(&t, cfg, world, 1);
+  if (rc) {
+    trainer_destroy(&t);
+    return rc;
+  }
+#define GO(expr)                       \
+  do {                                 \
+    if ((rc = (expr)) != 0) goto done; \
+  } while (0)
+  char path[TSR_STR_PATH + 32];
+  GO(make_dirs(cfg->run.out_dir));
+  snprintf(path, sizeof path, "%s/tessera.log", cfg->run.out_dir);
+  GO(tsr_log_open(path));
+  if (t.rank == 0) {
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run.out_dir);
+    GO(tsr_metrics_open(&t.metrics, path));
+  }
+  tsr_log("effective deck:\n%s", deck_text);
+  tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.1f MB for "
+          "micro-batches of %lld x %lld tokens",
+          cfg->model.arch, (long long)t.lay->n_params, (double)t.lay->n_params / 1e6,
+          t.lay->n_tensors, (double)tsr_model_activation_bytes(t.model) / 1e6,
+          (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
+  tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
+          cfg->data.train, tsr_data_n_files(t.train_data),
+          (long long)tsr_data_n_tokens(t.train_data), (long long)tsr_data_n_samples(t.train_data),
+          (long long)cfg->model.seq_len, tsr_data_tokenizer(t.train_data),
+          cfg->data.shuffle ? ", shuffled" : "");
+  tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x %d rank(s); "
+          "precision %s, recompute %s",
+          (long long)cfg->train.global_batch, (long long)t.grad_accum_steps,
+          (long long)cfg->train.micro_batch, t.world_size, cfg->train.precision,
+          cfg->train.recompute);
+  GO(resume_or_init(&t));
+  if (cfg->checkpoint.save_initial && t.st.step == 0) GO(save(&t, deck_text));
+
+  const double t_start = tsr_now();
+  double t_last_ckpt = t_start, t_window = t_start;
+  int64_t window_steps = 0;
+  const int64_t first_step = t.st.step;
+  while (t.st.step < cfg->run.max_steps) {
+    int stop = g_stop_signal != 0;
+    if (stop) {
+      tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
+              (int)g_stop_signal, (long long)t.st.step);
+      GO(save(&t, deck_text));
+      rc = TSR_ERR_SIGNAL;
+      goto done;
+    }
+    const double t0 = tsr_now();
+    double loss, gnorm, lr;
+    int skipped;
+    GO(train_step(&t, &loss, &gnorm, &lr, &skipped));
+    const double dt = tsr_now() - t0;
+    const int64_t step = t.st.step;
+    window_steps++;
+    const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
+    tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, -1.0,
+                           (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped};
+    tsr_metrics_step(t.metrics, &sm);
+    if (skipped)
+      tsr_warn("step %lld: non-finite gradient norm; update skipped (%lld skipped so far)",
+               (long long)step, (long long)t.st.skipped);
+    if (step % cfg->run.log_every == 0 || step == first_step + 1 || step == cfg->run.max_steps) {
+      const double now = tsr_now();
+      const double avg = (now - t_window) / (double)window_steps;
+      char eta[32];
+      fmt_eta(eta, sizeof eta, avg * (double)(cfg->run.max_steps - step));
+      tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | "
+              "%7.1f ms | %.2f GFLOP/s | mem %.1f MB | ETA %s",
+              (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, tok_per_s,
+              dt * 1e3, tok_per_s * t.flops_per_token / 1e9, (double)tsr_mem_bytes() / 1e6, eta);
+      t_window = now;
+      window_steps = 0;
+    }
+    const int last = step == cfg->run.max_steps;
+    if (t.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
+      double vl;
+      GO(evaluate(&t, &vl));
+      tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
+      tsr_metrics_eval(t.metrics, step, vl);
+    }
+    const int due_steps = cfg->checkpoint.every_steps > 0 && step % cfg->checkpoint.every_steps == 0;
+    const int due_time = cfg->checkpoint.every_minutes > 0 &&
+                         tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes;
+    if (due_steps || due_time || last) {
+      GO(save(&t, deck_text));
+      t_last_ckpt = tsr_now();
+    }
+  }
+  tsr_log("done: %lld steps in %.1f s this run, %lld skipped", (long long)(t.st.step - first_step),
+          tsr_now() - t_start, (long long)t.st.skipped);
+done:
+#undef GO
+  trainer_destroy(&t);
+  tsr_log_close();
+  return rc;
+}
+
+int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
+  trainer t;
+  int rc = trainer_setup(&t, cfg, world, 0);
+  if (rc == 0 && !t.valid_data) {
+    tsr_error("tessera eval needs &data valid (a path or glob of token shards)");
+    rc = TSR_ERR_INPUT;
+  }
+  char path[TSR_STR_PATH];
+  if (rc == 0) rc = tsr_ckpt_resolve(cfg, path, sizeof path, world);
+  if (rc == 0 && !path[0]) {
+    tsr_error("tessera eval: no checkpoint to evaluate (checkpoint.resume = '%s')",
+              cfg->checkpoint.resume);
+    rc = TSR_ERR_INPUT;
+  }
+  if (rc == 0) rc = tsr_ckpt_load(path, t.lay, t.master, NULL, NULL, &t.st, world);
+  double vl = 0;
+  if (rc == 0) {
+    tsr_model_set_params(t.model, t.master);
+    rc = evaluate(&t, &vl);
+  }
+  if (rc == 0) {
+    tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
+            (long long)t.st.step, vl, (long long)cfg->run.eval_steps,
+            (long long)cfg->train.micro_batch);
+    char mpath[TSR_STR_PATH + 32];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->run.out_dir);
+    if (t.rank == 0 && make_dirs(cfg->run.out_dir) == 0 && tsr_metrics_open(&t.metrics, mpath) == 0)
+      tsr_metrics_eval(t.metrics, t.st.step, vl);
+  }
+  trainer_destroy(&t);
+  return rc;
+}

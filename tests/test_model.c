@@ -1,0 +1,155 @@
+/* test_model.c — whole-model properties that need no external reference:
+ *  - recompute none / selective / full give bitwise-identical loss and gradients
+ *    (fp32 and bf16, llama and gpt2): recomputation runs the same code on the same data;
+ *  - gradient accumulation: k micro-batches of b with dloss = 1/k equal one batch of k*b
+ *    (relative 1e-5: only the summation order differs);
+ *  - the initial loss is ~ln(vocab) (weights N(0, 0.02) give near-uniform logits);
+ *  - an AdamW step on a batch lowers the loss on that batch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deck.h"
+#include "layout.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "testutil.h"
+#include "util.h"
+
+static tsr_config config(const char *arch, int micro_batch, const char *recompute,
+                         const char *precision) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  snprintf(c.model.arch, sizeof c.model.arch, "%s", arch);
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.n_head = 4;
+  c.model.n_kv_head = strcmp(arch, "gpt2") ? 2 : 4;
+  c.model.d_ff = 48;
+  c.model.vocab_size = 61;
+  c.model.seq_len = 12;
+  c.model.tie_embeddings = strcmp(arch, "gpt2") == 0;
+  c.train.micro_batch = micro_batch;
+  snprintf(c.train.recompute, sizeof c.train.recompute, "%s", recompute);
+  snprintf(c.train.precision, sizeof c.train.precision, "%s", precision);
+  return c;
+}
+
+typedef struct {
+  tsr_layout *lay;
+  tsr_model *model;
+  float *master;
+} setup;
+
+static setup make(const tsr_config *c) {
+  setup s;
+  tsr_layout_create(&s.lay, &c->model);
+  tsr_model_create(&s.model, c, s.lay);
+  s.master = tsr_calloc((size_t)s.lay->n_flat, sizeof(float));
+  tsr_layout_init(s.lay, s.master, 7);
+  tsr_model_set_params(s.model, s.master);
+  return s;
+}
+
+static void drop(setup *s) {
+  tsr_model_destroy(&s->model);
+  tsr_free(&s->master);
+  tsr_layout_destroy(&s->lay);
+}
+
+static void batch(int32_t *in, int32_t *tg, int n_seq, int T, int V, unsigned seed) {
+  srand(seed);
+  for (int b = 0; b < n_seq; b++) {
+    int32_t row[64];
+    for (int t = 0; t <= T; t++) row[t] = rand() % V;
+    memcpy(in + b * T, row, T * sizeof(int32_t));
+    memcpy(tg + b * T, row + 1, T * sizeof(int32_t));
+  }
+}
+
+static double max_rel(const float *a, const float *b, long n) {
+  double num = 0, den = 0;
+  for (long i = 0; i < n; i++) {
+    num = fmax(num, fabs((double)a[i] - b[i]));
+    den = fmax(den, fabs((double)b[i]));
+  }
+  return num / (den > 0 ? den : 1);
+}
+
+int main(void) {
+  tsr_ops_init(0);
+  const char *archs[] = {"llama", "gpt2"}, *precs[] = {"fp32", "bf16"};
+  const char *modes[] = {"none", "selective", "full"};
+  int32_t in[6 * 12], tg[6 * 12];
+  for (int ai = 0; ai < 2; ai++) {
+    for (int pi = 0; pi < 2; pi++) {
+      tsr_config c0 = config(archs[ai], 3, "none", precs[pi]);
+      batch(in, tg, 3, 12, 61, 11 + ai);
+      setup ref = make(&c0);
+      double loss_ref;
+      tsr_model_zero_grads(ref.model);
+      tsr_model_fwd_bwd(ref.model, in, tg, 1.0f, &loss_ref);
+      const long n = (long)ref.lay->n_params;
+      double gn = sqrt(tsr_ops_sumsq(tsr_model_grads(ref.model), n));
+      TU_CHECK(gn > 1e-3 && isfinite(gn), "%s %s: gradient norm %.4f is finite and non-zero",
+               archs[ai], precs[pi], gn);
+      if (pi == 0)
+        TU_CHECK(fabs(loss_ref - log(61.0)) < 0.05, "%s: initial loss %.5f ~ ln(61) = %.5f",
+                 archs[ai], loss_ref, log(61.0));
+      for (int mi = 1; mi < 3; mi++) {
+        tsr_config c = config(archs[ai], 3, modes[mi], precs[pi]);
+        setup s = make(&c);
+        double loss;
+        tsr_model_zero_grads(s.model);
+        tsr_model_fwd_bwd(s.model, in, tg, 1.0f, &loss);
+        int same = loss == loss_ref &&
+                   memcmp(tsr_model_grads(s.model), tsr_model_grads(ref.model), n * sizeof(float)) == 0;
+        TU_CHECK(same, "%s %s: recompute '%s' loss and all %ld gradients bitwise equal to 'none'",
+                 archs[ai], precs[pi], modes[mi], n);
+        drop(&s);
+      }
+      drop(&ref);
+    }
+    /* accumulation: 3 micro-batches of 2 == one batch of 6 */
+    tsr_config c6 = config(archs[ai], 6, "none", "fp32"), c2 = config(archs[ai], 2, "none", "fp32");
+    batch(in, tg, 6, 12, 61, 99 + ai);
+    setup big = make(&c6), small = make(&c2);
+    double l6, l2, sum = 0;
+    tsr_model_zero_grads(big.model);
+    tsr_model_fwd_bwd(big.model, in, tg, 1.0f, &l6);
+    tsr_model_zero_grads(small.model);
+    for (int k = 0; k < 3; k++) {
+      tsr_model_fwd_bwd(small.model, in + k * 24, tg + k * 24, 1.0f / 3, &l2);
+      sum += l2 / 3;
+    }
+    double err = max_rel(tsr_model_grads(small.model), tsr_model_grads(big.model), (long)big.lay->n_params);
+    TU_CHECK(err < 1e-5 && fabs(sum - l6) < 1e-6 * fabs(l6),
+             "%s: 3 x micro-batch 2 == batch 6: loss %.8f vs %.8f, max rel grad error %.2e (tol 1e-5)",
+             archs[ai], sum, l6, err);
+    /* one AdamW step lowers the loss on the same batch */
+    tsr_config *cfg = &c6;
+    float *mm = tsr_calloc((size_t)big.lay->n_flat, sizeof(float));
+    float *vv = tsr_calloc((size_t)big.lay->n_flat, sizeof(float));
+    tsr_optim_adamw(&cfg->optim, big.lay, big.master, mm, vv, tsr_model_grads(big.model), 1e-2, 1, 1.0);
+    tsr_model_set_params(big.model, big.master);
+    double after;
+    tsr_model_forward(big.model, in, tg, &after);
+    TU_CHECK(after < l6 - 0.05, "%s: one AdamW step (lr 1e-2) lowers the batch loss %.4f -> %.4f",
+             archs[ai], l6, after);
+    tsr_free(&mm);
+    tsr_free(&vv);
+    drop(&big);
+    drop(&small);
+  }
+  /* an out-of-range token is an input error, not a crash */
+  tsr_config c = config("llama", 1, "none", "fp32");
+  setup s = make(&c);
+  batch(in, tg, 1, 12, 61, 5);
+  in[3] = 61;
+  double loss;
+  TU_CHECK(tsr_model_fwd_bwd(s.model, in, tg, 1.0f, &loss) == TSR_ERR_INPUT,
+           "token id == vocab is rejected with TSR_ERR_INPUT");
+  drop(&s);
+  return tu_summary("test_model");
+}

@@ -1,0 +1,29 @@
+/* testutil.h — tiny check helpers shared by the C tests: one line per check, a final
+ * summary, exit status 0 only when every check passed. */
+#ifndef TSR_TESTUTIL_H
+#define TSR_TESTUTIL_H
+
+#include <stdio.h>
+
+static int tu_pass = 0, tu_fail = 0;
+
+#define TU_CHECK(cond, ...)                    \
+  do {                                         \
+    if (cond) {                                \
+      tu_pass++;                               \
+      printf("PASS: ");                        \
+    } else {                                   \
+      tu_fail++;                               \
+      printf("FAIL: %s:%d: ", __FILE__, __LINE__); \
+    }                                          \
+    printf(__VA_ARGS__);                       \
+    printf("\n");                              \
+    fflush(stdout);                            \
+  } while (0)
+
+static int tu_summary(const char *name) {
+  printf("%s: %d checks passed, %d failed\n", name, tu_pass, tu_fail);
+  return tu_fail ? 1 : 0;
+}
+
+#endif
