@@ -658,7 +658,7 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
   }
 done:
   if (rc && rank == 0) {
-    if (unlink(tmp) != 0 && errno != ENOENT)
+    if (unlink(tmp) != 0 && errno != ENOENT && errno != ENOTDIR)
       tsr_warn("cannot remove unfinished checkpoint '%s': %s", tmp, strerror(errno));
     tsr_error("checkpoint for step %lld was not written to '%s'; earlier checkpoints in '%s' are "
               "untouched (check free space and permissions there)", (long long)st.step,
@@ -752,16 +752,19 @@ static void shape_str(char *buf, size_t len, int ndim, const hsize_t *dims) {
 }
 
 /* Collective and identical on all ranks: every tensor present with its logical shape,
- * nothing extra.  Rank 0 names every problem (up to a few). */
+ * nothing extra.  Rank 0 names the first few problems of each kind in the first group
+ * that has any (the optimizer groups repeat the model's). */
 static int check_structure(hid_t file, const char *path, const tsr_layout *lay, int groups,
                            int loud) {
-  int rc = 0, bad = 0;
+  int rc = 0, missing = 0, shape = 0, extra = 0;
   hid_t g = -1, d = -1, space = -1;
   for (int k = 0; k < groups; k++) {
     H5G_info_t info;
+    const int say = loud && missing + shape + extra == 0;
+    int m0 = 0, s0 = 0, e0 = 0; /* problems named in this group */
     if (H5Lexists(file, kGroups[k], H5P_DEFAULT) <= 0) {
-      if (loud) tsr_error("checkpoint %s: group %s is missing", path, kGroups[k]);
-      bad++;
+      if (say) tsr_error("checkpoint %s: group %s is missing", path, kGroups[k]);
+      missing++;
       continue;
     }
     H5_CALL(g = H5Gopen2(file, kGroups[k], H5P_DEFAULT));
@@ -771,10 +774,10 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
       htri_t has = H5Lexists(g, t->name, H5P_DEFAULT);
       H5_CALL(has);
       if (!has) {
-        if (loud && bad < 10)
+        if (say && m0++ < 5)
           tsr_error("checkpoint %s: %s/%s is missing but the deck's model needs it", path,
                     kGroups[k], t->name);
-        bad++;
+        missing++;
         continue;
       }
       H5_CALL(d = H5Dopen2(g, t->name, H5P_DEFAULT));
@@ -787,10 +790,10 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
         char s_got[64] = "[?]", s_want[64];
         if (ndim) shape_str(s_got, sizeof s_got, ndim, got);
         shape_str(s_want, sizeof s_want, t->ndim, want);
-        if (loud && bad < 10)
+        if (say && s0++ < 5)
           tsr_error("checkpoint %s: %s/%s has shape %s but the deck's model needs %s", path,
                     kGroups[k], t->name, s_got, s_want);
-        bad++;
+        shape++;
       }
       CLOSE(H5Sclose, space);
       CLOSE(H5Dclose, d);
@@ -801,18 +804,20 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
       H5_CALL(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, j, name, sizeof name,
                                  H5P_DEFAULT));
       if (!tsr_layout_find(lay, name)) {
-        if (loud && bad < 10)
+        if (say && e0++ < 5)
           tsr_error("checkpoint %s: %s/%s is not a tensor of the deck's model", path,
                     kGroups[k], name);
-        bad++;
+        extra++;
       }
     }
     CLOSE(H5Gclose, g);
   }
-  if (bad) {
+  if (missing + shape + extra) {
     if (loud)
-      tsr_error("checkpoint %s: %d tensor(s) do not match the deck's model (&model arch=..., "
-                "d_model, n_layer, ...); resume with the deck that wrote it", path, bad);
+      tsr_error("checkpoint %s does not fit the deck's model: %d dataset(s) missing, %d with "
+                "another shape, %d not in the model; resume with the &model settings that "
+                "wrote it (its root attributes arch, d_model, n_layer, ... list them)", path,
+                missing, shape, extra);
     rc = TSR_ERR_INPUT;
   }
 done:

@@ -76,8 +76,8 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *m) {
   ADD("embed.weight", 2, V, C, -1, TSR_SPLIT_VOCAB, std, 0.0f);
   if (gpt2) ADD("pos_embed.weight", 2, m->seq_len, C, -1, TSR_SPLIT_REPLICATED, std, 0.0f);
   for (int l = 0; l < (int)m->n_layer; l++) {
-    char p[TSR_NAME_MAX];
-    snprintf(p, sizeof p, "layers.%03d.", l);
+    char p[16]; /* "layers.NNN." */
+    snprintf(p, sizeof p, "layers.%03d.", l % 10000);
 #define NM(s) (snprintf(name, sizeof name, "%s%s", p, s), name)
     snprintf(name, sizeof name, "%sattn_norm", p);
     if ((rc = add_norm(&b, name, l, C, gpt2))) goto fail;

@@ -25,7 +25,7 @@ extern const char tsr_embedded_deck_name[];
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: tessera [DECK] [group.key=value ...]       train (default deck: embedded %s)\n"
+          "usage: tessera [DECK] [group.key=value ...]       train (no DECK: built-in copy of %s)\n"
           "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
           "       tessera plan DECK [--nodes N --gpus-per-node G]  (not in this version)\n"
           "       tessera --help-deck                         list every deck key\n"

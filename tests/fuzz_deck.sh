@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# fuzz_deck.sh — libFuzzer + AddressSanitizer + UBSan on the deck parser for a bounded
+# time (FUZZ_SECONDS, default 30), seeded with the shipped decks.  Any crash, leak,
+# out-of-bounds access or undefined behaviour fails the test.  Skips (77) without clang's
+# libFuzzer runtime.  `make fuzz FUZZ_SECONDS=600` runs a longer campaign.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+command -v clang >/dev/null || skip "clang not installed"
+scratch
+clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I"$top_srcdir/src" -I"$top_builddir/src" -o "$SCRATCH/fuzz_deck" \
+  "$top_srcdir/tests/fuzz_deck.c" "$top_srcdir/src/deck.c" "$top_srcdir/src/util.c" -lm \
+  >"$SCRATCH/build.log" 2>&1 || { cat "$SCRATCH/build.log"; skip "libFuzzer runtime not available"; }
+mkdir -p "$SCRATCH/corpus"
+cp "$top_srcdir"/input/*.nml "$SCRATCH/corpus/"
+(cd "$SCRATCH" && ./fuzz_deck -max_total_time="${FUZZ_SECONDS:-30}" -max_len=4096 \
+  -print_final_stats=1 corpus) >"$SCRATCH/fuzz.log" 2>&1
+rc=$?
+grep -E "stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY" "$SCRATCH/fuzz.log"
+check "deck parser survives ${FUZZ_SECONDS:-30} s of libFuzzer with ASan+UBSan" test $rc -eq 0
+[ $rc -eq 0 ] || tail -40 "$SCRATCH/fuzz.log"
+finish

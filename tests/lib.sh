@@ -1,0 +1,52 @@
+# lib.sh — shared helpers for the shell tests (sourced).  The harness exports
+# top_srcdir and top_builddir; standalone runs default to the current directory.
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+PYTHON_REF=${PYTHON_REF:-/usr/bin/python3}
+TESSERA="$top_builddir/src/tessera"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+TESTS_PASSED=0
+TESTS_FAILED=0
+
+ok() { TESTS_PASSED=$((TESTS_PASSED + 1)); echo "PASS: $*"; }
+bad() { TESTS_FAILED=$((TESTS_FAILED + 1)); echo "FAIL: $*"; }
+check() { # check "description" command...
+  local what=$1; shift
+  if "$@"; then ok "$what"; else bad "$what"; fi
+}
+finish() {
+  echo "$(basename "$0"): $TESTS_PASSED checks passed, $TESTS_FAILED failed"
+  [ "$TESTS_FAILED" -eq 0 ] && exit 0 || exit 1
+}
+skip() { echo "SKIP: $*"; exit 77; }
+
+# A scratch directory removed on exit.
+scratch() {
+  SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tsr-test.XXXXXX")
+  trap 'rm -rf "$SCRATCH"' EXIT
+}
+
+# The fortunes corpus (SentencePiece BPE, 2048 pieces), built once per build tree and
+# shared by the tests under a lock.  Sets CORPUS to its directory.
+corpus() {
+  command -v spm_train >/dev/null || skip "spm_train not installed (apt-get install sentencepiece)"
+  [ -d /usr/share/games/fortunes ] || skip "fortunes not installed (apt-get install fortunes)"
+  CORPUS="$top_builddir/tests/corpus-fortunes"
+  mkdir -p "$CORPUS"
+  (flock 9; "$top_srcdir/tools/fortunes-corpus.sh" "$CORPUS" 2048 >"$CORPUS.log" 2>&1) 9>"$CORPUS.lock" ||
+    { cat "$CORPUS.log"; bad "building the fortunes corpus"; finish; }
+}
+
+# The value of KEY on the metrics line of STEP (exact text, 17 significant digits).
+metric() { # metric FILE STEP KEY
+  "$PYTHON_REF" - "$@" <<'PY'
+import json, sys
+path, step, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+val = None
+for line in open(path):
+    d = json.loads(line)
+    if d.get("step") == step and key in d:
+        val = d[key]
+print(repr(val))
+PY
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# prepare.sh — tools/tsr-prepare end to end: bytes and spm shards from a small sample of
+# fortunes plus a plain text file, checked by an independent reader (inline Python):
+# headers, token counts, exact byte round trip of every document, spm ids and spm_decode.
+# Exit 0 pass, 1 fail, 77 skip (no spm_train or no fortunes package).
+set -u
+top_srcdir=${top_srcdir:-.}
+tool=$top_srcdir/tools/tsr-prepare
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+fortunes=/usr/share/games/fortunes/fortunes
+
+for t in spm_train spm_encode spm_decode spm_export_vocab; do
+  command -v "$t" >/dev/null || { echo "SKIP: $t not found (apt-get install sentencepiece)"; exit 77; }
+done
+[ -f "$fortunes" ] || { echo "SKIP: $fortunes not found (apt-get install fortunes)"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tsr_prepare_XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+# Input: the first 300 fortune entries (a '%'-separated file) and one plain file that
+# is a single document with tabs, leading spaces, blank lines and non-ASCII text.
+awk '/^%$/ { n++ } n < 300' "$fortunes" >"$tmp/sample.fortunes"
+printf '%%\n' >>"$tmp/sample.fortunes"
+printf '  Indented line\n\n\tTabbed — em dash, café, 日本語\nlast line without newline' \
+  >"$tmp/plain.txt"
+inputs=("$tmp/sample.fortunes" "$tmp/plain.txt")
+
+# The checker: reads shards with struct, splits inputs into documents by the documented
+# rule (independently of the tool), and compares.
+cat >"$tmp/check.py" <<'EOF'
+import glob, os, struct, subprocess, sys
+
+def read_split(d, split):
+    toks, names = [], sorted(glob.glob(os.path.join(d, split + "_*.bin")))
+    info = None
+    for n in names:
+        raw = open(n, "rb").read()
+        magic, tb, vocab, count = raw[:8], *struct.unpack("<IIQ", raw[8:24])
+        name = raw[24:256].split(b"\0")[0].decode()
+        assert magic == b"TSRTOK01", (n, magic)
+        assert tb in (2, 4) and len(raw) == 256 + count * tb, (n, tb, count, len(raw))
+        assert raw[24 + len(name):256] == bytes(232 - len(name)), "header tail not zero"
+        fmt = "<%d%s" % (count, "H" if tb == 2 else "I")
+        toks += struct.unpack(fmt, raw[256:])
+        assert info in (None, (tb, vocab, name)), "shards disagree"
+        info = (tb, vocab, name)
+    return names, toks, info
+
+def documents(paths):
+    docs = []
+    for p in paths:
+        data = open(p, "rb").read()
+        lines = data.split(b"\n")
+        if any(l == b"%" for l in lines):
+            cur = []
+            for i, l in enumerate(lines):
+                last = i == len(lines) - 1
+                if l == b"%":
+                    docs.append(b"".join(cur)); cur = []
+                else:
+                    cur.append(l if last else l + b"\n")
+            docs.append(b"".join(cur))
+        else:
+            docs.append(data)
+    return [d for d in docs if d.strip()]
+
+def interleave(docs, a, b):
+    """Labels 't'/'v' if docs is an order-preserving merge of a and b, else None
+    (greedy matching is fine for this data)."""
+    i = j = 0
+    labels = []
+    for d in docs:
+        if i < len(a) and a[i] == d: i += 1; labels.append("t")
+        elif j < len(b) and b[j] == d: j += 1; labels.append("v")
+        else: return None
+    return labels if i == len(a) and j == len(b) else None
+
+def split_on(toks, sep):
+    out, cur = [], []
+    for t in toks:
+        if t == sep: out.append(cur); cur = []
+        else: cur.append(t)
+    assert cur == [], "stream does not end with an end-of-document token"
+    return out
+
+mode, d, n_shards_min = sys.argv[1], sys.argv[2], int(sys.argv[3])
+inputs = sys.argv[4:]
+docs = documents(inputs)
+tn, tt, ti = read_split(d, "train")
+vn, vt, vi = read_split(d, "valid")
+assert len(tn) >= n_shards_min, f"{len(tn)} train shards, want >= {n_shards_min}"
+assert [os.path.basename(n) for n in tn] == ["train_%03d.bin" % i for i in range(len(tn))], tn
+assert ti == vi, (ti, vi)
+if mode == "bytes":
+    assert ti == (2, 256, "bytes"), ti
+    train = [bytes(x) for x in split_on(tt, 0)]
+    valid = [bytes(x) for x in split_on(vt, 0)]
+    assert len(tt) == sum(len(x) + 1 for x in train)
+    assert len(tt) + len(vt) == sum(len(x) + 1 for x in docs), "token count != bytes + one EOD per document"
+    assert 0 < len(valid) < len(docs) / 4, f"{len(valid)} valid of {len(docs)}"
+    labels = interleave(docs, train, valid)
+    assert labels is not None, "documents do not round-trip"
+    # the split is the same for every tokenizer: remember it for the spm check
+    open(os.path.join(d, "split.txt"), "w").write("\n".join(labels) + "\n")
+    print(f"bytes: {len(docs)} documents, train {len(train)} ({len(tt)} tokens), "
+          f"valid {len(valid)} ({len(vt)} tokens)")
+else:
+    prefix = sys.argv[1].split(":", 1)[1]
+    pieces = [l.split("\t")[0] for l in open(os.path.join(d, prefix + ".vocab"), encoding="utf-8")]
+    assert ti == (2, len(pieces), "spm:" + prefix), (ti, len(pieces))
+    assert max(tt + vt) < len(pieces), "token id >= vocab"
+    eos = pieces.index("</s>")
+    split = open(os.path.join(sys.argv[2], "..", "bytes", "split.txt")).read().split()
+    train_docs = [x for x, s in zip(docs, split) if s == "t"]
+    valid_docs = [x for x, s in zip(docs, split) if s == "v"]
+    train, valid = split_on(tt, eos), split_on(vt, eos)
+    assert len(train) == len(train_docs) and len(valid) == len(valid_docs), "document counts differ from bytes mode"
+    checks = [(train[i], train_docs[i]) for i in (0, 1, 2, len(train) - 1)] + [(valid[0], valid_docs[0])]
+    plain = open(inputs[-1], "rb").read()  # tabs, leading spaces, blank line, UTF-8
+    if plain in train_docs:
+        checks.append((train[train_docs.index(plain)], plain))
+    else:
+        checks.append((valid[valid_docs.index(plain)], plain))
+    for ids, text in checks:
+        r = subprocess.run(["spm_decode", "--model=" + os.path.join(d, prefix + ".model"),
+                            "--input_format=id"], input=(" ".join(map(str, ids)) + "\n").encode(),
+                           stdout=subprocess.PIPE, check=True)
+        got = r.stdout[:-1] if r.stdout.endswith(b"\n") else r.stdout
+        assert got == text.decode("utf-8", "replace").encode(), (got[:200], text[:200])
+    print(f"spm: vocab {len(pieces)}, train {len(tt)} tokens, valid {len(vt)} tokens, {len(checks)} documents decoded exactly")
+EOF
+
+run() { "$py" "$tool" "$@" >"$tmp/out.txt" 2>&1; }
+
+# ---- bytes ----
+if run --out "$tmp/bytes" --tokenizer bytes --valid-fraction 0.05 --shard-tokens 5000 \
+  "${inputs[@]}" && "$py" "$tmp/check.py" bytes "$tmp/bytes" 3 "${inputs[@]}"; then
+  pass "bytes: headers, several train shards, exact round trip of every document"
+else
+  cat "$tmp/out.txt"; fail "bytes mode"
+fi
+grep -q "documents (train" "$tmp/out.txt" && pass "summary line: $(tail -n 1 "$tmp/out.txt")" ||
+  fail "no summary line"
+
+sum1=$(cd "$tmp/bytes" && md5sum train_*.bin valid_*.bin)
+mv "$tmp/bytes/split.txt" "$tmp/split.txt"
+run --out "$tmp/bytes" --tokenizer bytes --valid-fraction 0.05 --shard-tokens 5000 "${inputs[@]}"
+sum2=$(cd "$tmp/bytes" && md5sum train_*.bin valid_*.bin)
+[ "$sum1" = "$sum2" ] && pass "bytes: a second run gives identical shards" || fail "not idempotent"
+run --out "$tmp/bytes" --tokenizer bytes --valid-fraction 0.05 "${inputs[@]}"
+n=$(ls "$tmp/bytes" | grep -c '^train_')
+[ "$n" = 1 ] && pass "bytes: a rerun with bigger shards removes the stale ones" ||
+  fail "$n train shards left after rerun"
+mv "$tmp/split.txt" "$tmp/bytes/split.txt"
+
+# ---- spm ----
+if run --out "$tmp/spm" --prefix tiny --tokenizer spm --vocab-size 400 --valid-fraction 0.05 \
+  "${inputs[@]}" && "$py" "$tmp/check.py" spm:tiny "$tmp/spm" 1 "${inputs[@]}"; then
+  pass "spm: headers, ids < vocab, spm_decode gives back the documents"
+else
+  cat "$tmp/out.txt"; fail "spm mode"
+fi
+[ -f "$tmp/spm/tiny.model" ] && [ -f "$tmp/spm/tiny.vocab" ] && pass "spm: model saved as tiny.model" ||
+  fail "no tiny.model"
+sum1=$(cd "$tmp/spm" && md5sum tiny.model train_*.bin valid_*.bin)
+run --out "$tmp/spm" --prefix tiny --tokenizer spm --vocab-size 400 --valid-fraction 0.05 "${inputs[@]}"
+sum2=$(cd "$tmp/spm" && md5sum tiny.model train_*.bin valid_*.bin)
+[ "$sum1" = "$sum2" ] && grep -q reusing "$tmp/out.txt" &&
+  pass "spm: a second run reuses the model and gives identical shards" || fail "spm not idempotent"
+if run --out "$tmp/spm2" --tokenizer spm --spm-model "$tmp/spm/tiny.model" --valid-fraction 0.05 \
+  "${inputs[@]}" && cmp -s "$tmp/spm/train_000.bin" "$tmp/spm2/train_000.bin"; then
+  pass "spm: --spm-model encodes the same as the trained run"
+else
+  cat "$tmp/out.txt"; fail "--spm-model"
+fi
+
+# ---- errors ----
+if run --out "$tmp/err" --tokenizer bytes "$tmp/no_such.txt"; then
+  fail "missing input accepted"
+else
+  grep -q "no_such.txt" "$tmp/out.txt" && pass "missing input: $(cat "$tmp/out.txt")" ||
+    fail "missing input message: $(cat "$tmp/out.txt")"
+fi
+printf '%%\n  \n%%\n' >"$tmp/empty.txt"
+if run --out "$tmp/err" --tokenizer bytes "$tmp/empty.txt"; then
+  fail "empty corpus accepted"
+else
+  grep -q "no documents" "$tmp/out.txt" && pass "empty corpus: $(cat "$tmp/out.txt")" ||
+    fail "empty corpus message: $(cat "$tmp/out.txt")"
+fi
+if PATH=/nonexistent run --out "$tmp/err" --tokenizer spm "${inputs[@]}"; then
+  fail "spm without spm_train accepted"
+else
+  grep -q "apt-get install sentencepiece" "$tmp/out.txt" && pass "no spm_train: $(cat "$tmp/out.txt")" ||
+    fail "no spm_train message: $(cat "$tmp/out.txt")"
+fi
+
+echo "prepare.sh: $failed failed"
+[ "$failed" = 0 ]
