@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -45,9 +46,12 @@ static void h5_describe(char *buf, size_t len) {
   h5_msg m = {"", ""};
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_walk, &m);
   H5Eclear2(H5E_DEFAULT);
-  if (!m.outer[0]) snprintf(buf, len, "no HDF5 error recorded");
-  else if (strcmp(m.outer, m.inner) == 0) snprintf(buf, len, "%s", m.outer);
-  else snprintf(buf, len, "%s: %s", m.outer, m.inner);
+  if (!m.outer[0])
+    snprintf(buf, len, "no HDF5 error recorded");
+  else if (strcmp(m.outer, m.inner) == 0)
+    snprintf(buf, len, "%s", m.outer);
+  else
+    snprintf(buf, len, "%s: %s", m.outer, m.inner);
 }
 
 static int h5_fail(const char *file, int line, const char *func, const char *expr, int err) {
@@ -67,44 +71,41 @@ static int mpi_fail(const char *file, int line, const char *func, const char *ex
 }
 
 /* Both need `int rc` and a `done:` label that releases what the function holds. */
-#define H5_CALL(expr)                                                     \
-  do {                                                                    \
-    errno = 0;                                                            \
-    if ((expr) < 0) {                                                     \
-      rc = h5_fail(__FILE__, __LINE__, __func__, #expr, errno);           \
-      goto done;                                                          \
-    }                                                                     \
+#define H5_CALL(expr)                                           \
+  do {                                                          \
+    errno = 0;                                                  \
+    if ((expr) < 0) {                                           \
+      rc = h5_fail(__FILE__, __LINE__, __func__, #expr, errno); \
+      goto done;                                                \
+    }                                                           \
   } while (0)
-
-#define MPI_CALL(expr)                                                    \
-  do {                                                                    \
-    int mpi_rc_ = (expr);                                                 \
-    if (mpi_rc_ != MPI_SUCCESS) {                                         \
-      rc = mpi_fail(__FILE__, __LINE__, __func__, #expr, mpi_rc_);        \
-      goto done;                                                          \
-    }                                                                     \
+#define MPI_CALL(expr)                                             \
+  do {                                                             \
+    int mpi_rc_ = (expr);                                          \
+    if (mpi_rc_ != MPI_SUCCESS) {                                  \
+      rc = mpi_fail(__FILE__, __LINE__, __func__, #expr, mpi_rc_); \
+      goto done;                                                   \
+    }                                                              \
   } while (0)
-
 /* Quiet variant for probing files that may be broken: the reason goes to `why`. */
-#define H5_TRY(expr, ...)                                                 \
-  do {                                                                    \
-    if ((expr) < 0) {                                                     \
-      char h5m_[768], what_[512];                                         \
-      h5_describe(h5m_, sizeof h5m_);                                     \
-      snprintf(what_, sizeof what_, __VA_ARGS__);                         \
-      snprintf(why, why_len, "%s (HDF5: %s)", what_, h5m_);               \
-      rc = TSR_ERR_INPUT;                                                 \
-      goto done;                                                          \
-    }                                                                     \
+#define H5_TRY(expr, ...)                                   \
+  do {                                                      \
+    if ((expr) < 0) {                                       \
+      char h5m_[768], what_[512];                           \
+      h5_describe(h5m_, sizeof h5m_);                       \
+      snprintf(what_, sizeof what_, __VA_ARGS__);           \
+      snprintf(why, why_len, "%s (HDF5: %s)", what_, h5m_); \
+      rc = TSR_ERR_INPUT;                                   \
+      goto done;                                            \
+    }                                                       \
   } while (0)
-
-#define CLOSE(fn, h) \
-  do {               \
+#define CLOSE(fn, h)     \
+  do {                   \
     if ((h) >= 0) fn(h); \
-    (h) = -1;        \
+    (h) = -1;            \
   } while (0)
 
-/* We print our own messages; HDF5's automatic stack dumps are switched off meanwhile. */
+/* We print our own messages; HDF5's automatic stack dumps are off meanwhile. */
 typedef struct {
   H5E_auto2_t fn;
   void *data;
@@ -161,9 +162,10 @@ static uint64_t piece_checksum(const tsr_tensor *t, const piece *p, const float 
 
 /* Rows [r, r+nr) x cols [c, c+nc); on a 1-D space only the row part is read (c = 0, nc = 1). */
 static herr_t select_rect(hid_t space, int64_t r, int64_t c, int64_t nr, int64_t nc, int first) {
-  hsize_t start[2] = {(hsize_t)r, (hsize_t)c}, count[2] = {(hsize_t)nr, (hsize_t)nc};
-  return H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count,
-                             NULL);
+  hsize_t start[2] = {(hsize_t)r, (hsize_t)c}, one[2] = {1, 1};
+  hsize_t block[2] = {(hsize_t)nr, (hsize_t)nc}; /* one block, not nr x nc unit blocks */
+  return H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, one,
+                             block);
 }
 
 /* At most three rectangles: a partial first row, full rows, a partial last row. */
@@ -184,8 +186,7 @@ static herr_t select_piece(hid_t space, const piece *p) {
     first = 0;
     i += k * p->lc;
   }
-  if (i < p->i1 &&
-      select_rect(space, p->row0 + i / p->lc, p->col0, 1, p->i1 - i, first) < 0)
+  if (i < p->i1 && select_rect(space, p->row0 + i / p->lc, p->col0, 1, p->i1 - i, first) < 0)
     return -1;
   return 0;
 }
@@ -232,13 +233,16 @@ static int check_header(hid_t file, char *why, size_t why_len) {
   int64_t version = 0, complete = 0;
   int e = attr_get(file, "format_version", H5T_NATIVE_INT64, &version);
   if (e) {
-    snprintf(why, why_len, "%s", e > 0 ? "no format_version attribute (not a Tessera checkpoint)"
-                                       : "cannot read the format_version attribute");
+    snprintf(why, why_len, "%s",
+             e > 0 ? "no format_version attribute (not a Tessera checkpoint)"
+                   : "cannot read the format_version attribute");
     return TSR_ERR_INPUT;
   }
   if (version != TSR_CKPT_FORMAT_VERSION) {
-    snprintf(why, why_len, "format_version %lld is not one this build reads (%d); use the "
-             "Tessera version that wrote it", (long long)version, TSR_CKPT_FORMAT_VERSION);
+    snprintf(why, why_len,
+             "format_version %lld is not one this build reads (%d); use the "
+             "Tessera version that wrote it",
+             (long long)version, TSR_CKPT_FORMAT_VERSION);
     return TSR_ERR_INPUT;
   }
   e = attr_get(file, "complete", H5T_NATIVE_INT64, &complete);
@@ -252,8 +256,10 @@ static int check_header(hid_t file, char *why, size_t why_len) {
 /* ---- files and directories ---- */
 
 void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len) {
-  if (cfg->checkpoint.dir[0]) snprintf(dir, len, "%s", cfg->checkpoint.dir);
-  else snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".");
+  if (cfg->checkpoint.dir[0])
+    snprintf(dir, len, "%s", cfg->checkpoint.dir);
+  else
+    snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".");
 }
 
 static int mkdir_p(const char *dir) {
@@ -264,8 +270,10 @@ static int mkdir_p(const char *dir) {
     char keep = *s;
     *s = '\0';
     if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      tsr_error("cannot create checkpoint directory '%s' (at '%s': %s); check &checkpoint dir "
-                "and &run out_dir", dir, p, strerror(errno));
+      tsr_error(
+          "cannot create checkpoint directory '%s' (at '%s': %s); check &checkpoint dir "
+          "and &run out_dir",
+          dir, p, strerror(errno));
       return TSR_ERR;
     }
     *s = keep;
@@ -371,8 +379,8 @@ static int verify_dataset(hid_t group, const char *gname, const char *name, char
     hsize_t n = (hsize_t)(nr * cols);
     H5_TRY(select_rect(fspace, r, 0, nr, cols, 1), "cannot select %s/%s", gname, name);
     H5_TRY(mspace = H5Screate_simple(1, &n, NULL), "cannot create a memory space");
-    H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf),
-           "cannot read %s/%s", gname, name);
+    H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf), "cannot read %s/%s",
+           gname, name);
     CLOSE(H5Sclose, mspace);
     sum += checksum_run(buf, nr * cols, r * cols);
   }
@@ -396,8 +404,9 @@ static int verify_group(hid_t file, const char *gname, char *why, size_t why_len
   H5_TRY(H5Gget_info(g, &info), "cannot list %s", gname);
   for (hsize_t k = 0; k < info.nlinks && !rc; k++) {
     char name[TSR_NAME_MAX * 2];
-    H5_TRY(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name,
-                              H5P_DEFAULT), "cannot list %s", gname);
+    H5_TRY(
+        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT),
+        "cannot list %s", gname);
     rc = verify_dataset(g, gname, name, why, why_len);
   }
 done:
@@ -471,7 +480,8 @@ done:
   CLOSE(H5Sclose, mspace);
   CLOSE(H5Sclose, fspace);
   CLOSE(H5Pclose, dcpl);
-  if (d >= 0 && H5Dclose(d) < 0 && !rc) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Dclose", errno);
+  if (d >= 0 && H5Dclose(d) < 0 && !rc)
+    rc = h5_fail(__FILE__, __LINE__, __func__, "H5Dclose", errno);
   return rc;
 }
 
@@ -495,14 +505,27 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   H5_CALL(attr_put_str(file, "deck", deck));
   H5_CALL(attr_put_str(file, "layout", layout));
   H5_CALL(attr_put_str(file, "arch", mc->arch));
-  H5_CALL(attr_put_i64(file, "n_layer", mc->n_layer));
-  H5_CALL(attr_put_i64(file, "d_model", mc->d_model));
-  H5_CALL(attr_put_i64(file, "n_head", mc->n_head));
-  H5_CALL(attr_put_i64(file, "n_kv_head", mc->n_kv_head));
-  H5_CALL(attr_put_i64(file, "d_ff", mc->d_ff));
-  H5_CALL(attr_put_i64(file, "vocab_size", mc->vocab_size));
-  H5_CALL(attr_put_i64(file, "seq_len", mc->seq_len));
-  H5_CALL(attr_put_i64(file, "tie_embeddings", mc->tie_embeddings));
+  const struct {
+    const char *name;
+    int64_t value;
+  } dims[] = {{"n_layer", mc->n_layer}, {"d_model", mc->d_model},
+              {"n_head", mc->n_head},   {"n_kv_head", mc->n_kv_head},
+              {"d_ff", mc->d_ff},       {"vocab_size", mc->vocab_size},
+              {"seq_len", mc->seq_len}, {"tie_embeddings", mc->tie_embeddings}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    H5_CALL(attr_put_i64(file, dims[i].name, dims[i].value));
+done:
+  return rc;
+}
+
+static int create_groups(hid_t file, hid_t groups[3], hid_t *optim, hid_t *dxpl) {
+  int rc = 0;
+  H5_CALL(groups[0] = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CALL(*optim = H5Gcreate2(file, "/optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CALL(groups[1] = H5Gcreate2(*optim, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CALL(groups[2] = H5Gcreate2(*optim, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5_CALL(*dxpl = H5Pcreate(H5P_DATASET_XFER));
+  H5_CALL(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE));
 done:
   return rc;
 }
@@ -527,25 +550,22 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
     }
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
 
-  H5_CALL(fapl = open_fapl(comm));
+  /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
+  if ((fapl = open_fapl(comm)) < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "open_fapl", 0);
+  if ((rc = agree(rc, comm))) goto done;
   errno = 0;
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   if (file < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Fcreate", errno);
   if ((rc = agree(rc, comm))) goto done;
   if ((rc = agree(write_root_attrs(file, cfg, st, deck, world), comm))) goto done;
-  H5_CALL(groups[0] = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(optim = H5Gcreate2(file, "/optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(groups[1] = H5Gcreate2(optim, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(groups[2] = H5Gcreate2(optim, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(dxpl = H5Pcreate(H5P_DATASET_XFER));
-  H5_CALL(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
   for (int i = 0; i < nt && !rc; i++)
     for (int k = 0; k < 3 && !rc; k++) {
       const tsr_tensor *t = &lay->tensors[i];
       piece p = my_piece(t, rank == 0);
       rc = write_tensor(groups[k], t, &p, bufs[k] ? bufs[k] + p.flat : zeros, sums[k * nt + i],
                         dxpl);
+      if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
       rc = agree(rc, comm);
     }
   if (!rc) rc = agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
@@ -569,6 +589,8 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
     tsr_error("checkpoint '%s' does not verify after writing: %s", tmp, why);
     return TSR_ERR;
   }
+  struct stat sb;
+  const int replaces = stat(final, &sb) == 0; /* the same step saved again */
   if (fsync_path(tmp, 0) != 0 || rename(tmp, final) != 0) {
     tsr_error("cannot make '%s' durable as '%s': %s", tmp, final, strerror(errno));
     return TSR_ERR;
@@ -584,7 +606,7 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
     if (ok) err = errno;
     tsr_error("cannot update '%s': %s", latest, strerror(err));
     unlink(latest_tmp);
-    unlink(final); /* roll back: `latest` must keep naming a good checkpoint */
+    if (!replaces) unlink(final); /* roll back: `latest` keeps naming a good checkpoint */
     return TSR_ERR;
   }
   fsync_path(dir, 1);
@@ -604,15 +626,17 @@ static void prune(const char *dir, const char *name, int64_t keep) {
     }
     char path[TSR_STR_PATH + 80];
     snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
-    if (unlink(path) != 0) tsr_warn("cannot remove old checkpoint '%s': %s", path, strerror(errno));
-    else tsr_log("checkpoint: removed %s (keep = %lld)", path, (long long)keep);
+    if (unlink(path) != 0)
+      tsr_warn("cannot remove old checkpoint '%s': %s", path, strerror(errno));
+    else
+      tsr_log("checkpoint: removed %s (keep = %lld)", path, (long long)keep);
   }
   free(files);
 }
 
-int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *master,
-                  const float *m, const float *v, const tsr_train_state *st_in,
-                  const char *deck_text, MPI_Comm comm) {
+int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *master, const float *m,
+                  const float *v, const tsr_train_state *st_in, const char *deck_text,
+                  MPI_Comm comm) {
   int rc = 0, rank;
   h5_quiet q;
   char dir[TSR_STR_PATH], name[64], tmp[TSR_STR_PATH + 88] = "", final[TSR_STR_PATH + 80] = "";
@@ -660,9 +684,14 @@ done:
   if (rc && rank == 0) {
     if (unlink(tmp) != 0 && errno != ENOENT && errno != ENOTDIR)
       tsr_warn("cannot remove unfinished checkpoint '%s': %s", tmp, strerror(errno));
-    tsr_error("checkpoint for step %lld was not written to '%s'; earlier checkpoints in '%s' are "
-              "untouched (check free space and permissions there)", (long long)st.step,
-              final[0] ? final : dir, dir);
+    struct statvfs fs;
+    double free_mb = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize / 1e6 : -1;
+    char space[64] = "";
+    if (free_mb >= 0) snprintf(space, sizeof space, "; %.1f MB free there", free_mb);
+    tsr_error(
+        "checkpoint for step %lld was not written to '%s'; earlier checkpoints in '%s' are "
+        "untouched (check free space and permissions there%s)",
+        (long long)st.step, final[0] ? final : dir, dir, space);
   }
   tsr_free(&deck);
   tsr_free(&zeros);
@@ -702,8 +731,10 @@ static int resolve_auto(const char *dir, char *out, size_t len) {
              i < 0 ? " (named by 'latest')" : "", why);
   }
   if (!out[0] && tried > 0) {
-    tsr_error("none of the %d checkpoint(s) in '%s' is usable (see the warnings above); repair "
-              "or move them away, or set &checkpoint resume = 'none' to start afresh", tried, dir);
+    tsr_error(
+        "none of the %d checkpoint(s) in '%s' is usable (see the warnings above); repair "
+        "or move them away, or set &checkpoint resume = 'none' to start afresh",
+        tried, dir);
     rc = TSR_ERR_INPUT;
   }
   free(files);
@@ -727,8 +758,10 @@ int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm com
     } else if (stat(resume, &sb) == 0 && S_ISREG(sb.st_mode)) {
       snprintf(found, sizeof found, "%s", resume);
     } else {
-      tsr_error("&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
-                "'none'", resume, errno ? strerror(errno) : "not a regular file");
+      tsr_error(
+          "&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
+          "'none'",
+          resume, errno ? strerror(errno) : "not a regular file");
       rc = TSR_ERR_INPUT;
     }
     if (!rc && strlen(found) >= len) {
@@ -747,8 +780,10 @@ done:
 /* ---- load ---- */
 
 static void shape_str(char *buf, size_t len, int ndim, const hsize_t *dims) {
-  if (ndim == 1) snprintf(buf, len, "[%llu]", (unsigned long long)dims[0]);
-  else snprintf(buf, len, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+  if (ndim == 1)
+    snprintf(buf, len, "[%llu]", (unsigned long long)dims[0]);
+  else
+    snprintf(buf, len, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
 }
 
 /* Collective and identical on all ranks: every tensor present with its logical shape,
@@ -784,8 +819,10 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
       H5_CALL(space = H5Dget_space(d));
       int ndim = H5Sget_simple_extent_ndims(space);
       H5_CALL(ndim);
-      if (ndim > 2) ndim = 0;
-      else H5_CALL(H5Sget_simple_extent_dims(space, got, NULL));
+      if (ndim > 2)
+        ndim = 0;
+      else
+        H5_CALL(H5Sget_simple_extent_dims(space, got, NULL));
       if (ndim != t->ndim || got[0] != want[0] || (ndim == 2 && got[1] != want[1])) {
         char s_got[64] = "[?]", s_want[64];
         if (ndim) shape_str(s_got, sizeof s_got, ndim, got);
@@ -805,8 +842,8 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
                                  H5P_DEFAULT));
       if (!tsr_layout_find(lay, name)) {
         if (say && e0++ < 5)
-          tsr_error("checkpoint %s: %s/%s is not a tensor of the deck's model", path,
-                    kGroups[k], name);
+          tsr_error("checkpoint %s: %s/%s is not a tensor of the deck's model", path, kGroups[k],
+                    name);
         extra++;
       }
     }
@@ -814,10 +851,11 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
   }
   if (missing + shape + extra) {
     if (loud)
-      tsr_error("checkpoint %s does not fit the deck's model: %d dataset(s) missing, %d with "
-                "another shape, %d not in the model; resume with the &model settings that "
-                "wrote it (its root attributes arch, d_model, n_layer, ... list them)", path,
-                missing, shape, extra);
+      tsr_error(
+          "checkpoint %s does not fit the deck's model: %d dataset(s) missing, %d with "
+          "another shape, %d not in the model; resume with the &model settings that "
+          "wrote it (its root attributes arch, d_model, n_layer, ... list them)",
+          path, missing, shape, extra);
     rc = TSR_ERR_INPUT;
   }
 done:
@@ -846,9 +884,10 @@ static int read_tensor(hid_t file, const char *path, const char *gname, const ts
   /* Pieces that cover the tensor are checked alone; partial pieces (issue 5) will sum
    * over the ranks that together read each element once. */
   if (e || piece_checksum(t, &p, flat + p.flat) != stored) {
-    tsr_error("checkpoint %s: %s in %s/%s; the file is damaged: resume from another "
-              "checkpoint", path, e ? "no checksum attribute" : "checksum mismatch", gname,
-              t->name);
+    tsr_error(
+        "checkpoint %s: %s in %s/%s; the file is damaged: resume from another "
+        "checkpoint",
+        path, e ? "no checksum attribute" : "checksum mismatch", gname, t->name);
     rc = TSR_ERR_INPUT;
   }
 done:
@@ -891,13 +930,17 @@ int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float 
   double t0 = MPI_Wtime();
   quiet_begin(&q);
   MPI_Comm_rank(comm, &rank);
-  H5_CALL(fapl = open_fapl(comm));
+  /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
+  fapl = open_fapl(comm);
+  dxpl = H5Pcreate(H5P_DATASET_XFER);
+  if (fapl < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
+    rc = h5_fail(__FILE__, __LINE__, __func__, "creating property lists", 0);
+  if ((rc = agree(rc, comm))) goto done;
   file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   if (file < 0) {
     char h5m[768];
     h5_describe(h5m, sizeof h5m);
-    if (rank == 0)
-      tsr_error("cannot open checkpoint %s: %s; check &checkpoint resume", path, h5m);
+    if (rank == 0) tsr_error("cannot open checkpoint %s: %s; check &checkpoint resume", path, h5m);
     rc = TSR_ERR_INPUT;
   }
   if ((rc = agree(rc, comm))) goto done;
@@ -905,11 +948,10 @@ int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float 
   if (rc && rank == 0) tsr_error("checkpoint %s: %s", path, why);
   if (!rc) rc = check_structure(file, path, lay, (m || v) ? 3 : 1, rank == 0);
   if ((rc = agree(rc, comm))) goto done;
-  H5_CALL(dxpl = H5Pcreate(H5P_DATASET_XFER));
-  H5_CALL(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
   for (int i = 0; i < lay->n_tensors && !rc; i++)
     for (int k = 0; k < 3 && !rc; k++)
-      if (bufs[k]) rc = agree(read_tensor(file, path, kGroups[k], &lay->tensors[i], bufs[k], dxpl), comm);
+      if (bufs[k])
+        rc = agree(read_tensor(file, path, kGroups[k], &lay->tensors[i], bufs[k], dxpl), comm);
   if (!rc && st) rc = agree(read_state(file, path, st), comm);
   if (!rc) tsr_log("checkpoint: loaded %s in %.2f s", path, MPI_Wtime() - t0);
 done:

@@ -404,6 +404,7 @@ static void read_tokens(const tsr_data *d, int64_t start, int64_t count, int32_t
   }
 }
 
+/* k >= 0: the trainer counts samples from 0 (step * global_batch + offset). */
 static int64_t sample_start(const tsr_data *d, int64_t k) {
   int64_t epoch = k / d->n_samples;
   int64_t j = k % d->n_samples;

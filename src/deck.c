@@ -80,12 +80,12 @@ static const key_def schema[] = {
         "ZeRO shard group: all dp ranks, the ranks of a node, or N ranks"),
     INT(parallel, ranks_per_node, "0", 0, 65536, LO | HI, "0 = detect; set to test multi-node"),
     CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved", "pipeline schedule"),
-    INT(parallel, micro_batches, "0", 0, 1073741824, LO | HI,
+    INT(parallel, micro_batches, "0", 0, 0, LO,
         "micro-batches per step (0 = global_batch / (micro_batch*dp))"),
     INT(parallel, virtual_stages, "1", 1, 1024, LO | HI, "model chunks per stage (interleaved)"),
     LOGI(parallel, sequence_parallel, ".false.", "shard norm/dropout activations over tp"),
-    INT(train, micro_batch, "8", 1, 1073741824, LO | HI, "sequences per micro-batch per dp rank"),
-    INT(train, global_batch, "8", 1, 1099511627776.0, LO | HI, "sequences per optimizer step"),
+    INT(train, micro_batch, "8", 1, 0, LO, "sequences per micro-batch per dp rank"),
+    INT(train, global_batch, "8", 1, 0, LO, "sequences per optimizer step"),
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),
     CHOICE(train, recompute, "none", "none|selective|full", "activation recomputation"),
     REAL(train, grad_clip, "1.0", 0, 0, LO, "clip the global gradient norm (0 = off)"),
@@ -461,8 +461,6 @@ static const char *qname(int k, char *buf, size_t cap) {
   return buf;
 }
 
-static void assign_value(parser *P, int k, const token *t, int bare);
-
 static void report_bad(parser *P, const token *t) {
   loc_t l = tok_loc(P, t);
   char s[64];
@@ -510,12 +508,6 @@ static void unknown_group(parser *P, const loc_t *l, const char *p, size_t n) {
 }
 
 /* Check and store one value for key k.  `bare`: an unquoted word is a string (overrides). */
-static void assign(parser *P, int k, const token *t, int bare) {
-  int nerr = P->nerr;
-  assign_value(P, k, t, bare);
-  if (P->nerr != nerr) P->failed[k] = 1;
-}
-
 static void assign_value(parser *P, int k, const token *t, int bare) {
   const key_def *d = &schema[k];
   loc_t l = tok_loc(P, t);
@@ -622,6 +614,11 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   }
   memset(sval(P->cfg, k), 0, d->size);
   memcpy(sval(P->cfg, k), v, n);
+}
+static void assign(parser *P, int k, const token *t, int bare) {
+  int nerr = P->nerr;
+  assign_value(P, k, t, bare);
+  if (P->nerr != nerr) P->failed[k] = 1; /* no cross-field checks on a rejected value */
 }
 
 static int is_ident(const token *t) {
@@ -888,7 +885,7 @@ static void cross_checks(parser *P) {
   char r[3][TSR_STR_PATH + 200];
   int d_model = key_id(GI_model, "d_model"), n_head = key_id(GI_model, "n_head"),
       n_kv = key_id(GI_model, "n_kv_head"), n_layer = key_id(GI_model, "n_layer"),
-      vocab = key_id(GI_model, "vocab_size"), arch = key_id(GI_model, "arch"),
+      arch = key_id(GI_model, "arch"),
       seq_len = key_id(GI_model, "seq_len"), tp = key_id(GI_parallel, "tp"),
       pp = key_id(GI_parallel, "pp"), vs = key_id(GI_parallel, "virtual_stages"),
       sched = key_id(GI_parallel, "schedule"), mbs = key_id(GI_parallel, "micro_batches"),
@@ -900,34 +897,33 @@ static void cross_checks(parser *P) {
   const tsr_parallel_config *pc = &c->parallel;
   int ws = P->world_size;
 
-  if (m->d_model % m->n_head) {
-    int ids[] = {n_head, d_model};
-    XERR(ids, "%s does not divide %s", REF(0, n_head), REF(1, d_model));
-  } else if (!strcmp(m->arch, "llama") && (m->d_model / m->n_head) % 2) {
+  /* divisor must divide dividend; checked in this order, the first failure per pair only */
+  static const struct { int g1; const char *k1; int g2; const char *k2, *why; } divides[] = {
+      {GI_model, "n_head", GI_model, "d_model", ""},
+      {GI_model, "n_kv_head", GI_model, "n_head", " (query heads are shared out evenly over KV heads)"},
+      {GI_parallel, "tp", GI_model, "n_head", " (attention heads are split over tensor-parallel ranks)"},
+      {GI_parallel, "pp", GI_model, "n_layer", " (every pipeline stage holds the same number of layers)"},
+      {GI_parallel, "tp", GI_model, "vocab_size",
+       " (the embedding and LM head are split by vocabulary; pad vocab_size)"}};
+  for (size_t i = 0; i < sizeof divides / sizeof divides[0]; i++) {
+    int a = key_id(divides[i].g1, divides[i].k1), b = key_id(divides[i].g2, divides[i].k2);
+    if (*ival(c, b) % *ival(c, a)) {
+      int ids[] = {a, b};
+      XERR(ids, "%s does not divide %s%s", REF(0, a), REF(1, b), divides[i].why);
+    }
+  }
+  if (m->d_model % m->n_head == 0 && !strcmp(m->arch, "llama") && (m->d_model / m->n_head) % 2) {
     int ids[] = {n_head, d_model, arch};
     XERR(ids, "head dimension %s / %s = %lld is odd; RoPE (arch 'llama') needs it even",
          REF(0, d_model), REF(1, n_head), (long long)(m->d_model / m->n_head));
-  }
-  if (m->n_head % m->n_kv_head) {
-    int ids[] = {n_kv, n_head};
-    XERR(ids, "%s does not divide %s (query heads are shared out evenly over KV heads)",
-         REF(0, n_kv), REF(1, n_head));
-  }
-  if (m->n_head % pc->tp) {
-    int ids[] = {tp, n_head};
-    XERR(ids, "%s does not divide %s (attention heads are split over tensor-parallel ranks)",
-         REF(0, tp), REF(1, n_head));
   }
   if (m->n_kv_head % pc->tp && pc->tp % m->n_kv_head) {
     int ids[] = {tp, n_kv};
     XERR(ids, "%s and %s: one must divide the other (KV heads are split over, or replicated "
          "across, tensor-parallel ranks)", REF(0, tp), REF(1, n_kv));
   }
-  if (m->n_layer % pc->pp) {
-    int ids[] = {pp, n_layer};
-    XERR(ids, "%s does not divide %s (every pipeline stage holds the same number of layers)",
-         REF(0, pp), REF(1, n_layer));
-  } else if (pc->virtual_stages > 1 && m->n_layer % (pc->pp * pc->virtual_stages)) {
+  if (m->n_layer % pc->pp == 0 && pc->virtual_stages > 1 &&
+      m->n_layer % (pc->pp * pc->virtual_stages)) {
     int ids[] = {pp, vs, n_layer};
     XERR(ids, "%s * %s = %lld does not divide %s", REF(0, pp), REF(1, vs),
          (long long)(pc->pp * pc->virtual_stages), REF(2, n_layer));
@@ -935,11 +931,6 @@ static void cross_checks(parser *P) {
   if (pc->virtual_stages > 1 && strcmp(pc->schedule, "interleaved")) {
     int ids[] = {vs, sched};
     XERR(ids, "%s needs parallel.schedule = 'interleaved', not %s", REF(0, vs), REF(1, sched));
-  }
-  if (m->vocab_size % pc->tp) {
-    int ids[] = {tp, vocab};
-    XERR(ids, "%s does not divide %s (the embedding and LM head are split by vocabulary; pad "
-         "vocab_size)", REF(0, tp), REF(1, vocab));
   }
   if (pc->sequence_parallel && m->seq_len % pc->tp) {
     int ids[] = {tp, seq_len, sp};
@@ -950,7 +941,8 @@ static void cross_checks(parser *P) {
     XERR(ids, "world size %d is not a multiple of %s * %s = %lld", ws, REF(0, tp), REF(1, pp),
          (long long)(pc->tp * pc->pp));
   } else {
-    int64_t dp = ws / (pc->tp * pc->pp), per = c->train.micro_batch * dp;
+    int64_t dp = ws / (pc->tp * pc->pp);
+    int64_t per = c->train.micro_batch > INT64_MAX / dp ? INT64_MAX : c->train.micro_batch * dp;
     if (c->train.global_batch % per) {
       int ids[] = {gb, mb, tp, pp};
       XERR(ids, "%s is not a multiple of %s * dp %lld = %lld (dp = world size %d / (tp %lld * pp "
@@ -1084,6 +1076,8 @@ void tsr_deck_help(FILE *out) {
   }
 }
 
+/* Returns the buffer size the whole deck needs, terminating NUL included, so
+ * `n = tsr_deck_write(cfg, NULL, 0); buf = malloc(n); tsr_deck_write(cfg, buf, n);` works. */
 size_t tsr_deck_write(const tsr_config *cfg, char *buf, size_t len) {
   size_t pos = 0;
   char v[VALBUF], line[VALBUF + 64];

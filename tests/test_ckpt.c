@@ -177,7 +177,8 @@ static void check_dataset(hid_t file, const char *name, int ndim, hsize_t r, hsi
   else if (ndim == 1)
     check(shape_ok, "%s has shape [%llu]", name, (unsigned long long)r);
   else
-    check(shape_ok, "%s has shape [%llu, %llu]", name, (unsigned long long)r, (unsigned long long)c);
+    check(shape_ok, "%s has shape [%llu, %llu]", name, (unsigned long long)r,
+          (unsigned long long)c);
 }
 
 static const float *tensor_data(const tsr_layout *lay, const float *flat, const char *name) {
@@ -251,9 +252,12 @@ static void test_gpt2(const char *root) {
     int64_t version = 0, complete = 0, step = 0;
     char deck[256] = "", arch[32] = "";
     hid_t a;
-    if ((a = H5Aopen(f, "format_version", H5P_DEFAULT)) >= 0) H5Aread(a, H5T_NATIVE_INT64, &version), H5Aclose(a);
-    if ((a = H5Aopen(f, "complete", H5P_DEFAULT)) >= 0) H5Aread(a, H5T_NATIVE_INT64, &complete), H5Aclose(a);
-    if ((a = H5Aopen(f, "step", H5P_DEFAULT)) >= 0) H5Aread(a, H5T_NATIVE_INT64, &step), H5Aclose(a);
+    if ((a = H5Aopen(f, "format_version", H5P_DEFAULT)) >= 0)
+      H5Aread(a, H5T_NATIVE_INT64, &version), H5Aclose(a);
+    if ((a = H5Aopen(f, "complete", H5P_DEFAULT)) >= 0)
+      H5Aread(a, H5T_NATIVE_INT64, &complete), H5Aclose(a);
+    if ((a = H5Aopen(f, "step", H5P_DEFAULT)) >= 0)
+      H5Aread(a, H5T_NATIVE_INT64, &step), H5Aclose(a);
     if ((a = H5Aopen(f, "deck", H5P_DEFAULT)) >= 0) {
       hid_t t = H5Aget_type(a);
       if (H5Tget_size(t) <= sizeof deck) H5Aread(a, t, deck);
@@ -354,12 +358,14 @@ static void test_llama(const char *root) {
   cap_begin();
   rc = tsr_ckpt_resolve(&c2, got, sizeof got, MPI_COMM_WORLD);
   const char *err = cap_end();
-  check(rc == TSR_ERR_INPUT && strstr(err, "nope.h5"), "resolve a missing path: TSR_ERR_INPUT naming it");
+  check(rc == TSR_ERR_INPUT && strstr(err, "nope.h5"),
+        "resolve a missing path: TSR_ERR_INPUT naming it");
 
   /* Truncated newest -> falls back to step 20, saying so. */
   struct stat sb;
   stat(p30, &sb);
-  check(truncate(p30, sb.st_size / 2) == 0, "truncate step 30 to half (%lld bytes)", (long long)sb.st_size / 2);
+  check(truncate(p30, sb.st_size / 2) == 0, "truncate step 30 to half (%lld bytes)",
+        (long long)sb.st_size / 2);
   cap_begin();
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
   err = cap_end();
@@ -380,8 +386,7 @@ static void test_llama(const char *root) {
   }
   int fd = open(p30, O_RDWR);
   unsigned char bytes[4] = {0};
-  int flipped = off != HADDR_UNDEF && fd >= 0 &&
-                pread(fd, bytes, 4, (off_t)off + 404) == 4;
+  int flipped = off != HADDR_UNDEF && fd >= 0 && pread(fd, bytes, 4, (off_t)off + 404) == 4;
   for (int i = 0; i < 4; i++) bytes[i] ^= 0x5A;
   flipped = flipped && pwrite(fd, bytes, 4, (off_t)off + 404) == 4;
   if (fd >= 0) close(fd);
@@ -425,9 +430,10 @@ static void test_llama(const char *root) {
     rc = tsr_ckpt_load(p30, wide, w.master, w.m, w.v, &w.st, MPI_COMM_WORLD);
     err = cap_end();
     check(rc == TSR_ERR_INPUT, "load into d_model = 32: TSR_ERR_INPUT (rc=%d)", rc);
-    check(strstr(err, "/model/embed.weight has shape [50, 16] but the deck's model needs [50, 32]") &&
-              strstr(err, "step_00000030.h5"),
-          "d_model mismatch: message names the file, the dataset and both shapes");
+    check(
+        strstr(err, "/model/embed.weight has shape [50, 16] but the deck's model needs [50, 32]") &&
+            strstr(err, "step_00000030.h5"),
+        "d_model mismatch: message names the file, the dataset and both shapes");
     free_bufs(&w);
     tsr_layout_destroy(&wide);
     make_cfg(&cw, "gpt2", 16);
@@ -456,12 +462,14 @@ static void test_llama(const char *root) {
     cap_begin();
     rc = tsr_ckpt_save(&cb, lay, n.master, n.m, n.v, &n.st, kDeck, MPI_COMM_WORLD);
     err = cap_end();
-    check(rc != 0 && strstr(err, afile), "save into a directory that is a regular file fails (rc=%d) naming it", rc);
+    check(rc != 0 && strstr(err, afile),
+          "save into a directory that is a regular file fails (rc=%d) naming it", rc);
     snprintf(cb.checkpoint.dir, sizeof cb.checkpoint.dir, "%s/sub/deeper", afile);
     cap_begin();
     rc = tsr_ckpt_save(&cb, lay, n.master, n.m, n.v, &n.st, kDeck, MPI_COMM_WORLD);
     err = cap_end();
-    check(rc != 0 && strstr(err, "Not a directory"), "save below a regular file fails with the errno text");
+    check(rc != 0 && strstr(err, "Not a directory"),
+          "save below a regular file fails with the errno text");
 
     /* The final name is taken by a directory: written, verified, then rename fails. */
     char p40[1200];
@@ -514,8 +522,9 @@ static void test_llama(const char *root) {
   cap_begin();
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
   err = cap_end();
-  check(rc == TSR_ERR_INPUT && strstr(err, "none of the"),
-        "every checkpoint damaged: resolve auto fails with TSR_ERR_INPUT instead of starting afresh");
+  check(
+      rc == TSR_ERR_INPUT && strstr(err, "none of the"),
+      "every checkpoint damaged: resolve auto fails with TSR_ERR_INPUT instead of starting afresh");
 
   for (int k = 1; k <= 3; k++) free_bufs(&s[k]);
   tsr_layout_destroy(&lay);
@@ -534,13 +543,14 @@ static void test_multi_rank(const char *root, int rank, int size) {
   bufs other;
   make_bufs(&other, lay, 6 + rank);
   const bufs *mine = rank == 0 ? &b : &other;
-  int rc = tsr_ckpt_save(&cfg, lay, mine->master, mine->m, mine->v, &mine->st, kDeck,
-                         MPI_COMM_WORLD);
+  int rc =
+      tsr_ckpt_save(&cfg, lay, mine->master, mine->m, mine->v, &mine->st, kDeck, MPI_COMM_WORLD);
   free_bufs(&other);
   check(rc == 0, "rank %d of %d: collective save rc=%d", rank, size, rc);
   char got[TSR_STR_PATH];
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
-  check(rc == 0 && ends_with(got, "/multi/step_00000005.h5"), "rank %d: resolve agrees: %s", rank, got);
+  check(rc == 0 && ends_with(got, "/multi/step_00000005.h5"), "rank %d: resolve agrees: %s", rank,
+        got);
   loads_as(got, lay, &b, "multi-rank round trip (every rank reads rank 0's values)");
   snprintf(cfg.checkpoint.dir, sizeof cfg.checkpoint.dir, "%s/afile2", root);
   if (rank == 0) {

@@ -386,6 +386,7 @@ static void test_errors(void) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows the cases that ran */
   snprintf(g_dir, sizeof g_dir, "%s/tsr_test_data_XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(g_dir)) {

@@ -26,18 +26,20 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/torch_ref.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
 # Small but not trivial: 2 layers, a vocabulary that is not a power of two, 3 sequences.
+# init_std 0.1 (default 0.02) makes attention far from uniform, so a wrong RoPE or
+# GQA mapping shows in the loss too, not only in the q/k gradients.
 small="model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=96 model.vocab_size=97
        model.seq_len=16 train.micro_batch=3 train.global_batch=3 run.seed=1234"
 
 cases=(
-  "llama_gqa:     $small model.arch=llama model.n_kv_head=2 train.grad_clip=1.0"
-  "gpt2_tied:     $small model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
-                  train.grad_clip=1.0"
+  "llama_gqa: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1 train.grad_clip=1.0"
+  "gpt2_tied: $small model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
+              model.init_std=0.1 train.grad_clip=1.0"
   "llama_mqa_tied_noclip: $small model.arch=llama model.n_kv_head=1 model.tie_embeddings=.true.
-                  train.grad_clip=0 optim.lr=1e-2 optim.warmup_steps=0 optim.decay=constant
-                  optim.weight_decay=0.1"
-  "llama_recompute_full: $small model.arch=llama model.n_kv_head=2 train.grad_clip=1.0
-                  train.recompute=full"
+              train.grad_clip=0 optim.lr=1e-2 optim.warmup_steps=0 optim.decay=constant
+              optim.weight_decay=0.1"
+  "llama_recompute_full: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 train.recompute=full"
 )
 
 failed=0

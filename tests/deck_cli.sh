@@ -1,0 +1,66 @@
+#!/bin/bash
+# deck_cli.sh — the trainer's command line around the deck: `tessera --help-deck`, a bad deck
+# exits 2 with `file:line:col:`, a misspelt override gets "did you mean", and a bad override
+# value is located as `<command line>:argN:col`.  Exit 0 pass, 1 fail, 77 skip (no binary).
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+if [ ! -x "$top_builddir/src/tessera" ]; then
+  echo "SKIP: $top_builddir/src/tessera is not built"
+  exit 77
+fi
+bin=$(cd "$top_builddir" && pwd)/src/tessera
+deck=$(cd "$top_srcdir" && pwd)/input/tiny.nml
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/deck_cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+fail=0
+
+# expect NAME RC PATTERN -- COMMAND...: COMMAND exits RC and its output contains PATTERN.
+expect() {
+  local name=$1 want_rc=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want_rc" ] && grep -qF -- "$pattern" <<<"$out"; then
+    echo "PASS: $name"
+  else
+    echo "FAIL: $name (exit $rc, wanted $want_rc and '$pattern')"
+    sed 's/^/    /' <<<"$out" | head -20
+    fail=1
+  fi
+}
+
+expect "--help-deck lists micro_batch" 0 "micro_batch" -- "$bin" --help-deck
+expect "--help-deck lists rope_theta" 0 "rope_theta" -- "$bin" --help-deck
+
+cat >bad.nml <<'NML'
+! line 1: a deck with one bad value
+&model
+  n_layer = 4
+  d_model = 0
+/
+NML
+expect "bad deck: exit 2 at file:line:col" 2 "bad.nml:4:13: &model d_model = 0 is out of range" \
+  -- "$bin" bad.nml
+
+cat >unclosed.nml <<'NML'
+&run
+  name = 'x'
+&model
+  n_layer = 4
+/
+NML
+expect "unclosed group points at its &run" 2 "unclosed.nml:1:1: group &run is not closed" \
+  -- "$bin" unclosed.nml
+
+expect "misspelt override: did you mean" 2 "did you mean 'n_layer'" \
+  -- "$bin" "$deck" model.n_layre=3
+expect "bad override value: <command line>:arg1:" 2 "<command line>:arg1:10: &optim lr expects a real number" \
+  -- "$bin" "$deck" optim.lr=abc
+expect "second override is arg2" 2 "<command line>:arg2:" \
+  -- "$bin" "$deck" run.max_steps=1 train.micro_batch=0
+expect "missing deck file: exit 2, cannot open" 2 "cannot open" \
+  -- "$bin" "$tmp/no_such_deck.nml"
+
+exit $fail
