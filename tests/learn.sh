@@ -13,7 +13,7 @@ set -u
 [ -x "$TESSERA" ] || skip "no $TESSERA"
 corpus
 scratch
-MARGIN=0.25 # nats below the unigram bound
+MARGIN=0.75 # nats below the unigram bound (measured: 1.28 below, tests/learn.log)
 SMALL=(model.n_layer=2 model.d_model=96 model.n_head=4 model.n_kv_head=2 model.d_ff=256
   model.seq_len=64 train.micro_batch=16 train.global_batch=16 optim.lr=3e-3 optim.min_lr=3e-4
   optim.warmup_steps=20 run.eval_steps=8 data.shuffle=.true. checkpoint.resume=none
@@ -56,14 +56,14 @@ import json, sys
 a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
 b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l]
 # bf16 keeps 8 significant bits: per-op relative rounding 2^-9 ~ 0.2%.  Over 50 steps
-# the curves may drift apart a little; we require every step within 2% relative and
-# the mean over the last 10 steps within 1%.  A broken bf16 path (e.g. rounding the
+# the curves drift apart a little (measured: worst step 0.10%, last-10 mean 0.05%); we
+# require every step within 1% relative and the mean over the last 10 steps within 0.5%.  A broken bf16 path (e.g. rounding the
 # master weights, or losing the updates below bf16 resolution) diverges far beyond that.
 worst = max(abs(x - y) / x for x, y in zip(a, b))
 last = abs(sum(a[-10:]) - sum(b[-10:])) / sum(a[-10:])
 print(f"  {len(a)} steps: worst per-step relative difference {worst:.4%}, last-10 mean {last:.4%}; "
       f"fp32 {a[0]:.4f} -> {a[-1]:.4f}, bf16 {b[0]:.4f} -> {b[-1]:.4f}")
-sys.exit(0 if len(a) == len(b) == 50 and worst < 0.02 and last < 0.01 and a != b else 1)
+sys.exit(0 if len(a) == len(b) == 50 and worst < 0.01 and last < 0.005 and a != b else 1)
 PY
-check "bf16 tracks fp32 over 50 steps (every step within 2%, last 10 within 1%)" test $? -eq 0
+check "bf16 tracks fp32 over 50 steps (every step within 1%, last 10 within 0.5%)" test $? -eq 0
 finish
