@@ -94,7 +94,8 @@ static int mpi_fail(const char *file, int line, const char *func, const char *ex
       char h5m_[768], what_[512];                           \
       h5_describe(h5m_, sizeof h5m_);                       \
       snprintf(what_, sizeof what_, __VA_ARGS__);           \
-      snprintf(why, why_len, "%s (HDF5: %s)", what_, h5m_); \
+      if (snprintf(why, why_len, "%s (HDF5: %s)", what_, h5m_) >= (int)why_len) \
+        why[why_len - 1] = 0; /* truncated diagnostics are fine */ \
       rc = TSR_ERR_INPUT;                                   \
       goto done;                                            \
     }                                                       \
@@ -259,7 +260,8 @@ void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len) {
   if (cfg->checkpoint.dir[0])
     snprintf(dir, len, "%s", cfg->checkpoint.dir);
   else
-    snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".");
+    if (snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".") >= (int)len)
+      tsr_warn("checkpoint directory name '%s/ckpt' is too long and was cut", cfg->run.out_dir);
 }
 
 static int mkdir_p(const char *dir) {

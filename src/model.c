@@ -26,7 +26,7 @@
 #include "ops.h"
 #include "util.h"
 
-typedef struct { /* offsets of one layer's tensors in the flat buffers (-1: absent) */
+typedef struct { /* offsets of one layer's tensors relative to its unit (-1: absent) */
   int64_t norm1_w, norm1_b, wqkv, bqkv, wo, bo, norm2_w, norm2_b, wfc, bfc, wdown, bdown;
 } layer_params;
 
@@ -48,11 +48,17 @@ struct tsr_model {
   tsr_recompute recompute;
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
   float eps, theta;
+  /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
+   * unit; lm_head in the head unit, or embed in unit 0 when tied */
   int64_t embed, pos_embed, final_w, final_b, head;
+  int head_unit; /* unit holding the LM head weight: L+1, or 0 when tied */
   layer_params *lp;
+  int n_units;
+  tsr_unit *units;
+  tsr_model_hooks hooks;
 
-  float *params; /* compute-precision copy, n_flat */
-  float *grads;  /* fp32, n_flat */
+  float *params; /* compute-precision copy, n_flat (NULL when a provider owns them) */
+  float *grads;  /* fp32, n_flat (NULL when a provider owns them) */
 
   layer_acts *acts;  /* [L] stored activations */
   layer_acts scratch; /* recompute target */
@@ -67,17 +73,40 @@ struct tsr_model {
   size_t act_bytes;
 };
 
-static int64_t off(const tsr_layout *lay, int layer, const char *suffix) {
+static int64_t off(const tsr_layout *lay, int layer, const char *suffix, int64_t base) {
   const tsr_tensor *t = tsr_layout_layer(lay, layer, suffix);
-  return t ? t->offset : -1;
+  return t ? t->offset - base : -1;
 }
 
-static int64_t off_global(const tsr_layout *lay, const char *name) {
+static int64_t off_global(const tsr_layout *lay, const char *name, int64_t base) {
   const tsr_tensor *t = tsr_layout_find(lay, name);
-  return t ? t->offset : -1;
+  return t ? t->offset - base : -1;
+}
+
+/* Default provider: the model's own full buffers. */
+static const float *own_params_acquire(void *ctx, int u, int next) {
+  tsr_model *m = ctx;
+  return m->params ? m->params + m->units[u].begin : NULL;
+}
+static float *own_grads_acquire(void *ctx, int u) {
+  tsr_model *m = ctx;
+  return m->grads ? m->grads + m->units[u].begin : NULL;
+}
+static int own_release(void *ctx, int u) { return 0; }
+
+static const float *params_acquire(tsr_model *m, int u, int next) {
+  const float *p = m->hooks.params_acquire(m->hooks.ctx, u, next);
+  if (!p) tsr_error("model: no parameters for unit %d", u);
+  return p;
+}
+static float *grads_acquire(tsr_model *m, int u) {
+  float *g = m->hooks.grads_acquire(m->hooks.ctx, u);
+  if (!g) tsr_error("model: no gradient buffer for unit %d", u);
+  return g;
 }
 
 static float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o; }
+static const float *PC(const float *base, int64_t o) { return o < 0 ? NULL : base + o; }
 
 static float *alloc_f(tsr_model *m, size_t n) {
   float *p = tsr_calloc(n, sizeof(float));
@@ -132,6 +161,11 @@ static int owned_mask(tsr_recompute r) {
 }
 
 int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay) {
+  return tsr_model_create_ext(out, cfg, lay, 1, 1);
+}
+
+int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                         int own_params, int own_grads) {
   *out = NULL;
   tsr_model *m = tsr_calloc(1, sizeof *m);
   if (!m) return TSR_ERR;
@@ -159,34 +193,55 @@ int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *l
   m->theta = (float)mc->rope_theta;
   int rc = TSR_ERR;
 
-  m->embed = off_global(lay, "embed.weight");
-  m->pos_embed = off_global(lay, "pos_embed.weight");
-  m->final_w = off_global(lay, "final_norm.weight");
-  m->final_b = off_global(lay, "final_norm.bias");
-  m->head = mc->tie_embeddings ? m->embed : off_global(lay, "lm_head.weight");
-  if (m->embed < 0 || m->final_w < 0 || m->head < 0 || (m->gpt2 && m->pos_embed < 0)) {
-    tsr_error("model: layout lacks embed/final_norm/lm_head tensors");
+  /* units: [0, layer 0), each layer, [end of last layer, n_flat) */
+  m->n_units = m->L + 2;
+  m->units = tsr_calloc((size_t)m->n_units, sizeof *m->units);
+  if (!m->units) goto fail;
+  for (int l = 0; l < m->L; l++) {
+    int64_t b = INT64_MAX, e = 0;
+    for (int i = 0; i < lay->n_tensors; i++) {
+      const tsr_tensor *t = &lay->tensors[i];
+      if (t->layer != l) continue;
+      b = t->offset < b ? t->offset : b;
+      e = t->offset + t->numel > e ? t->offset + t->numel : e;
+    }
+    m->units[1 + l] = (tsr_unit){b, e};
+  }
+  m->units[0] = (tsr_unit){0, m->L > 0 ? m->units[1].begin : 0};
+  m->units[m->L + 1] = (tsr_unit){m->L > 0 ? m->units[m->L].end : 0, lay->n_flat};
+  const int64_t head_base = m->units[m->L + 1].begin;
+  m->embed = off_global(lay, "embed.weight", 0);
+  m->pos_embed = off_global(lay, "pos_embed.weight", 0);
+  m->final_w = off_global(lay, "final_norm.weight", head_base);
+  m->final_b = off_global(lay, "final_norm.bias", head_base);
+  m->head_unit = mc->tie_embeddings ? 0 : m->L + 1;
+  m->head = mc->tie_embeddings ? m->embed : off_global(lay, "lm_head.weight", head_base);
+  if (m->embed < 0 || m->final_w < 0 || m->head < 0 || (m->gpt2 && m->pos_embed < 0) ||
+      m->units[0].end < m->embed + (int64_t)m->V * m->C) {
+    tsr_error("model: layout lacks embed/final_norm/lm_head tensors in their units");
     goto fail;
   }
+  m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
   m->lp = tsr_calloc((size_t)m->L, sizeof *m->lp);
   if (!m->lp) goto fail;
   for (int l = 0; l < m->L; l++) {
     layer_params *p = &m->lp[l];
-    p->norm1_w = off(lay, l, "attn_norm.weight");
-    p->norm1_b = off(lay, l, "attn_norm.bias");
-    p->wqkv = off(lay, l, "attn.wq.weight"); /* wq, wk, wv are adjacent: one matrix */
-    p->bqkv = off(lay, l, "attn.wq.bias");
-    p->wo = off(lay, l, "attn.wo.weight");
-    p->bo = off(lay, l, "attn.wo.bias");
-    p->norm2_w = off(lay, l, "mlp_norm.weight");
-    p->norm2_b = off(lay, l, "mlp_norm.bias");
-    p->wfc = m->gpt2 ? off(lay, l, "mlp.w_up.weight") : off(lay, l, "mlp.w_gate.weight");
-    p->bfc = off(lay, l, "mlp.w_up.bias");
-    p->wdown = off(lay, l, "mlp.w_down.weight");
-    p->bdown = off(lay, l, "mlp.w_down.bias");
+    const int64_t b = m->units[1 + l].begin;
+    p->norm1_w = off(lay, l, "attn_norm.weight", b);
+    p->norm1_b = off(lay, l, "attn_norm.bias", b);
+    p->wqkv = off(lay, l, "attn.wq.weight", b); /* wq, wk, wv are adjacent: one matrix */
+    p->bqkv = off(lay, l, "attn.wq.bias", b);
+    p->wo = off(lay, l, "attn.wo.weight", b);
+    p->bo = off(lay, l, "attn.wo.bias", b);
+    p->norm2_w = off(lay, l, "mlp_norm.weight", b);
+    p->norm2_b = off(lay, l, "mlp_norm.bias", b);
+    p->wfc = m->gpt2 ? off(lay, l, "mlp.w_up.weight", b) : off(lay, l, "mlp.w_gate.weight", b);
+    p->bfc = off(lay, l, "mlp.w_up.bias", b);
+    p->wdown = off(lay, l, "mlp.w_down.weight", b);
+    p->bdown = off(lay, l, "mlp.w_down.bias", b);
     const tsr_tensor *wk = tsr_layout_layer(lay, l, "attn.wk.weight");
     const tsr_tensor *wv = tsr_layout_layer(lay, l, "attn.wv.weight");
-    if (p->wqkv < 0 || !wk || !wv || wk->offset != p->wqkv + (int64_t)m->H * m->hd * m->C ||
+    if (p->wqkv < 0 || !wk || !wv || wk->offset - b != p->wqkv + (int64_t)m->H * m->hd * m->C ||
         wv->offset != wk->offset + wk->numel) {
       tsr_error("model: layer %d: wq, wk, wv are not adjacent in the flat layout", l);
       goto fail;
@@ -194,8 +249,8 @@ int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *l
   }
 
   const size_t N = (size_t)m->N, C = (size_t)m->C;
-  if (!(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float))) ||
-      !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float))))
+  if ((own_params && !(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float)))) ||
+      (own_grads && !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float)))))
     goto fail;
   m->acts = tsr_calloc((size_t)m->L, sizeof *m->acts);
   if (!m->acts) goto fail;
@@ -238,6 +293,7 @@ void tsr_model_destroy(tsr_model **mp) {
   free_acts(&m->scratch, A_ALL & ~own);
   tsr_free(&m->acts);
   tsr_free(&m->lp);
+  tsr_free(&m->units);
   tsr_free(&m->params);
   tsr_free(&m->grads);
   tsr_free(&m->resid);
@@ -257,19 +313,32 @@ void tsr_model_destroy(tsr_model **mp) {
 }
 
 const float *tsr_model_params(const tsr_model *m) { return m->params; }
+float *tsr_model_params_mut(tsr_model *m) { return m->params; }
 float *tsr_model_grads(tsr_model *m) { return m->grads; }
 size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
+int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
+tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }
+
+void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
+  if (hooks)
+    m->hooks = *hooks;
+  else
+    m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
+}
+
+void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n) {
+  if (m->bf16)
+    tsr_ops_round_bf16(dst, src, (long)n);
+  else if (dst != src)
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
 
 void tsr_model_set_params(tsr_model *m, const float *master) {
-  const long n = (long)m->lay->n_flat;
-  if (m->bf16)
-    tsr_ops_round_bf16(m->params, master, n);
-  else
-    memcpy(m->params, master, (size_t)n * sizeof(float));
+  if (m->params) tsr_model_to_compute(m, m->params, master, m->lay->n_flat);
 }
 
 void tsr_model_zero_grads(tsr_model *m) {
-  memset(m->grads, 0, (size_t)m->lay->n_flat * sizeof(float));
+  if (m->grads) memset(m->grads, 0, (size_t)m->lay->n_flat * sizeof(float));
 }
 
 /* bf16 storage of an activation: round in place. */
@@ -277,23 +346,21 @@ static void store(const tsr_model *m, float *x, long n) {
   if (m->bf16) tsr_ops_round_bf16(x, x, n);
 }
 
-static void norm_fwd(const tsr_model *m, float *out, float *mean, float *rstd, const float *x,
-                     int64_t w, int64_t b) {
+static void norm_fwd(const tsr_model *m, const float *pr, float *out, float *mean, float *rstd,
+                     const float *x, int64_t w, int64_t b) {
   if (m->gpt2)
-    tsr_ops_layernorm_fwd(out, mean, rstd, x, P(m->params, w), P(m->params, b), m->N, m->C,
-                          m->eps);
+    tsr_ops_layernorm_fwd(out, mean, rstd, x, PC(pr, w), PC(pr, b), m->N, m->C, m->eps);
   else
-    tsr_ops_rmsnorm_fwd(out, rstd, x, P(m->params, w), m->N, m->C, m->eps);
+    tsr_ops_rmsnorm_fwd(out, rstd, x, PC(pr, w), m->N, m->C, m->eps);
   store(m, out, (long)m->N * m->C);
 }
 
-static void norm_bwd(tsr_model *m, float *dx, const float *dout, const float *x, const float *mean,
-                     const float *rstd, int64_t w, int64_t b) {
+static void norm_bwd(const tsr_model *m, const float *pr, float *gr, float *dx, const float *dout,
+                     const float *x, const float *mean, const float *rstd, int64_t w, int64_t b) {
   if (m->gpt2)
-    tsr_ops_layernorm_bwd(dx, P(m->grads, w), P(m->grads, b), dout, x, P(m->params, w), mean,
-                          rstd, m->N, m->C);
+    tsr_ops_layernorm_bwd(dx, P(gr, w), P(gr, b), dout, x, PC(pr, w), mean, rstd, m->N, m->C);
   else
-    tsr_ops_rmsnorm_bwd(dx, P(m->grads, w), dout, x, P(m->params, w), rstd, m->N, m->C);
+    tsr_ops_rmsnorm_bwd(dx, P(gr, w), dout, x, PC(pr, w), rstd, m->N, m->C);
 }
 
 static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
@@ -304,13 +371,13 @@ static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
   store(m, act, (long)m->N * m->F);
 }
 
-/* Forward of layer l: x (input) -> out; activations into a. */
-static void layer_fwd(tsr_model *m, int l, const float *x, layer_acts *a, float *out) {
+/* Forward of layer l with parameters pr (its unit): x (input) -> out; activations into a. */
+static void layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a,
+                      float *out) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd;
-  float *pr = m->params;
-  norm_fwd(m, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
-  tsr_ops_matmul_fwd(a->qkv, a->norm1, P(pr, p->wqkv), P(pr, p->bqkv), N, C, m->qkv_dim);
+  norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
+  tsr_ops_matmul_fwd(a->qkv, a->norm1, PC(pr, p->wqkv), PC(pr, p->bqkv), N, C, m->qkv_dim);
   if (!m->gpt2) {
     tsr_ops_rope_fwd(a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
     tsr_ops_rope_fwd(a->qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
@@ -319,40 +386,42 @@ static void layer_fwd(tsr_model *m, int l, const float *x, layer_acts *a, float 
   tsr_ops_attention_fwd(a->atty, a->lse, a->qkv, a->qkv + qd, a->qkv + qd + m->KV * m->hd, m->B,
                         m->T, m->H, m->KV, m->hd, m->qkv_dim);
   store(m, a->atty, (long)N * qd);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, P(pr, p->wo), P(pr, p->bo), N, qd, C);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), PC(pr, p->bo), N, qd, C);
   store(m, m->tmp_nc, (long)N * C);
   tsr_ops_add(a->h, x, m->tmp_nc, (long)N * C);
   store(m, a->h, (long)N * C);
-  norm_fwd(m, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
-  tsr_ops_matmul_fwd(a->fc, a->norm2, P(pr, p->wfc), P(pr, p->bfc), N, C, m->fc_dim);
+  norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+  tsr_ops_matmul_fwd(a->fc, a->norm2, PC(pr, p->wfc), PC(pr, p->bfc), N, C, m->fc_dim);
   store(m, a->fc, (long)N * m->fc_dim);
   mlp_act_fwd(m, a->act, a->fc);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->act, P(pr, p->wdown), P(pr, p->bdown), N, m->F, C);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->act, PC(pr, p->wdown), PC(pr, p->bdown), N, m->F, C);
   store(m, m->tmp_nc, (long)N * C);
   tsr_ops_add(out, a->h, m->tmp_nc, (long)N * C);
   store(m, out, (long)N * C);
 }
 
 /* Rebuild what the recompute mode did not keep for layer l. */
-static void layer_recompute(tsr_model *m, int l, const float *x, layer_acts *a) {
+static void layer_recompute(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a) {
   const layer_params *p = &m->lp[l];
   if (m->recompute == TSR_RECOMPUTE_FULL) {
-    layer_fwd(m, l, x, a, m->d_nc); /* layer output is not needed: d_nc is free here */
+    layer_fwd(m, l, pr, x, a, m->d_nc); /* layer output is not needed: d_nc is free here */
   } else if (m->recompute == TSR_RECOMPUTE_SELECTIVE) {
-    norm_fwd(m, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
-    norm_fwd(m, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+    norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
+    norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
     mlp_act_fwd(m, a->act, a->fc);
   }
 }
 
-/* Backward of layer l: m->d_resid holds d(out) and becomes d(x). */
-static void layer_bwd(tsr_model *m, int l, const float *x, layer_acts *a) {
+/* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
+ * d(out) and becomes d(x). */
+static void layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
+                      layer_acts *a) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
-  float *pr = m->params, *gr = m->grads, *D = m->d_resid;
+  float *D = m->d_resid;
   /* MLP branch */
   memset(m->d_act, 0, (size_t)N * m->F * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), D, a->act, P(pr, p->wdown), N,
+  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), D, a->act, PC(pr, p->wdown), N,
                      m->F, C);
   memset(m->d_fc, 0, (size_t)N * m->fc_dim * sizeof(float));
   if (m->gpt2)
@@ -360,12 +429,12 @@ static void layer_bwd(tsr_model *m, int l, const float *x, layer_acts *a) {
   else
     tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, P(pr, p->wfc), N, C,
-                     m->fc_dim);
-  norm_bwd(m, D, m->d_nc, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b);
+  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
+                     C, m->fc_dim);
+  norm_bwd(m, pr, gr, D, m->d_nc, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b);
   /* attention branch */
   memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), D, a->atty, P(pr, p->wo), N, qd, C);
+  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), D, a->atty, PC(pr, p->wo), N, qd, C);
   memset(m->d_qkv, 0, (size_t)N * m->qkv_dim * sizeof(float));
   tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
                         a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
@@ -375,24 +444,44 @@ static void layer_bwd(tsr_model *m, int l, const float *x, layer_acts *a) {
     tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1, P(pr, p->wqkv),
-                     N, C, m->qkv_dim);
-  norm_bwd(m, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
+  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
+                     PC(pr, p->wqkv), N, C, m->qkv_dim);
+  norm_bwd(m, pr, gr, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
 }
 
 static float *resid(tsr_model *m, int l) { return m->resid + (size_t)l * m->N * m->C; }
 
+#define REL(call)                         \
+  do {                                    \
+    if ((call) != 0) return TSR_ERR;      \
+  } while (0)
+
 /* Embedding, every layer, final norm and LM head: fills m->logits. */
-static void forward(tsr_model *m, const int32_t *inputs) {
-  const int N = m->N, C = m->C;
+static int forward(tsr_model *m, const int32_t *inputs) {
+  const int N = m->N, C = m->C, L = m->L, head = L + 1;
+  void *hc = m->hooks.ctx;
   memcpy(m->tokens, inputs, (size_t)N * sizeof(int32_t));
-  tsr_ops_embedding_fwd(resid(m, 0), inputs, P(m->params, m->embed), P(m->params, m->pos_embed), N,
-                        m->T, C, 0, m->V);
+  const float *pe = params_acquire(m, 0, L > 0 ? 1 : head);
+  if (!pe) return TSR_ERR;
+  tsr_ops_embedding_fwd(resid(m, 0), inputs, PC(pe, m->embed), PC(pe, m->pos_embed), N, m->T, C,
+                        0, m->V);
   store(m, resid(m, 0), (long)N * C);
-  for (int l = 0; l < m->L; l++) layer_fwd(m, l, resid(m, l), &m->acts[l], resid(m, l + 1));
-  norm_fwd(m, m->final_norm, m->final_mean, m->final_rstd, resid(m, m->L), m->final_w, m->final_b);
-  tsr_ops_matmul_fwd(m->logits, m->final_norm, P(m->params, m->head), NULL, N, C, m->V);
+  REL(m->hooks.params_release(hc, 0));
+  for (int l = 0; l < L; l++) {
+    const float *pr = params_acquire(m, 1 + l, 2 + l);
+    if (!pr) return TSR_ERR;
+    layer_fwd(m, l, pr, resid(m, l), &m->acts[l], resid(m, l + 1));
+    REL(m->hooks.params_release(hc, 1 + l));
+  }
+  const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
+  const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
+  if (!ph || !pw) return TSR_ERR;
+  norm_fwd(m, ph, m->final_norm, m->final_mean, m->final_rstd, resid(m, L), m->final_w, m->final_b);
+  tsr_ops_matmul_fwd(m->logits, m->final_norm, PC(pw, m->head), NULL, N, C, m->V);
   store(m, m->logits, (long)N * m->V);
+  if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
+  REL(m->hooks.params_release(hc, head));
+  return 0;
 }
 
 static int check_tokens(const tsr_model *m, const int32_t *inputs, const int32_t *targets) {
@@ -405,7 +494,7 @@ static int check_tokens(const tsr_model *m, const int32_t *inputs, const int32_t
 
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
   TSR_CALL(check_tokens(m, inputs, targets));
-  forward(m, inputs);
+  TSR_CALL(forward(m, inputs));
   *loss = tsr_ops_xent_fwd(m->logits, targets, m->N, m->V) / m->N;
   return 0;
 }
@@ -413,21 +502,39 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
 int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                       double *loss) {
   TSR_CALL(check_tokens(m, inputs, targets));
-  const int N = m->N, C = m->C;
-  forward(m, inputs);
+  const int N = m->N, C = m->C, L = m->L, head = L + 1, tied = m->head_unit == 0;
+  void *hc = m->hooks.ctx;
+  TSR_CALL(forward(m, inputs));
   /* d(mean loss)/d logits, scaled by dloss; logits now hold their gradient */
   *loss = tsr_ops_xent_fwd_bwd(m->logits, targets, N, m->V, dloss / (float)N) / N;
+  /* head: final norm and LM head.  Tied: the head's weight and gradient are unit 0's,
+   * which stays acquired for gradients until the embedding's backward. */
+  const float *ph = params_acquire(m, head, tied ? 0 : L);
+  const float *pw = tied ? params_acquire(m, 0, L) : ph;
+  float *gh = grads_acquire(m, head);
+  float *ge = tied ? grads_acquire(m, 0) : NULL;
+  if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_nc, P(m->grads, m->head), NULL, m->logits, m->final_norm,
-                     P(m->params, m->head), N, C, m->V);
+  tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, m->logits, m->final_norm,
+                     PC(pw, m->head), N, C, m->V);
   memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
-  norm_bwd(m, m->d_resid, m->d_nc, resid(m, m->L), m->final_mean, m->final_rstd, m->final_w,
+  norm_bwd(m, ph, gh, m->d_resid, m->d_nc, resid(m, L), m->final_mean, m->final_rstd, m->final_w,
            m->final_b);
-  for (int l = m->L - 1; l >= 0; l--) {
-    layer_recompute(m, l, resid(m, l), &m->acts[l]);
-    layer_bwd(m, l, resid(m, l), &m->acts[l]);
+  if (tied) REL(m->hooks.params_release(hc, 0));
+  REL(m->hooks.params_release(hc, head));
+  REL(m->hooks.grads_release(hc, head));
+  for (int l = L - 1; l >= 0; l--) {
+    const float *pr = params_acquire(m, 1 + l, l > 0 ? l : -1);
+    float *gr = grads_acquire(m, 1 + l);
+    if (!pr || !gr) return TSR_ERR;
+    layer_recompute(m, l, pr, resid(m, l), &m->acts[l]);
+    layer_bwd(m, l, pr, gr, resid(m, l), &m->acts[l]);
+    REL(m->hooks.params_release(hc, 1 + l));
+    REL(m->hooks.grads_release(hc, 1 + l));
   }
-  tsr_ops_embedding_bwd(P(m->grads, m->embed), P(m->grads, m->pos_embed), m->d_resid, m->tokens, N,
-                        m->T, C, 0, m->V);
+  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
+  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, m->tokens, N, m->T, C, 0,
+                        m->V);
+  REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

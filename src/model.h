@@ -18,16 +18,56 @@ typedef struct tsr_model tsr_model;
 
 typedef enum { TSR_RECOMPUTE_NONE = 0, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
 
-int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay);
-void tsr_model_destroy(tsr_model **m);
+/* Units: the model's parameters in forward order, each a contiguous range of the flat
+ * buffer: unit 0 = everything before layer 0 (embed, pos_embed), unit 1 + l = layer l,
+ * unit L + 1 = everything after the last layer (final_norm, lm_head, and the padding up
+ * to n_flat).  ZeRO works in units: it gathers a unit's parameters before use and
+ * reduces a unit's gradients as soon as backward has finished with them. */
+typedef struct {
+  int64_t begin, end; /* [begin, end) of the flat buffer */
+} tsr_unit;
 
-/* Compute-precision parameters (flat, layout order).  Set them with
- * tsr_model_set_params, which rounds to bf16 when precision is bf16. */
+/* Where a unit's parameters and gradients live.  Without hooks the model uses its own
+ * full buffers.  With hooks (zero.c) it asks for a unit's buffers when it needs them
+ * and says when it is done:
+ *   params_acquire(u, next): a pointer to unit u's parameters (element at flat offset o
+ *       is at ptr[o - begin]); `next` is the unit the model will want after this one
+ *       (-1: none) so the provider can prefetch it;
+ *   params_release(u): not needed again until the next acquire;
+ *   grads_acquire(u): where to accumulate unit u's gradient for this micro-batch;
+ *   grads_release(u): unit u's gradient of this micro-batch is complete.
+ * Acquires and releases come in pairs; a unit may be acquired again later in the same
+ * micro-batch (backward after forward, recompute).  Every hook returns NULL / nonzero
+ * on failure, which the model propagates. */
+typedef struct {
+  void *ctx;
+  const float *(*params_acquire)(void *ctx, int unit, int next);
+  int (*params_release)(void *ctx, int unit);
+  float *(*grads_acquire)(void *ctx, int unit);
+  int (*grads_release)(void *ctx, int unit);
+} tsr_model_hooks;
+
+/* own_params / own_grads: allocate full flat buffers for them (without them, hooks must
+ * be set before the first forward). */
+int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay);
+int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                         int own_params, int own_grads);
+void tsr_model_destroy(tsr_model **m);
+void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks);
+int tsr_model_n_units(const tsr_model *m);
+tsr_unit tsr_model_unit(const tsr_model *m, int u);
+
+/* Compute-precision parameters (flat, layout order; NULL when not owned).  Set them
+ * with tsr_model_set_params, which rounds to bf16 when precision is bf16. */
 const float *tsr_model_params(const tsr_model *m);
+float *tsr_model_params_mut(tsr_model *m);
 void tsr_model_set_params(tsr_model *m, const float *master);
-/* fp32 gradient, flat, layout order; accumulated by tsr_model_fwd_bwd. */
+/* fp32 gradient, flat, layout order (NULL when not owned); accumulated by
+ * tsr_model_fwd_bwd. */
 float *tsr_model_grads(tsr_model *m);
 void tsr_model_zero_grads(tsr_model *m);
+/* Round values to the compute precision (bf16 rounding, or a copy). */
+void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n);
 
 /* Forward + backward of one micro-batch (micro_batch sequences): inputs and targets are
  * [micro_batch * seq_len].  *loss = mean cross-entropy of this micro-batch.

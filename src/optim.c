@@ -29,13 +29,22 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,
-                     float *v, const float *grad, double lr, int64_t step, double grad_scale) {
+void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
+                           int64_t end, float *master, float *m, float *v, const float *grad,
+                           double lr, int64_t step, double grad_scale) {
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
+    const int64_t a = t->offset > begin ? t->offset : begin;
+    const int64_t b = t->offset + t->numel < end ? t->offset + t->numel : end;
+    if (a >= b) continue;
     const double wd = t->decay ? o->weight_decay : 0.0;
-    tsr_ops_adamw(master + t->offset, m + t->offset, v + t->offset, grad + t->offset,
-                  (long)t->numel, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                  (float)wd, (long)step, (float)grad_scale);
+    const int64_t k = a - begin;
+    tsr_ops_adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr, (float)o->beta1,
+                  (float)o->beta2, (float)o->eps, (float)wd, (long)step, (float)grad_scale);
   }
+}
+
+void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,
+                     float *v, const float *grad, double lr, int64_t step, double grad_scale) {
+  tsr_optim_adamw_range(o, lay, 0, lay->n_flat, master, m, v, grad, lr, step, grad_scale);
 }

@@ -22,5 +22,10 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm);
 /* One AdamW update of every tensor in `lay` (decay only where tensor->decay). */
 void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,
                      float *v, const float *grad, double lr, int64_t step, double grad_scale);
+/* The same on the flat range [begin, end) only (a ZeRO shard): the buffers hold that
+ * range (element i of them is flat element begin + i).  Padding is left alone. */
+void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
+                           int64_t end, float *master, float *m, float *v, const float *grad,
+                           double lr, int64_t step, double grad_scale);
 
 #endif

@@ -15,13 +15,17 @@
 #include <sys/stat.h>
 
 #include "ckpt.h"
+#include "comm.h"
+#include "comm_mpi.h"
 #include "data.h"
+#include "grid.h"
 #include "layout.h"
 #include "metrics.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
 #include "util.h"
+#include "zero.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
 
@@ -58,9 +62,10 @@ typedef struct {
   MPI_Comm world;
   int rank, world_size, dp, dp_rank;
   int64_t grad_accum_steps;
+  tsr_grid *grid;
   tsr_layout *lay;
   tsr_model *model;
-  float *master, *adam_m, *adam_v;
+  tsr_zero *zero;
   tsr_data *train_data, *valid_data;
   int32_t *inputs, *targets;
   tsr_metrics *metrics;
@@ -72,13 +77,49 @@ static void trainer_destroy(trainer *t) {
   tsr_metrics_close(&t->metrics);
   tsr_data_destroy(&t->train_data);
   tsr_data_destroy(&t->valid_data);
+  tsr_zero_destroy(&t->zero);
   tsr_model_destroy(&t->model);
-  tsr_free(&t->master);
-  tsr_free(&t->adam_m);
-  tsr_free(&t->adam_v);
   tsr_free(&t->inputs);
   tsr_free(&t->targets);
   tsr_layout_destroy(&t->lay);
+  tsr_grid_destroy(&t->grid);
+}
+
+/* The groups whose traffic is logged, in a fixed order. */
+static tsr_comm *const *comm_groups(const trainer *t, int *n) {
+  static tsr_comm *g[4];
+  g[0] = t->grid->dp_comm, g[1] = t->grid->dp_shard, g[2] = t->grid->dp_replicate, g[3] = t->grid->world;
+  *n = 4;
+  return g;
+}
+
+static void reset_comm_counters(const trainer *t) {
+  int n;
+  tsr_comm *const *g = comm_groups(t, &n);
+  for (int i = 0; i < n; i++) tsr_comm_reset_counters(g[i]);
+}
+
+/* "dp_shard 1.23 MB (reduce_scatter 0.61, all_gather 0.61)" for the groups that moved data. */
+static void describe_comm(const trainer *t, char *buf, size_t len) {
+  int n;
+  tsr_comm *const *g = comm_groups(t, &n);
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < n && used < len; i++) {
+    if (tsr_comm_bytes(g[i]) <= 0 || (i > 0 && g[i] == g[0])) continue;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s %.3f MB (", used ? "; " : "",
+                             tsr_comm_name(g[i]), tsr_comm_bytes(g[i]) / 1e6);
+    int first = 1;
+    for (int k = 0; k < TSR_COMM_N_KINDS && used < len; k++) {
+      const double b = tsr_comm_bytes_of(g[i], (tsr_comm_kind)k);
+      if (b <= 0) continue;
+      used += (size_t)snprintf(buf + used, len - used, "%s%s %.3f", first ? "" : ", ",
+                               tsr_comm_kind_name((tsr_comm_kind)k), b / 1e6);
+      first = 0;
+    }
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+  }
+  if (!buf[0]) snprintf(buf, len, "none");
 }
 
 /* 6 N per token for the matmuls plus the causal attention (12 L T d / 2 per token). */
@@ -96,28 +137,32 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->world = world;
   MPI_Comm_rank(world, &t->rank);
   MPI_Comm_size(world, &t->world_size);
-  TSR_CHECK(t->world_size == 1, TSR_ERR_INPUT,
-            "this build trains on one rank; %d ranks were started (data/tensor/pipeline "
-            "parallelism is not implemented yet)", t->world_size);
-  t->dp = 1;
-  t->dp_rank = 0;
   const tsr_train_config *tc = &cfg->train;
   TSR_CHECK(strcmp(tc->precision, "fp16") != 0, TSR_ERR_INPUT,
             "&train precision = 'fp16' (dynamic loss scaling) is not implemented yet; use "
             "'fp32' or 'bf16'");
+  tsr_comm *w;
+  TSR_CALL(tsr_comm_create(&w, world, "world"));
+  const int rc = tsr_grid_create(&t->grid, cfg, w);
+  tsr_comm_destroy(&w);
+  if (rc) return rc;
+  TSR_CHECK(t->grid->tp == 1 && t->grid->pp == 1, TSR_ERR_INPUT,
+            "&parallel tp = %d, pp = %d: tensor and pipeline parallelism are not implemented "
+            "yet; use tp = 1, pp = 1 (data parallelism over all %d ranks)",
+            t->grid->tp, t->grid->pp, t->world_size);
+  t->dp = t->grid->dp;
+  t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
 
+  const int stage = (int)cfg->parallel.zero_stage;
   TSR_CALL(tsr_layout_create(&t->lay, &cfg->model));
-  TSR_CALL(tsr_model_create(&t->model, cfg, t->lay));
-  const size_t nf = (size_t)t->lay->n_flat;
-  t->master = tsr_calloc(nf, sizeof(float));
-  t->adam_m = tsr_calloc(nf, sizeof(float));
-  t->adam_v = tsr_calloc(nf, sizeof(float));
+  tsr_zero_pad_layout(t->lay, cfg, t->grid);
+  TSR_CALL(tsr_model_create_ext(&t->model, cfg, t->lay, stage < 3, stage < 2));
+  TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
-  TSR_CHECK(t->master && t->adam_m && t->adam_v && t->inputs && t->targets, TSR_ERR,
-            "out of memory for %zu parameters", nf);
+  TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
   t->flops_per_token = flops_per_token(cfg, t->lay);
 
   const uint64_t seed = (uint64_t)cfg->run.seed;
@@ -134,6 +179,26 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->st.seed = seed;
   t->st.loss_scale = 1.0;
   return 0;
+}
+
+/* Whole-model master, m, v in temporary full buffers (checkpoint I/O, initialisation). */
+typedef struct {
+  float *master, *m, *v;
+} full_state;
+
+static int full_alloc(const trainer *t, full_state *f) {
+  const size_t n = (size_t)t->lay->n_flat;
+  f->master = tsr_calloc(n, sizeof(float));
+  f->m = tsr_calloc(n, sizeof(float));
+  f->v = tsr_calloc(n, sizeof(float));
+  TSR_CHECK(f->master && f->m && f->v, TSR_ERR, "out of memory for %zu parameters", n);
+  return 0;
+}
+
+static void full_free(full_state *f) {
+  tsr_free(&f->master);
+  tsr_free(&f->m);
+  tsr_free(&f->v);
 }
 
 /* Mean validation loss over eval_steps micro-batches: the first samples of the valid set. */
@@ -156,8 +221,12 @@ static int evaluate(trainer *t, double *val_loss) {
 
 static int save(trainer *t, const char *deck_text) {
   const double t0 = tsr_now();
-  TSR_CALL(tsr_ckpt_save(t->cfg, t->lay, t->master, t->adam_m, t->adam_v, &t->st, deck_text,
-                         t->world));
+  full_state f = {0};
+  int rc = full_alloc(t, &f);
+  if (!rc) rc = tsr_zero_gather_state(t->zero, f.master, f.m, f.v);
+  if (!rc) rc = tsr_ckpt_save(t->cfg, t->lay, f.master, f.m, f.v, &t->st, deck_text, t->world);
+  full_free(&f);
+  TSR_CALL(rc);
   char detail[64];
   snprintf(detail, sizeof detail, "%.3f s", tsr_now() - t0);
   tsr_metrics_event(t->metrics, t->st.step, "checkpoint", detail);
@@ -167,8 +236,15 @@ static int save(trainer *t, const char *deck_text) {
 static int resume_or_init(trainer *t) {
   char path[TSR_STR_PATH];
   TSR_CALL(tsr_ckpt_resolve(t->cfg, path, sizeof path, t->world));
+  full_state f = {0};
+  TSR_CALL(full_alloc(t, &f));
+  int rc = 0;
+  if (path[0]) rc = tsr_ckpt_load(path, t->lay, f.master, f.m, f.v, &t->st, t->world);
+  else tsr_layout_init(t->lay, f.master, (uint64_t)t->cfg->run.seed);
+  if (!rc) rc = tsr_zero_scatter_state(t->zero, f.master, path[0] ? f.m : NULL, path[0] ? f.v : NULL);
+  full_free(&f);
+  TSR_CALL(rc);
   if (path[0]) {
-    TSR_CALL(tsr_ckpt_load(path, t->lay, t->master, t->adam_m, t->adam_v, &t->st, t->world));
     TSR_CHECK(t->st.seed == (uint64_t)t->cfg->run.seed, TSR_ERR_INPUT,
               "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
               "data order would change: use the same seed or checkpoint.resume = 'none'",
@@ -177,33 +253,39 @@ static int resume_or_init(trainer *t) {
             (long long)t->st.data_cursor);
     tsr_metrics_event(t->metrics, t->st.step, "resume", path);
   } else {
-    tsr_layout_init(t->lay, t->master, (uint64_t)t->cfg->run.seed);
     tsr_metrics_event(t->metrics, 0, "start", "initialised from seed");
   }
-  tsr_model_set_params(t->model, t->master);
   return 0;
 }
 
 /* One optimizer step: accumulate gradients over the micro-batches of this rank's share
- * of the global batch, then clip and update (or skip on a non-finite gradient). */
+ * of the global batch (reductions overlap backward, see zero.c), then clip and update
+ * (or skip on a non-finite gradient: the norm is bitwise equal on every rank, so every
+ * rank decides the same). */
 static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, int *skipped) {
   const tsr_config *cfg = t->cfg;
   const int64_t mb = cfg->train.micro_batch, k = t->grad_accum_steps;
   const int64_t first = t->st.data_cursor + t->dp_rank * (cfg->train.global_batch / t->dp);
-  tsr_model_zero_grads(t->model);
+  /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
+   * gradient the mean over the global batch */
+  const float dloss = (float)(1.0 / ((double)k * t->dp));
+  TSR_CALL(tsr_zero_begin_step(t->zero));
   double loss_sum = 0;
   for (int64_t a = 0; a < k; a++) {
     double l;
+    TSR_CALL(tsr_zero_begin_micro(t->zero, a == k - 1));
     tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
-    TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, (float)(1.0 / (double)k), &l));
+    TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, dloss, &l));
     loss_sum += l;
   }
-  *loss = loss_sum / (double)k;
-  float *grads = tsr_model_grads(t->model);
+  TSR_CALL(tsr_zero_reduce_grads(t->zero));
   /* fault injection for the tests: poison one gradient at the given step */
   const char *inject = getenv("TSR_FAULT_NAN_GRAD_STEP");
-  if (inject && atoll(inject) == t->st.step + 1) grads[0] = NAN;
-  *grad_norm = sqrt(tsr_ops_sumsq(grads, (long)t->lay->n_params));
+  if (inject && atoll(inject) == t->st.step + 1 && t->rank == 0)
+    tsr_zero_reduced_grads(t->zero)[0] = NAN;
+  TSR_CALL(tsr_zero_grad_norm(t->zero, grad_norm));
+  TSR_CALL(tsr_comm_sum_ordered(t->grid->dp_comm, loss_sum / (double)k, loss));
+  *loss /= (double)t->dp;
   const int64_t step = t->st.step + 1;
   *lr = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step);
   *skipped = !isfinite(*grad_norm);
@@ -213,9 +295,7 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
     const double scale = tsr_optim_clip_scale(*grad_norm, cfg->train.grad_clip);
     /* Adam's bias correction counts the updates actually made (skipped steps do not
      * advance it, as with torch's GradScaler skipping optimizer.step()). */
-    tsr_optim_adamw(&cfg->optim, t->lay, t->master, t->adam_m, t->adam_v, grads, *lr,
-                    step - t->st.skipped, scale);
-    tsr_model_set_params(t->model, t->master);
+    TSR_CALL(tsr_zero_update(t->zero, &cfg->optim, *lr, step - t->st.skipped, scale));
   }
   t->st.step = step;
   t->st.data_cursor += cfg->train.global_batch;
@@ -261,11 +341,18 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
           (long long)tsr_data_n_tokens(t.train_data), (long long)tsr_data_n_samples(t.train_data),
           (long long)cfg->model.seq_len, tsr_data_tokenizer(t.train_data),
           cfg->data.shuffle ? ", shuffled" : "");
-  tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x %d rank(s); "
+  tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; "
           "precision %s, recompute %s",
           (long long)cfg->train.global_batch, (long long)t.grad_accum_steps,
-          (long long)cfg->train.micro_batch, t.world_size, cfg->train.precision,
-          cfg->train.recompute);
+          (long long)cfg->train.micro_batch, t.dp, cfg->train.precision, cfg->train.recompute);
+  tsr_grid_log(t.grid);
+  const tsr_zero_memory zm = tsr_zero_memory_of(t.zero);
+  tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
+          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
+          (long long)cfg->parallel.zero_stage, zm.params / 1e6, zm.grads / 1e6, zm.master / 1e6,
+          zm.adam / 1e6, zm.unit_bufs / 1e6,
+          (long long)(tsr_zero_shard_end(t.zero) - tsr_zero_shard_begin(t.zero)),
+          (long long)t.lay->n_flat);
   GO(resume_or_init(&t));
   if (cfg->checkpoint.save_initial && t.st.step == 0) GO(save(&t, deck_text));
 
@@ -274,7 +361,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   int64_t window_steps = 0;
   const int64_t first_step = t.st.step;
   while (t.st.step < cfg->run.max_steps) {
-    int stop = g_stop_signal != 0;
+    int stop = g_stop_signal != 0; /* every rank stops at the same step boundary */
+    GO(tsr_comm_all_reduce_int(t.grid->world, &stop, 1, TSR_COMM_MAX));
     if (stop) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
               (int)g_stop_signal, (long long)t.st.step);
@@ -285,6 +373,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const double t0 = tsr_now();
     double loss, gnorm, lr;
     int skipped;
+    reset_comm_counters(&t);
     GO(train_step(&t, &loss, &gnorm, &lr, &skipped));
     const double dt = tsr_now() - t0;
     const int64_t step = t.st.step;
@@ -307,6 +396,11 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
               dt * 1e3, tok_per_s * t.flops_per_token / 1e9, (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;
+      if (step == first_step + 1 && t.world_size > 1) {
+        char comm[1024];
+        describe_comm(&t, comm, sizeof comm);
+        tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
+      }
     }
     const int last = step == cfg->run.max_steps;
     if (t.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
@@ -346,12 +440,13 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
               cfg->checkpoint.resume);
     rc = TSR_ERR_INPUT;
   }
-  if (rc == 0) rc = tsr_ckpt_load(path, t.lay, t.master, NULL, NULL, &t.st, world);
+  full_state f = {0};
+  if (rc == 0) rc = full_alloc(&t, &f);
+  if (rc == 0) rc = tsr_ckpt_load(path, t.lay, f.master, NULL, NULL, &t.st, world);
+  if (rc == 0) rc = tsr_zero_scatter_state(t.zero, f.master, NULL, NULL);
+  full_free(&f);
   double vl = 0;
-  if (rc == 0) {
-    tsr_model_set_params(t.model, t.master);
-    rc = evaluate(&t, &vl);
-  }
+  if (rc == 0) rc = evaluate(&t, &vl);
   if (rc == 0) {
     tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
             (long long)t.st.step, vl, (long long)cfg->run.eval_steps,

@@ -1,0 +1,554 @@
+/* comm.c — the MPI backend of comm.h: collectives and point-to-point on a duplicated
+ * communicator, byte counters under the ring convention, size-1 fast paths.
+ *
+ * Counts are handed to MPI as int; a buffer of more than INT_MAX elements is an error
+ * here (callers move gradients and parameters in buckets far below that). */
+#include "comm.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "util.h"
+
+struct tsr_comm_request {
+  MPI_Request req;
+  tsr_comm *comm;
+  tsr_comm_kind kind;
+  size_t recv_bytes; /* for recv: the size the message must have */
+  int peer;
+  int *counts, *displs; /* v-collectives: must live until the operation completes */
+  struct tsr_comm_request *next; /* free list of the group */
+};
+
+struct tsr_comm {
+  MPI_Comm comm;
+  int size, rank;
+  char name[32];
+  double bytes[TSR_COMM_N_KINDS];
+  int64_t ops[TSR_COMM_N_KINDS];
+  /* Requests are recycled through a per-group free list, so a training step that keeps
+   * the same operations in flight allocates nothing after its first step. */
+  struct tsr_comm_request *free_list;
+  int in_flight;
+};
+
+static const char *kind_names[TSR_COMM_N_KINDS] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "scalar"};
+
+void tsr_mpi_error(const char *file, int line, const char *func, const char *call, int rc) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", rc);
+  tsr_error("%s:%d %s: %s failed: %s", file, line, func, call, msg);
+}
+
+/* ------------------------------------------------------------------ the group */
+
+int tsr_comm_create(tsr_comm **out, MPI_Comm comm, const char *name) {
+  *out = NULL;
+  tsr_comm *c = tsr_calloc(1, sizeof *c);
+  TSR_CHECK(c, TSR_ERR, "out of memory for communicator '%s'", name);
+  snprintf(c->name, sizeof c->name, "%s", name);
+  int rc = MPI_Comm_dup(comm, &c->comm);
+  if (rc != MPI_SUCCESS) {
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Comm_dup(comm, &c->comm)", rc);
+    tsr_free(&c);
+    return TSR_ERR;
+  }
+  *out = c; /* from here on tsr_comm_destroy cleans up */
+  TSR_MPI_CALL(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN));
+  TSR_MPI_CALL(MPI_Comm_set_name(c->comm, c->name));
+  TSR_MPI_CALL(MPI_Comm_size(c->comm, &c->size));
+  TSR_MPI_CALL(MPI_Comm_rank(c->comm, &c->rank));
+  return 0;
+}
+
+void tsr_comm_destroy(tsr_comm **cp) {
+  if (!cp || !*cp) return;
+  tsr_comm *c = *cp;
+  if (c->in_flight)
+    tsr_warn("communicator '%s' destroyed with %d operations not waited for", c->name,
+             c->in_flight);
+  while (c->free_list) {
+    struct tsr_comm_request *r = c->free_list;
+    c->free_list = r->next;
+    tsr_free(&r->counts);
+    tsr_free(&r->displs);
+    tsr_free(&r);
+  }
+  if (c->comm != MPI_COMM_NULL) {
+    int rc = MPI_Comm_free(&c->comm);
+    if (rc != MPI_SUCCESS) tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Comm_free", rc);
+  }
+  tsr_free(cp);
+}
+
+MPI_Comm tsr_comm_mpi(const tsr_comm *c) { return c->comm; }
+int tsr_comm_size(const tsr_comm *c) { return c->size; }
+int tsr_comm_rank(const tsr_comm *c) { return c->rank; }
+const char *tsr_comm_name(const tsr_comm *c) { return c->name; }
+
+/* ------------------------------------------------------------------ counters */
+
+double tsr_comm_bytes(const tsr_comm *c) {
+  double s = 0;
+  for (int k = 0; k < TSR_COMM_N_KINDS; k++) s += c->bytes[k];
+  return s;
+}
+
+double tsr_comm_bytes_of(const tsr_comm *c, tsr_comm_kind kind) {
+  return (kind >= 0 && kind < TSR_COMM_N_KINDS) ? c->bytes[kind] : 0.0;
+}
+
+int64_t tsr_comm_ops_of(const tsr_comm *c, tsr_comm_kind kind) {
+  return (kind >= 0 && kind < TSR_COMM_N_KINDS) ? c->ops[kind] : 0;
+}
+
+const char *tsr_comm_kind_name(tsr_comm_kind kind) {
+  return (kind >= 0 && kind < TSR_COMM_N_KINDS) ? kind_names[kind] : "?";
+}
+
+void tsr_comm_reset_counters(tsr_comm *c) {
+  memset(c->bytes, 0, sizeof c->bytes);
+  memset(c->ops, 0, sizeof c->ops);
+}
+
+static void tally(tsr_comm *c, tsr_comm_kind kind, double bytes) {
+  c->bytes[kind] += bytes;
+  c->ops[kind]++;
+}
+
+/* Ring cost per rank of an all-reduce of s bytes, and of a reduce-scatter or all-gather
+ * whose full buffer is s bytes. */
+static double ring_all_reduce(const tsr_comm *c, double s) {
+  return 2.0 * (c->size - 1) * s / c->size;
+}
+static double ring_half(const tsr_comm *c, double s) { return (c->size - 1) * s / c->size; }
+
+/* ------------------------------------------------------------------ argument checks */
+
+static int check_count(const tsr_comm *c, const char *op, size_t count) {
+  TSR_CHECK(count <= (size_t)INT_MAX, TSR_ERR,
+            "%s on '%s': %zu elements is more than one MPI call takes (%d); split the buffer",
+            op, c->name, count, INT_MAX);
+  return 0;
+}
+
+static int check_peer(const tsr_comm *c, const char *op, int peer, int tag) {
+  TSR_CHECK(peer >= 0 && peer < c->size && peer != c->rank, TSR_ERR,
+            "%s on '%s' (rank %d of %d): peer %d is not another rank of the group", op, c->name,
+            c->rank, c->size, peer);
+  TSR_CHECK(tag >= 0 && tag <= 32767, TSR_ERR, "%s on '%s': tag %d is outside 0..32767", op,
+            c->name, tag); /* 32767 is the smallest MPI_TAG_UB the standard allows */
+  return 0;
+}
+
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+  uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/* ------------------------------------------------------------------ requests */
+
+static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handle *h) {
+  struct tsr_comm_request *r = c->free_list;
+  if (r) {
+    c->free_list = r->next;
+  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+    MPI_Wait(&req, MPI_STATUS_IGNORE); /* never leave an operation nobody can complete */
+    tsr_error("out of memory for a request on '%s'", c->name);
+    return TSR_ERR;
+  }
+  r->req = req;
+  r->comm = c;
+  r->kind = kind;
+  r->recv_bytes = 0;
+  r->peer = -1;
+  r->next = NULL;
+  c->in_flight++;
+  *h = r;
+  return 0;
+}
+
+int tsr_comm_wait(tsr_comm_handle *h) {
+  if (!h || !*h) return 0;
+  struct tsr_comm_request *r = *h;
+  tsr_comm *c = r->comm;
+  MPI_Status st;
+  int rc = MPI_Wait(&r->req, &st);
+  int bad_size = 0, got = -1;
+  if (rc == MPI_SUCCESS && r->kind == TSR_COMM_RECV) {
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    bad_size = (size_t)got != r->recv_bytes;
+  }
+  const tsr_comm_kind kind = r->kind;
+  const int peer = r->peer;
+  const size_t want = r->recv_bytes;
+  r->next = c->free_list;
+  c->free_list = r;
+  c->in_flight--;
+  *h = NULL;
+  if (rc != MPI_SUCCESS) {
+    char what[96];
+    snprintf(what, sizeof what, "MPI_Wait (%s on '%s')", kind_names[kind], c->name);
+    tsr_mpi_error(__FILE__, __LINE__, __func__, what, rc);
+    return TSR_ERR;
+  }
+  TSR_CHECK(!bad_size, TSR_ERR, "recv on '%s': rank %d sent %d bytes, %zu were expected",
+            c->name, peer, got, want);
+  return 0;
+}
+
+int tsr_comm_waitall(int n, tsr_comm_handle *h) {
+  int first = 0;
+  for (int i = 0; i < n; i++) { /* MPI progresses every posted operation meanwhile */
+    int rc = tsr_comm_wait(&h[i]);
+    if (rc && !first) first = rc;
+  }
+  return first;
+}
+
+/* ------------------------------------------------------------------ all-reduce */
+
+int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count) {
+  TSR_CALL(check_count(c, "all_reduce", count));
+  tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
+  if (c->size == 1 || count == 0) return 0;
+  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm));
+  return 0;
+}
+
+int tsr_comm_iall_reduce(tsr_comm *c, float *buf, size_t count, tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(check_count(c, "iall_reduce", count));
+  tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
+  if (c->size == 1 || count == 0) return 0;
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req));
+  return post(c, req, TSR_COMM_ALL_REDUCE, h);
+}
+
+/* ------------------------------------------------------------------ reduce-scatter */
+
+static int reduce_scatter_args(tsr_comm *c, const char *op, const float *send, float *recv,
+                               size_t recv_count) {
+  TSR_CALL(check_count(c, op, recv_count));
+  TSR_CHECK(!overlap(send, sizeof(float) * recv_count * c->size, recv,
+                     sizeof(float) * recv_count),
+            TSR_ERR, "%s on '%s': send and recv buffers overlap", op, c->name);
+  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)recv_count * c->size));
+  if (c->size == 1 && recv_count) memcpy(recv, send, sizeof(float) * recv_count);
+  return 0;
+}
+
+int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count) {
+  TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count));
+  if (c->size == 1 || recv_count == 0) return 0;
+  TSR_MPI_CALL(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
+                                        c->comm));
+  return 0;
+}
+
+int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count,
+                             tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(reduce_scatter_args(c, "ireduce_scatter", send, recv, recv_count));
+  if (c->size == 1 || recv_count == 0) return 0;
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Ireduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
+                                         c->comm, &req));
+  return post(c, req, TSR_COMM_REDUCE_SCATTER, h);
+}
+
+/* ------------------------------------------------------------------ all-gather */
+
+/* Sets *in_place when send is already this rank's block of recv (ZeRO-3 gathers into
+ * the full buffer that holds the local shard). */
+static int all_gather_args(tsr_comm *c, const char *op, const float *send, float *recv,
+                           size_t send_count, int *in_place) {
+  TSR_CALL(check_count(c, op, send_count));
+  *in_place = send == recv + (size_t)c->rank * send_count;
+  TSR_CHECK(*in_place || !overlap(send, sizeof(float) * send_count, recv,
+                                  sizeof(float) * send_count * c->size),
+            TSR_ERR, "%s on '%s': send overlaps recv without being this rank's block", op,
+            c->name);
+  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)send_count * c->size));
+  if (c->size == 1 && !*in_place && send_count) memcpy(recv, send, sizeof(float) * send_count);
+  return 0;
+}
+
+int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send_count) {
+  int in_place;
+  TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, &in_place));
+  if (c->size == 1 || send_count == 0) return 0;
+  TSR_MPI_CALL(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
+                             (int)send_count, MPI_FLOAT, c->comm));
+  return 0;
+}
+
+int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t send_count,
+                         tsr_comm_handle *h) {
+  *h = NULL;
+  int in_place;
+  TSR_CALL(all_gather_args(c, "iall_gather", send, recv, send_count, &in_place));
+  if (c->size == 1 || send_count == 0) return 0;
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
+                              (int)send_count, MPI_FLOAT, c->comm, &req));
+  return post(c, req, TSR_COMM_ALL_GATHER, h);
+}
+
+/* ------------------------------------------------------------------ uneven blocks */
+
+/* A request whose counts/displs arrays (size of the group) outlive the call, as MPI
+ * requires of non-blocking v-collectives.  The arrays stay with the recycled request. */
+static struct tsr_comm_request *take_request(tsr_comm *c) {
+  struct tsr_comm_request *r = c->free_list;
+  if (r) {
+    c->free_list = r->next;
+  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+    return NULL;
+  }
+  if (!r->counts) {
+    r->counts = tsr_calloc((size_t)c->size, sizeof(int));
+    r->displs = tsr_calloc((size_t)c->size, sizeof(int));
+  }
+  if (!r->counts || !r->displs) {
+    r->next = c->free_list;
+    c->free_list = r;
+    return NULL;
+  }
+  return r;
+}
+
+static int fill_counts(tsr_comm *c, const char *op, const size_t *counts, int *ic, int *id,
+                       size_t *total) {
+  size_t t = 0;
+  for (int i = 0; i < c->size; i++) {
+    TSR_CHECK(counts[i] <= (size_t)INT_MAX && t <= (size_t)INT_MAX - counts[i], TSR_ERR,
+              "%s on '%s': blocks add up to more than one MPI call takes; split the buffer", op,
+              c->name);
+    ic[i] = (int)counts[i];
+    id[i] = (int)t;
+    t += counts[i];
+  }
+  *total = t;
+  return 0;
+}
+
+static int post_v(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_comm_kind kind,
+                  tsr_comm_handle *h) {
+  r->req = req;
+  r->comm = c;
+  r->kind = kind;
+  r->recv_bytes = 0;
+  r->peer = -1;
+  r->next = NULL;
+  c->in_flight++;
+  *h = r;
+  return 0;
+}
+
+int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                               tsr_comm_handle *h) {
+  *h = NULL;
+  struct tsr_comm_request *r = take_request(c);
+  TSR_CHECK(r, TSR_ERR, "out of memory for a request on '%s'", c->name);
+  size_t total;
+  int rc = fill_counts(c, "ireduce_scatter_v", counts, r->counts, r->displs, &total);
+  if (!rc && overlap(send, sizeof(float) * total, recv, sizeof(float) * counts[c->rank])) {
+    tsr_error("ireduce_scatter_v on '%s': send and recv buffers overlap", c->name);
+    rc = TSR_ERR;
+  }
+  if (rc || c->size == 1 || total == 0) {
+    if (!rc) {
+      tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
+      if (c->size == 1 && total) memcpy(recv, send, sizeof(float) * total);
+    }
+    r->next = c->free_list;
+    c->free_list = r;
+    return rc;
+  }
+  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
+  MPI_Request req;
+  int mrc = MPI_Ireduce_scatter(send, recv, r->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
+  if (mrc != MPI_SUCCESS) {
+    r->next = c->free_list;
+    c->free_list = r;
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Ireduce_scatter", mrc);
+    return TSR_ERR;
+  }
+  return post_v(c, r, req, TSR_COMM_REDUCE_SCATTER, h);
+}
+
+int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                           tsr_comm_handle *h) {
+  *h = NULL;
+  struct tsr_comm_request *r = take_request(c);
+  TSR_CHECK(r, TSR_ERR, "out of memory for a request on '%s'", c->name);
+  size_t total;
+  int rc = fill_counts(c, "iall_gather_v", counts, r->counts, r->displs, &total);
+  const int in_place = !rc && send == recv + r->displs[c->rank];
+  if (!rc && !in_place &&
+      overlap(send, sizeof(float) * counts[c->rank], recv, sizeof(float) * total)) {
+    tsr_error("iall_gather_v on '%s': send overlaps recv without being this rank's block",
+              c->name);
+    rc = TSR_ERR;
+  }
+  if (rc || c->size == 1 || total == 0) {
+    if (!rc) {
+      tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
+      if (c->size == 1 && !in_place && total) memcpy(recv, send, sizeof(float) * total);
+    }
+    r->next = c->free_list;
+    c->free_list = r;
+    return rc;
+  }
+  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
+  MPI_Request req;
+  int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], MPI_FLOAT, recv,
+                            r->counts, r->displs, MPI_FLOAT, c->comm, &req);
+  if (mrc != MPI_SUCCESS) {
+    r->next = c->free_list;
+    c->free_list = r;
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Iallgatherv", mrc);
+    return TSR_ERR;
+  }
+  return post_v(c, r, req, TSR_COMM_ALL_GATHER, h);
+}
+
+int tsr_comm_reduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts) {
+  tsr_comm_handle h;
+  TSR_CALL(tsr_comm_ireduce_scatter_v(c, send, recv, counts, &h));
+  return tsr_comm_wait(&h);
+}
+
+int tsr_comm_all_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts) {
+  tsr_comm_handle h;
+  TSR_CALL(tsr_comm_iall_gather_v(c, send, recv, counts, &h));
+  return tsr_comm_wait(&h);
+}
+
+/* ------------------------------------------------------------------ broadcast */
+
+static int broadcast_args(tsr_comm *c, const char *op, size_t bytes, int root) {
+  TSR_CALL(check_count(c, op, bytes));
+  TSR_CHECK(root >= 0 && root < c->size, TSR_ERR, "%s on '%s': root %d is not a rank of 0..%d",
+            op, c->name, root, c->size - 1);
+  tally(c, TSR_COMM_BROADCAST, c->rank == root ? 0.0 : (double)bytes);
+  return 0;
+}
+
+int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root) {
+  TSR_CALL(broadcast_args(c, "broadcast", bytes, root));
+  if (c->size == 1 || bytes == 0) return 0;
+  TSR_MPI_CALL(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm));
+  return 0;
+}
+
+int tsr_comm_ibroadcast(tsr_comm *c, void *buf, size_t bytes, int root, tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(broadcast_args(c, "ibroadcast", bytes, root));
+  if (c->size == 1 || bytes == 0) return 0;
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req));
+  return post(c, req, TSR_COMM_BROADCAST, h);
+}
+
+/* ------------------------------------------------------------------ send / recv */
+
+int tsr_comm_send(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag) {
+  TSR_CALL(check_count(c, "send", bytes));
+  TSR_CALL(check_peer(c, "send", peer, tag));
+  tally(c, TSR_COMM_SEND, (double)bytes);
+  TSR_MPI_CALL(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm));
+  return 0;
+}
+
+int tsr_comm_recv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag) {
+  TSR_CALL(check_count(c, "recv", bytes));
+  TSR_CALL(check_peer(c, "recv", peer, tag));
+  tally(c, TSR_COMM_RECV, (double)bytes);
+  MPI_Status st;
+  int got = -1;
+  TSR_MPI_CALL(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &st));
+  TSR_MPI_CALL(MPI_Get_count(&st, MPI_BYTE, &got));
+  TSR_CHECK((size_t)got == bytes, TSR_ERR,
+            "recv on '%s': rank %d sent %d bytes with tag %d, %zu were expected", c->name, peer,
+            got, tag, bytes);
+  return 0;
+}
+
+int tsr_comm_isend(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                   tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(check_count(c, "isend", bytes));
+  TSR_CALL(check_peer(c, "isend", peer, tag));
+  tally(c, TSR_COMM_SEND, (double)bytes);
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));
+  return post(c, req, TSR_COMM_SEND, h);
+}
+
+int tsr_comm_irecv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag, tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(check_count(c, "irecv", bytes));
+  TSR_CALL(check_peer(c, "irecv", peer, tag));
+  tally(c, TSR_COMM_RECV, (double)bytes);
+  MPI_Request req;
+  TSR_MPI_CALL(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));
+  TSR_CALL(post(c, req, TSR_COMM_RECV, h));
+  (*h)->recv_bytes = bytes;
+  (*h)->peer = peer;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ scalars */
+
+static MPI_Op mpi_op(tsr_comm_op op) {
+  return op == TSR_COMM_MAX ? MPI_MAX : op == TSR_COMM_MIN ? MPI_MIN : MPI_SUM;
+}
+
+int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op op) {
+  TSR_CALL(check_count(c, "all_reduce_double", count));
+  tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(double) * (double)count));
+  if (c->size == 1 || count == 0) return 0;
+  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm));
+  return 0;
+}
+
+int tsr_comm_all_reduce_int(tsr_comm *c, int *x, size_t count, tsr_comm_op op) {
+  TSR_CALL(check_count(c, "all_reduce_int", count));
+  tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(int) * (double)count));
+  if (c->size == 1 || count == 0) return 0;
+  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm));
+  return 0;
+}
+
+int tsr_comm_sum_ordered(tsr_comm *c, double x, double *sum) {
+  tally(c, TSR_COMM_SCALAR, ring_half(c, (double)sizeof(double) * c->size));
+  if (c->size == 1) {
+    *sum = x;
+    return 0;
+  }
+  double stack[64], *all = c->size <= 64 ? stack : tsr_calloc((size_t)c->size, sizeof(double));
+  TSR_CHECK(all, TSR_ERR, "out of memory in sum_ordered on '%s'", c->name);
+  int rc = MPI_Allgather(&x, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->comm);
+  double s = 0;
+  for (int i = 0; i < c->size; i++) s += all[i];
+  if (all != stack) tsr_free(&all);
+  if (rc != MPI_SUCCESS) {
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Allgather", rc);
+    return TSR_ERR;
+  }
+  *sum = s;
+  return 0;
+}
+
+int tsr_comm_barrier(tsr_comm *c) {
+  if (c->size == 1) return 0;
+  TSR_MPI_CALL(MPI_Barrier(c->comm));
+  return 0;
+}

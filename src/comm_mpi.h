@@ -1,0 +1,33 @@
+/* comm_mpi.h — the MPI side of comm: make a group from an MPI communicator, get it back,
+ * and the checking macro every MPI call goes through.  Only grid.c, comm.c and the
+ * driver include this; model code includes comm.h alone. */
+#ifndef TSR_COMM_MPI_H
+#define TSR_COMM_MPI_H
+
+#include <mpi.h>
+
+#include "comm.h"
+#include "util.h"
+
+/* Duplicates `comm` (collective over it), names the copy (also for MPI tools) and sets
+ * MPI_ERRORS_RETURN on it so failures come back to TSR_MPI_CALL instead of aborting. */
+int tsr_comm_create(tsr_comm **out, MPI_Comm comm, const char *name);
+
+/* The group's own (duplicated) communicator; it stays owned by the group. */
+MPI_Comm tsr_comm_mpi(const tsr_comm *c);
+
+/* Prints "file:line func: CALL failed: <MPI error class and string>". */
+void tsr_mpi_error(const char *file, int line, const char *func, const char *call, int rc);
+
+/* Check an MPI call; on failure report it and return TSR_ERR from the calling function.
+ * (Prefixed: the MPI_ namespace belongs to the MPI standard.) */
+#define TSR_MPI_CALL(call)                                         \
+  do {                                                             \
+    int tsr_mpi_rc_ = (call);                                      \
+    if (tsr_mpi_rc_ != MPI_SUCCESS) {                              \
+      tsr_mpi_error(__FILE__, __LINE__, __func__, #call, tsr_mpi_rc_); \
+      return TSR_ERR;                                              \
+    }                                                              \
+  } while (0)
+
+#endif

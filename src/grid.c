@@ -1,0 +1,426 @@
+/* grid.c — the tp x dp x pp process grid: layout checks, node detection, the
+ * communicators of grid.h, and the layout table rank 0 logs.
+ *
+ * Every layout check is computed by every rank from the same inputs (the broadcast
+ * config, the world size and, when detected, the node map that all ranks gathered), so
+ * all ranks reach the same verdict and return together: a bad layout never leaves a rank
+ * waiting in a collective.  Only rank 0 prints the message. */
+#include "grid.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "util.h"
+
+/* One message from rank 0; every rank returns TSR_ERR_INPUT. */
+static int layout_error(int rank, const char *fmt, ...) TSR_PRINTF(2, 3);
+static int layout_error(int rank, const char *fmt, ...) {
+  if (rank == 0) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tsr_error("bad parallel layout: %s", msg);
+  }
+  return TSR_ERR_INPUT;
+}
+
+/* Ranks per node from MPI_COMM_TYPE_SHARED.  Every rank learns every rank's node (the
+ * lowest world rank on it), then checks that nodes are equal, consecutive blocks. */
+static int detect_nodes(const tsr_comm *world, int *ranks_per_node) {
+  MPI_Comm w = tsr_comm_mpi(world), shm;
+  int rank = tsr_comm_rank(world), size = tsr_comm_size(world);
+  TSR_MPI_CALL(MPI_Comm_split_type(w, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm));
+  int leader = rank; /* key = world rank, so local rank 0 is the node's lowest world rank */
+  int rc = MPI_Bcast(&leader, 1, MPI_INT, 0, shm);
+  MPI_Comm_free(&shm);
+  if (rc != MPI_SUCCESS) {
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Bcast(&leader, ..., shm)", rc);
+    return TSR_ERR;
+  }
+  int *leaders = tsr_calloc((size_t)size, sizeof(int));
+  TSR_CHECK(leaders, TSR_ERR, "out of memory for the node map of %d ranks", size);
+  rc = MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, w);
+  if (rc != MPI_SUCCESS) {
+    tsr_free(&leaders);
+    tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Allgather(&leader, ...)", rc);
+    return TSR_ERR;
+  }
+  int rpn = 0;
+  while (rpn < size && leaders[rpn] == 0) rpn++;
+  rc = 0;
+  if (size % rpn) {
+    rc = layout_error(rank,
+                      "the first node holds %d ranks, which does not divide the world size %d: "
+                      "start the same number of ranks on every node, or set &parallel "
+                      "ranks_per_node", rpn, size);
+  } else {
+    for (int r = 0; r < size && !rc; r++) {
+      if (leaders[r] != r / rpn * rpn)
+        rc = layout_error(rank,
+                          "world rank %d shares a node with world rank %d, but every node must "
+                          "hold %d consecutive ranks (as the first node does): place ranks in "
+                          "blocks (mpirun --map-by slot, srun --distribution=block), or set "
+                          "&parallel ranks_per_node", r, leaders[r], rpn);
+    }
+  }
+  tsr_free(&leaders);
+  *ranks_per_node = rpn;
+  return rc;
+}
+
+/* shard_size for shard_scope 'node': the ranks of a dp group on one node must form equal
+ * runs, the same for every dp group. */
+static int node_shard_size(const tsr_grid *g, int *shard) {
+  int want = 0;
+  for (int p = 0; p < g->pp; p++) {
+    for (int t = 0; t < g->tp; t++) {
+      int run = 0, run_node = -1;
+      for (int d = 0; d <= g->dp; d++) {
+        int n = d < g->dp ? (p * g->dp * g->tp + d * g->tp + t) / g->ranks_per_node : -1;
+        if (n == run_node) {
+          run++;
+          continue;
+        }
+        if (run_node >= 0) {
+          if (!want) want = run;
+          if (run != want)
+            return layout_error(
+                g->world_rank,
+                "parallel.shard_scope = 'node' needs every dp group spread evenly over nodes, "
+                "but the dp group of pp rank %d, tp rank %d has %d ranks on node %d where "
+                "others have %d (dp %d x tp %d = %d ranks per pipeline stage, %d ranks per "
+                "node; one must divide the other): use shard_scope 'global' or a number",
+                p, t, run, run_node, want, g->dp, g->tp, g->dp * g->tp, g->ranks_per_node);
+        }
+        run_node = n;
+        run = 1;
+      }
+    }
+  }
+  *shard = want;
+  return 0;
+}
+
+static int check_layout(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
+  const tsr_parallel_config *pc = &cfg->parallel;
+  const tsr_train_config *tc = &cfg->train;
+  const int rank = g->world_rank, ws = g->world_size;
+
+  if (pc->tp < 1 || pc->pp < 1)
+    return layout_error(rank, "parallel.tp = %lld and parallel.pp = %lld must be at least 1",
+                        (long long)pc->tp, (long long)pc->pp);
+  if (pc->tp > ws || pc->pp > ws || pc->tp * pc->pp > ws)
+    return layout_error(rank, "world size %d is not divisible by parallel.tp * parallel.pp = "
+                        "%lld (tp %lld x pp %lld): start a multiple of %lld ranks, or change "
+                        "tp / pp", ws, (long long)(pc->tp * pc->pp), (long long)pc->tp,
+                        (long long)pc->pp, (long long)(pc->tp * pc->pp));
+  if (tc->micro_batch < 1 || tc->global_batch < 1)
+    return layout_error(rank, "train.micro_batch = %lld and train.global_batch = %lld must be "
+                        "positive", (long long)tc->micro_batch, (long long)tc->global_batch);
+  g->tp = (int)pc->tp;
+  g->pp = (int)pc->pp;
+  if (ws % (g->tp * g->pp))
+    return layout_error(rank, "world size %d is not divisible by parallel.tp * parallel.pp = %d "
+                        "(tp %d x pp %d): start a multiple of %d ranks, or change tp / pp",
+                        ws, g->tp * g->pp, g->tp, g->pp, g->tp * g->pp);
+  g->dp = ws / (g->tp * g->pp);
+  if (tc->global_batch % (tc->micro_batch * g->dp))
+    return layout_error(rank, "train.global_batch = %lld is not divisible by train.micro_batch "
+                        "* dp = %lld (micro_batch %lld x dp %d; dp = world size %d / (tp %d x "
+                        "pp %d))", (long long)tc->global_batch,
+                        (long long)(tc->micro_batch * g->dp), (long long)tc->micro_batch, g->dp,
+                        ws, g->tp, g->pp);
+
+  if (pc->ranks_per_node > 0) {
+    if (pc->ranks_per_node > ws || ws % pc->ranks_per_node)
+      return layout_error(rank, "parallel.ranks_per_node = %lld does not divide the world size "
+                          "%d", (long long)pc->ranks_per_node, ws);
+    g->ranks_per_node = (int)pc->ranks_per_node;
+    g->ranks_per_node_from_deck = 1;
+  } else {
+    TSR_CALL(detect_nodes(world, &g->ranks_per_node));
+  }
+  const char *from = g->ranks_per_node_from_deck ? "parallel.ranks_per_node" : "detected";
+  if (g->tp > g->ranks_per_node)
+    return layout_error(rank, "parallel.tp = %d is larger than the %d ranks per node (%s): a "
+                        "tensor-parallel group must live inside one node", g->tp,
+                        g->ranks_per_node, from);
+  if (g->ranks_per_node % g->tp)
+    return layout_error(rank, "parallel.tp = %d does not divide the %d ranks per node (%s): "
+                        "the tensor-parallel group of world ranks %d..%d would span nodes %d "
+                        "and %d", g->tp, g->ranks_per_node, from,
+                        g->ranks_per_node / g->tp * g->tp,
+                        g->ranks_per_node / g->tp * g->tp + g->tp - 1, 0, 1);
+  g->n_nodes = ws / g->ranks_per_node;
+
+  snprintf(g->shard_scope, sizeof g->shard_scope, "%s", pc->shard_scope);
+  if (!strcmp(pc->shard_scope, "global")) {
+    g->shard_size = g->dp;
+  } else if (!strcmp(pc->shard_scope, "node")) {
+    TSR_CALL(node_shard_size(g, &g->shard_size));
+  } else {
+    char *end = NULL;
+    long n = strtol(pc->shard_scope, &end, 10);
+    if (!pc->shard_scope[0] || *end || n < 1)
+      return layout_error(rank, "parallel.shard_scope = '%s' is not 'global', 'node' or a "
+                          "positive number of ranks", pc->shard_scope);
+    if (n > g->dp || g->dp % n)
+      return layout_error(rank, "parallel.shard_scope = '%s' does not divide dp = %d (world "
+                          "size %d / (tp %d x pp %d))", pc->shard_scope, g->dp, ws, g->tp,
+                          g->pp);
+    g->shard_size = (int)n;
+  }
+  g->replicate_size = g->dp / g->shard_size;
+  return 0;
+}
+
+static int split(tsr_comm **out, const tsr_comm *world, int color, int key, const char *name) {
+  MPI_Comm sub;
+  TSR_MPI_CALL(MPI_Comm_split(tsr_comm_mpi(world), color, key, &sub));
+  int rc = tsr_comm_create(out, sub, name);
+  MPI_Comm_free(&sub);
+  return rc;
+}
+
+static int expect_group(const tsr_comm *c, int size, int rank) {
+  TSR_CHECK(c && tsr_comm_size(c) == size && tsr_comm_rank(c) == rank, TSR_ERR,
+            "internal: communicator '%s' is rank %d of %d, expected %d of %d",
+            c ? tsr_comm_name(c) : "?", c ? tsr_comm_rank(c) : -1, c ? tsr_comm_size(c) : -1,
+            rank, size);
+  return 0;
+}
+
+static int build(tsr_grid *g, const tsr_comm *world) {
+  const int w = g->world_rank, tp = g->tp, dp = g->dp;
+  g->tp_rank = w % tp;
+  g->dp_rank = w / tp % dp;
+  g->pp_rank = w / (tp * dp);
+  g->node = w / g->ranks_per_node;
+  g->local_rank = w % g->ranks_per_node;
+  g->shard_rank = g->dp_rank % g->shard_size;
+  g->replicate_rank = g->dp_rank / g->shard_size;
+  /* Colours number the groups in the order tsr_grid_log lists them. */
+  const int column = g->pp_rank * tp + g->tp_rank; /* which dp group */
+  TSR_CALL(split(&g->world, world, 0, w, "world"));
+  TSR_CALL(split(&g->tp_comm, world, g->pp_rank * dp + g->dp_rank, g->tp_rank, "tp"));
+  TSR_CALL(split(&g->pp_comm, world, g->dp_rank * tp + g->tp_rank, g->pp_rank, "pp"));
+  TSR_CALL(split(&g->dp_comm, world, column, g->dp_rank, "dp"));
+  TSR_CALL(split(&g->dp_shard, world, column * g->replicate_size + g->replicate_rank,
+                 g->shard_rank, "dp_shard"));
+  TSR_CALL(split(&g->dp_replicate, world, column * g->shard_size + g->shard_rank,
+                 g->replicate_rank, "dp_replicate"));
+  TSR_CALL(split(&g->node_comm, world, g->node, g->local_rank, "node"));
+  return 0;
+}
+
+/* Each group has the size and this rank the position the formulas say.  A mismatch is a
+ * bug, not bad input; the ranks agree on the verdict so none is left in a collective. */
+static int verify(const tsr_grid *g, const tsr_comm *world) {
+  int rc = expect_group(g->world, g->world_size, g->world_rank);
+  rc |= expect_group(g->tp_comm, g->tp, g->tp_rank);
+  rc |= expect_group(g->pp_comm, g->pp, g->pp_rank);
+  rc |= expect_group(g->dp_comm, g->dp, g->dp_rank);
+  rc |= expect_group(g->dp_shard, g->shard_size, g->shard_rank);
+  rc |= expect_group(g->dp_replicate, g->replicate_size, g->replicate_rank);
+  rc |= expect_group(g->node_comm, g->ranks_per_node, g->local_rank);
+  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, tsr_comm_mpi(world)));
+  return rc ? TSR_ERR : 0;
+}
+
+int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world) {
+  *out = NULL;
+  tsr_grid *g = tsr_calloc(1, sizeof *g);
+  TSR_CHECK(g, TSR_ERR, "out of memory for the grid");
+  g->world_rank = tsr_comm_rank(world);
+  g->world_size = tsr_comm_size(world);
+  int rc = check_layout(g, cfg, world);
+  if (!rc) rc = build(g, world);
+  if (!rc) rc = verify(g, world);
+  if (rc) {
+    tsr_grid_destroy(&g);
+    return rc;
+  }
+  *out = g;
+  return 0;
+}
+
+void tsr_grid_destroy(tsr_grid **gp) {
+  if (!gp || !*gp) return;
+  tsr_grid *g = *gp;
+  tsr_comm_destroy(&g->node_comm);
+  tsr_comm_destroy(&g->dp_replicate);
+  tsr_comm_destroy(&g->dp_shard);
+  tsr_comm_destroy(&g->dp_comm);
+  tsr_comm_destroy(&g->pp_comm);
+  tsr_comm_destroy(&g->tp_comm);
+  tsr_comm_destroy(&g->world);
+  tsr_free(gp);
+}
+
+/* ------------------------------------------------------------------ the layout table */
+
+enum { K_TP, K_PP, K_DP, K_SHARD, K_REPLICATE, K_NODE, N_KINDS };
+static const char *group_names[N_KINDS] = {"tp", "pp", "dp", "dp_shard", "dp_replicate", "node"};
+
+static int group_count(const tsr_grid *g, int kind) {
+  switch (kind) {
+  case K_TP: return g->pp * g->dp;
+  case K_PP: return g->dp * g->tp;
+  case K_DP: return g->pp * g->tp;
+  case K_SHARD: return g->pp * g->tp * g->replicate_size;
+  case K_REPLICATE: return g->pp * g->tp * g->shard_size;
+  default: return g->n_nodes;
+  }
+}
+
+static int group_size(const tsr_grid *g, int kind) {
+  switch (kind) {
+  case K_TP: return g->tp;
+  case K_PP: return g->pp;
+  case K_DP: return g->dp;
+  case K_SHARD: return g->shard_size;
+  case K_REPLICATE: return g->replicate_size;
+  default: return g->ranks_per_node;
+  }
+}
+
+/* World rank of member j of group i, groups numbered as the split colours in build(). */
+static int member(const tsr_grid *g, int kind, int i, int j) {
+  const int tp = g->tp, dp = g->dp, S = g->shard_size, R = g->replicate_size;
+  switch (kind) {
+  case K_TP: return (i / dp) * dp * tp + (i % dp) * tp + j;
+  case K_PP: return j * dp * tp + (i / tp) * tp + i % tp;
+  case K_DP: return (i / tp) * dp * tp + j * tp + i % tp;
+  case K_SHARD: {
+    int column = i / R, d = (i % R) * S + j;
+    return (column / tp) * dp * tp + d * tp + column % tp;
+  }
+  case K_REPLICATE: {
+    int column = i / S, d = j * S + i % S;
+    return (column / tp) * dp * tp + d * tp + column % tp;
+  }
+  default: return i * g->ranks_per_node + j;
+  }
+}
+
+enum { SHOW_GROUPS = 16, SHOW_MEMBERS = 8, LINE_WIDTH = 100 };
+
+/* Appends to a line and logs it when full; continuation lines are indented. */
+typedef struct {
+  char buf[512];
+  size_t len;
+} line;
+
+static void emit(line *l, const char *piece) {
+  size_t n = strlen(piece);
+  if (l->len + n + 1 > LINE_WIDTH && l->len > 30) {
+    tsr_log("%s", l->buf);
+    l->len = (size_t)snprintf(l->buf, sizeof l->buf, "grid: %28s", "");
+  }
+  l->len += (size_t)snprintf(l->buf + l->len, sizeof l->buf - l->len, " %s", piece);
+  if (l->len >= sizeof l->buf) l->len = sizeof l->buf - 1;
+}
+
+/* A sequence given by element(k), k < n, written compactly: "0,1,2" when short,
+ * "0-7" or "0,8,…,56" when evenly spaced, else the first SHOW_MEMBERS then "…(n)". */
+typedef int (*element_fn)(const tsr_grid *g, int kind, int i, int k);
+
+static size_t format_seq(char *s, size_t len, const tsr_grid *g, int kind, int i, int n,
+                         element_fn element) {
+  int even = n >= 4;
+  for (int k = 2; k < n && even; k++)
+    even = element(g, kind, i, k) - element(g, kind, i, k - 1) ==
+           element(g, kind, i, 1) - element(g, kind, i, 0);
+  if (even && element(g, kind, i, 1) - element(g, kind, i, 0) == 1)
+    return (size_t)snprintf(s, len, "%d-%d", element(g, kind, i, 0), element(g, kind, i, n - 1));
+  if (even)
+    return (size_t)snprintf(s, len, "%d,%d,…,%d", element(g, kind, i, 0),
+                            element(g, kind, i, 1), element(g, kind, i, n - 1));
+  size_t k = 0;
+  for (int j = 0; j < n && j < SHOW_MEMBERS && k < len; j++)
+    k += (size_t)snprintf(s + k, len - k, "%s%d", j ? "," : "", element(g, kind, i, j));
+  if (n > SHOW_MEMBERS && k < len) k += (size_t)snprintf(s + k, len - k, ",…(%d)", n);
+  return k;
+}
+
+static int node_of_member(const tsr_grid *g, int kind, int i, int k) {
+  return member(g, kind, i, k) / g->ranks_per_node;
+}
+
+/* The j-th distinct node of group i, in member order (members are in increasing rank
+ * order, so a node's members are adjacent). */
+static int nth_node(const tsr_grid *g, int kind, int i, int j) {
+  int seen = 0, last = -1;
+  for (int k = 0; k < group_size(g, kind); k++) {
+    int n = node_of_member(g, kind, i, k);
+    if (n != last && seen++ == j) return n;
+    last = n;
+  }
+  return last;
+}
+
+static int distinct_nodes(const tsr_grid *g, int kind, int i) {
+  int count = 0, last = -1;
+  for (int k = 0; k < group_size(g, kind); k++) {
+    int n = node_of_member(g, kind, i, k);
+    count += n != last;
+    last = n;
+  }
+  return count;
+}
+
+/* "{0-3}@n0" on one node; "{0@n0,4@n1}" for a small group over nodes; for a larger one
+ * the members and the nodes they span, "{0,512,…,3584}@n{0,64,…,448}". */
+static void format_group(const tsr_grid *g, int kind, int i, char *s, size_t len) {
+  const int n = group_size(g, kind), nodes = distinct_nodes(g, kind, i);
+  size_t k;
+  if (nodes > 1 && n <= 4) {
+    k = (size_t)snprintf(s, len, "{");
+    for (int j = 0; j < n && k < len; j++) {
+      int r = member(g, kind, i, j);
+      k += (size_t)snprintf(s + k, len - k, "%s%d@n%d", j ? "," : "", r, r / g->ranks_per_node);
+    }
+    if (k < len) snprintf(s + k, len - k, "}");
+    return;
+  }
+  k = (size_t)snprintf(s, len, "{");
+  if (k < len) k += format_seq(s + k, len - k, g, kind, i, n, member);
+  if (k < len && nodes == 1) {
+    snprintf(s + k, len - k, "}@n%d", node_of_member(g, kind, i, 0));
+  } else if (k < len) {
+    k += (size_t)snprintf(s + k, len - k, "}@n{");
+    if (k < len) k += format_seq(s + k, len - k, g, kind, i, nodes, nth_node);
+    if (k < len) snprintf(s + k, len - k, "}");
+  }
+}
+
+void tsr_grid_log(const tsr_grid *g) {
+  if (!g || g->world_rank != 0) return;
+  tsr_log("grid: world %d = tp %d x dp %d x pp %d on %d node%s x %d ranks (%s)", g->world_size,
+          g->tp, g->dp, g->pp, g->n_nodes, g->n_nodes == 1 ? "" : "s", g->ranks_per_node,
+          g->ranks_per_node_from_deck ? "parallel.ranks_per_node" : "detected");
+  tsr_log("grid: dp %d = dp_shard %d x dp_replicate %d (shard_scope '%s')", g->dp,
+          g->shard_size, g->replicate_size, g->shard_scope);
+  tsr_log("grid: %-12s %15s world ranks{…}@node", "group", "groups x size  ");
+  for (int kind = 0; kind < N_KINDS; kind++) {
+    const int n = group_count(g, kind), shown = n < SHOW_GROUPS ? n : SHOW_GROUPS;
+    line l;
+    l.len = (size_t)snprintf(l.buf, sizeof l.buf, "grid: %-12s %6d x %-6d ", group_names[kind],
+                             n, group_size(g, kind));
+    for (int i = 0; i < shown; i++) {
+      char s[256];
+      format_group(g, kind, i, s, sizeof s);
+      emit(&l, s);
+    }
+    if (shown < n) {
+      char s[64];
+      snprintf(s, sizeof s, "… (%d more)", n - shown);
+      emit(&l, s);
+    }
+    tsr_log("%s", l.buf);
+  }
+}

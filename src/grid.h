@@ -1,0 +1,52 @@
+/* grid.h — the 3D process grid (tp x dp x pp) and its communicators.
+ *
+ * Rank order is tp fastest, then dp, then pp:
+ *     world rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+ * so the tp ranks of a group are consecutive and, with tp dividing the ranks per node,
+ * live inside one node.  dp = world size / (tp * pp).
+ *
+ * Nodes are consecutive blocks of ranks_per_node world ranks (node = world_rank /
+ * ranks_per_node), detected with MPI_COMM_TYPE_SHARED or set by &parallel
+ * ranks_per_node to lay out several "nodes" on one machine.
+ *
+ * The dp group is split for hybrid sharding (HSDP) by &parallel shard_scope:
+ *   'global'  dp_shard = the whole dp group, dp_replicate = this rank alone
+ *   'node'    dp_shard = the ranks of this dp group on this node
+ *   'N'       dp_shard = N consecutive dp ranks (N divides dp)
+ * dp_replicate = the dp ranks that hold the same position in their dp_shard group, so
+ *   dp_rank = replicate_rank * shard_size + shard_rank,  dp = shard_size * replicate_size.
+ *
+ * This header does not include mpi.h: model code may read the grid.  The driver makes
+ * the world group with tsr_comm_create (comm_mpi.h) and passes it in. */
+#ifndef TSR_GRID_H
+#define TSR_GRID_H
+
+#include "comm.h"
+#include "config.h"
+
+typedef struct tsr_grid {
+  int world_rank, world_size;
+  int tp, pp, dp;
+  int tp_rank, pp_rank, dp_rank;
+  int node, n_nodes, ranks_per_node, local_rank;
+  int ranks_per_node_from_deck; /* 1: &parallel ranks_per_node, 0: detected */
+  int shard_size, shard_rank, replicate_size, replicate_rank;
+  char shard_scope[32]; /* as given: "global", "node" or a number */
+  tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *dp_shard, *dp_replicate, *node_comm;
+} tsr_grid;
+
+/* Collective over `world`.  Checks the layout (every rank reaches the same verdict from
+ * the same inputs, so a bad layout never hangs): world size divisible by tp * pp,
+ * train.global_batch divisible by train.micro_batch * dp, ranks_per_node dividing the
+ * world size, tp dividing ranks_per_node, shard_scope dividing dp.  On a bad layout
+ * rank 0 prints one message, and every rank returns TSR_ERR_INPUT with *out = NULL. */
+int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world);
+
+/* Rank 0 logs the layout: a summary line and, per kind of group, which world ranks form
+ * each group and which node they are on (the first 16 groups and 16 members, then "…").
+ * Reads only the integer fields, so it needs no communication. */
+void tsr_grid_log(const tsr_grid *g);
+
+void tsr_grid_destroy(tsr_grid **g); /* collective; NULLs *g */
+
+#endif

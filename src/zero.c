@@ -1,0 +1,407 @@
+/* zero.c — ZeRO stages 0-3 with hybrid sharding, as the model's parameter/gradient
+ * provider (see zero.h for the stages).
+ *
+ * Buckets are the model's units (embedding block, each layer, head block): a unit's
+ * gradient is final for the micro-batch when the model releases it, and its reduction
+ * starts right then, non-blocking.  Because shards are contiguous ranges of the flat
+ * buffer and units are too, unit u meets shard r in count[u][r] elements (often zero):
+ * the unit's reduce-scatter and all-gather use those uneven blocks, and this rank's
+ * piece of unit u sits at a fixed place in its shard, disjoint from other units'.
+ *
+ * Stage 2-3 unit buffers live in small pools of slots: gradient slots (a unit's
+ * gradient of one micro-batch, then in flight to the shard accumulator) and, at stage
+ * 3, parameter slots (a gathered unit, or one being prefetched).  Sizes are fixed at
+ * setup; nothing is allocated inside a step. */
+#include "zero.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+#include "optim.h"
+#include "util.h"
+
+enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
+#define N_GRAD_SLOTS 3  /* tied embedding held + the unit in backward + one in flight */
+#define N_PARAM_SLOTS 4 /* tied embedding + current + prefetched + one spare */
+
+typedef struct {
+  float *buf;
+  int unit;
+  int state;
+  int refs;
+  int64_t age; /* order of posting, to complete the oldest first */
+  tsr_comm_handle h;
+} slot;
+
+struct tsr_zero {
+  const tsr_config *cfg;
+  const tsr_layout *lay;
+  tsr_model *model;
+  const tsr_grid *grid;
+  int stage;
+  tsr_comm *shard_comm;     /* the group a shard is split over (dp for stage 0) */
+  tsr_comm *replicate_comm; /* copies of a shard (stages 1-3 with hybrid sharding) */
+  int S, shard_rank;
+  int64_t n, s0, s1; /* flat length, this rank's shard [s0, s1) */
+  int n_units;
+  tsr_unit *units;
+  size_t *counts; /* [n_units][S]: elements of unit u in shard r */
+  int64_t max_unit;
+  int last_micro;
+  int64_t age;
+
+  float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
+  float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
+  float *incoming;                 /* stages 2-3: landing area of the unit reductions */
+  float *param_shard;              /* stage 3: compute-precision parameters of the shard */
+  slot gslots[N_GRAD_SLOTS], pslots[N_PARAM_SLOTS];
+  tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
+  tsr_zero_memory mem;
+};
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* This rank's piece of unit u: [a, b) of the flat buffer (empty when a >= b). */
+static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
+  *a = max64(z->units[u].begin, z->s0);
+  *b = min64(z->units[u].end, z->s1);
+}
+
+static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
+
+void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid) {
+  const int64_t S = cfg->parallel.zero_stage == 0 ? grid->dp : grid->shard_size;
+  const int64_t q = 64 * S;
+  lay->n_flat = (lay->n_params + q - 1) / q * q;
+}
+
+/* ---------------------------------------------------------------- gradient slots */
+
+/* Complete a pending unit reduction and add this rank's piece into the shard. */
+static int finish_grad_slot(tsr_zero *z, slot *s) {
+  if (s->state != SLOT_PENDING) return 0;
+  TSR_CALL(tsr_comm_wait(&s->h));
+  int64_t a, b;
+  piece(z, s->unit, &a, &b);
+  if (a < b) tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  s->state = SLOT_FREE;
+  return 0;
+}
+
+static int finish_all_grad_slots(tsr_zero *z) {
+  for (;;) { /* oldest first, so reductions complete in the order they were posted */
+    slot *old = NULL;
+    for (int i = 0; i < N_GRAD_SLOTS; i++)
+      if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
+        old = &z->gslots[i];
+    if (!old) return 0;
+    TSR_CALL(finish_grad_slot(z, old));
+  }
+}
+
+static float *hook_grads_acquire(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  if (z->stage < 2) return tsr_model_grads(z->model) + z->units[u].begin;
+  slot *s = NULL;
+  for (int i = 0; i < N_GRAD_SLOTS && !s; i++)
+    if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
+  if (!s) { /* all busy: complete the oldest reduction and take its slot */
+    slot *old = NULL;
+    for (int i = 0; i < N_GRAD_SLOTS; i++)
+      if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
+        old = &z->gslots[i];
+    if (!old || finish_grad_slot(z, old)) return NULL;
+    s = old;
+  }
+  s->unit = u;
+  s->state = SLOT_IN_USE;
+  memset(s->buf, 0, (size_t)(z->units[u].end - z->units[u].begin) * sizeof(float));
+  return s->buf;
+}
+
+static int hook_grads_release(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  const tsr_unit *U = &z->units[u];
+  const size_t len = (size_t)(U->end - U->begin);
+  if (z->stage < 2) {
+    if (!z->last_micro) return 0; /* accumulate locally; reduce after the last micro-batch */
+    float *g = tsr_model_grads(z->model) + U->begin;
+    if (z->stage == 0) return tsr_comm_iall_reduce(z->shard_comm, g, len, &z->unit_handles[u]);
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, g, z->grad_shard + (a < b ? a - z->s0 : 0),
+                                      unit_counts(z, u), &z->unit_handles[u]);
+  }
+  for (int i = 0; i < N_GRAD_SLOTS; i++) {
+    slot *s = &z->gslots[i];
+    if (s->state != SLOT_IN_USE || s->unit != u) continue;
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    s->state = SLOT_PENDING;
+    s->age = z->age++;
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf,
+                                      z->incoming + (a < b ? a - z->s0 : 0), unit_counts(z, u),
+                                      &s->h);
+  }
+  tsr_error("zero: gradient of unit %d released but not acquired", u);
+  return TSR_ERR;
+}
+
+/* ---------------------------------------------------------------- parameter slots */
+
+static slot *find_pslot(tsr_zero *z, int u) {
+  for (int i = 0; i < N_PARAM_SLOTS; i++)
+    if (z->pslots[i].state != SLOT_FREE && z->pslots[i].unit == u) return &z->pslots[i];
+  return NULL;
+}
+
+/* Start gathering unit u into a free slot; NULL when no slot is free. */
+static slot *start_gather(tsr_zero *z, int u) {
+  slot *s = NULL;
+  for (int i = 0; i < N_PARAM_SLOTS && !s; i++)
+    if (z->pslots[i].state == SLOT_FREE) s = &z->pslots[i];
+  if (!s) return NULL;
+  int64_t a, b;
+  piece(z, u, &a, &b);
+  s->unit = u;
+  s->refs = 0;
+  s->state = SLOT_PENDING;
+  if (tsr_comm_iall_gather_v(z->shard_comm, z->param_shard + (a < b ? a - z->s0 : 0), s->buf,
+                             unit_counts(z, u), &s->h)) {
+    s->state = SLOT_FREE;
+    return NULL;
+  }
+  return s;
+}
+
+static const float *hook_params_acquire(void *ctx, int u, int next) {
+  tsr_zero *z = ctx;
+  if (z->stage < 3) return tsr_model_params(z->model) + z->units[u].begin;
+  slot *s = find_pslot(z, u);
+  if (!s && !(s = start_gather(z, u))) {
+    tsr_error("zero: no free parameter slot for unit %d", u);
+    return NULL;
+  }
+  if (s->state == SLOT_PENDING) {
+    if (tsr_comm_wait(&s->h)) return NULL;
+    s->state = SLOT_READY;
+  }
+  s->refs++;
+  if (next >= 0 && !find_pslot(z, next)) start_gather(z, next); /* prefetch, best effort */
+  return s->buf;
+}
+
+static int hook_params_release(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  if (z->stage < 3) return 0;
+  slot *s = find_pslot(z, u);
+  TSR_CHECK(s && s->refs > 0, TSR_ERR, "zero: parameters of unit %d released but not acquired",
+            u);
+  if (--s->refs == 0) s->state = SLOT_FREE; /* freed after use: gathered again when needed */
+  return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
+                    tsr_model *model, const tsr_grid *grid) {
+  *out = NULL;
+  tsr_zero *z = tsr_calloc(1, sizeof *z);
+  TSR_CHECK(z, TSR_ERR, "out of memory");
+  z->cfg = cfg;
+  z->lay = lay;
+  z->model = model;
+  z->grid = grid;
+  z->stage = (int)cfg->parallel.zero_stage;
+  /* Stage 0 keeps no shards; its "shard" is only this rank's slice for the norm. */
+  z->shard_comm = z->stage == 0 ? grid->dp_comm : grid->dp_shard;
+  z->replicate_comm = z->stage == 0 ? NULL : grid->dp_replicate;
+  z->S = tsr_comm_size(z->shard_comm);
+  z->shard_rank = tsr_comm_rank(z->shard_comm);
+  z->n = lay->n_flat;
+  int rc = TSR_ERR;
+  if (z->n % (64 * z->S) != 0) {
+    tsr_error("zero: flat length %lld is not padded to 64 x %d (call tsr_zero_pad_layout)",
+              (long long)z->n, z->S);
+    goto fail;
+  }
+  const int64_t len = z->n / z->S;
+  z->s0 = z->shard_rank * len;
+  z->s1 = z->s0 + len;
+  z->n_units = tsr_model_n_units(model);
+  z->units = tsr_calloc((size_t)z->n_units, sizeof *z->units);
+  z->counts = tsr_calloc((size_t)z->n_units * z->S, sizeof(size_t));
+  z->unit_handles = tsr_calloc((size_t)z->n_units, sizeof *z->unit_handles);
+  if (!z->units || !z->counts || !z->unit_handles) goto fail;
+  for (int u = 0; u < z->n_units; u++) {
+    z->units[u] = tsr_model_unit(model, u);
+    z->max_unit = max64(z->max_unit, z->units[u].end - z->units[u].begin);
+    for (int r = 0; r < z->S; r++) {
+      const int64_t a = max64(z->units[u].begin, r * len), b = min64(z->units[u].end, (r + 1) * len);
+      z->counts[(size_t)u * z->S + r] = a < b ? (size_t)(b - a) : 0;
+    }
+  }
+  TSR_CHECK(z->units[z->n_units - 1].end == z->n, TSR_ERR, "zero: units do not cover the buffer");
+
+  const size_t F = sizeof(float);
+  const size_t own = (size_t)(z->stage == 0 ? z->n : len);
+  if (!(z->master = tsr_calloc(own, F)) || !(z->adam_m = tsr_calloc(own, F)) ||
+      !(z->adam_v = tsr_calloc(own, F)))
+    goto fail;
+  z->mem.master = own * F;
+  z->mem.adam = 2 * own * F;
+  z->mem.params = z->stage < 3 ? (size_t)z->n * F : (size_t)len * F;
+  z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
+  if (z->stage >= 1) {
+    if (!(z->grad_shard = tsr_calloc((size_t)len, F))) goto fail;
+    z->mem.grads += (size_t)len * F;
+  }
+  if (z->stage >= 2) {
+    if (!(z->incoming = tsr_calloc((size_t)len, F))) goto fail;
+    z->mem.unit_bufs += (size_t)len * F;
+    for (int i = 0; i < N_GRAD_SLOTS; i++) {
+      if (!(z->gslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_unit * F;
+    }
+  }
+  if (z->stage >= 3) {
+    if (!(z->param_shard = tsr_calloc((size_t)len, F))) goto fail;
+    for (int i = 0; i < N_PARAM_SLOTS; i++) {
+      if (!(z->pslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_unit * F;
+    }
+  }
+  TSR_CHECK((z->stage < 3) == (tsr_model_params(model) != NULL) &&
+                (z->stage < 2) == (tsr_model_grads(model) != NULL),
+            TSR_ERR, "zero: the model's own buffers do not match stage %d", z->stage);
+  tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
+                           hook_grads_release};
+  tsr_model_set_hooks(model, &hooks);
+  *out = z;
+  return 0;
+fail:
+  tsr_zero_destroy(&z);
+  return rc;
+}
+
+void tsr_zero_destroy(tsr_zero **zp) {
+  if (!zp || !*zp) return;
+  tsr_zero *z = *zp;
+  if (z->model) tsr_model_set_hooks(z->model, NULL);
+  for (int i = 0; i < N_GRAD_SLOTS; i++) {
+    tsr_comm_wait(&z->gslots[i].h);
+    tsr_free(&z->gslots[i].buf);
+  }
+  for (int i = 0; i < N_PARAM_SLOTS; i++) {
+    tsr_comm_wait(&z->pslots[i].h);
+    tsr_free(&z->pslots[i].buf);
+  }
+  if (z->unit_handles) tsr_comm_waitall(z->n_units, z->unit_handles);
+  tsr_free(&z->unit_handles);
+  tsr_free(&z->units);
+  tsr_free(&z->counts);
+  tsr_free(&z->master);
+  tsr_free(&z->adam_m);
+  tsr_free(&z->adam_v);
+  tsr_free(&z->grad_shard);
+  tsr_free(&z->incoming);
+  tsr_free(&z->param_shard);
+  tsr_free(zp);
+}
+
+int tsr_zero_stage(const tsr_zero *z) { return z->stage; }
+int64_t tsr_zero_shard_begin(const tsr_zero *z) { return z->stage == 0 ? 0 : z->s0; }
+int64_t tsr_zero_shard_end(const tsr_zero *z) { return z->stage == 0 ? z->n : z->s1; }
+float *tsr_zero_master(tsr_zero *z) { return z->master; }
+float *tsr_zero_adam_m(tsr_zero *z) { return z->adam_m; }
+float *tsr_zero_adam_v(tsr_zero *z) { return z->adam_v; }
+tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
+
+/* ---------------------------------------------------------------- the step */
+
+int tsr_zero_begin_step(tsr_zero *z) {
+  tsr_model_zero_grads(z->model);
+  if (z->grad_shard) memset(z->grad_shard, 0, (size_t)(z->s1 - z->s0) * sizeof(float));
+  return 0;
+}
+
+int tsr_zero_begin_micro(tsr_zero *z, int last) {
+  z->last_micro = last;
+  return finish_all_grad_slots(z); /* the previous micro-batch's reductions land first */
+}
+
+int tsr_zero_reduce_grads(tsr_zero *z) {
+  TSR_CALL(tsr_comm_waitall(z->n_units, z->unit_handles));
+  TSR_CALL(finish_all_grad_slots(z));
+  if (z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)
+    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0)));
+  return 0;
+}
+
+/* The reduced gradient of this rank's shard (stage 0: the full buffer). */
+static float *reduced_grads(tsr_zero *z) {
+  return z->stage == 0 ? tsr_model_grads(z->model) : z->grad_shard;
+}
+float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
+
+int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
+  /* every rank adds up its own slice once; replicas hold equal slices and stay out */
+  const int64_t a = z->s0, b = min64(z->s1, z->lay->n_params);
+  const float *g = reduced_grads(z) + (z->stage == 0 ? a : 0);
+  double local = a < b ? tsr_ops_sumsq(g, (long)(b - a)) : 0.0, total;
+  TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &total));
+  *norm = sqrt(total);
+  return 0;
+}
+
+int tsr_zero_publish_params(tsr_zero *z) {
+  const int64_t len = z->s1 - z->s0;
+  if (z->stage == 0) {
+    tsr_model_set_params(z->model, z->master);
+  } else if (z->stage < 3) {
+    float *p = tsr_model_params_mut(z->model);
+    tsr_model_to_compute(z->model, p + z->s0, z->master, len);
+    TSR_CALL(tsr_comm_all_gather(z->shard_comm, p + z->s0, p, (size_t)len));
+  } else {
+    tsr_model_to_compute(z->model, z->param_shard, z->master, len);
+  }
+  return 0;
+}
+
+int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
+                    double grad_scale) {
+  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
+                        grad_scale);
+  return tsr_zero_publish_params(z);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
+  const size_t len = (size_t)(z->s1 - z->s0);
+  float *full[3] = {master, m, v}, *own[3] = {z->master, z->adam_m, z->adam_v};
+  for (int i = 0; i < 3; i++) {
+    if (!full[i]) continue;
+    if (z->stage == 0)
+      memcpy(full[i], own[i], (size_t)z->n * sizeof(float));
+    else
+      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len));
+  }
+  return 0;
+}
+
+int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
+  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  const float *full[3] = {master, m, v};
+  float *own[3] = {z->master, z->adam_m, z->adam_v};
+  for (int i = 0; i < 3; i++) {
+    if (full[i])
+      memcpy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
+    else
+      memset(own[i], 0, (size_t)(b - a) * sizeof(float));
+  }
+  return tsr_zero_publish_params(z);
+}
