@@ -172,15 +172,13 @@ static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handl
   return 0;
 }
 
-int tsr_comm_wait(tsr_comm_handle *h) {
-  if (!h || !*h) return 0;
+/* Bookkeeping once a request has completed with status st (MPI code rc). */
+static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
   struct tsr_comm_request *r = *h;
   tsr_comm *c = r->comm;
-  MPI_Status st;
-  int rc = MPI_Wait(&r->req, &st);
   int bad_size = 0, got = -1;
   if (rc == MPI_SUCCESS && r->kind == TSR_COMM_RECV) {
-    MPI_Get_count(&st, MPI_BYTE, &got);
+    MPI_Get_count(st, MPI_BYTE, &got);
     bad_size = (size_t)got != r->recv_bytes;
   }
   const tsr_comm_kind kind = r->kind;
@@ -199,6 +197,26 @@ int tsr_comm_wait(tsr_comm_handle *h) {
   TSR_CHECK(!bad_size, TSR_ERR, "recv on '%s': rank %d sent %d bytes, %zu were expected",
             c->name, peer, got, want);
   return 0;
+}
+
+int tsr_comm_wait(tsr_comm_handle *h) {
+  if (!h || !*h) return 0;
+  MPI_Status st;
+  const int rc = MPI_Wait(&(*h)->req, &st);
+  return complete(h, rc, &st);
+}
+
+int tsr_comm_test(tsr_comm_handle *h, int *done) {
+  *done = 1;
+  if (!h || !*h) return 0;
+  MPI_Status st;
+  int flag = 0;
+  const int rc = MPI_Test(&(*h)->req, &flag, &st);
+  if (rc == MPI_SUCCESS && !flag) {
+    *done = 0;
+    return 0;
+  }
+  return complete(h, rc, &st);
 }
 
 int tsr_comm_waitall(int n, tsr_comm_handle *h) {

@@ -109,6 +109,9 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
  * the first error. */
 int tsr_comm_wait(tsr_comm_handle *h);
 int tsr_comm_waitall(int n, tsr_comm_handle *h);
+/* Drive an operation forward without blocking (MPI progresses non-blocking collectives
+ * only inside MPI calls); *done = 1 once it has completed (the handle is then NULL). */
+int tsr_comm_test(tsr_comm_handle *h, int *done);
 
 /* ---- byte counters (see the convention above) ---- */
 

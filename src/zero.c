@@ -101,8 +101,26 @@ static int finish_all_grad_slots(tsr_zero *z) {
   }
 }
 
+/* Give MPI a chance to move every operation in flight: Open MPI advances non-blocking
+ * collectives only inside MPI calls, so without this a reduction posted early in
+ * backward would wait for the final waitall instead of overlapping the layers after it. */
+static int progress(tsr_zero *z) {
+  int done;
+  for (int u = 0; u < z->n_units; u++)
+    if (z->unit_handles[u]) TSR_CALL(tsr_comm_test(&z->unit_handles[u], &done));
+  for (int i = 0; i < N_GRAD_SLOTS; i++)
+    if (z->gslots[i].state == SLOT_PENDING && z->gslots[i].h) {
+      TSR_CALL(tsr_comm_test(&z->gslots[i].h, &done));
+      if (done) TSR_CALL(finish_grad_slot(z, &z->gslots[i])); /* lands in the shard now */
+    }
+  for (int i = 0; i < N_PARAM_SLOTS; i++)
+    if (z->pslots[i].state == SLOT_PENDING) TSR_CALL(tsr_comm_test(&z->pslots[i].h, &done));
+  return 0;
+}
+
 static float *hook_grads_acquire(void *ctx, int u) {
   tsr_zero *z = ctx;
+  if (progress(z)) return NULL;
   if (z->stage < 2) return tsr_model_grads(z->model) + z->units[u].begin;
   slot *s = NULL;
   for (int i = 0; i < N_GRAD_SLOTS && !s; i++)
@@ -179,6 +197,7 @@ static slot *start_gather(tsr_zero *z, int u) {
 static const float *hook_params_acquire(void *ctx, int u, int next) {
   tsr_zero *z = ctx;
   if (z->stage < 3) return tsr_model_params(z->model) + z->units[u].begin;
+  if (progress(z)) return NULL;
   slot *s = find_pslot(z, u);
   if (!s && !(s = start_gather(z, u))) {
     tsr_error("zero: no free parameter slot for unit %d", u);
