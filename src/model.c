@@ -15,6 +15,18 @@
  * Recomputation runs the same code on the same inputs, so gradients are bitwise equal
  * across modes.
  *
+ * Tensor parallelism (tp > 1, Megatron style): each tp rank holds H/tp query heads (and
+ * their KV heads, or the one KV head they share when n_kv_head < tp), d_ff/tp of the MLP
+ * and vocab/tp rows of the embedding and LM head.  Column-parallel Q|K|V and gate|up
+ * need no communication; row-parallel wo and w_down produce partial sums that are
+ * all-reduced over tp (their replicated bias added by tp rank 0 only, so it is counted
+ * once); in backward the gradient entering each norm from the column-parallel GEMMs is
+ * all-reduced.  That is 2 all-reduces of [tokens, d_model] per layer forward and 2 in
+ * backward.  The embedding all-reduces its vocab-parallel lookups; the cross-entropy
+ * reduces only per-row statistics (max, sum-exp, target logit): the full logits never
+ * exist on one rank.  Replicated parameters (norms, row-parallel biases, positions) see
+ * the full, identical activations on every tp rank, so their gradients need no reduction.
+ *
  * Mixed precision (bf16): parameters are the bf16-rounded master weights; every stored
  * activation is rounded to bf16 after the op that makes it; statistics (norm rstd,
  * softmax lse), the loss and all gradients stay fp32. */
@@ -23,6 +35,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm.h"
 #include "ops.h"
 #include "util.h"
 
@@ -46,7 +59,12 @@ struct tsr_model {
   const tsr_layout *lay;
   int gpt2, bf16;
   tsr_recompute recompute;
+  /* H, KV, F, V: this tp rank's query heads, KV heads, MLP width and vocabulary rows */
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
+  int vocab, vocab_start; /* full vocabulary; first row held here */
+  tsr_comm *tp;           /* NULL or a group of size 1: no tensor parallelism */
+  int tp_size, tp_rank;
+  double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
   float eps, theta;
   /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
    * unit; lm_head in the head unit, or embed in unit 0 when tied */
@@ -166,6 +184,11 @@ int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *l
 
 int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                          int own_params, int own_grads) {
+  return tsr_model_create_tp(out, cfg, lay, own_params, own_grads, NULL);
+}
+
+int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                        int own_params, int own_grads, tsr_comm *tp) {
   *out = NULL;
   tsr_model *m = tsr_calloc(1, sizeof *m);
   if (!m) return TSR_ERR;
@@ -177,14 +200,20 @@ int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->recompute = strcmp(cfg->train.recompute, "full") == 0        ? TSR_RECOMPUTE_FULL
                  : strcmp(cfg->train.recompute, "selective") == 0 ? TSR_RECOMPUTE_SELECTIVE
                                                                   : TSR_RECOMPUTE_NONE;
+  m->tp = tp;
+  m->tp_size = tp ? tsr_comm_size(tp) : 1;
+  m->tp_rank = tp ? tsr_comm_rank(tp) : 0;
+  const int tps = m->tp_size;
   m->B = (int)cfg->train.micro_batch;
   m->T = (int)mc->seq_len;
   m->C = (int)mc->d_model;
-  m->H = (int)mc->n_head;
-  m->KV = (int)mc->n_kv_head;
-  m->hd = m->C / m->H;
-  m->F = (int)mc->d_ff;
-  m->V = (int)mc->vocab_size;
+  m->hd = m->C / (int)mc->n_head;
+  m->H = (int)mc->n_head / tps;
+  m->KV = mc->n_kv_head >= tps ? (int)mc->n_kv_head / tps : 1;
+  m->F = (int)mc->d_ff / tps;
+  m->vocab = (int)mc->vocab_size;
+  m->V = m->vocab / tps;
+  m->vocab_start = m->tp_rank * m->V;
   m->L = (int)mc->n_layer;
   m->N = m->B * m->T;
   m->qkv_dim = (m->H + 2 * m->KV) * m->hd;
@@ -276,7 +305,10 @@ int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layou
       !(m->d_fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(m->d_act = alloc_f(m, N * (size_t)m->F)))
     goto fail;
   m->tokens = tsr_calloc(N, sizeof(int32_t));
-  if (!m->tokens) goto fail;
+  m->xent_max = tsr_calloc(N, sizeof(double));
+  m->xent_sum = tsr_calloc(N, sizeof(double));
+  m->xent_target = tsr_calloc(N, sizeof(double));
+  if (!m->tokens || !m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
   *out = m;
   return 0;
 fail:
@@ -309,6 +341,9 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(&m->d_fc);
   tsr_free(&m->d_act);
   tsr_free(&m->tokens);
+  tsr_free(&m->xent_max);
+  tsr_free(&m->xent_sum);
+  tsr_free(&m->xent_target);
   tsr_free(mp);
 }
 
@@ -371,9 +406,19 @@ static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
   store(m, act, (long)m->N * m->F);
 }
 
+/* Sum the partial results of a row-parallel GEMM (or of the column-parallel GEMMs'
+ * input gradient) over the tp group. */
+static int tp_sum(tsr_model *m, float *x, long n) {
+  if (m->tp_size == 1) return 0;
+  return tsr_comm_all_reduce(m->tp, x, (size_t)n);
+}
+
+/* A replicated bias of a row-parallel GEMM enters the partial sums on tp rank 0 only. */
+static const float *tp_bias(const tsr_model *m, const float *b) { return m->tp_rank == 0 ? b : NULL; }
+
 /* Forward of layer l with parameters pr (its unit): x (input) -> out; activations into a. */
-static void layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a,
-                      float *out) {
+static int layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a,
+                     float *out) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd;
   norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
@@ -386,7 +431,8 @@ static void layer_fwd(tsr_model *m, int l, const float *pr, const float *x, laye
   tsr_ops_attention_fwd(a->atty, a->lse, a->qkv, a->qkv + qd, a->qkv + qd + m->KV * m->hd, m->B,
                         m->T, m->H, m->KV, m->hd, m->qkv_dim);
   store(m, a->atty, (long)N * qd);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), PC(pr, p->bo), N, qd, C);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), tp_bias(m, PC(pr, p->bo)), N, qd, C);
+  TSR_CALL(tp_sum(m, m->tmp_nc, (long)N * C));
   store(m, m->tmp_nc, (long)N * C);
   tsr_ops_add(a->h, x, m->tmp_nc, (long)N * C);
   store(m, a->h, (long)N * C);
@@ -394,28 +440,32 @@ static void layer_fwd(tsr_model *m, int l, const float *pr, const float *x, laye
   tsr_ops_matmul_fwd(a->fc, a->norm2, PC(pr, p->wfc), PC(pr, p->bfc), N, C, m->fc_dim);
   store(m, a->fc, (long)N * m->fc_dim);
   mlp_act_fwd(m, a->act, a->fc);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->act, PC(pr, p->wdown), PC(pr, p->bdown), N, m->F, C);
+  tsr_ops_matmul_fwd(m->tmp_nc, a->act, PC(pr, p->wdown), tp_bias(m, PC(pr, p->bdown)), N, m->F,
+                     C);
+  TSR_CALL(tp_sum(m, m->tmp_nc, (long)N * C));
   store(m, m->tmp_nc, (long)N * C);
   tsr_ops_add(out, a->h, m->tmp_nc, (long)N * C);
   store(m, out, (long)N * C);
+  return 0;
 }
 
 /* Rebuild what the recompute mode did not keep for layer l. */
-static void layer_recompute(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a) {
+static int layer_recompute(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a) {
   const layer_params *p = &m->lp[l];
   if (m->recompute == TSR_RECOMPUTE_FULL) {
-    layer_fwd(m, l, pr, x, a, m->d_nc); /* layer output is not needed: d_nc is free here */
+    TSR_CALL(layer_fwd(m, l, pr, x, a, m->d_nc)); /* the output is not needed: d_nc is free */
   } else if (m->recompute == TSR_RECOMPUTE_SELECTIVE) {
     norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
     norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
     mlp_act_fwd(m, a->act, a->fc);
   }
+  return 0;
 }
 
 /* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
  * d(out) and becomes d(x). */
-static void layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
-                      layer_acts *a) {
+static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
+                     layer_acts *a) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
   float *D = m->d_resid;
@@ -431,6 +481,7 @@ static void layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const flo
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
                      C, m->fc_dim);
+  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
   norm_bwd(m, pr, gr, D, m->d_nc, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b);
   /* attention branch */
   memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
@@ -446,7 +497,9 @@ static void layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const flo
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
+  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
   norm_bwd(m, pr, gr, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
+  return 0;
 }
 
 static float *resid(tsr_model *m, int l) { return m->resid + (size_t)l * m->N * m->C; }
@@ -463,14 +516,16 @@ static int forward(tsr_model *m, const int32_t *inputs) {
   memcpy(m->tokens, inputs, (size_t)N * sizeof(int32_t));
   const float *pe = params_acquire(m, 0, L > 0 ? 1 : head);
   if (!pe) return TSR_ERR;
-  tsr_ops_embedding_fwd(resid(m, 0), inputs, PC(pe, m->embed), PC(pe, m->pos_embed), N, m->T, C,
-                        0, m->V);
+  /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
+  tsr_ops_embedding_fwd(resid(m, 0), inputs, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
+                        m->T, C, m->vocab_start, m->V);
+  TSR_CALL(tp_sum(m, resid(m, 0), (long)N * C));
   store(m, resid(m, 0), (long)N * C);
   REL(m->hooks.params_release(hc, 0));
   for (int l = 0; l < L; l++) {
     const float *pr = params_acquire(m, 1 + l, 2 + l);
     if (!pr) return TSR_ERR;
-    layer_fwd(m, l, pr, resid(m, l), &m->acts[l], resid(m, l + 1));
+    TSR_CALL(layer_fwd(m, l, pr, resid(m, l), &m->acts[l], resid(m, l + 1)));
     REL(m->hooks.params_release(hc, 1 + l));
   }
   const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
@@ -486,16 +541,41 @@ static int forward(tsr_model *m, const int32_t *inputs) {
 
 static int check_tokens(const tsr_model *m, const int32_t *inputs, const int32_t *targets) {
   for (int i = 0; i < m->N; i++)
-    TSR_CHECK(inputs[i] >= 0 && inputs[i] < m->V && targets[i] >= 0 && targets[i] < m->V,
+    TSR_CHECK(inputs[i] >= 0 && inputs[i] < m->vocab && targets[i] >= 0 && targets[i] < m->vocab,
               TSR_ERR_INPUT, "token id out of range [0, %d) at position %d of the micro-batch",
-              m->V, i);
+              m->vocab, i);
+  return 0;
+}
+
+/* Sum of the row losses from the (vocab-parallel) logits; with dloss != 0 the logits are
+ * replaced by dloss * d(loss sum)/d(logits). */
+static int loss_and_grad(tsr_model *m, const int32_t *targets, float dloss, int grad,
+                         double *loss_sum) {
+  const int N = m->N;
+  if (m->tp_size == 1) {
+    *loss_sum = grad ? tsr_ops_xent_fwd_bwd(m->logits, targets, N, m->V, dloss)
+                     : tsr_ops_xent_fwd(m->logits, targets, N, m->V);
+    return 0;
+  }
+  tsr_ops_xent_local_stats(m->xent_max, m->xent_target, m->logits, targets, N, m->V,
+                           m->vocab_start);
+  TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_max, (size_t)N, TSR_COMM_MAX));
+  TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_target, (size_t)N, TSR_COMM_SUM));
+  tsr_ops_xent_local_sumexp(m->xent_sum, m->logits, m->xent_max, N, m->V);
+  TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_sum, (size_t)N, TSR_COMM_SUM));
+  *loss_sum = tsr_ops_xent_rows(m->xent_max, m->xent_sum, m->xent_target, N);
+  if (grad)
+    tsr_ops_xent_grad(m->logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
+                      dloss);
   return 0;
 }
 
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
   TSR_CALL(check_tokens(m, inputs, targets));
   TSR_CALL(forward(m, inputs));
-  *loss = tsr_ops_xent_fwd(m->logits, targets, m->N, m->V) / m->N;
+  double sum;
+  TSR_CALL(loss_and_grad(m, targets, 0.0f, 0, &sum));
+  *loss = sum / m->N;
   return 0;
 }
 
@@ -506,7 +586,9 @@ int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *target
   void *hc = m->hooks.ctx;
   TSR_CALL(forward(m, inputs));
   /* d(mean loss)/d logits, scaled by dloss; logits now hold their gradient */
-  *loss = tsr_ops_xent_fwd_bwd(m->logits, targets, N, m->V, dloss / (float)N) / N;
+  double sum;
+  TSR_CALL(loss_and_grad(m, targets, dloss / (float)N, 1, &sum));
+  *loss = sum / N;
   /* head: final norm and LM head.  Tied: the head's weight and gradient are unit 0's,
    * which stays acquired for gradients until the embedding's backward. */
   const float *ph = params_acquire(m, head, tied ? 0 : L);
@@ -517,6 +599,7 @@ int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *target
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, m->logits, m->final_norm,
                      PC(pw, m->head), N, C, m->V);
+  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
   memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
   norm_bwd(m, ph, gh, m->d_resid, m->d_nc, resid(m, L), m->final_mean, m->final_rstd, m->final_w,
            m->final_b);
@@ -527,14 +610,14 @@ int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *target
     const float *pr = params_acquire(m, 1 + l, l > 0 ? l : -1);
     float *gr = grads_acquire(m, 1 + l);
     if (!pr || !gr) return TSR_ERR;
-    layer_recompute(m, l, pr, resid(m, l), &m->acts[l]);
-    layer_bwd(m, l, pr, gr, resid(m, l), &m->acts[l]);
+    TSR_CALL(layer_recompute(m, l, pr, resid(m, l), &m->acts[l]));
+    TSR_CALL(layer_bwd(m, l, pr, gr, resid(m, l), &m->acts[l]));
     REL(m->hooks.params_release(hc, 1 + l));
     REL(m->hooks.grads_release(hc, 1 + l));
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
-  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, m->tokens, N, m->T, C, 0,
-                        m->V);
+  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, m->tokens, N, m->T, C,
+                        m->vocab_start, m->V);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "config.h"
 #include "layout.h"
 
@@ -52,6 +53,10 @@ typedef struct {
 int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay);
 int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                          int own_params, int own_grads);
+/* Tensor parallel: `lay` is this tp rank's part (tsr_layout_create_part) and tp the tp
+ * group (NULL: none). */
+int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                        int own_params, int own_grads, tsr_comm *tp);
 void tsr_model_destroy(tsr_model **m);
 void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks);
 int tsr_model_n_units(const tsr_model *m);

@@ -95,6 +95,25 @@ double tsr_ops_xent_fwd_bwd(float *logits, const int32_t *targets, int n, int V,
 /* Loss only (evaluation); logits are left unchanged. */
 double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int V);
 
+/* ---- vocab-parallel cross entropy (tensor parallel: the full logits never exist) ----
+ * This rank holds the logit columns [vocab_start, vocab_start + V) of every row.  The
+ * caller reduces across the tp group between the passes:
+ *   1. local_stats: row_max[r] = max over local columns; target_logit[r] = the target's
+ *      logit when this rank holds the target's column, else 0.
+ *      -> all-reduce row_max with MAX, target_logit with SUM
+ *   2. local_sumexp: sumexp[r] = sum over local columns of exp(z - row_max[r])
+ *      -> all-reduce with SUM
+ *   3. loss of row r = log(sumexp[r]) + row_max[r] - target_logit[r]  (tsr_ops_xent_rows)
+ *   4. grad (training): logits := dloss * (exp(z - row_max) / sumexp - onehot). */
+void tsr_ops_xent_local_stats(double *row_max, double *target_logit, const float *logits,
+                              const int32_t *targets, int n, int V, int vocab_start);
+void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
+                               int V);
+double tsr_ops_xent_rows(const double *row_max, const double *sumexp, const double *target_logit,
+                         int n); /* the SUM of the row losses */
+void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
+                       const double *sumexp, int n, int V, int vocab_start, float dloss);
+
 /* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n elements:
  * p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).

@@ -538,6 +538,51 @@ double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int 
   return xent(NULL, logits, targets, n, V, 0.0f);
 }
 
+void tsr_ops_xent_local_stats(double *row_max, double *target_logit, const float *logits,
+                              const int32_t *targets, int n, int V, int vocab_start) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n; r++) {
+    const float *z = logits + (size_t)r * V;
+    float m = -INFINITY;
+    for (int j = 0; j < V; j++) m = z[j] > m ? z[j] : m;
+    row_max[r] = m;
+    const int t = targets[r] - vocab_start;
+    target_logit[r] = (t >= 0 && t < V) ? (double)z[t] : 0.0;
+  }
+}
+
+void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
+                               int V) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n; r++) {
+    const float *z = logits + (size_t)r * V;
+    const float m = (float)row_max[r];
+    double sum = 0.0;
+    for (int j = 0; j < V; j++) sum += expf(z[j] - m);
+    sumexp[r] = sum;
+  }
+}
+
+double tsr_ops_xent_rows(const double *row_max, const double *sumexp, const double *target_logit,
+                         int n) {
+  double total = 0.0; /* fixed order: the same sum on every rank */
+  for (int r = 0; r < n; r++) total += log(sumexp[r]) + row_max[r] - target_logit[r];
+  return total;
+}
+
+void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
+                       const double *sumexp, int n, int V, int vocab_start, float dloss) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n; r++) {
+    float *z = logits + (size_t)r * V;
+    const float m = (float)row_max[r];
+    const float f = (float)(dloss / sumexp[r]);
+    for (int j = 0; j < V; j++) z[j] = expf(z[j] - m) * f;
+    const int t = targets[r] - vocab_start;
+    if (t >= 0 && t < V) z[t] -= dloss;
+  }
+}
+
 /* ---------------------------------------------------------------- AdamW */
 
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
