@@ -87,9 +87,10 @@ static void trainer_destroy(trainer *t) {
 
 /* The groups whose traffic is logged, in a fixed order. */
 static tsr_comm *const *comm_groups(const trainer *t, int *n) {
-  static tsr_comm *g[4];
-  g[0] = t->grid->dp_comm, g[1] = t->grid->dp_shard, g[2] = t->grid->dp_replicate, g[3] = t->grid->world;
-  *n = 4;
+  static tsr_comm *g[5];
+  g[0] = t->grid->dp_comm, g[1] = t->grid->dp_shard, g[2] = t->grid->dp_replicate;
+  g[3] = t->grid->tp_comm, g[4] = t->grid->world;
+  *n = 5;
   return g;
 }
 
