@@ -1,10 +1,11 @@
 /* ckpt.c — checkpoints as one parallel-HDF5 file of logical tensors (DESIGN.md "ckpt").
  *
  * Every rank takes part in every collective call and writes or reads only its own
- * pieces of each logical tensor (SHARDING.md §4).  Today the pieces are simple: on save
- * rank 0 of comm owns every tensor whole and the other ranks (dp replicas) select
- * nothing; on load every rank reads every tensor whole.  Issue 5 replaces my_piece()
- * with the TP-slice ∩ ZeRO-shard rule; nothing else here needs to change.
+ * pieces of each logical tensor (SHARDING.md §4): its view's (stage, tp) slice of the
+ * tensor intersected with its ZeRO shard, as at most three hyperslab rectangles of the
+ * logical dataset (tsr_layout_piece).  Of identical copies (replicated tensors over tp,
+ * dp replicas of a shard) one writes (tsr_layout_writes); the tied head's copy never.
+ * Loads compute the pieces of the *current* view, so any layout reads any file.
  *
  * Checksum of a logical tensor x with n elements (SHARDING.md §5), stored as the u64
  * attribute `checksum` on its dataset:
@@ -136,27 +137,36 @@ static uint64_t checksum_run(const float *x, int64_t n, int64_t first_index) {
   return sum;
 }
 
-/* A rank's piece of a logical tensor (SHARDING.md §4): local elements [i0, i1), row-major,
- * of a local slice [lr, lc] that starts at logical (row0, col0); local element i0 sits at
- * flat-buffer offset `flat`. */
+/* A rank's piece of one logical tensor (SHARDING.md §4): the local tensor t, its local
+ * elements [i0, i1) inside the view's shard, as n rectangles of the logical tensor. */
 typedef struct {
-  int64_t row0, col0, lr, lc;
+  const tsr_tensor *t; /* NULL: this rank holds nothing of the tensor */
   int64_t i0, i1;
-  int64_t flat;
+  int n;
+  tsr_rect rect[3];
 } piece;
 
-static piece my_piece(const tsr_tensor *t, int holds) {
-  piece p = {0, 0, t->shape[0], t->shape[1], 0, holds ? t->numel : 0, t->offset};
+static piece view_piece(const tsr_ckpt_view *view, const tsr_tensor *t) {
+  piece p = {t, 0, 0, 0, {{0, 0, 0, 0}}};
+  if (t) p.n = tsr_layout_piece(t, view->shard_begin, view->shard_end, &p.i0, &p.i1, p.rect);
   return p;
 }
 
-static uint64_t piece_checksum(const tsr_tensor *t, const piece *p, const float *x) {
+/* The piece's elements in the view's buffer (which starts at flat offset shard_begin). */
+static size_t piece_at(const tsr_ckpt_view *view, const piece *p) {
+  return (size_t)(p->t->offset + p->i0 - view->shard_begin);
+}
+
+/* x holds local elements [i0, i1) of the piece; sums them at their logical indices. */
+static uint64_t piece_checksum(const piece *p, const float *x) {
   uint64_t sum = 0;
-  for (int64_t i = p->i0; i < p->i1;) {
-    int64_t r = i / p->lc, c = i % p->lc;
-    int64_t n = p->lc - c < p->i1 - i ? p->lc - c : p->i1 - i;
-    sum += checksum_run(x + (i - p->i0), n, (p->row0 + r) * t->shape[1] + p->col0 + c);
-    i += n;
+  const float *src = x;
+  for (int r = 0; r < p->n; r++) {
+    const tsr_rect *q = &p->rect[r];
+    for (int64_t row = 0; row < q->rows; row++) {
+      sum += checksum_run(src, q->cols, (q->row + row) * p->t->shape[1] + q->col);
+      src += q->cols;
+    }
   }
   return sum;
 }
@@ -169,27 +179,70 @@ static herr_t select_rect(hid_t space, int64_t r, int64_t c, int64_t nr, int64_t
                              block);
 }
 
-/* At most three rectangles: a partial first row, full rows, a partial last row. */
+/* The union of the piece's rectangles (row-major order matches the local order), or none. */
 static herr_t select_piece(hid_t space, const piece *p) {
   if (p->i1 <= p->i0) return H5Sselect_none(space);
-  int64_t i = p->i0;
-  int first = 1;
-  if (i % p->lc) {
-    int64_t r = i / p->lc, c = i % p->lc;
-    int64_t ce = p->i1 - r * p->lc < p->lc ? p->i1 - r * p->lc : p->lc;
-    if (select_rect(space, p->row0 + r, p->col0 + c, 1, ce - c, first) < 0) return -1;
-    first = 0;
-    i = r * p->lc + ce;
-  }
-  if (p->i1 - i >= p->lc) {
-    int64_t k = (p->i1 - i) / p->lc;
-    if (select_rect(space, p->row0 + i / p->lc, p->col0, k, p->lc, first) < 0) return -1;
-    first = 0;
-    i += k * p->lc;
-  }
-  if (i < p->i1 && select_rect(space, p->row0 + i / p->lc, p->col0, 1, p->i1 - i, first) < 0)
-    return -1;
+  for (int r = 0; r < p->n; r++)
+    if (select_rect(space, p->rect[r].row, p->rect[r].col, p->rect[r].rows, p->rect[r].cols,
+                    r == 0) < 0)
+      return -1;
   return 0;
+}
+
+/* For each logical tensor of the whole model, the view's local tensor holding a slice of
+ * it, or NULL.  With `tied` the last stage's copy of embed.weight counts (it is read on
+ * load), without it only the tensors this rank may write. */
+static int map_local(const tsr_layout *whole, const tsr_ckpt_view *view, int tied,
+                     const tsr_tensor **local) {
+  const tsr_layout *lay = view->lay;
+  for (int i = 0; i < whole->n_tensors; i++) local[i] = NULL;
+  for (int j = 0; j < lay->n_tensors; j++) {
+    const tsr_tensor *t = &lay->tensors[j];
+    const int k = t->logical_index;
+    if (t->tied_copy && !tied) continue;
+    if (k < 0 || k >= whole->n_tensors || strcmp(whole->tensors[k].name, t->name) != 0 ||
+        local[k]) {
+      tsr_error("checkpoint: the rank's layout does not match the model's tensor list at %s "
+                "(layout built from another model config?)", t->name);
+      return TSR_ERR;
+    }
+    local[k] = t;
+  }
+  return 0;
+}
+
+/* The view must describe a range of its layout's flat buffer and a valid copy number. */
+static int check_view(const tsr_ckpt_view *view) {
+  if (!view || !view->lay) {
+    tsr_error("checkpoint: no layout in the view");
+    return TSR_ERR;
+  }
+  if (view->shard_begin < 0 || view->shard_end < view->shard_begin ||
+      view->shard_end > view->lay->n_flat || view->n_copies < 1 || view->copy_index < 0 ||
+      view->copy_index >= view->n_copies) {
+    tsr_error("checkpoint: bad view: shard [%lld, %lld) of a %lld-element buffer, copy %d of %d",
+              (long long)view->shard_begin, (long long)view->shard_end,
+              (long long)view->lay->n_flat, view->copy_index, view->n_copies);
+    return TSR_ERR;
+  }
+  return 0;
+}
+
+/* After the all-reduce: each logical tensor was covered exactly once by the writers
+ * (counted elements = numel).  A miss means the views of the ranks do not add up. */
+static int check_coverage(const tsr_layout *whole, const int64_t *counted, const char *what,
+                          int loud) {
+  int bad = 0;
+  for (int i = 0; i < whole->n_tensors; i++) {
+    const tsr_tensor *t = &whole->tensors[i];
+    if (counted[i] == t->shape[0] * t->shape[1]) continue;
+    if (loud && bad < 5)
+      tsr_error("checkpoint: %s %lld of the %lld elements of %s: the ranks' views (stage, tp "
+                "slice, shard, copies) do not cover each element exactly once",
+                what, (long long)counted[i], (long long)(t->shape[0] * t->shape[1]), t->name);
+    bad++;
+  }
+  return bad ? TSR_ERR : 0;
 }
 
 /* ---- attributes ---- */
@@ -532,25 +585,33 @@ done:
   return rc;
 }
 
-/* Collective: create `tmp`, write every tensor's pieces and the attributes, close. */
-static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *lay,
+/* Collective: create `tmp`, write every tensor's pieces and the attributes, close.
+ * `whole` is the model's full tensor list (every rank creates every dataset); `local[i]`
+ * the view's tensor this rank writes of logical tensor i, or NULL. */
+static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *whole,
+                      const tsr_ckpt_view *view, const tsr_tensor *const *local,
                       const float *const bufs[3], const float *zeros, const tsr_train_state *st,
                       const char *deck, MPI_Comm comm) {
   int rc = 0, rank, world;
   hid_t fapl = -1, file = -1, dxpl = -1, groups[3] = {-1, -1, -1}, optim = -1;
-  const int nt = lay->n_tensors;
+  const int nt = whole->n_tensors;
   uint64_t *sums = tsr_calloc((size_t)(3 * nt), sizeof *sums);
+  int64_t *counted = tsr_calloc((size_t)nt, sizeof *counted);
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
-  if (!sums) rc = TSR_ERR;
+  if (!sums || !counted) rc = TSR_ERR;
   if ((rc = agree(rc, comm))) goto done;
-  /* Checksums first: one all-reduce for the whole file. */
-  for (int k = 0; k < 3; k++)
-    for (int i = 0; i < nt; i++) {
-      piece p = my_piece(&lay->tensors[i], rank == 0);
-      sums[k * nt + i] = piece_checksum(&lay->tensors[i], &p, bufs[k] ? bufs[k] + p.flat : zeros);
-    }
+  /* Checksums and element counts first: one all-reduce each for the whole file. */
+  for (int i = 0; i < nt; i++) {
+    piece p = view_piece(view, local[i]);
+    if (!p.t) continue;
+    counted[i] = p.i1 - p.i0;
+    for (int k = 0; k < 3; k++)
+      sums[k * nt + i] = piece_checksum(&p, bufs[k] ? bufs[k] + piece_at(view, &p) : zeros);
+  }
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
+  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
+  if ((rc = check_coverage(whole, counted, "would write", rank == 0))) goto done;
 
   /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
   if ((fapl = open_fapl(comm)) < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "open_fapl", 0);
@@ -563,16 +624,17 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   if ((rc = agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
   for (int i = 0; i < nt && !rc; i++)
     for (int k = 0; k < 3 && !rc; k++) {
-      const tsr_tensor *t = &lay->tensors[i];
-      piece p = my_piece(t, rank == 0);
-      rc = write_tensor(groups[k], t, &p, bufs[k] ? bufs[k] + p.flat : zeros, sums[k * nt + i],
-                        dxpl);
+      const tsr_tensor *t = &whole->tensors[i];
+      piece p = view_piece(view, local[i]);
+      const float *src = !p.t ? zeros : bufs[k] ? bufs[k] + piece_at(view, &p) : zeros;
+      rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
       if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
       rc = agree(rc, comm);
     }
   if (!rc) rc = agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
 done:
   tsr_free(&sums);
+  tsr_free(&counted);
   for (int k = 0; k < 3; k++) CLOSE(H5Gclose, groups[k]);
   CLOSE(H5Gclose, optim);
   CLOSE(H5Pclose, dxpl);
@@ -636,14 +698,16 @@ static void prune(const char *dir, const char *name, int64_t keep) {
   free(files);
 }
 
-int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *master, const float *m,
-                  const float *v, const tsr_train_state *st_in, const char *deck_text,
-                  MPI_Comm comm) {
+int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
+                       const float *m, const float *v, const tsr_train_state *st_in,
+                       const char *deck_text, MPI_Comm comm) {
   int rc = 0, rank;
   h5_quiet q;
   char dir[TSR_STR_PATH], name[64], tmp[TSR_STR_PATH + 88] = "", final[TSR_STR_PATH + 80] = "";
   char *deck = NULL;
   float *zeros = NULL;
+  tsr_layout *whole = NULL;
+  const tsr_tensor **local = NULL;
   tsr_train_state st = *st_in;
   double t0 = MPI_Wtime();
   quiet_begin(&q);
@@ -653,12 +717,23 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
   MPI_CALL(MPI_Bcast(&st, (int)sizeof st, MPI_BYTE, 0, comm));
   int deck_len = rank == 0 && deck_text ? (int)strlen(deck_text) : 0;
   MPI_CALL(MPI_Bcast(&deck_len, 1, MPI_INT, 0, comm));
-  int64_t max_numel = 1;
-  for (int i = 0; i < lay->n_tensors; i++)
-    if (lay->tensors[i].numel > max_numel) max_numel = lay->tensors[i].numel;
+  /* Every rank creates every dataset: the whole model's list, from the config all share. */
+  rc = check_view(view);
+  if (!rc) rc = tsr_layout_create(&whole, &view->lay->model);
+  if (!rc && !(local = tsr_calloc((size_t)whole->n_tensors, sizeof *local))) rc = TSR_ERR;
+  if (!rc) rc = map_local(whole, view, 0, local);
+  for (int i = 0; !rc && i < whole->n_tensors; i++) /* one writer among identical copies */
+    if (local[i] && !tsr_layout_writes(local[i], view->copy_index, view->n_copies))
+      local[i] = NULL;
+  if ((rc = agree(rc, comm))) goto done;
+  int64_t max_piece = 1; /* ranks with nothing, and NULL m / v, write from zeros */
+  for (int i = 0; i < whole->n_tensors; i++) {
+    piece p = view_piece(view, local[i]);
+    if (p.i1 - p.i0 > max_piece) max_piece = p.i1 - p.i0;
+  }
   deck = tsr_calloc((size_t)deck_len + 1, 1);
-  zeros = (!m || !v) ? tsr_calloc((size_t)max_numel, sizeof *zeros) : NULL;
-  if (!deck || ((!m || !v) && !zeros)) rc = TSR_ERR;
+  zeros = tsr_calloc((size_t)max_piece, sizeof *zeros);
+  if (!deck || !zeros) rc = TSR_ERR;
   if ((rc = agree(rc, comm))) goto done;
   if (rank == 0 && deck_len) memcpy(deck, deck_text, (size_t)deck_len);
   MPI_CALL(MPI_Bcast(deck, deck_len + 1, MPI_CHAR, 0, comm));
@@ -670,7 +745,7 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
   const float *const bufs[3] = {master, m, v};
-  rc = write_file(tmp, cfg, lay, bufs, zeros, &st, deck, comm);
+  rc = write_file(tmp, cfg, whole, view, local, bufs, zeros, &st, deck, comm);
   if (rank == 0 && !rc) rc = publish(dir, tmp, final, name);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
@@ -697,8 +772,25 @@ done:
   }
   tsr_free(&deck);
   tsr_free(&zeros);
+  tsr_free(&local);
+  tsr_layout_destroy(&whole);
   quiet_end(&q);
   return rc;
+}
+
+/* The whole buffer on every rank: identical copies, tensor k written by rank k mod size. */
+static tsr_ckpt_view whole_view(const tsr_layout *lay, MPI_Comm comm) {
+  tsr_ckpt_view view = {lay, 0, lay->n_flat, 0, 1};
+  MPI_Comm_rank(comm, &view.copy_index);
+  MPI_Comm_size(comm, &view.n_copies);
+  return view;
+}
+
+int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *master, const float *m,
+                  const float *v, const tsr_train_state *st, const char *deck_text,
+                  MPI_Comm comm) {
+  const tsr_ckpt_view view = whole_view(lay, comm);
+  return tsr_ckpt_save_view(cfg, &view, master, m, v, st, deck_text, comm);
 }
 
 /* ---- resolve ---- */
@@ -867,29 +959,26 @@ done:
   return rc;
 }
 
-static int read_tensor(hid_t file, const char *path, const char *gname, const tsr_tensor *t,
-                       float *flat, hid_t dxpl) {
+/* Collective: this rank's piece of /gname/t->name into dst (the piece's place in the
+ * view's buffer; unused when the piece is empty) and the stored checksum. */
+static int read_tensor(hid_t file, const char *gname, const tsr_tensor *t, const piece *p,
+                       float *dst, uint64_t *stored, hid_t dxpl) {
   int rc = 0;
   hid_t g = -1, d = -1, fspace = -1, mspace = -1;
-  piece p = my_piece(t, 1); /* every rank holds every tensor whole, today */
-  hsize_t n = (hsize_t)(p.i1 - p.i0), n1 = n ? n : 1;
-  uint64_t stored = 0;
+  hsize_t n = (hsize_t)(p->i1 - p->i0), n1 = n ? n : 1;
+  float dummy = 0;
   H5_CALL(g = H5Gopen2(file, gname, H5P_DEFAULT));
   H5_CALL(d = H5Dopen2(g, t->name, H5P_DEFAULT));
   H5_CALL(fspace = H5Dget_space(d));
-  H5_CALL(select_piece(fspace, &p));
+  H5_CALL(select_piece(fspace, p));
   H5_CALL(mspace = H5Screate_simple(1, &n1, NULL));
   if (!n) H5_CALL(H5Sselect_none(mspace));
-  H5_CALL(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, flat + p.flat));
-  int e = attr_get(d, "checksum", H5T_NATIVE_UINT64, &stored);
+  H5_CALL(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? dst : &dummy));
+  int e = attr_get(d, "checksum", H5T_NATIVE_UINT64, stored);
   H5_CALL(e);
-  /* Pieces that cover the tensor are checked alone; partial pieces (issue 5) will sum
-   * over the ranks that together read each element once. */
-  if (e || piece_checksum(t, &p, flat + p.flat) != stored) {
-    tsr_error(
-        "checkpoint %s: %s in %s/%s; the file is damaged: resume from another "
-        "checkpoint",
-        path, e ? "no checksum attribute" : "checksum mismatch", gname, t->name);
+  if (e) {
+    tsr_error("checkpoint: no checksum attribute on %s/%s; the file is damaged: resume from "
+              "another checkpoint", gname, t->name);
     rc = TSR_ERR_INPUT;
   }
 done:
@@ -922,17 +1011,31 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
   return 0;
 }
 
-int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float *m, float *v,
-                  tsr_train_state *st, MPI_Comm comm) {
+int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *master, float *m,
+                       float *v, tsr_train_state *st, MPI_Comm comm) {
   int rc = 0, rank;
   h5_quiet q;
   hid_t fapl = -1, file = -1, dxpl = -1;
   float *bufs[3] = {master, m, v};
   char why[1024];
+  tsr_layout *whole = NULL;
+  const tsr_tensor **local = NULL;
+  uint64_t *sums = NULL, *stored = NULL;
+  int64_t *counted = NULL;
   double t0 = MPI_Wtime();
   quiet_begin(&q);
   MPI_Comm_rank(comm, &rank);
   /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
+  rc = check_view(view);
+  if (!rc) rc = tsr_layout_create(&whole, &view->lay->model);
+  const int nt = whole ? whole->n_tensors : 0;
+  if (!rc && (!(local = tsr_calloc((size_t)nt, sizeof *local)) ||
+              !(sums = tsr_calloc((size_t)(3 * nt), sizeof *sums)) ||
+              !(stored = tsr_calloc((size_t)(3 * nt), sizeof *stored)) ||
+              !(counted = tsr_calloc((size_t)nt, sizeof *counted))))
+    rc = TSR_ERR;
+  if (!rc) rc = map_local(whole, view, 1, local); /* tied copies are read too */
+  if ((rc = agree(rc, comm))) goto done;
   fapl = open_fapl(comm);
   dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (fapl < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
@@ -948,18 +1051,52 @@ int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float 
   if ((rc = agree(rc, comm))) goto done;
   rc = check_header(file, why, sizeof why);
   if (rc && rank == 0) tsr_error("checkpoint %s: %s", path, why);
-  if (!rc) rc = check_structure(file, path, lay, (m || v) ? 3 : 1, rank == 0);
+  if (!rc) rc = check_structure(file, path, whole, (m || v) ? 3 : 1, rank == 0);
   if ((rc = agree(rc, comm))) goto done;
-  for (int i = 0; i < lay->n_tensors && !rc; i++)
-    for (int k = 0; k < 3 && !rc; k++)
-      if (bufs[k])
-        rc = agree(read_tensor(file, path, kGroups[k], &lay->tensors[i], bufs[k], dxpl), comm);
+  /* Each rank reads what it holds; each element is counted for the checksum by one reader,
+   * the one that would write it under this view. */
+  for (int i = 0; i < nt && !rc; i++) {
+    piece p = view_piece(view, local[i]);
+    const int counts = p.t && tsr_layout_writes(p.t, view->copy_index, view->n_copies);
+    if (counts) counted[i] = p.i1 - p.i0;
+    for (int k = 0; k < 3 && !rc; k++) {
+      if (!bufs[k]) continue;
+      float *dst = p.t ? bufs[k] + piece_at(view, &p) : NULL;
+      rc = read_tensor(file, kGroups[k], &whole->tensors[i], &p, dst, &stored[k * nt + i], dxpl);
+      if (rc) tsr_error("checkpoint %s: cannot read %s/%s", path, kGroups[k], whole->tensors[i].name);
+      if (!rc && counts) sums[k * nt + i] = piece_checksum(&p, dst);
+      rc = agree(rc, comm);
+    }
+  }
+  if (rc) goto done;
+  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
+  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
+  rc = check_coverage(whole, counted, "would check", rank == 0);
+  for (int k = 0, bad = 0; k < 3 && !rc; k++)
+    for (int i = 0; i < nt && bufs[k]; i++) {
+      if (sums[k * nt + i] == stored[k * nt + i]) continue;
+      if (rank == 0 && bad++ < 5)
+        tsr_error("checkpoint %s: checksum mismatch in %s/%s; the file is damaged: resume from "
+                  "another checkpoint", path, kGroups[k], whole->tensors[i].name);
+      rc = TSR_ERR_INPUT;
+    }
   if (!rc && st) rc = agree(read_state(file, path, st), comm);
   if (!rc) tsr_log("checkpoint: loaded %s in %.2f s", path, MPI_Wtime() - t0);
 done:
   CLOSE(H5Pclose, dxpl);
   CLOSE(H5Pclose, fapl);
   if (file >= 0 && H5Fclose(file) < 0 && !rc) rc = TSR_ERR;
+  tsr_free(&local);
+  tsr_free(&sums);
+  tsr_free(&stored);
+  tsr_free(&counted);
+  tsr_layout_destroy(&whole);
   quiet_end(&q);
   return agree(rc, comm);
+}
+
+int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float *m, float *v,
+                  tsr_train_state *st, MPI_Comm comm) {
+  const tsr_ckpt_view view = whole_view(lay, comm);
+  return tsr_ckpt_load_view(path, &view, master, m, v, st, comm);
 }

@@ -5,7 +5,11 @@
  * seed, skipped steps, loss scale, effective deck, layout, format version, and one
  * checksum attribute per dataset (SHARDING.md §5).  Written as step_NNNNNNNN.h5.tmp,
  * closed, verified, renamed; `latest` (a text file naming the newest) is replaced
- * atomically; only the newest `keep` are kept. */
+ * atomically; only the newest `keep` are kept.
+ *
+ * Every rank writes and reads only its own pieces (SHARDING.md §3-§5), described by a
+ * tsr_ckpt_view: its (stage, tp rank) layout and the ZeRO shard of that layout's flat
+ * buffer it holds.  A file written under one layout loads under any other. */
 #ifndef TSR_CKPT_H
 #define TSR_CKPT_H
 
@@ -27,12 +31,39 @@ typedef struct {
   uint64_t seed;       /* run.seed: init and shuffle keys */
 } tsr_train_state;
 
+/* What one rank holds.  master, m, v passed with a view hold exactly the flat range
+ * [shard_begin, shard_end) of lay's buffer (the ZeRO shard; [0, n_flat) unsharded).
+ * n_copies ranks hold identical copies of this shard (dp replicas at zero 0, hybrid
+ * replicas), this one is copy_index.  Among all identical holders of a tensor (these
+ * copies times the tensor's tp_copies) one writes it: see tsr_layout_writes. */
+typedef struct {
+  const tsr_layout *lay;          /* this rank's (stage, tp) layout */
+  int64_t shard_begin, shard_end; /* part of lay's flat buffer held in master / m / v */
+  int copy_index, n_copies;       /* identical copies of this shard among the ranks */
+} tsr_ckpt_view;
+
 /* The directory checkpoints go to: checkpoint.dir, or <out_dir>/ckpt. */
 void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len);
 
-/* Write the checkpoint for st->step.  master, m, v are the flat buffers of `lay`
- * (m and v may be NULL for step 0: written as zeros).  deck_text is the effective
- * deck.  Collective over comm.  On failure every earlier checkpoint is untouched. */
+/* Write the checkpoint for st->step (rank 0's st and deck_text are stored), each rank
+ * writing its view's pieces; m and v may be NULL for step 0 (written as zeros).  The
+ * views of all ranks of comm must cover every logical element exactly once (checked:
+ * failure otherwise).  Collective over comm.  On failure every earlier checkpoint is
+ * untouched. */
+int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
+                       const float *m, const float *v, const tsr_train_state *st,
+                       const char *deck_text, MPI_Comm comm);
+
+/* Read this rank's pieces under its view (any layout, whatever wrote the file): shapes
+ * checked against the model of view->lay (a mismatch names the tensor and both shapes,
+ * TSR_ERR_INPUT), checksums verified with each element counted by one reader.  m and v
+ * may be NULL (not read).  Collective over comm. */
+int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *master, float *m,
+                       float *v, tsr_train_state *st, MPI_Comm comm);
+
+/* The same for whole buffers: master, m, v are full flat buffers of `lay` holding the
+ * same values on every rank (identical copies; tensor k is written by rank k mod size).
+ * deck_text is the effective deck. */
 int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *master,
                   const float *m, const float *v, const tsr_train_state *st,
                   const char *deck_text, MPI_Comm comm);
@@ -42,9 +73,8 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
  * or "" if there is none; otherwise the given path (must exist).  Collective. */
 int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm comm);
 
-/* Read the checkpoint into the flat buffers; checks every tensor's shape against
- * `lay` (a mismatch names the tensor and both shapes, TSR_ERR_INPUT) and verifies
- * checksums.  Collective. */
+/* Read the checkpoint into whole flat buffers of `lay` on every rank (tsr_ckpt_load_view
+ * with the whole buffer).  Collective. */
 int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float *m, float *v,
                   tsr_train_state *st, MPI_Comm comm);
 

@@ -2,11 +2,26 @@
  *
  * SHARDING.md: every parameter has a logical shape (DESIGN.md's checkpoint table);
  * a (pipeline stage, tp rank) concatenates its local slices in a fixed order into one
- * flat buffer.  This module is that table.  Today it covers one stage and tp = 1
- * (local slice = logical tensor); the tp/pp split rules extend it in place.
+ * flat buffer.  This module is that table, for any (pipeline stage, tp rank):
+ *
+ *   stages   the n_layer layers are cut into pp * virtual_stages chunks of consecutive
+ *            layers; chunk c lives on stage c % pp; a stage holds its layers in
+ *            increasing order.  embed (+ pos_embed) on stage 0, final_norm and lm_head on
+ *            stage pp-1; with tied embeddings and pp > 1 the last stage also holds a copy
+ *            of embed.weight (tied_copy = 1), never written to a checkpoint.
+ *   tp       column-parallel (wq w_gate w_up + biases): rows [r out/T, (r+1) out/T);
+ *            wk, wv (+ biases): the same when n_kv_head >= T, else the hd rows of KV
+ *            head r / (T / n_kv_head), identical on T / n_kv_head ranks;
+ *            row-parallel (wo, w_down): columns [r in/T, (r+1) in/T);
+ *            vocab-parallel (embed, lm_head): rows [r V/T, (r+1) V/T);
+ *            replicated (norms, wo.bias, w_down.bias, pos_embed): whole on every rank.
+ *
+ * `shape` is always the LOGICAL shape (the checkpoint's); `lshape`, `row0`, `col0`
+ * describe the local slice and `numel` counts local elements.
  *
  * Order inside a layer keeps fusable weights adjacent so that Q,K,V (and gate,up)
- * form one contiguous [rows, d_model] matrix in memory: one GEMM, no copy. */
+ * form one contiguous [rows, d_model] matrix in memory: one GEMM, no copy; under tp
+ * the local slices stay adjacent in the same way. */
 #ifndef TSR_LAYOUT_H
 #define TSR_LAYOUT_H
 
@@ -34,16 +49,40 @@ typedef struct {
   int64_t numel;           /* elements held here */
   double init_std;         /* > 0: N(0, init_std); 0: constant init_value */
   float init_value;
+  /* The local slice: rows [row0, row0 + lshape[0]) x cols [col0, col0 + lshape[1]) of
+   * the logical tensor, row-major in the flat buffer; numel = lshape[0] * lshape[1]. */
+  int64_t lshape[2];
+  int64_t row0, col0;
+  int tp_copies;     /* tp ranks holding this identical slice: 1 split, T replicated,
+                        T / n_kv_head for shared KV heads */
+  int tp_copy;       /* this rank's index among them, in [0, tp_copies) */
+  int tied_copy;     /* 1: the last stage's copy of embed.weight (tied head): never saved */
+  int logical_index; /* index of the logical tensor in the whole model's list (the order
+                        of tsr_layout_create); a tied copy has embed.weight's */
 } tsr_tensor;
+
+/* A rectangle of a logical tensor: rows [row, row + rows) x cols [col, col + cols). */
+typedef struct {
+  int64_t row, col, rows, cols;
+} tsr_rect;
 
 typedef struct {
   int n_tensors;
   tsr_tensor *tensors;
   int64_t n_params; /* sum of numel */
   int64_t n_flat;   /* flat buffer length: n_params padded to a multiple of 64 */
+  tsr_model_config model; /* the model it describes (the whole tensor list derives from it) */
+  int tp, tp_rank, pp, pp_rank, virtual_stages;
+  int n_logical;          /* tensors of the whole model (tsr_layout_create's n_tensors) */
 } tsr_layout;
 
+/* The whole model on one rank: tsr_layout_create_part(out, model, 1, 0, 1, 0, 1). */
 int tsr_layout_create(tsr_layout **out, const tsr_model_config *model);
+/* What pipeline stage pp_rank of pp (virtual_stages chunks per stage) and tp rank tp_rank
+ * of tp hold.  Checks n_head, vocab_size, d_ff divisible by tp, n_kv_head and tp dividing
+ * one another, n_layer divisible by pp * virtual_stages: TSR_ERR_INPUT with a message. */
+int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *model, int tp, int tp_rank,
+                           int pp, int pp_rank, int virtual_stages);
 void tsr_layout_destroy(tsr_layout **lay);
 /* Tensor by name ("layers.000.attn.wq.weight"), NULL if absent. */
 const tsr_tensor *tsr_layout_find(const tsr_layout *lay, const char *name);
@@ -52,5 +91,21 @@ const tsr_tensor *tsr_layout_layer(const tsr_layout *lay, int layer, const char 
 /* Initialise the flat buffer: element i of logical tensor X gets a value that depends
  * only on (seed, X's name, i), so any layout initialises the same model. */
 void tsr_layout_init(const tsr_layout *lay, float *flat, uint64_t seed);
+
+/* The pipeline stage holding `layer` (chunk layer / (n_layer / (pp v)) on stage chunk % pp). */
+int tsr_layout_stage_of_layer(const tsr_model_config *model, int pp, int virtual_stages,
+                              int layer);
+/* Row-major logical index of local element i (0 <= i < numel) of t. */
+int64_t tsr_layout_logical_index(const tsr_tensor *t, int64_t i);
+/* The piece of t inside flat range [s0, s1) (SHARDING.md §4): local elements [*i0, *i1)
+ * (empty: *i0 == *i1), as at most three rectangles of the logical tensor in row-major
+ * order (partial first row, full rows, partial last row).  Returns the count. */
+int tsr_layout_piece(const tsr_tensor *t, int64_t s0, int64_t s1, int64_t *i0, int64_t *i1,
+                     tsr_rect rect[3]);
+/* Whether this holder of t writes it to a checkpoint.  n_copies ranks hold identical
+ * copies of the shard (dp replicas), this one is copy_index; with t's tp_copies there are
+ * tp_copies * n_copies identical holders, numbered copy_index * tp_copies + tp_copy, and
+ * the one numbered logical_index mod (tp_copies * n_copies) writes.  Tied copies never. */
+int tsr_layout_writes(const tsr_tensor *t, int copy_index, int n_copies);
 
 #endif

@@ -65,6 +65,10 @@ struct tsr_model {
   tsr_comm *tp;           /* NULL or a group of size 1: no tensor parallelism */
   int tp_size, tp_rank;
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
+  /* n_kv_head < tp: KV heads are replicated, each shared by tp / n_kv_head ranks whose
+   * query heads all contribute to its gradient; these buffers sum those contributions */
+  int kv_shared, kv_head, kv_heads, kv_seg;
+  float *kv_keep, *kv_sum;
   float eps, theta;
   /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
    * unit; lm_head in the head unit, or embed in unit 0 when tied */
@@ -304,6 +308,15 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
       !(m->d_qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
       !(m->d_fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(m->d_act = alloc_f(m, N * (size_t)m->F)))
     goto fail;
+  m->kv_heads = (int)mc->n_kv_head;
+  m->kv_shared = tps > m->kv_heads;
+  if (m->kv_shared) {
+    m->kv_head = m->tp_rank / (tps / m->kv_heads);
+    m->kv_seg = 2 * m->hd * m->C + (m->gpt2 ? 2 * m->hd : 0); /* wk, wv rows (+ bk, bv) */
+    if (!(m->kv_keep = tsr_calloc((size_t)m->kv_seg, sizeof(float))) ||
+        !(m->kv_sum = tsr_calloc((size_t)m->kv_seg * m->kv_heads, sizeof(float))))
+      goto fail;
+  }
   m->tokens = tsr_calloc(N, sizeof(int32_t));
   m->xent_max = tsr_calloc(N, sizeof(double));
   m->xent_sum = tsr_calloc(N, sizeof(double));
@@ -344,6 +357,8 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(&m->xent_max);
   tsr_free(&m->xent_sum);
   tsr_free(&m->xent_target);
+  tsr_free(&m->kv_keep);
+  tsr_free(&m->kv_sum);
   tsr_free(mp);
 }
 
@@ -462,6 +477,44 @@ static int layer_recompute(tsr_model *m, int l, const float *pr, const float *x,
   return 0;
 }
 
+/* The gradient regions of a replicated KV head in a layer's unit: wk|wv rows (adjacent)
+ * and, for gpt2, bk|bv (adjacent). */
+static void kv_regions(const tsr_model *m, const layer_params *p, float *gr, float **w, float **b) {
+  *w = gr + p->wqkv + (int64_t)m->H * m->hd * m->C;
+  *b = p->bqkv >= 0 ? gr + p->bqkv + (int64_t)m->H * m->hd : NULL;
+}
+
+/* Before the QKV backward: set aside the KV gradient accumulated so far, so that the
+ * region holds only this micro-batch's contribution when it is summed. */
+static void kv_set_aside(tsr_model *m, const layer_params *p, float *gr) {
+  float *w, *b;
+  kv_regions(m, p, gr, &w, &b);
+  const size_t nw = (size_t)2 * m->hd * m->C, nb = b ? (size_t)2 * m->hd : 0;
+  memcpy(m->kv_keep, w, nw * sizeof(float));
+  memset(w, 0, nw * sizeof(float));
+  if (b) {
+    memcpy(m->kv_keep + nw, b, nb * sizeof(float));
+    memset(b, 0, nb * sizeof(float));
+  }
+}
+
+/* After it: sum this micro-batch's KV gradient over the ranks sharing the head (an
+ * all-reduce over tp of a buffer with one slot per KV head, each rank filling its own
+ * head's slot), then add back what was set aside. */
+static int kv_reduce(tsr_model *m, const layer_params *p, float *gr) {
+  float *w, *b;
+  kv_regions(m, p, gr, &w, &b);
+  const size_t nw = (size_t)2 * m->hd * m->C, nb = b ? (size_t)2 * m->hd : 0;
+  float *slot = m->kv_sum + (size_t)m->kv_head * m->kv_seg;
+  memset(m->kv_sum, 0, (size_t)m->kv_seg * m->kv_heads * sizeof(float));
+  memcpy(slot, w, nw * sizeof(float));
+  if (b) memcpy(slot + nw, b, nb * sizeof(float));
+  TSR_CALL(tsr_comm_all_reduce(m->tp, m->kv_sum, (size_t)m->kv_seg * m->kv_heads));
+  for (size_t i = 0; i < nw; i++) w[i] = m->kv_keep[i] + slot[i];
+  for (size_t i = 0; i < nb; i++) b[i] = m->kv_keep[nw + i] + slot[nw + i];
+  return 0;
+}
+
 /* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
  * d(out) and becomes d(x). */
 static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
@@ -495,8 +548,10 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
     tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  if (m->kv_shared) kv_set_aside(m, p, gr);
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
+  if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
   TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
   norm_bwd(m, pr, gr, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
   return 0;

@@ -147,18 +147,21 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   const int rc = tsr_grid_create(&t->grid, cfg, w);
   tsr_comm_destroy(&w);
   if (rc) return rc;
-  TSR_CHECK(t->grid->tp == 1 && t->grid->pp == 1, TSR_ERR_INPUT,
-            "&parallel tp = %d, pp = %d: tensor and pipeline parallelism are not implemented "
-            "yet; use tp = 1, pp = 1 (data parallelism over all %d ranks)",
-            t->grid->tp, t->grid->pp, t->world_size);
+  TSR_CHECK(t->grid->pp == 1, TSR_ERR_INPUT,
+            "&parallel pp = %d: pipeline parallelism is not implemented yet (the schedules "
+            "are, the executor is not); use pp = 1", t->grid->pp);
+  TSR_CHECK(!cfg->parallel.sequence_parallel, TSR_ERR_INPUT,
+            "&parallel sequence_parallel = .true. is not implemented yet; use .false.");
   t->dp = t->grid->dp;
   t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
 
   const int stage = (int)cfg->parallel.zero_stage;
-  TSR_CALL(tsr_layout_create(&t->lay, &cfg->model));
+  TSR_CALL(tsr_layout_create_part(&t->lay, &cfg->model, t->grid->tp, t->grid->tp_rank,
+                                  t->grid->pp, t->grid->pp_rank,
+                                  (int)cfg->parallel.virtual_stages));
   tsr_zero_pad_layout(t->lay, cfg, t->grid);
-  TSR_CALL(tsr_model_create_ext(&t->model, cfg, t->lay, stage < 3, stage < 2));
+  TSR_CALL(tsr_model_create_tp(&t->model, cfg, t->lay, stage < 3, stage < 2, t->grid->tp_comm));
   TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
@@ -182,7 +185,19 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   return 0;
 }
 
-/* Whole-model master, m, v in temporary full buffers (checkpoint I/O, initialisation). */
+/* What this rank holds, for checkpoint I/O: its (stage, tp) part, its ZeRO shard of that,
+ * and which of the identical copies of the shard it is (dp replicas at zero 0, hybrid
+ * replicas otherwise), so each piece is written once. */
+static tsr_ckpt_view ckpt_view(const trainer *t) {
+  tsr_ckpt_view v = {t->lay, tsr_zero_shard_begin(t->zero), tsr_zero_shard_end(t->zero), 0, 1};
+  if (t->cfg->parallel.zero_stage == 0)
+    v.copy_index = t->grid->dp_rank, v.n_copies = t->grid->dp;
+  else
+    v.copy_index = t->grid->replicate_rank, v.n_copies = t->grid->replicate_size;
+  return v;
+}
+
+/* This part's master, m, v in temporary full buffers (initialisation). */
 typedef struct {
   float *master, *m, *v;
 } full_state;
@@ -222,12 +237,9 @@ static int evaluate(trainer *t, double *val_loss) {
 
 static int save(trainer *t, const char *deck_text) {
   const double t0 = tsr_now();
-  full_state f = {0};
-  int rc = full_alloc(t, &f);
-  if (!rc) rc = tsr_zero_gather_state(t->zero, f.master, f.m, f.v);
-  if (!rc) rc = tsr_ckpt_save(t->cfg, t->lay, f.master, f.m, f.v, &t->st, deck_text, t->world);
-  full_free(&f);
-  TSR_CALL(rc);
+  const tsr_ckpt_view view = ckpt_view(t);
+  TSR_CALL(tsr_ckpt_save_view(t->cfg, &view, tsr_zero_master(t->zero), tsr_zero_adam_m(t->zero),
+                              tsr_zero_adam_v(t->zero), &t->st, deck_text, t->world));
   char detail[64];
   snprintf(detail, sizeof detail, "%.3f s", tsr_now() - t0);
   tsr_metrics_event(t->metrics, t->st.step, "checkpoint", detail);
@@ -237,14 +249,19 @@ static int save(trainer *t, const char *deck_text) {
 static int resume_or_init(trainer *t) {
   char path[TSR_STR_PATH];
   TSR_CALL(tsr_ckpt_resolve(t->cfg, path, sizeof path, t->world));
-  full_state f = {0};
-  TSR_CALL(full_alloc(t, &f));
-  int rc = 0;
-  if (path[0]) rc = tsr_ckpt_load(path, t->lay, f.master, f.m, f.v, &t->st, t->world);
-  else tsr_layout_init(t->lay, f.master, (uint64_t)t->cfg->run.seed);
-  if (!rc) rc = tsr_zero_scatter_state(t->zero, f.master, path[0] ? f.m : NULL, path[0] ? f.v : NULL);
-  full_free(&f);
-  TSR_CALL(rc);
+  if (path[0]) {
+    const tsr_ckpt_view view = ckpt_view(t);
+    TSR_CALL(tsr_ckpt_load_view(path, &view, tsr_zero_master(t->zero), tsr_zero_adam_m(t->zero),
+                                tsr_zero_adam_v(t->zero), &t->st, t->world));
+    TSR_CALL(tsr_zero_publish_params(t->zero));
+  } else {
+    full_state f = {0};
+    int rc = full_alloc(t, &f);
+    if (!rc) tsr_layout_init(t->lay, f.master, (uint64_t)t->cfg->run.seed);
+    if (!rc) rc = tsr_zero_scatter_state(t->zero, f.master, NULL, NULL);
+    full_free(&f);
+    TSR_CALL(rc);
+  }
   if (path[0]) {
     TSR_CHECK(t->st.seed == (uint64_t)t->cfg->run.seed, TSR_ERR_INPUT,
               "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
@@ -441,11 +458,12 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
               cfg->checkpoint.resume);
     rc = TSR_ERR_INPUT;
   }
-  full_state f = {0};
-  if (rc == 0) rc = full_alloc(&t, &f);
-  if (rc == 0) rc = tsr_ckpt_load(path, t.lay, f.master, NULL, NULL, &t.st, world);
-  if (rc == 0) rc = tsr_zero_scatter_state(t.zero, f.master, NULL, NULL);
-  full_free(&f);
+  if (rc == 0) {
+    const tsr_ckpt_view view = ckpt_view(&t);
+    rc = tsr_ckpt_load_view(path, &view, tsr_zero_master(t.zero), tsr_zero_adam_m(t.zero),
+                            tsr_zero_adam_v(t.zero), &t.st, world);
+  }
+  if (rc == 0) rc = tsr_zero_publish_params(t.zero);
   double vl = 0;
   if (rc == 0) rc = evaluate(&t, &vl);
   if (rc == 0) {

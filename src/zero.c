@@ -366,11 +366,20 @@ static float *reduced_grads(tsr_zero *z) {
 float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
 
 int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
-  /* every rank adds up its own slice once; replicas hold equal slices and stay out */
-  const int64_t a = z->s0, b = min64(z->s1, z->lay->n_params);
-  const float *g = reduced_grads(z) + (z->stage == 0 ? a : 0);
-  double local = a < b ? tsr_ops_sumsq(g, (long)(b - a)) : 0.0, total;
-  TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &total));
+  /* Every element of the model is counted once: each rank adds up its own shard (dp
+   * replicas hold equal shards and stay out of the sum), and of a tensor that several tp
+   * ranks hold identically (norms, row-parallel biases, shared KV heads) only copy 0
+   * counts.  Sums in rank order, so the norm is bitwise the same everywhere. */
+  const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
+  double local = 0.0, dp_total, total;
+  for (int i = 0; i < z->lay->n_tensors; i++) {
+    const tsr_tensor *t = &z->lay->tensors[i];
+    if (t->tp_copy != 0 || t->tied_copy) continue;
+    const int64_t a = max64(t->offset, z->s0), b = min64(t->offset + t->numel, z->s1);
+    if (a < b) local += tsr_ops_sumsq(g + a, (long)(b - a));
+  }
+  TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
+  TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &total));
   *norm = sqrt(total);
   return 0;
 }

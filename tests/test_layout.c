@@ -1,6 +1,11 @@
 /* test_layout.c — the tensor table: names and shapes as DESIGN.md's checkpoint table,
  * contiguous non-overlapping offsets, fusable weights adjacent, and initialisation
- * that depends only on (seed, tensor name, element index). */
+ * that depends only on (seed, tensor name, element index).  Then the parts
+ * (SHARDING.md §1-§4, §7): over a grid of (L, tp, pp, virtual stages, shard count, dp
+ * copies), every element of every logical tensor is held by the pieces and written by
+ * exactly one; pieces -> rectangles -> elements round-trip; the tied head's copy and
+ * GQA's shared KV heads are marked; fused weights stay adjacent in every part; a part
+ * initialises to the whole model's values; bad splits are refused with a message. */
 #include <math.h>
 #include <string.h>
 
@@ -29,6 +34,237 @@ static tsr_model_config model(const char *arch, int L, int tied) {
 static int shape_is(const tsr_layout *lay, const char *name, int64_t r, int64_t c) {
   const tsr_tensor *t = tsr_layout_find(lay, name);
   return t && t->shape[0] == r && t->shape[1] == c;
+}
+
+/* ---- parts: (stage, tp rank) layouts, shards and writers ---- */
+
+static tsr_model_config small(const char *arch, int L, int n_kv_head, int tied) {
+  tsr_model_config m = model(arch, L, tied);
+  m.d_model = 24; /* rows of 24 (or 6, 12) floats: shard cuts of 64 x S fall mid-row */
+  m.n_head = 4;
+  m.n_kv_head = n_kv_head;
+  m.d_ff = 40;
+  m.vocab_size = 36;
+  m.seq_len = 8;
+  return m;
+}
+
+static int64_t whole_offset(const tsr_layout *whole, const tsr_tensor *t) {
+  return whole->tensors[t->logical_index].offset;
+}
+
+/* One layout of the grid: every (stage, tp rank) part, its flat buffer cut into S shards
+ * (padded to 64 S like ZeRO, or not padded at all: shards of unequal size), and R dp
+ * copies of each shard.  Counts, per logical element, the pieces that hold it and the
+ * writers; checks the piece rectangles against the element-by-element mapping. */
+static void grid_case(const tsr_model_config *m, int T, int pp, int v, int S, int pad, int R,
+                      int *bad_cases, int *n_cases) {
+  tsr_layout *whole = NULL;
+  tsr_layout_create(&whole, m);
+  int *held = tsr_calloc((size_t)whole->n_params, sizeof *held);
+  int *written = tsr_calloc((size_t)whole->n_params, sizeof *written);
+  int ok = 1;
+  for (int p = 0; p < pp && ok; p++)
+    for (int r = 0; r < T && ok; r++) {
+      tsr_layout *part = NULL;
+      if (tsr_layout_create_part(&part, m, T, r, pp, p, v)) {
+        ok = 0;
+        break;
+      }
+      const int64_t q = pad ? 64 * (int64_t)S : 1;
+      const int64_t n = (part->n_params + q - 1) / q * q;
+      for (int s = 0; s < S; s++) {
+        const int64_t s0 = s * n / S, s1 = (s + 1) * n / S;
+        for (int i = 0; i < part->n_tensors; i++) {
+          const tsr_tensor *t = &part->tensors[i];
+          int64_t i0, i1;
+          tsr_rect rect[3];
+          int nr = tsr_layout_piece(t, s0, s1, &i0, &i1, rect);
+          /* the rectangles, walked row-major, are local elements i0, i0+1, ... */
+          int64_t e = i0, covered = 0;
+          for (int k = 0; k < nr; k++)
+            for (int64_t a = 0; a < rect[k].rows; a++)
+              for (int64_t b = 0; b < rect[k].cols; b++, e++, covered++) {
+                int64_t lg = (rect[k].row + a) * t->shape[1] + rect[k].col + b;
+                if (e >= i1 || lg != tsr_layout_logical_index(t, e)) ok = 0;
+                if (e < i1 && (t->offset + e < s0 || t->offset + e >= s1)) ok = 0;
+                if (!ok) break;
+                held[whole_offset(whole, t) + lg]++;
+                for (int c = 0; c < R; c++) written[whole_offset(whole, t) + lg] += tsr_layout_writes(t, c, R);
+              }
+          if (covered != i1 - i0 || nr > 3) ok = 0;
+        }
+      }
+      tsr_layout_destroy(&part);
+    }
+  for (int64_t j = 0; j < whole->n_params && ok; j++)
+    if (held[j] < 1 || written[j] != 1) ok = 0;
+  if (!ok) {
+    (*bad_cases)++;
+    printf("  grid case %s L=%lld kv=%lld tied=%d: tp %d pp %d v %d shards %d pad %d copies %d "
+           "FAILS\n", m->arch, (long long)m->n_layer, (long long)m->n_kv_head, m->tie_embeddings,
+           T, pp, v, S, pad, R);
+  }
+  (*n_cases)++;
+  tsr_free(&held);
+  tsr_free(&written);
+  tsr_layout_destroy(&whole);
+}
+
+static void test_grid(void) {
+  const struct {
+    const char *arch;
+    int kv, tied;
+  } models[] = {{"llama", 2, 0}, {"llama", 4, 1}, {"gpt2", 4, 1}, {"gpt2", 1, 0}};
+  const int Ls[] = {2, 4}, Ts[] = {1, 2, 4}, pps[] = {1, 2, 4}, vs[] = {1, 2},
+            Ss[] = {1, 2, 3, 5};
+  int bad = 0, cases = 0;
+  for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
+    for (int li = 0; li < 2; li++) {
+      tsr_model_config m = small(models[mi].arch, Ls[li], models[mi].kv, models[mi].tied);
+      for (int ti = 0; ti < 3; ti++)
+        for (int pi = 0; pi < 3; pi++)
+          for (int vi = 0; vi < 2; vi++) {
+            if (m.n_layer % (pps[pi] * vs[vi])) continue;
+            for (int si = 0; si < 4; si++)
+              for (int pad = 0; pad < 2; pad++)
+                for (int R = 1; R <= 3; R += 2)
+                  grid_case(&m, Ts[ti], pps[pi], vs[vi], Ss[si], pad, R, &bad, &cases);
+          }
+    }
+  TU_CHECK(bad == 0 && cases > 500,
+           "%d layouts (arch, L, kv heads, tied) x tp 1,2,4 x pp 1,2,4 x v 1,2 x shards 1,2,3,5 "
+           "(padded to 64 S, or uneven) x dp copies 1,3: every logical element held, and "
+           "written by exactly one piece; piece rectangles == element mapping (%d bad)",
+           cases, bad);
+}
+
+/* One part in detail: stage contents, tp slices, copies, adjacency, init. */
+static void test_parts(void) {
+  tsr_layout *whole = NULL, *part = NULL;
+  /* llama, 4 layers, pp 2 x v 2: chunks of one layer; stage 0 has layers 0, 2. */
+  tsr_model_config m = small("llama", 4, 2, 0);
+  tsr_layout_create(&whole, &m);
+  int layers_ok = 1, ends_ok = 1, tile_ok = 1, fused_ok = 1, gqa_ok = 1, split_ok = 1,
+      init_ok = 1;
+  float *wflat = tsr_calloc((size_t)whole->n_flat, sizeof(float));
+  tsr_layout_init(whole, wflat, 7);
+  for (int p = 0; p < 2; p++)
+    for (int r = 0; r < 4; r++) {
+      if (tsr_layout_create_part(&part, &m, 4, r, 2, p, 2)) {
+        layers_ok = 0;
+        continue;
+      }
+      int prev = -1;
+      for (int i = 0; i < part->n_tensors; i++) {
+        const tsr_tensor *t = &part->tensors[i];
+        const int64_t next = i + 1 < part->n_tensors ? part->tensors[i + 1].offset : part->n_params;
+        if (t->offset + t->numel != next || t->numel != t->lshape[0] * t->lshape[1]) tile_ok = 0;
+        if (t->layer >= 0) {
+          if (t->layer < prev || t->layer % 2 != p) layers_ok = 0;
+          prev = t->layer;
+        }
+      }
+      ends_ok &= (tsr_layout_find(part, "embed.weight") != NULL) == (p == 0) &&
+                 (tsr_layout_find(part, "lm_head.weight") != NULL) == (p == 1) &&
+                 (tsr_layout_find(part, "final_norm.weight") != NULL) == (p == 1);
+      for (int l = p; l < 4; l += 2) {
+        const tsr_tensor *wq = tsr_layout_layer(part, l, "attn.wq.weight");
+        const tsr_tensor *wk = tsr_layout_layer(part, l, "attn.wk.weight");
+        const tsr_tensor *wv = tsr_layout_layer(part, l, "attn.wv.weight");
+        const tsr_tensor *wg = tsr_layout_layer(part, l, "mlp.w_gate.weight");
+        const tsr_tensor *wu = tsr_layout_layer(part, l, "mlp.w_up.weight");
+        const tsr_tensor *wo = tsr_layout_layer(part, l, "attn.wo.weight");
+        const tsr_tensor *wd = tsr_layout_layer(part, l, "mlp.w_down.weight");
+        const tsr_tensor *nm = tsr_layout_layer(part, l, "mlp_norm.weight");
+        if (!wq || !wk || !wv || !wg || !wu || !wo || !wd || !nm) {
+          fused_ok = 0;
+          continue;
+        }
+        fused_ok &= wk->offset == wq->offset + wq->numel && wv->offset == wk->offset + wk->numel &&
+                    wu->offset == wg->offset + wg->numel;
+        /* n_kv_head 2 < tp 4: rank r holds KV head r / 2 whole (6 rows), shared by 2 ranks */
+        gqa_ok &= wk->lshape[0] == 6 && wk->row0 == (r / 2) * 6 && wk->tp_copies == 2 &&
+                  wk->tp_copy == r % 2 && wv->row0 == wk->row0 && wk->shape[0] == 12;
+        split_ok &= wq->lshape[0] == 6 && wq->row0 == 6 * r && wq->lshape[1] == 24 &&
+                    wq->shape[0] == 24 && wq->tp_copies == 1 && wg->row0 == 10 * r &&
+                    wg->lshape[0] == 10 && wo->col0 == 6 * r && wo->lshape[1] == 6 &&
+                    wo->lshape[0] == 24 && wd->col0 == 10 * r && wd->lshape[1] == 10 &&
+                    nm->tp_copies == 4 && nm->tp_copy == r && nm->numel == 24;
+      }
+      const tsr_tensor *e = tsr_layout_find(part, p == 0 ? "embed.weight" : "lm_head.weight");
+      split_ok &= e && e->row0 == 9 * r && e->lshape[0] == 9 && e->tp_copies == 1;
+      float *pflat = tsr_calloc((size_t)part->n_flat, sizeof(float));
+      tsr_layout_init(part, pflat, 7);
+      for (int i = 0; i < part->n_tensors; i++) {
+        const tsr_tensor *t = &part->tensors[i];
+        const float *w = wflat + whole->tensors[t->logical_index].offset;
+        for (int64_t j = 0; j < t->numel; j++)
+          if (memcmp(&pflat[t->offset + j], &w[tsr_layout_logical_index(t, j)], sizeof(float)))
+            init_ok = 0;
+      }
+      tsr_free(&pflat);
+      tsr_layout_destroy(&part);
+    }
+  TU_CHECK(layers_ok, "pp 2 x v 2: stage p holds layers p, p+2 in increasing order");
+  TU_CHECK(ends_ok, "embed on stage 0, final_norm and lm_head on the last stage");
+  TU_CHECK(tile_ok, "every part's local slices tile [0, n_params), numel = lshape[0] x lshape[1]");
+  TU_CHECK(fused_ok, "wq|wk|wv and w_gate|w_up local slices adjacent in every part");
+  TU_CHECK(gqa_ok, "n_kv_head 2 < tp 4: wk/wv of rank r = the 6 rows of KV head r/2, 2 copies");
+  TU_CHECK(split_ok, "column (wq, w_gate), row (wo, w_down), vocab and replicated slices per rank");
+  TU_CHECK(init_ok, "a part initialises to the whole model's values, element by logical element");
+  tsr_free(&wflat);
+  tsr_layout_destroy(&whole);
+
+  /* gpt2 tied, pp 2: the last stage's embed.weight is a marked copy, never a writer */
+  m = small("gpt2", 2, 4, 1);
+  int tied_ok = 1;
+  for (int r = 0; r < 2; r++) {
+    tsr_layout *first = NULL, *last = NULL;
+    tied_ok &= tsr_layout_create_part(&first, &m, 2, r, 2, 0, 1) == 0 &&
+               tsr_layout_create_part(&last, &m, 2, r, 2, 1, 1) == 0;
+    if (!tied_ok) break;
+    const tsr_tensor *e0 = tsr_layout_find(first, "embed.weight");
+    const tsr_tensor *e1 = tsr_layout_find(last, "embed.weight");
+    const tsr_tensor *fn = tsr_layout_find(last, "final_norm.bias");
+    tied_ok &= e0 && e1 && fn && !e0->tied_copy && e1->tied_copy && e1->logical_index == 0 &&
+               e1->row0 == e0->row0 && e1->numel == e0->numel && e1->offset == fn->offset + fn->numel &&
+               !tsr_layout_find(last, "lm_head.weight") && !tsr_layout_find(last, "pos_embed.weight");
+    for (int c = 0; c < 3; c++) tied_ok &= !tsr_layout_writes(e1, c, 3);
+    const tsr_tensor *bq = tsr_layout_layer(first, 0, "attn.wq.bias");
+    const tsr_tensor *bk = tsr_layout_layer(first, 0, "attn.wk.bias");
+    const tsr_tensor *bv = tsr_layout_layer(first, 0, "attn.wv.bias");
+    const tsr_tensor *bo = tsr_layout_layer(first, 0, "attn.wo.bias");
+    tied_ok &= bq && bk && bv && bo && bk->offset == bq->offset + 12 && bv->offset == bk->offset + 12 &&
+               bo->tp_copies == 2 && bo->numel == 24;
+    tsr_layout_destroy(&first);
+    tsr_layout_destroy(&last);
+  }
+  TU_CHECK(tied_ok, "gpt2 tied, pp 2: last stage holds a tied_copy of embed (after final_norm), "
+           "no writer; q|k|v bias slices adjacent; wo.bias replicated");
+  tsr_layout *one = NULL;
+  m = small("gpt2", 2, 4, 1);
+  TU_CHECK(tsr_layout_create_part(&one, &m, 2, 1, 1, 0, 1) == 0 && tsr_layout_find(one, "embed.weight") &&
+               !tsr_layout_find(one, "embed.weight")->tied_copy,
+           "tied, pp 1: a single embed.weight, not a copy");
+  tsr_layout_destroy(&one);
+
+  /* bad splits: TSR_ERR_INPUT, no layout */
+  struct {
+    int T, pp, v, kv;
+    int64_t vocab, L;
+    const char *why;
+  } bad[] = {{3, 1, 1, 2, 36, 4, "n_head 4 over tp 3"},      {2, 1, 1, 2, 35, 4, "vocab 35 over tp 2"},
+             {1, 2, 1, 2, 36, 3, "3 layers over pp 2"},      {1, 2, 2, 2, 36, 2, "2 layers over pp 2 x v 2"},
+             {4, 1, 1, 3, 36, 4, "n_kv_head 3 with tp 4"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tsr_model_config b = small("llama", (int)bad[i].L, bad[i].kv, 0);
+    b.n_head = bad[i].kv == 3 ? 12 : 4;
+    b.vocab_size = bad[i].vocab;
+    tsr_layout *x = (tsr_layout *)1;
+    int rc = tsr_layout_create_part(&x, &b, bad[i].T, 0, bad[i].pp, 0, bad[i].v);
+    TU_CHECK(rc == TSR_ERR_INPUT && x == NULL, "refused: %s (rc=%d)", bad[i].why, rc);
+  }
 }
 
 int main(void) {
@@ -135,5 +371,8 @@ int main(void) {
   const tsr_tensor *bv = tsr_layout_layer(lay, 0, "attn.wv.bias");
   TU_CHECK(bv->offset == bq->offset + 2 * C, "gpt2 q|k|v biases adjacent");
   tsr_layout_destroy(&lay);
+
+  test_parts();
+  test_grid();
   return tu_summary("test_layout");
 }
