@@ -82,16 +82,24 @@ struct tsr_model {
   float *params; /* compute-precision copy, n_flat (NULL when a provider owns them) */
   float *grads;  /* fp32, n_flat (NULL when a provider owns them) */
 
-  layer_acts *acts;  /* [L] stored activations */
+  /* pipeline: this stage's layers (L of them, global ids layer_ids), in v chunks of Lc;
+   * first: holds the embedding (global chunk 0); last: the head (the last chunk) */
+  int *layer_ids;
+  int v, Lc, first, last;
+  /* Activations of a micro-batch in flight through one chunk live in a slot; a stage
+   * keeps as many slots as its schedule has micro-batch-chunks in flight. */
+  int n_slots;
+  struct act_slot {
+    layer_acts *acts; /* [Lc] */
+    float *resid;     /* [(Lc+1) * N*C]: the chunk's input, then each layer's output */
+    float *final_norm, *final_mean, *final_rstd, *logits; /* last stage: the head */
+    int32_t *tokens;  /* first stage: the inputs (for the embedding backward) */
+  } *slots;
   layer_acts scratch; /* recompute target */
-  float *resid;      /* [(L+1) * N*C] residual stream: input of layer l, then final */
-  float *final_norm, *final_mean, *final_rstd;
-  float *logits;      /* [N,V], overwritten by its gradient */
   float *tmp_nc;      /* [N,C] projection outputs */
   float *d_resid;     /* [N,C] gradient of the residual stream */
   float *d_nc;        /* [N,C] gradient of a norm output */
   float *d_atty, *d_qkv, *d_fc, *d_act;
-  int32_t *tokens;    /* [N] inputs of the current micro-batch (for embedding bwd) */
   size_t act_bytes;
 };
 
@@ -193,7 +201,15 @@ int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layou
 
 int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                         int own_params, int own_grads, tsr_comm *tp) {
+  const tsr_model_options o = {own_params, own_grads, tp, 1};
+  return tsr_model_create_opt(out, cfg, lay, &o);
+}
+
+int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                         const tsr_model_options *opt) {
   *out = NULL;
+  tsr_comm *tp = opt->tp;
+  const int own_params = opt->own_params, own_grads = opt->own_grads;
   tsr_model *m = tsr_calloc(1, sizeof *m);
   if (!m) return TSR_ERR;
   m->cfg = *cfg;
@@ -218,8 +234,22 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
   m->vocab = (int)mc->vocab_size;
   m->V = m->vocab / tps;
   m->vocab_start = m->tp_rank * m->V;
-  m->L = (int)mc->n_layer;
   m->N = m->B * m->T;
+  /* this stage's layers, in the layout's (increasing) order */
+  m->layer_ids = tsr_calloc((size_t)mc->n_layer, sizeof(int));
+  if (!m->layer_ids) {
+    tsr_model_destroy(&m);
+    return TSR_ERR;
+  }
+  for (int i = 0; i < lay->n_tensors; i++) {
+    const int l = lay->tensors[i].layer;
+    if (l >= 0 && (m->L == 0 || m->layer_ids[m->L - 1] != l)) m->layer_ids[m->L++] = l;
+  }
+  m->v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+  m->Lc = m->L / m->v;
+  m->first = lay->pp_rank == 0;
+  m->last = lay->pp_rank == lay->pp - 1;
+  m->n_slots = opt->n_slots > 0 ? opt->n_slots : 1;
   m->qkv_dim = (m->H + 2 * m->KV) * m->hd;
   m->fc_dim = m->gpt2 ? m->F : 2 * m->F;
   m->eps = (float)mc->norm_eps;
@@ -230,11 +260,15 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
   m->n_units = m->L + 2;
   m->units = tsr_calloc((size_t)m->n_units, sizeof *m->units);
   if (!m->units) goto fail;
+  if (m->L == 0 || m->L % m->v != 0) {
+    tsr_error("model: this stage holds %d layers in %d chunks", m->L, m->v);
+    goto fail;
+  }
   for (int l = 0; l < m->L; l++) {
     int64_t b = INT64_MAX, e = 0;
     for (int i = 0; i < lay->n_tensors; i++) {
       const tsr_tensor *t = &lay->tensors[i];
-      if (t->layer != l) continue;
+      if (t->layer != m->layer_ids[l]) continue;
       b = t->offset < b ? t->offset : b;
       e = t->offset + t->numel > e ? t->offset + t->numel : e;
     }
@@ -249,17 +283,26 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
   m->final_b = off_global(lay, "final_norm.bias", head_base);
   m->head_unit = mc->tie_embeddings ? 0 : m->L + 1;
   m->head = mc->tie_embeddings ? m->embed : off_global(lay, "lm_head.weight", head_base);
-  if (m->embed < 0 || m->final_w < 0 || m->head < 0 || (m->gpt2 && m->pos_embed < 0) ||
-      m->units[0].end < m->embed + (int64_t)m->V * m->C) {
+  if (mc->tie_embeddings && lay->pp > 1) {
+    tsr_error("model: tie_embeddings with pipeline parallelism (pp = %d) is not implemented yet: "
+              "the last stage's copy of embed.weight would need its gradient summed with the "
+              "first stage's; use model.tie_embeddings = .false. or pp = 1", lay->pp);
+    rc = TSR_ERR_INPUT;
+    goto fail;
+  }
+  if ((m->first && (m->embed < 0 || (m->gpt2 && m->pos_embed < 0) ||
+                    m->units[0].end < m->embed + (int64_t)m->V * m->C)) ||
+      (m->last && (m->final_w < 0 || m->head < 0))) {
     tsr_error("model: layout lacks embed/final_norm/lm_head tensors in their units");
     goto fail;
   }
   m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
   m->lp = tsr_calloc((size_t)m->L, sizeof *m->lp);
   if (!m->lp) goto fail;
-  for (int l = 0; l < m->L; l++) {
-    layer_params *p = &m->lp[l];
-    const int64_t b = m->units[1 + l].begin;
+  for (int i = 0; i < m->L; i++) {
+    layer_params *p = &m->lp[i];
+    const int l = m->layer_ids[i]; /* global layer id: the tensor names */
+    const int64_t b = m->units[1 + i].begin;
     p->norm1_w = off(lay, l, "attn_norm.weight", b);
     p->norm1_b = off(lay, l, "attn_norm.bias", b);
     p->wqkv = off(lay, l, "attn.wq.weight", b); /* wq, wk, wv are adjacent: one matrix */
@@ -285,25 +328,32 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
   if ((own_params && !(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float)))) ||
       (own_grads && !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float)))))
     goto fail;
-  m->acts = tsr_calloc((size_t)m->L, sizeof *m->acts);
-  if (!m->acts) goto fail;
   const int own = owned_mask(m->recompute);
   if (alloc_acts(m, &m->scratch, A_ALL & ~own)) goto fail;
-  for (int l = 0; l < m->L; l++) {
-    if (alloc_acts(m, &m->acts[l], own)) goto fail;
-    layer_acts *a = &m->acts[l], *s = &m->scratch;
-    if (!(own & A_NORMS)) a->norm1 = s->norm1, a->norm2 = s->norm2;
-    if (!(own & A_CORE)) {
-      a->qkv = s->qkv, a->atty = s->atty, a->lse = s->lse, a->h = s->h, a->fc = s->fc;
-      a->norm1_mean = s->norm1_mean, a->norm1_rstd = s->norm1_rstd;
-      a->norm2_mean = s->norm2_mean, a->norm2_rstd = s->norm2_rstd;
+  m->slots = tsr_calloc((size_t)m->n_slots, sizeof *m->slots);
+  if (!m->slots) goto fail;
+  for (int k = 0; k < m->n_slots; k++) {
+    struct act_slot *sl = &m->slots[k];
+    if (!(sl->acts = tsr_calloc((size_t)m->Lc, sizeof *sl->acts))) goto fail;
+    for (int q = 0; q < m->Lc; q++) {
+      if (alloc_acts(m, &sl->acts[q], own)) goto fail;
+      layer_acts *a = &sl->acts[q], *sc = &m->scratch;
+      if (!(own & A_NORMS)) a->norm1 = sc->norm1, a->norm2 = sc->norm2;
+      if (!(own & A_CORE)) {
+        a->qkv = sc->qkv, a->atty = sc->atty, a->lse = sc->lse, a->h = sc->h, a->fc = sc->fc;
+        a->norm1_mean = sc->norm1_mean, a->norm1_rstd = sc->norm1_rstd;
+        a->norm2_mean = sc->norm2_mean, a->norm2_rstd = sc->norm2_rstd;
+      }
+      if (!(own & A_ACT)) a->act = sc->act;
     }
-    if (!(own & A_ACT)) a->act = s->act;
+    if (!(sl->resid = alloc_f(m, (size_t)(m->Lc + 1) * N * C))) goto fail;
+    if (m->first && !(sl->tokens = tsr_calloc(N, sizeof(int32_t)))) goto fail;
+    if (m->last && (!(sl->final_norm = alloc_f(m, N * C)) || !(sl->final_mean = alloc_f(m, N)) ||
+                    !(sl->final_rstd = alloc_f(m, N)) ||
+                    !(sl->logits = alloc_f(m, N * (size_t)m->V))))
+      goto fail;
   }
-  if (!(m->resid = alloc_f(m, (size_t)(m->L + 1) * N * C)) ||
-      !(m->final_norm = alloc_f(m, N * C)) || !(m->final_mean = alloc_f(m, N)) ||
-      !(m->final_rstd = alloc_f(m, N)) || !(m->logits = alloc_f(m, N * (size_t)m->V)) ||
-      !(m->tmp_nc = alloc_f(m, N * C)) || !(m->d_resid = alloc_f(m, N * C)) ||
+  if (!(m->tmp_nc = alloc_f(m, N * C)) || !(m->d_resid = alloc_f(m, N * C)) ||
       !(m->d_nc = alloc_f(m, N * C)) || !(m->d_atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
       !(m->d_qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
       !(m->d_fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(m->d_act = alloc_f(m, N * (size_t)m->F)))
@@ -317,11 +367,10 @@ int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout
         !(m->kv_sum = tsr_calloc((size_t)m->kv_seg * m->kv_heads, sizeof(float))))
       goto fail;
   }
-  m->tokens = tsr_calloc(N, sizeof(int32_t));
   m->xent_max = tsr_calloc(N, sizeof(double));
   m->xent_sum = tsr_calloc(N, sizeof(double));
   m->xent_target = tsr_calloc(N, sizeof(double));
-  if (!m->tokens || !m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
+  if (!m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
   *out = m;
   return 0;
 fail:
@@ -333,19 +382,26 @@ void tsr_model_destroy(tsr_model **mp) {
   if (!mp || !*mp) return;
   tsr_model *m = *mp;
   const int own = owned_mask(m->recompute);
-  if (m->acts)
-    for (int l = 0; l < m->L; l++) free_acts(&m->acts[l], own);
+  if (m->slots)
+    for (int k = 0; k < m->n_slots; k++) {
+      struct act_slot *sl = &m->slots[k];
+      if (sl->acts)
+        for (int q = 0; q < m->Lc; q++) free_acts(&sl->acts[q], own);
+      tsr_free(&sl->acts);
+      tsr_free(&sl->resid);
+      tsr_free(&sl->tokens);
+      tsr_free(&sl->final_norm);
+      tsr_free(&sl->final_mean);
+      tsr_free(&sl->final_rstd);
+      tsr_free(&sl->logits);
+    }
+  tsr_free(&m->slots);
   free_acts(&m->scratch, A_ALL & ~own);
-  tsr_free(&m->acts);
+  tsr_free(&m->layer_ids);
   tsr_free(&m->lp);
   tsr_free(&m->units);
   tsr_free(&m->params);
   tsr_free(&m->grads);
-  tsr_free(&m->resid);
-  tsr_free(&m->final_norm);
-  tsr_free(&m->final_mean);
-  tsr_free(&m->final_rstd);
-  tsr_free(&m->logits);
   tsr_free(&m->tmp_nc);
   tsr_free(&m->d_resid);
   tsr_free(&m->d_nc);
@@ -353,7 +409,6 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(&m->d_qkv);
   tsr_free(&m->d_fc);
   tsr_free(&m->d_act);
-  tsr_free(&m->tokens);
   tsr_free(&m->xent_max);
   tsr_free(&m->xent_sum);
   tsr_free(&m->xent_target);
@@ -557,122 +612,156 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   return 0;
 }
 
-static float *resid(tsr_model *m, int l) { return m->resid + (size_t)l * m->N * m->C; }
+static float *resid(const tsr_model *m, struct act_slot *sl, int q) {
+  return sl->resid + (size_t)q * m->N * m->C;
+}
 
 #define REL(call)                         \
   do {                                    \
     if ((call) != 0) return TSR_ERR;      \
   } while (0)
 
-/* Embedding, every layer, final norm and LM head: fills m->logits. */
-static int forward(tsr_model *m, const int32_t *inputs) {
-  const int N = m->N, C = m->C, L = m->L, head = L + 1;
-  void *hc = m->hooks.ctx;
-  memcpy(m->tokens, inputs, (size_t)N * sizeof(int32_t));
-  const float *pe = params_acquire(m, 0, L > 0 ? 1 : head);
-  if (!pe) return TSR_ERR;
-  /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
-  tsr_ops_embedding_fwd(resid(m, 0), inputs, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
-                        m->T, C, m->vocab_start, m->V);
-  TSR_CALL(tp_sum(m, resid(m, 0), (long)N * C));
-  store(m, resid(m, 0), (long)N * C);
-  REL(m->hooks.params_release(hc, 0));
-  for (int l = 0; l < L; l++) {
-    const float *pr = params_acquire(m, 1 + l, 2 + l);
-    if (!pr) return TSR_ERR;
-    TSR_CALL(layer_fwd(m, l, pr, resid(m, l), &m->acts[l], resid(m, l + 1)));
-    REL(m->hooks.params_release(hc, 1 + l));
-  }
-  const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
-  const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
-  if (!ph || !pw) return TSR_ERR;
-  norm_fwd(m, ph, m->final_norm, m->final_mean, m->final_rstd, resid(m, L), m->final_w, m->final_b);
-  tsr_ops_matmul_fwd(m->logits, m->final_norm, PC(pw, m->head), NULL, N, C, m->V);
-  store(m, m->logits, (long)N * m->V);
-  if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
-  REL(m->hooks.params_release(hc, head));
-  return 0;
-}
-
-static int check_tokens(const tsr_model *m, const int32_t *inputs, const int32_t *targets) {
+static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
   for (int i = 0; i < m->N; i++)
-    TSR_CHECK(inputs[i] >= 0 && inputs[i] < m->vocab && targets[i] >= 0 && targets[i] < m->vocab,
-              TSR_ERR_INPUT, "token id out of range [0, %d) at position %d of the micro-batch",
-              m->vocab, i);
+    TSR_CHECK(ids[i] >= 0 && ids[i] < m->vocab, TSR_ERR_INPUT,
+              "%s token id %d out of range [0, %d) at position %d of the micro-batch", what,
+              ids[i], m->vocab, i);
   return 0;
 }
 
 /* Sum of the row losses from the (vocab-parallel) logits; with dloss != 0 the logits are
  * replaced by dloss * d(loss sum)/d(logits). */
-static int loss_and_grad(tsr_model *m, const int32_t *targets, float dloss, int grad,
+static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, float dloss, int grad,
                          double *loss_sum) {
   const int N = m->N;
   if (m->tp_size == 1) {
-    *loss_sum = grad ? tsr_ops_xent_fwd_bwd(m->logits, targets, N, m->V, dloss)
-                     : tsr_ops_xent_fwd(m->logits, targets, N, m->V);
+    *loss_sum = grad ? tsr_ops_xent_fwd_bwd(logits, targets, N, m->V, dloss)
+                     : tsr_ops_xent_fwd(logits, targets, N, m->V);
     return 0;
   }
-  tsr_ops_xent_local_stats(m->xent_max, m->xent_target, m->logits, targets, N, m->V,
+  tsr_ops_xent_local_stats(m->xent_max, m->xent_target, logits, targets, N, m->V,
                            m->vocab_start);
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_max, (size_t)N, TSR_COMM_MAX));
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_target, (size_t)N, TSR_COMM_SUM));
-  tsr_ops_xent_local_sumexp(m->xent_sum, m->logits, m->xent_max, N, m->V);
+  tsr_ops_xent_local_sumexp(m->xent_sum, logits, m->xent_max, N, m->V);
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_sum, (size_t)N, TSR_COMM_SUM));
   *loss_sum = tsr_ops_xent_rows(m->xent_max, m->xent_sum, m->xent_target, N);
   if (grad)
-    tsr_ops_xent_grad(m->logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
+    tsr_ops_xent_grad(logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
                       dloss);
   return 0;
 }
 
-int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
-  TSR_CALL(check_tokens(m, inputs, targets));
-  TSR_CALL(forward(m, inputs));
+int tsr_model_n_chunks(const tsr_model *m) { return m->v; }
+int tsr_model_n_slots(const tsr_model *m) { return m->n_slots; }
+float *tsr_model_input_grad(tsr_model *m) { return m->d_resid; }
+const float *tsr_model_chunk_output(const tsr_model *m, int slot) {
+  return resid(m, &m->slots[slot], m->Lc);
+}
+
+int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
+                            const int32_t *targets, const float *x_in, float dloss, int grad,
+                            double *loss) {
+  const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1;
+  const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  void *hc = m->hooks.ctx;
+  struct act_slot *sl = &m->slots[slot];
+  if (embeds) {
+    TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
+    TSR_CALL(check_ids(m, inputs, "input"));
+    memcpy(sl->tokens, inputs, (size_t)N * sizeof(int32_t));
+    const float *pe = params_acquire(m, 0, 1 + chunk * Lc);
+    if (!pe) return TSR_ERR;
+    /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
+    tsr_ops_embedding_fwd(resid(m, sl, 0), inputs, PC(pe, m->embed),
+                          tp_bias(m, PC(pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
+    TSR_CALL(tp_sum(m, resid(m, sl, 0), (long)N * C));
+    store(m, resid(m, sl, 0), (long)N * C);
+    REL(m->hooks.params_release(hc, 0));
+  } else {
+    TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
+    memcpy(resid(m, sl, 0), x_in, (size_t)N * C * sizeof(float));
+  }
+  for (int q = 0; q < Lc; q++) {
+    const int i = chunk * Lc + q;
+    const float *pr = params_acquire(m, 1 + i, q + 1 < Lc ? 2 + i : heads ? head : -1);
+    if (!pr) return TSR_ERR;
+    TSR_CALL(layer_fwd(m, i, pr, resid(m, sl, q), &sl->acts[q], resid(m, sl, q + 1)));
+    REL(m->hooks.params_release(hc, 1 + i));
+  }
+  if (!heads) return 0;
+  TSR_CHECK(targets, TSR_ERR, "model: the last chunk needs the targets");
+  TSR_CALL(check_ids(m, targets, "target"));
+  const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
+  const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
+  if (!ph || !pw) return TSR_ERR;
+  norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, resid(m, sl, Lc), m->final_w,
+           m->final_b);
+  tsr_ops_matmul_fwd(sl->logits, sl->final_norm, PC(pw, m->head), NULL, N, C, m->V);
+  store(m, sl->logits, (long)N * m->V);
+  if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
+  REL(m->hooks.params_release(hc, head));
+  /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
   double sum;
-  TSR_CALL(loss_and_grad(m, targets, 0.0f, 0, &sum));
-  *loss = sum / m->N;
+  TSR_CALL(loss_and_grad(m, sl->logits, targets, dloss / (float)N, grad, &sum));
+  if (loss) *loss = sum / N;
   return 0;
+}
+
+int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out) {
+  const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
+  const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  void *hc = m->hooks.ctx;
+  struct act_slot *sl = &m->slots[slot];
+  float *ge = NULL;
+  if (heads) {
+    /* final norm and LM head.  Tied (pp = 1): the head's weight and gradient are unit
+     * 0's, which stays acquired for gradients until the embedding's backward. */
+    const float *ph = params_acquire(m, head, tied ? 0 : L);
+    const float *pw = tied ? params_acquire(m, 0, L) : ph;
+    float *gh = grads_acquire(m, head);
+    ge = tied ? grads_acquire(m, 0) : NULL;
+    if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
+    memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+    tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
+                       PC(pw, m->head), N, C, m->V);
+    TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
+    memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
+    norm_bwd(m, ph, gh, m->d_resid, m->d_nc, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
+             m->final_w, m->final_b);
+    if (tied) REL(m->hooks.params_release(hc, 0));
+    REL(m->hooks.params_release(hc, head));
+    REL(m->hooks.grads_release(hc, head));
+  } else {
+    TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
+    memcpy(m->d_resid, d_out, (size_t)N * C * sizeof(float));
+  }
+  for (int q = Lc - 1; q >= 0; q--) {
+    const int i = chunk * Lc + q;
+    const float *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
+    float *gr = grads_acquire(m, 1 + i);
+    if (!pr || !gr) return TSR_ERR;
+    TSR_CALL(layer_recompute(m, i, pr, resid(m, sl, q), &sl->acts[q]));
+    TSR_CALL(layer_bwd(m, i, pr, gr, resid(m, sl, q), &sl->acts[q]));
+    REL(m->hooks.params_release(hc, 1 + i));
+    REL(m->hooks.grads_release(hc, 1 + i));
+  }
+  if (!embeds) return 0; /* m->d_resid: the gradient of this chunk's input */
+  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
+  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, sl->tokens, N, m->T, C,
+                        m->vocab_start, m->V);
+  REL(m->hooks.grads_release(hc, 0));
+  return 0;
+}
+
+int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
+  TSR_CHECK(m->first && m->last && m->v == 1, TSR_ERR, "model: forward of a pipeline stage");
+  return tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, 0.0f, 0, loss);
 }
 
 int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                       double *loss) {
-  TSR_CALL(check_tokens(m, inputs, targets));
-  const int N = m->N, C = m->C, L = m->L, head = L + 1, tied = m->head_unit == 0;
-  void *hc = m->hooks.ctx;
-  TSR_CALL(forward(m, inputs));
-  /* d(mean loss)/d logits, scaled by dloss; logits now hold their gradient */
-  double sum;
-  TSR_CALL(loss_and_grad(m, targets, dloss / (float)N, 1, &sum));
-  *loss = sum / N;
-  /* head: final norm and LM head.  Tied: the head's weight and gradient are unit 0's,
-   * which stays acquired for gradients until the embedding's backward. */
-  const float *ph = params_acquire(m, head, tied ? 0 : L);
-  const float *pw = tied ? params_acquire(m, 0, L) : ph;
-  float *gh = grads_acquire(m, head);
-  float *ge = tied ? grads_acquire(m, 0) : NULL;
-  if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, m->logits, m->final_norm,
-                     PC(pw, m->head), N, C, m->V);
-  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
-  memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
-  norm_bwd(m, ph, gh, m->d_resid, m->d_nc, resid(m, L), m->final_mean, m->final_rstd, m->final_w,
-           m->final_b);
-  if (tied) REL(m->hooks.params_release(hc, 0));
-  REL(m->hooks.params_release(hc, head));
-  REL(m->hooks.grads_release(hc, head));
-  for (int l = L - 1; l >= 0; l--) {
-    const float *pr = params_acquire(m, 1 + l, l > 0 ? l : -1);
-    float *gr = grads_acquire(m, 1 + l);
-    if (!pr || !gr) return TSR_ERR;
-    TSR_CALL(layer_recompute(m, l, pr, resid(m, l), &m->acts[l]));
-    TSR_CALL(layer_bwd(m, l, pr, gr, resid(m, l), &m->acts[l]));
-    REL(m->hooks.params_release(hc, 1 + l));
-    REL(m->hooks.grads_release(hc, 1 + l));
-  }
-  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
-  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, m->tokens, N, m->T, C,
-                        m->vocab_start, m->V);
-  REL(m->hooks.grads_release(hc, 0));
-  return 0;
+  TSR_CHECK(m->first && m->last && m->v == 1, TSR_ERR, "model: fwd_bwd of a pipeline stage");
+  TSR_CALL(tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, dloss, 1, loss));
+  return tsr_model_chunk_backward(m, 0, 0, NULL);
 }

@@ -57,6 +57,15 @@ int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layou
  * group (NULL: none). */
 int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                         int own_params, int own_grads, tsr_comm *tp);
+/* The general form: `lay` may be any (pipeline stage, tp rank) part; n_slots activation
+ * sets are kept for micro-batches in flight (a pipeline schedule's peak). */
+typedef struct {
+  int own_params, own_grads;
+  tsr_comm *tp;
+  int n_slots;
+} tsr_model_options;
+int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+                         const tsr_model_options *opt);
 void tsr_model_destroy(tsr_model **m);
 void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks);
 int tsr_model_n_units(const tsr_model *m);
@@ -82,6 +91,24 @@ int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *target
                       double *loss);
 /* Forward only: *loss = mean cross-entropy (evaluation). */
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss);
+
+/* Pipeline stages.  The stage's layers form n_chunks chunks (virtual stages).  Forward of
+ * chunk c for one micro-batch stores its activations in `slot` (in [0, n_slots)); x_in
+ * is the chunk's input activation [micro_batch*seq_len, d_model], except for the first
+ * stage's chunk 0, which embeds `inputs`.  The last stage's last chunk computes the mean
+ * loss on `targets` (and, with grad, the gradient of dloss * loss w.r.t. its logits).
+ * Its output is tsr_model_chunk_output(slot).  Backward of (chunk, slot) takes the
+ * gradient of the chunk's output (NULL for the last chunk) and leaves the gradient of its
+ * input in tsr_model_input_grad (overwritten by the next backward).  A slot is free again
+ * once its backward has run. */
+int tsr_model_n_chunks(const tsr_model *m);
+int tsr_model_n_slots(const tsr_model *m);
+int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
+                            const int32_t *targets, const float *x_in, float dloss, int grad,
+                            double *loss);
+int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out);
+const float *tsr_model_chunk_output(const tsr_model *m, int slot);
+float *tsr_model_input_grad(tsr_model *m);
 
 /* Bytes of activation buffers allocated (for logs and, later, the planner). */
 size_t tsr_model_activation_bytes(const tsr_model *m);

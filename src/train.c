@@ -24,6 +24,8 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "pipeline.h"
+#include "pp_exec.h"
 #include "util.h"
 #include "zero.h"
 
@@ -66,6 +68,9 @@ typedef struct {
   tsr_layout *lay;
   tsr_model *model;
   tsr_zero *zero;
+  tsr_pp_schedule *sched; /* pp > 1: this stage's schedule and its executor */
+  tsr_pp_exec *exec;
+  double *bubble;         /* [pp] measured idle fraction per stage, last step */
   tsr_data *train_data, *valid_data;
   int32_t *inputs, *targets;
   tsr_metrics *metrics;
@@ -77,6 +82,9 @@ static void trainer_destroy(trainer *t) {
   tsr_metrics_close(&t->metrics);
   tsr_data_destroy(&t->train_data);
   tsr_data_destroy(&t->valid_data);
+  tsr_pp_exec_destroy(&t->exec);
+  tsr_pp_schedule_destroy(&t->sched);
+  tsr_free(&t->bubble);
   tsr_zero_destroy(&t->zero);
   tsr_model_destroy(&t->model);
   tsr_free(&t->inputs);
@@ -87,10 +95,10 @@ static void trainer_destroy(trainer *t) {
 
 /* The groups whose traffic is logged, in a fixed order. */
 static tsr_comm *const *comm_groups(const trainer *t, int *n) {
-  static tsr_comm *g[5];
+  static tsr_comm *g[6];
   g[0] = t->grid->dp_comm, g[1] = t->grid->dp_shard, g[2] = t->grid->dp_replicate;
-  g[3] = t->grid->tp_comm, g[4] = t->grid->world;
-  *n = 5;
+  g[3] = t->grid->tp_comm, g[4] = t->grid->pp_comm, g[5] = t->grid->world;
+  *n = 6;
   return g;
 }
 
@@ -147,9 +155,6 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   const int rc = tsr_grid_create(&t->grid, cfg, w);
   tsr_comm_destroy(&w);
   if (rc) return rc;
-  TSR_CHECK(t->grid->pp == 1, TSR_ERR_INPUT,
-            "&parallel pp = %d: pipeline parallelism is not implemented yet (the schedules "
-            "are, the executor is not); use pp = 1", t->grid->pp);
   TSR_CHECK(!cfg->parallel.sequence_parallel, TSR_ERR_INPUT,
             "&parallel sequence_parallel = .true. is not implemented yet; use .false.");
   t->dp = t->grid->dp;
@@ -161,8 +166,17 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
                                   t->grid->pp, t->grid->pp_rank,
                                   (int)cfg->parallel.virtual_stages));
   tsr_zero_pad_layout(t->lay, cfg, t->grid);
-  TSR_CALL(tsr_model_create_tp(&t->model, cfg, t->lay, stage < 3, stage < 2, t->grid->tp_comm));
+  tsr_model_options mo = {stage < 3, stage < 2, t->grid->tp_comm, 1};
+  if (t->grid->pp > 1) {
+    TSR_CALL(tsr_pp_schedule_for(&t->sched, cfg, t->grid));
+    mo.n_slots = tsr_pp_slots_needed(t->sched);
+    TSR_CHECK(mo.n_slots > 0, TSR_ERR, "pipeline: bad schedule");
+    t->bubble = tsr_calloc((size_t)t->grid->pp, sizeof(double));
+    TSR_CHECK(t->bubble, TSR_ERR, "out of memory");
+  }
+  TSR_CALL(tsr_model_create_opt(&t->model, cfg, t->lay, &mo));
   TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
+  if (t->sched) TSR_CALL(tsr_pp_exec_create(&t->exec, cfg, t->grid, t->model, t->zero, t->sched));
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
@@ -228,7 +242,10 @@ static int evaluate(trainer *t, double *val_loss) {
   for (int64_t b = 0; b < n_batches; b++) {
     double loss;
     tsr_data_batch(t->valid_data, b * mb, mb, t->inputs, t->targets);
-    TSR_CALL(tsr_model_forward(t->model, t->inputs, t->targets, &loss));
+    if (t->exec)
+      TSR_CALL(tsr_pp_exec_eval(t->exec, t->inputs, t->targets, &loss));
+    else
+      TSR_CALL(tsr_model_forward(t->model, t->inputs, t->targets, &loss));
     sum += loss;
   }
   *val_loss = sum / (double)n_batches;
@@ -289,12 +306,22 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   const float dloss = (float)(1.0 / ((double)k * t->dp));
   TSR_CALL(tsr_zero_begin_step(t->zero));
   double loss_sum = 0;
-  for (int64_t a = 0; a < k; a++) {
-    double l;
-    TSR_CALL(tsr_zero_begin_micro(t->zero, a == k - 1));
-    tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
-    TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, dloss, &l));
-    loss_sum += l;
+  if (t->exec) { /* pipeline: the schedule runs the k micro-batches */
+    tsr_pp_step_stats ps;
+    TSR_CALL(tsr_pp_exec_step(t->exec, t->train_data, first, dloss, &ps));
+    TSR_CALL(tsr_comm_sum_ordered(t->grid->pp_comm, ps.loss_sum, &loss_sum)); /* last stage's */
+    memset(t->bubble, 0, (size_t)t->grid->pp * sizeof(double));
+    t->bubble[t->grid->pp_rank] = ps.total_s > 0 ? ps.idle_s / ps.total_s : 0;
+    TSR_CALL(tsr_comm_all_reduce_double(t->grid->pp_comm, t->bubble, (size_t)t->grid->pp,
+                                        TSR_COMM_SUM));
+  } else {
+    for (int64_t a = 0; a < k; a++) {
+      double l;
+      TSR_CALL(tsr_zero_begin_micro(t->zero, a == k - 1));
+      tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
+      TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, dloss, &l));
+      loss_sum += l;
+    }
   }
   TSR_CALL(tsr_zero_reduce_grads(t->zero));
   /* fault injection for the tests: poison one gradient at the given step */
@@ -364,6 +391,11 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
           (long long)cfg->train.global_batch, (long long)t.grad_accum_steps,
           (long long)cfg->train.micro_batch, t.dp, cfg->train.precision, cfg->train.recompute);
   tsr_grid_log(t.grid);
+  if (t.sched)
+    tsr_log("pipeline: schedule %s, %d micro-batches per step, %d chunk(s) per stage; stage "
+            "%d keeps %d activation slot(s): %.2f MB (rank 0)", cfg->parallel.schedule,
+            t.sched->m, t.sched->v, t.grid->pp_rank, tsr_model_n_slots(t.model),
+            (double)tsr_model_activation_bytes(t.model) / 1e6);
   const tsr_zero_memory zm = tsr_zero_memory_of(t.zero);
   tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
           "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
@@ -414,6 +446,16 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
               dt * 1e3, tok_per_s * t.flops_per_token / 1e9, (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;
+      if (t.sched) {
+        char line[1024];
+        size_t used = 0;
+        for (int i = 0; i < t.grid->pp && used < sizeof line; i++)
+          used += (size_t)snprintf(line + used, sizeof line - used, " %.3f", t.bubble[i]);
+        tsr_log("pipeline bubble (measured idle / step time, stages 0..%d):%s | theory %s "
+                "%.3f (p %d, m %d, v %d)", t.grid->pp - 1, line, cfg->parallel.schedule,
+                tsr_pp_ideal_bubble(cfg->parallel.schedule, t.grid->pp, t.sched->m, t.sched->v),
+                t.grid->pp, t.sched->m, t.sched->v);
+      }
       if (step == first_step + 1 && t.world_size > 1) {
         char comm[1024];
         describe_comm(&t, comm, sizeof comm);

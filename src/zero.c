@@ -379,7 +379,9 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
     if (a < b) local += tsr_ops_sumsq(g + a, (long)(b - a));
   }
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
-  TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &total));
+  double tp_total;
+  TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));
+  TSR_CALL(tsr_comm_sum_ordered(z->grid->pp_comm, tp_total, &total)); /* stages: disjoint */
   *norm = sqrt(total);
   return 0;
 }

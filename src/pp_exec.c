@@ -1,0 +1,253 @@
+/* pp_exec.c — the pipeline executor.
+ *
+ * It walks this stage's action list in order.  A receive is posted (non-blocking) when
+ * the schedule says, into the buffer of the micro-batch-chunk's activation slot, and
+ * waited for just before the forward or backward that needs it; a send is posted right
+ * after the computation that produced it and completed before its buffer is reused.
+ * The schedule generator orders every stage's list from one global sequence, so this
+ * cannot deadlock (pipeline.c).  Tags are unique per (direction, micro-batch, receiving
+ * chunk) within a step.
+ *
+ * Slots: a micro-batch-chunk gets a slot at its first action (its receive, or its
+ * forward) and gives it back after its backward (and the send of its input gradient).
+ * The model keeps that many activation sets; 1F1B needs min(m, pp - stage) + the
+ * receives posted ahead. */
+#include "pp_exec.h"
+
+#include <string.h>
+
+#include "comm.h"
+#include "util.h"
+
+enum { DIR_ACT = 0, DIR_GRAD = 1 };
+
+typedef struct {
+  int mb, chunk; /* owner, or mb = -1 when free */
+  float *act_in, *grad_in, *grad_out;
+  tsr_comm_handle recv_act, recv_grad, send_act, send_grad;
+} pslot;
+
+struct tsr_pp_exec {
+  const tsr_config *cfg;
+  const tsr_grid *grid;
+  tsr_model *model;
+  tsr_zero *zero;
+  tsr_pp_schedule *s;
+  int n_slots, m, pp, v, stage;
+  size_t act_floats;
+  pslot *slots;
+  int32_t *inputs, *targets;
+  float *eval_buf;
+};
+
+static int slot_of(tsr_pp_exec *ex, int mb, int chunk) {
+  for (int i = 0; i < ex->n_slots; i++)
+    if (ex->slots[i].mb == mb && ex->slots[i].chunk == chunk) return i;
+  return -1;
+}
+
+/* Simulate the slot use of the action list: the number of slots needed. */
+int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
+  const int total = s->m * s->pp * s->v;
+  char *live = tsr_calloc((size_t)total, 1);
+  if (!live) return -1;
+  int now = 0, peak = 0;
+  for (int i = 0; i < s->n; i++) {
+    const tsr_pp_action *a = &s->a[i];
+    const int key = a->chunk * s->m + a->micro_batch;
+    if ((a->op == TSR_PP_RECV_ACT || a->op == TSR_PP_FORWARD) && !live[key]) {
+      live[key] = 1;
+      peak = ++now > peak ? now : peak;
+    }
+    const int chunk0 = a->chunk == 0;
+    if ((a->op == TSR_PP_SEND_GRAD) || (a->op == TSR_PP_BACKWARD && chunk0)) {
+      live[key] = 0;
+      now--;
+    }
+  }
+  tsr_free(&live);
+  return peak;
+}
+
+int tsr_pp_schedule_for(tsr_pp_schedule **out, const tsr_config *cfg, const tsr_grid *grid) {
+  const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * grid->dp);
+  return tsr_pp_schedule_create(out, cfg->parallel.schedule, grid->pp, grid->pp_rank, (int)m,
+                                (int)cfg->parallel.virtual_stages);
+}
+
+int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid *grid,
+                       tsr_model *model, tsr_zero *zero, tsr_pp_schedule *sched) {
+  *out = NULL;
+  tsr_pp_exec *ex = tsr_calloc(1, sizeof *ex);
+  TSR_CHECK(ex, TSR_ERR, "out of memory");
+  ex->cfg = cfg;
+  ex->grid = grid;
+  ex->model = model;
+  ex->zero = zero;
+  ex->s = sched;
+  ex->m = sched->m;
+  ex->pp = sched->pp;
+  ex->v = sched->v;
+  ex->stage = sched->stage;
+  ex->n_slots = tsr_model_n_slots(model);
+  const size_t N = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
+  ex->act_floats = N * (size_t)cfg->model.d_model;
+  int rc = TSR_ERR;
+  ex->slots = tsr_calloc((size_t)ex->n_slots, sizeof *ex->slots);
+  ex->inputs = tsr_calloc(N, sizeof(int32_t));
+  ex->targets = tsr_calloc(N, sizeof(int32_t));
+  ex->eval_buf = tsr_calloc(ex->act_floats, sizeof(float));
+  if (!ex->slots || !ex->inputs || !ex->targets || !ex->eval_buf) goto fail;
+  for (int i = 0; i < ex->n_slots; i++) {
+    pslot *p = &ex->slots[i];
+    p->mb = -1;
+    if (!(p->act_in = tsr_calloc(ex->act_floats, sizeof(float))) ||
+        !(p->grad_in = tsr_calloc(ex->act_floats, sizeof(float))) ||
+        !(p->grad_out = tsr_calloc(ex->act_floats, sizeof(float))))
+      goto fail;
+  }
+  *out = ex;
+  return 0;
+fail:
+  tsr_pp_exec_destroy(&ex);
+  return rc;
+}
+
+void tsr_pp_exec_destroy(tsr_pp_exec **exp) {
+  if (!exp || !*exp) return;
+  tsr_pp_exec *ex = *exp;
+  if (ex->slots)
+    for (int i = 0; i < ex->n_slots; i++) {
+      pslot *p = &ex->slots[i];
+      tsr_comm_wait(&p->recv_act);
+      tsr_comm_wait(&p->recv_grad);
+      tsr_comm_wait(&p->send_act);
+      tsr_comm_wait(&p->send_grad);
+      tsr_free(&p->act_in);
+      tsr_free(&p->grad_in);
+      tsr_free(&p->grad_out);
+    }
+  tsr_free(&ex->slots);
+  tsr_free(&ex->inputs);
+  tsr_free(&ex->targets);
+  tsr_free(&ex->eval_buf);
+  tsr_free(exp);
+}
+
+/* A free slot for (mb, chunk); its earlier sends complete first (their buffers are the
+ * slot's).  Time spent there counts as idle. */
+static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
+  int i = slot_of(ex, mb, chunk);
+  if (i >= 0) return i;
+  for (i = 0; i < ex->n_slots; i++)
+    if (ex->slots[i].mb < 0) break;
+  TSR_CHECK(i < ex->n_slots, -1, "pipeline: no free activation slot for micro-batch %d chunk %d",
+            mb, chunk);
+  pslot *p = &ex->slots[i];
+  const double t0 = tsr_now();
+  if (tsr_comm_wait(&p->send_act) || tsr_comm_wait(&p->send_grad)) return -1;
+  *idle += tsr_now() - t0;
+  p->mb = mb;
+  p->chunk = chunk;
+  return i;
+}
+
+static int tag(const tsr_pp_exec *ex, int dir, int mb, int recv_chunk) {
+  return (dir * ex->pp * ex->v + recv_chunk) * ex->m + mb;
+}
+
+static int wait_timed(tsr_comm_handle *h, double *idle) {
+  const double t0 = tsr_now();
+  const int rc = tsr_comm_wait(h);
+  *idle += tsr_now() - t0;
+  return rc;
+}
+
+int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float dloss,
+                     tsr_pp_step_stats *stats) {
+  memset(stats, 0, sizeof *stats);
+  tsr_comm *pp = ex->grid->pp_comm;
+  const int last_chunk = ex->pp * ex->v - 1;
+  const int64_t mb_size = ex->cfg->train.micro_batch;
+  const size_t bytes = ex->act_floats * sizeof(float);
+  const double t_start = tsr_now();
+  for (int k = 0; k < ex->s->n; k++) {
+    const tsr_pp_action *a = &ex->s->a[k];
+    const int local = (a->chunk - ex->stage) / ex->pp; /* the model's chunk index */
+    const int si = take_slot(ex, a->micro_batch, a->chunk, &stats->idle_s);
+    if (si < 0) return TSR_ERR;
+    pslot *p = &ex->slots[si];
+    switch (a->op) {
+    case TSR_PP_RECV_ACT:
+      TSR_CALL(tsr_comm_irecv(pp, p->act_in, bytes, a->peer,
+                              tag(ex, DIR_ACT, a->micro_batch, a->chunk), &p->recv_act));
+      break;
+    case TSR_PP_RECV_GRAD:
+      TSR_CALL(tsr_comm_irecv(pp, p->grad_in, bytes, a->peer,
+                              tag(ex, DIR_GRAD, a->micro_batch, a->chunk), &p->recv_grad));
+      break;
+    case TSR_PP_FORWARD: {
+      TSR_CALL(wait_timed(&p->recv_act, &stats->idle_s));
+      const int embeds = a->chunk == 0, heads = a->chunk == last_chunk;
+      if (embeds || heads)
+        tsr_data_batch(data, first + a->micro_batch * mb_size, mb_size, ex->inputs, ex->targets);
+      double loss = 0;
+      TSR_CALL(tsr_model_chunk_forward(ex->model, local, si, embeds ? ex->inputs : NULL,
+                                       heads ? ex->targets : NULL, embeds ? NULL : p->act_in,
+                                       dloss, 1, &loss));
+      if (heads) stats->loss_sum += loss;
+      break;
+    }
+    case TSR_PP_SEND_ACT:
+      TSR_CALL(tsr_comm_isend(pp, tsr_model_chunk_output(ex->model, si), bytes, a->peer,
+                              tag(ex, DIR_ACT, a->micro_batch, a->chunk + 1), &p->send_act));
+      break;
+    case TSR_PP_BACKWARD:
+      TSR_CALL(wait_timed(&p->recv_grad, &stats->idle_s));
+      /* ZeRO 0-1 reduce a unit's gradient after its last micro-batch's backward */
+      TSR_CALL(tsr_zero_begin_micro(ex->zero, a->micro_batch == ex->m - 1));
+      TSR_CALL(tsr_model_chunk_backward(ex->model, local, si,
+                                        a->chunk == last_chunk ? NULL : p->grad_in));
+      if (a->chunk == 0) {
+        p->mb = -1; /* nothing to send: the slot is free */
+      } else {
+        memcpy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
+      }
+      break;
+    case TSR_PP_SEND_GRAD:
+      TSR_CALL(tsr_comm_isend(pp, p->grad_out, bytes, a->peer,
+                              tag(ex, DIR_GRAD, a->micro_batch, a->chunk - 1), &p->send_grad));
+      p->mb = -1; /* free once the send completes (take_slot waits for it) */
+      break;
+    }
+  }
+  for (int i = 0; i < ex->n_slots; i++) { /* the step ends with nothing in flight */
+    TSR_CALL(wait_timed(&ex->slots[i].send_act, &stats->idle_s));
+    TSR_CALL(wait_timed(&ex->slots[i].send_grad, &stats->idle_s));
+  }
+  stats->total_s = tsr_now() - t_start;
+  return 0;
+}
+
+int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targets,
+                     double *loss) {
+  tsr_comm *pp = ex->grid->pp_comm;
+  const int n_chunks = ex->pp * ex->v;
+  const size_t bytes = ex->act_floats * sizeof(float);
+  double my_loss = 0;
+  /* slot 0 is free between steps; chunks run one after another, stage to stage */
+  for (int c = 0; c < n_chunks; c++) {
+    const int owner = c % ex->pp, prev = (c - 1 + ex->pp) % ex->pp;
+    if (owner != ex->stage) continue;
+    if (c > 0 && prev != ex->stage) TSR_CALL(tsr_comm_recv(pp, ex->eval_buf, bytes, prev, c));
+    else if (c > 0) memcpy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
+    TSR_CALL(tsr_model_chunk_forward(ex->model, (c - ex->stage) / ex->pp, 0,
+                                     c == 0 ? inputs : NULL, c == n_chunks - 1 ? targets : NULL,
+                                     c == 0 ? NULL : ex->eval_buf, 0.0f, 0, &my_loss));
+    const int next = (c + 1) % ex->pp;
+    if (c + 1 < n_chunks && next != ex->stage)
+      TSR_CALL(tsr_comm_send(pp, tsr_model_chunk_output(ex->model, 0), bytes, next, c + 1));
+  }
+  if (ex->stage != (n_chunks - 1) % ex->pp) my_loss = 0;
+  return tsr_comm_sum_ordered(pp, my_loss, loss);
+}
