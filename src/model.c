@@ -64,6 +64,13 @@ struct tsr_model {
   int vocab, vocab_start; /* full vocabulary; first row held here */
   tsr_comm *tp;           /* NULL or a group of size 1: no tensor parallelism */
   int tp_size, tp_rank;
+  /* sequence parallel: the residual stream and norms hold Ns = N / tp tokens (rows
+   * [row0, row0 + Ns) of the micro-batch); without it Ns = N, row0 = 0 */
+  int sp, Ns, row0;
+  float *d_full;      /* [N,C] a gathered residual gradient */
+  float *tmp_s;       /* [Ns,C] a reduce-scattered projection */
+  float *d_shard;     /* [Ns,C] a reduce-scattered norm-output gradient */
+  float *norm_dw, *norm_db; /* [C] one micro-batch's norm gradients before the tp sum */
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
   /* n_kv_head < tp: KV heads are replicated, each shared by tp / n_kv_head ranks whose
    * query heads all contribute to its gradient; these buffers sum those contributions */
@@ -154,7 +161,8 @@ static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
   if (which & A_CORE) {
     if (!(a->qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
         !(a->atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
-        !(a->lse = alloc_f(m, (size_t)m->B * m->H * m->T)) || !(a->h = alloc_f(m, N * C)) ||
+        !(a->lse = alloc_f(m, (size_t)m->B * m->H * m->T)) ||
+        !(a->h = alloc_f(m, (size_t)m->Ns * C)) ||
         !(a->fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(a->norm1_mean = alloc_f(m, N)) ||
         !(a->norm1_rstd = alloc_f(m, N)) || !(a->norm2_mean = alloc_f(m, N)) ||
         !(a->norm2_rstd = alloc_f(m, N)))
@@ -235,6 +243,9 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->V = m->vocab / tps;
   m->vocab_start = m->tp_rank * m->V;
   m->N = m->B * m->T;
+  m->sp = cfg->parallel.sequence_parallel && tps > 1;
+  m->Ns = m->sp ? m->N / tps : m->N;
+  m->row0 = m->sp ? m->tp_rank * m->Ns : 0;
   /* this stage's layers, in the layout's (increasing) order */
   m->layer_ids = tsr_calloc((size_t)mc->n_layer, sizeof(int));
   if (!m->layer_ids) {
@@ -260,6 +271,12 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->n_units = m->L + 2;
   m->units = tsr_calloc((size_t)m->n_units, sizeof *m->units);
   if (!m->units) goto fail;
+  if (m->sp && m->N % tps != 0) {
+    tsr_error("model: sequence parallelism needs micro_batch * seq_len = %d divisible by tp %d",
+              m->N, tps);
+    rc = TSR_ERR_INPUT;
+    goto fail;
+  }
   if (m->L == 0 || m->L % m->v != 0) {
     tsr_error("model: this stage holds %d layers in %d chunks", m->L, m->v);
     goto fail;
@@ -346,7 +363,7 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
       }
       if (!(own & A_ACT)) a->act = sc->act;
     }
-    if (!(sl->resid = alloc_f(m, (size_t)(m->Lc + 1) * N * C))) goto fail;
+    if (!(sl->resid = alloc_f(m, (size_t)(m->Lc + 1) * m->Ns * C))) goto fail;
     if (m->first && !(sl->tokens = tsr_calloc(N, sizeof(int32_t)))) goto fail;
     if (m->last && (!(sl->final_norm = alloc_f(m, N * C)) || !(sl->final_mean = alloc_f(m, N)) ||
                     !(sl->final_rstd = alloc_f(m, N)) ||
@@ -367,6 +384,11 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
         !(m->kv_sum = tsr_calloc((size_t)m->kv_seg * m->kv_heads, sizeof(float))))
       goto fail;
   }
+  if (m->sp && (!(m->d_full = alloc_f(m, N * C)) || !(m->tmp_s = alloc_f(m, (size_t)m->Ns * C)) ||
+                !(m->d_shard = alloc_f(m, (size_t)m->Ns * C)) ||
+                !(m->norm_dw = tsr_calloc(C, sizeof(float))) ||
+                !(m->norm_db = tsr_calloc(C, sizeof(float)))))
+    goto fail;
   m->xent_max = tsr_calloc(N, sizeof(double));
   m->xent_sum = tsr_calloc(N, sizeof(double));
   m->xent_target = tsr_calloc(N, sizeof(double));
@@ -414,6 +436,11 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(&m->xent_target);
   tsr_free(&m->kv_keep);
   tsr_free(&m->kv_sum);
+  tsr_free(&m->d_full);
+  tsr_free(&m->tmp_s);
+  tsr_free(&m->d_shard);
+  tsr_free(&m->norm_dw);
+  tsr_free(&m->norm_db);
   tsr_free(mp);
 }
 
@@ -451,21 +478,44 @@ static void store(const tsr_model *m, float *x, long n) {
   if (m->bf16) tsr_ops_round_bf16(x, x, n);
 }
 
-static void norm_fwd(const tsr_model *m, const float *pr, float *out, float *mean, float *rstd,
-                     const float *x, int64_t w, int64_t b) {
+/* Norm of this rank's rows x [Ns, C] into the full-size output out [N, C]: with
+ * sequence parallelism the rows are computed here and the rest all-gathered from the tp
+ * group (the column-parallel GEMM that follows needs every token). */
+static int norm_fwd(tsr_model *m, const float *pr, float *out, float *mean, float *rstd,
+                    const float *x, int64_t w, int64_t b) {
+  float *o = out + (size_t)m->row0 * m->C;
   if (m->gpt2)
-    tsr_ops_layernorm_fwd(out, mean, rstd, x, PC(pr, w), PC(pr, b), m->N, m->C, m->eps);
+    tsr_ops_layernorm_fwd(o, mean, rstd, x, PC(pr, w), PC(pr, b), m->Ns, m->C, m->eps);
   else
-    tsr_ops_rmsnorm_fwd(out, rstd, x, PC(pr, w), m->N, m->C, m->eps);
-  store(m, out, (long)m->N * m->C);
+    tsr_ops_rmsnorm_fwd(o, rstd, x, PC(pr, w), m->Ns, m->C, m->eps);
+  store(m, o, (long)m->Ns * m->C);
+  if (m->sp) TSR_CALL(tsr_comm_all_gather(m->tp, o, out, (size_t)m->Ns * m->C));
+  return 0;
 }
 
-static void norm_bwd(const tsr_model *m, const float *pr, float *gr, float *dx, const float *dout,
-                     const float *x, const float *mean, const float *rstd, int64_t w, int64_t b) {
+/* Backward of a norm over this rank's rows: dx [Ns, C] += ..., from dout [Ns, C].  With
+ * sequence parallelism the weight (and bias) gradients cover only these rows: they are
+ * formed apart and summed over tp before joining the accumulated gradient. */
+static int norm_bwd(tsr_model *m, const float *pr, float *gr, float *dx, const float *dout,
+                    const float *x, const float *mean, const float *rstd, int64_t w, int64_t b) {
+  const int C = m->C;
+  float *dw = m->sp ? m->norm_dw : P(gr, w), *db = m->sp ? m->norm_db : P(gr, b);
+  if (m->sp) {
+    memset(m->norm_dw, 0, (size_t)C * sizeof(float));
+    memset(m->norm_db, 0, (size_t)C * sizeof(float));
+  }
   if (m->gpt2)
-    tsr_ops_layernorm_bwd(dx, P(gr, w), P(gr, b), dout, x, PC(pr, w), mean, rstd, m->N, m->C);
+    tsr_ops_layernorm_bwd(dx, dw, b >= 0 ? db : NULL, dout, x, PC(pr, w), mean, rstd, m->Ns, C);
   else
-    tsr_ops_rmsnorm_bwd(dx, P(gr, w), dout, x, PC(pr, w), rstd, m->N, m->C);
+    tsr_ops_rmsnorm_bwd(dx, dw, dout, x, PC(pr, w), rstd, m->Ns, C);
+  if (!m->sp) return 0;
+  TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_dw, (size_t)C));
+  tsr_ops_acc(P(gr, w), m->norm_dw, C);
+  if (b >= 0) {
+    TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_db, (size_t)C));
+    tsr_ops_acc(P(gr, b), m->norm_db, C);
+  }
+  return 0;
 }
 
 static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
@@ -483,6 +533,31 @@ static int tp_sum(tsr_model *m, float *x, long n) {
   return tsr_comm_all_reduce(m->tp, x, (size_t)n);
 }
 
+/* The partial [N, C] output of a row-parallel GEMM, summed over tp: all-reduced in
+ * place, or (sequence parallel) reduce-scattered to this rank's rows.  Returns where the
+ * summed rows [Ns, C] are. */
+static float *tp_rows(tsr_model *m, float *partial) {
+  if (!m->sp) return tp_sum(m, partial, (long)m->N * m->C) ? NULL : partial;
+  if (tsr_comm_reduce_scatter(m->tp, partial, m->tmp_s, (size_t)m->Ns * m->C)) return NULL;
+  return m->tmp_s;
+}
+
+/* The gradient of this rank's rows D [Ns, C] on all N rows (sequence parallel), as the
+ * row-parallel GEMMs' backward needs it; D itself otherwise. */
+static const float *tp_gather_rows(tsr_model *m, const float *D) {
+  if (!m->sp) return D;
+  if (tsr_comm_all_gather(m->tp, D, m->d_full, (size_t)m->Ns * m->C)) return NULL;
+  return m->d_full;
+}
+
+/* The gradient of a norm output [N, C] from column-parallel GEMMs, summed over tp: in
+ * place, or (sequence parallel) reduce-scattered to this rank's rows. */
+static float *tp_grad_rows(tsr_model *m, float *partial) {
+  if (!m->sp) return tp_sum(m, partial, (long)m->N * m->C) ? NULL : partial;
+  if (tsr_comm_reduce_scatter(m->tp, partial, m->d_shard, (size_t)m->Ns * m->C)) return NULL;
+  return m->d_shard;
+}
+
 /* A replicated bias of a row-parallel GEMM enters the partial sums on tp rank 0 only. */
 static const float *tp_bias(const tsr_model *m, const float *b) { return m->tp_rank == 0 ? b : NULL; }
 
@@ -491,7 +566,8 @@ static int layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer
                      float *out) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd;
-  norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
+  const long rows = (long)m->Ns * C; /* residual-stream elements held here */
+  TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b));
   tsr_ops_matmul_fwd(a->qkv, a->norm1, PC(pr, p->wqkv), PC(pr, p->bqkv), N, C, m->qkv_dim);
   if (!m->gpt2) {
     tsr_ops_rope_fwd(a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
@@ -502,20 +578,21 @@ static int layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer
                         m->T, m->H, m->KV, m->hd, m->qkv_dim);
   store(m, a->atty, (long)N * qd);
   tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), tp_bias(m, PC(pr, p->bo)), N, qd, C);
-  TSR_CALL(tp_sum(m, m->tmp_nc, (long)N * C));
-  store(m, m->tmp_nc, (long)N * C);
-  tsr_ops_add(a->h, x, m->tmp_nc, (long)N * C);
-  store(m, a->h, (long)N * C);
-  norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+  float *proj = tp_rows(m, m->tmp_nc);
+  if (!proj) return TSR_ERR;
+  store(m, proj, rows);
+  tsr_ops_add(a->h, x, proj, rows);
+  store(m, a->h, rows);
+  TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b));
   tsr_ops_matmul_fwd(a->fc, a->norm2, PC(pr, p->wfc), PC(pr, p->bfc), N, C, m->fc_dim);
   store(m, a->fc, (long)N * m->fc_dim);
   mlp_act_fwd(m, a->act, a->fc);
   tsr_ops_matmul_fwd(m->tmp_nc, a->act, PC(pr, p->wdown), tp_bias(m, PC(pr, p->bdown)), N, m->F,
                      C);
-  TSR_CALL(tp_sum(m, m->tmp_nc, (long)N * C));
-  store(m, m->tmp_nc, (long)N * C);
-  tsr_ops_add(out, a->h, m->tmp_nc, (long)N * C);
-  store(m, out, (long)N * C);
+  if (!(proj = tp_rows(m, m->tmp_nc))) return TSR_ERR;
+  store(m, proj, rows);
+  tsr_ops_add(out, a->h, proj, rows);
+  store(m, out, rows);
   return 0;
 }
 
@@ -525,8 +602,8 @@ static int layer_recompute(tsr_model *m, int l, const float *pr, const float *x,
   if (m->recompute == TSR_RECOMPUTE_FULL) {
     TSR_CALL(layer_fwd(m, l, pr, x, a, m->d_nc)); /* the output is not needed: d_nc is free */
   } else if (m->recompute == TSR_RECOMPUTE_SELECTIVE) {
-    norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b);
-    norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b);
+    TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b));
+    TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b));
     mlp_act_fwd(m, a->act, a->fc);
   }
   return 0;
@@ -576,11 +653,13 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
                      layer_acts *a) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
-  float *D = m->d_resid;
+  float *D = m->d_resid; /* [Ns, C] */
   /* MLP branch */
+  const float *Dfull = tp_gather_rows(m, D);
+  if (!Dfull) return TSR_ERR;
   memset(m->d_act, 0, (size_t)N * m->F * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), D, a->act, PC(pr, p->wdown), N,
-                     m->F, C);
+  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act, PC(pr, p->wdown),
+                     N, m->F, C);
   memset(m->d_fc, 0, (size_t)N * m->fc_dim * sizeof(float));
   if (m->gpt2)
     tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
@@ -589,11 +668,14 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
                      C, m->fc_dim);
-  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
-  norm_bwd(m, pr, gr, D, m->d_nc, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b);
+  float *dn = tp_grad_rows(m, m->d_nc);
+  if (!dn) return TSR_ERR;
+  TSR_CALL(norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b));
   /* attention branch */
+  if (!(Dfull = tp_gather_rows(m, D))) return TSR_ERR;
   memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
-  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), D, a->atty, PC(pr, p->wo), N, qd, C);
+  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(pr, p->wo), N, qd,
+                     C);
   memset(m->d_qkv, 0, (size_t)N * m->qkv_dim * sizeof(float));
   tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
                         a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
@@ -607,13 +689,13 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
   if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
-  TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
-  norm_bwd(m, pr, gr, D, m->d_nc, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b);
+  if (!(dn = tp_grad_rows(m, m->d_nc))) return TSR_ERR;
+  TSR_CALL(norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b));
   return 0;
 }
 
 static float *resid(const tsr_model *m, struct act_slot *sl, int q) {
-  return sl->resid + (size_t)q * m->N * m->C;
+  return sl->resid + (size_t)q * m->Ns * m->C;
 }
 
 #define REL(call)                         \
@@ -654,6 +736,7 @@ static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, fl
 
 int tsr_model_n_chunks(const tsr_model *m) { return m->v; }
 int tsr_model_n_slots(const tsr_model *m) { return m->n_slots; }
+size_t tsr_model_act_floats(const tsr_model *m) { return (size_t)m->Ns * m->C; }
 float *tsr_model_input_grad(tsr_model *m) { return m->d_resid; }
 const float *tsr_model_chunk_output(const tsr_model *m, int slot) {
   return resid(m, &m->slots[slot], m->Lc);
@@ -673,14 +756,17 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     const float *pe = params_acquire(m, 0, 1 + chunk * Lc);
     if (!pe) return TSR_ERR;
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
-    tsr_ops_embedding_fwd(resid(m, sl, 0), inputs, PC(pe, m->embed),
-                          tp_bias(m, PC(pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
-    TSR_CALL(tp_sum(m, resid(m, sl, 0), (long)N * C));
-    store(m, resid(m, sl, 0), (long)N * C);
+    float *full = m->sp ? m->tmp_nc : resid(m, sl, 0);
+    tsr_ops_embedding_fwd(full, inputs, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
+                          m->T, C, m->vocab_start, m->V);
+    const float *rows = tp_rows(m, full);
+    if (!rows) return TSR_ERR;
+    if (rows != resid(m, sl, 0)) memcpy(resid(m, sl, 0), rows, (size_t)m->Ns * C * sizeof(float));
+    store(m, resid(m, sl, 0), (long)m->Ns * C);
     REL(m->hooks.params_release(hc, 0));
   } else {
     TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
-    memcpy(resid(m, sl, 0), x_in, (size_t)N * C * sizeof(float));
+    memcpy(resid(m, sl, 0), x_in, (size_t)m->Ns * C * sizeof(float));
   }
   for (int q = 0; q < Lc; q++) {
     const int i = chunk * Lc + q;
@@ -695,8 +781,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
   const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
   if (!ph || !pw) return TSR_ERR;
-  norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, resid(m, sl, Lc), m->final_w,
-           m->final_b);
+  TSR_CALL(norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, resid(m, sl, Lc),
+                    m->final_w, m->final_b));
   tsr_ops_matmul_fwd(sl->logits, sl->final_norm, PC(pw, m->head), NULL, N, C, m->V);
   store(m, sl->logits, (long)N * m->V);
   if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
@@ -725,16 +811,17 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
     memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
     tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
                        PC(pw, m->head), N, C, m->V);
-    TSR_CALL(tp_sum(m, m->d_nc, (long)N * C));
-    memset(m->d_resid, 0, (size_t)N * C * sizeof(float));
-    norm_bwd(m, ph, gh, m->d_resid, m->d_nc, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
-             m->final_w, m->final_b);
+    float *dn = tp_grad_rows(m, m->d_nc);
+    if (!dn) return TSR_ERR;
+    memset(m->d_resid, 0, (size_t)m->Ns * C * sizeof(float));
+    TSR_CALL(norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
+                      m->final_w, m->final_b));
     if (tied) REL(m->hooks.params_release(hc, 0));
     REL(m->hooks.params_release(hc, head));
     REL(m->hooks.grads_release(hc, head));
   } else {
     TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
-    memcpy(m->d_resid, d_out, (size_t)N * C * sizeof(float));
+    memcpy(m->d_resid, d_out, (size_t)m->Ns * C * sizeof(float));
   }
   for (int q = Lc - 1; q >= 0; q--) {
     const int i = chunk * Lc + q;
@@ -748,7 +835,9 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
   }
   if (!embeds) return 0; /* m->d_resid: the gradient of this chunk's input */
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
-  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), m->d_resid, sl->tokens, N, m->T, C,
+  const float *dfull = tp_gather_rows(m, m->d_resid);
+  if (!dfull) return TSR_ERR;
+  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T, C,
                         m->vocab_start, m->V);
   REL(m->hooks.grads_release(hc, 0));
   return 0;

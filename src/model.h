@@ -108,6 +108,9 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
                             double *loss);
 int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out);
 const float *tsr_model_chunk_output(const tsr_model *m, int slot);
+/* Floats in a chunk's input/output activation: micro_batch * seq_len * d_model, or
+ * 1/tp of it with sequence parallelism (each tp rank sends its own rows). */
+size_t tsr_model_act_floats(const tsr_model *m);
 float *tsr_model_input_grad(tsr_model *m);
 
 /* Bytes of activation buffers allocated (for logs and, later, the planner). */

@@ -91,7 +91,7 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
   ex->stage = sched->stage;
   ex->n_slots = tsr_model_n_slots(model);
   const size_t N = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
-  ex->act_floats = N * (size_t)cfg->model.d_model;
+  ex->act_floats = tsr_model_act_floats(model);
   int rc = TSR_ERR;
   ex->slots = tsr_calloc((size_t)ex->n_slots, sizeof *ex->slots);
   ex->inputs = tsr_calloc(N, sizeof(int32_t));

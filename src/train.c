@@ -155,8 +155,6 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   const int rc = tsr_grid_create(&t->grid, cfg, w);
   tsr_comm_destroy(&w);
   if (rc) return rc;
-  TSR_CHECK(!cfg->parallel.sequence_parallel, TSR_ERR_INPUT,
-            "&parallel sequence_parallel = .true. is not implemented yet; use .false.");
   t->dp = t->grid->dp;
   t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
@@ -376,7 +374,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     GO(tsr_metrics_open(&t.metrics, path));
   }
   tsr_log("effective deck:\n%s", deck_text);
-  tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.1f MB for "
+  tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.3f MB for "
           "micro-batches of %lld x %lld tokens",
           cfg->model.arch, (long long)t.lay->n_params, (double)t.lay->n_params / 1e6,
           t.lay->n_tensors, (double)tsr_model_activation_bytes(t.model) / 1e6,

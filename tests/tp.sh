@@ -5,6 +5,10 @@
 # group), gpt2 (biases, learned positions, tied vocab-parallel head) on tp 2, dp 2 x tp 2
 # with zero 1 and with zero 3, bf16 on tp 2 (against bf16 single-rank, 1e-4); a
 # checkpoint written at tp 2 resumes at tp 1 x dp 2 and at tp 4, continuing the losses.
+# Sequence parallelism (norms and the residual stream sharded over the tokens; all-gather
+# before and reduce-scatter after the tp regions): tp 2, tp 4 with replicated KV heads,
+# gpt2, selective recompute, dp 2 x tp 2 zero 3 — same losses; its activations take less
+# memory than without it, and its tp traffic is reduce-scatter + all-gather.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 [ -x "$TESSERA" ] || skip "no $TESSERA"
@@ -57,6 +61,24 @@ case_ "dp 2 x tp 2, zero 1" ref2 d2t2z1 4 1e-5 model.n_kv_head=2 parallel.tp=2 p
 case_ "dp 2 x tp 2, zero 3" ref2 d2t2z3 4 1e-5 model.n_kv_head=2 parallel.tp=2 parallel.zero_stage=3
 case_ "bf16 tp 2" refb tp2b 2 1e-4 model.n_kv_head=2 parallel.tp=2 train.precision=bf16
 check "the tp run logs per-group traffic including tp" grep -q "comm per step .*tp " "$SCRATCH/d2t2z1.out"
+
+SP=parallel.sequence_parallel=.true.
+case_ "sequence parallel, tp 2" ref2 sp2 2 1e-5 model.n_kv_head=2 parallel.tp=2 $SP
+case_ "sequence parallel, tp 4 (KV heads replicated)" ref2 sp4 4 1e-5 model.n_kv_head=2 parallel.tp=4 $SP
+case_ "sequence parallel, gpt2 tp 2" refg sp2g 2 1e-5 model.arch=gpt2 model.n_kv_head=4 \
+  model.tie_embeddings=.true. parallel.tp=2 $SP
+case_ "sequence parallel, tp 2, recompute selective" ref2 sp2s 2 1e-5 model.n_kv_head=2 parallel.tp=2 \
+  $SP train.recompute=selective
+case_ "sequence parallel, dp 2 x tp 2, zero 3" ref2 sp2z3 4 1e-5 model.n_kv_head=2 parallel.tp=2 $SP \
+  parallel.zero_stage=3
+check "sequence parallel moves tp data by reduce-scatter and all-gather" \
+  grep -q "comm per step .*tp [0-9.]* MB (all_reduce [0-9.]*, reduce_scatter [0-9.]*, all_gather" "$SCRATCH/sp2.out"
+run tp2x 2 model.n_kv_head=2 parallel.tp=2 run.max_steps=1 # same shapes as sp2, without SP
+act() { sed -n 's/.*; activations \([0-9.]*\) MB.*/\1/p' "$SCRATCH/$1.out"; }
+a_tp=$(act tp2x) a_sp=$(act sp2)
+echo "    activations per rank at tp 2: $a_tp MB without, $a_sp MB with sequence parallelism"
+"$PYTHON_REF" -c "import sys; sys.exit(0 if $a_sp < $a_tp else 1)"
+check "sequence parallelism lowers activation memory ($a_sp < $a_tp MB)" test $? -eq 0
 
 # restart across tensor-parallel layouts
 run half 2 model.n_kv_head=2 parallel.tp=2 run.max_steps=6
