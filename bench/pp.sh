@@ -26,12 +26,18 @@
 #   cores (oversubscribed), so a stage's "idle" time there also holds the time it waits
 #   for a core while another stage computes — not only the pipeline bubble.  Expect the
 #   pp 4 bubble far above the theory and pp 4 no faster than pp 2.
-# - The micro-batches are tiny (1 x 64 tokens, one stage's forward+backward is around a
-#   millisecond), so a send/recv of a 32 kB activation — its MPI latency and the wake-up
-#   of the waiting rank — is comparable to the compute it hands over.  That shows as a
-#   measured bubble above the theory even at pp 2, a gap that does not shrink with m as
-#   the theory does (every micro-batch pays the hand-over), and interleaving, which
-#   doubles the number of hand-overs, gaining less than its theory or losing.
+# - The micro-batches are tiny (1 x 64 tokens).  One micro-batch through the whole 8-layer
+#   model, forward and backward, takes roughly 10-15 ms on one core here, so a pp 4 stage's
+#   forward is about 1 ms and an interleaved chunk's (one layer) well under that.  Handing
+#   a 32 kB activation or gradient to the next stage — MPI latency, plus waking the
+#   receiving rank, which on a shared 2-core machine can mean waiting for a time slice —
+#   costs from tens of microseconds to about a millisecond, i.e. comparable to the compute
+#   it hands over.  That shows as a measured bubble well above the theory even at pp 2
+#   that falls with m much more slowly than the theory does (every micro-batch pays the
+#   hand-over, so fill and drain are not the only idle time), and as interleaving, which
+#   doubles the hand-overs, getting far less than the halving its theory promises.
+# - The script prints the load average before it starts: other processes on the machine
+#   take cores from the ranks, and that time also counts as idle.
 # Times are never checked; the script exits 1 only when a run fails (printing its log tail).
 set -euo pipefail
 TESSERA=${1:-src/tessera}
@@ -93,6 +99,7 @@ print(f"{pp:<3} {label:<12} {v:<2} {m:<3} {ms:8.2f} {tps:8.0f} {tps / ref:7.2f} 
 PY
 }
 
+echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg) (on $(getconf _NPROCESSORS_ONLN) cores)"
 printf "%-3s %-12s %-2s %-3s %8s %8s %7s %8s %8s %7s %6s %7s\n" pp schedule v m ms/step tok/s \
   "vs pp1" "bub mean" "bub max" theory slots MB
 for m in 4 8 16; do
