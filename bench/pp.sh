@@ -32,10 +32,11 @@
 #   a 32 kB activation or gradient to the next stage — MPI latency, plus waking the
 #   receiving rank, which on a shared 2-core machine can mean waiting for a time slice —
 #   costs from tens of microseconds to about a millisecond, i.e. comparable to the compute
-#   it hands over.  That shows as a measured bubble well above the theory even at pp 2
-#   that falls with m much more slowly than the theory does (every micro-batch pays the
-#   hand-over, so fill and drain are not the only idle time), and as interleaving, which
-#   doubles the hand-overs, getting far less than the halving its theory promises.
+#   it hands over, and every micro-batch pays it, so it does not fall with m.  That shows
+#   where the theory's fill/drain term gets small: at pp 2 and m 16 the three schedules
+#   measure about the same bubble, so interleaving, which adds hand-overs (v chunks), gets
+#   far less than the halving its theory promises; under load (waits for a time slice)
+#   the measured bubble is above the theory for every schedule.
 # - The script prints the load average before it starts: other processes on the machine
 #   take cores from the ranks, and that time also counts as idle.
 # Times are never checked; the script exits 1 only when a run fails (printing its log tail).
