@@ -131,7 +131,8 @@ int main(int argc, char **argv) {
   tsr_train_install_signals();
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
-  /* A failure that not every rank shares must not leave the others in a collective. */
+  /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank
+   * alone aborts the job there); this makes the exit code the same everywhere. */
   if (world > 1) {
     int any = 0;
     MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

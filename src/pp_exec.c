@@ -5,8 +5,11 @@
  * waited for just before the forward or backward that needs it; a send is posted right
  * after the computation that produced it and completed before its buffer is reused.
  * The schedule generator orders every stage's list from one global sequence, so this
- * cannot deadlock (pipeline.c).  Tags are unique per (direction, micro-batch, receiving
- * chunk) within a step.
+ * cannot deadlock (pipeline.c).  A tag names (direction, receiving chunk); the
+ * micro-batch needs none: between two stages the messages of one chunk and direction
+ * are sent and received in micro-batch order, and MPI does not let messages with equal
+ * (source, tag, communicator) overtake each other.  So tags stay below 2 pp v, far from
+ * MPI's guaranteed limit of 32767, whatever the number of micro-batches.
  *
  * Slots: a micro-batch-chunk gets a slot at its first action (its receive, or its
  * forward) and gives it back after its backward (and the send of its input gradient).
@@ -153,7 +156,8 @@ static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
 }
 
 static int tag(const tsr_pp_exec *ex, int dir, int mb, int recv_chunk) {
-  return (dir * ex->pp * ex->v + recv_chunk) * ex->m + mb;
+  (void)mb; /* ordered by MPI's non-overtaking rule, see the header */
+  return dir * ex->pp * ex->v + recv_chunk;
 }
 
 static int wait_timed(tsr_comm_handle *h, double *idle) {

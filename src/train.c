@@ -59,6 +59,25 @@ static int make_dirs(const char *path) {
   return 0;
 }
 
+/* Failure handling across ranks.  Up to the first step, every rank reaches the same
+ * agreement points (after setup, after resume) and an error anywhere makes all of them
+ * return it together: a bad deck, data file or checkpoint ends the job with its exit code
+ * and one message.  Inside the loop a failure on one rank would leave the others waiting
+ * in a collective, so the failing rank aborts the whole job (CONVENTIONS.md).  Checkpoint
+ * writes agree on their outcome themselves (ckpt.c), so a failed save returns on all. */
+static int agree(MPI_Comm world, int rc) {
+  int any = rc;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, world);
+  return any;
+}
+
+static void abort_job(MPI_Comm world, int rc, const char *what) __attribute__((noreturn));
+static void abort_job(MPI_Comm world, int rc, const char *what) {
+  tsr_error("%s failed on this rank (code %d); aborting every rank", what, rc);
+  MPI_Abort(world, rc);
+  exit(rc); /* MPI_Abort does not return */
+}
+
 typedef struct {
   const tsr_config *cfg;
   MPI_Comm world;
@@ -131,12 +150,16 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* 6 N per token for the matmuls plus the causal attention (12 L T d / 2 per token). */
-static double flops_per_token(const tsr_config *cfg, const tsr_layout *lay) {
+/* Of the whole model (not this rank's part): 6 N per token for the matmuls plus the
+ * causal attention (12 L T d / 2 per token). */
+static double flops_per_token(const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
-  double n = (double)lay->n_params;
-  const tsr_tensor *pos = tsr_layout_find(lay, "pos_embed.weight");
+  tsr_layout *whole;
+  if (tsr_layout_create(&whole, m)) return 0.0;
+  double n = (double)whole->n_params;
+  const tsr_tensor *pos = tsr_layout_find(whole, "pos_embed.weight");
   if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
+  tsr_layout_destroy(&whole);
   return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
 }
 
@@ -179,7 +202,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
   TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
-  t->flops_per_token = flops_per_token(cfg, t->lay);
+  t->flops_per_token = flops_per_token(cfg);
 
   const uint64_t seed = (uint64_t)cfg->run.seed;
   if (need_train) {
@@ -229,8 +252,9 @@ static void full_free(full_state *f) {
   tsr_free(&f->v);
 }
 
-/* Mean validation loss over eval_steps micro-batches: the first samples of the valid set. */
-static int evaluate(trainer *t, double *val_loss) {
+/* Mean validation loss over eval_steps micro-batches: the first samples of the valid set
+ * (fewer when the set is smaller). */
+static int evaluate(trainer *t, double *val_loss, int64_t *batches) {
   const tsr_config *cfg = t->cfg;
   const int64_t mb = cfg->train.micro_batch;
   int64_t n_batches = cfg->run.eval_steps;
@@ -247,6 +271,7 @@ static int evaluate(trainer *t, double *val_loss) {
     sum += loss;
   }
   *val_loss = sum / (double)n_batches;
+  if (batches) *batches = n_batches;
   return 0;
 }
 
@@ -354,25 +379,37 @@ static void fmt_eta(char *buf, size_t len, double seconds) {
     snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
 }
 
+static int open_outputs(trainer *t) {
+  const tsr_config *cfg = t->cfg;
+  char path[TSR_STR_PATH + 32];
+  TSR_CALL(make_dirs(cfg->run.out_dir));
+  snprintf(path, sizeof path, "%s/tessera.log", cfg->run.out_dir);
+  TSR_CALL(tsr_log_open(path));
+  if (t->rank == 0) {
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run.out_dir);
+    TSR_CALL(tsr_metrics_open(&t->metrics, path));
+  }
+  return 0;
+}
+
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   trainer t;
   int rc = trainer_setup(&t, cfg, world, 1);
-  if (rc) {
+  if (!rc) rc = open_outputs(&t);
+  if ((rc = agree(world, rc)) != 0) {
     trainer_destroy(&t);
     return rc;
   }
+  /* GO: an error every rank shares (checkpoint I/O); GO_ALONE: one that may be this
+   * rank's alone (a step, an evaluation): the job is aborted. */
 #define GO(expr)                       \
   do {                                 \
     if ((rc = (expr)) != 0) goto done; \
   } while (0)
-  char path[TSR_STR_PATH + 32];
-  GO(make_dirs(cfg->run.out_dir));
-  snprintf(path, sizeof path, "%s/tessera.log", cfg->run.out_dir);
-  GO(tsr_log_open(path));
-  if (t.rank == 0) {
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run.out_dir);
-    GO(tsr_metrics_open(&t.metrics, path));
-  }
+#define GO_ALONE(expr)                                   \
+  do {                                                   \
+    if ((rc = (expr)) != 0) abort_job(world, rc, #expr); \
+  } while (0)
   tsr_log("effective deck:\n%s", deck_text);
   tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.3f MB for "
           "micro-batches of %lld x %lld tokens",
@@ -401,7 +438,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
           zm.adam / 1e6, zm.unit_bufs / 1e6,
           (long long)(tsr_zero_shard_end(t.zero) - tsr_zero_shard_begin(t.zero)),
           (long long)t.lay->n_flat);
-  GO(resume_or_init(&t));
+  GO(agree(world, resume_or_init(&t)));
   if (cfg->checkpoint.save_initial && t.st.step == 0) GO(save(&t, deck_text));
 
   const double t_start = tsr_now();
@@ -409,8 +446,17 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   int64_t window_steps = 0;
   const int64_t first_step = t.st.step;
   while (t.st.step < cfg->run.max_steps) {
-    int stop = g_stop_signal != 0; /* every rank stops at the same step boundary */
-    GO(tsr_comm_all_reduce_int(t.grid->world, &stop, 1, TSR_COMM_MAX));
+    /* Decisions every rank must take together, agreed at the step boundary: stop on a
+     * signal (any rank's), and a time-based checkpoint (rank 0's clock decides). */
+    int flags[2] = {g_stop_signal != 0,
+                    t.rank == 0 && cfg->checkpoint.every_minutes > 0 && t.st.step > first_step &&
+                        tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes};
+    GO_ALONE(tsr_comm_all_reduce_int(t.grid->world, flags, 2, TSR_COMM_MAX));
+    const int stop = flags[0];
+    if (flags[1] && !stop) {
+      GO(save(&t, deck_text));
+      t_last_ckpt = tsr_now();
+    }
     if (stop) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
               (int)g_stop_signal, (long long)t.st.step);
@@ -422,7 +468,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     double loss, gnorm, lr;
     int skipped;
     reset_comm_counters(&t);
-    GO(train_step(&t, &loss, &gnorm, &lr, &skipped));
+    GO_ALONE(train_step(&t, &loss, &gnorm, &lr, &skipped));
     const double dt = tsr_now() - t0;
     const int64_t step = t.st.step;
     window_steps++;
@@ -439,9 +485,10 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       char eta[32];
       fmt_eta(eta, sizeof eta, avg * (double)(cfg->run.max_steps - step));
       tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | "
-              "%7.1f ms | %.2f GFLOP/s | mem %.1f MB | ETA %s",
+              "%7.1f ms | %.2f GFLOP/s/rank | mem %.1f MB | ETA %s",
               (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, tok_per_s,
-              dt * 1e3, tok_per_s * t.flops_per_token / 1e9, (double)tsr_mem_bytes() / 1e6, eta);
+              dt * 1e3, tok_per_s * t.flops_per_token / 1e9 / t.world_size,
+              (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;
       if (t.sched) {
@@ -463,14 +510,12 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const int last = step == cfg->run.max_steps;
     if (t.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
       double vl;
-      GO(evaluate(&t, &vl));
+      GO_ALONE(evaluate(&t, &vl, NULL));
       tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
       tsr_metrics_eval(t.metrics, step, vl);
     }
     const int due_steps = cfg->checkpoint.every_steps > 0 && step % cfg->checkpoint.every_steps == 0;
-    const int due_time = cfg->checkpoint.every_minutes > 0 &&
-                         tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes;
-    if (due_steps || due_time || last) {
+    if (due_steps || last) {
       GO(save(&t, deck_text));
       t_last_ckpt = tsr_now();
     }
@@ -479,6 +524,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
           tsr_now() - t_start, (long long)t.st.skipped);
 done:
 #undef GO
+#undef GO_ALONE
   trainer_destroy(&t);
   tsr_log_close();
   return rc;
@@ -491,6 +537,7 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
     tsr_error("tessera eval needs &data valid (a path or glob of token shards)");
     rc = TSR_ERR_INPUT;
   }
+  rc = agree(world, rc); /* from here on the ranks run collectives together */
   char path[TSR_STR_PATH];
   if (rc == 0) rc = tsr_ckpt_resolve(cfg, path, sizeof path, world);
   if (rc == 0 && !path[0]) {
@@ -505,11 +552,11 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
   }
   if (rc == 0) rc = tsr_zero_publish_params(t.zero);
   double vl = 0;
-  if (rc == 0) rc = evaluate(&t, &vl);
+  int64_t batches = 0;
+  if (rc == 0 && (rc = evaluate(&t, &vl, &batches)) != 0) abort_job(world, rc, "evaluation");
   if (rc == 0) {
     tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
-            (long long)t.st.step, vl, (long long)cfg->run.eval_steps,
-            (long long)cfg->train.micro_batch);
+            (long long)t.st.step, vl, (long long)batches, (long long)cfg->train.micro_batch);
     char mpath[TSR_STR_PATH + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->run.out_dir);
     if (t.rank == 0 && make_dirs(cfg->run.out_dir) == 0 && tsr_metrics_open(&t.metrics, mpath) == 0)

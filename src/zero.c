@@ -262,7 +262,10 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
       z->counts[(size_t)u * z->S + r] = a < b ? (size_t)(b - a) : 0;
     }
   }
-  TSR_CHECK(z->units[z->n_units - 1].end == z->n, TSR_ERR, "zero: units do not cover the buffer");
+  if (z->units[z->n_units - 1].end != z->n) {
+    tsr_error("zero: the model's units do not cover the flat buffer");
+    goto fail;
+  }
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
@@ -292,9 +295,11 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
       z->mem.unit_bufs += (size_t)z->max_unit * F;
     }
   }
-  TSR_CHECK((z->stage < 3) == (tsr_model_params(model) != NULL) &&
-                (z->stage < 2) == (tsr_model_grads(model) != NULL),
-            TSR_ERR, "zero: the model's own buffers do not match stage %d", z->stage);
+  if ((z->stage < 3) != (tsr_model_params(model) != NULL) ||
+      (z->stage < 2) != (tsr_model_grads(model) != NULL)) {
+    tsr_error("zero: the model's own buffers do not match stage %d", z->stage);
+    goto fail;
+  }
   tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
                            hook_grads_release};
   tsr_model_set_hooks(model, &hooks);
