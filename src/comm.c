@@ -11,6 +11,7 @@
 
 #include "comm_mpi.h"
 #include "util.h"
+#include "watchdog.h"
 
 struct tsr_comm_request {
   MPI_Request req;
@@ -118,6 +119,7 @@ void tsr_comm_reset_counters(tsr_comm *c) {
 static void tally(tsr_comm *c, tsr_comm_kind kind, double bytes) {
   c->bytes[kind] += bytes;
   c->ops[kind]++;
+  tsr_watchdog_operation(c->name, kind_names[kind]); /* named if the job stalls here */
 }
 
 /* Ring cost per rank of an all-reduce of s bytes, and of a reduce-scatter or all-gather

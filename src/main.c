@@ -19,6 +19,7 @@
 #include "train.h"
 #include "tsr_build.h"
 #include "util.h"
+#include "watchdog.h"
 
 extern const char tsr_embedded_deck[];     /* input/tiny.nml, built into the binary */
 extern const char tsr_embedded_deck_name[];
@@ -129,6 +130,7 @@ int main(int argc, char **argv) {
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
   tsr_ops_init(threads_per_rank());
   tsr_train_install_signals();
+  if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, 0)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
   /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank
@@ -139,6 +141,7 @@ int main(int argc, char **argv) {
     rc = any;
   }
 out:
+  tsr_watchdog_stop();
   MPI_Finalize();
   return rc;
 }

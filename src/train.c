@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "comm.h"
@@ -27,6 +28,7 @@
 #include "pipeline.h"
 #include "pp_exec.h"
 #include "util.h"
+#include "watchdog.h"
 #include "zero.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
@@ -277,6 +279,7 @@ static int evaluate(trainer *t, double *val_loss, int64_t *batches) {
 
 static int save(trainer *t, const char *deck_text) {
   const double t0 = tsr_now();
+  tsr_watchdog_activity(t->st.step, "a checkpoint write");
   const tsr_ckpt_view view = ckpt_view(t);
   TSR_CALL(tsr_ckpt_save_view(t->cfg, &view, tsr_zero_master(t->zero), tsr_zero_adam_m(t->zero),
                               tsr_zero_adam_v(t->zero), &t->st, deck_text, t->world));
@@ -468,6 +471,11 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     double loss, gnorm, lr;
     int skipped;
     reset_comm_counters(&t);
+    tsr_watchdog_activity(t.st.step + 1, "a training step");
+    /* fault injection for the tests: one rank stops responding at the given step */
+    const char *hang = getenv("TSR_FAULT_HANG_STEP"), *hang_rank = getenv("TSR_FAULT_HANG_RANK");
+    if (hang && atoll(hang) == t.st.step + 1 && t.rank == (hang_rank ? atoi(hang_rank) : 0))
+      for (;;) sleep(1);
     GO_ALONE(train_step(&t, &loss, &gnorm, &lr, &skipped));
     const double dt = tsr_now() - t0;
     const int64_t step = t.st.step;
@@ -510,6 +518,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const int last = step == cfg->run.max_steps;
     if (t.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
       double vl;
+      tsr_watchdog_activity(step, "an evaluation");
       GO_ALONE(evaluate(&t, &vl, NULL));
       tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
       tsr_metrics_eval(t.metrics, step, vl);
@@ -520,6 +529,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       t_last_ckpt = tsr_now();
     }
   }
+  tsr_watchdog_activity(t.st.step, NULL);
   tsr_log("done: %lld steps in %.1f s this run, %lld skipped", (long long)(t.st.step - first_step),
           tsr_now() - t_start, (long long)t.st.skipped);
 done:

@@ -1,0 +1,79 @@
+/* watchdog.c — the stall watchdog thread (see watchdog.h).
+ *
+ * The shared state is a handful of words written by the main thread and read by the
+ * watchdog; they are C11 atomics so a torn read cannot happen.  This is, with the signal
+ * flag and the log sink, the process-wide state CONVENTIONS.md allows: a watchdog is
+ * by nature one per process. */
+#include "watchdog.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static struct {
+  double timeout_s;
+  int mpi_threads;
+  pthread_t thread;
+  int running;
+  atomic_int stop;
+  _Atomic double since;               /* when the current activity started */
+  _Atomic int64_t step;
+  _Atomic(const char *) what, group, op;
+} g_dog;
+
+static void *watch(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_dog.stop)) {
+    usleep(200 * 1000);
+    const char *what = atomic_load(&g_dog.what);
+    const double stalled = tsr_now() - atomic_load(&g_dog.since);
+    if (!what || stalled <= g_dog.timeout_s) continue;
+    const char *group = atomic_load(&g_dog.group), *op = atomic_load(&g_dog.op);
+    fprintf(stderr,
+            "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
+            "%.0f); last collective started: %s on group '%s'.  A peer has probably died or "
+            "hangs; aborting the job (exit code 4)\n",
+            tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
+            op ? op : "none", op ? group : "-");
+    fflush(stderr);
+    if (g_dog.mpi_threads) MPI_Abort(MPI_COMM_WORLD, TSR_ERR_WATCHDOG);
+    _exit(TSR_ERR_WATCHDOG);
+  }
+  return NULL;
+}
+
+int tsr_watchdog_start(double timeout_s, int mpi_threads) {
+  if (timeout_s <= 0 || g_dog.running) return 0;
+  g_dog.timeout_s = timeout_s;
+  g_dog.mpi_threads = mpi_threads;
+  atomic_store(&g_dog.stop, 0);
+  atomic_store(&g_dog.what, NULL);
+  atomic_store(&g_dog.since, tsr_now());
+  TSR_CHECK(pthread_create(&g_dog.thread, NULL, watch, NULL) == 0, TSR_ERR,
+            "cannot start the watchdog thread");
+  g_dog.running = 1;
+  return 0;
+}
+
+void tsr_watchdog_stop(void) {
+  if (!g_dog.running) return;
+  atomic_store(&g_dog.stop, 1);
+  pthread_join(g_dog.thread, NULL);
+  g_dog.running = 0;
+}
+
+void tsr_watchdog_activity(int64_t step, const char *what) {
+  atomic_store(&g_dog.step, step);
+  atomic_store(&g_dog.op, NULL);
+  atomic_store(&g_dog.since, tsr_now());
+  atomic_store(&g_dog.what, what);
+}
+
+void tsr_watchdog_operation(const char *group, const char *op) {
+  atomic_store(&g_dog.group, group);
+  atomic_store(&g_dog.op, op);
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# failures.sh — what happens when things go wrong on several ranks (every case under a
+# timeout: a hang is a failure):
+#  - one rank stops responding mid-step: the watchdog (run.step_timeout_s = 2) ends the
+#    job with exit code 4 and names the rank, the step and the last collective;
+#  - an error on one rank only during setup (rank 0 cannot open metrics.jsonl): every
+#    rank exits 2, no hang;
+#  - time-based checkpoints (every_minutes) on 3 ranks: rank 0's clock decides for all;
+#  - SIGUSR1 to ONE rank: all ranks stop at the same step boundary, write a checkpoint,
+#    exit 3; the next run resumes from it and finishes;
+#  - a pipeline with 4800 micro-batches per step (message tags stay in MPI's range).
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+[ -x "$TESSERA" ] || skip "no $TESSERA"
+MPIRUN=${MPIRUN:-mpirun}
+command -v "$MPIRUN" >/dev/null || skip "no mpirun"
+[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+scratch
+"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
+  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
+  model.d_ff=64 model.seq_len=16 train.micro_batch=1 run.eval_every=0 run.log_every=1000
+  "data.train=$SCRATCH/data/train_*.bin" checkpoint.resume=none)
+mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
+
+start=$(date +%s)
+TSR_FAULT_HANG_STEP=3 TSR_FAULT_HANG_RANK=1 mpi 90 2 train.global_batch=2 run.max_steps=10 \
+  run.step_timeout_s=2 run.out_dir="$SCRATCH/dog" >"$SCRATCH/dog.out" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+check "a hung rank ends the job with exit code 4 (got $rc after $took s)" test $rc -eq 4
+check "  ... within seconds, not the wall clock" test $took -lt 60
+check "  ... and the watchdog names the rank, the step and what it was in" \
+  grep -q "\[rank [01]\] watchdog: step 3 has been in a training step for [0-9]* s .*last collective started" "$SCRATCH/dog.out"
+grep -m1 watchdog "$SCRATCH/dog.out"
+
+mkdir -p "$SCRATCH/bad/metrics.jsonl"
+mpi 60 2 train.global_batch=2 run.max_steps=2 run.out_dir="$SCRATCH/bad" >"$SCRATCH/bad.out" 2>&1
+rc=$?
+check "rank 0 alone cannot open metrics.jsonl: every rank exits 2 (got $rc)" test $rc -eq 2
+grep -q "cannot open metrics file" "$SCRATCH/bad.out"
+check "  ... with the reason" test $? -eq 0
+
+mpi 120 3 train.global_batch=3 run.max_steps=60 checkpoint.every_minutes=0.0003 \
+  run.out_dir="$SCRATCH/min" >"$SCRATCH/min.out" 2>&1
+check "time-based checkpoints on 3 ranks complete (exit $?)" test $? -eq 0
+n=$(grep -c "checkpoint: wrote" "$SCRATCH/min.out")
+check "  ... and write more than the final one ($n)" test "$n" -ge 2
+
+mpi 120 2 train.global_batch=2 run.max_steps=100000 run.out_dir="$SCRATCH/sig" >"$SCRATCH/sig.out" 2>&1 &
+job=$!
+victim=
+for _ in $(seq 100); do
+  sleep 0.2
+  for p in $(pgrep -x tessera); do
+    tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "$SCRATCH/sig" && victim=$p && break
+  done
+  [ -n "$victim" ] && grep -q "zero stage" "$SCRATCH/sig.out" && break
+done
+sleep 1
+kill -USR1 "$victim" 2>/dev/null
+wait $job
+rc=$?
+check "SIGUSR1 to one rank: the job checkpoints and exits 3 (got $rc)" test $rc -eq 3
+step=$(sed -n 's/.*writing a checkpoint at step \([0-9]*\) and stopping.*/\1/p' "$SCRATCH/sig.out")
+check "  ... at an agreed step ($step)" test -n "$step"
+mpi 120 2 train.global_batch=2 run.max_steps=$((step + 3)) checkpoint.resume=auto \
+  run.out_dir="$SCRATCH/sig" >"$SCRATCH/sig2.out" 2>&1
+check "the next run resumes from that step and finishes" grep -q "resumed from .*at step $step " "$SCRATCH/sig2.out"
+
+mpi 200 4 parallel.pp=4 train.global_batch=4800 run.max_steps=1 run.out_dir="$SCRATCH/tags" \
+  >"$SCRATCH/tags.out" 2>&1
+check "pp 4 with 4800 micro-batches per step runs (exit $?)" test $? -eq 0
+finish
