@@ -234,25 +234,6 @@ static tsr_ckpt_view ckpt_view(const trainer *t) {
   return v;
 }
 
-/* This part's master, m, v in temporary full buffers (initialisation). */
-typedef struct {
-  float *master, *m, *v;
-} full_state;
-
-static int full_alloc(const trainer *t, full_state *f) {
-  const size_t n = (size_t)t->lay->n_flat;
-  f->master = tsr_calloc(n, sizeof(float));
-  f->m = tsr_calloc(n, sizeof(float));
-  f->v = tsr_calloc(n, sizeof(float));
-  TSR_CHECK(f->master && f->m && f->v, TSR_ERR, "out of memory for %zu parameters", n);
-  return 0;
-}
-
-static void full_free(full_state *f) {
-  tsr_free(&f->master);
-  tsr_free(&f->m);
-  tsr_free(&f->v);
-}
 
 /* Mean validation loss over eval_steps micro-batches: the first samples of the valid set
  * (fewer when the set is smaller). */
@@ -298,11 +279,12 @@ static int resume_or_init(trainer *t) {
                                 tsr_zero_adam_v(t->zero), &t->st, t->world));
     TSR_CALL(tsr_zero_publish_params(t->zero));
   } else {
-    full_state f = {0};
-    int rc = full_alloc(t, &f);
-    if (!rc) tsr_layout_init(t->lay, f.master, (uint64_t)t->cfg->run.seed);
-    if (!rc) rc = tsr_zero_scatter_state(t->zero, f.master, NULL, NULL);
-    full_free(&f);
+    /* the whole of this rank's part from the seed, then its shard kept */
+    float *init = tsr_calloc((size_t)t->lay->n_flat, sizeof(float));
+    TSR_CHECK(init, TSR_ERR, "out of memory for %lld parameters", (long long)t->lay->n_flat);
+    tsr_layout_init(t->lay, init, (uint64_t)t->cfg->run.seed);
+    const int rc = tsr_zero_scatter_state(t->zero, init, NULL, NULL);
+    tsr_free(&init);
     TSR_CALL(rc);
   }
   if (path[0]) {
