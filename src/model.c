@@ -298,15 +298,14 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->pos_embed = off_global(lay, "pos_embed.weight", 0);
   m->final_w = off_global(lay, "final_norm.weight", head_base);
   m->final_b = off_global(lay, "final_norm.bias", head_base);
-  m->head_unit = mc->tie_embeddings ? 0 : m->L + 1;
-  m->head = mc->tie_embeddings ? m->embed : off_global(lay, "lm_head.weight", head_base);
-  if (mc->tie_embeddings && lay->pp > 1) {
-    tsr_error("model: tie_embeddings with pipeline parallelism (pp = %d) is not implemented yet: "
-              "the last stage's copy of embed.weight would need its gradient summed with the "
-              "first stage's; use model.tie_embeddings = .false. or pp = 1", lay->pp);
-    rc = TSR_ERR_INPUT;
-    goto fail;
-  }
+  /* Tied head: with one stage the head is unit 0's embed.weight; with a pipeline the last
+   * stage holds its own copy of embed.weight after final_norm (SHARDING.md §1), whose
+   * gradient zero.c sums with the first stage's before the data-parallel reduction. */
+  const int tied_here = mc->tie_embeddings && lay->pp == 1;
+  m->head_unit = tied_here ? 0 : m->L + 1;
+  m->head = tied_here                ? m->embed
+            : mc->tie_embeddings     ? off_global(lay, "embed.weight", head_base)
+                                     : off_global(lay, "lm_head.weight", head_base);
   if ((m->first && (m->embed < 0 || (m->gpt2 && m->pos_embed < 0) ||
                     m->units[0].end < m->embed + (int64_t)m->V * m->C)) ||
       (m->last && (m->final_w < 0 || m->head < 0))) {

@@ -91,6 +91,7 @@ typedef struct {
   tsr_zero *zero;
   tsr_pp_schedule *sched; /* pp > 1: this stage's schedule and its executor */
   tsr_pp_exec *exec;
+  tsr_comm *tied;         /* tied embeddings with pp > 1: first and last stage */
   double *bubble;         /* [pp] measured idle fraction per stage, last step */
   tsr_data *train_data, *valid_data;
   int32_t *inputs, *targets;
@@ -104,6 +105,7 @@ static void trainer_destroy(trainer *t) {
   tsr_data_destroy(&t->train_data);
   tsr_data_destroy(&t->valid_data);
   tsr_pp_exec_destroy(&t->exec);
+  tsr_comm_destroy(&t->tied);
   tsr_pp_schedule_destroy(&t->sched);
   tsr_free(&t->bubble);
   tsr_zero_destroy(&t->zero);
@@ -200,6 +202,21 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   TSR_CALL(tsr_model_create_opt(&t->model, cfg, t->lay, &mo));
   TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
   if (t->sched) TSR_CALL(tsr_pp_exec_create(&t->exec, cfg, t->grid, t->model, t->zero, t->sched));
+  if (cfg->model.tie_embeddings && t->grid->pp > 1) {
+    /* the first stage's embed.weight and the last stage's copy: one group per (dp, tp) */
+    const int ends = t->grid->pp_rank == 0 || t->grid->pp_rank == t->grid->pp - 1;
+    MPI_Comm c;
+    MPI_Comm_split(world, ends ? t->grid->dp_rank * t->grid->tp + t->grid->tp_rank : MPI_UNDEFINED,
+                   t->grid->pp_rank, &c);
+    if (ends) {
+      const int made = tsr_comm_create(&t->tied, c, "embed_tied");
+      MPI_Comm_free(&c);
+      TSR_CALL(made);
+      const tsr_tensor *e = tsr_layout_find(t->lay, "embed.weight");
+      TSR_CHECK(e, TSR_ERR, "pipeline: no embed.weight on stage %d", t->grid->pp_rank);
+      TSR_CALL(tsr_zero_set_tied(t->zero, t->tied, e->offset, e->offset + e->numel));
+    }
+  }
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));

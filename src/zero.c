@@ -57,6 +57,10 @@ struct tsr_zero {
   float *param_shard;              /* stage 3: compute-precision parameters of the shard */
   slot gslots[N_GRAD_SLOTS], pslots[N_PARAM_SLOTS];
   tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
+  tsr_comm *tied;        /* tied embeddings over pp: this rank and its twin stage */
+  int64_t tied_b, tied_e;
+  int deferred;          /* the unit reduced only after the tied sum (-1: none) */
+  float *deferred_buf;   /* stages 2-3: its gradient, accumulated over the step */
   tsr_zero_memory mem;
 };
 
@@ -122,6 +126,7 @@ static float *hook_grads_acquire(void *ctx, int u) {
   tsr_zero *z = ctx;
   if (progress(z)) return NULL;
   if (z->stage < 2) return tsr_model_grads(z->model) + z->units[u].begin;
+  if (u == z->deferred) return z->deferred_buf; /* accumulates over the step */
   slot *s = NULL;
   for (int i = 0; i < N_GRAD_SLOTS && !s; i++)
     if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
@@ -141,6 +146,7 @@ static float *hook_grads_acquire(void *ctx, int u) {
 
 static int hook_grads_release(void *ctx, int u) {
   tsr_zero *z = ctx;
+  if (u == z->deferred) return 0; /* reduced after the tied sum, in reduce_grads */
   const tsr_unit *U = &z->units[u];
   const size_t len = (size_t)(U->end - U->begin);
   if (z->stage < 2) {
@@ -300,6 +306,7 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
     tsr_error("zero: the model's own buffers do not match stage %d", z->stage);
     goto fail;
   }
+  z->deferred = -1;
   tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
                            hook_grads_release};
   tsr_model_set_hooks(model, &hooks);
@@ -332,6 +339,7 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_free(&z->grad_shard);
   tsr_free(&z->incoming);
   tsr_free(&z->param_shard);
+  tsr_free(&z->deferred_buf);
   tsr_free(zp);
 }
 
@@ -345,8 +353,45 @@ tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
 
 /* ---------------------------------------------------------------- the step */
 
+int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end) {
+  z->tied = tied;
+  z->tied_b = begin;
+  z->tied_e = end;
+  for (int u = 0; u < z->n_units; u++)
+    if (z->units[u].begin <= begin && end <= z->units[u].end) z->deferred = u;
+  TSR_CHECK(z->deferred >= 0, TSR_ERR, "zero: the tied range is not inside one unit");
+  if (z->stage >= 2) {
+    const int64_t len = z->units[z->deferred].end - z->units[z->deferred].begin;
+    z->deferred_buf = tsr_calloc((size_t)len, sizeof(float));
+    TSR_CHECK(z->deferred_buf, TSR_ERR, "out of memory");
+    z->mem.unit_bufs += (size_t)len * sizeof(float);
+  }
+  return 0;
+}
+
+/* The tied sum, then the data-parallel reduction of the deferred unit. */
+static int reduce_deferred(tsr_zero *z) {
+  const int u = z->deferred;
+  const tsr_unit *U = &z->units[u];
+  float *g = z->stage < 2 ? tsr_model_grads(z->model) + U->begin : z->deferred_buf;
+  TSR_CALL(tsr_comm_all_reduce(z->tied, g + (z->tied_b - U->begin), (size_t)(z->tied_e - z->tied_b)));
+  const size_t len = (size_t)(U->end - U->begin);
+  if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len);
+  int64_t a, b;
+  piece(z, u, &a, &b);
+  float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
+  TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),
+                                     unit_counts(z, u)));
+  if (z->stage >= 2 && a < b)
+    tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  return 0;
+}
+
 int tsr_zero_begin_step(tsr_zero *z) {
   tsr_model_zero_grads(z->model);
+  if (z->deferred_buf)
+    memset(z->deferred_buf, 0,
+           (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
   if (z->grad_shard) memset(z->grad_shard, 0, (size_t)(z->s1 - z->s0) * sizeof(float));
   return 0;
 }
@@ -358,7 +403,8 @@ int tsr_zero_begin_micro(tsr_zero *z, int last) {
 
 int tsr_zero_reduce_grads(tsr_zero *z) {
   TSR_CALL(tsr_comm_waitall(z->n_units, z->unit_handles));
-  TSR_CALL(finish_all_grad_slots(z));
+  TSR_CALL(finish_all_grad_slots(z)); /* the incoming area is free again */
+  if (z->deferred >= 0) TSR_CALL(reduce_deferred(z));
   if (z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)
     TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0)));
   return 0;

@@ -54,6 +54,12 @@ float *tsr_zero_master(tsr_zero *z); /* fp32 master of the shard (stage 0: all o
 float *tsr_zero_adam_m(tsr_zero *z);
 float *tsr_zero_adam_v(tsr_zero *z);
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
+/* Tied embeddings across pipeline stages: the flat range [begin, end) (embed.weight on the
+ * first stage, its copy on the last) holds one micro-batch-summed gradient that must be
+ * added to its twin's over `tied` (those two ranks) before the data-parallel reduction.
+ * The unit holding it is then reduced in tsr_zero_reduce_grads instead of as backward
+ * releases it. */
+int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end);
 /* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it). */
 float *tsr_zero_reduced_grads(tsr_zero *z);
 

@@ -7,7 +7,9 @@
 # tp 2 x pp 2, dp 2 x pp 2 (zero 1), dp 2 x tp 2 x pp 2 (zero 3, 8 ranks), gpt2 on pp 2.
 # Also: activation memory of 1F1B vs GPipe on stage 0 at m = 8 (slots kept, as logged);
 # the bubble line; validation through the pipeline; restart from pp 2 on pp 1 x dp 2;
-# tied embeddings with pp > 1 refused with exit code 2 (not implemented yet).
+# tied embeddings across stages (the last stage's copy of embed.weight, its gradient
+# summed with the first stage's): gpt2 tied on pp 2, pp 4 and dp 2 x tp 2 x pp 2 zero 3,
+# and the copies stay equal (the checkpoint of each run resumes on one rank).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 [ -x "$TESSERA" ] || skip "no $TESSERA"
@@ -55,6 +57,7 @@ case_() { # case_ DESCRIPTION REF NAME NP overrides...
 }
 run ref 1
 run refg 1 model.arch=gpt2 model.n_kv_head=4
+run reft 1 model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
 case_ "pp 2, 1F1B" ref pp2 2 parallel.pp=2
 case_ "pp 4, 1F1B" ref pp4 4 parallel.pp=4
 case_ "pp 2, GPipe" ref gpipe 2 parallel.pp=2 parallel.schedule=gpipe
@@ -86,7 +89,17 @@ check "pp 1 x dp 2 resumed the pp 2 checkpoint of step 6" grep -q "resumed from 
 same_losses ref half 1e-5
 check "  ... and continues the single-rank losses" test $? -eq 0
 
-run tied 2 parallel.pp=2 model.tie_embeddings=.true.
-check "tie_embeddings with pp 2 is refused with exit code 2" test $? -eq 2
-check "  ... saying why" grep -q "tie_embeddings with pipeline parallelism" "$SCRATCH/tied.out"
+T=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.)
+case_ "gpt2 tied embeddings on pp 2" reft tied2 2 "${T[@]}" parallel.pp=2
+case_ "gpt2 tied embeddings on pp 4" reft tied4 4 "${T[@]}" parallel.pp=4
+case_ "gpt2 tied, dp 2 x tp 2 x pp 2, zero 3" reft tied8 8 "${T[@]}" parallel.pp=2 parallel.tp=2 \
+  parallel.zero_stage=3
+# both copies must hold the same values: a checkpoint of step 12 holds only the first
+# stage's; resuming it on one rank for one more step must give the loss the pp run's
+# own copy gives (evaluated in the same resumed run on pp 2)
+run tied2 1 "${T[@]}" run.max_steps=13 checkpoint.resume=auto
+run tied2b 2 "${T[@]}" parallel.pp=2 run.max_steps=13 checkpoint.resume=none
+check "a tied pp 2 checkpoint resumes on one rank" grep -q "resumed from .*step_00000012.h5 at step 12" "$SCRATCH/tied2.out"
+same_losses tied2b tied2 1e-5
+check "  ... and step 13 matches a pp 2 run straight through (the copies agree)" test $? -eq 0
 finish
