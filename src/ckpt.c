@@ -502,10 +502,46 @@ static int verify_file(const char *path, int model_only, char *why, size_t why_l
 
 static const char *const kGroups[3] = {"/model", "/optim/m", "/optim/v"};
 
-static hid_t open_fapl(MPI_Comm comm) {
+/* checkpoint.mpiio_hints ("key=value,key=value", checked by the deck) as an MPI_Info;
+ * MPI_INFO_NULL when there are none.  -1 if MPI refuses it. */
+static int hints_info(const char *hints, MPI_Info *info) {
+  char key[MPI_MAX_INFO_KEY + 1], val[TSR_STR_PATH];
+  *info = MPI_INFO_NULL;
+  for (const char *s = hints; *s;) {
+    size_t n = 0;
+    while (*s == ' ' || *s == '\t' || *s == ',') s++;
+    if (!*s) break;
+    for (n = 0; *s && *s != '=' && *s != ' ' && *s != '\t'; s++)
+      if (n < sizeof key - 1) key[n++] = *s;
+    key[n] = 0;
+    while (*s == ' ' || *s == '\t' || *s == '=') s++;
+    for (n = 0; *s && *s != ',' && *s != ' ' && *s != '\t'; s++)
+      if (n < sizeof val - 1) val[n++] = *s;
+    val[n] = 0;
+    if ((*info == MPI_INFO_NULL && MPI_Info_create(info) != MPI_SUCCESS) ||
+        MPI_Info_set(*info, key, val) != MPI_SUCCESS) {
+      tsr_error("checkpoint: MPI refuses the hint '%s=%s' of &checkpoint mpiio_hints", key, val);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* File access for reads (hints == NULL) and writes (checkpoint.mpiio_hints, .alignment). */
+static hid_t open_fapl_hints(MPI_Comm comm, const tsr_checkpoint_config *cc) {
+  MPI_Info info = MPI_INFO_NULL;
+  if (cc && hints_info(cc->mpiio_hints, &info) != 0) {
+    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    return -1;
+  }
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  herr_t e = fapl < 0 ? -1 : H5Pset_fapl_mpio(fapl, comm, info); /* HDF5 keeps a copy */
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  /* objects of at least one alignment unit start on a multiple of it (file system stripes) */
+  if (e >= 0 && cc && cc->alignment > 0)
+    e = H5Pset_alignment(fapl, (hsize_t)cc->alignment, (hsize_t)cc->alignment);
   if (fapl < 0) return -1;
-  if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
+  if (e < 0 ||
       H5Pset_all_coll_metadata_ops(fapl, 1) < 0 || H5Pset_coll_metadata_write(fapl, 1) < 0 ||
       /* 1.8 format: attributes over 64 KiB (a long deck) go to dense storage */
       H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
@@ -513,6 +549,50 @@ static hid_t open_fapl(MPI_Comm comm) {
     return -1;
   }
   return fapl;
+}
+static hid_t open_fapl(MPI_Comm comm) { return open_fapl_hints(comm, NULL); }
+
+/* Rank 0, on each save with hints: the hints as the MPI-IO layer reports them on the open
+ * file (an implementation may ignore or adjust some), so a user sees what took effect. */
+static void log_hints(hid_t file, const char *hints) {
+  MPI_File *fh = NULL;
+  MPI_Info info = MPI_INFO_NULL;
+  if (!hints[0]) return;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fh) < 0 || !fh ||
+      MPI_File_get_info(*fh, &info) != MPI_SUCCESS) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  char line[2048] = "", key[MPI_MAX_INFO_KEY + 1], val[256];
+  size_t used = 0;
+  for (const char *s = hints; *s;) {
+    size_t n = 0;
+    int flag = 0;
+    while (*s == ' ' || *s == '\t' || *s == ',') s++;
+    if (!*s) break;
+    for (; *s && *s != '=' && *s != ' ' && *s != '\t'; s++)
+      if (n < sizeof key - 1) key[n++] = *s;
+    key[n] = 0;
+    while (*s && *s != ',') s++;
+    MPI_Info_get(info, key, (int)sizeof val - 1, val, &flag);
+    int w = snprintf(line + used, sizeof line - used, "%s%s=%s", used ? " " : "", key,
+                     flag ? val : "(not reported)");
+    if (w > 0 && used + (size_t)w < sizeof line) used += (size_t)w;
+  }
+  MPI_Info_free(&info);
+  tsr_log("checkpoint: MPI-IO hints as the MPI-IO layer reports them: %s", line);
+}
+
+/* Test hook (tests/ckpt_failures.sh): with TSR_FAULT_CKPT_SLEEP=<seconds> every rank sleeps
+ * half-way through writing the checkpoint of step TSR_FAULT_CKPT_STEP (default: every
+ * step), with the .tmp file open, so a test can kill a rank mid-write reliably. */
+static void fault_ckpt_sleep(int64_t step, const char *tmp) {
+  const char *secs = getenv("TSR_FAULT_CKPT_SLEEP"), *at = getenv("TSR_FAULT_CKPT_STEP");
+  if (!secs || atof(secs) <= 0 || (at && *at && atoll(at) != step)) return;
+  tsr_log("fault injection: sleeping %s s half-way through writing %s", secs, tmp);
+  fflush(stdout);
+  fflush(stderr);
+  usleep((useconds_t)(atof(secs) * 1e6));
 }
 
 static int write_tensor(hid_t group, const tsr_tensor *t, const piece *p, const float *src,
@@ -614,12 +694,14 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   if ((rc = check_coverage(whole, counted, "would write", rank == 0))) goto done;
 
   /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
-  if ((fapl = open_fapl(comm)) < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "open_fapl", 0);
+  if ((fapl = open_fapl_hints(comm, &cfg->checkpoint)) < 0)
+    rc = h5_fail(__FILE__, __LINE__, __func__, "open_fapl (checkpoint.mpiio_hints, alignment)", 0);
   if ((rc = agree(rc, comm))) goto done;
   errno = 0;
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   if (file < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Fcreate", errno);
   if ((rc = agree(rc, comm))) goto done;
+  if (rank == 0) log_hints(file, cfg->checkpoint.mpiio_hints);
   if ((rc = agree(write_root_attrs(file, cfg, st, deck, world), comm))) goto done;
   if ((rc = agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
   for (int i = 0; i < nt && !rc; i++)
@@ -627,6 +709,7 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
       const tsr_tensor *t = &whole->tensors[i];
       piece p = view_piece(view, local[i]);
       const float *src = !p.t ? zeros : bufs[k] ? bufs[k] + piece_at(view, &p) : zeros;
+      if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, tmp);
       rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
       if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
       rc = agree(rc, comm);

@@ -83,6 +83,8 @@ typedef struct {
   int64_t keep;           /* newest kept; 0 = keep all */
   char resume[TSR_STR_PATH]; /* "auto" | "none" | path */
   int save_initial;
+  char mpiio_hints[TSR_STR_PATH]; /* "key=value,key=value" MPI_Info for writes; "" = none */
+  int64_t alignment;              /* H5Pset_alignment bytes for writes; 0 = HDF5 default */
 } tsr_checkpoint_config;
 
 typedef struct {

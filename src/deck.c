@@ -110,6 +110,11 @@ static const key_def schema[] = {
     STR(checkpoint, resume, "auto", "auto|none|<path>",
         "'auto' newest complete checkpoint in dir, 'none', or a file"),
     LOGI(checkpoint, save_initial, ".false.", "write step_00000000.h5 before the first update"),
+    STR(checkpoint, mpiio_hints, "", "key=value,...",
+        "MPI-IO hints for checkpoint writes, e.g. 'romio_cb_write=enable,cb_buffer_size=16777216'"),
+    INT(checkpoint, alignment, "0", 0, 1073741824, LO | HI,
+        "align file objects of at least this many bytes to it (H5Pset_alignment; 0 = HDF5 "
+        "default)"),
 };
 #define N_KEY ((int)(sizeof schema / sizeof schema[0]))
 
@@ -880,6 +885,43 @@ static const char *ref(const parser *P, int k, int rep, char *buf, size_t cap) {
     errat(P, &at, __VA_ARGS__);                                   \
   } while (0)
 
+/* checkpoint.mpiio_hints is "key=value" items separated by commas (blanks around them
+ * allowed): keys are letters, digits and '_', values are non-empty and blank-free.  Returns
+ * 1 and why in buf when s is not of that form; "" is fine (no hints).  ckpt.c splits the
+ * same way to build the MPI_Info. */
+static int hints_bad(const char *s, char *buf, size_t cap) {
+  for (int item = 1; *s; item++) {
+    while (*s == ' ' || *s == '\t') s++;
+    const char *key = s;
+    while (is_alnum_((unsigned char)*s)) s++;
+    size_t klen = (size_t)(s - key);
+    while (*s == ' ' || *s == '\t') s++;
+    if (!klen || *s != '=') {
+      snprintf(buf, cap, "item %d ('%.40s') is not key=value with a key of letters, digits "
+               "and '_'", item, key);
+      return 1;
+    }
+    s++;
+    while (*s == ' ' || *s == '\t') s++;
+    const char *val = s;
+    while (*s && *s != ',' && *s != ' ' && *s != '\t') s++;
+    if (s == val) {
+      snprintf(buf, cap, "item %d ('%.*s') has no value", item, (int)klen, key);
+      return 1;
+    }
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s && *s != ',') {
+      snprintf(buf, cap, "item %d ('%.*s') has a blank inside its value", item, (int)klen, key);
+      return 1;
+    }
+    if (*s == ',' && !*++s) {
+      snprintf(buf, cap, "a trailing ',' after item %d", item);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void cross_checks(parser *P) {
   tsr_config *c = P->cfg;
   char r[3][TSR_STR_PATH + 200];
@@ -960,6 +1002,11 @@ static void cross_checks(parser *P) {
       XERR(ids, "%s does not divide dp = %lld (world size %d / (tp %lld * pp %lld))",
            REF(0, scope), (long long)dp, ws, (long long)pc->tp, (long long)pc->pp);
     }
+  }
+  if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {
+    int ids[] = {key_id(GI_checkpoint, "mpiio_hints")};
+    XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "
+         "'romio_cb_write=enable,cb_buffer_size=16777216')", r[0]);
   }
   if (c->optim.min_lr > c->optim.lr) {
     int ids[] = {min_lr, lr};
