@@ -722,6 +722,15 @@ done:
   CLOSE(H5Gclose, optim);
   CLOSE(H5Pclose, dxpl);
   CLOSE(H5Pclose, fapl);
+  if (file >= 0 && rc) {
+    /* A failed write (full file system, quota) left some ranks unable to write while others
+     * could; the collective close then flushes metadata and truncates, and a rank that fails
+     * there leaves the others waiting in another collective.  The file is being discarded:
+     * give its space back first so that the close completes on every rank. */
+    if (rank == 0 && truncate(tmp, 0) != 0)
+      tsr_warn("cannot truncate the failed checkpoint '%s': %s", tmp, strerror(errno));
+    MPI_Barrier(comm);
+  }
   if (file >= 0) {
     errno = 0;
     if (H5Fclose(file) < 0 && !rc) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Fclose", errno);

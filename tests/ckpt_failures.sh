@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# ckpt_failures.sh — checkpoints when things go wrong (every run under a timeout):
+#  (a) kill -9 of one rank while a checkpoint is being written: the test hook
+#      TSR_FAULT_CKPT_SLEEP (src/ckpt.c) makes every rank pause half-way through writing
+#      step 4 with step_00000004.h5.tmp open; one rank is killed there.  The job dies
+#      (nonzero), `latest` still names step 3, the next start (resume auto) resumes from
+#      step 3 ignoring the partial .tmp, rewrites step 4 and finishes; its losses equal an
+#      uninterrupted run's bitwise (same layout).
+#  (b) a full file system (a 1.6 MB tmpfs; skipped where mounting is not allowed): the write of step 3 fails with an error naming the file, every rank exits
+#      nonzero (each rank's exit code is recorded), no .tmp is left, steps 1 and 2 and
+#      `latest` are intact, and a run resuming from that directory starts at step 2.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+[ -x "$TESSERA" ] || skip "no $TESSERA"
+MPIRUN=${MPIRUN:-mpirun}
+command -v "$MPIRUN" >/dev/null || skip "no mpirun"
+[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+"$PYTHON_REF" -c "import h5py" 2>/dev/null || skip "no h5py in $PYTHON_REF"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+scratch
+"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
+  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
+  model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1000
+  run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=8 "data.train=$SCRATCH/data/train_*.bin"
+  checkpoint.every_steps=1 checkpoint.keep=0)
+mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
+complete() { # complete FILE: opens and carries complete = 1
+  "$PYTHON_REF" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r'); sys.exit(0 if f.attrs['complete'] == 1 and 'model' in f else 1)" "$1" 2>/dev/null
+}
+
+# ---- (a) kill -9 mid-write ----
+mpi 120 2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=none run.out_dir="$SCRATCH/ref" \
+  >"$SCRATCH/ref.out" 2>&1
+check "(a) reference: 8 uninterrupted steps (exit $?)" test $? -eq 0
+TSR_FAULT_CKPT_SLEEP=60 TSR_FAULT_CKPT_STEP=4 mpi 120 2 run.max_steps=8 parallel.zero_stage=1 \
+  checkpoint.resume=none run.out_dir="$SCRATCH/kill" >"$SCRATCH/kill.out" 2>&1 &
+job=$!
+victim=
+for _ in $(seq 300); do
+  sleep 0.1
+  if [ -f "$SCRATCH/kill/ckpt/step_00000004.h5.tmp" ] && grep -q "fault injection: sleeping" "$SCRATCH/kill.out"; then
+    for p in $(pgrep -x tessera); do
+      tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "$SCRATCH/kill" && victim=$p
+    done
+    break
+  fi
+done
+check "(a) the step-4 write is under way (.tmp present) and a rank is found ($victim)" test -n "$victim"
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+check "(a) kill -9 of one rank mid-write ends the job, nonzero (got $rc)" test $rc -ne 0 -a $rc -ne 124
+check "(a)   ... leaving the partial step_00000004.h5.tmp" test -f "$SCRATCH/kill/ckpt/step_00000004.h5.tmp"
+check "(a)   ... no step_00000004.h5" test ! -e "$SCRATCH/kill/ckpt/step_00000004.h5"
+check "(a)   ... and latest still names step 3" grep -qx "step_00000003.h5" "$SCRATCH/kill/ckpt/latest"
+mpi 120 2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=auto run.out_dir="$SCRATCH/kill" \
+  >"$SCRATCH/kill2.out" 2>&1
+check "(a) the next start finishes (exit $?)" test $? -eq 0
+check "(a)   ... resumed from the previous complete checkpoint (step 3)" \
+  grep -q "resumed from .*step_00000003.h5 at step 3 " "$SCRATCH/kill2.out"
+check "(a)   ... the partial .tmp was replaced by a complete step 4" \
+  sh -c "test ! -e '$SCRATCH/kill/ckpt/step_00000004.h5.tmp' && test -f '$SCRATCH/kill/ckpt/step_00000004.h5'"
+complete "$SCRATCH/kill/ckpt/step_00000004.h5"
+check "(a)   ... which is complete" test $? -eq 0
+same=1
+for s in 1 2 3 4 5 6 7 8; do
+  a=$(metric "$SCRATCH/ref/metrics.jsonl" $s loss 2>/dev/null)
+  b=$(metric "$SCRATCH/kill/metrics.jsonl" $s loss 2>/dev/null)
+  [ -n "$a" ] && [ "$a" != None ] && [ "$a" = "$b" ] || same=0
+done
+check "(a)   ... and every step's loss equals the uninterrupted run's bitwise" test $same -eq 1
+
+# ---- (b) a full file system ----
+FS="$SCRATCH/fs"
+mkdir -p "$FS"
+if ! mount -t tmpfs -o size=1600k tmpfs "$FS" 2>/dev/null; then
+  echo "SKIP: (b) cannot mount a small tmpfs here (needs root)"
+  finish
+fi
+trap 'umount "$SCRATCH/fs" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
+# The checkpoint of this model is ~0.65 MB: two fit in 1.6 MB, the third does not.
+full() { # full NAME overrides...: one line "rank R exit C" per rank in NAME.rc
+  local name=$1; shift
+  timeout 120 "$MPIRUN" -np 2 sh -c '"$@"; c=$?; echo "rank $OMPI_COMM_WORLD_RANK exit $c" >>"$RCFILE"; exit $c' \
+    sh "$TESSERA" /dev/null "${C[@]}" checkpoint.dir="$FS" "$@"
+}
+RCFILE="$SCRATCH/full.rc" full full run.max_steps=4 checkpoint.resume=none run.out_dir="$SCRATCH/full" \
+  >"$SCRATCH/full.out" 2>&1
+rc=$?
+check "(b) out of space while writing step 3: the job fails (got $rc)" test $rc -ne 0 -a $rc -ne 124
+cat "$SCRATCH/full.rc" 2>/dev/null | sed 's/^/    /'
+check "(b)   ... every rank exits nonzero" \
+  sh -c "test \$(grep -c 'exit [1-9]' '$SCRATCH/full.rc') -eq 2"
+grep -m1 "step_00000003.h5" "$SCRATCH/full.out" | grep -i error | sed 's/^/    /'
+check "(b)   ... with an error naming the file" grep -qi "error.*step_00000003.h5" "$SCRATCH/full.out"
+check "(b)   ... and saying why (no space / file too large)" \
+  grep -qiE "No space left on device|File too large|free there" "$SCRATCH/full.out"
+check "(b)   ... no step_00000003.h5(.tmp) is left" \
+  sh -c "! ls '$FS' | grep -q step_00000003"
+check "(b)   ... latest still names step 2" grep -qx "step_00000002.h5" "$FS/latest"
+complete "$FS/step_00000001.h5" && complete "$FS/step_00000002.h5"
+check "(b)   ... steps 1 and 2 are intact and complete" test $? -eq 0
+rm -f "$FS/step_00000001.h5" # room to write again
+RCFILE="$SCRATCH/full2.rc" full full2 run.max_steps=3 checkpoint.resume=auto run.out_dir="$SCRATCH/full2" \
+  >"$SCRATCH/full2.out" 2>&1
+check "(b) with room made, a run resumes from that directory (exit $?)" test $? -eq 0
+check "(b)   ... at step 2" grep -q "resumed from .*step_00000002.h5 at step 2 " "$SCRATCH/full2.out"
+finish
