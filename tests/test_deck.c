@@ -52,6 +52,8 @@ typedef struct {
 
 static const bad_case bad[] = {
     {"&modle n_layer = 2 /", 1, "1:1", "unknown group '&modle'; did you mean '&model'?"},
+    {"&checkpoint\n  mpiio_hints = 'romio_cb_write=enable,striping'\n/", 1, "2:3",
+     "checkpoint.mpiio_hints: item 2 ('striping') is not key=value"},
     {"&model\n  n_layr = 2\n/", 1, "2:3", "unknown key 'n_layr' in &model; did you mean 'n_layer'?"},
     {"&train lr = 1e-3 /", 1, "1:8", "key 'lr' is in group &optim, not &train"},
     {"&train warmup_step = 3 /", 1, "1:8", "did you mean 'warmup_steps' in &optim?"},
@@ -303,6 +305,7 @@ static const field fields[] = {
     F(data, shuffle, 'l', "T"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
+    F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
 };
 
 static void test_schema_covers_config(void) {
