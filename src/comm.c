@@ -13,6 +13,16 @@
 #include "util.h"
 #include "watchdog.h"
 
+/* A blocking MPI call, marked for the watchdog: a rank stalled inside one is waiting for
+ * a peer; a rank stalled outside any is the likely cause. */
+#define BLOCKING(call)                \
+  __extension__({                     \
+    tsr_watchdog_blocked(1);          \
+    const int blocking_rc_ = (call);  \
+    tsr_watchdog_blocked(0);          \
+    blocking_rc_;                     \
+  })
+
 struct tsr_comm_request {
   MPI_Request req;
   tsr_comm *comm;
@@ -204,7 +214,7 @@ static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
 int tsr_comm_wait(tsr_comm_handle *h) {
   if (!h || !*h) return 0;
   MPI_Status st;
-  const int rc = MPI_Wait(&(*h)->req, &st);
+  const int rc = BLOCKING(MPI_Wait(&(*h)->req, &st));
   return complete(h, rc, &st);
 }
 
@@ -236,7 +246,7 @@ int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count) {
   TSR_CALL(check_count(c, "all_reduce", count));
   tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
   if (c->size == 1 || count == 0) return 0;
-  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm)));
   return 0;
 }
 
@@ -266,8 +276,8 @@ static int reduce_scatter_args(tsr_comm *c, const char *op, const float *send, f
 int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count) {
   TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count));
   if (c->size == 1 || recv_count == 0) return 0;
-  TSR_MPI_CALL(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
-                                        c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
+                                        c->comm)));
   return 0;
 }
 
@@ -303,8 +313,8 @@ int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send
   int in_place;
   TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
-  TSR_MPI_CALL(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
-                             (int)send_count, MPI_FLOAT, c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
+                             (int)send_count, MPI_FLOAT, c->comm)));
   return 0;
 }
 
@@ -464,7 +474,7 @@ static int broadcast_args(tsr_comm *c, const char *op, size_t bytes, int root) {
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root) {
   TSR_CALL(broadcast_args(c, "broadcast", bytes, root));
   if (c->size == 1 || bytes == 0) return 0;
-  TSR_MPI_CALL(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm)));
   return 0;
 }
 
@@ -483,7 +493,7 @@ int tsr_comm_send(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag)
   TSR_CALL(check_count(c, "send", bytes));
   TSR_CALL(check_peer(c, "send", peer, tag));
   tally(c, TSR_COMM_SEND, (double)bytes);
-  TSR_MPI_CALL(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm)));
   return 0;
 }
 
@@ -493,7 +503,7 @@ int tsr_comm_recv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag) {
   tally(c, TSR_COMM_RECV, (double)bytes);
   MPI_Status st;
   int got = -1;
-  TSR_MPI_CALL(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &st));
+  TSR_MPI_CALL(BLOCKING(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &st)));
   TSR_MPI_CALL(MPI_Get_count(&st, MPI_BYTE, &got));
   TSR_CHECK((size_t)got == bytes, TSR_ERR,
             "recv on '%s': rank %d sent %d bytes with tag %d, %zu were expected", c->name, peer,
@@ -535,7 +545,7 @@ int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op
   TSR_CALL(check_count(c, "all_reduce_double", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(double) * (double)count));
   if (c->size == 1 || count == 0) return 0;
-  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm)));
   return 0;
 }
 
@@ -543,7 +553,7 @@ int tsr_comm_all_reduce_int(tsr_comm *c, int *x, size_t count, tsr_comm_op op) {
   TSR_CALL(check_count(c, "all_reduce_int", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(int) * (double)count));
   if (c->size == 1 || count == 0) return 0;
-  TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm)));
   return 0;
 }
 
@@ -555,7 +565,7 @@ int tsr_comm_sum_ordered(tsr_comm *c, double x, double *sum) {
   }
   double stack[64], *all = c->size <= 64 ? stack : tsr_calloc((size_t)c->size, sizeof(double));
   TSR_CHECK(all, TSR_ERR, "out of memory in sum_ordered on '%s'", c->name);
-  int rc = MPI_Allgather(&x, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->comm);
+  int rc = BLOCKING(MPI_Allgather(&x, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->comm));
   double s = 0;
   for (int i = 0; i < c->size; i++) s += all[i];
   if (all != stack) tsr_free(&all);
@@ -569,6 +579,6 @@ int tsr_comm_sum_ordered(tsr_comm *c, double x, double *sum) {
 
 int tsr_comm_barrier(tsr_comm *c) {
   if (c->size == 1) return 0;
-  TSR_MPI_CALL(MPI_Barrier(c->comm));
+  TSR_MPI_CALL(BLOCKING(MPI_Barrier(c->comm)));
   return 0;
 }

@@ -23,6 +23,7 @@ static struct {
   _Atomic double since;               /* when the current activity started */
   _Atomic int64_t step;
   _Atomic(const char *) what, group, op;
+  atomic_int blocked;
 } g_dog;
 
 static void *watch(void *arg) {
@@ -31,14 +32,23 @@ static void *watch(void *arg) {
     usleep(200 * 1000);
     const char *what = atomic_load(&g_dog.what);
     const double stalled = tsr_now() - atomic_load(&g_dog.since);
-    if (!what || stalled <= g_dog.timeout_s) continue;
+    const int blocked = atomic_load(&g_dog.blocked);
+    if (!what || stalled <= g_dog.timeout_s * (blocked ? 1.5 : 1.0)) continue;
     const char *group = atomic_load(&g_dog.group), *op = atomic_load(&g_dog.op);
-    fprintf(stderr,
-            "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
-            "%.0f); last collective started: %s on group '%s'.  A peer has probably died or "
-            "hangs; aborting the job (exit code 4)\n",
-            tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
-            op ? op : "none", op ? group : "-");
+    if (blocked)
+      fprintf(stderr,
+              "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
+              "%.0f), blocked in %s on group '%s' waiting for a peer; aborting the job (exit "
+              "code 4)\n",
+              tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
+              op ? op : "?", op ? group : "?");
+    else
+      fprintf(stderr,
+              "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
+              "%.0f) and this rank is not inside any collective (last one started: %s on "
+              "group '%s'): this rank is stuck; aborting the job (exit code 4)\n",
+              tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
+              op ? op : "none", op ? group : "-");
     fflush(stderr);
     if (g_dog.mpi_threads) MPI_Abort(MPI_COMM_WORLD, TSR_ERR_WATCHDOG);
     _exit(TSR_ERR_WATCHDOG);
@@ -72,6 +82,8 @@ void tsr_watchdog_activity(int64_t step, const char *what) {
   atomic_store(&g_dog.since, tsr_now());
   atomic_store(&g_dog.what, what);
 }
+
+void tsr_watchdog_blocked(int blocked) { atomic_store(&g_dog.blocked, blocked); }
 
 void tsr_watchdog_operation(const char *group, const char *op) {
   atomic_store(&g_dog.group, group);

@@ -31,8 +31,8 @@ rc=$?
 took=$(($(date +%s) - start))
 check "a hung rank ends the job with exit code 4 (got $rc after $took s)" test $rc -eq 4
 check "  ... within seconds, not the wall clock" test $took -lt 60
-check "  ... and the watchdog names the rank, the step and what it was in" \
-  grep -q "\[rank [01]\] watchdog: step 3 has been in a training step for [0-9]* s .*last collective started" "$SCRATCH/dog.out"
+check "  ... and the watchdog names the stuck rank (1), the step and that it is outside MPI" \
+  grep -q "\[rank 1\] watchdog: step 3 has been in a training step for [0-9]* s .*not inside any collective.*this rank is stuck" "$SCRATCH/dog.out"
 grep -m1 watchdog "$SCRATCH/dog.out"
 
 mkdir -p "$SCRATCH/bad/metrics.jsonl"
