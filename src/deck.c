@@ -896,6 +896,10 @@ static int hints_bad(const char *s, char *buf, size_t cap) {
     while (is_alnum_((unsigned char)*s)) s++;
     size_t klen = (size_t)(s - key);
     while (*s == ' ' || *s == '\t') s++;
+    if (!klen && *s == ',') {
+      snprintf(buf, cap, "item %d is empty (two ',' in a row)", item);
+      return 1;
+    }
     if (!klen || *s != '=') {
       snprintf(buf, cap, "item %d ('%.40s') is not key=value with a key of letters, digits "
                "and '_'", item, key);

@@ -54,6 +54,8 @@ static const bad_case bad[] = {
     {"&modle n_layer = 2 /", 1, "1:1", "unknown group '&modle'; did you mean '&model'?"},
     {"&checkpoint\n  mpiio_hints = 'romio_cb_write=enable,striping'\n/", 1, "2:3",
      "checkpoint.mpiio_hints: item 2 ('striping') is not key=value"},
+    {"&checkpoint mpiio_hints = 'a=b,,c' /", 1, "1:13",
+     "checkpoint.mpiio_hints: item 2 is empty (two ',' in a row)"},
     {"&model\n  n_layr = 2\n/", 1, "2:3", "unknown key 'n_layr' in &model; did you mean 'n_layer'?"},
     {"&train lr = 1e-3 /", 1, "1:8", "key 'lr' is in group &optim, not &train"},
     {"&train warmup_step = 3 /", 1, "1:8", "did you mean 'warmup_steps' in &optim?"},
