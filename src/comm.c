@@ -164,15 +164,9 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
 
 /* ------------------------------------------------------------------ requests */
 
-static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handle *h) {
-  struct tsr_comm_request *r = c->free_list;
-  if (r) {
-    c->free_list = r->next;
-  } else if (!(r = tsr_calloc(1, sizeof *r))) {
-    MPI_Wait(&req, MPI_STATUS_IGNORE); /* never leave an operation nobody can complete */
-    tsr_error("out of memory for a request on '%s'", c->name);
-    return TSR_ERR;
-  }
+/* A posted operation becomes the request r (taken from the group's free list or new). */
+static int track(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_comm_kind kind,
+                 tsr_comm_handle *h) {
   r->req = req;
   r->comm = c;
   r->kind = kind;
@@ -182,6 +176,18 @@ static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handl
   c->in_flight++;
   *h = r;
   return 0;
+}
+
+static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handle *h) {
+  struct tsr_comm_request *r = c->free_list;
+  if (r) {
+    c->free_list = r->next;
+  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+    MPI_Wait(&req, MPI_STATUS_IGNORE); /* never leave an operation nobody can complete */
+    tsr_error("out of memory for a request on '%s'", c->name);
+    return TSR_ERR;
+  }
+  return track(c, r, req, kind, h);
 }
 
 /* Bookkeeping once a request has completed with status st (MPI code rc). */
@@ -368,19 +374,6 @@ static int fill_counts(tsr_comm *c, const char *op, const size_t *counts, int *i
   return 0;
 }
 
-static int post_v(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_comm_kind kind,
-                  tsr_comm_handle *h) {
-  r->req = req;
-  r->comm = c;
-  r->kind = kind;
-  r->recv_bytes = 0;
-  r->peer = -1;
-  r->next = NULL;
-  c->in_flight++;
-  *h = r;
-  return 0;
-}
-
 int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
                                tsr_comm_handle *h) {
   *h = NULL;
@@ -410,7 +403,7 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Ireduce_scatter", mrc);
     return TSR_ERR;
   }
-  return post_v(c, r, req, TSR_COMM_REDUCE_SCATTER, h);
+  return track(c, r, req, TSR_COMM_REDUCE_SCATTER, h);
 }
 
 int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
@@ -446,7 +439,7 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Iallgatherv", mrc);
     return TSR_ERR;
   }
-  return post_v(c, r, req, TSR_COMM_ALL_GATHER, h);
+  return track(c, r, req, TSR_COMM_ALL_GATHER, h);
 }
 
 int tsr_comm_reduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts) {

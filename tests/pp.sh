@@ -31,21 +31,6 @@ run() { # run NAME NP overrides...
   timeout 180 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
     >"$SCRATCH/$name.out" 2>&1
 }
-same_losses() { # same_losses REF RUN TOL
-  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" "$3" <<'PY'
-import json, sys
-def load(path, key):
-    return {d["step"]: d[key] for d in map(json.loads, open(path)) if key in d}
-a, b = load(sys.argv[1], "loss"), load(sys.argv[2], "loss")
-va, vb = load(sys.argv[1], "val_loss"), load(sys.argv[2], "val_loss")
-steps = sorted(set(a) & set(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1.0
-vworst = max((abs(va[s] - vb[s]) / abs(va[s]) for s in set(va) & set(vb)), default=0.0)
-print(f"    {len(steps)} common steps, worst relative loss difference {worst:.2e}, val {vworst:.2e}")
-tol = float(sys.argv[3])
-sys.exit(0 if len(steps) >= 5 and len(b) >= 5 and worst <= tol and vworst <= tol else 1)
-PY
-}
 case_() { # case_ DESCRIPTION REF NAME NP overrides...
   local what=$1 ref=$2 name=$3 np=$4; shift 4
   run "$name" "$np" "$@"

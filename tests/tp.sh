@@ -29,17 +29,6 @@ run() { # run NAME NP overrides...
   timeout 120 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
     >"$SCRATCH/$name.out" 2>&1
 }
-same_losses() { # same_losses REF RUN TOL
-  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" "$3" <<'PY'
-import json, sys
-a = {d["step"]: d["loss"] for d in map(json.loads, open(sys.argv[1])) if "loss" in d}
-b = {d["step"]: d["loss"] for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
-steps = sorted(set(a) & set(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1.0
-print(f"    {len(steps)} common steps, worst relative loss difference {worst:.2e}")
-sys.exit(0 if len(steps) >= 5 and len(b) >= 5 and worst <= float(sys.argv[3]) else 1)
-PY
-}
 case_() { # case_ DESCRIPTION REF NAME NP TOL overrides...
   local what=$1 ref=$2 name=$3 np=$4 tol=$5; shift 5
   run "$name" "$np" "$@"

@@ -41,17 +41,6 @@ run() { # run NAME NP overrides...
   else timeout 120 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@"
   fi >"$SCRATCH/$name.out" 2>&1
 }
-same_losses() { # same_losses REF RUN TOL
-  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" "$3" <<'PY'
-import json, sys
-a = {d["step"]: d["loss"] for d in map(json.loads, open(sys.argv[1])) if "loss" in d}
-b = {d["step"]: d["loss"] for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
-steps = sorted(set(a) & set(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps) if steps else 1.0
-print(f"    {len(steps)} common steps, worst relative loss difference {worst:.2e}")
-sys.exit(0 if len(steps) >= 5 and len(b) >= 5 and worst <= float(sys.argv[3]) else 1)
-PY
-}
 
 run ref 1 && run refb 1 train.precision=bf16
 check "single-rank fp32 and bf16 references run" test $? -eq 0
