@@ -12,7 +12,7 @@
  *     sum over i in [0, n) of tsr_mix64(i * 0x9E3779B97F4A7C15 ^ bits(x[i]))   mod 2^64
  * with i the row-major logical index and bits() the IEEE-754 binary32 pattern.  Each
  * rank adds up the elements it holds, so any layout verifies any file. */
-#include "ckpt.h"
+#include "ckpt_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,117 +25,6 @@
 #include <unistd.h>
 
 #include "util.h"
-
-#define CKPT_GOLDEN 0x9E3779B97F4A7C15ULL
-#define CKPT_READ_BLOCK (1 << 22) /* elements per read when verifying a file on one rank */
-
-/* ---- error checking: every HDF5 / MPI call goes through one of these ---- */
-
-typedef struct {
-  char outer[256], inner[512];
-} h5_msg;
-
-static herr_t h5_walk(unsigned n, const H5E_error2_t *e, void *data) {
-  h5_msg *m = data;
-  if (n == 0) snprintf(m->outer, sizeof m->outer, "%s", e->desc ? e->desc : "");
-  snprintf(m->inner, sizeof m->inner, "%s", e->desc ? e->desc : "");
-  return 0;
-}
-
-/* The HDF5 error stack as "outermost: innermost cause" (the cause is what helps). */
-static void h5_describe(char *buf, size_t len) {
-  h5_msg m = {"", ""};
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_walk, &m);
-  H5Eclear2(H5E_DEFAULT);
-  if (!m.outer[0])
-    snprintf(buf, len, "no HDF5 error recorded");
-  else if (strcmp(m.outer, m.inner) == 0)
-    snprintf(buf, len, "%s", m.outer);
-  else
-    snprintf(buf, len, "%s: %s", m.outer, m.inner);
-}
-
-static int h5_fail(const char *file, int line, const char *func, const char *expr, int err) {
-  char msg[1024];
-  h5_describe(msg, sizeof msg);
-  tsr_error("%s:%d %s: %s failed: %s%s%s", file, line, func, expr, msg, err ? "; errno: " : "",
-            err ? strerror(err) : "");
-  return TSR_ERR;
-}
-
-static int mpi_fail(const char *file, int line, const char *func, const char *expr, int code) {
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, msg, &len);
-  tsr_error("%s:%d %s: %s failed: %s", file, line, func, expr, msg);
-  return TSR_ERR;
-}
-
-/* Both need `int rc` and a `done:` label that releases what the function holds. */
-#define H5_CALL(expr)                                           \
-  do {                                                          \
-    errno = 0;                                                  \
-    if ((expr) < 0) {                                           \
-      rc = h5_fail(__FILE__, __LINE__, __func__, #expr, errno); \
-      goto done;                                                \
-    }                                                           \
-  } while (0)
-#define MPI_CALL(expr)                                             \
-  do {                                                             \
-    int mpi_rc_ = (expr);                                          \
-    if (mpi_rc_ != MPI_SUCCESS) {                                  \
-      rc = mpi_fail(__FILE__, __LINE__, __func__, #expr, mpi_rc_); \
-      goto done;                                                   \
-    }                                                              \
-  } while (0)
-/* Quiet variant for probing files that may be broken: the reason goes to `why`. */
-#define H5_TRY(expr, ...)                                   \
-  do {                                                      \
-    if ((expr) < 0) {                                       \
-      char h5m_[768], what_[512];                           \
-      h5_describe(h5m_, sizeof h5m_);                       \
-      snprintf(what_, sizeof what_, __VA_ARGS__);           \
-      if (snprintf(why, why_len, "%s (HDF5: %s)", what_, h5m_) >= (int)why_len) \
-        why[why_len - 1] = 0; /* truncated diagnostics are fine */ \
-      rc = TSR_ERR_INPUT;                                   \
-      goto done;                                            \
-    }                                                       \
-  } while (0)
-#define CLOSE(fn, h)     \
-  do {                   \
-    if ((h) >= 0) fn(h); \
-    (h) = -1;            \
-  } while (0)
-
-/* We print our own messages; HDF5's automatic stack dumps are off meanwhile. */
-typedef struct {
-  H5E_auto2_t fn;
-  void *data;
-} h5_quiet;
-static void quiet_begin(h5_quiet *q) {
-  H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-static void quiet_end(const h5_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->fn, q->data); }
-
-/* All ranks leave a phase with the same verdict. */
-static int agree(int rc, MPI_Comm comm) {
-  int all = rc;
-  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, comm);
-  return all;
-}
-
-/* ---- checksums and pieces ---- */
-
-static uint64_t checksum_run(const float *x, int64_t n, int64_t first_index) {
-  uint64_t sum = 0;
-  for (int64_t k = 0; k < n; k++) {
-    uint32_t bits;
-    memcpy(&bits, &x[k], sizeof bits);
-    sum += tsr_mix64((uint64_t)(first_index + k) * CKPT_GOLDEN ^ (uint64_t)bits);
-  }
-  return sum;
-}
 
 /* A rank's piece of one logical tensor (SHARDING.md §4): the local tensor t, its local
  * elements [i0, i1) inside the view's shard, as n rectangles of the logical tensor. */
@@ -164,26 +53,19 @@ static uint64_t piece_checksum(const piece *p, const float *x) {
   for (int r = 0; r < p->n; r++) {
     const tsr_rect *q = &p->rect[r];
     for (int64_t row = 0; row < q->rows; row++) {
-      sum += checksum_run(src, q->cols, (q->row + row) * p->t->shape[1] + q->col);
+      sum += tsr_ckpt_checksum_run(src, q->cols, (q->row + row) * p->t->shape[1] + q->col);
       src += q->cols;
     }
   }
   return sum;
 }
 
-/* Rows [r, r+nr) x cols [c, c+nc); on a 1-D space only the row part is read (c = 0, nc = 1). */
-static herr_t select_rect(hid_t space, int64_t r, int64_t c, int64_t nr, int64_t nc, int first) {
-  hsize_t start[2] = {(hsize_t)r, (hsize_t)c}, one[2] = {1, 1};
-  hsize_t block[2] = {(hsize_t)nr, (hsize_t)nc}; /* one block, not nr x nc unit blocks */
-  return H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, one,
-                             block);
-}
 
 /* The union of the piece's rectangles (row-major order matches the local order), or none. */
 static herr_t select_piece(hid_t space, const piece *p) {
   if (p->i1 <= p->i0) return H5Sselect_none(space);
   for (int r = 0; r < p->n; r++)
-    if (select_rect(space, p->rect[r].row, p->rect[r].col, p->rect[r].rows, p->rect[r].cols,
+    if (tsr_ckpt_select_rect(space, p->rect[r].row, p->rect[r].col, p->rect[r].rows, p->rect[r].cols,
                     r == 0) < 0)
       return -1;
   return 0;
@@ -269,233 +151,6 @@ static herr_t attr_put_str(hid_t obj, const char *name, const char *s) {
   if (e >= 0) e = attr_put(obj, name, type, type, s);
   H5Tclose(type);
   return e;
-}
-
-/* Scalar attribute read with conversion to mem_type; 1 = absent, -1 = error. */
-static int attr_get(hid_t obj, const char *name, hid_t mem_type, void *val) {
-  htri_t has = H5Aexists(obj, name);
-  if (has <= 0) return has < 0 ? -1 : 1;
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  if (a < 0) return -1;
-  herr_t e = H5Aread(a, mem_type, val);
-  H5Aclose(a);
-  return e < 0 ? -1 : 0;
-}
-
-/* format_version and complete, the two things that make a file usable at all. */
-static int check_header(hid_t file, char *why, size_t why_len) {
-  int64_t version = 0, complete = 0;
-  int e = attr_get(file, "format_version", H5T_NATIVE_INT64, &version);
-  if (e) {
-    snprintf(why, why_len, "%s",
-             e > 0 ? "no format_version attribute (not a Tessera checkpoint)"
-                   : "cannot read the format_version attribute");
-    return TSR_ERR_INPUT;
-  }
-  if (version != TSR_CKPT_FORMAT_VERSION) {
-    snprintf(why, why_len,
-             "format_version %lld is not one this build reads (%d); use the "
-             "Tessera version that wrote it",
-             (long long)version, TSR_CKPT_FORMAT_VERSION);
-    return TSR_ERR_INPUT;
-  }
-  e = attr_get(file, "complete", H5T_NATIVE_INT64, &complete);
-  if (e || complete != 1) {
-    snprintf(why, why_len, "no complete flag (the write did not finish)");
-    return TSR_ERR_INPUT;
-  }
-  return 0;
-}
-
-/* ---- files and directories ---- */
-
-void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len) {
-  if (cfg->checkpoint.dir[0])
-    snprintf(dir, len, "%s", cfg->checkpoint.dir);
-  else
-    if (snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".") >= (int)len)
-      tsr_warn("checkpoint directory name '%s/ckpt' is too long and was cut", cfg->run.out_dir);
-}
-
-static int mkdir_p(const char *dir) {
-  char p[TSR_STR_PATH];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s != '\0') continue;
-    char keep = *s;
-    *s = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      tsr_error(
-          "cannot create checkpoint directory '%s' (at '%s': %s); check &checkpoint dir "
-          "and &run out_dir",
-          dir, p, strerror(errno));
-      return TSR_ERR;
-    }
-    *s = keep;
-    if (!keep) break;
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-    tsr_error("checkpoint directory '%s' is not a directory; check &checkpoint dir", dir);
-    return TSR_ERR;
-  }
-  return 0;
-}
-
-static int fsync_path(const char *path, int is_dir) {
-  int fd = open(path, is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return -1;
-  int e = fsync(fd);
-  if (e != 0 && (errno == EINVAL || errno == EROFS)) e = 0; /* fs without fsync on dirs */
-  close(fd);
-  return e;
-}
-
-/* "step_<digits>.h5" exactly (never the .tmp of an unfinished write). */
-static int parse_step_name(const char *name, int64_t *step) {
-  if (strncmp(name, "step_", 5) != 0) return 0;
-  const char *s = name + 5;
-  int64_t v = 0;
-  int n = 0;
-  for (; *s >= '0' && *s <= '9' && n < 18; s++, n++) v = 10 * v + (*s - '0');
-  if (n == 0 || strcmp(s, ".h5") != 0) return 0;
-  *step = v;
-  return 1;
-}
-
-typedef struct {
-  int64_t step;
-  char name[64];
-} step_file;
-
-static int by_step_desc(const void *a, const void *b) {
-  int64_t x = ((const step_file *)a)->step, y = ((const step_file *)b)->step;
-  return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* The step files of dir, newest first; *out is NULL when there are none or no dir. */
-static int list_steps(const char *dir, step_file **out, int *n) {
-  *out = NULL;
-  *n = 0;
-  DIR *d = opendir(dir);
-  if (!d) return errno == ENOENT ? 0 : -1;
-  int cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    int64_t step;
-    if (!parse_step_name(e->d_name, &step) || strlen(e->d_name) >= sizeof(*out)->name) continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 16;
-      step_file *grown = realloc(*out, (size_t)cap * sizeof *grown);
-      if (!grown) break;
-      *out = grown;
-    }
-    (*out)[*n].step = step;
-    memcpy((*out)[(*n)++].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
-  }
-  closedir(d);
-  if (*n) qsort(*out, (size_t)*n, sizeof **out, by_step_desc);
-  return 0;
-}
-
-/* ---- verification on one rank (plain sec2 driver) ---- */
-
-static int verify_dataset(hid_t group, const char *gname, const char *name, char *why,
-                          size_t why_len) {
-  int rc = 0;
-  hid_t d = -1, fspace = -1, mspace = -1;
-  float *buf = NULL;
-  uint64_t stored = 0, sum = 0;
-  hsize_t dims[2] = {0, 1};
-  H5_TRY(d = H5Dopen2(group, name, H5P_DEFAULT), "cannot open %s/%s", gname, name);
-  H5_TRY(fspace = H5Dget_space(d), "cannot read the shape of %s/%s", gname, name);
-  int ndim = H5Sget_simple_extent_ndims(fspace);
-  if (ndim < 1 || ndim > 2 || H5Sget_simple_extent_dims(fspace, dims, NULL) < 0) {
-    snprintf(why, why_len, "%s/%s is not a 1-D or 2-D dataset", gname, name);
-    rc = TSR_ERR_INPUT;
-    goto done;
-  }
-  if (attr_get(d, "checksum", H5T_NATIVE_UINT64, &stored) != 0) {
-    snprintf(why, why_len, "no checksum attribute on %s/%s", gname, name);
-    rc = TSR_ERR_INPUT;
-    goto done;
-  }
-  const int64_t rows = (int64_t)dims[0], cols = ndim == 2 ? (int64_t)dims[1] : 1;
-  int64_t block = cols > 0 && cols < CKPT_READ_BLOCK ? CKPT_READ_BLOCK / cols : 1;
-  if (block > rows) block = rows;
-  buf = malloc((size_t)(block > 0 ? block : 1) * (size_t)(cols > 0 ? cols : 1) * sizeof *buf);
-  if (!buf) {
-    snprintf(why, why_len, "out of memory verifying %s/%s", gname, name);
-    rc = TSR_ERR;
-    goto done;
-  }
-  for (int64_t r = 0; r < rows; r += block) {
-    int64_t nr = rows - r < block ? rows - r : block;
-    hsize_t n = (hsize_t)(nr * cols);
-    H5_TRY(select_rect(fspace, r, 0, nr, cols, 1), "cannot select %s/%s", gname, name);
-    H5_TRY(mspace = H5Screate_simple(1, &n, NULL), "cannot create a memory space");
-    H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf), "cannot read %s/%s",
-           gname, name);
-    CLOSE(H5Sclose, mspace);
-    sum += checksum_run(buf, nr * cols, r * cols);
-  }
-  if (sum != stored) {
-    snprintf(why, why_len, "checksum mismatch in %s/%s", gname, name);
-    rc = TSR_ERR_INPUT;
-  }
-done:
-  free(buf);
-  CLOSE(H5Sclose, mspace);
-  CLOSE(H5Sclose, fspace);
-  CLOSE(H5Dclose, d);
-  return rc;
-}
-
-static int verify_group(hid_t file, const char *gname, char *why, size_t why_len) {
-  int rc = 0;
-  hid_t g = -1;
-  H5G_info_t info;
-  H5_TRY(g = H5Gopen2(file, gname, H5P_DEFAULT), "no group %s", gname);
-  H5_TRY(H5Gget_info(g, &info), "cannot list %s", gname);
-  for (hsize_t k = 0; k < info.nlinks && !rc; k++) {
-    char name[TSR_NAME_MAX * 2];
-    H5_TRY(
-        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT),
-        "cannot list %s", gname);
-    rc = verify_dataset(g, gname, name, why, why_len);
-  }
-done:
-  CLOSE(H5Gclose, g);
-  return rc;
-}
-
-/* 0 if `path` opens, is complete and its checksums verify; otherwise why not. */
-static int verify_file(const char *path, int model_only, char *why, size_t why_len) {
-  int rc = 0;
-  hid_t file = -1;
-  struct stat sb;
-  if (stat(path, &sb) != 0) {
-    snprintf(why, why_len, "cannot stat: %s", strerror(errno));
-    return TSR_ERR_INPUT;
-  }
-  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) {
-    char h5m[768];
-    h5_describe(h5m, sizeof h5m);
-    snprintf(why, why_len, "%s (%lld bytes; HDF5: %s)",
-             strstr(h5m, "truncated") ? "truncated" : "cannot be opened as HDF5",
-             (long long)sb.st_size, h5m);
-    return TSR_ERR_INPUT;
-  }
-  rc = check_header(file, why, why_len);
-  if (!rc) rc = verify_group(file, "/model", why, why_len);
-  if (!rc && !model_only) rc = verify_group(file, "/optim/m", why, why_len);
-  if (!rc && !model_only) rc = verify_group(file, "/optim/v", why, why_len);
-  if (H5Fclose(file) < 0 && !rc) {
-    snprintf(why, why_len, "error closing the file");
-    rc = TSR_ERR_INPUT;
-  }
-  return rc;
 }
 
 /* ---- save ---- */
@@ -616,7 +271,7 @@ done:
   CLOSE(H5Sclose, fspace);
   CLOSE(H5Pclose, dcpl);
   if (d >= 0 && H5Dclose(d) < 0 && !rc)
-    rc = h5_fail(__FILE__, __LINE__, __func__, "H5Dclose", errno);
+    rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "H5Dclose", errno);
   return rc;
 }
 
@@ -680,7 +335,7 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   if (!sums || !counted) rc = TSR_ERR;
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   /* Checksums and element counts first: one all-reduce each for the whole file. */
   for (int i = 0; i < nt; i++) {
     piece p = view_piece(view, local[i]);
@@ -693,17 +348,17 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
   if ((rc = check_coverage(whole, counted, "would write", rank == 0))) goto done;
 
-  /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
+  /* Every phase ends in tsr_ckpt_agree(), so no rank enters a collective call the others skip. */
   if ((fapl = open_fapl_hints(comm, &cfg->checkpoint)) < 0)
-    rc = h5_fail(__FILE__, __LINE__, __func__, "open_fapl (checkpoint.mpiio_hints, alignment)", 0);
-  if ((rc = agree(rc, comm))) goto done;
+    rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "open_fapl (checkpoint.mpiio_hints, alignment)", 0);
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   errno = 0;
   file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  if (file < 0) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Fcreate", errno);
-  if ((rc = agree(rc, comm))) goto done;
+  if (file < 0) rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "H5Fcreate", errno);
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   if (rank == 0) log_hints(file, cfg->checkpoint.mpiio_hints);
-  if ((rc = agree(write_root_attrs(file, cfg, st, deck, world), comm))) goto done;
-  if ((rc = agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
+  if ((rc = tsr_ckpt_agree(write_root_attrs(file, cfg, st, deck, world), comm))) goto done;
+  if ((rc = tsr_ckpt_agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
   for (int i = 0; i < nt && !rc; i++)
     for (int k = 0; k < 3 && !rc; k++) {
       const tsr_tensor *t = &whole->tensors[i];
@@ -712,9 +367,9 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
       if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, tmp);
       rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
       if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
-      rc = agree(rc, comm);
+      rc = tsr_ckpt_agree(rc, comm);
     }
-  if (!rc) rc = agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
+  if (!rc) rc = tsr_ckpt_agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
 done:
   tsr_free(&sums);
   tsr_free(&counted);
@@ -733,68 +388,16 @@ done:
   }
   if (file >= 0) {
     errno = 0;
-    if (H5Fclose(file) < 0 && !rc) rc = h5_fail(__FILE__, __LINE__, __func__, "H5Fclose", errno);
+    if (H5Fclose(file) < 0 && !rc) rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "H5Fclose", errno);
   }
-  return agree(rc, comm);
-}
-
-/* Rank 0 after the collective close: verify, make durable, rename, point `latest`. */
-static int publish(const char *dir, const char *tmp, const char *final, const char *name) {
-  char why[1024], latest[TSR_STR_PATH + 16], latest_tmp[TSR_STR_PATH + 16];
-  if (verify_file(tmp, 1, why, sizeof why)) {
-    tsr_error("checkpoint '%s' does not verify after writing: %s", tmp, why);
-    return TSR_ERR;
-  }
-  struct stat sb;
-  const int replaces = stat(final, &sb) == 0; /* the same step saved again */
-  if (fsync_path(tmp, 0) != 0 || rename(tmp, final) != 0) {
-    tsr_error("cannot make '%s' durable as '%s': %s", tmp, final, strerror(errno));
-    return TSR_ERR;
-  }
-  fsync_path(dir, 1);
-  snprintf(latest, sizeof latest, "%s/latest", dir);
-  snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
-  FILE *f = fopen(latest_tmp, "w");
-  int ok = f && fprintf(f, "%s\n", name) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  int err = errno;
-  if (f && fclose(f) != 0 && ok) ok = 0, err = errno;
-  if (!ok || rename(latest_tmp, latest) != 0) {
-    if (ok) err = errno;
-    tsr_error("cannot update '%s': %s", latest, strerror(err));
-    unlink(latest_tmp);
-    if (!replaces) unlink(final); /* roll back: `latest` keeps naming a good checkpoint */
-    return TSR_ERR;
-  }
-  fsync_path(dir, 1);
-  return 0;
-}
-
-/* Rank 0: delete the oldest step files so that `keep` remain, the new one included. */
-static void prune(const char *dir, const char *name, int64_t keep) {
-  step_file *files = NULL;
-  int n = 0, kept = 1;
-  if (keep <= 0 || list_steps(dir, &files, &n) != 0) return;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(files[i].name, name) == 0) continue;
-    if (kept < keep) {
-      kept++;
-      continue;
-    }
-    char path[TSR_STR_PATH + 80];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
-    if (unlink(path) != 0)
-      tsr_warn("cannot remove old checkpoint '%s': %s", path, strerror(errno));
-    else
-      tsr_log("checkpoint: removed %s (keep = %lld)", path, (long long)keep);
-  }
-  free(files);
+  return tsr_ckpt_agree(rc, comm);
 }
 
 int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
                        const float *m, const float *v, const tsr_train_state *st_in,
                        const char *deck_text, MPI_Comm comm) {
   int rc = 0, rank;
-  h5_quiet q;
+  tsr_ckpt_quiet q;
   char dir[TSR_STR_PATH], name[64], tmp[TSR_STR_PATH + 88] = "", final[TSR_STR_PATH + 80] = "";
   char *deck = NULL;
   float *zeros = NULL;
@@ -802,7 +405,7 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   const tsr_tensor **local = NULL;
   tsr_train_state st = *st_in;
   double t0 = MPI_Wtime();
-  quiet_begin(&q);
+  tsr_ckpt_quiet_begin(&q);
   MPI_Comm_rank(comm, &rank);
   tsr_ckpt_dir(cfg, dir, sizeof dir);
   /* Attribute writes are collective: every rank must pass rank 0's bytes. */
@@ -817,7 +420,7 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   for (int i = 0; !rc && i < whole->n_tensors; i++) /* one writer among identical copies */
     if (local[i] && !tsr_layout_writes(local[i], view->copy_index, view->n_copies))
       local[i] = NULL;
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   int64_t max_piece = 1; /* ranks with nothing, and NULL m / v, write from zeros */
   for (int i = 0; i < whole->n_tensors; i++) {
     piece p = view_piece(view, local[i]);
@@ -826,23 +429,23 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   deck = tsr_calloc((size_t)deck_len + 1, 1);
   zeros = tsr_calloc((size_t)max_piece, sizeof *zeros);
   if (!deck || !zeros) rc = TSR_ERR;
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   if (rank == 0 && deck_len) memcpy(deck, deck_text, (size_t)deck_len);
   MPI_CALL(MPI_Bcast(deck, deck_len + 1, MPI_CHAR, 0, comm));
 
   snprintf(name, sizeof name, "step_%08lld.h5", (long long)st.step);
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
-  if (rank == 0) rc = mkdir_p(dir);
+  if (rank == 0) rc = tsr_ckpt_mkdir_p(dir);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
   const float *const bufs[3] = {master, m, v};
   rc = write_file(tmp, cfg, whole, view, local, bufs, zeros, &st, deck, comm);
-  if (rank == 0 && !rc) rc = publish(dir, tmp, final, name);
+  if (rank == 0 && !rc) rc = tsr_ckpt_publish(dir, tmp, final, name);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
   if (rank == 0) {
-    prune(dir, name, cfg->checkpoint.keep);
+    tsr_ckpt_prune(dir, name, cfg->checkpoint.keep);
     struct stat sb;
     double mb = stat(final, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0;
     double secs = MPI_Wtime() - t0;
@@ -866,7 +469,7 @@ done:
   tsr_free(&zeros);
   tsr_free(&local);
   tsr_layout_destroy(&whole);
-  quiet_end(&q);
+  tsr_ckpt_quiet_end(&q);
   return rc;
 }
 
@@ -883,84 +486,6 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
                   MPI_Comm comm) {
   const tsr_ckpt_view view = whole_view(lay, comm);
   return tsr_ckpt_save_view(cfg, &view, master, m, v, st, deck_text, comm);
-}
-
-/* ---- resolve ---- */
-
-/* Rank 0: the newest usable checkpoint of dir, `latest` first; "" when there is none. */
-static int resolve_auto(const char *dir, char *out, size_t len) {
-  step_file *files = NULL;
-  int n = 0, tried = 0, rc = 0;
-  char cand[TSR_STR_PATH + 80], why[1024], latest_name[256] = "";
-  out[0] = '\0';
-  if (list_steps(dir, &files, &n) != 0) {
-    tsr_error("cannot list checkpoint directory '%s': %s", dir, strerror(errno));
-    return TSR_ERR_INPUT;
-  }
-  snprintf(cand, sizeof cand, "%s/latest", dir);
-  FILE *f = fopen(cand, "r");
-  if (f) {
-    if (!fgets(latest_name, sizeof latest_name, f)) latest_name[0] = '\0';
-    fclose(f);
-    latest_name[strcspn(latest_name, "\r\n")] = '\0';
-  }
-  for (int i = -1; i < n; i++) {
-    const char *nm = i < 0 ? latest_name : files[i].name;
-    if (!nm[0] || (i >= 0 && strcmp(nm, latest_name) == 0)) continue;
-    snprintf(cand, sizeof cand, "%s/%s", dir, nm);
-    tried++;
-    if (verify_file(cand, 0, why, sizeof why) == 0) {
-      snprintf(out, len, "%s", cand);
-      break;
-    }
-    tsr_warn("checkpoint '%s'%s is unusable: %s; falling back to an older one", cand,
-             i < 0 ? " (named by 'latest')" : "", why);
-  }
-  if (!out[0] && tried > 0) {
-    tsr_error(
-        "none of the %d checkpoint(s) in '%s' is usable (see the warnings above); repair "
-        "or move them away, or set &checkpoint resume = 'none' to start afresh",
-        tried, dir);
-    rc = TSR_ERR_INPUT;
-  }
-  free(files);
-  return rc;
-}
-
-int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm comm) {
-  int rc = 0, rank;
-  h5_quiet q;
-  char dir[TSR_STR_PATH], found[TSR_STR_PATH + 80] = "";
-  const char *resume = cfg->checkpoint.resume;
-  path[0] = '\0';
-  if (!resume[0] || strcmp(resume, "none") == 0) return 0;
-  quiet_begin(&q);
-  MPI_Comm_rank(comm, &rank);
-  tsr_ckpt_dir(cfg, dir, sizeof dir);
-  if (rank == 0) {
-    struct stat sb;
-    if (strcmp(resume, "auto") == 0) {
-      rc = resolve_auto(dir, found, sizeof found);
-    } else if (stat(resume, &sb) == 0 && S_ISREG(sb.st_mode)) {
-      snprintf(found, sizeof found, "%s", resume);
-    } else {
-      tsr_error(
-          "&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
-          "'none'",
-          resume, errno ? strerror(errno) : "not a regular file");
-      rc = TSR_ERR_INPUT;
-    }
-    if (!rc && strlen(found) >= len) {
-      tsr_error("checkpoint path '%s' is longer than the %zu bytes allowed", found, len - 1);
-      rc = TSR_ERR_INPUT;
-    }
-  }
-  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
-  MPI_CALL(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, comm));
-  if (!rc) snprintf(path, len, "%s", found);
-done:
-  quiet_end(&q);
-  return rc;
 }
 
 /* ---- load ---- */
@@ -1066,7 +591,7 @@ static int read_tensor(hid_t file, const char *gname, const tsr_tensor *t, const
   H5_CALL(mspace = H5Screate_simple(1, &n1, NULL));
   if (!n) H5_CALL(H5Sselect_none(mspace));
   H5_CALL(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? dst : &dummy));
-  int e = attr_get(d, "checksum", H5T_NATIVE_UINT64, stored);
+  int e = tsr_ckpt_attr_get(d, "checksum", H5T_NATIVE_UINT64, stored);
   H5_CALL(e);
   if (e) {
     tsr_error("checkpoint: no checksum attribute on %s/%s; the file is damaged: resume from "
@@ -1093,7 +618,7 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
            {"loss_scale", H5T_NATIVE_DOUBLE, &st->loss_scale},
            {"seed", H5T_NATIVE_UINT64, &st->seed}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    int e = attr_get(file, f[i].name, f[i].type, f[i].dst);
+    int e = tsr_ckpt_attr_get(file, f[i].name, f[i].type, f[i].dst);
     if (e) {
       tsr_error("checkpoint %s: %s the root attribute '%s'", path, e > 0 ? "lacks" : "cannot read",
                 f[i].name);
@@ -1106,7 +631,7 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
 int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *master, float *m,
                        float *v, tsr_train_state *st, MPI_Comm comm) {
   int rc = 0, rank;
-  h5_quiet q;
+  tsr_ckpt_quiet q;
   hid_t fapl = -1, file = -1, dxpl = -1;
   float *bufs[3] = {master, m, v};
   char why[1024];
@@ -1115,9 +640,9 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
   uint64_t *sums = NULL, *stored = NULL;
   int64_t *counted = NULL;
   double t0 = MPI_Wtime();
-  quiet_begin(&q);
+  tsr_ckpt_quiet_begin(&q);
   MPI_Comm_rank(comm, &rank);
-  /* Every phase ends in agree(), so no rank enters a collective call the others skip. */
+  /* Every phase ends in tsr_ckpt_agree(), so no rank enters a collective call the others skip. */
   rc = check_view(view);
   if (!rc) rc = tsr_layout_create(&whole, &view->lay->model);
   const int nt = whole ? whole->n_tensors : 0;
@@ -1127,24 +652,24 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
               !(counted = tsr_calloc((size_t)nt, sizeof *counted))))
     rc = TSR_ERR;
   if (!rc) rc = map_local(whole, view, 1, local); /* tied copies are read too */
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   fapl = open_fapl(comm);
   dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (fapl < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
-    rc = h5_fail(__FILE__, __LINE__, __func__, "creating property lists", 0);
-  if ((rc = agree(rc, comm))) goto done;
+    rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "creating property lists", 0);
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   if (file < 0) {
     char h5m[768];
-    h5_describe(h5m, sizeof h5m);
+    tsr_ckpt_h5_describe(h5m, sizeof h5m);
     if (rank == 0) tsr_error("cannot open checkpoint %s: %s; check &checkpoint resume", path, h5m);
     rc = TSR_ERR_INPUT;
   }
-  if ((rc = agree(rc, comm))) goto done;
-  rc = check_header(file, why, sizeof why);
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
+  rc = tsr_ckpt_check_header(file, why, sizeof why);
   if (rc && rank == 0) tsr_error("checkpoint %s: %s", path, why);
   if (!rc) rc = check_structure(file, path, whole, (m || v) ? 3 : 1, rank == 0);
-  if ((rc = agree(rc, comm))) goto done;
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   /* Each rank reads what it holds; each element is counted for the checksum by one reader,
    * the one that would write it under this view. */
   for (int i = 0; i < nt && !rc; i++) {
@@ -1157,7 +682,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
       rc = read_tensor(file, kGroups[k], &whole->tensors[i], &p, dst, &stored[k * nt + i], dxpl);
       if (rc) tsr_error("checkpoint %s: cannot read %s/%s", path, kGroups[k], whole->tensors[i].name);
       if (!rc && counts) sums[k * nt + i] = piece_checksum(&p, dst);
-      rc = agree(rc, comm);
+      rc = tsr_ckpt_agree(rc, comm);
     }
   }
   if (rc) goto done;
@@ -1172,7 +697,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
                   "another checkpoint", path, kGroups[k], whole->tensors[i].name);
       rc = TSR_ERR_INPUT;
     }
-  if (!rc && st) rc = agree(read_state(file, path, st), comm);
+  if (!rc && st) rc = tsr_ckpt_agree(read_state(file, path, st), comm);
   if (!rc) tsr_log("checkpoint: loaded %s in %.2f s", path, MPI_Wtime() - t0);
 done:
   CLOSE(H5Pclose, dxpl);
@@ -1183,8 +708,8 @@ done:
   tsr_free(&stored);
   tsr_free(&counted);
   tsr_layout_destroy(&whole);
-  quiet_end(&q);
-  return agree(rc, comm);
+  tsr_ckpt_quiet_end(&q);
+  return tsr_ckpt_agree(rc, comm);
 }
 
 int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float *m, float *v,

@@ -1,0 +1,445 @@
+/* ckpt_files.c — the checkpoint's files: error reports for HDF5 and MPI calls, the
+ * directory and its step files, verification of a written file on one rank, publishing
+ * (verify, fsync, rename, `latest`) and pruning, and resolving checkpoint.resume.
+ * Writing and reading tensor pieces collectively is ckpt.c. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "ckpt_internal.h"
+#include "util.h"
+
+/* ---- error checking: every HDF5 / MPI call goes through one of these ---- */
+
+typedef struct {
+  char outer[256], inner[512];
+} h5_msg;
+
+static herr_t h5_walk(unsigned n, const H5E_error2_t *e, void *data) {
+  h5_msg *m = data;
+  if (n == 0) snprintf(m->outer, sizeof m->outer, "%s", e->desc ? e->desc : "");
+  snprintf(m->inner, sizeof m->inner, "%s", e->desc ? e->desc : "");
+  return 0;
+}
+
+/* The HDF5 error stack as "outermost: innermost cause" (the cause is what helps). */
+void tsr_ckpt_h5_describe(char *buf, size_t len) {
+  h5_msg m = {"", ""};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5_walk, &m);
+  H5Eclear2(H5E_DEFAULT);
+  if (!m.outer[0])
+    snprintf(buf, len, "no HDF5 error recorded");
+  else if (strcmp(m.outer, m.inner) == 0)
+    snprintf(buf, len, "%s", m.outer);
+  else
+    snprintf(buf, len, "%s: %s", m.outer, m.inner);
+}
+
+int tsr_ckpt_h5_fail(const char *file, int line, const char *func, const char *expr, int err) {
+  char msg[1024];
+  tsr_ckpt_h5_describe(msg, sizeof msg);
+  tsr_error("%s:%d %s: %s failed: %s%s%s", file, line, func, expr, msg, err ? "; errno: " : "",
+            err ? strerror(err) : "");
+  return TSR_ERR;
+}
+
+int tsr_ckpt_mpi_fail(const char *file, int line, const char *func, const char *expr, int code) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, msg, &len);
+  tsr_error("%s:%d %s: %s failed: %s", file, line, func, expr, msg);
+  return TSR_ERR;
+}
+
+
+/* We print our own messages; HDF5's automatic stack dumps are off meanwhile. */
+void tsr_ckpt_quiet_begin(tsr_ckpt_quiet *q) {
+  H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+void tsr_ckpt_quiet_end(const tsr_ckpt_quiet *q) { H5Eset_auto2(H5E_DEFAULT, q->fn, q->data); }
+
+/* All ranks leave a phase with the same verdict. */
+int tsr_ckpt_agree(int rc, MPI_Comm comm) {
+  int all = rc;
+  MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, comm);
+  return all;
+}
+
+/* ---- checksums and selections ---- */
+
+/* Rows [r, r+nr) x cols [c, c+nc); on a 1-D space only the row part is read (c = 0, nc = 1). */
+herr_t tsr_ckpt_select_rect(hid_t space, int64_t r, int64_t c, int64_t nr, int64_t nc, int first) {
+  hsize_t start[2] = {(hsize_t)r, (hsize_t)c}, one[2] = {1, 1};
+  hsize_t block[2] = {(hsize_t)nr, (hsize_t)nc}; /* one block, not nr x nc unit blocks */
+  return H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, one,
+                             block);
+}
+
+
+uint64_t tsr_ckpt_checksum_run(const float *x, int64_t n, int64_t first_index) {
+  uint64_t sum = 0;
+  for (int64_t k = 0; k < n; k++) {
+    uint32_t bits;
+    memcpy(&bits, &x[k], sizeof bits);
+    sum += tsr_mix64((uint64_t)(first_index + k) * CKPT_GOLDEN ^ (uint64_t)bits);
+  }
+  return sum;
+}
+
+int tsr_ckpt_attr_get(hid_t obj, const char *name, hid_t mem_type, void *val) {
+  htri_t has = H5Aexists(obj, name);
+  if (has <= 0) return has < 0 ? -1 : 1;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return -1;
+  herr_t e = H5Aread(a, mem_type, val);
+  H5Aclose(a);
+  return e < 0 ? -1 : 0;
+}
+
+int tsr_ckpt_check_header(hid_t file, char *why, size_t why_len) {
+  int64_t version = 0, complete = 0;
+  int e = tsr_ckpt_attr_get(file, "format_version", H5T_NATIVE_INT64, &version);
+  if (e) {
+    snprintf(why, why_len, "%s",
+             e > 0 ? "no format_version attribute (not a Tessera checkpoint)"
+                   : "cannot read the format_version attribute");
+    return TSR_ERR_INPUT;
+  }
+  if (version != TSR_CKPT_FORMAT_VERSION) {
+    snprintf(why, why_len,
+             "format_version %lld is not one this build reads (%d); use the "
+             "Tessera version that wrote it",
+             (long long)version, TSR_CKPT_FORMAT_VERSION);
+    return TSR_ERR_INPUT;
+  }
+  e = tsr_ckpt_attr_get(file, "complete", H5T_NATIVE_INT64, &complete);
+  if (e || complete != 1) {
+    snprintf(why, why_len, "no complete flag (the write did not finish)");
+    return TSR_ERR_INPUT;
+  }
+  return 0;
+}
+
+/* ---- files and directories ---- */
+
+void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len) {
+  if (cfg->checkpoint.dir[0])
+    snprintf(dir, len, "%s", cfg->checkpoint.dir);
+  else
+    if (snprintf(dir, len, "%s/ckpt", cfg->run.out_dir[0] ? cfg->run.out_dir : ".") >= (int)len)
+      tsr_warn("checkpoint directory name '%s/ckpt' is too long and was cut", cfg->run.out_dir);
+}
+
+int tsr_ckpt_mkdir_p(const char *dir) {
+  char p[TSR_STR_PATH];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s != '\0') continue;
+    char keep = *s;
+    *s = '\0';
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      tsr_error(
+          "cannot create checkpoint directory '%s' (at '%s': %s); check &checkpoint dir "
+          "and &run out_dir",
+          dir, p, strerror(errno));
+      return TSR_ERR;
+    }
+    *s = keep;
+    if (!keep) break;
+  }
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    tsr_error("checkpoint directory '%s' is not a directory; check &checkpoint dir", dir);
+    return TSR_ERR;
+  }
+  return 0;
+}
+
+int tsr_ckpt_fsync_path(const char *path, int is_dir) {
+  int fd = open(path, is_dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return -1;
+  int e = fsync(fd);
+  if (e != 0 && (errno == EINVAL || errno == EROFS)) e = 0; /* fs without fsync on dirs */
+  close(fd);
+  return e;
+}
+
+/* "step_<digits>.h5" exactly (never the .tmp of an unfinished write). */
+static int parse_step_name(const char *name, int64_t *step) {
+  if (strncmp(name, "step_", 5) != 0) return 0;
+  const char *s = name + 5;
+  int64_t v = 0;
+  int n = 0;
+  for (; *s >= '0' && *s <= '9' && n < 18; s++, n++) v = 10 * v + (*s - '0');
+  if (n == 0 || strcmp(s, ".h5") != 0) return 0;
+  *step = v;
+  return 1;
+}
+
+
+static int by_step_desc(const void *a, const void *b) {
+  int64_t x = ((const tsr_ckpt_step_file *)a)->step, y = ((const tsr_ckpt_step_file *)b)->step;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step files of dir, newest first; *out is NULL when there are none or no dir. */
+int tsr_ckpt_list_steps(const char *dir, tsr_ckpt_step_file **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -1;
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int64_t step;
+    if (!parse_step_name(e->d_name, &step) || strlen(e->d_name) >= sizeof(*out)->name) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      tsr_ckpt_step_file *grown = realloc(*out, (size_t)cap * sizeof *grown);
+      if (!grown) break;
+      *out = grown;
+    }
+    (*out)[*n].step = step;
+    memcpy((*out)[(*n)++].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
+  }
+  closedir(d);
+  if (*n) qsort(*out, (size_t)*n, sizeof **out, by_step_desc);
+  return 0;
+}
+
+/* ---- verification on one rank (plain sec2 driver) ---- */
+
+static int verify_dataset(hid_t group, const char *gname, const char *name, char *why,
+                          size_t why_len) {
+  int rc = 0;
+  hid_t d = -1, fspace = -1, mspace = -1;
+  float *buf = NULL;
+  uint64_t stored = 0, sum = 0;
+  hsize_t dims[2] = {0, 1};
+  H5_TRY(d = H5Dopen2(group, name, H5P_DEFAULT), "cannot open %s/%s", gname, name);
+  H5_TRY(fspace = H5Dget_space(d), "cannot read the shape of %s/%s", gname, name);
+  int ndim = H5Sget_simple_extent_ndims(fspace);
+  if (ndim < 1 || ndim > 2 || H5Sget_simple_extent_dims(fspace, dims, NULL) < 0) {
+    snprintf(why, why_len, "%s/%s is not a 1-D or 2-D dataset", gname, name);
+    rc = TSR_ERR_INPUT;
+    goto done;
+  }
+  if (tsr_ckpt_attr_get(d, "checksum", H5T_NATIVE_UINT64, &stored) != 0) {
+    snprintf(why, why_len, "no checksum attribute on %s/%s", gname, name);
+    rc = TSR_ERR_INPUT;
+    goto done;
+  }
+  const int64_t rows = (int64_t)dims[0], cols = ndim == 2 ? (int64_t)dims[1] : 1;
+  int64_t block = cols > 0 && cols < CKPT_READ_BLOCK ? CKPT_READ_BLOCK / cols : 1;
+  if (block > rows) block = rows;
+  buf = malloc((size_t)(block > 0 ? block : 1) * (size_t)(cols > 0 ? cols : 1) * sizeof *buf);
+  if (!buf) {
+    snprintf(why, why_len, "out of memory verifying %s/%s", gname, name);
+    rc = TSR_ERR;
+    goto done;
+  }
+  for (int64_t r = 0; r < rows; r += block) {
+    int64_t nr = rows - r < block ? rows - r : block;
+    hsize_t n = (hsize_t)(nr * cols);
+    H5_TRY(tsr_ckpt_select_rect(fspace, r, 0, nr, cols, 1), "cannot select %s/%s", gname, name);
+    H5_TRY(mspace = H5Screate_simple(1, &n, NULL), "cannot create a memory space");
+    H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf), "cannot read %s/%s",
+           gname, name);
+    CLOSE(H5Sclose, mspace);
+    sum += tsr_ckpt_checksum_run(buf, nr * cols, r * cols);
+  }
+  if (sum != stored) {
+    snprintf(why, why_len, "checksum mismatch in %s/%s", gname, name);
+    rc = TSR_ERR_INPUT;
+  }
+done:
+  free(buf);
+  CLOSE(H5Sclose, mspace);
+  CLOSE(H5Sclose, fspace);
+  CLOSE(H5Dclose, d);
+  return rc;
+}
+
+static int verify_group(hid_t file, const char *gname, char *why, size_t why_len) {
+  int rc = 0;
+  hid_t g = -1;
+  H5G_info_t info;
+  H5_TRY(g = H5Gopen2(file, gname, H5P_DEFAULT), "no group %s", gname);
+  H5_TRY(H5Gget_info(g, &info), "cannot list %s", gname);
+  for (hsize_t k = 0; k < info.nlinks && !rc; k++) {
+    char name[TSR_NAME_MAX * 2];
+    H5_TRY(
+        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT),
+        "cannot list %s", gname);
+    rc = verify_dataset(g, gname, name, why, why_len);
+  }
+done:
+  CLOSE(H5Gclose, g);
+  return rc;
+}
+
+/* 0 if `path` opens, is complete and its checksums verify; otherwise why not. */
+int tsr_ckpt_verify_file(const char *path, int model_only, char *why, size_t why_len) {
+  int rc = 0;
+  hid_t file = -1;
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    snprintf(why, why_len, "cannot stat: %s", strerror(errno));
+    return TSR_ERR_INPUT;
+  }
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) {
+    char h5m[768];
+    tsr_ckpt_h5_describe(h5m, sizeof h5m);
+    snprintf(why, why_len, "%s (%lld bytes; HDF5: %s)",
+             strstr(h5m, "truncated") ? "truncated" : "cannot be opened as HDF5",
+             (long long)sb.st_size, h5m);
+    return TSR_ERR_INPUT;
+  }
+  rc = tsr_ckpt_check_header(file, why, why_len);
+  if (!rc) rc = verify_group(file, "/model", why, why_len);
+  if (!rc && !model_only) rc = verify_group(file, "/optim/m", why, why_len);
+  if (!rc && !model_only) rc = verify_group(file, "/optim/v", why, why_len);
+  if (H5Fclose(file) < 0 && !rc) {
+    snprintf(why, why_len, "error closing the file");
+    rc = TSR_ERR_INPUT;
+  }
+  return rc;
+}
+
+/* ---- publish and prune ---- */
+
+/* Rank 0 after the collective close: verify, make durable, rename, point `latest`. */
+int tsr_ckpt_publish(const char *dir, const char *tmp, const char *final, const char *name) {
+  char why[1024], latest[TSR_STR_PATH + 16], latest_tmp[TSR_STR_PATH + 16];
+  if (tsr_ckpt_verify_file(tmp, 1, why, sizeof why)) {
+    tsr_error("checkpoint '%s' does not verify after writing: %s", tmp, why);
+    return TSR_ERR;
+  }
+  struct stat sb;
+  const int replaces = stat(final, &sb) == 0; /* the same step saved again */
+  if (tsr_ckpt_fsync_path(tmp, 0) != 0 || rename(tmp, final) != 0) {
+    tsr_error("cannot make '%s' durable as '%s': %s", tmp, final, strerror(errno));
+    return TSR_ERR;
+  }
+  tsr_ckpt_fsync_path(dir, 1);
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
+  FILE *f = fopen(latest_tmp, "w");
+  int ok = f && fprintf(f, "%s\n", name) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int err = errno;
+  if (f && fclose(f) != 0 && ok) ok = 0, err = errno;
+  if (!ok || rename(latest_tmp, latest) != 0) {
+    if (ok) err = errno;
+    tsr_error("cannot update '%s': %s", latest, strerror(err));
+    unlink(latest_tmp);
+    if (!replaces) unlink(final); /* roll back: `latest` keeps naming a good checkpoint */
+    return TSR_ERR;
+  }
+  tsr_ckpt_fsync_path(dir, 1);
+  return 0;
+}
+
+/* Rank 0: delete the oldest step files so that `keep` remain, the new one included. */
+void tsr_ckpt_prune(const char *dir, const char *name, int64_t keep) {
+  tsr_ckpt_step_file *files = NULL;
+  int n = 0, kept = 1;
+  if (keep <= 0 || tsr_ckpt_list_steps(dir, &files, &n) != 0) return;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(files[i].name, name) == 0) continue;
+    if (kept < keep) {
+      kept++;
+      continue;
+    }
+    char path[TSR_STR_PATH + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+    if (unlink(path) != 0)
+      tsr_warn("cannot remove old checkpoint '%s': %s", path, strerror(errno));
+    else
+      tsr_log("checkpoint: removed %s (keep = %lld)", path, (long long)keep);
+  }
+  free(files);
+}
+
+/* ---- resolve ---- */
+
+/* Rank 0: the newest usable checkpoint of dir, `latest` first; "" when there is none. */
+static int resolve_auto(const char *dir, char *out, size_t len) {
+  tsr_ckpt_step_file *files = NULL;
+  int n = 0, tried = 0, rc = 0;
+  char cand[TSR_STR_PATH + 80], why[1024], latest_name[256] = "";
+  out[0] = '\0';
+  if (tsr_ckpt_list_steps(dir, &files, &n) != 0) {
+    tsr_error("cannot list checkpoint directory '%s': %s", dir, strerror(errno));
+    return TSR_ERR_INPUT;
+  }
+  snprintf(cand, sizeof cand, "%s/latest", dir);
+  FILE *f = fopen(cand, "r");
+  if (f) {
+    if (!fgets(latest_name, sizeof latest_name, f)) latest_name[0] = '\0';
+    fclose(f);
+    latest_name[strcspn(latest_name, "\r\n")] = '\0';
+  }
+  for (int i = -1; i < n; i++) {
+    const char *nm = i < 0 ? latest_name : files[i].name;
+    if (!nm[0] || (i >= 0 && strcmp(nm, latest_name) == 0)) continue;
+    snprintf(cand, sizeof cand, "%s/%s", dir, nm);
+    tried++;
+    if (tsr_ckpt_verify_file(cand, 0, why, sizeof why) == 0) {
+      snprintf(out, len, "%s", cand);
+      break;
+    }
+    tsr_warn("checkpoint '%s'%s is unusable: %s; falling back to an older one", cand,
+             i < 0 ? " (named by 'latest')" : "", why);
+  }
+  if (!out[0] && tried > 0) {
+    tsr_error(
+        "none of the %d checkpoint(s) in '%s' is usable (see the warnings above); repair "
+        "or move them away, or set &checkpoint resume = 'none' to start afresh",
+        tried, dir);
+    rc = TSR_ERR_INPUT;
+  }
+  free(files);
+  return rc;
+}
+
+int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm comm) {
+  int rc = 0, rank;
+  tsr_ckpt_quiet q;
+  char dir[TSR_STR_PATH], found[TSR_STR_PATH + 80] = "";
+  const char *resume = cfg->checkpoint.resume;
+  path[0] = '\0';
+  if (!resume[0] || strcmp(resume, "none") == 0) return 0;
+  tsr_ckpt_quiet_begin(&q);
+  MPI_Comm_rank(comm, &rank);
+  tsr_ckpt_dir(cfg, dir, sizeof dir);
+  if (rank == 0) {
+    struct stat sb;
+    if (strcmp(resume, "auto") == 0) {
+      rc = resolve_auto(dir, found, sizeof found);
+    } else if (stat(resume, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      snprintf(found, sizeof found, "%s", resume);
+    } else {
+      tsr_error(
+          "&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
+          "'none'",
+          resume, errno ? strerror(errno) : "not a regular file");
+      rc = TSR_ERR_INPUT;
+    }
+    if (!rc && strlen(found) >= len) {
+      tsr_error("checkpoint path '%s' is longer than the %zu bytes allowed", found, len - 1);
+      rc = TSR_ERR_INPUT;
+    }
+  }
+  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+  MPI_CALL(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, comm));
+  if (!rc) snprintf(path, len, "%s", found);
+done:
+  tsr_ckpt_quiet_end(&q);
+  return rc;
+}
