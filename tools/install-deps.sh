@@ -12,6 +12,7 @@ PKGS=(
   sentencepiece                                           # BPE tokenizer (spm_train, spm_encode)
   python3 python3-numpy python3-h5py python3-torch        # independent reference tests
   clang libclang-rt-dev                                   # libFuzzer for the deck fuzz test
+  shellcheck                                              # lint of the Slurm job scripts
 )
 
 missing=()
