@@ -204,12 +204,7 @@ int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *l
 
 int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                          int own_params, int own_grads) {
-  return tsr_model_create_tp(out, cfg, lay, own_params, own_grads, NULL);
-}
-
-int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
-                        int own_params, int own_grads, tsr_comm *tp) {
-  const tsr_model_options o = {own_params, own_grads, tp, 1};
+  const tsr_model_options o = {own_params, own_grads, NULL, 1};
   return tsr_model_create_opt(out, cfg, lay, &o);
 }
 

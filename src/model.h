@@ -53,12 +53,9 @@ typedef struct {
 int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay);
 int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
                          int own_params, int own_grads);
-/* Tensor parallel: `lay` is this tp rank's part (tsr_layout_create_part) and tp the tp
- * group (NULL: none). */
-int tsr_model_create_tp(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
-                        int own_params, int own_grads, tsr_comm *tp);
-/* The general form: `lay` may be any (pipeline stage, tp rank) part; n_slots activation
- * sets are kept for micro-batches in flight (a pipeline schedule's peak). */
+/* The general form: `lay` may be any (pipeline stage, tp rank) part (tsr_layout_create_part)
+ * with tp its tp group (NULL: none); n_slots activation sets are kept for micro-batches in
+ * flight (a pipeline schedule's peak). */
 typedef struct {
   int own_params, own_grads;
   tsr_comm *tp;

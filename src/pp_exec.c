@@ -155,8 +155,8 @@ static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
   return i;
 }
 
-static int tag(const tsr_pp_exec *ex, int dir, int mb, int recv_chunk) {
-  (void)mb; /* ordered by MPI's non-overtaking rule, see the header */
+/* No micro-batch in the tag: MPI's non-overtaking rule orders them (see the header). */
+static int tag(const tsr_pp_exec *ex, int dir, int recv_chunk) {
   return dir * ex->pp * ex->v + recv_chunk;
 }
 
@@ -184,11 +184,11 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
     switch (a->op) {
     case TSR_PP_RECV_ACT:
       TSR_CALL(tsr_comm_irecv(pp, p->act_in, bytes, a->peer,
-                              tag(ex, DIR_ACT, a->micro_batch, a->chunk), &p->recv_act));
+                              tag(ex, DIR_ACT, a->chunk), &p->recv_act));
       break;
     case TSR_PP_RECV_GRAD:
       TSR_CALL(tsr_comm_irecv(pp, p->grad_in, bytes, a->peer,
-                              tag(ex, DIR_GRAD, a->micro_batch, a->chunk), &p->recv_grad));
+                              tag(ex, DIR_GRAD, a->chunk), &p->recv_grad));
       break;
     case TSR_PP_FORWARD: {
       TSR_CALL(wait_timed(&p->recv_act, &stats->idle_s));
@@ -204,7 +204,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
     }
     case TSR_PP_SEND_ACT:
       TSR_CALL(tsr_comm_isend(pp, tsr_model_chunk_output(ex->model, si), bytes, a->peer,
-                              tag(ex, DIR_ACT, a->micro_batch, a->chunk + 1), &p->send_act));
+                              tag(ex, DIR_ACT, a->chunk + 1), &p->send_act));
       break;
     case TSR_PP_BACKWARD:
       TSR_CALL(wait_timed(&p->recv_grad, &stats->idle_s));
@@ -220,7 +220,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
       break;
     case TSR_PP_SEND_GRAD:
       TSR_CALL(tsr_comm_isend(pp, p->grad_out, bytes, a->peer,
-                              tag(ex, DIR_GRAD, a->micro_batch, a->chunk - 1), &p->send_grad));
+                              tag(ex, DIR_GRAD, a->chunk - 1), &p->send_grad));
       p->mb = -1; /* free once the send completes (take_slot waits for it) */
       break;
     }

@@ -117,24 +117,23 @@ static void trainer_destroy(trainer *t) {
 }
 
 /* The groups whose traffic is logged, in a fixed order. */
-static tsr_comm *const *comm_groups(const trainer *t, int *n) {
-  static tsr_comm *g[6];
+#define N_LOGGED_GROUPS 6
+static void comm_groups(const trainer *t, tsr_comm *g[N_LOGGED_GROUPS]) {
   g[0] = t->grid->dp_comm, g[1] = t->grid->dp_shard, g[2] = t->grid->dp_replicate;
   g[3] = t->grid->tp_comm, g[4] = t->grid->pp_comm, g[5] = t->grid->world;
-  *n = 6;
-  return g;
 }
 
 static void reset_comm_counters(const trainer *t) {
-  int n;
-  tsr_comm *const *g = comm_groups(t, &n);
-  for (int i = 0; i < n; i++) tsr_comm_reset_counters(g[i]);
+  tsr_comm *g[N_LOGGED_GROUPS];
+  comm_groups(t, g);
+  for (int i = 0; i < N_LOGGED_GROUPS; i++) tsr_comm_reset_counters(g[i]);
 }
 
 /* "dp_shard 1.23 MB (reduce_scatter 0.61, all_gather 0.61)" for the groups that moved data. */
 static void describe_comm(const trainer *t, char *buf, size_t len) {
-  int n;
-  tsr_comm *const *g = comm_groups(t, &n);
+  tsr_comm *g[N_LOGGED_GROUPS];
+  comm_groups(t, g);
+  const int n = N_LOGGED_GROUPS;
   size_t used = 0;
   buf[0] = 0;
   for (int i = 0; i < n && used < len; i++) {

@@ -94,15 +94,19 @@ static int finish_grad_slot(tsr_zero *z, slot *s) {
   return 0;
 }
 
+/* The gradient slot whose reduction was posted first, or NULL. */
+static slot *oldest_pending(tsr_zero *z) {
+  slot *old = NULL;
+  for (int i = 0; i < N_GRAD_SLOTS; i++)
+    if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
+      old = &z->gslots[i];
+  return old;
+}
+
 static int finish_all_grad_slots(tsr_zero *z) {
-  for (;;) { /* oldest first, so reductions complete in the order they were posted */
-    slot *old = NULL;
-    for (int i = 0; i < N_GRAD_SLOTS; i++)
-      if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
-        old = &z->gslots[i];
-    if (!old) return 0;
-    TSR_CALL(finish_grad_slot(z, old));
-  }
+  /* oldest first, so reductions complete in the order they were posted */
+  for (slot *old; (old = oldest_pending(z)) != NULL;) TSR_CALL(finish_grad_slot(z, old));
+  return 0;
 }
 
 /* Give MPI a chance to move every operation in flight: Open MPI advances non-blocking
@@ -131,10 +135,7 @@ static float *hook_grads_acquire(void *ctx, int u) {
   for (int i = 0; i < N_GRAD_SLOTS && !s; i++)
     if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
   if (!s) { /* all busy: complete the oldest reduction and take its slot */
-    slot *old = NULL;
-    for (int i = 0; i < N_GRAD_SLOTS; i++)
-      if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
-        old = &z->gslots[i];
+    slot *old = oldest_pending(z);
     if (!old || finish_grad_slot(z, old)) return NULL;
     s = old;
   }

@@ -11,15 +11,9 @@
 #      `latest` are intact, and a run resuming from that directory starts at step 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+mpi_test_setup
 "$PYTHON_REF" -c "import h5py" 2>/dev/null || skip "no h5py in $PYTHON_REF"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-scratch
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
-  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+bytes_corpus computers
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1000
   run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=8 "data.train=$SCRATCH/data/train_*.bin"

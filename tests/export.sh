@@ -8,16 +8,10 @@
 # /model and /optim groups; a missing file is refused with exit code 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+mpi_test_setup
 "$PYTHON_REF" -c "import torch, h5py, numpy" 2>/dev/null || skip "no torch/h5py/numpy in $PYTHON_REF"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 export EXPORT="$top_srcdir/tools/tsr-export"
-scratch
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
-  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+bytes_corpus computers
 timeout 120 "$MPIRUN" -np 2 "$TESSERA" /dev/null model.vocab_size=256 model.n_layer=2 \
   model.d_model=64 model.n_head=4 model.n_kv_head=2 model.d_ff=96 model.seq_len=16 \
   train.micro_batch=1 train.global_batch=2 run.max_steps=2 parallel.tp=2 optim.lr=1e-2 \

@@ -11,14 +11,8 @@
 #  - a pipeline with 4800 micro-batches per step (message tags stay in MPI's range).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-scratch
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
-  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+mpi_test_setup
+bytes_corpus computers
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 run.eval_every=0 run.log_every=1000
   "data.train=$SCRATCH/data/train_*.bin" checkpoint.resume=none)

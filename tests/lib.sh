@@ -26,6 +26,30 @@ scratch() {
   trap 'rm -rf "$SCRATCH"' EXIT
 }
 
+# For the tests that launch the trainer under MPI: skip (77) without the trainer, mpirun
+# or Debian's fortunes; one thread per rank (they oversubscribe 2 cores); a scratch dir.
+mpi_test_setup() {
+  [ -x "$TESSERA" ] || skip "no $TESSERA"
+  MPIRUN=${MPIRUN:-mpirun}
+  command -v "$MPIRUN" >/dev/null || skip "no mpirun"
+  [ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+  export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+  scratch
+}
+
+# bytes_corpus NAME...: byte-level shards in $SCRATCH/data of the named fortune files
+# (one file as it is, several concatenated first).
+bytes_corpus() {
+  local src="/usr/share/games/fortunes/$1"
+  if [ $# -gt 1 ]; then
+    local f
+    for f in "$@"; do cat "/usr/share/games/fortunes/$f"; done >"$SCRATCH/text.txt"
+    src="$SCRATCH/text.txt"
+  fi
+  "$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes "$src" >/dev/null ||
+    { bad "tsr-prepare"; finish; }
+}
+
 # The fortunes corpus (SentencePiece BPE, 2048 pieces), built once per build tree and
 # shared by the tests under a lock.  Sets CORPUS to its directory.
 corpus() {

@@ -14,15 +14,9 @@
 #  8 ranks (dp 2 x tp 2 x pp 2, zero 1) -> 4 ranks (tp 2 x pp 2).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
+mpi_test_setup
 "$PYTHON_REF" -c "import h5py, numpy" 2>/dev/null || skip "no h5py/numpy in $PYTHON_REF"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-scratch
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes \
-  /usr/share/games/fortunes/computers >/dev/null || { bad "tsr-prepare"; finish; }
+bytes_corpus computers
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=4 optim.lr=1e-2
   optim.warmup_steps=2 optim.decay_steps=20 run.log_every=1000 run.eval_every=0

@@ -11,15 +11,8 @@
 # memory than without it, and its tp traffic is reduce-scatter + all-gather.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-scratch
-cat /usr/share/games/fortunes/computers /usr/share/games/fortunes/science >"$SCRATCH/text.txt"
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes "$SCRATCH/text.txt" >/dev/null ||
-  { bad "tsr-prepare"; finish; }
+mpi_test_setup
+bytes_corpus computers science
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=160
   model.seq_len=32 train.micro_batch=2 train.global_batch=8 run.max_steps=12 run.log_every=100
   run.eval_every=0 optim.lr=3e-3 optim.warmup_steps=3 optim.decay_steps=12 model.init_std=0.05

@@ -13,13 +13,8 @@
 #  4. bad layouts fail fast on every rank with one message and exit code 2, no hang.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-[ -x "$TESSERA" ] || skip "no $TESSERA"
 [ -x "$top_builddir/tests/test_zero" ] || skip "test_zero not built"
-MPIRUN=${MPIRUN:-mpirun}
-command -v "$MPIRUN" >/dev/null || skip "no mpirun"
-[ -d /usr/share/games/fortunes ] || skip "fortunes not installed"
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-scratch
+mpi_test_setup
 
 for np in 2 3 4; do
   timeout 120 "$MPIRUN" -np $np "$top_builddir/tests/test_zero" >"$SCRATCH/tz$np.out" 2>&1
@@ -28,9 +23,7 @@ for np in 2 3 4; do
   check "test_zero on $np ranks" test $rc -eq 0
 done
 
-cat /usr/share/games/fortunes/computers /usr/share/games/fortunes/science >"$SCRATCH/text.txt"
-"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/data" --tokenizer bytes "$SCRATCH/text.txt" >/dev/null ||
-  { bad "tsr-prepare"; finish; }
+bytes_corpus computers science
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
   model.d_ff=160 model.seq_len=32 train.micro_batch=1 train.global_batch=8 run.max_steps=12
   run.log_every=100 run.eval_every=0 optim.lr=3e-3 optim.warmup_steps=3 optim.decay_steps=12
