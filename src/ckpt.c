@@ -20,6 +20,7 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -182,7 +183,7 @@ static int hints_info(const char *hints, MPI_Info *info) {
   return 0;
 }
 
-/* File access for reads (hints == NULL) and writes (checkpoint.mpiio_hints, .alignment). */
+/* File access with checkpoint.mpiio_hints and .alignment (cc may be NULL: defaults). */
 static hid_t open_fapl_hints(MPI_Comm comm, const tsr_checkpoint_config *cc) {
   MPI_Info info = MPI_INFO_NULL;
   if (cc && hints_info(cc->mpiio_hints, &info) != 0) {
@@ -205,7 +206,6 @@ static hid_t open_fapl_hints(MPI_Comm comm, const tsr_checkpoint_config *cc) {
   }
   return fapl;
 }
-static hid_t open_fapl(MPI_Comm comm) { return open_fapl_hints(comm, NULL); }
 
 /* Rank 0, on each save with hints: the hints as the MPI-IO layer reports them on the open
  * file (an implementation may ignore or adjust some), so a user sees what took effect. */
@@ -239,12 +239,16 @@ static void log_hints(hid_t file, const char *hints) {
 }
 
 /* Test hook (tests/ckpt_failures.sh): with TSR_FAULT_CKPT_SLEEP=<seconds> every rank sleeps
- * half-way through writing the checkpoint of step TSR_FAULT_CKPT_STEP (default: every
- * step), with the .tmp file open, so a test can kill a rank mid-write reliably. */
-static void fault_ckpt_sleep(int64_t step, const char *tmp) {
+ * while saving the checkpoint of step TSR_FAULT_CKPT_STEP (default: every step), so a test
+ * can act on the ranks at that moment reliably: half-way through writing, with the .tmp
+ * file open (default), or with TSR_FAULT_CKPT_WHERE=start before anything is checked. */
+static void fault_ckpt_sleep(int64_t step, const char *where, const char *tmp) {
   const char *secs = getenv("TSR_FAULT_CKPT_SLEEP"), *at = getenv("TSR_FAULT_CKPT_STEP");
+  const char *want = getenv("TSR_FAULT_CKPT_WHERE");
   if (!secs || atof(secs) <= 0 || (at && *at && atoll(at) != step)) return;
-  tsr_log("fault injection: sleeping %s s half-way through writing %s", secs, tmp);
+  if (strcmp(want && *want ? want : "half", where) != 0) return;
+  tsr_log("fault injection: sleeping %s s %s writing %s", secs,
+          strcmp(where, "start") ? "half-way through" : "before", tmp);
   fflush(stdout);
   fflush(stderr);
   usleep((useconds_t)(atof(secs) * 1e6));
@@ -326,7 +330,7 @@ done:
 static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *whole,
                       const tsr_ckpt_view *view, const tsr_tensor *const *local,
                       const float *const bufs[3], const float *zeros, const tsr_train_state *st,
-                      const char *deck, MPI_Comm comm) {
+                      const char *deck, MPI_Comm comm, double phase[3]) {
   int rc = 0, rank, world;
   hid_t fapl = -1, file = -1, dxpl = -1, groups[3] = {-1, -1, -1}, optim = -1;
   const int nt = whole->n_tensors;
@@ -347,6 +351,7 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
   if ((rc = check_coverage(whole, counted, "would write", rank == 0))) goto done;
+  phase[0] = MPI_Wtime();
 
   /* Every phase ends in tsr_ckpt_agree(), so no rank enters a collective call the others skip. */
   if ((fapl = open_fapl_hints(comm, &cfg->checkpoint)) < 0)
@@ -364,12 +369,13 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
       const tsr_tensor *t = &whole->tensors[i];
       piece p = view_piece(view, local[i]);
       const float *src = !p.t ? zeros : bufs[k] ? bufs[k] + piece_at(view, &p) : zeros;
-      if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, tmp);
+      if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, "half", tmp);
       rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
       if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
       rc = tsr_ckpt_agree(rc, comm);
     }
   if (!rc) rc = tsr_ckpt_agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
+  phase[1] = MPI_Wtime();
 done:
   tsr_free(&sums);
   tsr_free(&counted);
@@ -390,7 +396,32 @@ done:
     errno = 0;
     if (H5Fclose(file) < 0 && !rc) rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "H5Fclose", errno);
   }
-  return tsr_ckpt_agree(rc, comm);
+  rc = tsr_ckpt_agree(rc, comm);
+  phase[2] = MPI_Wtime();
+  return rc;
+}
+
+/* The soft file-size limit (ulimit -f) of this process in bytes, or -1 for none. */
+static double file_size_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1;
+  return (double)rl.rlim_cur;
+}
+
+/* A checkpoint larger than the file-size limit would fail half-way with EFBIG, and HDF5
+ * cannot close such a file cleanly; refuse before creating it.  The size counted is a
+ * lower bound: the data (master, m, v in fp32) and the deck, without HDF5's metadata. */
+static int check_file_size_limit(const tsr_layout *whole, int deck_len, const char *dir,
+                                 int report) {
+  const double limit = file_size_limit();
+  const double need = 12.0 * (double)whole->n_params + deck_len;
+  if (limit < 0 || need <= limit) return 0;
+  if (report)
+    tsr_error("a checkpoint of this model needs at least %.1f MB but this process may not write "
+              "files over %.1f MB (its file-size limit, ulimit -f); raise the limit for the "
+              "job (nothing was written to '%s')",
+              need / 1e6, limit / 1e6, dir);
+  return TSR_ERR;
 }
 
 int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
@@ -421,6 +452,12 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
     if (local[i] && !tsr_layout_writes(local[i], view->copy_index, view->n_copies))
       local[i] = NULL;
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
+  snprintf(name, sizeof name, "step_%08lld.h5", (long long)st.step);
+  snprintf(final, sizeof final, "%s/%s", dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+  fault_ckpt_sleep(st.step, "start", final);
+  rc = check_file_size_limit(whole, deck_len, dir, rank == 0);
+  if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   int64_t max_piece = 1; /* ranks with nothing, and NULL m / v, write from zeros */
   for (int i = 0; i < whole->n_tensors; i++) {
     piece p = view_piece(view, local[i]);
@@ -433,14 +470,12 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   if (rank == 0 && deck_len) memcpy(deck, deck_text, (size_t)deck_len);
   MPI_CALL(MPI_Bcast(deck, deck_len + 1, MPI_CHAR, 0, comm));
 
-  snprintf(name, sizeof name, "step_%08lld.h5", (long long)st.step);
-  snprintf(final, sizeof final, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", final);
   if (rank == 0) rc = tsr_ckpt_mkdir_p(dir);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
   const float *const bufs[3] = {master, m, v};
-  rc = write_file(tmp, cfg, whole, view, local, bufs, zeros, &st, deck, comm);
+  double phase[3] = {t0, t0, t0}; /* ends of: checksums, dataset writes, close */
+  rc = write_file(tmp, cfg, whole, view, local, bufs, zeros, &st, deck, comm, phase);
   if (rank == 0 && !rc) rc = tsr_ckpt_publish(dir, tmp, final, name);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
@@ -449,8 +484,10 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
     struct stat sb;
     double mb = stat(final, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0;
     double secs = MPI_Wtime() - t0;
-    tsr_log("checkpoint: wrote %s (%.1f MB) in %.2f s, %.1f MB/s", final, mb, secs,
-            secs > 0 ? mb / secs : 0.0);
+    tsr_log("checkpoint: wrote %s (%.1f MB) in %.2f s, %.1f MB/s (setup+checksums %.2f s, "
+            "writes %.2f s, close %.2f s, verify+fsync+publish %.2f s)",
+            final, mb, secs, secs > 0 ? mb / secs : 0.0, phase[0] - t0, phase[1] - phase[0],
+            phase[2] - phase[1], MPI_Wtime() - phase[2]);
   }
 done:
   if (rc && rank == 0) {
@@ -458,8 +495,11 @@ done:
       tsr_warn("cannot remove unfinished checkpoint '%s': %s", tmp, strerror(errno));
     struct statvfs fs;
     double free_mb = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize / 1e6 : -1;
-    char space[64] = "";
-    if (free_mb >= 0) snprintf(space, sizeof space, "; %.1f MB free there", free_mb);
+    char space[128] = "";
+    int used = free_mb >= 0 ? snprintf(space, sizeof space, "; %.1f MB free there", free_mb) : 0;
+    if (file_size_limit() >= 0 && used >= 0 && (size_t)used < sizeof space)
+      snprintf(space + used, sizeof space - (size_t)used, "; file-size limit (ulimit -f) %.1f MB",
+               file_size_limit() / 1e6);
     tsr_error(
         "checkpoint for step %lld was not written to '%s'; earlier checkpoints in '%s' are "
         "untouched (check free space and permissions there%s)",
@@ -628,8 +668,9 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
   return 0;
 }
 
-int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *master, float *m,
-                       float *v, tsr_train_state *st, MPI_Comm comm) {
+int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
+                       const tsr_ckpt_view *view, float *master, float *m, float *v,
+                       tsr_train_state *st, MPI_Comm comm) {
   int rc = 0, rank;
   tsr_ckpt_quiet q;
   hid_t fapl = -1, file = -1, dxpl = -1;
@@ -653,7 +694,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
     rc = TSR_ERR;
   if (!rc) rc = map_local(whole, view, 1, local); /* tied copies are read too */
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
-  fapl = open_fapl(comm);
+  fapl = open_fapl_hints(comm, cc); /* the hints apply to reads too */
   dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (fapl < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0)
     rc = tsr_ckpt_h5_fail(__FILE__, __LINE__, __func__, "creating property lists", 0);
@@ -666,6 +707,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *maste
     rc = TSR_ERR_INPUT;
   }
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
+  if (rank == 0 && cc) log_hints(file, cc->mpiio_hints);
   rc = tsr_ckpt_check_header(file, why, sizeof why);
   if (rc && rank == 0) tsr_error("checkpoint %s: %s", path, why);
   if (!rc) rc = check_structure(file, path, whole, (m || v) ? 3 : 1, rank == 0);
@@ -715,5 +757,5 @@ done:
 int tsr_ckpt_load(const char *path, const tsr_layout *lay, float *master, float *m, float *v,
                   tsr_train_state *st, MPI_Comm comm) {
   const tsr_ckpt_view view = whole_view(lay, comm);
-  return tsr_ckpt_load_view(path, &view, master, m, v, st, comm);
+  return tsr_ckpt_load_view(path, NULL, &view, master, m, v, st, comm);
 }

@@ -57,9 +57,11 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
 /* Read this rank's pieces under its view (any layout, whatever wrote the file): shapes
  * checked against the model of view->lay (a mismatch names the tensor and both shapes,
  * TSR_ERR_INPUT), checksums verified with each element counted by one reader.  m and v
- * may be NULL (not read).  Collective over comm. */
-int tsr_ckpt_load_view(const char *path, const tsr_ckpt_view *view, float *master, float *m,
-                       float *v, tsr_train_state *st, MPI_Comm comm);
+ * may be NULL (not read).  cc (may be NULL) gives the MPI-IO hints for the read
+ * (checkpoint.mpiio_hints).  Collective over comm. */
+int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
+                       const tsr_ckpt_view *view, float *master, float *m, float *v,
+                       tsr_train_state *st, MPI_Comm comm);
 
 /* The same for whole buffers: master, m, v are full flat buffers of `lay` holding the
  * same values on every rank (identical copies; tensor k is written by rank k mod size).

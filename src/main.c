@@ -73,7 +73,10 @@ static int load_config(tsr_config *cfg, const char *deck, int n_over, char **ove
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  /* MPI_THREAD_MULTIPLE lets the watchdog thread call MPI_Abort while the main thread is
+   * blocked in a collective; where the library cannot, the watchdog falls back to _exit. */
+  int threads = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -130,7 +133,7 @@ int main(int argc, char **argv) {
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
   tsr_ops_init(threads_per_rank());
   tsr_train_install_signals();
-  if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, 0)) != 0) goto out;
+  if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
   /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank

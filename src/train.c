@@ -42,6 +42,9 @@ void tsr_train_install_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  /* A file-size limit (ulimit -f) would kill the process in the middle of a checkpoint;
+   * ignored, the write fails with EFBIG and is reported like a full disk. */
+  signal(SIGXFSZ, SIG_IGN);
 }
 
 /* mkdir -p */
@@ -291,8 +294,9 @@ static int resume_or_init(trainer *t) {
   TSR_CALL(tsr_ckpt_resolve(t->cfg, path, sizeof path, t->world));
   if (path[0]) {
     const tsr_ckpt_view view = ckpt_view(t);
-    TSR_CALL(tsr_ckpt_load_view(path, &view, tsr_zero_master(t->zero), tsr_zero_adam_m(t->zero),
-                                tsr_zero_adam_v(t->zero), &t->st, t->world));
+    TSR_CALL(tsr_ckpt_load_view(path, &t->cfg->checkpoint, &view, tsr_zero_master(t->zero),
+                                tsr_zero_adam_m(t->zero), tsr_zero_adam_v(t->zero), &t->st,
+                                t->world));
     TSR_CALL(tsr_zero_publish_params(t->zero));
   } else {
     /* the whole of this rank's part from the seed, then its shard kept */
@@ -555,8 +559,8 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
   }
   if (rc == 0) {
     const tsr_ckpt_view view = ckpt_view(&t);
-    rc = tsr_ckpt_load_view(path, &view, tsr_zero_master(t.zero), tsr_zero_adam_m(t.zero),
-                            tsr_zero_adam_v(t.zero), &t.st, world);
+    rc = tsr_ckpt_load_view(path, &cfg->checkpoint, &view, tsr_zero_master(t.zero),
+                            tsr_zero_adam_m(t.zero), tsr_zero_adam_v(t.zero), &t.st, world);
   }
   if (rc == 0) rc = tsr_zero_publish_params(t.zero);
   double vl = 0;

@@ -35,20 +35,21 @@ static void *watch(void *arg) {
     const int blocked = atomic_load(&g_dog.blocked);
     if (!what || stalled <= g_dog.timeout_s * (blocked ? 1.5 : 1.0)) continue;
     const char *group = atomic_load(&g_dog.group), *op = atomic_load(&g_dog.op);
+    const char *how = g_dog.mpi_threads ? "aborting the job with MPI_Abort (exit code 4)"
+                                        : "exiting with code 4 (the launcher ends the job)";
     if (blocked)
       fprintf(stderr,
               "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
-              "%.0f), blocked in %s on group '%s' waiting for a peer; aborting the job (exit "
-              "code 4)\n",
+              "%.0f), blocked in %s on group '%s' waiting for a peer; %s\n",
               tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
-              op ? op : "?", op ? group : "?");
+              op ? op : "?", op ? group : "?", how);
     else
       fprintf(stderr,
               "[rank %d] watchdog: step %lld has been in %s for %.0f s (run.step_timeout_s = "
               "%.0f) and this rank is not inside any collective (last one started: %s on "
-              "group '%s'): this rank is stuck; aborting the job (exit code 4)\n",
+              "group '%s'): this rank is stuck; %s\n",
               tsr_rank(), (long long)atomic_load(&g_dog.step), what, stalled, g_dog.timeout_s,
-              op ? op : "none", op ? group : "-");
+              op ? op : "none", op ? group : "-", how);
     fflush(stderr);
     if (g_dog.mpi_threads) MPI_Abort(MPI_COMM_WORLD, TSR_ERR_WATCHDOG);
     _exit(TSR_ERR_WATCHDOG);

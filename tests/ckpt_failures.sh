@@ -9,6 +9,9 @@
 #  (b) a full file system (a 1.6 MB tmpfs; skipped where mounting is not allowed): the write of step 3 fails with an error naming the file, every rank exits
 #      nonzero (each rank's exit code is recorded), no .tmp is left, steps 1 and 2 and
 #      `latest` are intact, and a run resuming from that directory starts at step 2.
+#  (c) a file-size limit (ulimit -f, set by prlimit) below the checkpoint's size: the save
+#      is refused with a message naming the limit; and the resume's read uses the deck's
+#      MPI-IO hints.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -64,6 +67,47 @@ for s in 1 2 3 4 5 6 7 8; do
   [ -n "$a" ] && [ "$a" != None ] && [ "$a" = "$b" ] || same=0
 done
 check "(a)   ... and every step's loss equals the uninterrupted run's bitwise" test $same -eq 1
+
+# ---- (c) a file-size limit (ulimit -f) below the checkpoint's size ----
+# Steps 1-2 are saved without a limit.  The resumed run pauses as it starts to save step 3
+# and the test lowers every rank's file-size limit to 500 kB there with prlimit (a limit
+# set before the start would stop Open MPI's and PMIx's own shared-memory files instead).
+# The checkpoint (~0.69 MB) does not fit: the save is refused before a file is created,
+# with a message naming the limit, and steps 1-2 stay the newest.  SIGXFSZ is ignored by
+# the trainer, so no rank is killed by it.  The hints are given on the resume: its load
+# must log them as applied to the read.
+mpi 120 2 run.max_steps=2 checkpoint.resume=none run.out_dir="$SCRATCH/fsize" >"$SCRATCH/fsize1.out" 2>&1
+check "(c) two steps saved without a limit (exit $?)" test $? -eq 0
+TSR_FAULT_CKPT_SLEEP=3 TSR_FAULT_CKPT_STEP=3 TSR_FAULT_CKPT_WHERE=start mpi 120 2 run.max_steps=4 checkpoint.resume=auto \
+  run.out_dir="$SCRATCH/fsize" "checkpoint.mpiio_hints='cb_nodes=1'" >"$SCRATCH/fsize2.out" 2>&1 &
+job=$!
+limited=0
+for _ in $(seq 300); do
+  sleep 0.1
+  if grep -q "fault injection: sleeping" "$SCRATCH/fsize2.out"; then
+    for p in $(pgrep -x tessera); do
+      if tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "$SCRATCH/fsize"; then
+        prlimit --pid "$p" --fsize=500000 && limited=$((limited + 1))
+      fi
+    done
+    break
+  fi
+done
+wait $job
+rc=$?
+check "(c) both ranks got the 500 kB limit as the step-3 save starts ($limited)" test $limited -eq 2
+check "(c)   ... the step-3 save fails, nonzero exit (got $rc; 153 would be SIGXFSZ)" \
+  test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 153
+check "(c)   ... the resume read with the deck's MPI-IO hints" \
+  grep -q "MPI-IO hints as the MPI-IO layer reports them: cb_nodes=1" "$SCRATCH/fsize2.out"
+grep -m2 "error:" "$SCRATCH/fsize2.out" | sed 's/^/    /'
+check "(c)   ... with an error naming the limit" grep -q "error: a checkpoint of this model needs at least 0.6 MB but this process may not write files over 0.5 MB (its file-size limit, ulimit -f)" "$SCRATCH/fsize2.out"
+check "(c)   ... and the step and the directory" \
+  grep -q "error: checkpoint for step 3 was not written to .*step_00000003.h5.*file-size limit (ulimit -f) 0.5 MB" "$SCRATCH/fsize2.out"
+check "(c)   ... no step_00000003.h5(.tmp) is left" sh -c "! ls '$SCRATCH/fsize/ckpt' | grep -q step_00000003"
+check "(c)   ... latest still names step 2" grep -qx "step_00000002.h5" "$SCRATCH/fsize/ckpt/latest"
+complete "$SCRATCH/fsize/ckpt/step_00000001.h5" && complete "$SCRATCH/fsize/ckpt/step_00000002.h5"
+check "(c)   ... steps 1 and 2 are intact and complete" test $? -eq 0
 
 # ---- (b) a full file system ----
 FS="$SCRATCH/fs"

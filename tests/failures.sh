@@ -27,6 +27,8 @@ check "a hung rank ends the job with exit code 4 (got $rc after $took s)" test $
 check "  ... within seconds, not the wall clock" test $took -lt 60
 check "  ... and the watchdog names the stuck rank (1), the step and that it is outside MPI" \
   grep -q "\[rank 1\] watchdog: step 3 has been in a training step for [0-9]* s .*not inside any collective.*this rank is stuck" "$SCRATCH/dog.out"
+check "  ... through MPI_Abort (MPI_THREAD_MULTIPLE is available)" \
+  grep -q "this rank is stuck; aborting the job with MPI_Abort (exit code 4)" "$SCRATCH/dog.out"
 grep -m1 watchdog "$SCRATCH/dog.out"
 
 mkdir -p "$SCRATCH/bad/metrics.jsonl"

@@ -281,7 +281,8 @@ static void load_under(const char *path, const char *what, const tsr_model_confi
   set_junk(&rp);
   tsr_train_state st = {0};
   double t0 = MPI_Wtime();
-  int rc = tsr_ckpt_load_view(path, &rp.view, rp.buf[0], rp.buf[1], rp.buf[2], &st, MPI_COMM_WORLD);
+  int rc = tsr_ckpt_load_view(path, NULL, &rp.view, rp.buf[0], rp.buf[1], rp.buf[2], &st,
+                              MPI_COMM_WORLD);
   double secs = MPI_Wtime() - t0;
   tsr_train_state want = state_of(step);
   int64_t bad = rc == 0 ? part_diff(&rp, 3) : -1;
