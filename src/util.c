@@ -111,13 +111,6 @@ void tsr_free_(void **p) {
 size_t tsr_mem_bytes(void) { return g_mem; }
 size_t tsr_mem_peak_bytes(void) { return g_mem_peak; }
 
-uint64_t tsr_mix64(uint64_t x) { /* splitmix64 finaliser */
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t tsr_hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;

@@ -68,7 +68,13 @@ size_t tsr_mem_peak_bytes(void); /* high-water mark */
 
 /* Counter-based random numbers: a pure function of (key, index), so every layout
  * can generate the same value for the same logical element. */
-uint64_t tsr_mix64(uint64_t x);
+/* splitmix64 finaliser; inline because checkpoint checksums call it per element */
+static inline uint64_t tsr_mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 uint64_t tsr_hash_str(const char *s); /* FNV-1a 64 */
 double tsr_rand_uniform(uint64_t key, uint64_t index);  /* in (0, 1) */
 double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
