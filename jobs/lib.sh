@@ -99,6 +99,13 @@ tsr_job_run() {
   tsr_job_child=
   trap - USR1 TERM
   wait "$tee_pid" 2>/dev/null || true
+  # Slurm 22.05's srun returns 0 when no task could be started ("task 0 launch failed:
+  # Unspecified error", seen when a step of the same id was still being cleaned up on a
+  # node): that is not a finished run.
+  if [ "$TSR_JOB_RC" -eq 0 ] && grep -q '^srun: error: task [0-9]* launch failed' "$errfile"; then
+    tsr_job_log "srun returned 0, but tasks failed to launch (see above): counted as a failure"
+    TSR_JOB_RC=1
+  fi
 }
 
 # tsr_job_failures LEDGER — failed attempts of this job so far: every restart Slurm counted
@@ -132,6 +139,7 @@ tsr_job_finish() {
       fi
       exit "$rc" ;;
   esac
+  local exclude_list=
   if [ "$rc" -eq 3 ]; then
     echo "checkpoint restart=${SLURM_RESTART_COUNT:-0}" >>"$ledger"
   else
@@ -140,13 +148,7 @@ tsr_job_finish() {
     if [ -n "$node" ]; then
       echo "$node" >>"$out/failed_nodes"
       if [ "$exclude" -eq 1 ]; then
-        # Most Slurm versions only let a *pending* job change ExcNodeList, and once this
-        # job is requeued the script is killed, so this usually fails; we try and say so.
-        if scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(sort -u "$out/failed_nodes" | paste -sd, -)"; then
-          tsr_job_log "excluded $node from the next attempt"
-        else
-          tsr_job_log "Slurm would not exclude $node from this running job; it is listed in $out/failed_nodes: pass it to sbatch --exclude if it fails again, and tell the admins"
-        fi
+        exclude_list=$(sort -u "$out/failed_nodes" | paste -sd, -)
       else
         tsr_job_log "the failure points at $node (listed in $out/failed_nodes); not excluded (EXCLUDE_FAILED_NODE=0)"
       fi
@@ -156,12 +158,25 @@ tsr_job_finish() {
   fi
   # A requeued job keeps its id and appends to the same output file (--open-mode=append);
   # Slurm holds it back for about two minutes (BeginTime) before it can start again.
-  if scontrol requeue "$SLURM_JOB_ID"; then
-    tsr_job_log "requeued; it resumes from the newest complete checkpoint (checkpoint.resume='auto')"
-    exit 0
+  # Requeueing ends this attempt: Slurm sends SIGTERM to the script (and SIGKILL KillWait
+  # seconds later, 30 by default).  Ignore the TERM, so that the exclusion below and the
+  # log lines still happen.
+  trap '' TERM
+  if ! scontrol requeue "$SLURM_JOB_ID"; then
+    tsr_job_log "scontrol requeue failed (job not requeueable, or cancelled): resubmit by hand"
+    exit "$rc"
   fi
-  tsr_job_log "scontrol requeue failed (job not requeueable, or cancelled): resubmit by hand"
-  exit "$rc"
+  tsr_job_log "requeued; it resumes from the newest complete checkpoint (checkpoint.resume='auto')"
+  if [ -n "$exclude_list" ]; then
+    # Slurm changes ExcNodeList only of a job that is not running (22.05: "Job is no
+    # longer pending execution"), so this comes after the requeue, which makes it so.
+    if scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude_list"; then
+      tsr_job_log "excluded $exclude_list from the next attempt"
+    else
+      tsr_job_log "Slurm would not exclude $node from the next attempt; it is listed in $out/failed_nodes: pass it to sbatch --exclude if it fails again, and tell the admins"
+    fi
+  fi
+  exit 0
 }
 
 # tsr_job_banner — where and how this attempt runs, at the top of every attempt's output.

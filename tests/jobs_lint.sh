@@ -86,6 +86,11 @@ check "tsr_job_run: a plain exit code comes back" \
   bash -c '. jobs/lib.sh; tsr_job_run "$1/plain.err" bash -c "echo oops >&2; exit 4"; test "$TSR_JOB_RC" = 4 && grep -q oops "$1/plain.err"' \
   _ "$SCRATCH"
 
+# shellcheck disable=SC2016 # expanded by the inner bash
+check "tsr_job_run: srun's 0 after a failed task launch counts as a failure" \
+  bash -c '. jobs/lib.sh; tsr_job_run "$1/launch.err" bash -c "echo \"srun: error: task 0 launch failed: Unspecified error\" >&2"; test "$TSR_JOB_RC" = 1' \
+  _ "$SCRATCH"
+
 # tsr_job_finish against a stand-in scontrol that logs its arguments.
 mkdir -p "$SCRATCH/bin"
 cat >"$SCRATCH/bin/scontrol" <<'SC'
@@ -111,9 +116,9 @@ finish_case ckpt 3 4 5 1 /dev/null
 check "finish rc 3: requeued" grep -qx 'requeue 42' "$FOUT/scontrol"
 check "finish rc 3: ledger says checkpoint" grep -q '^checkpoint restart=4' "$FOUT/slurm-42.requeues"
 finish_case fail 4 0 5 1 "$SCRATCH/exited.err"
-check "finish rc 4: node excluded, then requeued" \
-  test "$(cat "$FOUT/scontrol")" = "update JobId=42 ExcNodeList=gpu018
-requeue 42"
+check "finish rc 4: requeued, then the node excluded (Slurm takes it only from a job not running)" \
+  test "$(cat "$FOUT/scontrol")" = "requeue 42
+update JobId=42 ExcNodeList=gpu018"
 check "finish rc 4: node recorded" grep -qx gpu018 "$FOUT/failed_nodes"
 SCONTROL_UPDATE_RC=1 finish_case refused 1 0 5 1 "$SCRATCH/exited.err"
 check "finish: exclusion refused by Slurm still requeues" grep -qx 'requeue 42' "$FOUT/scontrol"

@@ -11,8 +11,10 @@ PKGS=(
   fortunes fortune-mod                                    # the demo corpus
   sentencepiece                                           # BPE tokenizer (spm_train, spm_encode)
   python3 python3-numpy python3-h5py python3-torch        # independent reference tests
+  python3-matplotlib                                      # tools/tsr-plot (metrics.jsonl -> PNG)
   clang libclang-rt-dev                                   # libFuzzer for the deck fuzz test
   shellcheck                                              # lint of the Slurm job scripts
+  slurm-wlm munge libpmix-dev procps                      # tests/slurm.sh: its own slurmctld + 2 slurmd, srun --mpi=pmix
 )
 
 missing=()
