@@ -87,6 +87,21 @@ typedef struct {
   int64_t alignment;              /* H5Pset_alignment bytes for writes; 0 = HDF5 default */
 } tsr_checkpoint_config;
 
+/* The machine a plan is made for (tessera plan; the trainer ignores it).  Zero figures
+ * take the built-in table of `name`; 'custom' needs them all. */
+typedef struct {
+  char name[TSR_STR_SHORT];   /* "h100" | "h200" | "a100" | "custom" */
+  double peak_tflops;         /* dense bf16 tensor-core peak per GPU (fp32 runs: half, TF32) */
+  double hbm_gb;              /* memory per GPU, 1e9 bytes */
+  double hbm_gbps;            /* memory bandwidth per GPU */
+  double intra_node_gbps;     /* per GPU, one direction (NVLink) */
+  double inter_node_gbps;     /* per GPU, one direction (network) */
+  int64_t gpus_per_node;
+  double compute_efficiency;  /* fraction of peak the step's FLOPs run at */
+  double comm_efficiency;     /* fraction of the link bandwidth a collective reaches */
+  double reserved_gb;         /* per GPU, held by the runtime (CUDA context, NCCL, cuBLAS) */
+} tsr_hardware_config;
+
 typedef struct {
   tsr_run_config run;
   tsr_model_config model;
@@ -95,6 +110,7 @@ typedef struct {
   tsr_optim_config optim;
   tsr_data_config data;
   tsr_checkpoint_config checkpoint;
+  tsr_hardware_config hardware;
 } tsr_config;
 
 #endif

@@ -16,9 +16,10 @@
 
 #include "util.h"
 
-enum { GI_run, GI_model, GI_parallel, GI_train, GI_optim, GI_data, GI_checkpoint, N_GROUP };
+enum { GI_run, GI_model, GI_parallel, GI_train, GI_optim, GI_data, GI_checkpoint, GI_hardware,
+       N_GROUP };
 static const char *const group_name[N_GROUP] = {"run",   "model", "parallel",  "train",
-                                                "optim", "data",  "checkpoint"};
+                                                "optim", "data",  "checkpoint", "hardware"};
 static const char *const group_help[N_GROUP] = {
     "run identity, length, logging and evaluation",
     "transformer shape",
@@ -26,7 +27,8 @@ static const char *const group_help[N_GROUP] = {
     "batch, precision and activation recompute",
     "AdamW and the learning-rate schedule",
     "token shards (see tools/tsr-prepare)",
-    "restart files"};
+    "restart files",
+    "the GPUs `tessera plan` plans for (training ignores it); 0 = the built-in figure of name"};
 
 typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE } key_type;
 static const char *const type_name[] = {"integer", "real", "logical", "string", "choice"};
@@ -115,6 +117,21 @@ static const key_def schema[] = {
     INT(checkpoint, alignment, "0", 0, 1073741824, LO | HI,
         "align file objects of at least this many bytes to it (H5Pset_alignment; 0 = HDF5 "
         "default)"),
+    CHOICE(hardware, name, "h100", "h100|h200|a100|custom",
+           "built-in SXM figures, 8 per node: h100 989 TFLOP/s, 80 GB, 3350 GB/s, links 450 / "
+           "50 GB/s; h200 the same with 141 GB, 4800 GB/s; a100 312 TFLOP/s, 80 GB, 2039 GB/s, "
+           "300 / 25 GB/s; 'custom': set every figure below"),
+    REAL(hardware, peak_tflops, "0", 0, 0, LO, "dense bf16 TFLOP/s per GPU (fp32 runs: half, TF32)"),
+    REAL(hardware, hbm_gb, "0", 0, 0, LO, "memory per GPU in GB (1e9 bytes)"),
+    REAL(hardware, hbm_gbps, "0", 0, 0, LO, "memory bandwidth per GPU, GB/s"),
+    REAL(hardware, intra_node_gbps, "0", 0, 0, LO, "NVLink GB/s per GPU, one direction"),
+    REAL(hardware, inter_node_gbps, "0", 0, 0, LO, "network GB/s per GPU, one direction"),
+    INT(hardware, gpus_per_node, "0", 0, 65536, LO | HI, "GPUs per node (plan --gpus-per-node wins)"),
+    REAL(hardware, compute_efficiency, "0.6", 0, 1, LO | HI | LO_OPEN,
+         "fraction of peak the step's FLOPs run at (predicted time)"),
+    REAL(hardware, comm_efficiency, "0.8", 0, 1, LO | HI | LO_OPEN,
+         "fraction of link bandwidth a collective reaches"),
+    REAL(hardware, reserved_gb, "2", 0, 0, LO, "GB per GPU held by the CUDA/NCCL runtime"),
 };
 #define N_KEY ((int)(sizeof schema / sizeof schema[0]))
 

@@ -2,7 +2,7 @@
  *
  *   tessera [DECK] [group.key=value ...]        train (no DECK: the embedded input/tiny.nml)
  *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
- *   tessera plan DECK ...                       the planner (not in this version)
+ *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time
  *   tessera --help-deck                         every deck key
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
@@ -16,6 +16,7 @@
 #include "config.h"
 #include "deck.h"
 #include "ops.h"
+#include "plan.h"
 #include "train.h"
 #include "tsr_build.h"
 #include "util.h"
@@ -28,7 +29,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: tessera [DECK] [group.key=value ...]       train (no DECK: built-in copy of %s)\n"
           "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
-          "       tessera plan DECK [--nodes N --gpus-per-node G]  (not in this version)\n"
+          "       tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]\n"
+          "                    [--search [--top K]] [group.key=value ...]   plan a run, no training\n"
           "       tessera --help-deck                         list every deck key\n"
           "       tessera --version\n"
           "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
@@ -101,10 +103,9 @@ int main(int argc, char **argv) {
     mode = argv[1];
     a = 2;
   }
-  if (!strcmp(mode, "plan")) {
-    if (rank == 0)
-      fprintf(stderr, "error: 'tessera plan' is not implemented in this version\n");
-    rc = TSR_ERR;
+  if (!strcmp(mode, "plan")) { /* serial: rank 0 plans, every rank exits with its code */
+    if (rank == 0) rc = tsr_plan_main(argc - a, argv + a);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     goto out;
   }
   /* A first argument without '=' is the deck; otherwise the embedded default. */

@@ -26,6 +26,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "pipeline.h"
+#include "plan.h"
 #include "pp_exec.h"
 #include "util.h"
 #include "watchdog.h"
@@ -515,6 +516,11 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
         char comm[1024];
         describe_comm(&t, comm, sizeof comm);
         tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
+      }
+      if (step == first_step + 1) { /* measured memory next to tessera plan's (src/plan.c) */
+        double mem[2] = {(double)tsr_mem_bytes(), (double)tsr_mem_peak_bytes()};
+        MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, world);
+        tsr_plan_log_memory(cfg, t.grid, mem[0], mem[1]);
       }
     }
     const int last = step == cfg->run.max_steps;

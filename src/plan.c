@@ -1,0 +1,704 @@
+/* plan.c — the planner (plan.h): layout checks, memory per rank by kind for the GPU and
+ * for this CPU build, FLOPs, pipeline bubble, traffic per process group, predicted step
+ * time and MFU, and the trainer's planned-vs-measured memory line.  The command around
+ * it (output, search, options) is plan_cli.c.
+ *
+ * Memory follows the allocations buffer by buffer: model.c (parameters and gradients it
+ * owns, activation slots, the recompute target and gradient scratch), zero.c (master,
+ * Adam, shard and unit buffers), pp_exec.c (send/receive slots) and train.c (the batch,
+ * the initial copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
+ * counted as comm.c counts them.  The time model is a stated estimate, not a measurement:
+ * compute at compute_efficiency of peak, tensor-parallel and pipeline transfers on the
+ * critical path, gradient reductions hidden behind the backward they overlap. */
+#include "plan.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+#include "pipeline.h"
+#include "pp_exec.h"
+#include "util.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int half_precision(const tsr_config *cfg) {
+  return strcmp(cfg->train.precision, "fp32") != 0;
+}
+static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
+
+/* ---------------------------------------------------------------- hardware */
+
+/* SXM parts, dense bf16 tensor-core peaks; links per GPU and direction: NVLink 4 (H100,
+ * H200) moves 900 GB/s and NVLink 3 (A100) 600 GB/s counting both directions; one
+ * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
+static const tsr_hardware builtin[] = {
+    /* name   TFLOP/s  HBM GB  HBM GB/s  NVLink  network  per node */
+    {"h100", 989.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
+    {"h200", 989.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
+    {"a100", 312.0, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
+};
+
+int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
+  memset(hw, 0, sizeof *hw);
+  for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+    if (is(builtin[i].name, d->name)) *hw = builtin[i];
+  TSR_CHECK(hw->name[0] || is(d->name, "custom"), TSR_ERR_INPUT,
+            "hardware.name = '%s' is not one of 'h100', 'h200', 'a100', 'custom'", d->name);
+  snprintf(hw->name, sizeof hw->name, "%s", d->name);
+  struct {
+    double *dst, src;
+    const char *key;
+  } fig[] = {{&hw->peak_tflops, d->peak_tflops, "peak_tflops"},
+             {&hw->hbm_gb, d->hbm_gb, "hbm_gb"},
+             {&hw->hbm_gbps, d->hbm_gbps, "hbm_gbps"},
+             {&hw->intra_node_gbps, d->intra_node_gbps, "intra_node_gbps"},
+             {&hw->inter_node_gbps, d->inter_node_gbps, "inter_node_gbps"}};
+  for (size_t i = 0; i < sizeof fig / sizeof fig[0]; i++) {
+    if (fig[i].src > 0) *fig[i].dst = fig[i].src;
+    TSR_CHECK(*fig[i].dst > 0, TSR_ERR_INPUT,
+              "hardware.name = 'custom' needs hardware.%s > 0 in the deck", fig[i].key);
+  }
+  if (d->gpus_per_node > 0) hw->gpus_per_node = (int)d->gpus_per_node;
+  TSR_CHECK(hw->gpus_per_node > 0, TSR_ERR_INPUT,
+            "hardware.name = 'custom' needs hardware.gpus_per_node (or --gpus-per-node)");
+  hw->compute_efficiency = d->compute_efficiency;
+  hw->comm_efficiency = d->comm_efficiency;
+  hw->reserved_gb = d->reserved_gb;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- layout checks */
+
+typedef struct {
+  char *buf;
+  size_t len, used;
+  int n;
+} notes;
+
+static void note(notes *ns, const char *fmt, ...) TSR_PRINTF(2, 3);
+static void note(notes *ns, const char *fmt, ...) {
+  ns->n++;
+  if (!ns->buf || ns->used + 2 >= ns->len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  const int w = vsnprintf(ns->buf + ns->used, ns->len - ns->used - 1, fmt, ap);
+  va_end(ap);
+  if (w > 0) ns->used += (size_t)w < ns->len - ns->used - 2 ? (size_t)w : ns->len - ns->used - 2;
+  ns->buf[ns->used++] = '\n';
+  ns->buf[ns->used] = 0;
+}
+
+/* The split rules of layout.c and model.c. */
+static void check_model(const tsr_config *cfg, notes *ns) {
+  const tsr_model_config *m = &cfg->model;
+  const long long tp = cfg->parallel.tp, pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
+  const long long C = m->d_model, H = m->n_head, KV = m->n_kv_head;
+  if (C % H) note(ns, "model.d_model = %lld is not divisible by model.n_head = %lld", C, H);
+  if (H % KV)
+    note(ns, "model.n_head = %lld is not divisible by model.n_kv_head = %lld (query heads are "
+         "shared out evenly over KV heads)", H, KV);
+  if (H % tp)
+    note(ns, "model.n_head = %lld is not divisible by parallel.tp = %lld (attention heads are "
+         "split over tensor-parallel ranks)", H, tp);
+  if (KV % tp && tp % KV)
+    note(ns, "model.n_kv_head = %lld and parallel.tp = %lld: neither divides the other (KV "
+         "heads are split over, or shared by, tensor-parallel ranks)", KV, tp);
+  if (m->d_ff % tp)
+    note(ns, "model.d_ff = %lld is not divisible by parallel.tp = %lld (MLP columns are split "
+         "over tensor-parallel ranks)", (long long)m->d_ff, tp);
+  if (m->vocab_size % tp)
+    note(ns, "model.vocab_size = %lld is not divisible by parallel.tp = %lld (embedding and LM "
+         "head rows are split over tensor-parallel ranks; pad the vocabulary)",
+         (long long)m->vocab_size, tp);
+  if (m->n_layer % (pp * v))
+    note(ns, "model.n_layer = %lld is not divisible by parallel.pp x parallel.virtual_stages = "
+         "%lld x %lld = %lld (every chunk holds the same number of layers)",
+         (long long)m->n_layer, pp, v, pp * v);
+  if (v > 1 && !is(cfg->parallel.schedule, "interleaved"))
+    note(ns, "parallel.virtual_stages = %lld needs parallel.schedule = 'interleaved', not '%s'",
+         v, cfg->parallel.schedule);
+  if (cfg->parallel.sequence_parallel && tp > 1 && m->seq_len % tp)
+    note(ns, "model.seq_len = %lld is not divisible by parallel.tp = %lld (sequence_parallel "
+         "shards the tokens over tensor-parallel ranks)", (long long)m->seq_len, tp);
+}
+
+/* ZeRO shard group size for shard_scope (grid.c's rule for whole nodes). */
+static int shard_size(const char *scope, int dp, int tp, int rpn, int *S, notes *ns) {
+  if (is(scope, "global")) {
+    *S = dp;
+    return 0;
+  }
+  if (is(scope, "node")) {
+    const int stage_ranks = dp * tp;
+    *S = rpn % stage_ranks == 0 ? dp : stage_ranks % rpn == 0 ? rpn / tp : 0;
+    if (*S) return 0;
+    note(ns, "parallel.shard_scope = 'node': the dp x tp = %d x %d = %d ranks of a pipeline "
+         "stage and the %d GPUs of a node must divide one another", dp, tp, stage_ranks, rpn);
+    return 1;
+  }
+  char *end = NULL;
+  const long n = strtol(scope, &end, 10);
+  *S = (int)n;
+  if (scope[0] && !*end && n >= 1 && dp % n == 0) return 0;
+  note(ns, "parallel.shard_scope = '%s' does not divide dp = %d", scope, dp);
+  return 1;
+}
+
+/* The grid on `world` ranks: dp, the batch split, tp inside a node, the shard group. */
+static void check_grid(const tsr_config *cfg, int world, int rpn, tsr_plan_grid *g, notes *ns) {
+  const tsr_parallel_config *pc = &cfg->parallel;
+  const long long tp = pc->tp, pp = pc->pp, mb = cfg->train.micro_batch;
+  const long long gb = cfg->train.global_batch;
+  if (rpn % tp)
+    note(ns, "parallel.tp = %lld does not divide the %d GPUs of a node (a tensor-parallel group "
+         "must live inside one node)", tp, rpn);
+  if (world % (tp * pp)) {
+    note(ns, "world size %d is not divisible by parallel.tp x parallel.pp = %lld x %lld = %lld",
+         world, tp, pp, tp * pp);
+    return;
+  }
+  const long long dp = world / (tp * pp);
+  if (gb % (mb * dp)) {
+    note(ns, "train.global_batch = %lld is not divisible by train.micro_batch x dp = %lld x "
+         "%lld = %lld (dp = world size %d / (tp %lld x pp %lld))", gb, mb, dp, mb * dp, world,
+         tp, pp);
+    return;
+  }
+  const long long m = gb / (mb * dp);
+  if (pc->virtual_stages > 1 && m % pp)
+    note(ns, "parallel.schedule = 'interleaved' needs the micro-batches per step, "
+         "train.global_batch / (train.micro_batch x dp) = %lld / (%lld x %lld) = %lld, "
+         "divisible by parallel.pp = %lld", gb, mb, dp, m, pp);
+  int S = 0;
+  if (shard_size(pc->shard_scope, (int)dp, (int)tp, rpn, &S, ns) || ns->n) return;
+  *g = (tsr_plan_grid){world, (int)tp, (int)pp, (int)dp, (int)pc->virtual_stages, S,
+                       (int)dp / S, rpn, (int)m};
+}
+
+int tsr_plan_layout(const tsr_config *cfg, int world, int ranks_per_node, tsr_plan_grid *g,
+                    char *msg, size_t len) {
+  notes ns = {msg, len, 0, 0};
+  if (msg && len) msg[0] = 0;
+  check_model(cfg, &ns);
+  check_grid(cfg, world, ranks_per_node, g, &ns);
+  return ns.n;
+}
+
+tsr_plan_grid tsr_plan_grid_of(const tsr_config *cfg, const tsr_grid *grid) {
+  const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * grid->dp);
+  return (tsr_plan_grid){grid->world_size, grid->tp, grid->pp, grid->dp,
+                         (int)cfg->parallel.virtual_stages, grid->shard_size,
+                         grid->replicate_size, grid->ranks_per_node, (int)m};
+}
+
+/* ---------------------------------------------------------------- what a stage holds */
+
+/* A pipeline stage's tp rank 0, from the tensor table.  Units (model.h): the embedding unit
+ * before the first layer, one per layer, and the head unit after the last (with the
+ * padding). */
+typedef struct {
+  int64_t n_params;  /* elements held, before ZeRO's padding */
+  int64_t unit0;     /* elements of the embedding unit */
+  int64_t last_end;  /* where the last layer ends: the head unit is [last_end, n_flat) */
+  int64_t max_layer; /* largest layer unit */
+  int layers, first, last, n_tensors;
+  double gemm;       /* weight elements that take part in GEMMs here */
+  double layer_gemm; /* of which in the layers (recomputed with recompute = 'full') */
+} part;
+
+static int gemm_weight(const tsr_tensor *t, const tsr_model_config *m, int pp) {
+  if (t->ndim != 2 || is(t->name, "pos_embed.weight")) return 0;
+  if (!is(t->name, "embed.weight")) return 1;
+  return t->tied_copy || (m->tie_embeddings && pp == 1); /* the tied head; else a lookup */
+}
+
+static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, part *p) {
+  tsr_layout *lay;
+  TSR_CALL(tsr_layout_create_part(&lay, &cfg->model, tp, 0, pp, stage, v));
+  memset(p, 0, sizeof *p);
+  int64_t begin = 0, end = 0;
+  int cur = -1;
+  for (int i = 0; i < lay->n_tensors; i++) {
+    const tsr_tensor *t = &lay->tensors[i];
+    if (gemm_weight(t, &cfg->model, pp)) {
+      p->gemm += (double)t->numel;
+      if (t->layer >= 0) p->layer_gemm += (double)t->numel;
+    }
+    if (t->layer < 0) continue;
+    if (t->layer != cur) { /* a new layer unit */
+      if (cur < 0) p->unit0 = t->offset;
+      p->max_layer = max64(p->max_layer, end - begin);
+      begin = end = t->offset;
+      cur = t->layer;
+      p->layers++;
+    }
+    end = max64(end, t->offset + t->numel);
+  }
+  p->max_layer = max64(p->max_layer, end - begin);
+  p->last_end = end;
+  p->n_params = lay->n_params;
+  p->n_tensors = lay->n_tensors;
+  p->first = stage == 0;
+  p->last = stage == pp - 1;
+  tsr_layout_destroy(&lay);
+  return 0;
+}
+
+static int64_t padded(int64_t n, int64_t S) { return (n + 64 * S - 1) / (64 * S) * (64 * S); }
+static int64_t shard_of(const tsr_config *cfg, const tsr_plan_grid *g) {
+  return cfg->parallel.zero_stage == 0 ? g->dp : g->shard;
+}
+/* The unit whose gradient zero.c sums with its tied twin before reducing (pp > 1). */
+static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const part *p, int64_t n) {
+  if (!cfg->model.tie_embeddings || g->pp == 1) return 0;
+  return p->first ? (double)p->unit0 : p->last ? (double)(n - p->last_end) : 0;
+}
+
+/* Sizes on one tp rank, as model.c computes them. */
+typedef struct {
+  double B, T, C, N, Ns, H, KV, hd, F, V, qkv, fc, kv_seg;
+  int gpt2, sp, kv_shared;
+} dims;
+
+static dims dims_of(const tsr_config *cfg, int tp) {
+  const tsr_model_config *m = &cfg->model;
+  dims d;
+  d.gpt2 = is(m->arch, "gpt2");
+  d.B = (double)cfg->train.micro_batch;
+  d.T = (double)m->seq_len;
+  d.C = (double)m->d_model;
+  d.N = d.B * d.T;
+  d.hd = (double)(m->d_model / m->n_head);
+  d.H = (double)(m->n_head / tp);
+  d.KV = m->n_kv_head >= tp ? (double)(m->n_kv_head / tp) : 1.0;
+  d.F = (double)(m->d_ff / tp);
+  d.V = (double)(m->vocab_size / tp);
+  d.sp = cfg->parallel.sequence_parallel && tp > 1;
+  d.Ns = d.sp ? d.N / tp : d.N;
+  d.qkv = (d.H + 2 * d.KV) * d.hd;
+  d.fc = d.gpt2 ? d.F : 2 * d.F;
+  d.kv_shared = tp > m->n_kv_head;
+  d.kv_seg = 2 * d.hd * d.C + (d.gpt2 ? 2 * d.hd : 0);
+  return d;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* Bytes per element of the parameters and of the stored activations. */
+typedef struct {
+  double param, act;
+} storage;
+
+static storage storage_of(const tsr_config *cfg, tsr_plan_backend b) {
+  const int half = b == TSR_PLAN_GPU && half_precision(cfg);
+  return (storage){half ? 2 : 4, half ? 2 : 4};
+}
+
+tsr_plan_memory tsr_plan_state(double n, int stage, int S, int bf16, tsr_plan_backend b) {
+  tsr_plan_memory mem;
+  memset(&mem, 0, sizeof mem);
+  const double len = n / S, own = stage == 0 ? n : len;
+  const int half = b == TSR_PLAN_GPU && bf16;
+  mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
+  mem.grads = (stage < 2 ? n : len) * 4;
+  mem.master = b == TSR_PLAN_CPU || half ? 4 * own : 0; /* fp32 GPU: the weights are it */
+  mem.optim = 8 * own;
+  mem.total = mem.peak = mem.params + mem.grads + mem.master + mem.optim;
+  return mem;
+}
+
+/* model.c's activation sets (alloc_acts) and which of them each layer owns. */
+enum { A_NORMS = 1, A_CORE = 2, A_ACT = 4, A_ALL = 7 };
+static int owned_sets(const tsr_config *cfg) {
+  return is(cfg->train.recompute, "full") ? 0 : is(cfg->train.recompute, "selective") ? A_CORE
+                                                                                      : A_ALL;
+}
+
+static double layer_set(const dims *d, int which, double ab) {
+  double b = 0;
+  if (which & A_NORMS) b += 2 * d->N * d->C * ab;
+  if (which & A_CORE) /* qkv, attention out, h, fc; lse and the norm statistics in fp32 */
+    b += (d->N * d->qkv + d->N * d->H * d->hd + d->Ns * d->C + d->N * d->fc) * ab +
+         (d->B * d->H * d->T + 4 * d->N) * 4;
+  if (which & A_ACT) b += d->N * d->F * ab;
+  return b;
+}
+
+/* One activation slot: the layers of a chunk, its residual stream, the input tokens on the
+ * first stage, the final norm and logits (fp32: they become the gradient) on the last. */
+static double slot_bytes(const dims *d, const part *p, int v, int own, double ab) {
+  const double Lc = (double)(p->layers / v);
+  double b = Lc * layer_set(d, own, ab) + (Lc + 1) * d->Ns * d->C * ab;
+  if (p->first) b += d->N * 4;
+  if (p->last) b += d->N * d->C * ab + 2 * d->N * 4 + d->N * d->V * 4;
+  return b;
+}
+
+/* model.c's buffers outside the slots: the recompute target, the gradient scratch (fp32),
+ * the shared-KV and sequence-parallel buffers, the loss statistics (double). */
+static double model_workspace(const tsr_config *cfg, const dims *d, int own, double ab) {
+  double b = layer_set(d, A_ALL & ~own, ab);
+  b += (3 * d->N * d->C + d->N * d->H * d->hd + d->N * d->qkv + d->N * d->fc + d->N * d->F) * 4;
+  if (d->kv_shared) b += (1.0 + (double)cfg->model.n_kv_head) * d->kv_seg * 4;
+  if (d->sp) b += (d->N * d->C + 2 * d->Ns * d->C + 2 * d->C) * 4;
+  return b + 3 * d->N * 8;
+}
+
+/* Host-side tables of this build (small, sizes of model.c's private structs): the model
+ * object with its copy of the config, layer ids, per-layer offsets, units, slot tables. */
+static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
+                          int slots) {
+  const double L = p->layers;
+  return (double)sizeof(tsr_config) + 512 + 4.0 * (double)cfg->model.n_layer + 96 * L +
+         16 * (L + 2) + slots * (56 + 104 * L / g->v);
+}
+/* ... and the layout's tensor table, zero.c's per-unit tables. */
+static double other_books(const part *p, int64_t S) {
+  double cap = 64;
+  while (cap < p->n_tensors) cap *= 2;
+  return cap * (double)sizeof(tsr_tensor) + (p->layers + 2.0) * (24 + 8.0 * (double)S);
+}
+
+/* zero.c's buffers besides the state: the shard a reduce-scatter lands in, the unit
+ * slots of stages 2-3, the tied unit's accumulator. */
+static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
+                           const storage *st) {
+  const int zs = (int)cfg->parallel.zero_stage;
+  const int64_t S = shard_of(cfg, g), n = padded(p->n_params, S);
+  const double len = (double)n / (double)S;
+  const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
+  double b = zs == 1 ? 4 * len : 0;
+  if (zs >= 2) b += 4 * len + 3 * 4 * unit + 4 * tied_unit(cfg, g, p, n);
+  if (zs >= 3) b += 4 * st->param * unit;
+  return b;
+}
+
+static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
+                                 int slots, tsr_plan_backend b) {
+  const storage st = storage_of(cfg, b);
+  const int zs = (int)cfg->parallel.zero_stage, own = owned_sets(cfg);
+  const int64_t S = shard_of(cfg, g), n = padded(p->n_params, S);
+  const dims d = dims_of(cfg, g->tp);
+  tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg), b);
+  mem.activations = slots * slot_bytes(&d, p, g->v, own, st.act);
+  mem.comm = zero_buffers(cfg, g, p, &st);
+  if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
+    mem.comm += slots * d.Ns * d.C * (st.act + 8) + d.Ns * d.C * st.act;
+  const double model_ws = model_workspace(cfg, &d, own, st.act);
+  const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
+  const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
+  mem.workspace = model_ws + batch + books + (b == TSR_PLAN_CPU ? other_books(p, S) : 0);
+  mem.model = (zs < 3 ? mem.params : 0) + (zs < 2 ? 4.0 * (double)n : 0) + mem.activations +
+              model_ws + books;
+  mem.total = mem.params + mem.grads + mem.master + mem.optim + mem.activations + mem.comm +
+              mem.workspace;
+  mem.peak = mem.total + (b == TSR_PLAN_CPU ? 4.0 * (double)n : 0); /* train.c's initial copy */
+  mem.in_flight = slots;
+  return mem;
+}
+
+int tsr_plan_in_flight(const char *schedule, int pp, int stage, int m, int v) {
+  if (pp == 1) return 1;
+  if (is(schedule, "gpipe")) return m;
+  if (v == 1) return m < pp - stage ? m : pp - stage;
+  if (m == pp) return m * v;
+  const int warm = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
+  return m * v < warm ? m * v : warm;
+}
+
+/* This build keeps a slot per micro-batch-chunk alive or with a receive posted. */
+static int cpu_slots(const tsr_config *cfg, const tsr_plan_grid *g, int stage) {
+  if (g->pp == 1) return 1;
+  tsr_pp_schedule *s;
+  if (tsr_pp_schedule_create(&s, cfg->parallel.schedule, g->pp, stage, g->micro_batches, g->v))
+    return -1;
+  const int n = tsr_pp_slots_needed(s);
+  tsr_pp_schedule_destroy(&s);
+  return n;
+}
+
+static int slots_for(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
+                     tsr_plan_backend b) {
+  return b == TSR_PLAN_CPU ? cpu_slots(cfg, g, stage)
+                           : tsr_plan_in_flight(cfg->parallel.schedule, g->pp, stage,
+                                                g->micro_batches, g->v);
+}
+
+int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
+                          tsr_plan_backend b, tsr_plan_memory *out) {
+  part p;
+  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  const int slots = slots_for(cfg, g, stage, b);
+  TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
+  *out = memory_of(cfg, g, &p, slots, b);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- traffic */
+
+static void add(tsr_plan_traffic *t, tsr_comm_kind k, double bytes) {
+  t->bytes[k] += bytes;
+  if (k != TSR_COMM_SCALAR) t->total += bytes;
+}
+static double ring_all(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+static double ring_half(int n) { return n > 1 ? (double)(n - 1) / n : 0.0; }
+
+/* model.c per micro-batch: per layer two row-parallel sums forward, two input-gradient
+ * sums backward (sequence parallel: all-gathers before the column-parallel GEMMs and
+ * reduce-scatters after the row-parallel ones, plus the norm weights' gradient sums),
+ * again for what recomputation reruns; the shared-KV gradient sum; the embedding and the
+ * LM head; the cross-entropy's row statistics (doubles, "scalar"). */
+static void tp_traffic(const tsr_config *cfg, const dims *d, const part *p, int tp, double k,
+                       tsr_plan_traffic *t) {
+  if (tp == 1) return;
+  const double A = d->N * d->C * 4, ar = ring_all(tp) * A, half = ring_half(tp) * A;
+  const double norm = ring_all(tp) * d->C * 4 * (d->gpt2 ? 2 : 1);
+  const int full = is(cfg->train.recompute, "full"), sel = is(cfg->train.recompute, "selective");
+  const double L = p->layers;
+  if (!d->sp) {
+    add(t, TSR_COMM_ALL_REDUCE, k * L * (4 + 2 * full) * ar + k * (p->first + p->last) * ar);
+  } else {
+    add(t, TSR_COMM_ALL_GATHER, k * L * (4 + 2 * (sel || full)) * half);
+    add(t, TSR_COMM_REDUCE_SCATTER, k * L * (4 + 2 * full) * half);
+    add(t, TSR_COMM_ALL_REDUCE, k * L * 2 * norm + k * p->last * norm);
+    add(t, TSR_COMM_ALL_GATHER, k * (p->first + p->last) * half);
+    add(t, TSR_COMM_REDUCE_SCATTER, k * (p->first + p->last) * half);
+  }
+  if (d->kv_shared)
+    add(t, TSR_COMM_ALL_REDUCE,
+        k * L * ring_all(tp) * d->kv_seg * (double)cfg->model.n_kv_head * 4);
+  if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * ring_all(tp) * d->N * 8);
+}
+
+/* zero.c per step, B = the stage's fp32 gradient: stage 0 all-reduces it over dp; 1
+ * reduce-scatters it once and all-gathers the parameters; 2 reduce-scatters every
+ * micro-batch (the tied unit once); 3 also gathers each unit before forward and backward
+ * (not the embedding's for backward, but the tied head's twice more); copies across the
+ * shard groups (hybrid) all-reduce the shard. */
+static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
+                       tsr_plan_traffic *t) {
+  const int zs = (int)cfg->parallel.zero_stage, S = (int)shard_of(cfg, g);
+  const int64_t n = padded(p->n_params, S);
+  const double B = 4.0 * (double)n, k = g->micro_batches, tied = 4 * tied_unit(cfg, g, p, n);
+  if (zs == 0) {
+    add(&t[TSR_PLAN_DP], TSR_COMM_ALL_REDUCE, ring_all(g->dp) * B);
+    return;
+  }
+  tsr_plan_traffic *sh = &t[TSR_PLAN_DP_SHARD];
+  add(sh, TSR_COMM_REDUCE_SCATTER, ring_half(S) * (zs == 1 ? B : k * (B - tied) + tied));
+  if (zs < 3) {
+    add(sh, TSR_COMM_ALL_GATHER, ring_half(S) * B);
+  } else {
+    const double u0 = 4.0 * (double)p->unit0;
+    const int head_is_embed = cfg->model.tie_embeddings && g->pp == 1;
+    add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * B - u0 + 2 * u0 * head_is_embed));
+  }
+  add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
+}
+
+/* pp_exec.c per micro-batch and chunk: the input activation in, its gradient out; the
+ * output activation out, its gradient in.  Tied embeddings: one all-reduce of the
+ * embedding's gradient between the first and the last stage per step. */
+static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const dims *d,
+                       const part *p, int stage, tsr_plan_traffic *t) {
+  const double msg = d->Ns * d->C * 4, k = g->micro_batches;
+  const int chunks = g->pp * g->v;
+  for (int c = stage; c < chunks && g->pp > 1; c += g->pp) {
+    const int sides = (c > 0) + (c < chunks - 1); /* neighbours of this chunk */
+    add(&t[TSR_PLAN_PP], TSR_COMM_SEND, sides * k * msg);
+    add(&t[TSR_PLAN_PP], TSR_COMM_RECV, sides * k * msg);
+  }
+  if (cfg->model.tie_embeddings && g->pp > 1 && (p->first || p->last))
+    add(&t[TSR_PLAN_TIED], TSR_COMM_ALL_REDUCE, ring_all(2) * d->V * d->C * 4);
+}
+
+/* Names, sizes and whether a group's ranks span nodes (ranks: tp fastest, then dp, pp). */
+static void name_groups(const tsr_plan_grid *g, tsr_plan_traffic t[TSR_PLAN_N_GROUPS]) {
+  static const char *names[TSR_PLAN_N_GROUPS] = {"dp", "dp_shard", "dp_replicate",
+                                                 "tp", "pp", "embed_tied"};
+  const int size[TSR_PLAN_N_GROUPS] = {g->dp, g->shard, g->replicate, g->tp, g->pp, 2};
+  const long span[TSR_PLAN_N_GROUPS] = {(long)g->dp * g->tp, (long)g->shard * g->tp,
+                                        (long)g->dp * g->tp, g->tp, g->world, g->world};
+  memset(t, 0, TSR_PLAN_N_GROUPS * sizeof *t);
+  for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) {
+    t[i].name = names[i];
+    t[i].size = size[i];
+    t[i].inter_node = size[i] > 1 && (span[i] > g->ranks_per_node || g->ranks_per_node % span[i]);
+  }
+}
+
+static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p, int stage,
+                       tsr_plan_traffic t[TSR_PLAN_N_GROUPS]) {
+  const dims d = dims_of(cfg, g->tp);
+  name_groups(g, t);
+  tp_traffic(cfg, &d, p, g->tp, g->micro_batches, &t[TSR_PLAN_TP]);
+  dp_traffic(cfg, g, p, t);
+  pp_traffic(cfg, g, &d, p, stage, t);
+}
+
+int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
+                           tsr_plan_traffic out[TSR_PLAN_N_GROUPS]) {
+  part p;
+  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  traffic_of(cfg, g, &p, stage, out);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- FLOPs and time */
+
+double tsr_plan_flops_per_token(const tsr_model_config *m) {
+  tsr_layout *whole;
+  if (tsr_layout_create(&whole, m)) return 0.0;
+  double n = (double)whole->n_params;
+  const tsr_tensor *pos = tsr_layout_find(whole, "pos_embed.weight");
+  if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
+  tsr_layout_destroy(&whole);
+  return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
+}
+
+/* What one GPU of the stage computes per step: 2 FLOPs per GEMM weight and token forward,
+ * 4 backward; its heads' share of causal attention; a second forward of the layers with
+ * recompute = 'full' (selective recomputes element-wise work only). */
+static double stage_flops(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  const tsr_model_config *m = &cfg->model;
+  const double tokens = (double)cfg->train.global_batch * (double)m->seq_len / g->dp;
+  const double attn = 6.0 * p->layers * (double)m->seq_len * (double)m->d_model / g->tp;
+  double per_token = 6.0 * p->gemm + attn;
+  if (is(cfg->train.recompute, "full")) per_token += 2.0 * p->layer_gemm + attn / 3.0;
+  return tokens * per_token;
+}
+
+static double peak_flops(const tsr_hardware *hw, const tsr_config *cfg) {
+  return hw->peak_tflops * 1e12 * (half_precision(cfg) ? 1.0 : 0.5);
+}
+
+static double link_time(const tsr_hardware *hw, const tsr_plan_traffic *t, double bytes) {
+  const double gbps = t->inter_node ? hw->inter_node_gbps : hw->intra_node_gbps;
+  return bytes / (gbps * 1e9 * hw->comm_efficiency);
+}
+
+/* Gradient reductions overlap backward (stages 0-1: the last micro-batch's; 2-3: every
+ * one's); stage 3's gathers overlap compute; stages 1-2 gather after the update, and the
+ * hybrid copies' all-reduce follows the reduction: those are exposed.  AdamW streams the
+ * shard's master, m, v and gradient in and out of HBM. */
+static void stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
+                        tsr_plan_stage *s) {
+  const int zs = (int)cfg->parallel.zero_stage;
+  const tsr_plan_traffic *dp = &s->comm[zs == 0 ? TSR_PLAN_DP : TSR_PLAN_DP_SHARD];
+  const tsr_plan_traffic *tied = &s->comm[TSR_PLAN_TIED], *rep = &s->comm[TSR_PLAN_DP_REPLICATE];
+  s->t_compute = s->flops / (peak_flops(hw, cfg) * hw->compute_efficiency);
+  s->t_tp = s->comm[TSR_PLAN_TP].seconds;
+  s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;
+  const double backward = 2.0 / 3.0 * s->t_compute * (zs < 2 ? 1.0 / g->micro_batches : 1.0);
+  const double grads = link_time(hw, dp, dp->bytes[TSR_COMM_ALL_REDUCE] +
+                                             dp->bytes[TSR_COMM_REDUCE_SCATTER]);
+  const double gathers = link_time(hw, dp, dp->bytes[TSR_COMM_ALL_GATHER]);
+  s->t_dp = fmax(0.0, grads - backward) +
+            (zs == 3 ? fmax(0.0, gathers - s->t_compute) : gathers) +
+            link_time(hw, rep, rep->total);
+  const double own = s->mem[TSR_PLAN_GPU].optim / 8; /* Adam holds 8 bytes per element */
+  s->t_optimizer = own * (28.0 + (half_precision(cfg) ? 2 : 4)) / (hw->hbm_gbps * 1e9);
+}
+
+/* ---------------------------------------------------------------- a whole plan */
+
+static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s, int cpu) {
+  tsr_plan_stage *st = &p->stages[s];
+  for (int b = 0; b < TSR_PLAN_N_BACKENDS; b++) {
+    if (b == TSR_PLAN_CPU && !cpu) continue;
+    const int slots = slots_for(cfg, &p->grid, s, (tsr_plan_backend)b);
+    TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", s);
+    st->mem[b] = memory_of(cfg, &p->grid, pt, slots, (tsr_plan_backend)b);
+  }
+  traffic_of(cfg, &p->grid, pt, s, st->comm);
+  for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) { /* sends and receives run side by side */
+    tsr_plan_traffic *t = &st->comm[i];
+    const double send = t->bytes[TSR_COMM_SEND], recv = t->bytes[TSR_COMM_RECV];
+    t->seconds = link_time(&p->hw, t, t->total - send - recv + fmax(send, recv));
+  }
+  st->flops = stage_flops(cfg, &p->grid, pt);
+  stage_times(cfg, &p->hw, &p->grid, st);
+  st->done = 1;
+  return 0;
+}
+
+/* Whole-job numbers from the stages: FLOPs, bubble, step time, MFU, the worst memory. */
+static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
+  const tsr_model_config *m = &cfg->model;
+  const tsr_plan_grid *g = &p->grid;
+  const double tokens = (double)cfg->train.global_batch * (double)m->seq_len;
+  p->model_flops = tsr_plan_flops_per_token(m) * tokens;
+  p->attention_flops = 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model * tokens;
+  p->bubble =
+      g->pp > 1 ? tsr_pp_ideal_bubble(cfg->parallel.schedule, g->pp, g->micro_batches, g->v) : 0;
+  double busy = 0, tail = 0;
+  for (int s = 0; s < g->pp; s++) {
+    const tsr_plan_stage *st = p->stages[s].done ? &p->stages[s] : &p->stages[1]; /* alike */
+    p->executed_flops += st->flops * g->tp * g->dp;
+    if (st->t_compute + st->t_tp + st->t_pp > busy) p->critical = p->stages[s].done ? s : 1;
+    busy = fmax(busy, st->t_compute + st->t_tp + st->t_pp);
+    tail = fmax(tail, st->t_dp + st->t_optimizer);
+    for (int b = 0; b < TSR_PLAN_N_BACKENDS; b++)
+      if (p->stages[s].done && st->mem[b].total > p->stages[p->worst[b]].mem[b].total)
+        p->worst[b] = s;
+  }
+  p->t_pipeline = busy / (1.0 - p->bubble);
+  p->t_step = p->t_pipeline + tail;
+  p->tokens_per_s = tokens / p->t_step;
+  p->mfu = p->model_flops / (p->t_step * g->world * peak_flops(&p->hw, cfg));
+  const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total;
+  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.hbm_gb * 1e9;
+}
+
+int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
+                  const tsr_plan_grid *g, int all_stages) {
+  memset(p, 0, sizeof *p);
+  p->grid = *g;
+  p->hw = *hw;
+  p->stages = tsr_calloc((size_t)g->pp, sizeof *p->stages);
+  TSR_CHECK(p->stages, TSR_ERR, "out of memory");
+  part kinds[3]; /* stage 0, a middle stage, the last stage: middle stages hold the same */
+  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 0, &kinds[0]));
+  if (g->pp > 2) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 1, &kinds[1]));
+  if (g->pp > 1) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
+  for (int s = 0; s < g->pp; s++) {
+    if (!all_stages && s > 1 && s < g->pp - 1) continue;
+    const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
+    TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
+  }
+  tsr_layout *whole;
+  TSR_CALL(tsr_layout_create(&whole, &cfg->model));
+  p->n_params = whole->n_params;
+  tsr_layout_destroy(&whole);
+  plan_totals(p, cfg);
+  return 0;
+}
+
+void tsr_plan_destroy(tsr_plan *p) {
+  if (p) tsr_free(&p->stages);
+}
+
+/* ---------------------------------------------------------------- the trainer's check */
+
+void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_use,
+                         double peak) {
+  if (tsr_rank() != 0) return;
+  const tsr_plan_grid g = tsr_plan_grid_of(cfg, grid);
+  double total = 0, top = 0, gpu = 0;
+  for (int s = 0; s < g.pp; s++) {
+    tsr_plan_memory cpu, dev;
+    if (tsr_plan_stage_memory(cfg, &g, s, TSR_PLAN_CPU, &cpu) ||
+        tsr_plan_stage_memory(cfg, &g, s, TSR_PLAN_GPU, &dev))
+      return;
+    total = fmax(total, cpu.total);
+    top = fmax(top, cpu.peak);
+    gpu = fmax(gpu, dev.total);
+  }
+  tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for this "
+          "build (fp32 containers): %.3f MB in use, %.3f MB peak with the setup's fp32 initial "
+          "copy (%+.2f%%, %+.2f%% of measured) | planned on a GPU (%s storage): %.3f MB",
+          in_use / 1e6, peak / 1e6, total / 1e6, top / 1e6, 100 * (total / in_use - 1),
+          100 * (top / peak - 1), half_precision(cfg) ? "bf16" : "fp32", gpu / 1e6);
+}

@@ -1,0 +1,150 @@
+/* plan.h — the planner behind `tessera plan` and the trainer's memory check.
+ *
+ * From a deck and a machine (nodes x GPUs per node, the &hardware figures) it works out,
+ * without allocating the model: whether the layout divides, per-GPU memory by kind, FLOPs
+ * per step, the pipeline bubble, the bytes each process group moves per step (the ring
+ * convention of comm.h, counted exactly as comm.c counts them), and a predicted step time
+ * and MFU.  `tessera plan --search` ranks the layouts that fit.
+ *
+ * Memory is planned buffer by buffer from the same tensor table the trainer uses
+ * (layout.c), mirroring the allocations of model.c, zero.c, pp_exec.c and train.c, under
+ * two storage conventions:
+ *   TSR_PLAN_GPU  the target GPU: parameters and stored activations in the deck's
+ *                 precision (bf16: 2 bytes), gradients, Adam m and v and (bf16 only) the
+ *                 master weights in fp32.  An fp32 run keeps one fp32 copy of the weights,
+ *                 which is the master: the seeds' 16 bytes per parameter (7B: 112 GB).
+ *   TSR_PLAN_CPU  this build: every buffer is an fp32 container (bf16 is emulated by
+ *                 rounding in place), a separate fp32 master always, the pipeline's extra
+ *                 posted-receive slots, and (peak) the setup's full fp32 initial copy.
+ * tests/test_plan.c holds the CPU figure to what model.c allocates, tests/plan.sh to the
+ * trainer's measured memory under several layouts. */
+#ifndef TSR_PLAN_H
+#define TSR_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm.h"
+#include "config.h"
+#include "grid.h"
+
+/* One GPU's figures: the built-in table of &hardware name with the deck's figures on top. */
+typedef struct {
+  char name[TSR_STR_SHORT];
+  double peak_tflops;     /* dense bf16; fp32 runs get half (TF32 tensor cores) */
+  double hbm_gb, hbm_gbps;
+  double intra_node_gbps; /* per GPU, one direction */
+  double inter_node_gbps;
+  int gpus_per_node;
+  double compute_efficiency, comm_efficiency, reserved_gb;
+} tsr_hardware;
+
+/* TSR_ERR_INPUT with a message naming the hardware.* key for an unknown name or a
+ * 'custom' figure left at 0. */
+int tsr_plan_hardware(const tsr_hardware_config *deck, tsr_hardware *out);
+
+/* The process grid of a plan (grid.h's numbers, without communicators). */
+typedef struct {
+  int world, tp, pp, dp, v;  /* v: virtual stages (chunks per pipeline stage) */
+  int shard, replicate;      /* dp = shard x replicate: the ZeRO shard group and its copies */
+  int ranks_per_node;
+  int micro_batches;         /* per dp rank per step: global_batch / (micro_batch * dp) */
+} tsr_plan_grid;
+
+/* Checks that the deck's layout divides on `world` ranks, ranks_per_node per node: world
+ * by tp x pp, heads, KV heads, d_ff and vocabulary by tp, layers by pp x virtual stages,
+ * the global batch by micro_batch x dp, tp inside a node, the shard scope.  Writes one
+ * line per problem into msg, naming the deck keys and their values; returns the number of
+ * problems, and fills *g when there are none. */
+int tsr_plan_layout(const tsr_config *cfg, int world, int ranks_per_node, tsr_plan_grid *g,
+                    char *msg, size_t len);
+/* The grid a running trainer has (its shard size may come from detected nodes). */
+tsr_plan_grid tsr_plan_grid_of(const tsr_config *cfg, const tsr_grid *grid);
+
+typedef enum { TSR_PLAN_GPU = 0, TSR_PLAN_CPU = 1, TSR_PLAN_N_BACKENDS } tsr_plan_backend;
+
+/* Bytes on one rank, by kind. */
+typedef struct {
+  double params, grads, master, optim; /* model state */
+  double activations; /* kept for backward: in_flight sets of a chunk's layers, the head */
+  double comm;        /* ZeRO shard and unit buffers, pipeline send/receive buffers */
+  double workspace;   /* recompute target, gradient scratch, loss statistics, the batch */
+  double total;       /* the sum: what a training step holds */
+  double peak;        /* total + setup transients (CPU: the full fp32 initial copy) */
+  double model;       /* of the total, what tsr_model_create_opt allocates (for the tests) */
+  int in_flight;      /* activation sets kept (micro-batch chunks) */
+} tsr_plan_memory;
+
+/* Model state of `elems` parameters at a ZeRO stage with shard group `shard`: the
+ * arithmetic of the seeds (params, grads, master, optim and total filled). */
+tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int bf16,
+                               tsr_plan_backend backend);
+/* Memory of pipeline stage `stage` (its tp rank 0; tp ranks hold equal amounts). */
+int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
+                          tsr_plan_backend backend, tsr_plan_memory *out);
+/* Activation sets a stage keeps in flight on the GPU: gpipe m, 1f1b min(m, pp - stage),
+ * interleaved min(v m, 2 (pp - stage - 1) + (v - 1) pp + 1) (all of v m when m = pp). */
+int tsr_plan_in_flight(const char *schedule, int pp, int stage, int micro_batches, int v);
+
+/* Traffic of one rank per step in one group, ring convention (comm.h). */
+enum { TSR_PLAN_DP, TSR_PLAN_DP_SHARD, TSR_PLAN_DP_REPLICATE, TSR_PLAN_TP, TSR_PLAN_PP,
+       TSR_PLAN_TIED, TSR_PLAN_N_GROUPS };
+typedef struct {
+  const char *name;  /* as the trainer's "comm per step" line names the group */
+  int size;
+  int inter_node;    /* the group spans nodes: its ring runs at the network's speed */
+  double bytes[TSR_COMM_N_KINDS];
+  double total;      /* all kinds but scalars */
+  double seconds;    /* moving `total` over the group's link (set by tsr_plan_make) */
+} tsr_plan_traffic;
+int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
+                           tsr_plan_traffic out[TSR_PLAN_N_GROUPS]);
+
+/* FLOPs per token of the whole model as the trainer counts them: 6 N (every parameter
+ * but learned positions) + 6 n_layer seq_len d_model (causal attention). */
+double tsr_plan_flops_per_token(const tsr_model_config *m);
+
+typedef struct {
+  tsr_plan_memory mem[TSR_PLAN_N_BACKENDS];
+  tsr_plan_traffic comm[TSR_PLAN_N_GROUPS];
+  double flops;       /* executed per step on one GPU of the stage (recompute included) */
+  double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
+  int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only) */
+} tsr_plan_stage;
+
+typedef struct {
+  tsr_plan_grid grid;
+  tsr_hardware hw;
+  int64_t n_params;
+  double model_flops;     /* per step, whole job: flops_per_token x tokens */
+  double attention_flops; /* of which causal attention */
+  double executed_flops;  /* summed over GPUs, with recomputation */
+  double bubble;          /* ideal idle fraction of the step (pipeline.h) */
+  tsr_plan_stage *stages; /* [pp] */
+  int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */
+  int critical;           /* the stage with the most compute and transfer time */
+  double t_pipeline, t_step, tokens_per_s, mfu;
+  int fits;               /* worst GPU total + reserved_gb <= hbm_gb */
+} tsr_plan;
+
+/* Everything for one layout.  all_stages = 0 evaluates stages 0, 1, pp - 1 and the GPU
+ * figure only (the others equal stage 1 but keep fewer micro-batches in flight).  Call
+ * tsr_plan_destroy afterwards, also on failure. */
+int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
+                  const tsr_plan_grid *g, int all_stages);
+void tsr_plan_destroy(tsr_plan *p);
+
+/* plan_cli.c: the command.  Readable tables or JSON of a plan; */
+void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
+void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
+/* `tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]
+ * [--search [--top K]] [group.key=value ...]`; returns the exit code. */
+int tsr_plan_main(int argc, char **argv);
+
+/* The trainer, after step 1: logs the measured memory (max over ranks) next to the
+ * planned figures for this build and for the deck's GPU. */
+void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_use,
+                         double peak);
+
+#endif

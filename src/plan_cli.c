@@ -1,0 +1,528 @@
+/* plan_cli.c — the `tessera plan` command around the planner (plan.h): readable tables and
+ * JSON of one plan, the layout search, the options.  Rank 0 runs it; it trains nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "deck.h"
+#include "plan.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- text output */
+
+static const char *link_name(const tsr_plan_traffic *t) {
+  return t->size < 2 ? "-" : t->inter_node ? "inter-node" : "intra-node";
+}
+
+static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes) {
+  const tsr_plan_grid *g = &p->grid;
+  const tsr_hardware *hw = &p->hw;
+  const tsr_model_config *m = &cfg->model;
+  fprintf(out, "machine  %d node(s) x %d GPUs = %d; %s: %.0f TFLOP/s dense bf16, %.0f GB at %.0f "
+          "GB/s, links %.0f GB/s in a node, %.0f GB/s between nodes (per GPU, one way)\n",
+          nodes, g->ranks_per_node, g->world, hw->name, hw->peak_tflops, hw->hbm_gb,
+          hw->hbm_gbps, hw->intra_node_gbps, hw->inter_node_gbps);
+  fprintf(out, "model    %s, %lld layers, d_model %lld, %lld heads (%lld KV), d_ff %lld, vocab "
+          "%lld, seq_len %lld: %lld parameters (%.3f B)\n", m->arch, (long long)m->n_layer,
+          (long long)m->d_model, (long long)m->n_head, (long long)m->n_kv_head,
+          (long long)m->d_ff, (long long)m->vocab_size, (long long)m->seq_len,
+          (long long)p->n_params, (double)p->n_params / 1e9);
+  fprintf(out, "layout   tp %d x dp %d x pp %d, %d chunk(s) per stage, schedule %s%s; ZeRO stage "
+          "%lld over %d rank(s) x %d copies (shard_scope '%s')\n", g->tp, g->dp, g->pp, g->v,
+          cfg->parallel.schedule,
+          cfg->parallel.sequence_parallel && g->tp > 1 ? ", sequence parallel" : "",
+          (long long)cfg->parallel.zero_stage, g->shard, g->replicate, cfg->parallel.shard_scope);
+  fprintf(out, "batch    %lld sequences per step = %d micro-batch(es) of %lld per dp rank (%.4g M "
+          "tokens); precision %s, recompute %s\n", (long long)cfg->train.global_batch,
+          g->micro_batches, (long long)cfg->train.micro_batch,
+          (double)cfg->train.global_batch * (double)m->seq_len / 1e6, cfg->train.precision,
+          cfg->train.recompute);
+  fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %lld layers by pp "
+          "%d x %d chunks; %lld sequences by micro_batch %lld x dp %d; tp inside a %d-GPU node\n",
+          g->tp, (long long)m->n_layer, g->pp, g->v, (long long)cfg->train.global_batch,
+          (long long)cfg->train.micro_batch, g->dp, g->ranks_per_node);
+}
+
+static void mem_row(FILE *out, const char *label, double gpu, double cpu) {
+  fprintf(out, "  %-36s %12.3f %14.3f\n", label, gpu / 1e9, cpu / 1e9);
+}
+
+static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
+  const tsr_plan_memory *g = &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU];
+  const tsr_plan_memory *c = &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU];
+  char gpu[TSR_STR_SHORT + 8];
+  snprintf(gpu, sizeof gpu, "GPU, %s", cfg->train.precision);
+  fprintf(out, "\nmemory per GPU, GB (1e9 bytes)       %12s %14s\n", gpu, "this CPU build");
+  fprintf(out, "  %-36s %12d %14d\n", "pipeline stage (the fullest)", p->worst[TSR_PLAN_GPU],
+          p->worst[TSR_PLAN_CPU]);
+  mem_row(out, "parameters", g->params, c->params);
+  mem_row(out, "gradients (fp32)", g->grads, c->grads);
+  mem_row(out, "master weights (fp32)", g->master, c->master);
+  mem_row(out, "optimizer state (Adam m, v; fp32)", g->optim, c->optim);
+  mem_row(out, "activations", g->activations, c->activations);
+  fprintf(out, "  %-36s %12d %14d\n", "  sets in flight (micro-batch chunks)", g->in_flight,
+          c->in_flight);
+  mem_row(out, "communication buffers", g->comm, c->comm);
+  mem_row(out, "workspace", g->workspace, c->workspace);
+  mem_row(out, "total in a step", g->total, c->total);
+  mem_row(out, "peak with setup transients", g->peak, c->peak);
+  fprintf(out, "  GPU: parameters and stored activations in %s, an fp32 run's weights are its "
+          "master; CPU build: fp32 containers, a separate master, the setup's initial copy\n",
+          strcmp(cfg->train.precision, "fp32") ? "bf16" : "fp32");
+  fprintf(out, "  fits: %s (%.2f GB + %.1f GB runtime reserve against %.0f GB of HBM)\n",
+          p->fits ? "yes" : "NO", g->total / 1e9, p->hw.reserved_gb, p->hw.hbm_gb);
+}
+
+static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
+  const tsr_plan_grid *g = &p->grid;
+  const double tokens = (double)cfg->train.global_batch * (double)cfg->model.seq_len;
+  fprintf(out, "\ncompute per step (%.4g M tokens)\n", tokens / 1e6);
+  fprintf(out, "  model FLOPs       %.4g PFLOP = 6 N tokens %.4g + attention %.4g (the "
+          "trainer's count: N = parameters but learned positions, attention 6 L T d per token)\n",
+          p->model_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
+          p->attention_flops / 1e15);
+  fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs (GEMMs and attention, recompute '%s'; "
+          "lookups cost none), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
+          cfg->train.recompute,
+          p->stages[p->critical].flops / 1e12, p->critical);
+  fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: (p-1)/(v m + p-1), p %d, m %d, "
+          "v %d)\n", p->bubble, g->pp > 1 ? cfg->parallel.schedule : "none", g->pp,
+          g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
+}
+
+static void print_traffic(FILE *out, const tsr_plan *p) {
+  const tsr_plan_stage *st = &p->stages[p->critical];
+  fprintf(out, "\ntraffic per GPU per step on stage %d (ring-algorithm bytes, as comm.c counts; "
+          "fp32 buffers)\n  %-13s %5s  %-10s %12s %10s  %s\n", p->critical, "group", "ranks",
+          "link", "GB/step", "time s", "by kind, GB");
+  for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) {
+    const tsr_plan_traffic *t = &st->comm[i];
+    if (t->total <= 0 && t->bytes[TSR_COMM_SCALAR] <= 0) continue; /* not used here */
+    char kinds[256] = "";
+    size_t used = 0;
+    for (int k = 0; k < TSR_COMM_N_KINDS && used < sizeof kinds; k++)
+      if (t->bytes[k] > 0)
+        used += (size_t)snprintf(kinds + used, sizeof kinds - used, "%s%s %.4g", used ? ", " : "",
+                                 tsr_comm_kind_name((tsr_comm_kind)k), t->bytes[k] / 1e9);
+    fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  %s\n", t->name, t->size, link_name(t),
+            t->total / 1e9, t->seconds, kinds[0] ? kinds : "-");
+  }
+}
+
+static void print_time(FILE *out, const tsr_plan *p) {
+  const tsr_plan_stage *st = &p->stages[p->critical];
+  const double busy = st->t_compute + st->t_tp + st->t_pp;
+  fprintf(out, "\npredicted step (an estimate: compute at %.0f%% of peak, links at %.0f%% of "
+          "their bandwidth)\n", 100 * p->hw.compute_efficiency, 100 * p->hw.comm_efficiency);
+  fprintf(out, "  compute                %10.4f s  stage %d\n", st->t_compute, p->critical);
+  fprintf(out, "  tp transfers           %10.4f s  on the critical path\n", st->t_tp);
+  fprintf(out, "  pipeline transfers     %10.4f s\n", st->t_pp);
+  fprintf(out, "  bubble                 %10.4f s\n", p->t_pipeline - busy);
+  fprintf(out, "  dp + optimizer         %10.4f s  reductions beyond the backward they overlap, "
+          "parameter gathers, AdamW over the shard\n", p->t_step - p->t_pipeline);
+  fprintf(out, "  step                   %10.4f s  = %.4g tokens/s, MFU %.3f\n", p->t_step,
+          p->tokens_per_s, p->mfu);
+}
+
+void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes) {
+  print_head(out, p, cfg, nodes);
+  print_memory(out, p, cfg);
+  print_compute(out, p, cfg);
+  print_traffic(out, p);
+  print_time(out, p);
+}
+
+/* ---------------------------------------------------------------- JSON output */
+
+static void json_memory(FILE *out, const tsr_plan_memory *m) {
+  fprintf(out, "{\"params\": %.0f, \"grads\": %.0f, \"master\": %.0f, \"optim\": %.0f, "
+          "\"activations\": %.0f, \"comm\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
+          "\"peak\": %.0f, \"in_flight\": %d}", m->params, m->grads, m->master, m->optim,
+          m->activations, m->comm, m->workspace, m->total, m->peak, m->in_flight);
+}
+
+static void json_traffic(FILE *out, const tsr_plan_traffic *t) {
+  fputc('{', out);
+  for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) {
+    fprintf(out, "%s\"%s\": {\"size\": %d, \"link\": \"%s\", \"bytes\": %.0f", i ? ", " : "",
+            t[i].name, t[i].size, link_name(&t[i]), t[i].total);
+    for (int k = 0; k < TSR_COMM_N_KINDS; k++)
+      if (t[i].bytes[k] > 0)
+        fprintf(out, ", \"%s\": %.0f", tsr_comm_kind_name((tsr_comm_kind)k), t[i].bytes[k]);
+    fputc('}', out);
+  }
+  fputc('}', out);
+}
+
+static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
+  fprintf(out, "    {\"stage\": %d, \"memory_gpu\": ", s);
+  json_memory(out, &st->mem[TSR_PLAN_GPU]);
+  fprintf(out, ", \"memory_cpu_build\": ");
+  json_memory(out, &st->mem[TSR_PLAN_CPU]);
+  fprintf(out, ",\n     \"flops\": %.6g, \"traffic\": ", st->flops);
+  json_traffic(out, st->comm);
+  fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"pp\": %.6g, "
+          "\"dp_exposed\": %.6g, \"optimizer\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
+          st->t_dp, st->t_optimizer);
+}
+
+void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes) {
+  const tsr_plan_grid *g = &p->grid;
+  const tsr_hardware *hw = &p->hw;
+  fprintf(out, "{\n  \"machine\": {\"nodes\": %d, \"gpus_per_node\": %d, \"world\": %d, "
+          "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, "
+          "\"intra_node_gbps\": %.6g, \"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, "
+          "\"comm_efficiency\": %.6g, \"reserved_gb\": %.6g},\n", nodes, g->ranks_per_node,
+          g->world, hw->name, hw->peak_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
+          hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb);
+  fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
+          "\"recompute\": \"%s\"},\n", cfg->model.arch, (long long)p->n_params,
+          cfg->train.precision, cfg->train.recompute);
+  fprintf(out, "  \"layout\": {\"tp\": %d, \"dp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
+          "\"zero_stage\": %lld, \"shard\": %d, \"replicate\": %d, \"micro_batch\": %lld, "
+          "\"micro_batches\": %d, \"schedule\": \"%s\", \"sequence_parallel\": %s},\n", g->tp,
+          g->dp,
+          g->pp, g->v, (long long)cfg->parallel.zero_stage, g->shard, g->replicate,
+          (long long)cfg->train.micro_batch, g->micro_batches, cfg->parallel.schedule,
+          cfg->parallel.sequence_parallel && g->tp > 1 ? "true" : "false");
+  fprintf(out, "  \"memory\": {\"gpu_stage\": %d, \"gpu\": ", p->worst[TSR_PLAN_GPU]);
+  json_memory(out, &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU]);
+  fprintf(out, ",\n             \"cpu_build_stage\": %d, \"cpu_build\": ", p->worst[TSR_PLAN_CPU]);
+  json_memory(out, &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU]);
+  fprintf(out, ", \"fits\": %s},\n", p->fits ? "true" : "false");
+  fprintf(out, "  \"flops\": {\"model\": %.6g, \"attention\": %.6g, \"executed\": %.6g},\n",
+          p->model_flops, p->attention_flops, p->executed_flops);
+  fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
+          "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g},\n  \"stages\": [\n",
+          p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu);
+  for (int s = 0; s < g->pp; s++) {
+    if (!p->stages[s].done) continue;
+    json_stage(out, &p->stages[s], s);
+    fprintf(out, "%s\n", s + 1 < g->pp ? "," : "");
+  }
+  fprintf(out, "  ]\n}\n");
+}
+
+/* ---------------------------------------------------------------- search */
+
+typedef struct {
+  int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
+  double mem, step, mfu, tokens_per_s;
+  int fits;
+} candidate;
+
+typedef struct {
+  candidate *c;
+  int n, cap, divide;
+} candidates;
+
+static const char *const recompute_modes[] = {"none", "selective", "full"};
+
+static int keep(candidates *cs, const candidate *c) {
+  if (cs->n == cs->cap) {
+    const int cap = cs->cap ? 2 * cs->cap : 256;
+    candidate *grown = tsr_calloc((size_t)cap, sizeof *grown);
+    TSR_CHECK(grown, TSR_ERR, "out of memory");
+    if (cs->c) memcpy(grown, cs->c, (size_t)cs->n * sizeof *grown);
+    tsr_free(&cs->c);
+    cs->c = grown;
+    cs->cap = cap;
+  }
+  cs->c[cs->n++] = *c;
+  return 0;
+}
+
+/* The plan of one layout, as a row of the search. */
+static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_plan_grid *g,
+                        candidate *k) {
+  tsr_plan p;
+  const int rc = tsr_plan_make(&p, c, hw, g, 0);
+  if (!rc) {
+    int r = 0;
+    while (r < 2 && strcmp(recompute_modes[r], c->train.recompute)) r++;
+    *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
+                     (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
+                     p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total, p.t_step, p.mfu,
+                     p.tokens_per_s, p.fits};
+  }
+  tsr_plan_destroy(&p);
+  return rc;
+}
+
+/* Plan one layout (c's parallel and train keys) and keep it when it divides; with
+ * `node_scope`, only when the node-wide shard group differs from the whole dp group. */
+static int try_layout(const tsr_config *c, const tsr_hardware *hw, int world, int node_scope,
+                      candidates *cs) {
+  tsr_plan_grid g;
+  candidate k;
+  if (tsr_plan_layout(c, world, hw->gpus_per_node, &g, NULL, 0)) return 0;
+  if (node_scope && g.shard == g.dp) return 0; /* the same as shard_scope 'global' */
+  cs->divide++;
+  TSR_CALL(candidate_of(c, hw, &g, &k));
+  return keep(cs, &k);
+}
+
+/* For one (tp, pp, v): every ZeRO stage and shard scope, recompute mode, micro-batch. */
+static int search_inner(tsr_config *c, const tsr_hardware *hw, int world, candidates *cs) {
+  const int64_t dp = world / (c->parallel.tp * c->parallel.pp);
+  for (int zs = 0; zs <= 3; zs++)
+    for (int node = 0; node <= (zs > 0); node++)
+      for (int r = 0; r < 3; r++)
+        for (int64_t mb = 1; mb <= 64 && mb * dp <= c->train.global_batch; mb *= 2) {
+          c->parallel.zero_stage = zs;
+          snprintf(c->parallel.shard_scope, sizeof c->parallel.shard_scope, "%s",
+                   node ? "node" : "global");
+          snprintf(c->train.recompute, sizeof c->train.recompute, "%s", recompute_modes[r]);
+          c->train.micro_batch = mb;
+          TSR_CALL(try_layout(c, hw, world, node, cs));
+        }
+  return 0;
+}
+
+static int search_all(const tsr_config *cfg, const tsr_hardware *hw, int world, candidates *cs) {
+  tsr_config c = *cfg;
+  c.parallel.micro_batches = 0;
+  for (int tp = 1; tp <= hw->gpus_per_node; tp++) {
+    if (hw->gpus_per_node % tp) continue;
+    for (int pp = 1; pp <= cfg->model.n_layer && tp * pp <= world; pp++) {
+      if (cfg->model.n_layer % pp || world % (tp * pp)) continue;
+      for (int v = 1; v <= (pp > 1 ? 2 : 1); v++) {
+        c.parallel.tp = tp;
+        c.parallel.pp = pp;
+        c.parallel.virtual_stages = v;
+        c.parallel.sequence_parallel = tp > 1;
+        snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s",
+                 v > 1 ? "interleaved" : "1f1b");
+        TSR_CALL(search_inner(&c, hw, world, cs));
+      }
+    }
+  }
+  return 0;
+}
+
+static int by_fit_then_time(const void *a, const void *b) {
+  const candidate *x = a, *y = b;
+  if (x->fits != y->fits) return y->fits - x->fits;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
+  if (json) {
+    fprintf(out, "    {\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, "
+            "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
+            "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
+            "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
+            k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
+            recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
+            k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
+    return;
+  }
+  fprintf(out, "  %4d %3d %3d %2d %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n", rank,
+          k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
+          recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
+          k->tokens_per_s, k->mfu);
+}
+
+/* The deck's own layout among the candidates: its row and how many that fit are faster. */
+static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int world,
+                              const candidates *cs, int json) {
+  tsr_plan_grid g;
+  candidate k;
+  if (tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, NULL, 0) ||
+      candidate_of(cfg, hw, &g, &k)) {
+    printf(json ? "\"deck\": null" : "the deck's own layout does not divide on these GPUs\n");
+    return;
+  }
+  int rank = 1;
+  for (int i = 0; i < cs->n; i++) rank += cs->c[i].fits && cs->c[i].step < k.step;
+  if (json) {
+    printf("\"deck\": \n");
+    print_candidate(stdout, rank, &k, 1);
+    return;
+  }
+  printf("the deck's own layout (%s, %s):\n", k.fits ? "fits" : "does NOT fit",
+         k.fits ? "ranked among those that fit" : "ranked as if it did");
+  print_candidate(stdout, rank, &k, 0);
+}
+
+static int search(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int top, int json) {
+  const int world = nodes * hw->gpus_per_node;
+  candidates cs = {NULL, 0, 0, 0};
+  int rc = search_all(cfg, hw, world, &cs);
+  if (!rc) qsort(cs.c, (size_t)cs.n, sizeof *cs.c, by_fit_then_time);
+  int fit = 0;
+  for (int i = 0; i < cs.n; i++) fit += cs.c[i].fits;
+  const int shown = fit < top ? fit : top;
+  if (!rc && json) {
+    printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
+           "\"divide\": %d, \"fit\": %d,\n  ", nodes, hw->gpus_per_node, hw->name, cs.divide, fit);
+    print_deck_layout(cfg, hw, world, &cs, 1);
+    printf(",\n  \"layouts\": [\n");
+    for (int i = 0; i < shown; i++) {
+      printf("%s", i ? ",\n" : "");
+      print_candidate(stdout, i + 1, &cs.c[i], 1);
+    }
+    printf("\n]}}\n");
+  } else if (!rc) {
+    printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %.0f GB with %.1f "
+           "GB reserved; the %d fastest (predicted):\n", nodes, hw->gpus_per_node, hw->name,
+           cs.divide, fit, hw->hbm_gb, hw->reserved_gb, shown);
+    printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
+           "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
+           "MFU");
+    for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
+    print_deck_layout(cfg, hw, world, &cs, 0);
+  }
+  tsr_free(&cs.c);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- the command */
+
+typedef struct {
+  const char *deck;
+  int nodes, json, search, top, help;
+  char extra[2][TSR_STR_SHORT + 32]; /* --hardware / --gpus-per-node as deck overrides */
+  int n_over;
+  char **over;
+} plan_args;
+
+static void plan_usage(FILE *out) {
+  fprintf(out, "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|"
+          "a100|custom] [--json] [--search [--top K]] [group.key=value ...]\n"
+          "  plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware "
+          "gpus_per_node, else 8); --search ranks every layout that fits\n");
+}
+
+static int bad_usage(const char *what, const char *arg) {
+  fprintf(stderr, arg[0] ? "tessera plan: %s '%s'\n" : "tessera plan: %s\n", what, arg);
+  plan_usage(stderr);
+  return TSR_ERR_INPUT;
+}
+
+/* "--name value" or "--name=value": the value, advancing *i past it; NULL if missing. */
+static const char *option_value(int argc, char **argv, int *i) {
+  const char *eq = strchr(argv[*i], '=');
+  if (eq) return eq + 1;
+  return *i + 1 < argc ? argv[++*i] : NULL;
+}
+
+static int parse_option(int argc, char **argv, int *i, plan_args *a) {
+  const char *arg = argv[*i];
+  const size_t n = strcspn(arg, "=");
+#define OPT(name) (n == strlen(name) && !strncmp(arg, name, n))
+  if (OPT("--json")) return a->json = 1, 0;
+  if (OPT("--search")) return a->search = 1, 0;
+  if (OPT("--help") || OPT("-h")) return a->help = 1, 0;
+  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") || OPT("--hardware")
+                      ? option_value(argc, argv, i) : NULL;
+  if (!v) return bad_usage("unknown option or missing value:", arg);
+  char *end = NULL;
+  const long num = strtol(v, &end, 10);
+  if (OPT("--hardware")) {
+    snprintf(a->extra[0], sizeof a->extra[0], "hardware.name=%s", v);
+    return 0;
+  }
+  if (!v[0] || *end || num < 1 || num > 1000000) return bad_usage("expected a positive number:", v);
+  if (OPT("--nodes")) a->nodes = (int)num;
+  if (OPT("--top")) a->top = (int)num;
+  if (OPT("--gpus-per-node"))
+    snprintf(a->extra[1], sizeof a->extra[1], "hardware.gpus_per_node=%ld", num);
+  return 0;
+#undef OPT
+}
+
+static int parse_args(int argc, char **argv, plan_args *a) {
+  memset(a, 0, sizeof *a);
+  a->nodes = 1;
+  a->top = 10;
+  a->over = tsr_calloc((size_t)argc + 2, sizeof *a->over);
+  TSR_CHECK(a->over, TSR_ERR, "out of memory");
+  for (int i = 0; i < argc; i++) {
+    if (argv[i][0] == '-') {
+      TSR_CALL(parse_option(argc, argv, &i, a));
+    } else if (strchr(argv[i], '=')) {
+      a->over[a->n_over++] = argv[i];
+    } else if (!a->deck) {
+      a->deck = argv[i];
+    } else {
+      return bad_usage("a second deck?", argv[i]);
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    if (a->extra[k][0]) a->over[a->n_over++] = a->extra[k];
+  if (!a->deck && !a->help) return bad_usage("no deck given", "");
+  return 0;
+}
+
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = (size_t)64 << 20;
+  char *text = malloc(cap);
+  *len = text ? fread(text, 1, cap, f) : 0;
+  const int bad = !text || ferror(f) || *len == cap;
+  fclose(f);
+  if (bad) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+/* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
+ * world size); the second checks the deck against that world.  A search replaces the
+ * layout, so it only needs the deck to be valid on its own tp x pp ranks. */
+static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw) {
+  size_t len = 0;
+  char *text = read_text(a->deck, &len), err[16384];
+  if (!text) {
+    fprintf(stderr, "%s: cannot read the deck\n", a->deck);
+    return TSR_ERR_INPUT;
+  }
+  tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, 1, err, sizeof err);
+  int rc = tsr_plan_hardware(&cfg->hardware, hw);
+  const int own = (int)(cfg->parallel.tp * cfg->parallel.pp);
+  if (!rc) {
+    rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, a->nodes * hw->gpus_per_node,
+                        err, sizeof err);
+    if (rc && a->search && own > 0)
+      rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, own, err, sizeof err);
+    if (rc) fputs(err, stderr);
+  }
+  free(text);
+  return rc;
+}
+
+static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int json) {
+  char msg[8192];
+  tsr_plan_grid g;
+  const int world = nodes * hw->gpus_per_node;
+  const int bad = tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, msg, sizeof msg);
+  if (bad) {
+    fprintf(stderr, "tessera plan: the layout does not divide on %d node(s) x %d GPUs (%d "
+            "problem%s):\n%s", nodes, hw->gpus_per_node, bad, bad > 1 ? "s" : "", msg);
+    return TSR_ERR_INPUT;
+  }
+  tsr_plan p;
+  const int rc = tsr_plan_make(&p, cfg, hw, &g, 1);
+  if (!rc && json) tsr_plan_print_json(stdout, &p, cfg, nodes);
+  if (!rc && !json) tsr_plan_print(stdout, &p, cfg, nodes);
+  tsr_plan_destroy(&p);
+  return rc;
+}
+
+int tsr_plan_main(int argc, char **argv) {
+  plan_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (!rc && a.help) plan_usage(stdout);
+  if (!rc && !a.help) {
+    tsr_config cfg;
+    tsr_hardware hw;
+    rc = load(&a, &cfg, &hw);
+    if (!rc) rc = a.search ? search(&cfg, &hw, a.nodes, a.top, a.json)
+                           : plan_one(&cfg, &hw, a.nodes, a.json);
+  }
+  tsr_free(&a.over);
+  fflush(stdout);
+  return rc;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# plan.sh — `tessera plan` against the real trainer, and the command's outputs.
+#  1. The trainer runs one step of the tiny deck and of gpt2_124m (both shrunk by overrides:
+#     short sequences, small batches, gpt2 with 2 narrow layers and a 512-row vocabulary;
+#     it keeps gpt2's learned positions, LayerNorm, biases and tied head) under 1 rank,
+#     dp 2 with ZeRO 1 and 3, tp 2 (gpt2: with sequence parallelism and selective
+#     recompute) and pp 2 (gpt2: ZeRO 2 with the tied head's copy), and logs the memory it
+#     measured after step 1 (bytes held through tsr_calloc, in use and peak since start,
+#     the most on any rank).  `tessera plan` for the same deck, overrides and number of
+#     ranks (--nodes 1 --gpus-per-node NP), this build's figure (fp32 containers), must be
+#     within 10% of both (measured: within 0.2%; the rest is communicator and data-reader
+#     bookkeeping the planner does not count).  Rank 0's bytes per group and kind in step 1
+#     (the trainer's "comm per step" line, MB to 3 decimals) must equal the plan's traffic
+#     of stage 0.
+#  2. --json parses (python3 -m json.tool) for llm70b on 64 x 8 and for the search.
+#  3. --search ranks layouts of llm70b on 64 nodes x 8 GPUs that fit in memory.
+#  4. A layout that does not divide fails with exit 2 and names the keys and numbers.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+mpi_test_setup
+bytes_corpus computers
+
+T=(run.max_steps=1 run.eval_every=0 run.log_every=1 "data.train=$SCRATCH/data/train_*.bin"
+  data.valid= checkpoint.resume=none checkpoint.every_steps=0 checkpoint.keep=1)
+TINY=(model.seq_len=64 train.micro_batch=4 train.global_batch=8)
+GPT2=(model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4 model.d_ff=256
+  model.vocab_size=512 model.seq_len=64 train.micro_batch=2 train.global_batch=8)
+ROWS="$SCRATCH/rows.txt"
+: >"$ROWS"
+
+compare() { # compare NAME: planned (NAME.json) against measured (NAME.log)
+  "$PYTHON_REF" - "$SCRATCH/$1.log" "$SCRATCH/$1.json" "$1" "$ROWS" <<'PY'
+import json, re, sys
+log, plan, name = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), sys.argv[3]
+m = re.search(r"memory at step 1, most on any rank: in use ([0-9.]+) MB, peak ([0-9.]+) MB", log)
+if not m:
+    print("    no memory line in the trainer's log"); sys.exit(1)
+use, peak = float(m.group(1)) * 1e6, float(m.group(2)) * 1e6
+cpu = [s["memory_cpu_build"] for s in plan["stages"]]
+p_use, p_peak = max(c["total"] for c in cpu), max(c["peak"] for c in cpu)
+d_use, d_peak = p_use / use - 1, p_peak / peak - 1
+with open(sys.argv[4], "a") as f:
+    f.write(f"  {name:<20} {p_use/1e6:10.3f} {use/1e6:10.3f} {100*d_use:+7.2f}% "
+            f"{p_peak/1e6:10.3f} {peak/1e6:10.3f} {100*d_peak:+7.2f}%\n")
+ok = abs(d_use) <= 0.10 and abs(d_peak) <= 0.10
+# traffic: every group and kind of rank 0's line against the plan's stage 0 (3 decimals)
+c = re.search(r"comm per step \(rank 0, ring-algorithm bytes\): (.*)", log)
+logged = {}
+for grp in (c.group(1).split("; ") if c else []):
+    g, rest = grp.split(" ", 1)
+    for kind, mb in re.findall(r"(\w+) ([0-9.]+)", rest.split("(", 1)[1]):
+        if kind != "scalar" and float(mb) > 0:
+            logged[(g, kind)] = float(mb)
+planned = {(g, k): v / 1e6 for g, t in plan["stages"][0]["traffic"].items() for k, v in t.items()
+           if k not in ("size", "link", "bytes", "scalar") and v > 0 and g != "embed_tied"}
+for key in sorted(set(logged) | set(planned)):
+    if abs(logged.get(key, 0) - planned.get(key, 0)) > 0.0015:
+        print(f"    traffic {key}: trainer {logged.get(key, 0):.3f} MB, plan {planned.get(key, 0):.4f} MB")
+        ok = False
+print(f"    {name}: planned {p_use/1e6:.3f} MB in use ({100*d_use:+.2f}%), {p_peak/1e6:.3f} MB peak "
+      f"({100*d_peak:+.2f}%); traffic: {len(logged)} group/kind counts compared")
+sys.exit(0 if ok else 1)
+PY
+}
+
+layout() { # layout NAME DECK NP overrides...: train one step, plan it, compare
+  local name=$1 deck="$top_srcdir/input/$2.nml" np=$3
+  shift 3
+  if ! timeout 120 "$MPIRUN" -np "$np" "$TESSERA" "$deck" "${T[@]}" "$@" \
+      run.out_dir="$SCRATCH/$name" >"$SCRATCH/$name.log" 2>&1; then
+    tail -n 5 "$SCRATCH/$name.log"
+    bad "$name: the trainer failed"
+    return
+  fi
+  if ! "$TESSERA" plan "$deck" --nodes 1 --gpus-per-node "$np" --json "${T[@]}" "$@" \
+      >"$SCRATCH/$name.json" 2>"$SCRATCH/$name.err"; then
+    cat "$SCRATCH/$name.err"
+    bad "$name: tessera plan failed"
+    return
+  fi
+  check "$name: planned memory within 10% of the measured, traffic equal" compare "$name"
+}
+
+layout tiny_1rank tiny 1 "${TINY[@]}"
+layout tiny_dp2_zero1 tiny 2 "${TINY[@]}" parallel.zero_stage=1
+layout tiny_dp2_zero3 tiny 2 "${TINY[@]}" parallel.zero_stage=3
+layout tiny_tp2 tiny 2 "${TINY[@]}" parallel.tp=2
+layout tiny_pp2 tiny 2 "${TINY[@]}" parallel.pp=2
+layout gpt2_1rank gpt2_124m 1 "${GPT2[@]}"
+layout gpt2_dp2_zero3 gpt2_124m 2 "${GPT2[@]}" parallel.zero_stage=3
+layout gpt2_tp2_sp gpt2_124m 2 "${GPT2[@]}" parallel.zero_stage=0 parallel.tp=2 \
+  parallel.sequence_parallel=.true. train.recompute=selective
+layout gpt2_pp2_zero2 gpt2_124m 2 "${GPT2[@]}" parallel.pp=2 parallel.zero_stage=2
+echo "  layout               planned MB measured MB   diff    plan peak  meas. peak   diff"
+cat "$ROWS"
+
+# --json and --search on the shipped 70B deck
+big="$top_srcdir/input/llm70b.nml"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --json >"$SCRATCH/70b.json" 2>&1
+check "plan --json of llm70b on 64 x 8 parses" "$PYTHON_REF" -m json.tool "$SCRATCH/70b.json" /dev/null
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 >"$SCRATCH/70b.txt" 2>&1
+check "the table of llm70b on 64 x 8 has the memory, traffic and time sections" \
+  grep -q "predicted step" "$SCRATCH/70b.txt"
+sed -n '/^memory per GPU/,/fits:/p' "$SCRATCH/70b.txt"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --top 5 >"$SCRATCH/search.txt" 2>&1
+rc=$?
+cat "$SCRATCH/search.txt"
+ranked=$(sed -n '/^ *rank /,/own layout/p' "$SCRATCH/search.txt" | grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ ')
+check "plan --search lists the 5 fastest layouts of llm70b on 64 x 8 that fit, then the deck's" \
+  test $rc -eq 0 -a "$ranked" -eq 5 -a -n "$(grep "the deck's own layout (fits" "$SCRATCH/search.txt")"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json >"$SCRATCH/search.json" 2>&1
+check "plan --search --json parses, every listed layout fits" "$PYTHON_REF" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['search']
+sys.exit(0 if d['layouts'] and all(l['fits'] for l in d['layouts']) else 1)" "$SCRATCH/search.json"
+
+# layouts that do not divide: exit 2, naming the keys and their values
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=16 >"$SCRATCH/bad.txt" 2>&1
+rc=$?
+cat "$SCRATCH/bad.txt"
+check "tp 16 on 8-GPU nodes: exit 2, 'parallel.tp = 16 does not divide the 8 GPUs'" \
+  test $rc -eq 2 -a -n "$(grep 'parallel.tp = 16 does not divide the 8 GPUs' "$SCRATCH/bad.txt")"
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=3 >"$SCRATCH/bad3.txt" 2>&1
+rc=$?
+check "tp 3: exit 2, 'parallel.tp = 3 does not divide model.n_head = 32'" \
+  test $rc -eq 2 -a -n "$(grep 'parallel.tp = 3 does not divide model.n_head = 32' "$SCRATCH/bad3.txt")"
+finish

@@ -1,0 +1,325 @@
+/* test_plan.c — the planner (src/plan.c) against independent references:
+ *
+ *  1. the seeds' worked numbers: 7B parameters in fp32 are 28 GB of weights and 112 GB with
+ *     gradients and Adam (16 bytes per parameter); ZeRO-1/2/3 on 4 GPUs 70, 49, 28 GB (the
+ *     optimizer state, then + gradients, then + weights split four ways); mixed precision
+ *     14 GB bf16 weights + 28 GB fp32 master; the same arithmetic from the llm7b deck's own
+ *     tensor table (6.74 B parameters);
+ *  2. layouts that do not divide are refused with messages naming the deck keys and values;
+ *  3. the built-in hardware tables and the 'custom' checks;
+ *  4. the in-flight activation sets of the closed forms equal the generated schedules' peak
+ *     (pipeline.c), for gpipe, 1f1b and interleaved, every stage;
+ *  5. the CPU build's figure of what the model allocates equals the bytes tsr_model_create_opt
+ *     actually allocates (tsr_mem_bytes), for llama and gpt2, every recompute mode, bf16,
+ *     pipeline parts, several activation slots;
+ *  6. tensor-parallel traffic per layer equals Megatron's count 4 x 2(T-1)/T x b s h x 4 bytes
+ *     (bench/tp.sh's reference) and ZeRO traffic the ring formulas of tests/test_zero.c;
+ *  7. FLOPs per token equal 6 N + 6 L T d with N counted from the shapes by hand, and the
+ *     bubble of llm70b's layout is (p-1)/(m+p-1).
+ * No MPI: the model runs without a tp group (tp = 1) here; tests/plan.sh compares the
+ * trainer's measured memory and traffic under real multi-rank layouts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deck.h"
+#include "model.h"
+#include "pipeline.h"
+#include "plan.h"
+#include "testutil.h"
+#include "util.h"
+
+static int close_to(double got, double want, double rel) {
+  return fabs(got - want) <= rel * fabs(want);
+}
+
+static void test_seed_arithmetic(void) {
+  const double N = 7e9, GB = 1e9;
+  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0, TSR_PLAN_GPU);
+  TU_CHECK(m.params == 28 * GB && m.total == 112 * GB,
+           "7B fp32: weights %.1f GB (seed: 28), with gradients and Adam %.1f GB (seed: 112)",
+           m.params / GB, m.total / GB);
+  const double want[4] = {112, 70, 49, 28};
+  for (int z = 1; z <= 3; z++) {
+    m = tsr_plan_state(N, z, 4, 0, TSR_PLAN_GPU);
+    TU_CHECK(close_to(m.total, want[z] * GB, 1e-12),
+             "7B fp32 ZeRO-%d on 4 GPUs: %.1f GB per GPU (seed: %.0f; weights %.1f, grads %.2f, "
+             "Adam %.1f)", z, m.total / GB, want[z], m.params / GB, m.grads / GB, m.optim / GB);
+  }
+  m = tsr_plan_state(N, 0, 1, 1, TSR_PLAN_GPU);
+  TU_CHECK(m.params == 14 * GB && m.master == 28 * GB && m.optim == 56 * GB && m.grads == 28 * GB,
+           "7B bf16: weights %.0f GB + fp32 master %.0f GB (seed: 14 + 28), Adam %.0f GB (seed: "
+           "56), fp32 gradients %.0f GB", m.params / GB, m.master / GB, m.optim / GB, m.grads / GB);
+  m = tsr_plan_state(N, 0, 1, 0, TSR_PLAN_CPU);
+  TU_CHECK(m.total == 140 * GB,
+           "7B on this CPU build (a separate fp32 master): %.0f GB = 20 B/param", m.total / GB);
+}
+
+static tsr_config deck(const char *name) {
+  tsr_config c;
+  char path[1024], err[4096];
+  const char *top = getenv("top_srcdir") ? getenv("top_srcdir") : ".";
+  snprintf(path, sizeof path, "%s/input/%s.nml", top, name);
+  FILE *f = fopen(path, "rb");
+  static char text[1 << 16];
+  const size_t n = f ? fread(text, 1, sizeof text, f) : 0;
+  if (f) fclose(f);
+  tsr_deck_defaults(&c);
+  if (!n || tsr_deck_parse(&c, text, n, path, 0, NULL, 512, err, sizeof err))
+    printf("    could not read %s: %s\n", path, err);
+  return c;
+}
+
+/* The state of the real 7B shapes on 1 and 4 GPUs (fp32, tp = pp = 1). */
+static void test_llm7b_state(void) {
+  tsr_config c = deck("llm7b");
+  c.parallel.tp = 1;
+  c.parallel.sequence_parallel = 0;
+  snprintf(c.train.precision, sizeof c.train.precision, "fp32");
+  const double L = 32, C = 4096, F = 11008, V = 32000;
+  const double N = L * (4 * C * C + 3 * C * F + 2 * C) + 2 * V * C + C; /* by hand */
+  for (int z = 0; z <= 3; z++) {
+    c.parallel.zero_stage = z;
+    const int world = z ? 4 : 1;
+    tsr_plan_grid g;
+    char msg[1024];
+    const int bad = tsr_plan_layout(&c, world, world, &g, msg, sizeof msg);
+    tsr_plan_memory m = {0};
+    const int rc = bad ? -1 : tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_GPU, &m);
+    const double state = m.params + m.grads + m.master + m.optim;
+    const double bytes_per = z == 0 ? 16 : z == 1 ? 10 : z == 2 ? 7 : 4;
+    TU_CHECK(rc == 0 && close_to(state, bytes_per * N, 1e-6),
+             "llm7b deck (%.4g parameters) fp32 ZeRO-%d on %d GPU(s): state %.2f GB = %.0f B/param "
+             "(activations %.2f GB, buffers %.2f GB more)", N, z, world, state / 1e9, bytes_per,
+             m.activations / 1e9, (m.comm + m.workspace) / 1e9);
+  }
+}
+
+static int says(const char *msg, const char *what) {
+  if (strstr(msg, what)) return 1;
+  printf("    missing: \"%s\"\n", what);
+  return 0;
+}
+
+static void test_divisibility(void) {
+  tsr_config c = deck("llm7b");
+  char msg[4096];
+  tsr_plan_grid g;
+  c.parallel.tp = 3;
+  int n = tsr_plan_layout(&c, 8, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 7 && says(msg, "model.n_head = 32 is not divisible by parallel.tp = 3") &&
+               says(msg, "model.n_kv_head = 32 and parallel.tp = 3") &&
+               says(msg, "model.d_ff = 11008 is not divisible by parallel.tp = 3") &&
+               says(msg, "model.vocab_size = 32000 is not divisible by parallel.tp = 3") &&
+               says(msg, "model.seq_len = 4096 is not divisible by parallel.tp = 3") &&
+               says(msg, "parallel.tp = 3 does not divide the 8 GPUs of a node") &&
+               says(msg, "world size 8 is not divisible by parallel.tp x parallel.pp = 3 x 1 = 3"),
+           "tp 3 on one node of 8: %d problems, each naming the keys and their values", n);
+  c = deck("llm7b");
+  c.parallel.pp = 5;
+  c.train.micro_batch = 3;
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 2 && says(msg, "model.n_layer = 32 is not divisible by parallel.pp x "
+                               "parallel.virtual_stages = 5 x 1 = 5") &&
+               says(msg, "world size 64 is not divisible by parallel.tp x parallel.pp = 8 x 5 = "
+                         "40"),
+           "pp 5 on 64 GPUs: layers and world size named");
+  c.parallel.pp = 1;
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 1 && says(msg, "train.global_batch = 1024 is not divisible by train.micro_batch "
+                               "x dp = 3 x 8 = 24"), "micro_batch 3: the batch split named");
+  c.train.micro_batch = 1;
+  snprintf(c.parallel.shard_scope, sizeof c.parallel.shard_scope, "node");
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  TU_CHECK(n == 0 && g.dp == 8 && g.shard == 1 && g.replicate == 8 && g.micro_batches == 128,
+           "llm7b on 8 x 8 with shard_scope 'node': dp %d = shard %d x %d copies, %d micro-batches",
+           g.dp, g.shard, g.replicate, g.micro_batches);
+}
+
+static void test_hardware(void) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  tsr_hardware hw;
+  const struct { const char *name; double tflops, gb, gbps; } want[] = {
+      {"h100", 989, 80, 3350}, {"h200", 989, 141, 4800}, {"a100", 312, 80, 2039}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(c.hardware.name, sizeof c.hardware.name, "%s", want[i].name);
+    const int rc = tsr_plan_hardware(&c.hardware, &hw);
+    TU_CHECK(rc == 0 && hw.peak_tflops == want[i].tflops && hw.hbm_gb == want[i].gb &&
+                 hw.hbm_gbps == want[i].gbps && hw.gpus_per_node == 8,
+             "built-in %s: %.0f TFLOP/s, %.0f GB, %.0f GB/s, %d per node", want[i].name,
+             hw.peak_tflops, hw.hbm_gb, hw.hbm_gbps, hw.gpus_per_node);
+  }
+  c.hardware.hbm_gb = 96;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.hbm_gb == 96 && hw.peak_tflops == 312,
+           "a deck figure overrides the table's (a100 with hbm_gb = 96)");
+  snprintf(c.hardware.name, sizeof c.hardware.name, "custom");
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == TSR_ERR_INPUT,
+           "'custom' without every figure is refused (bad input)");
+  c.hardware.peak_tflops = 100, c.hardware.hbm_gbps = 1000, c.hardware.intra_node_gbps = 100;
+  c.hardware.inter_node_gbps = 10, c.hardware.gpus_per_node = 4;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.gpus_per_node == 4,
+           "'custom' with every figure is taken as given");
+}
+
+static void test_in_flight(void) {
+  const char *kinds[] = {"gpipe", "1f1b", "interleaved"};
+  int bad = 0, cases = 0;
+  for (int k = 0; k < 3; k++)
+    for (int pp = 2; pp <= 4; pp++)
+      for (int m = pp; m <= 3 * pp; m += pp)
+        for (int v = 1; v <= (k == 2 ? 3 : 1); v++)
+          for (int s = 0; s < pp; s++) {
+            tsr_pp_schedule *sc;
+            if (tsr_pp_schedule_create(&sc, kinds[k], pp, s, m, v)) {
+              bad++;
+              continue;
+            }
+            const int want = tsr_pp_peak_in_flight(sc);
+            const int got = tsr_plan_in_flight(kinds[k], pp, s, m, v);
+            if (got != want) {
+              printf("    %s pp %d m %d v %d stage %d: closed form %d, schedule %d\n", kinds[k],
+                     pp, m, v, s, got, want);
+              bad++;
+            }
+            cases++;
+            tsr_pp_schedule_destroy(&sc);
+          }
+  TU_CHECK(bad == 0, "activation sets in flight: closed forms = generated schedules in %d cases",
+           cases);
+}
+
+/* The planner's figure of the model's own allocation against the real one. */
+static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
+                       int v, int stage, int zero, int tied) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  snprintf(c.model.arch, sizeof c.model.arch, "%s", arch);
+  c.model.n_layer = 4, c.model.d_model = 64, c.model.n_head = 4;
+  c.model.n_kv_head = strcmp(arch, "gpt2") ? 2 : 4;
+  c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
+  c.model.tie_embeddings = tied;
+  c.parallel.pp = pp, c.parallel.virtual_stages = v, c.parallel.zero_stage = zero;
+  snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", v > 1 ? "interleaved" : "1f1b");
+  c.train.micro_batch = 2, c.train.global_batch = 2 * 2 * pp;
+  snprintf(c.train.recompute, sizeof c.train.recompute, "%s", recompute);
+  snprintf(c.train.precision, sizeof c.train.precision, "%s", precision);
+  tsr_plan_grid g;
+  tsr_plan_memory plan;
+  if (tsr_plan_layout(&c, pp, pp, &g, NULL, 0) ||
+      tsr_plan_stage_memory(&c, &g, stage, TSR_PLAN_CPU, &plan)) {
+    TU_CHECK(0, "%s %s: no plan", arch, recompute);
+    return;
+  }
+  tsr_layout *lay;
+  tsr_model *model = NULL;
+  tsr_layout_create_part(&lay, &c.model, 1, 0, pp, stage, v);
+  lay->n_flat = (lay->n_params + 63) / 64 * 64; /* zero.c's padding for one shard */
+  const size_t before = tsr_mem_bytes();
+  const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
+  const int rc = tsr_model_create_opt(&model, &c, lay, &o);
+  const double got = (double)(tsr_mem_bytes() - before);
+  TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
+           "%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d slot(s): model allocates %.0f "
+           "bytes, planned %.0f", arch, recompute, precision, pp, v, stage, zero,
+           tied ? ", tied" : "", plan.in_flight, got, plan.model);
+  tsr_model_destroy(&model);
+  tsr_layout_destroy(&lay);
+}
+
+static void test_model_bytes(void) {
+  const char *modes[] = {"none", "selective", "full"};
+  for (int r = 0; r < 3; r++) model_case("llama", modes[r], "fp32", 1, 1, 0, 0, 0);
+  for (int r = 0; r < 3; r++) model_case("gpt2", modes[r], "bf16", 1, 1, 0, 2, 1);
+  model_case("llama", "none", "fp32", 2, 1, 0, 1, 0);
+  model_case("llama", "selective", "fp32", 2, 1, 1, 3, 0);
+  model_case("gpt2", "none", "fp32", 2, 1, 1, 0, 1);
+  model_case("llama", "full", "bf16", 2, 2, 0, 1, 0);
+  model_case("llama", "none", "fp32", 2, 2, 1, 0, 0);
+}
+
+/* Rank traffic of one plan (stage 0) in group `grp`, kind `k`. */
+static double traffic(const tsr_config *c, int world, int grp, tsr_comm_kind k) {
+  tsr_plan_grid g;
+  tsr_plan_traffic t[TSR_PLAN_N_GROUPS];
+  if (tsr_plan_layout(c, world, world, &g, NULL, 0) || tsr_plan_stage_traffic(c, &g, 0, t))
+    return -1;
+  return t[grp].bytes[k];
+}
+
+static void test_traffic(void) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  c.model.n_layer = 2, c.model.d_model = 128, c.model.n_head = 4, c.model.n_kv_head = 4;
+  c.model.d_ff = 352, c.model.vocab_size = 256, c.model.seq_len = 64;
+  c.train.micro_batch = 2, c.train.global_batch = 2;
+  for (int T = 2; T <= 4; T *= 2) {
+    c.parallel.tp = T;
+    c.model.n_layer = 2;
+    const double a2 = traffic(&c, T, TSR_PLAN_TP, TSR_COMM_ALL_REDUCE);
+    c.model.n_layer = 4;
+    const double a4 = traffic(&c, T, TSR_PLAN_TP, TSR_COMM_ALL_REDUCE);
+    const double megatron = 4 * 2.0 * (T - 1) / T * 2 * 64 * 128 * 4;
+    TU_CHECK(fabs((a4 - a2) / 2 - megatron) < 1e-6,
+             "tp %d: all-reduce bytes per layer %.0f = Megatron's 4 x 2(T-1)/T x b s h x 4 = %.0f",
+             T,
+             (a4 - a2) / 2, megatron);
+  }
+  c.parallel.tp = 1;
+  c.train.global_batch = 2 * 2 * 4; /* k = 2 micro-batches on each of 4 ranks */
+  tsr_plan_grid g;
+  tsr_plan_layout(&c, 4, 4, &g, NULL, 0);
+  tsr_layout *lay;
+  tsr_layout_create(&lay, &c.model);
+  const double B = 4.0 * (double)((lay->n_params + 255) / 256 * 256), r = 3.0 / 4;
+  const double emb = 4.0 * 256 * 128; /* unit 0: embed.weight */
+  tsr_layout_destroy(&lay);
+  c.parallel.zero_stage = 0;
+  const double ar = traffic(&c, 4, TSR_PLAN_DP, TSR_COMM_ALL_REDUCE);
+  c.parallel.zero_stage = 2;
+  const double rs2 = traffic(&c, 4, TSR_PLAN_DP_SHARD, TSR_COMM_REDUCE_SCATTER);
+  c.parallel.zero_stage = 3;
+  const double ag3 = traffic(&c, 4, TSR_PLAN_DP_SHARD, TSR_COMM_ALL_GATHER);
+  TU_CHECK(close_to(ar, 2 * r * B, 1e-12) && close_to(rs2, 2 * r * B, 1e-12) &&
+               close_to(ag3, 2 * r * (2 * B - emb), 1e-12),
+           "ZeRO on 4 ranks, k = 2: stage 0 all-reduce %.0f = 2(D-1)/D B, stage 2 reduce-scatter "
+           "%.0f = k (S-1)/S B, stage 3 gathers %.0f = k (S-1)/S (2B - 4|unit 0|)", ar, rs2, ag3);
+}
+
+static void test_flops_and_bubble(void) {
+  tsr_config c = deck("llm7b");
+  const double L = 32, C = 4096, F = 11008, V = 32000, T = 4096;
+  const double N = L * (4 * C * C + 3 * C * F + 2 * C) + 2 * V * C + C;
+  const double got = tsr_plan_flops_per_token(&c.model);
+  TU_CHECK(close_to(got, 6 * N + 6 * L * T * C, 1e-12),
+           "llm7b FLOPs per token %.6g = 6 N + 6 L T d = %.6g", got, 6 * N + 6 * L * T * C);
+  c = deck("llm70b");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 1);
+  TU_CHECK(rc == 0 && close_to(p.bubble, 7.0 / 135.0, 1e-12) && p.fits && p.mfu > 0 && p.mfu < 1 &&
+               p.stages[0].mem[TSR_PLAN_GPU].in_flight == 8 &&
+               p.stages[7].mem[TSR_PLAN_GPU].in_flight == 1,
+           "llm70b on 64 x 8: bubble %.4f = 7/135, stage 0 keeps 8 micro-batches, the last 1; "
+           "fits (%.1f GB); predicted step %.2f s, MFU %.3f", p.bubble,
+           p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total / 1e9, p.t_step, p.mfu);
+  tsr_plan_destroy(&p);
+}
+
+int main(void) {
+  test_seed_arithmetic();
+  test_llm7b_state();
+  test_divisibility();
+  test_hardware();
+  test_in_flight();
+  test_model_bytes();
+  test_traffic();
+  test_flops_and_bubble();
+  return tu_summary("test_plan");
+}
