@@ -1,0 +1,395 @@
+/* attention.cu — causal grouped-query attention, flash-style, forward and backward, on
+ * fp32 or bf16 storage with fp32 arithmetic.  Layouts and semantics are those of
+ * tsr_ops_attention_fwd/bwd (src/ops.h): q/k/v rows of stride qkv_stride, query head h
+ * reads kv head h / (H/KV), out contiguous [B*T, H*hd], lse[(b*H + h)*T + t].
+ *
+ * Tiles of BQ = 32 queries by BK = 32 keys, 256 threads.  Thread (row = tid/8, sub =
+ * tid%8) owns one query (or key) row of the tile and head dimensions sub, sub+8, ...;
+ * the 8 threads of a row sit in one aligned group of lanes, so row reductions are three
+ * xor shuffles.  Tiles live in shared memory as fp32 with rows padded to hd+1 floats
+ * (conflict-free column access).  No T x T matrix is ever stored.
+ *
+ * Forward: one block per (query tile, b, h) walks the key tiles up to the diagonal with
+ * an online softmax (running max m, sum l, rescaled accumulator).
+ * Backward: D = rowsum(dout * out) first; then one kernel per key tile (b, kv head)
+ * accumulates dk, dv over the group's query heads and the query tiles at or below the
+ * diagonal, and one kernel per query tile (b, h) accumulates dq over the key tiles.
+ * Both rebuild P = exp(scale * q.k - lse).  Every output element is owned by one thread
+ * and summed in a fixed order: no atomics, deterministic. */
+#include "cuda_common.cuh"
+
+#define BQ 32
+#define BK 32
+#define ATT_THREADS 256
+#define HD_MAX 128
+
+/* Copy rows [row0, row0 + nrows) of one head (columns [col0, col0 + hd)) of a strided
+ * buffer into a padded fp32 tile; rows at or beyond T are zero. */
+template <class T>
+__device__ __forceinline__ void load_tile(float *tile, const T *src, int row0, int nrows, int T_,
+                                          size_t batch_off, int stride, int col0, int hd) {
+  const int ld = hd + 1;
+  for (int idx = threadIdx.x; idx < nrows * hd; idx += ATT_THREADS) {
+    const int rr = idx / hd, d = idx - rr * hd, t = row0 + rr;
+    tile[rr * ld + d] =
+        t < T_ ? to_f32(src[batch_off + (size_t)t * stride + col0 + d]) : 0.0f;
+  }
+}
+
+/* out[j] = a . b_j for the rows b_j = b + j * step (j < N): a is read once for all N. */
+template <int N>
+__device__ __forceinline__ void dot_rows(float (&out)[N], const float *a, const float *b, int step,
+                                         int hd) {
+#pragma unroll
+  for (int j = 0; j < N; j++) out[j] = 0.0f;
+  for (int d = 0; d < hd; d++) {
+    const float x = a[d];
+#pragma unroll
+    for (int j = 0; j < N; j++) out[j] += x * b[j * step + d];
+  }
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
+                    int KV, int hd, int qkv_stride, float scale) {
+  extern __shared__ float smem[];
+  const int ld = hd + 1;
+  float *Qs = smem, *Ks = Qs + BQ * ld, *Vs = Ks + BK * ld, *Ps = Vs + BK * ld; /* Ps: [BQ][BK+1] */
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * BQ;
+  const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
+  const int tq = q0 + row;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
+  float m = -INFINITY, l = 0.0f, acc[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) acc[i] = 0.0f;
+
+  const int kend = min(q0 + BQ, T_); /* keys this tile's queries can see */
+  for (int k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads(); /* the previous tile's Ks/Vs/Ps are no longer read */
+    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    __syncthreads();
+    float s[BK / 8], tile_max = -INFINITY;
+    dot_rows(s, Qs + row * ld, Ks + sub * ld, 8 * ld, hd); /* keys sub, sub+8, ... */
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const int key = k0 + sub + 8 * j;
+      s[j] = (key <= tq && key < T_) ? scale * s[j] : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    const float m_new = fmaxf(m, tile_max);
+    /* every row sees key 0 in the first tile, so m_new is finite; guard anyway */
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float corr = expf(m - m_use);
+    float rowsum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const float p = expf(s[j] - m_use);
+      Ps[row * (BK + 1) + sub + 8 * j] = p;
+      rowsum += p;
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) rowsum += __shfl_xor_sync(0xffffffffu, rowsum, o);
+    l = l * corr + rowsum;
+    m = m_new;
+    __syncthreads(); /* Ps complete */
+#pragma unroll
+    for (int i = 0; i < DPT; i++) acc[i] *= corr;
+    for (int c = 0; c < BK; c++) {
+      const float p = Ps[row * (BK + 1) + c];
+#pragma unroll
+      for (int i = 0; i < DPT; i++) {
+        const int d = sub + 8 * i;
+        if (d < hd) acc[i] += p * Vs[c * ld + d];
+      }
+    }
+  }
+  if (tq < T_) {
+    T *o = out + ((size_t)b * T_ + tq) * H * hd + (size_t)h * hd;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) o[d] = from_f32<T>(acc[i] * inv);
+    }
+    if (sub == 0) lse[((size_t)b * H + h) * T_ + tq] = m + logf(l);
+  }
+}
+
+/* --------------------------------------------------------------- backward */
+
+/* D[(b*H + h)*T + t] = sum_i dout[.., i] * out[.., i]: one warp per (row, head). */
+template <class T>
+__global__ void attn_bwd_dot_kernel(float *D, const T *dout, const T *out, int B, int T_, int H,
+                                    int hd) {
+  const long w = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= (long)B * T_ * H) return;
+  const long row = w / H; /* b*T + t */
+  const int h = (int)(w % H);
+  const T *go = dout + row * H * hd + (size_t)h * hd, *o = out + row * H * hd + (size_t)h * hd;
+  float s = 0.0f;
+  for (int i = lane; i < hd; i += 32) s += to_f32(go[i]) * to_f32(o[i]);
+  s = warp_sum(s);
+  const long b = row / T_, t = row % T_;
+  if (lane == 0) D[(b * H + h) * T_ + t] = s;
+}
+
+/* dq of one query tile: dq_t += scale * sum_j P_tj (dP_tj - D_t) k_j */
+template <class T, int DPT>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_bwd_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                       const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
+                       float scale) {
+  extern __shared__ float smem[];
+  const int ld = hd + 1;
+  float *Qs = smem, *dOs = Qs + BQ * ld, *Ks = dOs + BQ * ld, *Vs = Ks + BK * ld;
+  float *dSs = Vs + BK * ld, *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * BQ;
+  const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
+  const int tq = q0 + row;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+  const size_t stat = ((size_t)b * H + h) * T_;
+
+  load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
+  load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
+  for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
+    const int t = q0 + rr;
+    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
+    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
+  }
+  float acc[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) acc[i] = 0.0f;
+
+  const int kend = min(q0 + BQ, T_);
+  for (int k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads();
+    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    __syncthreads();
+    float qk[BK / 8], dp[BK / 8];
+    dot_rows(qk, Qs + row * ld, Ks + sub * ld, 8 * ld, hd);
+    dot_rows(dp, dOs + row * ld, Vs + sub * ld, 8 * ld, hd);
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const int c = sub + 8 * j, key = k0 + c;
+      float ds = 0.0f;
+      if (key <= tq && key < T_ && tq < T_) {
+        const float p = expf(scale * qk[j] - Ls[row]);
+        ds = p * (dp[j] - Ds[row]);
+      }
+      dSs[row * (BK + 1) + c] = ds;
+    }
+    __syncthreads();
+    for (int c = 0; c < BK; c++) {
+      const float ds = dSs[row * (BK + 1) + c];
+#pragma unroll
+      for (int i = 0; i < DPT; i++) {
+        const int d = sub + 8 * i;
+        if (d < hd) acc[i] += ds * Ks[c * ld + d];
+      }
+    }
+  }
+  if (tq < T_) {
+    T *d_out = dq + boff + (size_t)tq * qkv_stride + (size_t)h * hd;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) d_out[d] = from_f32<T>(to_f32(d_out[d]) + scale * acc[i]);
+    }
+  }
+}
+
+/* dk, dv of one key tile of kv head g: sums over the group's query heads (outer) and
+ * the query tiles from the diagonal down (inner), rows in order within a tile.
+ *   dv_j += sum_t P_tj dout_t;   dk_j += scale * sum_t P_tj (dP_tj - D_t) q_t */
+template <class T, int DPT>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attn_bwd_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D,
+                         const T *q, const T *k, const T *v, int T_, int H, int KV, int hd,
+                         int qkv_stride, float scale) {
+  extern __shared__ float smem[];
+  const int ld = hd + 1;
+  float *Ks = smem, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *dOs = Qs + BQ * ld;
+  float *Ps = dOs + BQ * ld, *dSs = Ps + BQ * (BK + 1), *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
+  const int group = H / KV;
+  const int b = blockIdx.y / KV, g = blockIdx.y % KV;
+  const int j0 = blockIdx.x * BK;
+  const int col = threadIdx.x >> 3, sub = threadIdx.x & 7; /* col: this thread's key */
+  const int key = j0 + col;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  load_tile(Ks, k, j0, BK, T_, boff, qkv_stride, g * hd, hd);
+  load_tile(Vs, v, j0, BK, T_, boff, qkv_stride, g * hd, hd);
+  float acc_k[DPT], acc_v[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) acc_k[i] = acc_v[i] = 0.0f;
+
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    const size_t stat = ((size_t)b * H + h) * T_;
+    for (int q0 = j0 / BQ * BQ; q0 < T_; q0 += BQ) {
+      __syncthreads(); /* previous Qs/dOs/Ps/dSs reads are done (first pass: Ks/Vs loaded) */
+      load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
+      load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
+      for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
+        const int t = q0 + rr;
+        Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
+        Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
+      }
+      __syncthreads();
+      float qk[BQ / 8], dp[BQ / 8];
+      dot_rows(qk, Ks + col * ld, Qs + sub * ld, 8 * ld, hd); /* queries sub, sub+8, ... */
+      dot_rows(dp, Vs + col * ld, dOs + sub * ld, 8 * ld, hd);
+#pragma unroll
+      for (int j = 0; j < BQ / 8; j++) {
+        const int rr = sub + 8 * j, t = q0 + rr;
+        float p = 0.0f, ds = 0.0f;
+        if (t < T_ && key <= t && key < T_) {
+          p = expf(scale * qk[j] - Ls[rr]);
+          ds = p * (dp[j] - Ds[rr]);
+        }
+        Ps[rr * (BK + 1) + col] = p;
+        dSs[rr * (BK + 1) + col] = ds;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < BQ; rr++) {
+        const float p = Ps[rr * (BK + 1) + col], ds = dSs[rr * (BK + 1) + col];
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          const int d = sub + 8 * i;
+          if (d < hd) {
+            acc_v[i] += p * dOs[rr * ld + d];
+            acc_k[i] += ds * Qs[rr * ld + d];
+          }
+        }
+      }
+    }
+  }
+  if (key < T_) {
+    const size_t off = boff + (size_t)key * qkv_stride + (size_t)g * hd;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) {
+        if (dk) dk[off + d] = from_f32<T>(to_f32(dk[off + d]) + scale * acc_k[i]);
+        if (dv) dv[off + d] = from_f32<T>(to_f32(dv[off + d]) + acc_v[i]);
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ drivers */
+
+static size_t fwd_smem(int hd) { return (size_t)((BQ + 2 * BK) * (hd + 1) + BQ * (BK + 1)) * sizeof(float); }
+static size_t dq_smem(int hd) {
+  return (size_t)((2 * BQ + 2 * BK) * (hd + 1) + BQ * (BK + 1) + 2 * BQ) * sizeof(float);
+}
+static size_t dkdv_smem(int hd) {
+  return (size_t)((2 * BK + 2 * BQ) * (hd + 1) + 2 * BQ * (BK + 1) + 2 * BQ) * sizeof(float);
+}
+
+static int check_shape(int B, int T, int H, int KV, int hd, int qkv_stride) {
+  TSR_CUDA_ARG(B > 0 && T > 0 && H > 0 && KV > 0 && H % KV == 0);
+  TSR_CUDA_ARG(hd > 0 && hd <= HD_MAX);
+  TSR_CUDA_ARG(qkv_stride >= H * hd); /* q, k, v may share one fused buffer or not */
+  return 0;
+}
+
+template <class T, int DPT>
+static int attn_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_, int H,
+                    int KV, int hd, int qkv_stride, cudaStream_t stream) {
+  const size_t smem = fwd_smem(hd);
+  TSR_CUDA_CHECK(allow_smem(attn_fwd_kernel<T, DPT>, smem));
+  const dim3 grid((T_ + BQ - 1) / BQ, B * H);
+  attn_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, stream>>>(
+      out, lse, q, k, v, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+template <class T, int DPT>
+static int attn_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
+                    const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
+                    int qkv_stride, cudaStream_t stream) {
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  float *D = NULL;
+  TSR_CUDA_CHECK(cudaMallocAsync((void **)&D, (size_t)B * H * T_ * sizeof(float), stream));
+  const long warps = (long)B * T_ * H;
+  attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
+                                                                                T_, H, hd);
+  TSR_CUDA_LAUNCHED();
+  if (dq) {
+    const size_t smem = dq_smem(hd);
+    TSR_CUDA_CHECK(allow_smem(attn_bwd_dq_kernel<T, DPT>, smem));
+    attn_bwd_dq_kernel<T, DPT><<<dim3((T_ + BQ - 1) / BQ, B * H), ATT_THREADS, smem, stream>>>(
+        dq, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dk || dv) {
+    const size_t smem = dkdv_smem(hd);
+    TSR_CUDA_CHECK(allow_smem(attn_bwd_dkdv_kernel<T, DPT>, smem));
+    attn_bwd_dkdv_kernel<T, DPT><<<dim3((T_ + BK - 1) / BK, B * KV), ATT_THREADS, smem, stream>>>(
+        dk, dv, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  TSR_CUDA_CHECK(cudaFreeAsync(D, stream));
+  return 0;
+}
+
+/* head_dim <= 64 uses 8 accumulators per thread, up to 128 uses 16 */
+template <class T>
+static int attention_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
+                         int H, int KV, int hd, int qkv_stride, cudaStream_t stream) {
+  TSR_CALL(check_shape(B, T_, H, KV, hd, qkv_stride));
+  if (hd <= 64) return attn_fwd<T, 8>(out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
+  return attn_fwd<T, 16>(out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
+}
+template <class T>
+static int attention_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
+                         const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
+                         int qkv_stride, cudaStream_t stream) {
+  TSR_CALL(check_shape(B, T_, H, KV, hd, qkv_stride));
+  if (!dq && !dk && !dv) return 0;
+  if (hd <= 64)
+    return attn_bwd<T, 8>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
+  return attn_bwd<T, 16>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
+}
+
+extern "C" int tsr_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int B, int T, int H, int KV, int hd,
+                                      int qkv_stride, cudaStream_t stream) {
+  return attention_fwd<float>(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, stream);
+}
+extern "C" int tsr_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                      const float *out, const float *lse, const float *q,
+                                      const float *k, const float *v, int B, int T, int H,
+                                      int KV, int hd, int qkv_stride, cudaStream_t stream) {
+  return attention_bwd<float>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride,
+                              stream);
+}
+extern "C" int tsr_cuda_attention_fwd_bf16(tsr_bf16 *out, float *lse, const tsr_bf16 *q,
+                                           const tsr_bf16 *k, const tsr_bf16 *v, int B, int T,
+                                           int H, int KV, int hd, int qkv_stride,
+                                           cudaStream_t stream) {
+  return attention_fwd<bf16>((bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                             B, T, H, KV, hd, qkv_stride, stream);
+}
+extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv,
+                                           const tsr_bf16 *dout, const tsr_bf16 *out,
+                                           const float *lse, const tsr_bf16 *q, const tsr_bf16 *k,
+                                           const tsr_bf16 *v, int B, int T, int H, int KV, int hd,
+                                           int qkv_stride, cudaStream_t stream) {
+  return attention_bwd<bf16>((bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
+                             (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
+                             (const bf16 *)v, B, T, H, KV, hd, qkv_stride, stream);
+}

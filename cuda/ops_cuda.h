@@ -1,0 +1,201 @@
+/* ops_cuda.h — the CUDA backend of the kernel interface (src/ops.h).
+ *
+ * Every function here mirrors the ops.h function of the same name (tsr_ops_X ->
+ * tsr_cuda_X): the same arguments, in the same order, with the same semantics, on DEVICE
+ * pointers, plus the stream the work is queued on (last argument).  In particular:
+ *  - layouts are those of ops.h (row-major activations [n, width], weights [out, in]);
+ *  - forward functions overwrite their outputs; backward functions ACCUMULATE (+=) into
+ *    every gradient;
+ *  - the fp32 functions compute what ops_cpu.c computes to ~1e-6 relative (the summation
+ *    order differs; tests/cuda/test_kernels holds them to 1e-5);
+ *  - deterministic: no atomics on floating-point data, every reduction has a fixed
+ *    order that depends only on the shapes, so a rerun is bitwise identical.
+ * Where ops.h returns a value (loss sums, sums of squares, all_finite) the CUDA version
+ * writes it to a device pointer given as the first argument instead, so nothing here
+ * synchronises with the host.
+ *
+ * All functions return 0 on success and TSR_ERR (1) after reporting the failing call as
+ * "file:line func: call: error".  Kernel faults are asynchronous: they surface at the
+ * next checked synchronising call.  Some functions take stream-ordered scratch memory
+ * (cudaMallocAsync on the stream); tsr_cuda_device_setup() (cuda/device.h) makes the
+ * device's memory pool keep it cached, so after the first step no call reaches the
+ * driver's allocator.
+ *
+ * Mixed precision: tsr_bf16 is the raw 16-bit bf16 pattern (the upper half of an fp32).
+ * The *_bf16 functions take bf16 storage and compute in fp32 (GEMMs: tensor cores, fp32
+ * accumulation), with fp32 side outputs (lse, statistics).  Tests hold them to 1e-2. */
+#ifndef TSR_OPS_CUDA_H
+#define TSR_OPS_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t tsr_bf16;
+typedef enum { TSR_CUDA_F32 = 0, TSR_CUDA_BF16 = 1 } tsr_cuda_dtype;
+
+/* ---- GEMM through cuBLASLt (cuda/gemm.cu) ----
+ * A handle plus its workspace; one per stream that issues GEMMs concurrently. */
+typedef struct tsr_cuda_blas tsr_cuda_blas;
+int tsr_cuda_blas_create(tsr_cuda_blas **blas, size_t workspace_bytes); /* 0 = 32 MiB */
+void tsr_cuda_blas_destroy(tsr_cuda_blas **blas);                       /* NULLs it */
+
+/* fp32 (true fp32 FMA, no TF32): exactly the semantics of tsr_ops_matmul_fwd/bwd.
+ * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out], as a cuBLASLt epilogue). */
+int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
+                        const float *bias, int n, int in, int out, cudaStream_t stream);
+/* dx += dy @ w;  dw += dy^T @ x;  dbias += column sums of dy.  Any may be NULL. */
+int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias, const float *dy,
+                        const float *x, const float *w, int n, int in, int out,
+                        cudaStream_t stream);
+
+/* bf16 inputs, fp32 accumulation, output y in y_type (fp32 or bf16).
+ * bias (may be NULL) is in y_type (cuBLASLt's rule for the bias epilogue).
+ * act = TSR_CUDA_ACT_GELU: y = gelu_tanh(x w^T + bias), and pre_act [n, out] (y_type)
+ * receives x w^T + bias for the backward (fused in the GEMM epilogue when cuBLASLt
+ * offers it for the shape, otherwise a separate GELU pass). */
+typedef enum { TSR_CUDA_ACT_NONE = 0, TSR_CUDA_ACT_GELU = 1 } tsr_cuda_act;
+int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type,
+                             const tsr_bf16 *x, const tsr_bf16 *w, const void *bias,
+                             tsr_cuda_act act, void *pre_act, int n, int in, int out,
+                             cudaStream_t stream);
+/* dx (dx_type) += dy @ w;  dw (fp32) += dy^T @ x;  dbias (fp32) += column sums of dy.
+ * Gradients of weights stay fp32 (they are reduced over dp and fed to AdamW). */
+int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
+                             float *dbias, const tsr_bf16 *dy, const tsr_bf16 *x,
+                             const tsr_bf16 *w, int n, int in, int out, cudaStream_t stream);
+
+/* ---- embedding (cuda/ops_elem.cu) ----
+ * The backward sorts the rows by token (CUB radix sort, stable) and sums each token's
+ * rows in row order: deterministic, and bitwise what the CPU computes. */
+int tsr_cuda_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                           int n, int T, int C, int vocab_start, int vocab_local,
+                           cudaStream_t stream);
+int tsr_cuda_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                           int n, int T, int C, int vocab_start, int vocab_local,
+                           cudaStream_t stream);
+
+/* ---- norms ---- */
+int tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int n, int C,
+                         float eps, cudaStream_t stream);
+int tsr_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int n, int C, cudaStream_t stream);
+int tsr_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
+                           const float *b, int n, int C, float eps, cudaStream_t stream);
+int tsr_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
+                           const float *w, const float *mean, const float *rstd, int n, int C,
+                           cudaStream_t stream);
+/* bf16 activations and weight, fp32 rstd; dw accumulates in fp32. */
+int tsr_cuda_rmsnorm_fwd_bf16(tsr_bf16 *out, float *rstd, const tsr_bf16 *x, const tsr_bf16 *w,
+                              int n, int C, float eps, cudaStream_t stream);
+int tsr_cuda_rmsnorm_bwd_bf16(tsr_bf16 *dx, float *dw, const tsr_bf16 *dout, const tsr_bf16 *x,
+                              const tsr_bf16 *w, const float *rstd, int n, int C,
+                              cudaStream_t stream);
+
+/* ---- RoPE (angles formed in double, as on the CPU) ---- */
+int tsr_cuda_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride, float theta,
+                      cudaStream_t stream);
+int tsr_cuda_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int stride,
+                      float theta, cudaStream_t stream);
+int tsr_cuda_rope_fwd_bf16(tsr_bf16 *x, int n, int T, int n_heads, int head_dim, int stride,
+                           float theta, cudaStream_t stream);
+int tsr_cuda_rope_bwd_bf16(tsr_bf16 *dx, int n, int T, int n_heads, int head_dim, int stride,
+                           float theta, cudaStream_t stream);
+
+/* ---- causal GQA attention (cuda/attention.cu): flash-style, tiled over keys with an
+ * online softmax in shared memory; never stores a T x T matrix.  head_dim <= 128.
+ * The backward rebuilds P from lse in two kernels, one owning a block of keys (dk, dv,
+ * summing the group's query heads and rows in a fixed order) and one owning a block of
+ * queries (dq): no atomics, deterministic.  It needs B*H*T floats of scratch. */
+int tsr_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                           const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                           cudaStream_t stream);
+int tsr_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v,
+                           int B, int T, int H, int KV, int hd, int qkv_stride,
+                           cudaStream_t stream);
+/* bf16 storage for q, k, v, out, dout and the gradients, fp32 lse and arithmetic. */
+int tsr_cuda_attention_fwd_bf16(tsr_bf16 *out, float *lse, const tsr_bf16 *q, const tsr_bf16 *k,
+                                const tsr_bf16 *v, int B, int T, int H, int KV, int hd,
+                                int qkv_stride, cudaStream_t stream);
+int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const tsr_bf16 *dout,
+                                const tsr_bf16 *out, const float *lse, const tsr_bf16 *q,
+                                const tsr_bf16 *k, const tsr_bf16 *v, int B, int T, int H,
+                                int KV, int hd, int qkv_stride, cudaStream_t stream);
+
+/* ---- SwiGLU, GELU (tanh) ---- */
+int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F, cudaStream_t stream);
+int tsr_cuda_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F,
+                        cudaStream_t stream);
+int tsr_cuda_gelu_fwd(float *out, const float *x, int n_elem, cudaStream_t stream);
+int tsr_cuda_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem,
+                      cudaStream_t stream);
+int tsr_cuda_swiglu_fwd_bf16(tsr_bf16 *out, const tsr_bf16 *gate_up, int n, int F,
+                             cudaStream_t stream);
+int tsr_cuda_swiglu_bwd_bf16(tsr_bf16 *dgate_up, const tsr_bf16 *dout, const tsr_bf16 *gate_up,
+                             int n, int F, cudaStream_t stream);
+int tsr_cuda_gelu_fwd_bf16(tsr_bf16 *out, const tsr_bf16 *x, int n_elem, cudaStream_t stream);
+int tsr_cuda_gelu_bwd_bf16(tsr_bf16 *dx, const tsr_bf16 *dout, const tsr_bf16 *x, int n_elem,
+                           cudaStream_t stream);
+
+/* ---- elementwise ---- */
+int tsr_cuda_add(float *out, const float *a, const float *b, long n_elem, cudaStream_t stream);
+int tsr_cuda_acc(float *out, const float *a, long n_elem, cudaStream_t stream);
+int tsr_cuda_scale(float *x, float s, long n_elem, cudaStream_t stream);
+int tsr_cuda_add_bf16(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, long n_elem,
+                      cudaStream_t stream);
+int tsr_cuda_acc_bf16(tsr_bf16 *out, const tsr_bf16 *a, long n_elem, cudaStream_t stream);
+
+/* ---- cross entropy (cuda/xent.cu); *loss_sum is a device double, overwritten ---- */
+int tsr_cuda_xent_fwd_bwd(double *loss_sum, float *logits, const int32_t *targets, int n, int V,
+                          float dloss, cudaStream_t stream);
+int tsr_cuda_xent_fwd(double *loss_sum, const float *logits, const int32_t *targets, int n,
+                      int V, cudaStream_t stream);
+/* vocab-parallel passes, as ops.h describes (row_max, target_logit, sumexp: device
+ * doubles [n]; the caller all-reduces them over tp between the passes). */
+int tsr_cuda_xent_local_stats(double *row_max, double *target_logit, const float *logits,
+                              const int32_t *targets, int n, int V, int vocab_start,
+                              cudaStream_t stream);
+int tsr_cuda_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
+                               int V, cudaStream_t stream);
+int tsr_cuda_xent_rows(double *loss_sum, const double *row_max, const double *sumexp,
+                       const double *target_logit, int n, cudaStream_t stream);
+int tsr_cuda_xent_grad(float *logits, const int32_t *targets, const double *row_max,
+                       const double *sumexp, int n, int V, int vocab_start, float dloss,
+                       cudaStream_t stream);
+/* The same on bf16 logits (the LM head's bf16 output; the gradient overwrites it in
+ * bf16, ready for the head's backward GEMM).  Statistics stay fp32/double. */
+int tsr_cuda_xent_fwd_bwd_bf16(double *loss_sum, tsr_bf16 *logits, const int32_t *targets, int n,
+                               int V, float dloss, cudaStream_t stream);
+int tsr_cuda_xent_local_stats_bf16(double *row_max, double *target_logit, const tsr_bf16 *logits,
+                                   const int32_t *targets, int n, int V, int vocab_start,
+                                   cudaStream_t stream);
+int tsr_cuda_xent_local_sumexp_bf16(double *sumexp, const tsr_bf16 *logits,
+                                    const double *row_max, int n, int V, cudaStream_t stream);
+int tsr_cuda_xent_grad_bf16(tsr_bf16 *logits, const int32_t *targets, const double *row_max,
+                            const double *sumexp, int n, int V, int vocab_start, float dloss,
+                            cudaStream_t stream);
+
+/* ---- AdamW over a flat fp32 shard (torch.optim.AdamW; scalars formed as on the CPU) ---- */
+int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
+                   float beta2, float eps, float weight_decay, long t, float grad_scale,
+                   cudaStream_t stream);
+
+/* ---- casts and reductions ---- */
+int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem, cudaStream_t stream);
+int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem, cudaStream_t stream);
+int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem, cudaStream_t stream);
+/* *out (device double) = sum of squares: two passes, per-block partials in double, then
+ * one block sums them in a fixed order. */
+int tsr_cuda_sumsq(double *out, const float *x, long n_elem, cudaStream_t stream);
+int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

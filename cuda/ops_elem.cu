@@ -1,0 +1,627 @@
+/* ops_elem.cu — the CUDA kernels of ops.h other than GEMMs, attention and cross entropy:
+ * embedding, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU, residual adds, AdamW, casts and
+ * reductions.  Each mirrors the CPU function of the same name in src/ops_cpu.c.
+ *
+ * Determinism: every output element has one owning thread; reductions over rows
+ * (dw, db, dwpe, dwte) are split over columns, or into per-chunk partials that one
+ * thread per column then sums in chunk order, never with floating-point atomics. */
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda_common.cuh"
+
+#define ROW_THREADS 256 /* one block per row for the row-wise kernels */
+
+/* ------------------------------------------------------- column reductions
+ * dst[c] += sum over rows r of f(r, c), in double: pass 1 gives each chunk of
+ * COL_CHUNK rows a partial per column, pass 2 adds the chunks in order. */
+#define COL_CHUNK 256
+#define COL_TX 32
+#define COL_TY 8
+
+template <class F>
+__global__ void col_partial_kernel(double *partial, F f, int n, int C) {
+  __shared__ double s[COL_TY][COL_TX + 1];
+  const int c = blockIdx.x * COL_TX + threadIdx.x, chunk = blockIdx.y;
+  const int r0 = chunk * COL_CHUNK, r1 = min(n, r0 + COL_CHUNK);
+  double acc = 0.0;
+  if (c < C)
+    for (int r = r0 + threadIdx.y; r < r1; r += COL_TY) acc += f(r, c);
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    double t = 0.0;
+    for (int y = 0; y < COL_TY; y++) t += s[y][threadIdx.x];
+    partial[(size_t)chunk * C + c] = t;
+  }
+}
+
+__global__ void col_finish_kernel(float *dst, const double *partial, int n_chunks, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double t = 0.0;
+  for (int k = 0; k < n_chunks; k++) t += partial[(size_t)k * C + c];
+  dst[c] += (float)t;
+}
+
+template <class F>
+static int col_reduce(float *dst, F f, int n, int C, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  const int n_chunks = (n + COL_CHUNK - 1) / COL_CHUNK;
+  double *partial = NULL;
+  TSR_CUDA_CHECK(cudaMallocAsync((void **)&partial, (size_t)n_chunks * C * sizeof(double), stream));
+  col_partial_kernel<<<dim3((C + COL_TX - 1) / COL_TX, n_chunks), dim3(COL_TX, COL_TY), 0, stream>>>(
+      partial, f, n, C);
+  TSR_CUDA_LAUNCHED();
+  col_finish_kernel<<<(C + 255) / 256, 256, 0, stream>>>(dst, partial, n_chunks, C);
+  TSR_CUDA_LAUNCHED();
+  TSR_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+__global__ void embedding_fwd_kernel(float *out, const int32_t *tokens, const float *wte,
+                                     const float *wpe, int n, int T, int C, int vocab_start,
+                                     int vocab_local) {
+  GRID_STRIDE_LOOP(i, (long)n * C) {
+    const int r = (int)(i / C), c = (int)(i % C);
+    const int tok = tokens[r] - vocab_start;
+    float o = (tok >= 0 && tok < vocab_local) ? wte[(size_t)tok * C + c] : 0.0f;
+    if (wpe) o += wpe[(size_t)(r % T) * C + c];
+    out[i] = o;
+  }
+}
+
+extern "C" int tsr_cuda_embedding_fwd(float *out, const int32_t *tokens, const float *wte,
+                                      const float *wpe, int n, int T, int C, int vocab_start,
+                                      int vocab_local, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  embedding_fwd_kernel<<<grid_for((long)n * C, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(
+      out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+/* Sort key of a row: its local token, or vocab_local (sorted last, skipped) when the
+ * token belongs to another rank's vocabulary slice. */
+__global__ void embedding_keys_kernel(int *keys, int *rows, const int32_t *tokens, int n,
+                                      int vocab_start, int vocab_local) {
+  GRID_STRIDE_LOOP(r, n) {
+    const int tok = tokens[r] - vocab_start;
+    keys[r] = (tok >= 0 && tok < vocab_local) ? tok : vocab_local;
+    rows[r] = (int)r;
+  }
+}
+
+/* Block x = a position in the sorted order; only the first position of each token's run
+ * works: it walks the run (rows in increasing order, the sort is stable) and adds each
+ * row into dwte, the same additions in the same order as the CPU loop. */
+__global__ void embedding_dwte_kernel(float *dwte, const float *dout, const int *keys,
+                                      const int *rows, int n, int C, int vocab_local) {
+  const int i = blockIdx.x;
+  const int key = keys[i];
+  if (key == vocab_local || (i > 0 && keys[i - 1] == key)) return;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = dwte[(size_t)key * C + c];
+  for (int j = i; j < n && keys[j] == key; j++) acc += dout[(size_t)rows[j] * C + c];
+  dwte[(size_t)key * C + c] = acc;
+}
+
+__global__ void embedding_dwpe_kernel(float *dwpe, const float *dout, int n, int T, int C) {
+  const int npos = n < T ? n : T;
+  GRID_STRIDE_LOOP(i, (long)npos * C) {
+    const int t = (int)(i / C), c = (int)(i % C);
+    float acc = dwpe[i];
+    for (int r = t; r < n; r += T) acc += dout[(size_t)r * C + c];
+    dwpe[i] = acc;
+  }
+}
+
+extern "C" int tsr_cuda_embedding_bwd(float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tokens, int n, int T, int C,
+                                      int vocab_start, int vocab_local, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  TSR_CUDA_ARG(C <= 65535 * 256);
+  if (dwte && vocab_local > 0) {
+    int bits = 1;
+    while (bits < 31 && (1L << bits) <= (long)vocab_local) bits++;
+    size_t sort_bytes = 0;
+    TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int *)NULL,
+                                                   (int *)NULL, (const int *)NULL, (int *)NULL,
+                                                   n, 0, bits, stream));
+    const size_t idx_bytes = ((size_t)n * sizeof(int) + 255) / 256 * 256;
+    char *scratch = NULL;
+    TSR_CUDA_CHECK(cudaMallocAsync((void **)&scratch, 4 * idx_bytes + sort_bytes, stream));
+    int *keys = (int *)scratch, *rows = (int *)(scratch + idx_bytes);
+    int *keys_sorted = (int *)(scratch + 2 * idx_bytes), *rows_sorted = (int *)(scratch + 3 * idx_bytes);
+    embedding_keys_kernel<<<grid_for(n, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(
+        keys, rows, tokens, n, vocab_start, vocab_local);
+    TSR_CUDA_LAUNCHED();
+    TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch + 4 * idx_bytes, sort_bytes, keys,
+                                                   keys_sorted, rows, rows_sorted, n, 0, bits,
+                                                   stream));
+    embedding_dwte_kernel<<<dim3(n, (C + 255) / 256), 256, 0, stream>>>(
+        dwte, dout, keys_sorted, rows_sorted, n, C, vocab_local);
+    TSR_CUDA_LAUNCHED();
+    TSR_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  }
+  if (dwpe) {
+    const long npos = n < T ? n : T;
+    embedding_dwpe_kernel<<<grid_for(npos * C, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(
+        dwpe, dout, n, T, C);
+    TSR_CUDA_LAUNCHED();
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ RMSNorm */
+
+template <class T>
+__global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *x, const T *w, int C,
+                                   float eps) {
+  __shared__ double scratch[32];
+  const size_t r = blockIdx.x;
+  const T *xr = x + r * C;
+  double ss = 0.0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const double v = to_f32(xr[c]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
+  if (threadIdx.x == 0) rstd[r] = rs;
+  T *o = out + r * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = from_f32<T>(to_f32(xr[c]) * rs * to_f32(w[c]));
+}
+
+/* dx_i += r (w_i g_i - x_i r^2 <g w, x> / C) */
+template <class T>
+__global__ void rmsnorm_dx_kernel(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
+                                  int C) {
+  __shared__ double scratch[32];
+  const size_t r = blockIdx.x;
+  const T *xr = x + r * C, *g = dout + r * C;
+  double dot = 0.0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dot += (double)to_f32(g[c]) * (double)to_f32(w[c]) * (double)to_f32(xr[c]);
+  dot = block_sum(dot, scratch);
+  const float rs = rstd[r];
+  const float k = (float)(dot / C) * rs * rs;
+  T *d = dx + r * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    d[c] = from_f32<T>(to_f32(d[c]) + rs * (to_f32(w[c]) * to_f32(g[c]) - to_f32(xr[c]) * k));
+}
+
+template <class T> struct RmsDw {
+  const T *g, *x;
+  const float *rstd;
+  int C;
+  __device__ double operator()(int r, int c) const {
+    const size_t i = (size_t)r * C + c;
+    return (double)(to_f32(g[i]) * to_f32(x[i]) * rstd[r]);
+  }
+};
+
+template <class T>
+static int rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int n, int C, float eps,
+                       cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  rmsnorm_fwd_kernel<T><<<n, ROW_THREADS, 0, stream>>>(out, rstd, x, w, C, eps);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+template <class T>
+static int rmsnorm_bwd(T *dx, float *dw, const T *dout, const T *x, const T *w, const float *rstd,
+                       int n, int C, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  if (dx) {
+    rmsnorm_dx_kernel<T><<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, rstd, C);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dw) TSR_CALL(col_reduce(dw, RmsDw<T>{dout, x, rstd, C}, n, C, stream));
+  return 0;
+}
+
+extern "C" int tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w,
+                                    int n, int C, float eps, cudaStream_t stream) {
+  return rmsnorm_fwd<float>(out, rstd, x, w, n, C, eps, stream);
+}
+extern "C" int tsr_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
+                                    const float *w, const float *rstd, int n, int C,
+                                    cudaStream_t stream) {
+  return rmsnorm_bwd<float>(dx, dw, dout, x, w, rstd, n, C, stream);
+}
+extern "C" int tsr_cuda_rmsnorm_fwd_bf16(tsr_bf16 *out, float *rstd, const tsr_bf16 *x,
+                                         const tsr_bf16 *w, int n, int C, float eps,
+                                         cudaStream_t stream) {
+  return rmsnorm_fwd<bf16>((bf16 *)out, rstd, (const bf16 *)x, (const bf16 *)w, n, C, eps, stream);
+}
+extern "C" int tsr_cuda_rmsnorm_bwd_bf16(tsr_bf16 *dx, float *dw, const tsr_bf16 *dout,
+                                         const tsr_bf16 *x, const tsr_bf16 *w, const float *rstd,
+                                         int n, int C, cudaStream_t stream) {
+  return rmsnorm_bwd<bf16>((bf16 *)dx, dw, (const bf16 *)dout, (const bf16 *)x, (const bf16 *)w,
+                           rstd, n, C, stream);
+}
+
+/* ---------------------------------------------------------------- LayerNorm */
+
+__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *x,
+                                     const float *w, const float *b, int C, float eps) {
+  __shared__ double scratch[32];
+  const size_t r = blockIdx.x;
+  const float *xr = x + r * C;
+  double s = 0.0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+  s = block_sum(s, scratch);
+  const double mu = s / C;
+  double var = 0.0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const double d = xr[c] - mu;
+    var += d * d;
+  }
+  var = block_sum(var, scratch);
+  const float m = (float)mu, rs = (float)(1.0 / sqrt(var / C + (double)eps));
+  if (threadIdx.x == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+  float *o = out + r * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = (xr[c] - m) * rs * w[c] + b[c];
+}
+
+/* xhat = (x - mean) r;  dx += r (g w - mean(g w) - xhat mean(g w xhat)) */
+__global__ void layernorm_dx_kernel(float *dx, const float *dout, const float *x, const float *w,
+                                    const float *mean, const float *rstd, int C) {
+  __shared__ double scratch[32];
+  const size_t r = blockIdx.x;
+  const float *xr = x + r * C, *g = dout + r * C;
+  const float m = mean[r], rs = rstd[r];
+  double sum_gw = 0.0, sum_gwx = 0.0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float gw = g[c] * w[c];
+    sum_gw += gw;
+    sum_gwx += (double)gw * ((xr[c] - m) * rs);
+  }
+  sum_gw = block_sum(sum_gw, scratch);
+  sum_gwx = block_sum(sum_gwx, scratch);
+  const float a = (float)(sum_gw / C), bb = (float)(sum_gwx / C);
+  float *d = dx + r * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    d[c] += rs * (g[c] * w[c] - a - (xr[c] - m) * rs * bb);
+}
+
+struct LnDw {
+  const float *g, *x, *mean, *rstd;
+  int C;
+  __device__ double operator()(int r, int c) const {
+    const size_t i = (size_t)r * C + c;
+    return (double)(g[i] * ((x[i] - mean[r]) * rstd[r]));
+  }
+};
+template <class T> struct ColumnOf {
+  const T *g;
+  int C;
+  __device__ double operator()(int r, int c) const { return (double)to_f32(g[(size_t)r * C + c]); }
+};
+
+extern "C" int tsr_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
+                                      const float *w, const float *b, int n, int C, float eps,
+                                      cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  layernorm_fwd_kernel<<<n, ROW_THREADS, 0, stream>>>(out, mean, rstd, x, w, b, C, eps);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" int tsr_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dout,
+                                      const float *x, const float *w, const float *mean,
+                                      const float *rstd, int n, int C, cudaStream_t stream) {
+  if (n <= 0 || C <= 0) return 0;
+  if (dx) {
+    layernorm_dx_kernel<<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, mean, rstd, C);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dw) TSR_CALL(col_reduce(dw, LnDw{dout, x, mean, rstd, C}, n, C, stream));
+  if (db) TSR_CALL(col_reduce(db, ColumnOf<float>{dout, C}, n, C, stream));
+  return 0;
+}
+
+/* Column sums for the bias gradient of the GEMMs (gemm.cu). */
+int tsr_cuda_colsum_(float *dst, const void *src, tsr_cuda_dtype type, int n, int C,
+                     cudaStream_t stream) {
+  if (type == TSR_CUDA_BF16) return col_reduce(dst, ColumnOf<bf16>{(const bf16 *)src, C}, n, C, stream);
+  return col_reduce(dst, ColumnOf<float>{(const float *)src, C}, n, C, stream);
+}
+
+/* --------------------------------------------------------------------- RoPE
+ * One thread per (row, pair i): the angle pos * theta^(-2i/hd) and its cos/sin are
+ * formed in double (as on the CPU: the phase at long context needs it), then applied to
+ * every head of the row.  dir = -1 rotates backwards (the gradient). */
+template <class T>
+__global__ void rope_kernel(T *x, int n, int T_, int n_heads, int head_dim, int stride,
+                            float theta, int dir) {
+  const int half = head_dim / 2;
+  GRID_STRIDE_LOOP(idx, (long)n * half) {
+    const int r = (int)(idx / half), i = (int)(idx % half);
+    const double inv_freq = pow((double)theta, -2.0 * i / head_dim);
+    double sn_d, cs_d;
+    sincos((double)(r % T_) * inv_freq, &sn_d, &cs_d);
+    const float cs = (float)cs_d, sn = (float)(dir * sn_d);
+    T *row = x + (size_t)r * stride;
+    for (int h = 0; h < n_heads; h++) {
+      T *a = row + (size_t)h * head_dim, *b = a + half;
+      const float xa = to_f32(a[i]), xb = to_f32(b[i]);
+      a[i] = from_f32<T>(xa * cs - xb * sn);
+      b[i] = from_f32<T>(xa * sn + xb * cs);
+    }
+  }
+}
+
+template <class T>
+static int rope(T *x, int n, int T_, int n_heads, int head_dim, int stride, float theta, int dir,
+                cudaStream_t stream) {
+  const long work = (long)n * (head_dim / 2);
+  if (work <= 0 || n_heads <= 0) return 0;
+  rope_kernel<T><<<grid_for(work, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(
+      x, n, T_, n_heads, head_dim, stride, theta, dir);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" int tsr_cuda_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride,
+                                 float theta, cudaStream_t stream) {
+  return rope<float>(x, n, T, n_heads, head_dim, stride, theta, +1, stream);
+}
+extern "C" int tsr_cuda_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int stride,
+                                 float theta, cudaStream_t stream) {
+  return rope<float>(dx, n, T, n_heads, head_dim, stride, theta, -1, stream);
+}
+extern "C" int tsr_cuda_rope_fwd_bf16(tsr_bf16 *x, int n, int T, int n_heads, int head_dim,
+                                      int stride, float theta, cudaStream_t stream) {
+  return rope<bf16>((bf16 *)x, n, T, n_heads, head_dim, stride, theta, +1, stream);
+}
+extern "C" int tsr_cuda_rope_bwd_bf16(tsr_bf16 *dx, int n, int T, int n_heads, int head_dim,
+                                      int stride, float theta, cudaStream_t stream) {
+  return rope<bf16>((bf16 *)dx, n, T, n_heads, head_dim, stride, theta, -1, stream);
+}
+
+/* ------------------------------------------------------------ SwiGLU, GELU */
+
+template <class T> __global__ void swiglu_fwd_kernel(T *out, const T *gate_up, int n, int F) {
+  GRID_STRIDE_LOOP(i, (long)n * F) {
+    const long r = i / F, j = i % F;
+    const float g = to_f32(gate_up[r * 2 * F + j]), u = to_f32(gate_up[r * 2 * F + F + j]);
+    out[i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+/* silu(g) = g s, s = sigmoid(g);  silu'(g) = s (1 + g (1 - s)) */
+template <class T>
+__global__ void swiglu_bwd_kernel(T *dgate_up, const T *dout, const T *gate_up, int n, int F) {
+  GRID_STRIDE_LOOP(i, (long)n * F) {
+    const long r = i / F, j = i % F;
+    const size_t ig = r * 2 * F + j, iu = ig + F;
+    const float g = to_f32(gate_up[ig]), u = to_f32(gate_up[iu]), d = to_f32(dout[i]);
+    const float s = 1.0f / (1.0f + expf(-g));
+    dgate_up[ig] = from_f32<T>(to_f32(dgate_up[ig]) + d * u * s * (1.0f + g * (1.0f - s)));
+    dgate_up[iu] = from_f32<T>(to_f32(dgate_up[iu]) + d * g * s);
+  }
+}
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+template <class T> __global__ void gelu_fwd_kernel(T *out, const T *x, long n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float xi = to_f32(x[i]);
+    out[i] = from_f32<T>(0.5f * xi * (1.0f + tanhf(GELU_C * (xi + GELU_A * xi * xi * xi))));
+  }
+}
+
+template <class T> __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T *x, long n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float xi = to_f32(x[i]);
+    const float th = tanhf(GELU_C * (xi + GELU_A * xi * xi * xi));
+    const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);
+    dx[i] = from_f32<T>(to_f32(dx[i]) +
+                        to_f32(dout[i]) * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du));
+  }
+}
+
+#define LAUNCH_ELEM(kernel, n_items, ...)                                                   \
+  do {                                                                                      \
+    if ((n_items) <= 0) return 0;                                                           \
+    kernel<<<grid_for((n_items), TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(__VA_ARGS__); \
+    TSR_CUDA_LAUNCHED();                                                                    \
+    return 0;                                                                               \
+  } while (0)
+
+extern "C" int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F,
+                                   cudaStream_t stream) {
+  LAUNCH_ELEM(swiglu_fwd_kernel<float>, (long)n * F, out, gate_up, n, F);
+}
+extern "C" int tsr_cuda_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up,
+                                   int n, int F, cudaStream_t stream) {
+  LAUNCH_ELEM(swiglu_bwd_kernel<float>, (long)n * F, dgate_up, dout, gate_up, n, F);
+}
+extern "C" int tsr_cuda_gelu_fwd(float *out, const float *x, int n_elem, cudaStream_t stream) {
+  LAUNCH_ELEM(gelu_fwd_kernel<float>, (long)n_elem, out, x, (long)n_elem);
+}
+extern "C" int tsr_cuda_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem,
+                                 cudaStream_t stream) {
+  LAUNCH_ELEM(gelu_bwd_kernel<float>, (long)n_elem, dx, dout, x, (long)n_elem);
+}
+extern "C" int tsr_cuda_swiglu_fwd_bf16(tsr_bf16 *out, const tsr_bf16 *gate_up, int n, int F,
+                                        cudaStream_t stream) {
+  LAUNCH_ELEM(swiglu_fwd_kernel<bf16>, (long)n * F, (bf16 *)out, (const bf16 *)gate_up, n, F);
+}
+extern "C" int tsr_cuda_swiglu_bwd_bf16(tsr_bf16 *dgate_up, const tsr_bf16 *dout,
+                                        const tsr_bf16 *gate_up, int n, int F,
+                                        cudaStream_t stream) {
+  LAUNCH_ELEM(swiglu_bwd_kernel<bf16>, (long)n * F, (bf16 *)dgate_up, (const bf16 *)dout,
+              (const bf16 *)gate_up, n, F);
+}
+extern "C" int tsr_cuda_gelu_fwd_bf16(tsr_bf16 *out, const tsr_bf16 *x, int n_elem,
+                                      cudaStream_t stream) {
+  LAUNCH_ELEM(gelu_fwd_kernel<bf16>, (long)n_elem, (bf16 *)out, (const bf16 *)x, (long)n_elem);
+}
+extern "C" int tsr_cuda_gelu_bwd_bf16(tsr_bf16 *dx, const tsr_bf16 *dout, const tsr_bf16 *x,
+                                      int n_elem, cudaStream_t stream) {
+  LAUNCH_ELEM(gelu_bwd_kernel<bf16>, (long)n_elem, (bf16 *)dx, (const bf16 *)dout,
+              (const bf16 *)x, (long)n_elem);
+}
+
+/* GELU of a buffer in either storage type (the unfused path of the bf16 GEMM). */
+int tsr_cuda_gelu_any_(void *out, const void *x, tsr_cuda_dtype type, long n,
+                       cudaStream_t stream) {
+  if (type == TSR_CUDA_BF16)
+    LAUNCH_ELEM(gelu_fwd_kernel<bf16>, n, (bf16 *)out, (const bf16 *)x, n);
+  LAUNCH_ELEM(gelu_fwd_kernel<float>, n, (float *)out, (const float *)x, n);
+}
+
+/* ------------------------------------------------------------- elementwise */
+
+template <class T> __global__ void add_kernel(T *out, const T *a, const T *b, long n) {
+  GRID_STRIDE_LOOP(i, n) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+template <class T> __global__ void acc_kernel(T *out, const T *a, long n) {
+  GRID_STRIDE_LOOP(i, n) out[i] = from_f32<T>(to_f32(out[i]) + to_f32(a[i]));
+}
+__global__ void scale_kernel(float *x, float s, long n) {
+  GRID_STRIDE_LOOP(i, n) x[i] *= s;
+}
+
+extern "C" int tsr_cuda_add(float *out, const float *a, const float *b, long n_elem,
+                            cudaStream_t stream) {
+  LAUNCH_ELEM(add_kernel<float>, n_elem, out, a, b, n_elem);
+}
+extern "C" int tsr_cuda_acc(float *out, const float *a, long n_elem, cudaStream_t stream) {
+  LAUNCH_ELEM(acc_kernel<float>, n_elem, out, a, n_elem);
+}
+extern "C" int tsr_cuda_scale(float *x, float s, long n_elem, cudaStream_t stream) {
+  LAUNCH_ELEM(scale_kernel, n_elem, x, s, n_elem);
+}
+extern "C" int tsr_cuda_add_bf16(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b,
+                                 long n_elem, cudaStream_t stream) {
+  LAUNCH_ELEM(add_kernel<bf16>, n_elem, (bf16 *)out, (const bf16 *)a, (const bf16 *)b, n_elem);
+}
+extern "C" int tsr_cuda_acc_bf16(tsr_bf16 *out, const tsr_bf16 *a, long n_elem,
+                                 cudaStream_t stream) {
+  LAUNCH_ELEM(acc_kernel<bf16>, n_elem, (bf16 *)out, (const bf16 *)a, n_elem);
+}
+
+/* -------------------------------------------------------------------- AdamW */
+
+__global__ void adamw_kernel(float *p, float *m, float *v, const float *g, long n, float beta1,
+                             float beta2, float eps, float decay, float step_size, float bc2_sqrt,
+                             float one_m_b1, float one_m_b2, float grad_scale) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float gi = g[i] * grad_scale;
+    const float pi = p[i] * decay;
+    const float mi = m[i] * beta1 + one_m_b1 * gi;
+    const float vi = v[i] * beta2 + one_m_b2 * gi * gi;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * (mi / denom);
+  }
+}
+
+extern "C" int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, long t,
+                              float grad_scale, cudaStream_t stream) {
+  /* The scalars exactly as ops_cpu.c forms them (Python doubles cast to fp32). */
+  const double bc1 = 1.0 - pow((double)beta1, (double)t);
+  const double bc2 = 1.0 - pow((double)beta2, (double)t);
+  const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+  const float step_size = (float)((double)lr / bc1);
+  const float bc2_sqrt = (float)sqrt(bc2);
+  const float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
+  LAUNCH_ELEM(adamw_kernel, n, p, m, v, g, n, beta1, beta2, eps, decay, step_size, bc2_sqrt,
+              one_m_b1, one_m_b2, grad_scale);
+}
+
+/* ------------------------------------------------------ casts, reductions */
+
+__global__ void round_bf16_kernel(float *dst, const float *src, long n) {
+  GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float(round_bf16_bits(src[i]));
+}
+__global__ void cast_f32_bf16_kernel(uint16_t *dst, const float *src, long n) {
+  GRID_STRIDE_LOOP(i, n) dst[i] = (uint16_t)(round_bf16_bits(src[i]) >> 16);
+}
+__global__ void cast_bf16_f32_kernel(float *dst, const uint16_t *src, long n) {
+  GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
+
+extern "C" int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem,
+                                   cudaStream_t stream) {
+  LAUNCH_ELEM(round_bf16_kernel, n_elem, dst, src, n_elem);
+}
+extern "C" int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem,
+                                      cudaStream_t stream) {
+  LAUNCH_ELEM(cast_f32_bf16_kernel, n_elem, dst, src, n_elem);
+}
+extern "C" int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem,
+                                      cudaStream_t stream) {
+  LAUNCH_ELEM(cast_bf16_f32_kernel, n_elem, dst, src, n_elem);
+}
+
+/* Sum of squares: block b owns the contiguous chunk [b*chunk, (b+1)*chunk); the block
+ * count depends on n only (so the result does not depend on the GPU model). */
+#define SUMSQ_MAX_BLOCKS 1024
+#define SUMSQ_MIN_CHUNK 8192
+
+__global__ void sumsq_partial_kernel(double *partial, const float *x, long n, long chunk) {
+  __shared__ double scratch[32];
+  const long i0 = blockIdx.x * chunk, i1 = min(n, i0 + chunk);
+  double acc = 0.0;
+  for (long i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * x[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_doubles_kernel(double *out, const double *x, long n) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+int tsr_cuda_sum_doubles_(double *out, const double *x, long n, cudaStream_t stream) {
+  sum_doubles_kernel<<<1, 1024, 0, stream>>>(out, x, n);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" int tsr_cuda_sumsq(double *out, const float *x, long n_elem, cudaStream_t stream) {
+  long blocks = (n_elem + SUMSQ_MIN_CHUNK - 1) / SUMSQ_MIN_CHUNK;
+  if (blocks < 1) blocks = 1;
+  if (blocks > SUMSQ_MAX_BLOCKS) blocks = SUMSQ_MAX_BLOCKS;
+  const long chunk = (n_elem + blocks - 1) / blocks;
+  double *partial = NULL;
+  TSR_CUDA_CHECK(cudaMallocAsync((void **)&partial, (size_t)blocks * sizeof(double), stream));
+  sumsq_partial_kernel<<<(unsigned)blocks, TSR_CUDA_THREADS, 0, stream>>>(partial, x, n_elem, chunk);
+  TSR_CUDA_LAUNCHED();
+  TSR_CALL(tsr_cuda_sum_doubles_(out, partial, blocks, stream));
+  TSR_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  return 0;
+}
+
+__global__ void set_int_kernel(int *out, int v) { *out = v; }
+__global__ void all_finite_kernel(int *out, const float *x, long n) {
+  GRID_STRIDE_LOOP(i, n) {
+    if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u) *out = 0; /* benign race: all write 0 */
+  }
+}
+
+extern "C" int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaStream_t stream) {
+  set_int_kernel<<<1, 1, 0, stream>>>(out, 1);
+  TSR_CUDA_LAUNCHED();
+  if (n_elem <= 0) return 0;
+  all_finite_kernel<<<grid_for(n_elem, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(out, x, n_elem);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# device-test.sh — build and run the CUDA kernel tests (and the kernel benchmark) on a
+# GPU machine without autotools, MPI or HDF5: only nvcc, gcc and cuBLAS are needed.
+# The CPU reference is src/ops_cpu.c; where no BLAS is installed it links the naive sgemm
+# in tests/cuda/standalone/.
+#
+#   tests/cuda/device-test.sh            build, run the tests
+#   tests/cuda/device-test.sh bench      build, run the tests, then bench/cuda_kernels
+# Environment: CUDA_ARCH (default -arch=native: the GPU present), BUILD (build folder,
+# default $TMPDIR/tsr-cuda-standalone), TSR_TEST_SEED / TSR_TEST_ONLY (see test_kernels.c).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+ARCH=${CUDA_ARCH:--arch=native}
+B=${BUILD:-${TMPDIR:-/tmp}/tsr-cuda-standalone}
+mkdir -p "$B"
+
+BLAS_INC=() BLAS_LIB=()
+if pkg-config --exists openblas 2>/dev/null; then
+  read -r -a BLAS_INC <<< "$(pkg-config --cflags openblas)"
+  read -r -a BLAS_LIB <<< "$(pkg-config --libs openblas)"
+else
+  echo "device-test: no OpenBLAS, using tests/cuda/standalone/naive_cblas.c"
+  BLAS_INC=(-Itests/cuda/standalone)
+  gcc -std=gnu11 -O2 -fopenmp -Itests/cuda/standalone -c tests/cuda/standalone/naive_cblas.c -o "$B/naive_cblas.o"
+  BLAS_LIB=("$B/naive_cblas.o")
+fi
+CFLAGS=(-std=gnu11 -O2 -fopenmp -Wall -Isrc -Icuda -Itests -I"$CUDA_HOME/include")
+pids=()
+for f in ops_elem xent attention gemm; do
+  "$NVCC" -O3 -lineinfo $ARCH -Isrc -Icuda -c "cuda/$f.cu" -o "$B/$f.o" & pids+=($!)
+done
+gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c src/ops_cpu.c -o "$B/ops_cpu.o"
+gcc "${CFLAGS[@]}" -c src/util.c -o "$B/util.o"
+gcc "${CFLAGS[@]}" -c tests/cuda/test_kernels.c -o "$B/test_kernels.o"
+gcc "${CFLAGS[@]}" -c bench/cuda_kernels.c -o "$B/cuda_kernels.o"
+for p in "${pids[@]}"; do wait "$p"; done
+LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -Wl,-rpath,"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib"
+      -lcublasLt -lcublas -lcudart -lstdc++ -lm)
+CUDA_OBJS=("$B/ops_elem.o" "$B/xent.o" "$B/attention.o" "$B/gemm.o")
+gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
+  "${BLAS_LIB[@]}" "${LIBS[@]}"
+gcc -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/util.o" "${LIBS[@]}"
+rc=0
+"$B/test_kernels" || rc=$?
+if [ "${1:-}" = bench ] && [ $rc -ne 77 ]; then "$B/cuda_kernels" || rc=$?; fi
+exit $rc

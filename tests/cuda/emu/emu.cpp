@@ -1,0 +1,213 @@
+/* emu.cpp — runs CUDA kernels on the CPU for tests/cuda/emulate.sh.
+ *
+ * Each CUDA thread of a block is a fiber (ucontext) on one OS thread; the blocks of a
+ * grid run one after another.  A fiber runs until it reaches __syncthreads (block
+ * barrier), a warp shuffle (warp barrier) or its end; a barrier opens when every live
+ * thread of the block (warp) waits at it.  Threads that wait at different barriers, a
+ * __syncthreads after some threads have exited, or a shuffle in a partial warp abort
+ * with a message.  Dynamic shared memory starts as NaN, device memory as 0xA5 bytes.
+ * The cuBLASLt subset is naive double-precision loops.  Kernels see the same memory
+ * the host does (no copies), so this checks indexing, tiling, masking, reductions and
+ * barriers, not speed or races between blocks. */
+#include <ucontext.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <cmath>
+#include "cuda_runtime.h"
+#include "cuda_bf16.h"
+#include "cublasLt.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+float *emu_dyn_smem;
+
+enum State { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
+struct Fiber { ucontext_t ctx; State st; char *stack; };
+static std::vector<Fiber> fibers;
+static ucontext_t sched_ctx;
+static int cur;
+static std::function<void()> *g_body;
+static std::vector<char> xbuf; /* warp exchange: 16 bytes per thread */
+#define STACK (256 * 1024)
+
+static void fiber_main() {
+  (*g_body)();
+  fibers[cur].st = DONE;
+  swapcontext(&fibers[cur].ctx, &sched_ctx);
+}
+static void yield_as(State s) {
+  fibers[cur].st = s;
+  swapcontext(&fibers[cur].ctx, &sched_ctx);
+}
+void emu_syncthreads() { yield_as(WAIT_BLOCK); }
+void emu_warp_exchange(const void *v, void *out, int partner, size_t size) {
+  memcpy(&xbuf[(size_t)cur * 16], v, size);
+  yield_as(WAIT_WARP);                      /* every lane has written */
+  memcpy(out, &xbuf[(size_t)partner * 16], size);
+  yield_as(WAIT_WARP);                      /* every lane has read */
+}
+
+void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+  const int nt = block.x * block.y * block.z;
+  if (nt > 1024 || nt <= 0) { fprintf(stderr, "emu: bad block size %d\n", nt); abort(); }
+  if (block.x % 32 && nt > 32) { fprintf(stderr, "emu: block.x %u not a multiple of 32\n", block.x); }
+  blockDim = block; gridDim = grid;
+  std::vector<float> dyn(smem / 4 + 1);
+  for (size_t i = 0; i < dyn.size(); i++) dyn[i] = NAN; /* uninitialised shared memory */
+  emu_dyn_smem = dyn.data();
+  if (fibers.size() < (size_t)nt) {
+    size_t old = fibers.size();
+    fibers.resize(nt);
+    for (size_t i = old; i < (size_t)nt; i++) fibers[i].stack = (char *)malloc(STACK);
+  }
+  xbuf.assign((size_t)nt * 16, 0);
+  g_body = &body;
+  for (unsigned bz = 0; bz < grid.z; bz++)
+    for (unsigned by = 0; by < grid.y; by++)
+      for (unsigned bx = 0; bx < grid.x; bx++) {
+        blockIdx = dim3(bx, by, bz);
+        for (int t = 0; t < nt; t++) {
+          getcontext(&fibers[t].ctx);
+          fibers[t].ctx.uc_stack.ss_sp = fibers[t].stack;
+          fibers[t].ctx.uc_stack.ss_size = STACK;
+          fibers[t].ctx.uc_link = &sched_ctx;
+          makecontext(&fibers[t].ctx, fiber_main, 0);
+          fibers[t].st = RUN;
+        }
+        for (;;) {
+          for (int t = 0; t < nt; t++) {
+            if (fibers[t].st != RUN) continue;
+            cur = t;
+            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            swapcontext(&sched_ctx, &fibers[t].ctx);
+          }
+          int done = 0, wb = 0, runnable = 0;
+          for (int t = 0; t < nt; t++) done += fibers[t].st == DONE, wb += fibers[t].st == WAIT_BLOCK;
+          if (done == nt) break;
+          /* warps: all live lanes at the warp barrier -> release them */
+          for (int w = 0; w * 32 < nt; w++) {
+            int live = 0, at = 0;
+            for (int t = w * 32; t < nt && t < w * 32 + 32; t++)
+              live += fibers[t].st != DONE, at += fibers[t].st == WAIT_WARP;
+            if (live > 0 && at == live) {
+              for (int t = w * 32; t < nt && t < w * 32 + 32; t++) if (fibers[t].st == WAIT_WARP) fibers[t].st = RUN, runnable++;
+              if (live != 32) { fprintf(stderr, "emu: warp shuffle with %d of 32 lanes live\n", live); abort(); }
+            }
+          }
+          if (!runnable && wb == nt - done) {
+            for (int t = 0; t < nt; t++) if (fibers[t].st == WAIT_BLOCK) fibers[t].st = RUN, runnable++;
+            if (done) { fprintf(stderr, "emu: __syncthreads with %d of %d threads exited\n", done, nt); abort(); }
+          }
+          if (!runnable) { fprintf(stderr, "emu: deadlock (threads at different barriers) in block %u,%u\n", bx, by); abort(); }
+        }
+      }
+  emu_dyn_smem = NULL;
+}
+
+/* ---- runtime ---- */
+extern "C" {
+static int emu_devices() { const char *s = getenv("EMU_DEVICES"); return s ? atoi(s) : 1; }
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = emu_devices();
+  if (*n > 0) return 0;
+  *n = 0;
+  return 35; /* cudaErrorInsufficientDriver, as on a machine without a GPU */
+}
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev) { snprintf(bus, len, "0000:%02x:00.0", dev + 1); return dev < emu_devices() ? 0 : 101; }
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) { *pool = (cudaMemPool_t)0; return dev < emu_devices() ? 0 : 101; }
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *) { return 0; }
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) { strcpy(p->name, "CPU emulation"); p->major = 9; p->minor = 0; p->multiProcessorCount = 1; return 0; }
+cudaError_t cudaSetDevice(int dev) { return dev >= 0 && dev < emu_devices() ? 0 : 101; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)malloc(1); return 0; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return 0; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+cudaError_t cudaDeviceSynchronize(void) { return 0; }
+cudaError_t cudaMalloc(void **p, size_t b) { *p = malloc(b ? b : 1); memset(*p, 0xA5, b); return 0; }
+cudaError_t cudaFree(void *p) { free(p); return 0; }
+cudaError_t cudaMallocAsync(void **p, size_t b, cudaStream_t) { return cudaMalloc(p, b); }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t) { free(p); return 0; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t b, enum cudaMemcpyKind) { memmove(d, s, b); return 0; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t b, enum cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, b, k); }
+cudaError_t cudaMemset(void *p, int v, size_t b) { memset(p, v, b); return 0; }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { memset(p, v, b); return 0; }
+cudaError_t cudaGetLastError(void) { return 0; }
+const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
+const char *cudaGetErrorName(cudaError_t) { return "emuError"; }
+}
+
+/* ---- cuBLASLt ---- */
+struct emu_desc { int ta = 0, tb = 0, epi = CUBLASLT_EPILOGUE_DEFAULT; const void *bias = 0; void *aux = 0; int64_t aux_ld = 0; int bias_type = -1, aux_type = -1; };
+struct emu_layout { int type; uint64_t rows, cols; int64_t ld; };
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new emu_desc; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
+  switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: d->ta = *(const int *)v; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: d->tb = *(const int *)v; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: d->epi = *(const int *)v; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: d->bias = *(const void *const *)v; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: d->aux = *(void *const *)v; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: d->aux_ld = *(const int64_t *)v; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: d->aux_type = *(const int32_t *)v; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: d->bias_type = *(const int32_t *)v; break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  (void)n;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t r, uint64_t c, int64_t ld) {
+  if (ld < (int64_t)r) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new emu_layout{(int)t, r, c, ld}; return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = (cublasLtMatmulPreference_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *res, int *count) {
+  if (d->aux && d->aux_ld % 8) return CUBLAS_STATUS_INVALID_VALUE;
+  if (d->aux && d->aux_ld < (int64_t)c->rows) return CUBLAS_STATUS_INVALID_VALUE;
+  memset(res, 0, sizeof *res); *count = 1; return CUBLAS_STATUS_SUCCESS;
+}
+static double ld_elem(const void *p, int type, size_t i) { return type == CUDA_R_16BF ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i]; }
+static void st_elem(void *p, int type, size_t i, double v) { if (type == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); else ((float *)p)[i] = (float)v; }
+static double gelu(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t ad, const void *B, cublasLtMatrixLayout_t bd, const void *beta, const void *C, cublasLtMatrixLayout_t cd, void *D, cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+  const uint64_t m = cd->rows, n = cd->cols;
+  const uint64_t k = d->ta ? ad->rows : ad->cols;
+  if ((d->ta ? ad->cols : ad->rows) != m || (d->tb ? bd->rows : bd->cols) != n || (d->tb ? bd->cols : bd->rows) != k) {
+    fprintf(stderr, "emu cublasLt: shape mismatch m=%lu n=%lu k=%lu A %lux%lu B %lux%lu\n", m, n, k, ad->rows, ad->cols, bd->rows, bd->cols);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const float a = *(const float *)alpha, b = *(const float *)beta;
+  const bool has_bias = d->epi == CUBLASLT_EPILOGUE_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS;
+  const bool is_gelu = d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS;
+  if (has_bias && (!d->bias || d->bias_type != cd->type)) { fprintf(stderr, "emu cublasLt: bias\n"); return CUBLAS_STATUS_INVALID_VALUE; }
+  std::vector<double> out(m * n);
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t i = 0; i < m; i++) {
+      double s = 0;
+      for (uint64_t p = 0; p < k; p++) {
+        const double av = ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld);
+        const double bv = ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld);
+        s += av * bv;
+      }
+      double v = a * s + (b != 0 ? b * ld_elem(C, cd->type, i + j * cd->ld) : 0.0);
+      if (has_bias) v += ld_elem(d->bias, d->bias_type, i);
+      out[i + j * m] = v;
+    }
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t i = 0; i < m; i++) {
+      double v = out[i + j * m];
+      if (is_gelu) {
+        if (d->aux) st_elem(d->aux, d->aux_type < 0 ? dd->type : d->aux_type, i + j * d->aux_ld, v);
+        v = gelu(v);
+      }
+      st_elem(D, dd->type, i + j * dd->ld, v);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusString(cublasStatus_t) { return "emu cublas status"; }
+

@@ -1,0 +1,42 @@
+/* cuda_runtime_api.h (CPU emulation, tests/cuda/emulate.sh): the runtime calls the
+ * kernels and tests/cuda/test_kernels.c make, on host memory; one "device". */
+#ifndef EMU_CUDA_RUNTIME_API_H
+#define EMU_CUDA_RUNTIME_API_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef int cudaError_t;
+#define cudaSuccess 0
+typedef struct emu_stream *cudaStream_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+struct cudaDeviceProp { char name[256]; int major, minor, multiProcessorCount; };
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k, cudaStream_t s);
+cudaError_t cudaMemset(void *p, int v, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
+cudaError_t cudaGetLastError(void);
+/* devices: EMU_DEVICES=N (default 1; 0 = the "insufficient driver" error, 35) */
+typedef struct emu_pool *cudaMemPool_t;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
+const char *cudaGetErrorString(cudaError_t e);
+const char *cudaGetErrorName(cudaError_t e);
+#ifdef __cplusplus
+}
+#endif
+#endif
