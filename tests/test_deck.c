@@ -396,7 +396,8 @@ static void test_shipped_decks(void) {
     result(rc == 0, what, f ? errbuf : "cannot open");
     if (rc == 0 && !strcmp(decks[i].name, "llm70b")) {
       int ok = c.model.n_layer == 80 && c.model.d_model == 8192 && c.model.n_kv_head == 8 &&
-               c.parallel.tp == 8 && c.parallel.pp == 8 && !strcmp(c.parallel.shard_scope, "node") &&
+               c.parallel.tp == 4 && c.parallel.pp == 8 && c.parallel.virtual_stages == 2 &&
+               c.parallel.sequence_parallel && !strcmp(c.parallel.shard_scope, "global") &&
                c.optim.lr == 1.5e-4 && c.checkpoint.every_steps == 250;
       result(ok, "input/llm70b.nml has the LLaMA-2 70B shapes and layout", NULL);
     }
