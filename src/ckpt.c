@@ -410,18 +410,29 @@ static double file_size_limit(void) {
 
 /* A checkpoint larger than the file-size limit would fail half-way with EFBIG, and HDF5
  * cannot close such a file cleanly; refuse before creating it.  The size counted is a
- * lower bound: the data (master, m, v in fp32) and the deck, without HDF5's metadata. */
+ * lower bound: the data (master, m, v in fp32) and the deck, without HDF5's metadata.
+ * Collective: limits are per process, so the smallest one on any rank decides, and the
+ * message names the rank that has it. */
 static int check_file_size_limit(const tsr_layout *whole, int deck_len, const char *dir,
-                                 int report) {
-  const double limit = file_size_limit();
+                                 MPI_Comm comm) {
+  const double mine = file_size_limit();
+  int rc = 0, rank;
+  MPI_Comm_rank(comm, &rank);
+  struct {
+    double limit;
+    int rank;
+  } low = {mine < 0 ? 1e300 : mine, rank};
+  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm));
   const double need = 12.0 * (double)whole->n_params + deck_len;
-  if (limit < 0 || need <= limit) return 0;
-  if (report)
-    tsr_error("a checkpoint of this model needs at least %.1f MB but this process may not write "
+  if (need <= low.limit) return 0;
+  if (rank == 0)
+    tsr_error("a checkpoint of this model needs at least %.1f MB but rank %d may not write "
               "files over %.1f MB (its file-size limit, ulimit -f); raise the limit for the "
               "job (nothing was written to '%s')",
-              need / 1e6, limit / 1e6, dir);
+              need / 1e6, low.rank, low.limit / 1e6, dir);
   return TSR_ERR;
+done:
+  return rc;
 }
 
 int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
@@ -456,7 +467,7 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   fault_ckpt_sleep(st.step, "start", final);
-  rc = check_file_size_limit(whole, deck_len, dir, rank == 0);
+  rc = check_file_size_limit(whole, deck_len, dir, comm);
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   int64_t max_piece = 1; /* ranks with nothing, and NULL m / v, write from zeros */
   for (int i = 0; i < whole->n_tensors; i++) {
