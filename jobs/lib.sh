@@ -173,7 +173,7 @@ tsr_job_finish() {
     if scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude_list"; then
       tsr_job_log "excluded $exclude_list from the next attempt"
     else
-      tsr_job_log "Slurm would not exclude $node from the next attempt; it is listed in $out/failed_nodes: pass it to sbatch --exclude if it fails again, and tell the admins"
+      tsr_job_log "Slurm would not exclude $exclude_list from the next attempt; the failed nodes are listed in $out/failed_nodes: pass them to sbatch --exclude if it fails again, and tell the admins"
     fi
   fi
   exit 0

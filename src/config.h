@@ -91,7 +91,8 @@ typedef struct {
  * take the built-in table of `name`; 'custom' needs them all. */
 typedef struct {
   char name[TSR_STR_SHORT];   /* "h100" | "h200" | "a100" | "custom" */
-  double peak_tflops;         /* dense bf16 tensor-core peak per GPU (fp32 runs: half, TF32) */
+  double peak_tflops;         /* dense bf16 tensor-core peak per GPU (bf16 runs) */
+  double peak_fp32_tflops;    /* dense fp32 peak without tensor cores (fp32 runs: no TF32) */
   double hbm_gb;              /* memory per GPU, 1e9 bytes */
   double hbm_gbps;            /* memory bandwidth per GPU */
   double intra_node_gbps;     /* per GPU, one direction (NVLink) */

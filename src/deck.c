@@ -118,10 +118,14 @@ static const key_def schema[] = {
         "align file objects of at least this many bytes to it (H5Pset_alignment; 0 = HDF5 "
         "default)"),
     CHOICE(hardware, name, "h100", "h100|h200|a100|custom",
-           "built-in SXM figures, 8 per node: h100 989 TFLOP/s, 80 GB, 3350 GB/s, links 450 / "
-           "50 GB/s; h200 the same with 141 GB, 4800 GB/s; a100 312 TFLOP/s, 80 GB, 2039 GB/s, "
-           "300 / 25 GB/s; 'custom': set every figure below"),
-    REAL(hardware, peak_tflops, "0", 0, 0, LO, "dense bf16 TFLOP/s per GPU (fp32 runs: half, TF32)"),
+           "built-in SXM figures, 8 per node: h100 989 TFLOP/s bf16, 67 fp32, 80 GB, 3350 GB/s, "
+           "links 450 / 50 GB/s; h200 the same with 141 GB, 4800 GB/s; a100 312 TFLOP/s bf16, "
+           "19.5 fp32, 80 GB, 2039 GB/s, 300 / 25 GB/s; 'custom': set every figure below"),
+    REAL(hardware, peak_tflops, "0", 0, 0, LO,
+         "dense bf16 tensor-core TFLOP/s per GPU (bf16 runs)"),
+    REAL(hardware, peak_fp32_tflops, "0", 0, 0, LO,
+         "dense fp32 TFLOP/s per GPU without tensor cores (fp32 runs: cuBLAS fp32 compute, no "
+         "TF32)"),
     REAL(hardware, hbm_gb, "0", 0, 0, LO, "memory per GPU in GB (1e9 bytes)"),
     REAL(hardware, hbm_gbps, "0", 0, 0, LO, "memory bandwidth per GPU, GB/s"),
     REAL(hardware, intra_node_gbps, "0", 0, 0, LO, "NVLink GB/s per GPU, one direction"),

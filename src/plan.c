@@ -30,14 +30,16 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
 
 /* ---------------------------------------------------------------- hardware */
 
-/* SXM parts, dense bf16 tensor-core peaks; links per GPU and direction: NVLink 4 (H100,
- * H200) moves 900 GB/s and NVLink 3 (A100) 600 GB/s counting both directions; one
+/* SXM parts (NVIDIA datasheets): dense bf16 tensor-core peaks, and dense fp32 peaks
+ * without tensor cores, which is what an fp32 run gets: the CUDA GEMMs compute in
+ * CUBLAS_COMPUTE_32F with TF32 off (cuda/gemm.cu).  Links per GPU and direction: NVLink 4
+ * (H100, H200) moves 900 GB/s and NVLink 3 (A100) 600 GB/s counting both directions; one
  * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
 static const tsr_hardware builtin[] = {
-    /* name   TFLOP/s  HBM GB  HBM GB/s  NVLink  network  per node */
-    {"h100", 989.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"h200", 989.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"a100", 312.0, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
+    /* name  bf16 TFLOP/s  fp32  HBM GB  HBM GB/s  NVLink  network  per node */
+    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
+    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
+    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
 };
 
 int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
@@ -51,6 +53,7 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
     double *dst, src;
     const char *key;
   } fig[] = {{&hw->peak_tflops, d->peak_tflops, "peak_tflops"},
+             {&hw->peak_fp32_tflops, d->peak_fp32_tflops, "peak_fp32_tflops"},
              {&hw->hbm_gb, d->hbm_gb, "hbm_gb"},
              {&hw->hbm_gbps, d->hbm_gbps, "hbm_gbps"},
              {&hw->intra_node_gbps, d->intra_node_gbps, "intra_node_gbps"},
@@ -570,8 +573,9 @@ static double stage_flops(const tsr_config *cfg, const tsr_plan_grid *g, const p
   return tokens * per_token;
 }
 
+/* bf16 runs on the tensor cores; fp32 runs true fp32 (no TF32), at the fp32 peak. */
 static double peak_flops(const tsr_hardware *hw, const tsr_config *cfg) {
-  return hw->peak_tflops * 1e12 * (half_precision(cfg) ? 1.0 : 0.5);
+  return (half_precision(cfg) ? hw->peak_tflops : hw->peak_fp32_tflops) * 1e12;
 }
 
 static double link_time(const tsr_hardware *hw, const tsr_plan_traffic *t, double bytes) {

@@ -32,7 +32,9 @@
 /* One GPU's figures: the built-in table of &hardware name with the deck's figures on top. */
 typedef struct {
   char name[TSR_STR_SHORT];
-  double peak_tflops;     /* dense bf16; fp32 runs get half (TF32 tensor cores) */
+  double peak_tflops;      /* dense bf16 tensor cores: bf16 runs */
+  double peak_fp32_tflops; /* dense fp32 without tensor cores: fp32 runs (the CUDA GEMMs
+                              compute in CUBLAS_COMPUTE_32F, TF32 off) */
   double hbm_gb, hbm_gbps;
   double intra_node_gbps; /* per GPU, one direction */
   double inter_node_gbps;

@@ -1,5 +1,6 @@
 /* plan_cli.c — the `tessera plan` command around the planner (plan.h): readable tables and
  * JSON of one plan, the layout search, the options.  Rank 0 runs it; it trains nothing. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,10 +18,11 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
   const tsr_model_config *m = &cfg->model;
-  fprintf(out, "machine  %d node(s) x %d GPUs = %d; %s: %.0f TFLOP/s dense bf16, %.0f GB at %.0f "
-          "GB/s, links %.0f GB/s in a node, %.0f GB/s between nodes (per GPU, one way)\n",
-          nodes, g->ranks_per_node, g->world, hw->name, hw->peak_tflops, hw->hbm_gb,
-          hw->hbm_gbps, hw->intra_node_gbps, hw->inter_node_gbps);
+  fprintf(out, "machine  %d node(s) x %d GPUs = %d; %s: %.0f TFLOP/s dense bf16, %.3g fp32, %.0f "
+          "GB at %.0f GB/s, links %.0f GB/s in a node, %.0f GB/s between nodes (per GPU, one "
+          "way)\n", nodes, g->ranks_per_node, g->world, hw->name, hw->peak_tflops,
+          hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
+          hw->inter_node_gbps);
   fprintf(out, "model    %s, %lld layers, d_model %lld, %lld heads (%lld KV), d_ff %lld, vocab "
           "%lld, seq_len %lld: %lld parameters (%.3f B)\n", m->arch, (long long)m->n_layer,
           (long long)m->d_model, (long long)m->n_head, (long long)m->n_kv_head,
@@ -169,10 +171,11 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
   fprintf(out, "{\n  \"machine\": {\"nodes\": %d, \"gpus_per_node\": %d, \"world\": %d, "
-          "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, "
-          "\"intra_node_gbps\": %.6g, \"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, "
-          "\"comm_efficiency\": %.6g, \"reserved_gb\": %.6g},\n", nodes, g->ranks_per_node,
-          g->world, hw->name, hw->peak_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
+          "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"peak_fp32_tflops\": %.6g, "
+          "\"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, \"intra_node_gbps\": %.6g, "
+          "\"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, \"comm_efficiency\": %.6g, "
+          "\"reserved_gb\": %.6g},\n", nodes, g->ranks_per_node, g->world, hw->name,
+          hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
           hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb);
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
           "\"recompute\": \"%s\"},\n", cfg->model.arch, (long long)p->n_params,
@@ -344,8 +347,8 @@ static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int
   print_candidate(stdout, rank, &k, 0);
 }
 
-static int search(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int top, int json) {
-  const int world = nodes * hw->gpus_per_node;
+static int search(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int world, int top,
+                  int json) {
   candidates cs = {NULL, 0, 0, 0};
   int rc = search_all(cfg, hw, world, &cs);
   if (!rc) qsort(cs.c, (size_t)cs.n, sizeof *cs.c, by_fit_then_time);
@@ -469,10 +472,24 @@ static char *read_text(const char *path, size_t *len) {
   return text;
 }
 
+/* Nodes x GPUs per node in 64 bits: each is capped at 1e6 (hardware.gpus_per_node at 65536),
+ * so the product can pass the int every rank count is. */
+static int world_size(int nodes, const tsr_hardware *hw, int *world) {
+  const int64_t w = (int64_t)nodes * hw->gpus_per_node;
+  if (w > INT_MAX) {
+    fprintf(stderr, "tessera plan: --nodes %d x --gpus-per-node %d (hardware.gpus_per_node) = "
+            "%lld GPUs, more than the %d a plan can count: give fewer nodes or GPUs per node\n",
+            nodes, hw->gpus_per_node, (long long)w, INT_MAX);
+    return TSR_ERR_INPUT;
+  }
+  *world = (int)w;
+  return 0;
+}
+
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
  * layout, so it only needs the deck to be valid on its own tp x pp ranks. */
-static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw) {
+static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   size_t len = 0;
   char *text = read_text(a->deck, &len), err[16384];
   if (!text) {
@@ -481,10 +498,10 @@ static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw) {
   }
   tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, 1, err, sizeof err);
   int rc = tsr_plan_hardware(&cfg->hardware, hw);
+  if (!rc) rc = world_size(a->nodes, hw, world);
   const int own = (int)(cfg->parallel.tp * cfg->parallel.pp);
   if (!rc) {
-    rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, a->nodes * hw->gpus_per_node,
-                        err, sizeof err);
+    rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, *world, err, sizeof err);
     if (rc && a->search && own > 0)
       rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, own, err, sizeof err);
     if (rc) fputs(err, stderr);
@@ -493,10 +510,10 @@ static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw) {
   return rc;
 }
 
-static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int json) {
+static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int world,
+                    int json) {
   char msg[8192];
   tsr_plan_grid g;
-  const int world = nodes * hw->gpus_per_node;
   const int bad = tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, msg, sizeof msg);
   if (bad) {
     fprintf(stderr, "tessera plan: the layout does not divide on %d node(s) x %d GPUs (%d "
@@ -518,9 +535,10 @@ int tsr_plan_main(int argc, char **argv) {
   if (!rc && !a.help) {
     tsr_config cfg;
     tsr_hardware hw;
-    rc = load(&a, &cfg, &hw);
-    if (!rc) rc = a.search ? search(&cfg, &hw, a.nodes, a.top, a.json)
-                           : plan_one(&cfg, &hw, a.nodes, a.json);
+    int world = 0;
+    rc = load(&a, &cfg, &hw, &world);
+    if (!rc) rc = a.search ? search(&cfg, &hw, a.nodes, world, a.top, a.json)
+                           : plan_one(&cfg, &hw, a.nodes, world, a.json);
   }
   tsr_free(&a.over);
   fflush(stdout);

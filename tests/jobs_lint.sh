@@ -122,7 +122,12 @@ update JobId=42 ExcNodeList=gpu018"
 check "finish rc 4: node recorded" grep -qx gpu018 "$FOUT/failed_nodes"
 SCONTROL_UPDATE_RC=1 finish_case refused 1 0 5 1 "$SCRATCH/exited.err"
 check "finish: exclusion refused by Slurm still requeues" grep -qx 'requeue 42' "$FOUT/scontrol"
-check "finish: and says so" grep -q 'would not exclude gpu018' "$FOUT/log"
+check "finish: and says so" grep -q 'would not exclude gpu018 ' "$FOUT/log"
+# A node of an earlier failure is already listed: both are excluded, and a refusal names both.
+mkdir -p "$SCRATCH/refused2" && echo gpu007 >"$SCRATCH/refused2/failed_nodes"
+SCONTROL_UPDATE_RC=1 finish_case refused2 1 1 5 1 "$SCRATCH/exited.err"
+check "finish: an earlier failed node is excluded too" grep -qx 'update JobId=42 ExcNodeList=gpu007,gpu018' "$FOUT/scontrol"
+check "finish: a refusal names every node of the exclusion" grep -q 'would not exclude gpu007,gpu018 ' "$FOUT/log"
 finish_case noexcl 1 0 5 0 "$SCRATCH/exited.err"
 check "finish EXCLUDE_FAILED_NODE=0: no update" test "$(cat "$FOUT/scontrol")" = "requeue 42"
 finish_case giveup 1 5 5 1 /dev/null

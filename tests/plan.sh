@@ -14,7 +14,8 @@
 #     of stage 0.
 #  2. --json parses (python3 -m json.tool) for llm70b on 64 x 8 and for the search.
 #  3. --search ranks layouts of llm70b on 64 nodes x 8 GPUs that fit in memory.
-#  4. A layout that does not divide fails with exit 2 and names the keys and numbers.
+#  4. A layout that does not divide fails with exit 2 and names the keys and numbers; so
+#     does a machine of more than INT_MAX GPUs (nodes x GPUs per node in 64 bits).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -124,4 +125,12 @@ check "tp 16 on 8-GPU nodes: exit 2, 'parallel.tp = 16 does not divide the 8 GPU
 rc=$?
 check "tp 3: exit 2, 'parallel.tp = 3 does not divide model.n_head = 32'" \
   test $rc -eq 2 -a -n "$(grep 'parallel.tp = 3 does not divide model.n_head = 32' "$SCRATCH/bad3.txt")"
+# 1e6 nodes x 4096 GPUs = 4.096e9 > INT_MAX (2^31 - 1): refused, not wrapped round in an int
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 1000000 --gpus-per-node 4096 \
+  >"$SCRATCH/huge.txt" 2>&1
+rc=$?
+cat "$SCRATCH/huge.txt"
+check "1e6 nodes x 4096 GPUs: exit 2, names --nodes and --gpus-per-node and 4096000000 GPUs" \
+  test $rc -eq 2 -a -n "$(grep -e '--nodes 1000000 x --gpus-per-node 4096 .* = 4096000000 GPUs' \
+  "$SCRATCH/huge.txt")"
 finish

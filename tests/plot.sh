@@ -4,7 +4,10 @@
 # so steps 11..15 are logged twice and there is a "resume" event at step 10.  The plot must
 # be a PNG of the documented size; the summary must name the restart, the 5 redone steps
 # and the skipped steps of a copy with two marked skipped; the history may be split over
-# two files; bad input exits nonzero naming the file (and line).
+# two files; blank lines are skipped silently; a record cut short by a run killed mid-write
+# (the last line of a file, or followed by the restart, on the next line or on the same
+# one) is skipped with a warning naming the file and line; bad input exits nonzero naming
+# the file (and line).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -66,7 +69,40 @@ check "skipped steps 22 (null grad norm) and 25 (count up) are found and plotted
   grep -q "skipped: 22, 25" "$SCRATCH/skip.out"
 check "  ... PNG written" test "$(png_size "$SCRATCH/skip.png")" = "1200 1000"
 
-# Bad input: a garbled line 7, an empty file, a missing file.
+# Blank lines (empty, spaces, a blank last line) are skipped silently: the same summary.
+awk 'NR == 3 { print "" } NR == 5 { print "   " } { print } END { print "" }' "$M" >"$SCRATCH/blank.jsonl"
+"$PLOT" "$SCRATCH/blank.jsonl" -o "$SCRATCH/blank.png" >"$SCRATCH/blank.out" 2>"$SCRATCH/blank.err"
+rc=$?
+cat "$SCRATCH/blank.out" "$SCRATCH/blank.err"
+check "blank lines: exit 0, nothing on stderr, the same summary, a PNG" \
+  test $rc -eq 0 -a ! -s "$SCRATCH/blank.err" -a "$(png_size "$SCRATCH/blank.png")" = "1200 1000" \
+  -a -n "$(grep "30 steps, 6 validation losses), restarts: step 10 (5 redone), skipped: none" "$SCRATCH/blank.out")"
+
+# A record cut short by kill -9 (line c, the last before the resume at line n), then the
+# resumed run's lines: after a newline, or (the cut record had none) on the same line, or
+# at the end of the first file of a split history.
+c=$((n - 1))
+awk -v c=$c 'NR == c { print substr($0, 1, 20); next } { print }' "$M" >"$SCRATCH/cut.jsonl"
+awk -v c=$c 'NR == c { printf "%s", substr($0, 1, 20); next } { print }' "$M" >"$SCRATCH/joined.jsonl"
+head -n $((c - 1)) "$M" >"$SCRATCH/a_cut.jsonl"
+sed -n "${c}p" "$M" | head -c 20 >>"$SCRATCH/a_cut.jsonl"
+cut_record() { # cut_record NAME WARNED_AT FILES...: exit 0, one warning, the restart found
+  local name=$1 at=$2
+  shift 2
+  "$PLOT" "$@" -o "$SCRATCH/$name.png" >"$SCRATCH/$name.out" 2>"$SCRATCH/$name.err"
+  local rc=$?
+  cat "$SCRATCH/$name.out" "$SCRATCH/$name.err"
+  check "$name: exit 0, a PNG, restart at 10 found, warns '$at: skipped a truncated record'" \
+    test $rc -eq 0 -a "$(png_size "$SCRATCH/$name.png")" = "1200 1000" \
+    -a "$(cat "$SCRATCH/$name.err")" = "$at: skipped a truncated record (a run killed mid-write)" \
+    -a -n "$(grep "steps up to 30 (30 steps, 6 validation losses), restarts: step 10 (" "$SCRATCH/$name.out")"
+}
+cut_record cut "$SCRATCH/cut.jsonl:$c" "$SCRATCH/cut.jsonl"
+cut_record joined "$SCRATCH/joined.jsonl:$c" "$SCRATCH/joined.jsonl"
+cut_record last_line "$SCRATCH/a_cut.jsonl:$c" "$SCRATCH/a_cut.jsonl" "$SCRATCH/b.jsonl"
+
+# Bad input: a garbled line 7 (followed by more records, not a restart), an empty file, a
+# missing file.
 sed '7s/.*/{"step":6,"loss":5.5,"lr/' "$M" >"$SCRATCH/bad.jsonl"
 : >"$SCRATCH/empty.jsonl"
 expect_error() { # expect_error WHAT TEXT FILE

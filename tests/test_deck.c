@@ -309,6 +309,7 @@ static const field fields[] = {
     F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
     F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
     F(hardware, name, 's', "a100"), F(hardware, peak_tflops, 'r', "0.5"),
+    F(hardware, peak_fp32_tflops, 'r', "0.5"),
     F(hardware, hbm_gb, 'r', "0.5"), F(hardware, hbm_gbps, 'r', "0.5"),
     F(hardware, intra_node_gbps, 'r', "0.5"), F(hardware, inter_node_gbps, 'r', "0.5"),
     F(hardware, gpus_per_node, 'i', "2"), F(hardware, compute_efficiency, 'r', "0.5"),

@@ -6,7 +6,7 @@
  *     14 GB bf16 weights + 28 GB fp32 master; the same arithmetic from the llm7b deck's own
  *     tensor table (6.74 B parameters);
  *  2. layouts that do not divide are refused with messages naming the deck keys and values;
- *  3. the built-in hardware tables and the 'custom' checks;
+ *  3. the built-in hardware tables (NVIDIA's datasheet figures) and the 'custom' checks;
  *  4. the in-flight activation sets of the closed forms equal the generated schedules' peak
  *     (pipeline.c), for gpipe, 1f1b and interleaved, every stage;
  *  5. the CPU build's figure of what the model allocates equals the bytes tsr_model_create_opt
@@ -14,8 +14,11 @@
  *     pipeline parts, several activation slots;
  *  6. tensor-parallel traffic per layer equals Megatron's count 4 x 2(T-1)/T x b s h x 4 bytes
  *     (bench/tp.sh's reference) and ZeRO traffic the ring formulas of tests/test_zero.c;
- *  7. FLOPs per token equal 6 N + 6 L T d with N counted from the shapes by hand, and the
- *     bubble of llm70b's layout is (p-1)/(m+p-1).
+ *  7. FLOPs per token equal 6 N + 6 L T d with N counted from the shapes by hand, the
+ *     bubble of llm70b's interleaved layout is (p-1)/(v m+p-1) with Megatron's warm-up in
+ *     flight, and a stage's compute time is its FLOPs at compute_efficiency of the
+ *     datasheet peak of its precision: bf16 tensor cores, or fp32 without them (the CUDA
+ *     GEMMs compute in fp32 with TF32 off).
  * No MPI: the model runs without a tp group (tp = 1) here; tests/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -143,15 +146,17 @@ static void test_hardware(void) {
   tsr_config c;
   tsr_deck_defaults(&c);
   tsr_hardware hw;
-  const struct { const char *name; double tflops, gb, gbps; } want[] = {
-      {"h100", 989, 80, 3350}, {"h200", 989, 141, 4800}, {"a100", 312, 80, 2039}};
+  /* NVIDIA's SXM datasheets: dense bf16 tensor-core and fp32 (no tensor core) TFLOP/s */
+  const struct { const char *name; double tflops, fp32, gb, gbps; } want[] = {
+      {"h100", 989, 67, 80, 3350}, {"h200", 989, 67, 141, 4800}, {"a100", 312, 19.5, 80, 2039}};
   for (int i = 0; i < 3; i++) {
     snprintf(c.hardware.name, sizeof c.hardware.name, "%s", want[i].name);
     const int rc = tsr_plan_hardware(&c.hardware, &hw);
-    TU_CHECK(rc == 0 && hw.peak_tflops == want[i].tflops && hw.hbm_gb == want[i].gb &&
-                 hw.hbm_gbps == want[i].gbps && hw.gpus_per_node == 8,
-             "built-in %s: %.0f TFLOP/s, %.0f GB, %.0f GB/s, %d per node", want[i].name,
-             hw.peak_tflops, hw.hbm_gb, hw.hbm_gbps, hw.gpus_per_node);
+    TU_CHECK(rc == 0 && hw.peak_tflops == want[i].tflops && hw.peak_fp32_tflops == want[i].fp32 &&
+                 hw.hbm_gb == want[i].gb && hw.hbm_gbps == want[i].gbps && hw.gpus_per_node == 8,
+             "built-in %s: %.0f TFLOP/s bf16, %.3g fp32, %.0f GB, %.0f GB/s, %d per node",
+             want[i].name, hw.peak_tflops, hw.peak_fp32_tflops, hw.hbm_gb, hw.hbm_gbps,
+             hw.gpus_per_node);
   }
   c.hardware.hbm_gb = 96;
   TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.hbm_gb == 96 && hw.peak_tflops == 312,
@@ -161,7 +166,11 @@ static void test_hardware(void) {
            "'custom' without every figure is refused (bad input)");
   c.hardware.peak_tflops = 100, c.hardware.hbm_gbps = 1000, c.hardware.intra_node_gbps = 100;
   c.hardware.inter_node_gbps = 10, c.hardware.gpus_per_node = 4;
-  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.gpus_per_node == 4,
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == TSR_ERR_INPUT,
+           "'custom' without hardware.peak_fp32_tflops is refused (bad input)");
+  c.hardware.peak_fp32_tflops = 10;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.gpus_per_node == 4 &&
+               hw.peak_fp32_tflops == 10,
            "'custom' with every figure is taken as given");
 }
 
@@ -303,13 +312,51 @@ static void test_flops_and_bubble(void) {
   int rc = tsr_plan_hardware(&c.hardware, &hw);
   if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
   if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 1);
+  /* pp 8, 2 chunks per stage: Megatron's interleaved warm-up keeps 2 (pp - s - 1) + pp + 1
+   * chunk activations in flight on stage s (23 on the first, 9 on the last) */
   TU_CHECK(rc == 0 && close_to(p.bubble, 7.0 / 135.0, 1e-12) && p.fits && p.mfu > 0 && p.mfu < 1 &&
-               p.stages[0].mem[TSR_PLAN_GPU].in_flight == 8 &&
-               p.stages[7].mem[TSR_PLAN_GPU].in_flight == 1,
-           "llm70b on 64 x 8: bubble %.4f = 7/135, stage 0 keeps 8 micro-batches, the last 1; "
-           "fits (%.1f GB); predicted step %.2f s, MFU %.3f", p.bubble,
+               p.stages[0].mem[TSR_PLAN_GPU].in_flight == 23 &&
+               p.stages[7].mem[TSR_PLAN_GPU].in_flight == 9,
+           "llm70b on 64 x 8 (interleaved, 2 chunks): bubble %.4f = 7/(2 x 64 + 7), stage 0 keeps "
+           "%d chunk activations (Megatron: 23), the last %d (9); fits (%.1f GB); predicted step "
+           "%.2f s, MFU %.3f", p.bubble, rc ? 0 : p.stages[0].mem[TSR_PLAN_GPU].in_flight,
+           rc ? 0 : p.stages[7].mem[TSR_PLAN_GPU].in_flight,
            p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total / 1e9, p.t_step, p.mfu);
   tsr_plan_destroy(&p);
+}
+
+/* Compute time of the first stage against its FLOPs at compute_efficiency of the datasheet
+ * peak for the precision: 989 TFLOP/s bf16 on an H100, 67 TFLOP/s fp32 (no TF32). */
+static void test_compute_peak(void) {
+  const char *precision[] = {"bf16", "fp32"};
+  const double peak[] = {989e12, 67e12};
+  double t[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    tsr_config c = deck("llm7b");
+    snprintf(c.hardware.name, sizeof c.hardware.name, "h100");
+    snprintf(c.train.precision, sizeof c.train.precision, "%s", precision[i]);
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    tsr_plan p;
+    int rc = tsr_plan_hardware(&c.hardware, &hw);
+    if (!rc) rc = tsr_plan_layout(&c, 64, 8, &g, NULL, 0);
+    if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 0);
+    if (rc) {
+      TU_CHECK(0, "llm7b %s on 8 x 8 H100: no plan", precision[i]);
+      continue;
+    }
+    const tsr_plan_stage *s = &p.stages[0];
+    const double want = s->flops / (peak[i] * hw.compute_efficiency);
+    TU_CHECK(s->flops > 0 && close_to(s->t_compute, want, 1e-12),
+             "llm7b %s on 8 x 8 H100: stage compute %.4g s = %.4g FLOPs / (%.0f TFLOP/s x %.2f) "
+             "= %.4g s", precision[i], s->t_compute, s->flops, peak[i] / 1e12,
+             hw.compute_efficiency, want);
+    t[i] = s->t_compute;
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(close_to(t[1] / t[0], 989.0 / 67.0, 1e-12),
+           "fp32 compute takes %.2f x the bf16 time (989 / 67 = %.2f; TF32 would be 2)",
+           t[0] > 0 ? t[1] / t[0] : 0, 989.0 / 67.0);
 }
 
 int main(void) {
@@ -321,5 +368,6 @@ int main(void) {
   test_model_bytes();
   test_traffic();
   test_flops_and_bubble();
+  test_compute_peak();
   return tu_summary("test_plan");
 }
