@@ -10,8 +10,9 @@
 # Method, because single runs on a VM swing by 3x or more: the pair is repeated REPS
 # times (default 5) and the medians compared; every write goes to a new file in a new
 # directory (nothing is deleted until the end: freeing a just-written file made the next
-# write up to 10x slower here, whichever program did it), and the order alternates
-# (tessera first on odd repetitions, dd first on even ones).
+# write up to 10x slower here, whichever program did it).  A second write reference is
+# dd copying the checkpoint file itself (from the page cache, conv=fsync): the same bytes
+# coming from memory rather than dd's one cache-resident block of zeros.
 # Usage: bench/ckpt.sh [DIR] [NP] [REPS]   (top_builddir / top_srcdir as for the tests)
 set -u
 top_srcdir=${top_srcdir:-.}; top_builddir=${top_builddir:-.}
@@ -40,12 +41,18 @@ tessera_write() { # REP: one step and its checkpoint into run_REP; sets MB, WMBS
   WMBS=$(sed -n 's/.* s, \([0-9.]*\) MB\/s.*/\1/p' <<<"$line")
   PHASES=$(sed -n 's/.*MB\/s (\(.*\))$/\1/p' <<<"$line")
 }
-dd_write() { # REP: the same byte count with conv=fsync into dd_REP.bin; sets DDW
-  local t0 t1
+dd_write() { # REP: the same byte count with conv=fsync into dd_REP.bin; sets DDW, and
+  # DDC: a copy of the checkpoint just written (its bytes, from the page cache) by dd
+  local t0 t1 t2 t3
   t0=$(now)
   dd if=/dev/zero of="$DIR/dd_$1.bin" bs=1M count="$N" conv=fsync 2>/dev/null
   t1=$(now)
   DDW=$($PY -c "print($N * 1.048576 / ($t1 - $t0))")
+  cat "$DIR/run_$1/ckpt/step_00000001.h5" >/dev/null
+  t2=$(now)
+  dd if="$DIR/run_$1/ckpt/step_00000001.h5" of="$DIR/ddc_$1.bin" bs=1M conv=fsync 2>/dev/null
+  t3=$(now)
+  DDC=$($PY -c "print($MB / ($t3 - $t2))")
 }
 
 tessera_write 0 # warm-up (binary, data and libraries in the page cache); sets the size
@@ -53,7 +60,8 @@ N=$($PY -c "print(max(1, round(${MB:-0})))")
 [ "$N" -gt 1 ] || { echo "ckpt.sh: no checkpoint line in $DIR/w_0.out"; cat "$DIR/w_0.out"; exit 1; }
 rows=()
 for rep in $(seq "$REPS"); do
-  if [ $((rep % 2)) -eq 1 ]; then tessera_write "$rep"; dd_write "$rep"; else dd_write "$rep"; tessera_write "$rep"; fi
+  tessera_write "$rep"
+  dd_write "$rep"
   drop_caches
   mpirun -np "$NP" "$top_builddir/src/tessera" /dev/null "${C[@]}" run.max_steps=1 \
     checkpoint.resume=auto run.out_dir="$DIR/run_$rep" >"$DIR/r_$rep.out" 2>&1
@@ -62,17 +70,18 @@ for rep in $(seq "$REPS"); do
   t2=$(now); dd if="$DIR/dd_$rep.bin" of=/dev/null bs=1M 2>/dev/null; t3=$(now)
   ddr=$($PY -c "print($N * 1.048576 / ($t3 - $t2))")
   rmbs=$($PY -c "print($MB / $rs if float('${rs:-0}') > 0 else float('nan'))")
-  printf 'rep %d: write %8.1f MB/s  dd %8.1f  ratio %5.2f | read %8.1f MB/s  dd %8.1f  ratio %5.2f | %s\n' \
-    "$rep" "$WMBS" "$DDW" "$($PY -c "print($WMBS / $DDW)")" "$rmbs" "$ddr" "$($PY -c "print($rmbs / $ddr)")" "$PHASES"
-  rows+=("$WMBS $DDW $rmbs $ddr")
+  printf 'rep %d: write %7.1f MB/s  dd %7.1f (%4.2f)  dd copy %7.1f (%4.2f) | read %7.1f MB/s  dd %7.1f (%4.2f) | %s\n' \
+    "$rep" "$WMBS" "$DDW" "$($PY -c "print($WMBS / $DDW)")" "$DDC" "$($PY -c "print($WMBS / $DDC)")" \
+    "$rmbs" "$ddr" "$($PY -c "print($rmbs / $ddr)")" "$PHASES"
+  rows+=("$WMBS $DDW $rmbs $ddr $WMBS $DDC")
 done
 printf '%s\n' "${rows[@]}" | $PY -c '
 import statistics, sys
 r = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
 med = lambda i: statistics.median(x[i] for x in r)
 print(f"checkpoint {sys.argv[1]} MB, {sys.argv[2]} ranks, median of {len(r)} repetitions:")
-print("%-8s %13s %10s %7s  (ratio: median of the per-repetition ratios)" % ("", "tessera MB/s", "dd MB/s", "ratio"))
-for name, i in (("write", 0), ("read", 2)):
+print("%-10s %13s %10s %7s  (ratio: median of the per-repetition ratios)" % ("", "tessera MB/s", "dd MB/s", "ratio"))
+for name, i in (("write", 0), ("read", 2), ("write/copy", 4)):
     ratio = statistics.median(x[i] / x[i + 1] for x in r)
-    print(f"{name:8s} {med(i):13.1f} {med(i + 1):10.1f} {ratio:7.2f}")
+    print(f"{name:10s} {med(i):13.1f} {med(i + 1):10.1f} {ratio:7.2f}")
 ' "$MB" "$NP"
