@@ -50,6 +50,9 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "mfu", s->mfu >= 0 ? s->mfu : NAN, 0);
   fprintf(f, "\"mem_bytes\":%lld,", (long long)s->mem_bytes);
   num(f, "step_ms", s->step_ms, 0);
+  num(f, "forward_ms", s->forward_ms, 0);
+  num(f, "backward_ms", s->backward_ms, 0);
+  num(f, "optimizer_ms", s->optimizer_ms, 0);
   fprintf(f, "\"skipped\":%lld}\n", (long long)s->skipped);
   fflush(f);
 }

@@ -15,6 +15,7 @@ typedef struct {
   int64_t mem_bytes;
   double step_ms;
   int64_t skipped;
+  double forward_ms, backward_ms, optimizer_ms; /* phases of the step; NAN: not separable */
 } tsr_step_metrics;
 
 int tsr_metrics_open(tsr_metrics **out, const char *path);

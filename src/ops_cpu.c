@@ -2,18 +2,39 @@
  *
  * This backend is also the reference the CUDA kernels are tested against, so every
  * function is deterministic: each output element (or each reduction) is owned by one
- * task and summed in a fixed order that does not depend on the thread count.  Where
- * gradients are reduced over rows (dw, dbias, dwpe, dwte) the work is split over
- * columns, never over rows, so no two threads ever add into the same element.
+ * task and summed in a fixed order.  Where gradients are reduced over rows (dw, dbias,
+ * dwpe, dwte) the work is split over columns, never over rows, so no two threads ever
+ * add into the same element.  Everything but the GEMMs gives the same bits for every
+ * thread count; a GEMM's pieces follow the thread count (below), and OpenBLAS's kernels
+ * round an element's k-sum differently at piece edges, so its last bits may change with
+ * OMP_NUM_THREADS (as they did when OpenBLAS threaded itself).
  *
- * Attention is flash-style: the forward keeps an online softmax per query row and
- * saves only lse; the backward rebuilds P = exp(s - lse) and never stores a T x T
- * matrix.  dq is computed per query row; dk/dv per (batch, kv head, key block), so one
- * task owns each dk/dv slice and sums over query heads and rows in a fixed order. */
+ * Threads.  There is one thread pool, OpenMP's.  OpenBLAS is told to use one thread and
+ * each GEMM is split into pieces along the rows or columns of its output (never along
+ * the summed dimension), one single-threaded sgemm per OpenMP thread.  Letting OpenBLAS's
+ * own pthreads and the OpenMP team share the cores makes both spin against each other
+ * between every GEMM and the element-wise op after it (measured 1.6x slower per step
+ * than either pool alone on 2 cores).
+ *
+ * Speed.  The element-wise loops are written so the compiler vectorises them at -O2 with
+ * the baseline x86-64 instruction set (SSE2): `omp simd` loops without branches, fixed-
+ * width lanes for sums, and an exp of our own (expf_vec) because libm's expf and tanhf
+ * are scalar calls — they were 15% of a tiny-model step.
+ *
+ * Attention works on blocks of ATT_QB query rows against chunks of ATT_KC keys, each
+ * block product a single-threaded sgemm, and never stores a T x T matrix.  The forward
+ * keeps an online softmax per query row and saves only lse.  The backward rebuilds
+ * P = exp(s - lse) block by block; one task per (batch, KV head) owns dk/dv of that head
+ * and dq of its query heads, so nothing is shared between tasks and every sum runs in a
+ * fixed order (key chunks ascending, then heads, then query blocks). */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "ops.h"
 #include "util.h"
@@ -21,25 +42,54 @@
 #ifdef _OPENMP
 #include <omp.h>
 #else /* serial build: the pragmas are ignored, the results are the same */
-static void omp_set_num_threads(int n) { (void)n; }
+static int omp_get_max_threads(void) { return 1; }
+static int omp_in_parallel(void) { return 0; }
 #endif
 
 /* Columns per task for column-split reductions (dw, dbias, dwte, ...). */
 #define COL_BLOCK 64
-/* Keys per task in the attention backward (dk/dv); local accumulators 2*KEY_BLOCK*hd. */
-#define KEY_BLOCK 32
+/* Attention tiles: query rows per block, keys per chunk.  A thread's scratch is two
+ * ATT_QB x ATT_KC tiles and two ATT_KC x head_dim accumulators, on its stack. */
+#define ATT_QB 64
+#define ATT_KC 256
 /* Fixed number of partial sums for scalar reductions (sumsq, xent loss): the split
  * depends on n only, so the result is identical for every thread count. */
 #define N_PARTIAL 64
 /* Elementwise loops shorter than this are not worth waking the thread team. */
 #define PAR_MIN 16384
+/* GEMMs below this many flops run as one call. */
+#define GEMM_PAR_MIN_FLOPS 2e6
+/* AdamW works in blocks of this many elements (the square roots of one block). */
+#define ADAM_BLOCK 512
+/* Element-wise work per task in the flat (not row-wise) kernels. */
+#define ELEM_BLOCK 4096
+
+/* The kernels heavy in exp get one compiled copy per x86-64 level, picked at load time
+ * from the CPU (GCC function multiversioning): the default build targets baseline
+ * x86-64 (SSE2), where exp runs 4 lanes wide; AVX2+FMA (x86-64-v3) gives 8, AVX-512
+ * (x86-64-v4) 16.  Results are deterministic on a given CPU; CPUs of different levels
+ * round differently (FMA). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    __GNUC__ >= 12
+#define TSR_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define TSR_CLONES
+#endif
 
 void tsr_ops_init(int n_threads) {
-  if (n_threads > 0) {
-    openblas_set_num_threads(n_threads);
-    omp_set_num_threads(n_threads);
-  }
+#ifdef _OPENMP
+  openblas_set_num_threads(1); /* GEMMs are split over the OpenMP threads (gemm below) */
+  /* OPENBLAS_NUM_THREADS alone (as some scripts set it) still sets the threads per rank */
+  const char *blas = getenv("OPENBLAS_NUM_THREADS");
+  if (n_threads <= 0 && !getenv("OMP_NUM_THREADS") && blas && atoi(blas) > 0)
+    n_threads = atoi(blas);
+  if (n_threads > 0) omp_set_num_threads(n_threads);
+#else
+  if (n_threads > 0) openblas_set_num_threads(n_threads);
+#endif
 }
+
+/* ------------------------------------------------------------- helpers */
 
 /* Dot product with eight independent partial sums: the compiler vectorises it without
  * reassociation, and the summation order is fixed by n alone. */
@@ -52,15 +102,101 @@ static inline float dotf(const float *restrict a, const float *restrict b, int n
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* Sums in double over eight lanes, in an order fixed by n: sum x_i, sum x_i^2,
+ * sum x_i y_i. */
+#define LANES_SUM(expr)                                                                    \
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
+  long i = 0;                                                                              \
+  for (; i + 8 <= n; i += 8)                                                               \
+    for (int u = 0; u < 8; u++) {                                                          \
+      const long k = i + u;                                                                \
+      acc[u] += (expr);                                                                    \
+    }                                                                                      \
+  for (int u = 0; i < n; i++, u++) {                                                       \
+    const long k = i;                                                                      \
+    acc[u] += (expr);                                                                      \
+  }                                                                                        \
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+static inline double sum_d(const float *restrict x, long n) { LANES_SUM((double)x[k]); }
+static inline double sumsq_d(const float *restrict x, long n) {
+  LANES_SUM((double)x[k] * x[k]);
+}
+static inline double dot_d(const float *restrict x, const float *restrict y, long n) {
+  LANES_SUM((double)x[k] * y[k]);
+}
+
 /* y += a * x */
 static inline void axpyf(float *restrict y, float a, const float *restrict x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* exp(x) for |x| <= 87.33 to 1.5 ulp (measured 1.4 over the range); larger |x| is clamped
+ * to 87.33 (results 1.2e-38 .. 8.5e37: the float range without subnormals), NaN stays NaN.
+ * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, Cephes' degree-5 polynomial for e^r,
+ * 2^n built in the exponent bits.  Plain arithmetic without branches, so `omp simd` loops
+ * that call it vectorise; libm's expf is a scalar call.  The clamp is done on the bits
+ * (an integer select): a float compare-and-select here makes the compiler duplicate the
+ * whole body for the clamped value and give up vectorising. */
+static inline float expf_vec(float x) {
+  int32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  int32_t mag = bits & 0x7fffffff;
+  mag = mag > 0x42aeac50 && mag <= 0x7f800000 ? 0x42aeac50 : mag; /* 87.3365 */
+  bits = (bits & (int32_t)0x80000000) | mag;
+  memcpy(&x, &bits, sizeof x);
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float y = ((((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                      4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) * r) * r +
+                  r + 1.0f;
+  const int32_t e = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &e, sizeof scale);
+  return y * scale;
+}
+
+/* Square roots of a block in place (IEEE-exact like sqrtf).  sqrtf in a loop is a call
+ * with an errno check, which the compiler cannot vectorise without -fno-math-errno. */
+static void sqrt_block(float *x, int n) {
   int i = 0;
-  for (; i + 8 <= n; i += 8) /* fixed-size blocks: vectorised at -O2 as well */
-    for (int u = 0; u < 8; u++) y[i + u] += a * x[i + u];
-  for (; i < n; i++) y[i] += a * x[i];
+#ifdef __SSE2__
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+  for (; i < n; i++) x[i] = sqrtf(x[i]);
 }
 
 /* ------------------------------------------------------------------ GEMM */
+
+/* C[M,N] = op(A) op(B) + beta C (row-major), split into one piece per thread along the
+ * larger of M and N.  Each element of C is one single-threaded sgemm's sum over the whole
+ * of K: no partial sums meet, and a given thread count always gives the same pieces. */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (2.0 * M * N * K < GEMM_PAR_MIN_FLOPS) nt = 1;
+  const int split_n = N >= M, dim = split_n ? N : M;
+  int chunk = (dim + nt - 1) / nt;
+  chunk = (chunk + 15) / 16 * 16; /* whole register tiles of the kernels */
+  const int pieces = (dim + chunk - 1) / chunk;
+  if (pieces <= 1) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(pieces)
+  for (int p = 0; p < pieces; p++) {
+    const int o = p * chunk, len = dim - o < chunk ? dim - o : chunk;
+    if (split_n)
+      cblas_sgemm(CblasRowMajor, ta, tb, M, len, K, 1.0f, A, lda,
+                  tb == CblasNoTrans ? B + o : B + (size_t)o * ldb, ldb, beta, C + o, ldc);
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, len, N, K, 1.0f,
+                  ta == CblasNoTrans ? A + (size_t)o * lda : A + o, lda, B, ldb, beta,
+                  C + (size_t)o * ldc, ldc);
+  }
+}
 
 void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *bias, int n,
                         int in, int out) {
@@ -70,18 +206,13 @@ void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *b
     for (int r = 0; r < n; r++) memcpy(y + (size_t)r * out, bias, (size_t)out * sizeof(float));
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
-              out);
+  gemm(CblasNoTrans, CblasTrans, n, out, in, x, in, w, in, beta, y, out);
 }
 
 void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x,
                         const float *w, int n, int in, int out) {
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 1.0f,
-                dx, in);
-  if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 1.0f,
-                dw, in);
+  if (dx) gemm(CblasNoTrans, CblasNoTrans, n, in, out, dy, out, w, in, 1.0f, dx, in);
+  if (dw) gemm(CblasTrans, CblasNoTrans, out, in, n, dy, out, x, in, 1.0f, dw, in);
   if (dbias) {
     int nblk = (out + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static) if ((long)n * out > PAR_MIN)
@@ -90,6 +221,7 @@ void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, con
       double acc[COL_BLOCK] = {0};
       for (int r = 0; r < n; r++) {
         const float *row = dy + (size_t)r * out + c0;
+#pragma omp simd
         for (int c = 0; c < nc; c++) acc[c] += row[c];
       }
       for (int c = 0; c < nc; c++) dbias[c0 + c] += (float)acc[c];
@@ -111,6 +243,7 @@ void tsr_ops_embedding_fwd(float *out, const int32_t *tokens, const float *wte, 
       memset(o, 0, (size_t)C * sizeof(float));
     if (wpe) {
       const float *p = wpe + (size_t)(r % T) * C;
+#pragma omp simd
       for (int c = 0; c < C; c++) o[c] += p[c];
     }
   }
@@ -129,6 +262,7 @@ void tsr_ops_embedding_bwd(float *dwte, float *dwpe, const float *dout, const in
         if (tok < 0 || tok >= vocab_local) continue;
         float *d = dwte + (size_t)tok * C + c0;
         const float *g = dout + (size_t)r * C + c0;
+#pragma omp simd
         for (int c = 0; c < nc; c++) d[c] += g[c];
       }
     }
@@ -140,6 +274,7 @@ void tsr_ops_embedding_bwd(float *dwte, float *dwpe, const float *dout, const in
       float *d = dwpe + (size_t)t * C;
       for (int r = t; r < n; r += T) {
         const float *g = dout + (size_t)r * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) d[c] += g[c];
       }
     }
@@ -154,10 +289,9 @@ void tsr_ops_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w
   for (int r = 0; r < n; r++) {
     const float *xr = x + (size_t)r * C;
     float *o = out + (size_t)r * C;
-    double ss = 0.0;
-    for (int c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
-    float rs = (float)(1.0 / sqrt(ss / C + (double)eps));
+    const float rs = (float)(1.0 / sqrt(sumsq_d(xr, C) / C + (double)eps));
     rstd[r] = rs;
+#pragma omp simd
     for (int c = 0; c < C; c++) o[c] = xr[c] * rs * w[c];
   }
 }
@@ -171,11 +305,14 @@ void tsr_ops_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x
     for (int r = 0; r < n; r++) {
       const float *xr = x + (size_t)r * C, *g = dout + (size_t)r * C;
       float *d = dx + (size_t)r * C;
-      double dot = 0.0;
-      for (int c = 0; c < C; c++) dot += (double)g[c] * w[c] * xr[c];
-      float rs = rstd[r];
-      float k = (float)(dot / C) * rs * rs;
-      for (int c = 0; c < C; c++) d[c] += rs * (w[c] * g[c] - xr[c] * k);
+      float gw[C];
+#pragma omp simd
+      for (int c = 0; c < C; c++) gw[c] = g[c] * w[c];
+      const double dot = dot_d(gw, xr, C);
+      const float rs = rstd[r];
+      const float k = (float)(dot / C) * rs * rs;
+#pragma omp simd
+      for (int c = 0; c < C; c++) d[c] += rs * (gw[c] - xr[c] * k);
     }
   }
   if (dw) {
@@ -186,7 +323,8 @@ void tsr_ops_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x
       double acc[COL_BLOCK] = {0};
       for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * C + c0, *g = dout + (size_t)r * C + c0;
-        float rs = rstd[r];
+        const float rs = rstd[r];
+#pragma omp simd
         for (int c = 0; c < nc; c++) acc[c] += (double)(g[c] * xr[c] * rs);
       }
       for (int c = 0; c < nc; c++) dw[c0 + c] += (float)acc[c];
@@ -202,16 +340,26 @@ void tsr_ops_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
   for (int r = 0; r < n; r++) {
     const float *xr = x + (size_t)r * C;
     float *o = out + (size_t)r * C;
-    double s = 0.0;
-    for (int c = 0; c < C; c++) s += xr[c];
-    double mu = s / C, var = 0.0;
-    for (int c = 0; c < C; c++) {
-      double d = xr[c] - mu;
-      var += d * d;
+    const double mu = sum_d(xr, C) / C;
+    double var = 0.0;
+    { /* sum (x - mu)^2 in double, eight lanes */
+      double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int c = 0;
+      for (; c + 8 <= C; c += 8)
+        for (int u = 0; u < 8; u++) {
+          const double d = xr[c + u] - mu;
+          acc[u] += d * d;
+        }
+      for (int u = 0; c < C; c++, u++) {
+        const double d = xr[c] - mu;
+        acc[u] += d * d;
+      }
+      var = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     }
-    float m = (float)mu, rs = (float)(1.0 / sqrt(var / C + (double)eps));
+    const float m = (float)mu, rs = (float)(1.0 / sqrt(var / C + (double)eps));
     mean[r] = m;
     rstd[r] = rs;
+#pragma omp simd
     for (int c = 0; c < C; c++) o[c] = (xr[c] - m) * rs * w[c] + b[c];
   }
 }
@@ -224,15 +372,16 @@ void tsr_ops_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, c
     for (int r = 0; r < n; r++) {
       const float *xr = x + (size_t)r * C, *g = dout + (size_t)r * C;
       float *d = dx + (size_t)r * C;
-      float m = mean[r], rs = rstd[r];
-      double sum_gw = 0.0, sum_gwx = 0.0;
+      const float m = mean[r], rs = rstd[r];
+      float gw[C], xhat[C];
+#pragma omp simd
       for (int c = 0; c < C; c++) {
-        float gw = g[c] * w[c];
-        sum_gw += gw;
-        sum_gwx += (double)gw * ((xr[c] - m) * rs);
+        gw[c] = g[c] * w[c];
+        xhat[c] = (xr[c] - m) * rs;
       }
-      float a = (float)(sum_gw / C), bb = (float)(sum_gwx / C);
-      for (int c = 0; c < C; c++) d[c] += rs * (g[c] * w[c] - a - (xr[c] - m) * rs * bb);
+      const float a = (float)(sum_d(gw, C) / C), bb = (float)(dot_d(gw, xhat, C) / C);
+#pragma omp simd
+      for (int c = 0; c < C; c++) d[c] += rs * (gw[c] - a - xhat[c] * bb);
     }
   }
   if (dw || db) {
@@ -243,7 +392,8 @@ void tsr_ops_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, c
       double aw[COL_BLOCK] = {0}, ab[COL_BLOCK] = {0};
       for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * C + c0, *g = dout + (size_t)r * C + c0;
-        float m = mean[r], rs = rstd[r];
+        const float m = mean[r], rs = rstd[r];
+#pragma omp simd
         for (int c = 0; c < nc; c++) {
           aw[c] += (double)(g[c] * ((xr[c] - m) * rs));
           ab[c] += g[c];
@@ -280,6 +430,7 @@ static void rope_apply(float *x, int n, int T, int n_heads, int head_dim, int st
     for (int r = t; r < n; r += T)
       for (int h = 0; h < n_heads; h++) {
         float *a = x + (size_t)r * stride + (size_t)h * head_dim, *b = a + half;
+#pragma omp simd
         for (int i = 0; i < half; i++) {
           float xa = a[i], xb = b[i];
           a[i] = xa * cs[i] - xb * sn[i];
@@ -302,39 +453,135 @@ void tsr_ops_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int st
 
 static float attn_scale(int hd) { return (float)(1.0 / sqrt((double)hd)); }
 
+/* C[M,N] (ldc) = alpha op(A) op(B) + beta C in the calling thread: the attention tiles,
+ * inside a parallel loop (OpenBLAS runs single-threaded there, see tsr_ops_init). */
+static void tile_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* Query rows [i0, i1) of one (batch, head), against keys in chunks of ATT_KC with an
+ * online softmax: q, k, v point at the head's row 0.  Each chunk is two GEMMs, S = Q K^T
+ * and acc += P V; the chunk holding the diagonal computes its masked corner too (at most
+ * ATT_QB^2/2 wasted products per row block) and sets P = 0 there. */
+TSR_CLONES static void attn_fwd_rows(float *out, size_t out_stride, float *lse,
+                                     const float *q, const float *k, const float *v, int stride,
+                                     int hd, int i0, int i1, float scale) {
+  const int nq = i1 - i0;
+  float s[ATT_QB * ATT_KC], acc[ATT_QB * hd], m[ATT_QB], l[ATT_QB];
+  for (int ii = 0; ii < nq; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
+  for (int j0 = 0; j0 < i1; j0 += ATT_KC) {
+    const int nk = i1 - j0 < ATT_KC ? i1 - j0 : ATT_KC;
+    tile_gemm(CblasNoTrans, CblasTrans, nq, nk, hd, scale, q + (size_t)i0 * stride, stride,
+              k + (size_t)j0 * stride, stride, 0.0f, s, ATT_KC);
+    for (int ii = 0; ii < nq; ii++) {
+      const int jn = i0 + ii - j0 + 1 < nk ? i0 + ii - j0 + 1 : nk; /* keys j <= i */
+      float *sr = s + ii * ATT_KC, *a = acc + ii * hd;
+      float mx = m[ii];
+#pragma omp simd reduction(max : mx)
+      for (int jj = 0; jj < jn; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
+#pragma omp simd
+      for (int jj = 0; jj < jn; jj++) sr[jj] = expf_vec(sr[jj] - mx);
+      for (int jj = jn; jj < nk; jj++) sr[jj] = 0.0f;
+      /* online softmax: rescale what was summed under the old max */
+      const float c = j0 == 0 ? 0.0f : mx > m[ii] ? expf(m[ii] - mx) : 1.0f;
+      if (j0 > 0) {
+#pragma omp simd
+        for (int d = 0; d < hd; d++) a[d] *= c;
+      }
+      l[ii] = l[ii] * c + (float)sum_d(sr, jn);
+      m[ii] = mx;
+    }
+    tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, s, ATT_KC, v + (size_t)j0 * stride,
+              stride, j0 == 0 ? 0.0f : 1.0f, acc, hd);
+  }
+  for (int ii = 0; ii < nq; ii++) {
+    float *o = out + (size_t)(i0 + ii) * out_stride;
+    const float inv = 1.0f / l[ii];
+#pragma omp simd
+    for (int d = 0; d < hd; d++) o[d] = acc[ii * hd + d] * inv;
+    lse[i0 + ii] = m[ii] + logf(l[ii]);
+  }
+}
+
 void tsr_ops_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                            int B, int T, int H, int KV, int hd, int qkv_stride) {
-  const int group = H / KV;
+  const int group = H / KV, nqb = (T + ATT_QB - 1) / ATT_QB;
   const float scale = attn_scale(hd);
-  const long nrows = (long)B * H * T;
-  /* One task per query row (b, h, t); row t costs O(t), hence dynamic scheduling.
-   * The result of a row does not depend on which thread computes it. */
-#pragma omp parallel for schedule(dynamic, 16)
-  for (long idx = 0; idx < nrows; idx++) {
-    const int t = (int)(idx % T), h = (int)((idx / T) % H), b = (int)(idx / ((long)T * H));
-    const int g = h / group;
-    const float *qt = q + ((size_t)b * T + t) * qkv_stride + (size_t)h * hd;
-    const float *kb = k + (size_t)b * T * qkv_stride + (size_t)g * hd;
-    const float *vb = v + (size_t)b * T * qkv_stride + (size_t)g * hd;
-    float acc[hd];
-    memset(acc, 0, sizeof acc);
-    float m = -INFINITY, l = 0.0f;
-    for (int j = 0; j <= t; j++) {
-      const float s = scale * dotf(qt, kb + (size_t)j * qkv_stride, hd);
-      if (s > m) { /* online softmax: rescale what was summed under the old max */
-        const float c = expf(m - s);
-        l *= c;
-        for (int i = 0; i < hd; i++) acc[i] *= c;
-        m = s;
+  const long ntasks = (long)B * H * nqb;
+  /* One task per (b, h, block of query rows); later blocks cost more (causal), hence
+   * dynamic scheduling.  A task's result does not depend on which thread computes it. */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long task = 0; task < ntasks; task++) {
+    const int qb = (int)(task % nqb), h = (int)((task / nqb) % H);
+    const int b = (int)(task / ((long)nqb * H)), g = h / group;
+    const int i0 = qb * ATT_QB, i1 = i0 + ATT_QB < T ? i0 + ATT_QB : T;
+    const size_t base = (size_t)b * T * qkv_stride;
+    attn_fwd_rows(out + (size_t)b * T * H * hd + (size_t)h * hd, (size_t)H * hd,
+                  lse + ((size_t)b * H + h) * T, q + base + (size_t)h * hd,
+                  k + base + (size_t)g * hd, v + base + (size_t)g * hd, qkv_stride, hd, i0, i1,
+                  scale);
+  }
+}
+
+/* The backward of one (batch, KV head) over its query heads h0 .. h0+group-1.  Pointers
+ * are at the batch's row 0 (q, dq, dout, out: head 0; k, v, dk, dv: this KV head); a
+ * NULL gradient is not computed.  For each chunk of ATT_KC keys, and each query block
+ * at or below it: S = Q K^T, P = exp(scale S - lse), dP = dO V^T, dS = P (dP - D) with
+ * D = rowsum(dO O); then dV += P^T dO, dK += scale dS^T Q (both kept for the chunk),
+ * dQ += scale dS K (into dq directly: this task owns those rows). */
+TSR_CLONES static void attn_bwd_head(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *out, size_t out_stride, const float *lse,
+                                     const float *q, const float *k, const float *v, int stride,
+                                     int T, int hd, int h0, int group, float scale) {
+  const int ost = (int)out_stride;
+  float p[ATT_QB * ATT_KC], dp[ATT_QB * ATT_KC], dkl[ATT_KC * hd], dvl[ATT_KC * hd], D[ATT_QB];
+  for (int j0 = 0; j0 < T; j0 += ATT_KC) {
+    const int nk = T - j0 < ATT_KC ? T - j0 : ATT_KC;
+    const float *kc = k + (size_t)j0 * stride, *vc = v + (size_t)j0 * stride;
+    memset(dkl, 0, sizeof dkl);
+    memset(dvl, 0, sizeof dvl);
+    for (int h = h0; h < h0 + group; h++)
+      for (int i0 = j0 / ATT_QB * ATT_QB; i0 < T; i0 += ATT_QB) {
+        const int nq = T - i0 < ATT_QB ? T - i0 : ATT_QB;
+        const int nkb = i0 + nq - j0 < nk ? i0 + nq - j0 : nk; /* keys j < i0 + nq */
+        const float *qb = q + (size_t)i0 * stride + (size_t)h * hd;
+        const float *gb = dout + (size_t)i0 * out_stride + (size_t)h * hd;
+        const float *ob = out + (size_t)i0 * out_stride + (size_t)h * hd;
+        const float *L = lse + (size_t)h * T + i0;
+        for (int ii = 0; ii < nq; ii++)
+          D[ii] = dotf(gb + (size_t)ii * out_stride, ob + (size_t)ii * out_stride, hd);
+        tile_gemm(CblasNoTrans, CblasTrans, nq, nkb, hd, scale, qb, stride, kc, stride, 0.0f, p,
+                  ATT_KC);
+        tile_gemm(CblasNoTrans, CblasTrans, nq, nkb, hd, 1.0f, gb, ost, vc, stride, 0.0f, dp,
+                  ATT_KC);
+        for (int ii = 0; ii < nq; ii++) {
+          const int i = i0 + ii, jn = i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nkb ? i - j0 + 1 : nkb;
+          float *pr = p + ii * ATT_KC, *dr = dp + ii * ATT_KC;
+          const float Li = L[ii], Di = D[ii];
+#pragma omp simd
+          for (int jj = 0; jj < jn; jj++) {
+            const float pij = expf_vec(pr[jj] - Li);
+            pr[jj] = pij;
+            dr[jj] = pij * (dr[jj] - Di); /* dS / scale */
+          }
+          for (int jj = jn; jj < nkb; jj++) pr[jj] = dr[jj] = 0.0f;
+        }
+        if (dv)
+          tile_gemm(CblasTrans, CblasNoTrans, nkb, hd, nq, 1.0f, p, ATT_KC, gb, ost, 1.0f, dvl, hd);
+        if (dk)
+          tile_gemm(CblasTrans, CblasNoTrans, nkb, hd, nq, scale, dp, ATT_KC, qb, stride, 1.0f, dkl,
+                    hd);
+        if (dq)
+          tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nkb, scale, dp, ATT_KC, kc, stride, 1.0f,
+                    dq + (size_t)i0 * stride + (size_t)h * hd, stride);
       }
-      const float p = expf(s - m);
-      l += p;
-      axpyf(acc, p, vb + (size_t)j * qkv_stride, hd);
+    for (int jj = 0; jj < nk; jj++) {
+      const size_t o = (size_t)(j0 + jj) * stride;
+      if (dk) axpyf(dk + o, 1.0f, dkl + jj * hd, hd);
+      if (dv) axpyf(dv + o, 1.0f, dvl + jj * hd, hd);
     }
-    float *o = out + ((size_t)b * T + t) * H * hd + (size_t)h * hd;
-    const float inv = 1.0f / l;
-    for (int i = 0; i < hd; i++) o[i] = acc[i] * inv;
-    lse[((size_t)b * H + h) * T + t] = m + logf(l);
   }
 }
 
@@ -344,126 +591,100 @@ void tsr_ops_attention_bwd(float *dq, float *dk, float *dv, const float *dout, c
   const int group = H / KV;
   const float scale = attn_scale(hd);
   const size_t out_stride = (size_t)H * hd;
-
-  /* dq: one task per query row, dq_t += scale * sum_j dS_tj k_j. */
-  if (dq) {
-    const long nrows = (long)B * H * T;
-#pragma omp parallel for schedule(dynamic, 16)
-    for (long idx = 0; idx < nrows; idx++) {
-      const int t = (int)(idx % T), h = (int)((idx / T) % H), b = (int)(idx / ((long)T * H));
-      const int g = h / group;
-      const size_t row = (size_t)b * T + t;
-      const float *qt = q + row * qkv_stride + (size_t)h * hd;
-      const float *kb = k + (size_t)b * T * qkv_stride + (size_t)g * hd;
-      const float *vb = v + (size_t)b * T * qkv_stride + (size_t)g * hd;
-      const float *go = dout + row * out_stride + (size_t)h * hd;
-      const float D = dotf(go, out + row * out_stride + (size_t)h * hd, hd);
-      const float L = lse[((size_t)b * H + h) * T + t];
-      float acc[hd];
-      memset(acc, 0, sizeof acc);
-      for (int j = 0; j <= t; j++) {
-        const float *kj = kb + (size_t)j * qkv_stride;
-        const float p = expf(scale * dotf(qt, kj, hd) - L);
-        const float dp = dotf(go, vb + (size_t)j * qkv_stride, hd);
-        axpyf(acc, p * (dp - D), kj, hd);
-      }
-      float *d = dq + row * qkv_stride + (size_t)h * hd;
-      for (int i = 0; i < hd; i++) d[i] += scale * acc[i];
-    }
-  }
-
-  /* dk, dv: one task per (b, kv head g, block of keys).  The task sums over the query
-   * heads of group g (outer) and the query rows t >= key (inner) in that fixed order,
-   * into local accumulators, then adds once into dk/dv. */
-  if (dk || dv) {
-    const int nkb = (T + KEY_BLOCK - 1) / KEY_BLOCK;
-    const long ntasks = (long)B * KV * nkb;
+  const long ntasks = (long)B * KV;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (long task = 0; task < ntasks; task++) {
-      const int kblk = (int)(task % nkb), g = (int)((task / nkb) % KV);
-      const int b = (int)(task / ((long)nkb * KV));
-      const int j0 = kblk * KEY_BLOCK, j1 = j0 + KEY_BLOCK < T ? j0 + KEY_BLOCK : T;
-      const float *kb = k + (size_t)b * T * qkv_stride + (size_t)g * hd;
-      const float *vb = v + (size_t)b * T * qkv_stride + (size_t)g * hd;
-      float dkl[KEY_BLOCK * hd], dvl[KEY_BLOCK * hd];
-      memset(dkl, 0, sizeof dkl);
-      memset(dvl, 0, sizeof dvl);
-      for (int h = g * group; h < (g + 1) * group; h++)
-        for (int t = j0; t < T; t++) {
-          const size_t row = (size_t)b * T + t;
-          const float *qt = q + row * qkv_stride + (size_t)h * hd;
-          const float *go = dout + row * out_stride + (size_t)h * hd;
-          const float D = dotf(go, out + row * out_stride + (size_t)h * hd, hd);
-          const float L = lse[((size_t)b * H + h) * T + t];
-          const int jend = t + 1 < j1 ? t + 1 : j1;
-          for (int j = j0; j < jend; j++) {
-            const float p = expf(scale * dotf(qt, kb + (size_t)j * qkv_stride, hd) - L);
-            const float dp = dotf(go, vb + (size_t)j * qkv_stride, hd);
-            axpyf(dvl + (size_t)(j - j0) * hd, p, go, hd);
-            axpyf(dkl + (size_t)(j - j0) * hd, p * (dp - D), qt, hd);
-          }
-        }
-      for (int j = j0; j < j1; j++) {
-        const size_t off = ((size_t)b * T + j) * qkv_stride + (size_t)g * hd;
-        if (dk) {
-          float *d = dk + off;
-          const float *s = dkl + (size_t)(j - j0) * hd;
-          for (int i = 0; i < hd; i++) d[i] += scale * s[i];
-        }
-        if (dv) {
-          float *d = dv + off;
-          const float *s = dvl + (size_t)(j - j0) * hd;
-          for (int i = 0; i < hd; i++) d[i] += s[i];
-        }
-      }
-    }
+  for (long task = 0; task < ntasks; task++) {
+    const int g = (int)(task % KV), b = (int)(task / KV);
+    const size_t base = (size_t)b * T * qkv_stride, kv = base + (size_t)g * hd;
+    const size_t ob = (size_t)b * T * out_stride;
+    attn_bwd_head(dq ? dq + base : NULL, dk ? dk + kv : NULL, dv ? dv + kv : NULL, dout + ob,
+                  out + ob, out_stride, lse + (size_t)b * H * T, q + base, k + kv, v + kv,
+                  qkv_stride, T, hd, g * group, group, scale);
   }
 }
 
 /* -------------------------------------------------------- SwiGLU, GELU */
 
+TSR_CLONES static void swiglu_fwd_row(float *restrict o, const float *restrict g,
+                                      const float *restrict u, int F) {
+#pragma omp simd
+  for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + expf_vec(-g[j])) * u[j];
+}
+
 void tsr_ops_swiglu_fwd(float *out, const float *gate_up, int n, int F) {
 #pragma omp parallel for schedule(static) if ((long)n * F > PAR_MIN)
   for (int r = 0; r < n; r++) {
-    const float *g = gate_up + (size_t)r * 2 * F, *u = g + F;
-    float *o = out + (size_t)r * F;
-    for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    const float *g = gate_up + (size_t)r * 2 * F;
+    swiglu_fwd_row(out + (size_t)r * F, g, g + F, F);
+  }
+}
+
+/* silu(g) = g s, s = sigmoid(g);  silu'(g) = s (1 + g (1 - s)) */
+TSR_CLONES static void swiglu_bwd_row(float *restrict dg, float *restrict du,
+                                      const float *restrict d, const float *restrict g,
+                                      const float *restrict u, int F) {
+#pragma omp simd
+  for (int j = 0; j < F; j++) {
+    const float s = 1.0f / (1.0f + expf_vec(-g[j]));
+    dg[j] += d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+    du[j] += d[j] * g[j] * s;
   }
 }
 
 void tsr_ops_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F) {
-  /* silu(g) = g s, s = sigmoid(g);  silu'(g) = s (1 + g (1 - s)) */
 #pragma omp parallel for schedule(static) if ((long)n * F > PAR_MIN)
   for (int r = 0; r < n; r++) {
-    const float *g = gate_up + (size_t)r * 2 * F, *u = g + F;
-    const float *d = dout + (size_t)r * F;
-    float *dg = dgate_up + (size_t)r * 2 * F, *du = dg + F;
-    for (int j = 0; j < F; j++) {
-      const float s = 1.0f / (1.0f + expf(-g[j]));
-      dg[j] += d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
-      du[j] += d[j] * g[j] * s;
-    }
+    const float *g = gate_up + (size_t)r * 2 * F;
+    float *dg = dgate_up + (size_t)r * 2 * F;
+    swiglu_bwd_row(dg, dg + F, dout + (size_t)r * F, g, g + F, F);
   }
 }
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem) {
-#pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
-  for (int i = 0; i < n_elem; i++) {
+/* tanh(u) = (1 - e) / (1 + e), e = exp(-2u): -1 and 1 at the ends of the clamp; near 0 the
+ * absolute error is ~1e-7, which is all that 1 + tanh (GELU) can see. */
+static inline float tanhf_vec(float u) {
+  const float e = expf_vec(-2.0f * u);
+  return (1.0f - e) / (1.0f + e);
+}
+
+TSR_CLONES static void gelu_fwd_block(float *restrict out, const float *restrict x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) {
     const float xi = x[i];
-    out[i] = 0.5f * xi * (1.0f + tanhf(GELU_C * (xi + GELU_A * xi * xi * xi)));
+    out[i] = 0.5f * xi * (1.0f + tanhf_vec(GELU_C * (xi + GELU_A * xi * xi * xi)));
+  }
+}
+
+TSR_CLONES static void gelu_bwd_block(float *restrict dx, const float *restrict dout,
+                                      const float *restrict x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) {
+    const float xi = x[i];
+    const float th = tanhf_vec(GELU_C * (xi + GELU_A * xi * xi * xi));
+    const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);
+    dx[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du);
+  }
+}
+
+void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem) {
+  const int nblk = (n_elem + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
+  for (int blk = 0; blk < nblk; blk++) {
+    const int i0 = blk * ELEM_BLOCK;
+    gelu_fwd_block(out + i0, x + i0, n_elem - i0 < ELEM_BLOCK ? n_elem - i0 : ELEM_BLOCK);
   }
 }
 
 void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem) {
+  const int nblk = (n_elem + ELEM_BLOCK - 1) / ELEM_BLOCK;
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
-  for (int i = 0; i < n_elem; i++) {
-    const float xi = x[i];
-    const float th = tanhf(GELU_C * (xi + GELU_A * xi * xi * xi));
-    const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);
-    dx[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du);
+  for (int blk = 0; blk < nblk; blk++) {
+    const int i0 = blk * ELEM_BLOCK;
+    gelu_bwd_block(dx + i0, dout + i0, x + i0,
+                   n_elem - i0 < ELEM_BLOCK ? n_elem - i0 : ELEM_BLOCK);
   }
 }
 
@@ -486,29 +707,47 @@ void tsr_ops_scale(float *x, float s, long n_elem) {
 
 /* -------------------------------------------------------- cross entropy */
 
-/* Loss of one row; when grad is set, also overwrites the row with dloss*(softmax-onehot).
- * A target outside [0, V) (e.g. -1 or -100 as an ignore index) contributes zero loss
- * and zero gradient. */
-static double xent_row(float *grad_row, const float *z, int32_t target, int V, float dloss) {
+static inline float row_max(const float *z, int V) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int j = 0; j < V; j++) m = z[j] > m ? z[j] : m;
+  return m;
+}
+
+/* sum_j exp(z_j - m) in double, without storing the exponentials (the loss alone). */
+TSR_CLONES static double sum_exp(const float *z, float m, int V) {
+  float e[256];
+  double sum = 0.0;
+  for (int j0 = 0; j0 < V; j0 += 256) {
+    const int len = V - j0 < 256 ? V - j0 : 256;
+#pragma omp simd
+    for (int j = 0; j < len; j++) e[j] = expf_vec(z[j0 + j] - m);
+    sum += sum_d(e, len);
+  }
+  return sum;
+}
+
+/* Loss of one row; when grad is set, also overwrites the row with dloss*(softmax-onehot)
+ * (grad_row may be z itself).  A target outside [0, V) (e.g. -1 or -100 as an ignore
+ * index) contributes zero loss and zero gradient. */
+TSR_CLONES static double xent_row(float *grad_row, const float *z, int32_t target, int V,
+                                  float dloss) {
   if (target < 0 || target >= V) {
     if (grad_row) memset(grad_row, 0, (size_t)V * sizeof(float));
     return 0.0;
   }
-  float m = -INFINITY;
-  for (int j = 0; j < V; j++) m = z[j] > m ? z[j] : m;
-  const float zt = z[target];
-  double sum = 0.0;
+  const float m = row_max(z, V), zt = z[target];
+  double sum;
   if (grad_row) { /* store exp(z - m) in place, then scale */
-    for (int j = 0; j < V; j++) {
-      const float e = expf(z[j] - m);
-      grad_row[j] = e;
-      sum += e;
-    }
+#pragma omp simd
+    for (int j = 0; j < V; j++) grad_row[j] = expf_vec(z[j] - m);
+    sum = sum_d(grad_row, V);
     const float f = (float)(dloss / sum);
+#pragma omp simd
     for (int j = 0; j < V; j++) grad_row[j] *= f;
     grad_row[target] -= dloss;
   } else {
-    for (int j = 0; j < V; j++) sum += expf(z[j] - m);
+    sum = sum_exp(z, m, V);
   }
   return log(sum) + (double)m - (double)zt;
 }
@@ -538,46 +777,41 @@ double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int 
   return xent(NULL, logits, targets, n, V, 0.0f);
 }
 
-void tsr_ops_xent_local_stats(double *row_max, double *target_logit, const float *logits,
+void tsr_ops_xent_local_stats(double *row_max_out, double *target_logit, const float *logits,
                               const int32_t *targets, int n, int V, int vocab_start) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * V;
-    float m = -INFINITY;
-    for (int j = 0; j < V; j++) m = z[j] > m ? z[j] : m;
-    row_max[r] = m;
+    row_max_out[r] = row_max(z, V);
     const int t = targets[r] - vocab_start;
     target_logit[r] = (t >= 0 && t < V) ? (double)z[t] : 0.0;
   }
 }
 
-void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
-                               int V) {
+void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max_in,
+                               int n, int V) {
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < n; r++) {
-    const float *z = logits + (size_t)r * V;
-    const float m = (float)row_max[r];
-    double sum = 0.0;
-    for (int j = 0; j < V; j++) sum += expf(z[j] - m);
-    sumexp[r] = sum;
-  }
+  for (int r = 0; r < n; r++) sumexp[r] = sum_exp(logits + (size_t)r * V, (float)row_max_in[r], V);
 }
 
-double tsr_ops_xent_rows(const double *row_max, const double *sumexp, const double *target_logit,
-                         int n) {
+double tsr_ops_xent_rows(const double *row_max_in, const double *sumexp,
+                         const double *target_logit, int n) {
   double total = 0.0; /* fixed order: the same sum on every rank */
-  for (int r = 0; r < n; r++) total += log(sumexp[r]) + row_max[r] - target_logit[r];
+  for (int r = 0; r < n; r++) total += log(sumexp[r]) + row_max_in[r] - target_logit[r];
   return total;
 }
 
-void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
+TSR_CLONES static void exp_scale_row(float *z, float m, float f, int V) {
+#pragma omp simd
+  for (int j = 0; j < V; j++) z[j] = expf_vec(z[j] - m) * f;
+}
+
+void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max_in,
                        const double *sumexp, int n, int V, int vocab_start, float dloss) {
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; r++) {
     float *z = logits + (size_t)r * V;
-    const float m = (float)row_max[r];
-    const float f = (float)(dloss / sumexp[r]);
-    for (int j = 0; j < V; j++) z[j] = expf(z[j] - m) * f;
+    exp_scale_row(z, (float)row_max_in[r], (float)(dloss / sumexp[r]), V);
     const int t = targets[r] - vocab_start;
     if (t >= 0 && t < V) z[t] -= dloss;
   }
@@ -594,14 +828,28 @@ void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float l
   const float step_size = (float)((double)lr / bc1);
   const float bc2_sqrt = (float)sqrt(bc2);
   const float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
+  const long nblk = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-  for (long i = 0; i < n; i++) {
-    const float gi = g[i] * grad_scale;
-    p[i] *= decay;
-    m[i] = m[i] * beta1 + one_m_b1 * gi;
-    v[i] = v[i] * beta2 + one_m_b2 * gi * gi;
-    const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-    p[i] -= step_size * (m[i] / denom);
+  for (long blk = 0; blk < nblk; blk++) {
+    const long i0 = blk * ADAM_BLOCK;
+    const int len = n - i0 < ADAM_BLOCK ? (int)(n - i0) : ADAM_BLOCK;
+    float *restrict pb = p + i0, *restrict mb = m + i0, *restrict vb = v + i0;
+    const float *restrict gb = g + i0;
+    float root[ADAM_BLOCK];
+#pragma omp simd
+    for (int i = 0; i < len; i++) {
+      const float gi = gb[i] * grad_scale;
+      pb[i] *= decay;
+      mb[i] = mb[i] * beta1 + one_m_b1 * gi;
+      vb[i] = vb[i] * beta2 + one_m_b2 * gi * gi;
+      root[i] = vb[i];
+    }
+    sqrt_block(root, len);
+#pragma omp simd
+    for (int i = 0; i < len; i++) {
+      const float denom = root[i] / bc2_sqrt + eps;
+      pb[i] -= step_size * (mb[i] / denom);
+    }
   }
 }
 

@@ -102,6 +102,7 @@ typedef struct {
   tsr_metrics *metrics;
   tsr_train_state st;
   double flops_per_token;
+  double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
 } trainer;
 
 static void trainer_destroy(trainer *t) {
@@ -333,7 +334,9 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
    * gradient the mean over the global batch */
   const float dloss = (float)(1.0 / ((double)k * t->dp));
+  const double t_begin = tsr_now();
   TSR_CALL(tsr_zero_begin_step(t->zero));
+  double opt_s = tsr_now() - t_begin, fwd_s = 0, bwd_s = 0;
   double loss_sum = 0;
   if (t->exec) { /* pipeline: the schedule runs the k micro-batches */
     tsr_pp_step_stats ps;
@@ -348,10 +351,16 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
       double l;
       TSR_CALL(tsr_zero_begin_micro(t->zero, a == k - 1));
       tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
-      TSR_CALL(tsr_model_fwd_bwd(t->model, t->inputs, t->targets, dloss, &l));
+      const double t_fwd = tsr_now(); /* tsr_model_fwd_bwd, timed in its two phases */
+      TSR_CALL(tsr_model_chunk_forward(t->model, 0, 0, t->inputs, t->targets, NULL, dloss, 1, &l));
+      const double t_bwd = tsr_now();
+      TSR_CALL(tsr_model_chunk_backward(t->model, 0, 0, NULL));
+      fwd_s += t_bwd - t_fwd;
+      bwd_s += tsr_now() - t_bwd;
       loss_sum += l;
     }
   }
+  const double t_opt = tsr_now();
   TSR_CALL(tsr_zero_reduce_grads(t->zero));
   /* fault injection for the tests: poison one gradient at the given step */
   const char *inject = getenv("TSR_FAULT_NAN_GRAD_STEP");
@@ -374,6 +383,10 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   t->st.step = step;
   t->st.data_cursor += cfg->train.global_batch;
   t->st.tokens += cfg->train.global_batch * cfg->model.seq_len;
+  /* a pipeline schedule interleaves forward and backward: only the optimizer is apart */
+  t->phase_s[0] = t->exec ? NAN : fwd_s;
+  t->phase_s[1] = t->exec ? NAN : bwd_s;
+  t->phase_s[2] = opt_s + (tsr_now() - t_opt);
   return 0;
 }
 
@@ -485,7 +498,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     window_steps++;
     const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
     tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, -1.0,
-                           (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped};
+                           (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped,
+                           t.phase_s[0] * 1e3, t.phase_s[1] * 1e3, t.phase_s[2] * 1e3};
     tsr_metrics_step(t.metrics, &sm);
     if (skipped)
       tsr_warn("step %lld: non-finite gradient norm; update skipped (%lld skipped so far)",
@@ -495,10 +509,14 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       const double avg = (now - t_window) / (double)window_steps;
       char eta[32];
       fmt_eta(eta, sizeof eta, avg * (double)(cfg->run.max_steps - step));
+      char phases[96] = "";
+      if (!t.exec)
+        snprintf(phases, sizeof phases, " (fwd %.1f bwd %.1f opt %.1f)", t.phase_s[0] * 1e3,
+                 t.phase_s[1] * 1e3, t.phase_s[2] * 1e3);
       tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | "
-              "%7.1f ms | %.2f GFLOP/s/rank | mem %.1f MB | ETA %s",
+              "%7.1f ms%s | %.2f GFLOP/s/rank | mem %.1f MB | ETA %s",
               (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, tok_per_s,
-              dt * 1e3, tok_per_s * t.flops_per_token / 1e9 / t.world_size,
+              dt * 1e3, phases, tok_per_s * t.flops_per_token / 1e9 / t.world_size,
               (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;

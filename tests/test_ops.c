@@ -852,10 +852,16 @@ int main(int argc, char **argv) {
   test_attention(2, 67, 4, 2, 16, 0, 96);
   test_attention_threads(2, 67, 4, 2, 16);
   test_attention_threads(1, 45, 4, 1, 8);
+  /* T beyond one key chunk of the forward's online softmax (and odd sizes) */
+  test_attention(1, 300, 4, 2, 16, 0, 300);
+  test_attention(2, 260, 2, 1, 8, 3, 200);
+  test_attention_threads(1, 300, 4, 2, 16);
+  test_attention_threads(2, 257, 6, 3, 64);
   test_swiglu(4, 9);
   test_gelu(53);
   test_xent(6, 11, 1);
   test_xent(200, 50, 0);
+  test_xent(70, 3000, 0); /* a vocabulary wider than one vector block */
   test_adamw(1, 0.0f, 1.0f);
   test_adamw(3, 0.0f, 1.0f);
   test_adamw(1, 0.1f, 0.5f);

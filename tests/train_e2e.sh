@@ -53,15 +53,19 @@ check "the step line is printed" grep -Eq "step +20/20 \| loss [0-9.]+ \| lr .* 
 
 "$PYTHON_REF" - "$SCRATCH/a/metrics.jsonl" <<'PY'
 import json, sys
-keys = {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_bytes", "step_ms", "skipped"}
+keys = {"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_bytes", "step_ms",
+        "skipped", "forward_ms", "backward_ms", "optimizer_ms"}
 steps = [json.loads(l) for l in open(sys.argv[1])]
 train = [d for d in steps if "loss" in d]
 ok = len(train) == 20 and all(keys <= d.keys() for d in train)
+# one rank, no pipeline: the three phases are measured and fit inside the step
+ok &= all(d["forward_ms"] > 0 and d["backward_ms"] > 0 and d["optimizer_ms"] > 0 and
+          d["forward_ms"] + d["backward_ms"] + d["optimizer_ms"] <= d["step_ms"] * 1.001 for d in train)
 ok &= [d["step"] for d in train] == list(range(1, 21))
 ok &= sum(1 for d in steps if "val_loss" in d) == 2
 sys.exit(0 if ok else 1)
 PY
-check "metrics.jsonl: 20 step lines with every documented key, 2 val_loss lines" test $? -eq 0
+check "metrics.jsonl: 20 step lines with every documented key and the phase times, 2 val_loss lines" test $? -eq 0
 
 "$TESSERA" eval "$DECK" "${COMMON[@]}" run.out_dir="$SCRATCH/a" >"$SCRATCH/eval.out" 2>&1
 check "tessera eval exits 0" test $? -eq 0
