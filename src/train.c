@@ -102,6 +102,7 @@ typedef struct {
   tsr_metrics *metrics;
   tsr_train_state st;
   double flops_per_token;
+  double peak_flops; /* per rank, the denominator of MFU (measured GEMM rate on the CPU) */
   double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
 } trainer;
 
@@ -171,6 +172,33 @@ static double flops_per_token(const tsr_config *cfg) {
   return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
 }
 
+/* The fp32 GEMM rate of this rank (FLOP/s, the best of many 256 x 512 x 512 products): on the
+ * CPU, where no peak is stated, MFU is measured against it, as a GPU's MFU is against its
+ * GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
+ * planner's memory figures do not include them). */
+static double measure_gemm_rate(void) {
+  const int n = 256, in = 512, out = 512;
+  float *x = malloc(sizeof(float) * (size_t)n * in), *w = malloc(sizeof(float) * (size_t)out * in);
+  float *y = malloc(sizeof(float) * (size_t)n * out);
+  double best = 0.0;
+  if (x && w && y) {
+    for (int i = 0; i < n * in; i++) x[i] = (float)(i % 7) * 0.01f;
+    for (int i = 0; i < out * in; i++) w[i] = (float)(i % 5) * 0.01f;
+    /* the first calls wake threads and touch pages: take the best of >= 30 calls, 0.1 s */
+    const double start = tsr_now();
+    for (int r = 0; r < 30 || (tsr_now() - start < 0.1 && r < 1000); r++) {
+      const double t0 = tsr_now();
+      tsr_ops_matmul_fwd(y, x, w, NULL, n, in, out);
+      const double dt = tsr_now() - t0;
+      if (dt > 0 && 2.0 * n * in * out / dt > best) best = 2.0 * n * in * out / dt;
+    }
+  }
+  free(x);
+  free(w);
+  free(y);
+  return best;
+}
+
 static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int need_train) {
   memset(t, 0, sizeof *t);
   t->cfg = cfg;
@@ -226,6 +254,11 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
   TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
   t->flops_per_token = flops_per_token(cfg);
+  t->peak_flops = measure_gemm_rate(); /* the slowest rank's, so MFU <= 1 for all */
+  MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
+  if (t->rank == 0)
+    tsr_log("mfu: measured against this CPU's fp32 GEMM rate, %.2f GFLOP/s per rank",
+            t->peak_flops / 1e9);
 
   const uint64_t seed = (uint64_t)cfg->run.seed;
   if (need_train) {
@@ -497,7 +530,9 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const int64_t step = t.st.step;
     window_steps++;
     const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
-    tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, -1.0,
+    const double mfu = t.peak_flops > 0
+                           ? tok_per_s * t.flops_per_token / t.world_size / t.peak_flops : -1.0;
+    tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, mfu,
                            (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped,
                            t.phase_s[0] * 1e3, t.phase_s[1] * 1e3, t.phase_s[2] * 1e3};
     tsr_metrics_step(t.metrics, &sm);
@@ -514,9 +549,9 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
         snprintf(phases, sizeof phases, " (fwd %.1f bwd %.1f opt %.1f)", t.phase_s[0] * 1e3,
                  t.phase_s[1] * 1e3, t.phase_s[2] * 1e3);
       tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | "
-              "%7.1f ms%s | %.2f GFLOP/s/rank | mem %.1f MB | ETA %s",
+              "%7.1f ms%s | %.2f GFLOP/s/rank, MFU %.2f | mem %.1f MB | ETA %s",
               (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, tok_per_s,
-              dt * 1e3, phases, tok_per_s * t.flops_per_token / 1e9 / t.world_size,
+              dt * 1e3, phases, tok_per_s * t.flops_per_token / 1e9 / t.world_size, mfu,
               (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;
