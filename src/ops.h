@@ -104,7 +104,10 @@ double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int 
  *   2. local_sumexp: sumexp[r] = sum over local columns of exp(z - row_max[r])
  *      -> all-reduce with SUM
  *   3. loss of row r = log(sumexp[r]) + row_max[r] - target_logit[r]  (tsr_ops_xent_rows)
- *   4. grad (training): logits := dloss * (exp(z - row_max) / sumexp - onehot). */
+ *   4. grad (training): logits := dloss * (exp(z - row_max) / sumexp - onehot).
+ * Every target must be a token of the whole vocabulary, [0, vocab): unlike the fused
+ * single-rank op these passes have no ignore index (a row whose target no rank holds
+ * would count log-sum-exp as its loss).  The trainer's targets always are tokens. */
 void tsr_ops_xent_local_stats(double *row_max, double *target_logit, const float *logits,
                               const int32_t *targets, int n, int V, int vocab_start);
 void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
