@@ -159,19 +159,6 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* Of the whole model (not this rank's part): 6 N per token for the matmuls plus the
- * causal attention (12 L T d / 2 per token). */
-static double flops_per_token(const tsr_config *cfg) {
-  const tsr_model_config *m = &cfg->model;
-  tsr_layout *whole;
-  if (tsr_layout_create(&whole, m)) return 0.0;
-  double n = (double)whole->n_params;
-  const tsr_tensor *pos = tsr_layout_find(whole, "pos_embed.weight");
-  if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
-  tsr_layout_destroy(&whole);
-  return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
-}
-
 /* The fp32 GEMM rate of this rank (FLOP/s, the best of many 256 x 512 x 512 products): on the
  * CPU, where no peak is stated, MFU is measured against it, as a GPU's MFU is against its
  * GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
@@ -253,7 +240,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
   TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
-  t->flops_per_token = flops_per_token(cfg);
+  t->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
   t->peak_flops = measure_gemm_rate(); /* the slowest rank's, so MFU <= 1 for all */
   MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
   if (t->rank == 0)
