@@ -61,6 +61,7 @@ struct tsr_model {
   tsr_recompute recompute;
   /* H, KV, F, V: this tp rank's query heads, KV heads, MLP width and vocabulary rows */
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
+  tsr_model_sizes sz; /* every buffer's size (tsr_model_sizes_of) */
   int vocab, vocab_start; /* full vocabulary; first row held here */
   tsr_comm *tp;           /* NULL or a group of size 1: no tensor parallelism */
   int tp_size, tp_rank;
@@ -154,22 +155,23 @@ static float *alloc_f(tsr_model *m, size_t n) {
 /* Allocate one layer's activation set; `which` selects the buffers to allocate. */
 enum { A_NORMS = 1, A_CORE = 2, A_ACT = 4, A_ALL = 7 };
 static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
-  const size_t N = (size_t)m->N, C = (size_t)m->C;
+  const tsr_model_layer_sizes *n = &m->sz.layer;
   if (which & A_NORMS) {
-    if (!(a->norm1 = alloc_f(m, N * C)) || !(a->norm2 = alloc_f(m, N * C))) return TSR_ERR;
+    if (!(a->norm1 = alloc_f(m, (size_t)n->norm1)) || !(a->norm2 = alloc_f(m, (size_t)n->norm2)))
+      return TSR_ERR;
   }
   if (which & A_CORE) {
-    if (!(a->qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
-        !(a->atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
-        !(a->lse = alloc_f(m, (size_t)m->B * m->H * m->T)) ||
-        !(a->h = alloc_f(m, (size_t)m->Ns * C)) ||
-        !(a->fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(a->norm1_mean = alloc_f(m, N)) ||
-        !(a->norm1_rstd = alloc_f(m, N)) || !(a->norm2_mean = alloc_f(m, N)) ||
-        !(a->norm2_rstd = alloc_f(m, N)))
+    if (!(a->qkv = alloc_f(m, (size_t)n->qkv)) || !(a->atty = alloc_f(m, (size_t)n->atty)) ||
+        !(a->lse = alloc_f(m, (size_t)n->lse)) || !(a->h = alloc_f(m, (size_t)n->h)) ||
+        !(a->fc = alloc_f(m, (size_t)n->fc)) ||
+        !(a->norm1_mean = alloc_f(m, (size_t)n->norm1_mean)) ||
+        !(a->norm1_rstd = alloc_f(m, (size_t)n->norm1_rstd)) ||
+        !(a->norm2_mean = alloc_f(m, (size_t)n->norm2_mean)) ||
+        !(a->norm2_rstd = alloc_f(m, (size_t)n->norm2_rstd)))
       return TSR_ERR;
   }
   if (which & A_ACT) {
-    if (!(a->act = alloc_f(m, N * (size_t)m->F))) return TSR_ERR;
+    if (!(a->act = alloc_f(m, (size_t)n->act))) return TSR_ERR;
   }
   return 0;
 }
@@ -198,6 +200,83 @@ static int owned_mask(tsr_recompute r) {
   return r == TSR_RECOMPUTE_NONE ? A_ALL : r == TSR_RECOMPUTE_SELECTIVE ? A_CORE : 0;
 }
 
+void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
+                        int layers_per_chunk) {
+  const tsr_model_config *mc = &cfg->model;
+  memset(s, 0, sizeof *s);
+  s->gpt2 = strcmp(mc->arch, "gpt2") == 0;
+  s->recompute = strcmp(cfg->train.recompute, "full") == 0        ? TSR_RECOMPUTE_FULL
+                 : strcmp(cfg->train.recompute, "selective") == 0 ? TSR_RECOMPUTE_SELECTIVE
+                                                                  : TSR_RECOMPUTE_NONE;
+  s->first = first;
+  s->last = last;
+  s->layers_per_chunk = layers_per_chunk;
+  s->B = cfg->train.micro_batch;
+  s->T = mc->seq_len;
+  s->C = mc->d_model;
+  s->hd = mc->d_model / mc->n_head;
+  s->H = mc->n_head / tp;
+  s->KV = mc->n_kv_head >= tp ? mc->n_kv_head / tp : 1;
+  s->F = mc->d_ff / tp;
+  s->V = mc->vocab_size / tp;
+  s->N = s->B * s->T;
+  s->sp = cfg->parallel.sequence_parallel && tp > 1;
+  s->Ns = s->sp ? s->N / tp : s->N;
+  s->qkv_dim = (s->H + 2 * s->KV) * s->hd;
+  s->fc_dim = s->gpt2 ? s->F : 2 * s->F;
+  s->kv_shared = tp > mc->n_kv_head;
+  s->kv_seg = 2 * s->hd * s->C + (s->gpt2 ? 2 * s->hd : 0);
+  const int64_t N = s->N, C = s->C, Ns = s->Ns;
+  s->layer = (tsr_model_layer_sizes){.norm1 = N * C, .norm2 = N * C, .qkv = N * s->qkv_dim,
+                                     .atty = N * s->H * s->hd, .lse = s->B * s->H * s->T,
+                                     .h = Ns * C, .fc = N * s->fc_dim, .norm1_mean = N,
+                                     .norm1_rstd = N, .norm2_mean = N, .norm2_rstd = N,
+                                     .act = N * s->F};
+  s->resid = (layers_per_chunk + 1) * Ns * C;
+  s->tokens = first ? N : 0;
+  if (last) s->final_norm = N * C, s->final_mean = N, s->final_rstd = N, s->logits = N * s->V;
+  s->tmp_nc = s->d_resid = s->d_nc = N * C;
+  s->d_atty = N * s->H * s->hd;
+  s->d_qkv = N * s->qkv_dim;
+  s->d_fc = N * s->fc_dim;
+  s->d_act = N * s->F;
+  if (s->kv_shared) s->kv_keep = s->kv_seg, s->kv_sum = s->kv_seg * mc->n_kv_head;
+  if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
+  s->xent = N;
+  s->act_floats = Ns * C;
+}
+
+/* Bytes of the groups `which` of one layer's activation set: the norm statistics and lse
+ * stay fp32. */
+static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
+  const tsr_model_layer_sizes *n = &s->layer;
+  double b = 0;
+  if (which & A_NORMS) b += (double)(n->norm1 + n->norm2) * ab;
+  if (which & A_CORE)
+    b += (double)(n->qkv + n->atty + n->h + n->fc) * ab +
+         (double)(n->lse + n->norm1_mean + n->norm1_rstd + n->norm2_mean + n->norm2_rstd) * 4;
+  if (which & A_ACT) b += (double)n->act * ab;
+  return b;
+}
+
+/* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
+ * and its statistics, the logits (fp32: they become their own gradient). */
+double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
+  return s->layers_per_chunk * set_bytes(s, owned_mask(s->recompute), ab) +
+         (double)s->resid * ab + (double)s->tokens * 4 + (double)s->final_norm * ab +
+         (double)(s->final_mean + s->final_rstd + s->logits) * 4;
+}
+
+/* The recompute target (what the layers do not own), the fp32 gradient scratch, the
+ * shared-KV and sequence-parallel buffers, the loss statistics (double). */
+double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
+  const double grad = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
+                               s->d_fc + s->d_act + s->kv_keep + s->kv_sum + s->d_full +
+                               s->tmp_s + s->d_shard + s->norm_dw + s->norm_db);
+  return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + grad * 4 +
+         3.0 * (double)s->xent * 8;
+}
+
 int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay) {
   return tsr_model_create_ext(out, cfg, lay, 1, 1);
 }
@@ -218,29 +297,11 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->cfg = *cfg;
   m->lay = lay;
   const tsr_model_config *mc = &cfg->model;
-  m->gpt2 = strcmp(mc->arch, "gpt2") == 0;
   m->bf16 = strcmp(cfg->train.precision, "bf16") == 0;
-  m->recompute = strcmp(cfg->train.recompute, "full") == 0        ? TSR_RECOMPUTE_FULL
-                 : strcmp(cfg->train.recompute, "selective") == 0 ? TSR_RECOMPUTE_SELECTIVE
-                                                                  : TSR_RECOMPUTE_NONE;
   m->tp = tp;
   m->tp_size = tp ? tsr_comm_size(tp) : 1;
   m->tp_rank = tp ? tsr_comm_rank(tp) : 0;
   const int tps = m->tp_size;
-  m->B = (int)cfg->train.micro_batch;
-  m->T = (int)mc->seq_len;
-  m->C = (int)mc->d_model;
-  m->hd = m->C / (int)mc->n_head;
-  m->H = (int)mc->n_head / tps;
-  m->KV = mc->n_kv_head >= tps ? (int)mc->n_kv_head / tps : 1;
-  m->F = (int)mc->d_ff / tps;
-  m->vocab = (int)mc->vocab_size;
-  m->V = m->vocab / tps;
-  m->vocab_start = m->tp_rank * m->V;
-  m->N = m->B * m->T;
-  m->sp = cfg->parallel.sequence_parallel && tps > 1;
-  m->Ns = m->sp ? m->N / tps : m->N;
-  m->row0 = m->sp ? m->tp_rank * m->Ns : 0;
   /* this stage's layers, in the layout's (increasing) order */
   m->layer_ids = tsr_calloc((size_t)mc->n_layer, sizeof(int));
   if (!m->layer_ids) {
@@ -256,8 +317,20 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->first = lay->pp_rank == 0;
   m->last = lay->pp_rank == lay->pp - 1;
   m->n_slots = opt->n_slots > 0 ? opt->n_slots : 1;
-  m->qkv_dim = (m->H + 2 * m->KV) * m->hd;
-  m->fc_dim = m->gpt2 ? m->F : 2 * m->F;
+  tsr_model_sizes_of(&m->sz, cfg, tps, m->first, m->last, m->Lc);
+  const tsr_model_sizes *sz = &m->sz;
+  m->gpt2 = sz->gpt2;
+  m->recompute = sz->recompute;
+  m->B = (int)sz->B, m->T = (int)sz->T, m->C = (int)sz->C, m->hd = (int)sz->hd;
+  m->H = (int)sz->H, m->KV = (int)sz->KV, m->F = (int)sz->F, m->V = (int)sz->V;
+  m->vocab = (int)mc->vocab_size;
+  m->vocab_start = m->tp_rank * m->V;
+  m->N = (int)sz->N;
+  m->sp = sz->sp;
+  m->Ns = (int)sz->Ns;
+  m->row0 = m->sp ? m->tp_rank * m->Ns : 0;
+  m->qkv_dim = (int)sz->qkv_dim;
+  m->fc_dim = (int)sz->fc_dim;
   m->eps = (float)mc->norm_eps;
   m->theta = (float)mc->rope_theta;
   int rc = TSR_ERR;
@@ -335,7 +408,6 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
     }
   }
 
-  const size_t N = (size_t)m->N, C = (size_t)m->C;
   if ((own_params && !(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float)))) ||
       (own_grads && !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float)))))
     goto fail;
@@ -357,35 +429,38 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
       }
       if (!(own & A_ACT)) a->act = sc->act;
     }
-    if (!(sl->resid = alloc_f(m, (size_t)(m->Lc + 1) * m->Ns * C))) goto fail;
-    if (m->first && !(sl->tokens = tsr_calloc(N, sizeof(int32_t)))) goto fail;
-    if (m->last && (!(sl->final_norm = alloc_f(m, N * C)) || !(sl->final_mean = alloc_f(m, N)) ||
-                    !(sl->final_rstd = alloc_f(m, N)) ||
-                    !(sl->logits = alloc_f(m, N * (size_t)m->V))))
+    if (!(sl->resid = alloc_f(m, (size_t)sz->resid))) goto fail;
+    if (sz->tokens && !(sl->tokens = tsr_calloc((size_t)sz->tokens, sizeof(int32_t)))) goto fail;
+    if (m->last && (!(sl->final_norm = alloc_f(m, (size_t)sz->final_norm)) ||
+                    !(sl->final_mean = alloc_f(m, (size_t)sz->final_mean)) ||
+                    !(sl->final_rstd = alloc_f(m, (size_t)sz->final_rstd)) ||
+                    !(sl->logits = alloc_f(m, (size_t)sz->logits))))
       goto fail;
   }
-  if (!(m->tmp_nc = alloc_f(m, N * C)) || !(m->d_resid = alloc_f(m, N * C)) ||
-      !(m->d_nc = alloc_f(m, N * C)) || !(m->d_atty = alloc_f(m, N * (size_t)(m->H * m->hd))) ||
-      !(m->d_qkv = alloc_f(m, N * (size_t)m->qkv_dim)) ||
-      !(m->d_fc = alloc_f(m, N * (size_t)m->fc_dim)) || !(m->d_act = alloc_f(m, N * (size_t)m->F)))
+  if (!(m->tmp_nc = alloc_f(m, (size_t)sz->tmp_nc)) ||
+      !(m->d_resid = alloc_f(m, (size_t)sz->d_resid)) ||
+      !(m->d_nc = alloc_f(m, (size_t)sz->d_nc)) || !(m->d_atty = alloc_f(m, (size_t)sz->d_atty)) ||
+      !(m->d_qkv = alloc_f(m, (size_t)sz->d_qkv)) || !(m->d_fc = alloc_f(m, (size_t)sz->d_fc)) ||
+      !(m->d_act = alloc_f(m, (size_t)sz->d_act)))
     goto fail;
   m->kv_heads = (int)mc->n_kv_head;
-  m->kv_shared = tps > m->kv_heads;
+  m->kv_shared = sz->kv_shared;
   if (m->kv_shared) {
     m->kv_head = m->tp_rank / (tps / m->kv_heads);
-    m->kv_seg = 2 * m->hd * m->C + (m->gpt2 ? 2 * m->hd : 0); /* wk, wv rows (+ bk, bv) */
-    if (!(m->kv_keep = tsr_calloc((size_t)m->kv_seg, sizeof(float))) ||
-        !(m->kv_sum = tsr_calloc((size_t)m->kv_seg * m->kv_heads, sizeof(float))))
+    m->kv_seg = (int)sz->kv_seg; /* wk, wv rows (+ bk, bv) */
+    if (!(m->kv_keep = tsr_calloc((size_t)sz->kv_keep, sizeof(float))) ||
+        !(m->kv_sum = tsr_calloc((size_t)sz->kv_sum, sizeof(float))))
       goto fail;
   }
-  if (m->sp && (!(m->d_full = alloc_f(m, N * C)) || !(m->tmp_s = alloc_f(m, (size_t)m->Ns * C)) ||
-                !(m->d_shard = alloc_f(m, (size_t)m->Ns * C)) ||
-                !(m->norm_dw = tsr_calloc(C, sizeof(float))) ||
-                !(m->norm_db = tsr_calloc(C, sizeof(float)))))
+  if (m->sp && (!(m->d_full = alloc_f(m, (size_t)sz->d_full)) ||
+                !(m->tmp_s = alloc_f(m, (size_t)sz->tmp_s)) ||
+                !(m->d_shard = alloc_f(m, (size_t)sz->d_shard)) ||
+                !(m->norm_dw = tsr_calloc((size_t)sz->norm_dw, sizeof(float))) ||
+                !(m->norm_db = tsr_calloc((size_t)sz->norm_db, sizeof(float)))))
     goto fail;
-  m->xent_max = tsr_calloc(N, sizeof(double));
-  m->xent_sum = tsr_calloc(N, sizeof(double));
-  m->xent_target = tsr_calloc(N, sizeof(double));
+  m->xent_max = tsr_calloc((size_t)sz->xent, sizeof(double));
+  m->xent_sum = tsr_calloc((size_t)sz->xent, sizeof(double));
+  m->xent_target = tsr_calloc((size_t)sz->xent, sizeof(double));
   if (!m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
   *out = m;
   return 0;
@@ -730,7 +805,7 @@ static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, fl
 
 int tsr_model_n_chunks(const tsr_model *m) { return m->v; }
 int tsr_model_n_slots(const tsr_model *m) { return m->n_slots; }
-size_t tsr_model_act_floats(const tsr_model *m) { return (size_t)m->Ns * m->C; }
+size_t tsr_model_act_floats(const tsr_model *m) { return (size_t)m->sz.act_floats; }
 float *tsr_model_input_grad(tsr_model *m) { return m->d_resid; }
 const float *tsr_model_chunk_output(const tsr_model *m, int slot) {
   return resid(m, &m->slots[slot], m->Lc);

@@ -19,6 +19,42 @@ typedef struct tsr_model tsr_model;
 
 typedef enum { TSR_RECOMPUTE_NONE = 0, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
 
+/* Every buffer tsr_model_create_opt allocates besides the parameters and gradients, in
+ * elements, for one tp rank of a pipeline stage.  The model sizes its allocations from it
+ * and the planner (plan.c) its memory figures, so the two cannot drift apart.  A count of
+ * 0 means the buffer is absent (tokens off the first stage, the head off the last, the
+ * shared-KV buffers without KV sharing, the sequence-parallel ones without it). */
+typedef struct { /* one layer's activation set */
+  int64_t norm1, norm2, qkv, atty, lse, h, fc, norm1_mean, norm1_rstd, norm2_mean, norm2_rstd, act;
+} tsr_model_layer_sizes;
+typedef struct {
+  /* one tp rank's sizes: H, KV, F, V are its query heads, KV heads, MLP width and
+   * vocabulary rows; N = B * T tokens, of which Ns in the residual stream (sequence
+   * parallel: N / tp) */
+  int64_t B, T, C, H, KV, hd, F, V, N, Ns, qkv_dim, fc_dim;
+  int gpt2, sp, kv_shared, first, last, layers_per_chunk;
+  tsr_recompute recompute;
+  int64_t kv_seg; /* one KV head's wk, wv rows (+ bk, bv) */
+  tsr_model_layer_sizes layer; /* which of them each layer owns: the recompute mode */
+  int64_t resid, tokens;                            /* per slot (tokens: int32) */
+  int64_t final_norm, final_mean, final_rstd, logits; /* per slot, the head */
+  int64_t tmp_nc, d_resid, d_nc, d_atty, d_qkv, d_fc, d_act; /* gradient scratch */
+  int64_t kv_keep, kv_sum;
+  int64_t d_full, tmp_s, d_shard, norm_dw, norm_db;
+  int64_t xent;       /* each of the three loss statistics (double) */
+  int64_t act_floats; /* a chunk's input/output activation (tsr_model_act_floats) */
+} tsr_model_sizes;
+
+/* The sizes for `cfg` on a tp rank of a tp-way group, on a stage that is the first and/or
+ * the last, with layers_per_chunk layers per chunk. */
+void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
+                        int layers_per_chunk);
+/* Bytes of one activation slot and of the buffers outside the slots (the recompute scratch,
+ * gradient scratch, loss statistics), with stored activations at act_bytes per element
+ * (4 in this build; 2 for bf16 on a GPU) and statistics, logits and gradients in fp32. */
+double tsr_model_slot_bytes(const tsr_model_sizes *s, double act_bytes);
+double tsr_model_workspace_bytes(const tsr_model_sizes *s, double act_bytes);
+
 /* Units: the model's parameters in forward order, each a contiguous range of the flat
  * buffer: unit 0 = everything before layer 0 (embed, pos_embed), unit 1 + l = layer l,
  * unit L + 1 = everything after the last layer (final_norm, lm_head, and the padding up

@@ -4,9 +4,11 @@
  * it (output, search, options) is plan_cli.c.
  *
  * Memory follows the allocations buffer by buffer: model.c (parameters and gradients it
- * owns, activation slots, the recompute target and gradient scratch), zero.c (master,
- * Adam, shard and unit buffers), pp_exec.c (send/receive slots) and train.c (the batch,
- * the initial copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
+ * owns; activation slots, the recompute target and gradient scratch sized by
+ * tsr_model_sizes_of, the function model.c allocates them by), zero.c (master, Adam,
+ * shard and unit buffers; its padding and slot counts from zero.h), pp_exec.c
+ * (send/receive slots of tsr_model_sizes.act_floats) and train.c (the batch, the initial
+ * copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
  * counted as comm.c counts them.  The time model is a stated estimate, not a measurement:
  * compute at compute_efficiency of peak, tensor-parallel and pipeline transfers on the
  * critical path, gradient reductions hidden behind the backward they overlap. */
@@ -18,9 +20,11 @@
 #include <string.h>
 
 #include "layout.h"
+#include "model.h"
 #include "pipeline.h"
 #include "pp_exec.h"
 #include "util.h"
+#include "zero.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int half_precision(const tsr_config *cfg) {
@@ -249,7 +253,6 @@ static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, pa
   return 0;
 }
 
-static int64_t padded(int64_t n, int64_t S) { return (n + 64 * S - 1) / (64 * S) * (64 * S); }
 static int64_t shard_of(const tsr_config *cfg, const tsr_plan_grid *g) {
   return cfg->parallel.zero_stage == 0 ? g->dp : g->shard;
 }
@@ -259,32 +262,11 @@ static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const par
   return p->first ? (double)p->unit0 : p->last ? (double)(n - p->last_end) : 0;
 }
 
-/* Sizes on one tp rank, as model.c computes them. */
-typedef struct {
-  double B, T, C, N, Ns, H, KV, hd, F, V, qkv, fc, kv_seg;
-  int gpt2, sp, kv_shared;
-} dims;
-
-static dims dims_of(const tsr_config *cfg, int tp) {
-  const tsr_model_config *m = &cfg->model;
-  dims d;
-  d.gpt2 = is(m->arch, "gpt2");
-  d.B = (double)cfg->train.micro_batch;
-  d.T = (double)m->seq_len;
-  d.C = (double)m->d_model;
-  d.N = d.B * d.T;
-  d.hd = (double)(m->d_model / m->n_head);
-  d.H = (double)(m->n_head / tp);
-  d.KV = m->n_kv_head >= tp ? (double)(m->n_kv_head / tp) : 1.0;
-  d.F = (double)(m->d_ff / tp);
-  d.V = (double)(m->vocab_size / tp);
-  d.sp = cfg->parallel.sequence_parallel && tp > 1;
-  d.Ns = d.sp ? d.N / tp : d.N;
-  d.qkv = (d.H + 2 * d.KV) * d.hd;
-  d.fc = d.gpt2 ? d.F : 2 * d.F;
-  d.kv_shared = tp > m->n_kv_head;
-  d.kv_seg = 2 * d.hd * d.C + (d.gpt2 ? 2 * d.hd : 0);
-  return d;
+/* Sizes on one tp rank of the stage: model.c's own (tsr_model_sizes_of). */
+static tsr_model_sizes sizes_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  tsr_model_sizes s;
+  tsr_model_sizes_of(&s, cfg, g->tp, p->first, p->last, p->layers / g->v);
+  return s;
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -312,50 +294,14 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int bf16, tsr_plan_ba
   return mem;
 }
 
-/* model.c's activation sets (alloc_acts) and which of them each layer owns. */
-enum { A_NORMS = 1, A_CORE = 2, A_ACT = 4, A_ALL = 7 };
-static int owned_sets(const tsr_config *cfg) {
-  return is(cfg->train.recompute, "full") ? 0 : is(cfg->train.recompute, "selective") ? A_CORE
-                                                                                      : A_ALL;
-}
-
-static double layer_set(const dims *d, int which, double ab) {
-  double b = 0;
-  if (which & A_NORMS) b += 2 * d->N * d->C * ab;
-  if (which & A_CORE) /* qkv, attention out, h, fc; lse and the norm statistics in fp32 */
-    b += (d->N * d->qkv + d->N * d->H * d->hd + d->Ns * d->C + d->N * d->fc) * ab +
-         (d->B * d->H * d->T + 4 * d->N) * 4;
-  if (which & A_ACT) b += d->N * d->F * ab;
-  return b;
-}
-
-/* One activation slot: the layers of a chunk, its residual stream, the input tokens on the
- * first stage, the final norm and logits (fp32: they become the gradient) on the last. */
-static double slot_bytes(const dims *d, const part *p, int v, int own, double ab) {
-  const double Lc = (double)(p->layers / v);
-  double b = Lc * layer_set(d, own, ab) + (Lc + 1) * d->Ns * d->C * ab;
-  if (p->first) b += d->N * 4;
-  if (p->last) b += d->N * d->C * ab + 2 * d->N * 4 + d->N * d->V * 4;
-  return b;
-}
-
-/* model.c's buffers outside the slots: the recompute target, the gradient scratch (fp32),
- * the shared-KV and sequence-parallel buffers, the loss statistics (double). */
-static double model_workspace(const tsr_config *cfg, const dims *d, int own, double ab) {
-  double b = layer_set(d, A_ALL & ~own, ab);
-  b += (3 * d->N * d->C + d->N * d->H * d->hd + d->N * d->qkv + d->N * d->fc + d->N * d->F) * 4;
-  if (d->kv_shared) b += (1.0 + (double)cfg->model.n_kv_head) * d->kv_seg * 4;
-  if (d->sp) b += (d->N * d->C + 2 * d->Ns * d->C + 2 * d->C) * 4;
-  return b + 3 * d->N * 8;
-}
-
 /* Host-side tables of this build (small, sizes of model.c's private structs): the model
- * object with its copy of the config, layer ids, per-layer offsets, units, slot tables. */
+ * object with its copies of the config and of its sizes, layer ids, per-layer offsets,
+ * units, slot tables. */
 static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                           int slots) {
   const double L = p->layers;
-  return (double)sizeof(tsr_config) + 512 + 4.0 * (double)cfg->model.n_layer + 96 * L +
-         16 * (L + 2) + slots * (56 + 104 * L / g->v);
+  return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
+         4.0 * (double)cfg->model.n_layer + 96 * L + 16 * (L + 2) + slots * (56 + 104 * L / g->v);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {
@@ -369,27 +315,27 @@ static double other_books(const part *p, int64_t S) {
 static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                            const storage *st) {
   const int zs = (int)cfg->parallel.zero_stage;
-  const int64_t S = shard_of(cfg, g), n = padded(p->n_params, S);
+  const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
   const double len = (double)n / (double)S;
   const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
   double b = zs == 1 ? 4 * len : 0;
-  if (zs >= 2) b += 4 * len + 3 * 4 * unit + 4 * tied_unit(cfg, g, p, n);
-  if (zs >= 3) b += 4 * st->param * unit;
+  if (zs >= 2) b += 4 * len + TSR_ZERO_GRAD_SLOTS * 4 * unit + 4 * tied_unit(cfg, g, p, n);
+  if (zs >= 3) b += TSR_ZERO_PARAM_SLOTS * st->param * unit;
   return b;
 }
 
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                                  int slots, tsr_plan_backend b) {
   const storage st = storage_of(cfg, b);
-  const int zs = (int)cfg->parallel.zero_stage, own = owned_sets(cfg);
-  const int64_t S = shard_of(cfg, g), n = padded(p->n_params, S);
-  const dims d = dims_of(cfg, g->tp);
+  const int zs = (int)cfg->parallel.zero_stage;
+  const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
+  const tsr_model_sizes d = sizes_of(cfg, g, p);
   tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg), b);
-  mem.activations = slots * slot_bytes(&d, p, g->v, own, st.act);
+  mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
   mem.comm = zero_buffers(cfg, g, p, &st);
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
-    mem.comm += slots * d.Ns * d.C * (st.act + 8) + d.Ns * d.C * st.act;
-  const double model_ws = model_workspace(cfg, &d, own, st.act);
+    mem.comm += slots * (double)d.act_floats * (st.act + 8) + (double)d.act_floats * st.act;
+  const double model_ws = tsr_model_workspace_bytes(&d, st.act);
   const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
   const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
   mem.workspace = model_ws + batch + books + (b == TSR_PLAN_CPU ? other_books(p, S) : 0);
@@ -453,8 +399,8 @@ static double ring_half(int n) { return n > 1 ? (double)(n - 1) / n : 0.0; }
  * reduce-scatters after the row-parallel ones, plus the norm weights' gradient sums),
  * again for what recomputation reruns; the shared-KV gradient sum; the embedding and the
  * LM head; the cross-entropy's row statistics (doubles, "scalar"). */
-static void tp_traffic(const tsr_config *cfg, const dims *d, const part *p, int tp, double k,
-                       tsr_plan_traffic *t) {
+static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const part *p, int tp,
+                       double k, tsr_plan_traffic *t) {
   if (tp == 1) return;
   const double A = d->N * d->C * 4, ar = ring_all(tp) * A, half = ring_half(tp) * A;
   const double norm = ring_all(tp) * d->C * 4 * (d->gpt2 ? 2 : 1);
@@ -483,7 +429,7 @@ static void tp_traffic(const tsr_config *cfg, const dims *d, const part *p, int 
 static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                        tsr_plan_traffic *t) {
   const int zs = (int)cfg->parallel.zero_stage, S = (int)shard_of(cfg, g);
-  const int64_t n = padded(p->n_params, S);
+  const int64_t n = tsr_zero_padded_length(p->n_params, S);
   const double B = 4.0 * (double)n, k = g->micro_batches, tied = 4 * tied_unit(cfg, g, p, n);
   if (zs == 0) {
     add(&t[TSR_PLAN_DP], TSR_COMM_ALL_REDUCE, ring_all(g->dp) * B);
@@ -504,7 +450,7 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
 /* pp_exec.c per micro-batch and chunk: the input activation in, its gradient out; the
  * output activation out, its gradient in.  Tied embeddings: one all-reduce of the
  * embedding's gradient between the first and the last stage per step. */
-static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const dims *d,
+static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_model_sizes *d,
                        const part *p, int stage, tsr_plan_traffic *t) {
   const double msg = d->Ns * d->C * 4, k = g->micro_batches;
   const int chunks = g->pp * g->v;
@@ -534,7 +480,7 @@ static void name_groups(const tsr_plan_grid *g, tsr_plan_traffic t[TSR_PLAN_N_GR
 
 static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p, int stage,
                        tsr_plan_traffic t[TSR_PLAN_N_GROUPS]) {
-  const dims d = dims_of(cfg, g->tp);
+  const tsr_model_sizes d = sizes_of(cfg, g, p);
   name_groups(g, t);
   tp_traffic(cfg, &d, p, g->tp, g->micro_batches, &t[TSR_PLAN_TP]);
   dp_traffic(cfg, g, p, t);

@@ -7,8 +7,10 @@
  * and MFU.  `tessera plan --search` ranks the layouts that fit.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
- * (layout.c), mirroring the allocations of model.c, zero.c, pp_exec.c and train.c, under
- * two storage conventions:
+ * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
+ * (model.h), by which model.c allocates them and pp_exec.c its activation messages, the
+ * flat padding and unit slots of zero.h; the remaining items of zero.c, pp_exec.c and
+ * train.c follow their allocations.  Two storage conventions:
  *   TSR_PLAN_GPU  the target GPU: parameters and stored activations in the deck's
  *                 precision (bf16: 2 bytes), gradients, Adam m and v and (bf16 only) the
  *                 master weights in fp32.  An fp32 run keeps one fp32 copy of the weights,

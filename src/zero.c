@@ -22,8 +22,6 @@
 #include "util.h"
 
 enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
-#define N_GRAD_SLOTS 3  /* tied embedding held + the unit in backward + one in flight */
-#define N_PARAM_SLOTS 4 /* tied embedding + current + prefetched + one spare */
 
 typedef struct {
   float *buf;
@@ -55,7 +53,7 @@ struct tsr_zero {
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   float *param_shard;              /* stage 3: compute-precision parameters of the shard */
-  slot gslots[N_GRAD_SLOTS], pslots[N_PARAM_SLOTS];
+  slot gslots[TSR_ZERO_GRAD_SLOTS], pslots[TSR_ZERO_PARAM_SLOTS];
   tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
   tsr_comm *tied;        /* tied embeddings over pp: this rank and its twin stage */
   int64_t tied_b, tied_e;
@@ -77,8 +75,12 @@ static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + 
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid) {
   const int64_t S = cfg->parallel.zero_stage == 0 ? grid->dp : grid->shard_size;
-  const int64_t q = 64 * S;
-  lay->n_flat = (lay->n_params + q - 1) / q * q;
+  lay->n_flat = tsr_zero_padded_length(lay->n_params, S);
+}
+
+int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
+  const int64_t q = 64 * shard;
+  return (n_params + q - 1) / q * q;
 }
 
 /* ---------------------------------------------------------------- gradient slots */
@@ -97,7 +99,7 @@ static int finish_grad_slot(tsr_zero *z, slot *s) {
 /* The gradient slot whose reduction was posted first, or NULL. */
 static slot *oldest_pending(tsr_zero *z) {
   slot *old = NULL;
-  for (int i = 0; i < N_GRAD_SLOTS; i++)
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++)
     if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
       old = &z->gslots[i];
   return old;
@@ -116,12 +118,12 @@ static int progress(tsr_zero *z) {
   int done;
   for (int u = 0; u < z->n_units; u++)
     if (z->unit_handles[u]) TSR_CALL(tsr_comm_test(&z->unit_handles[u], &done));
-  for (int i = 0; i < N_GRAD_SLOTS; i++)
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++)
     if (z->gslots[i].state == SLOT_PENDING && z->gslots[i].h) {
       TSR_CALL(tsr_comm_test(&z->gslots[i].h, &done));
       if (done) TSR_CALL(finish_grad_slot(z, &z->gslots[i])); /* lands in the shard now */
     }
-  for (int i = 0; i < N_PARAM_SLOTS; i++)
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++)
     if (z->pslots[i].state == SLOT_PENDING) TSR_CALL(tsr_comm_test(&z->pslots[i].h, &done));
   return 0;
 }
@@ -132,7 +134,7 @@ static float *hook_grads_acquire(void *ctx, int u) {
   if (z->stage < 2) return tsr_model_grads(z->model) + z->units[u].begin;
   if (u == z->deferred) return z->deferred_buf; /* accumulates over the step */
   slot *s = NULL;
-  for (int i = 0; i < N_GRAD_SLOTS && !s; i++)
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS && !s; i++)
     if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
   if (!s) { /* all busy: complete the oldest reduction and take its slot */
     slot *old = oldest_pending(z);
@@ -159,7 +161,7 @@ static int hook_grads_release(void *ctx, int u) {
     return tsr_comm_ireduce_scatter_v(z->shard_comm, g, z->grad_shard + (a < b ? a - z->s0 : 0),
                                       unit_counts(z, u), &z->unit_handles[u]);
   }
-  for (int i = 0; i < N_GRAD_SLOTS; i++) {
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     slot *s = &z->gslots[i];
     if (s->state != SLOT_IN_USE || s->unit != u) continue;
     int64_t a, b;
@@ -177,7 +179,7 @@ static int hook_grads_release(void *ctx, int u) {
 /* ---------------------------------------------------------------- parameter slots */
 
 static slot *find_pslot(tsr_zero *z, int u) {
-  for (int i = 0; i < N_PARAM_SLOTS; i++)
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++)
     if (z->pslots[i].state != SLOT_FREE && z->pslots[i].unit == u) return &z->pslots[i];
   return NULL;
 }
@@ -185,7 +187,7 @@ static slot *find_pslot(tsr_zero *z, int u) {
 /* Start gathering unit u into a free slot; NULL when no slot is free. */
 static slot *start_gather(tsr_zero *z, int u) {
   slot *s = NULL;
-  for (int i = 0; i < N_PARAM_SLOTS && !s; i++)
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS && !s; i++)
     if (z->pslots[i].state == SLOT_FREE) s = &z->pslots[i];
   if (!s) return NULL;
   int64_t a, b;
@@ -290,14 +292,14 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
   if (z->stage >= 2) {
     if (!(z->incoming = tsr_calloc((size_t)len, F))) goto fail;
     z->mem.unit_bufs += (size_t)len * F;
-    for (int i = 0; i < N_GRAD_SLOTS; i++) {
+    for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
       if (!(z->gslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
     }
   }
   if (z->stage >= 3) {
     if (!(z->param_shard = tsr_calloc((size_t)len, F))) goto fail;
-    for (int i = 0; i < N_PARAM_SLOTS; i++) {
+    for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
       if (!(z->pslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
     }
@@ -322,11 +324,11 @@ void tsr_zero_destroy(tsr_zero **zp) {
   if (!zp || !*zp) return;
   tsr_zero *z = *zp;
   if (z->model) tsr_model_set_hooks(z->model, NULL);
-  for (int i = 0; i < N_GRAD_SLOTS; i++) {
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_free(&z->gslots[i].buf);
   }
-  for (int i = 0; i < N_PARAM_SLOTS; i++) {
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
     tsr_comm_wait(&z->pslots[i].h);
     tsr_free(&z->pslots[i].buf);
   }

@@ -46,6 +46,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
 void tsr_zero_destroy(tsr_zero **z);
 /* Pads lay->n_flat to a multiple of 64 x the shard size this config uses. */
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid);
+/* That padded length for n_params elements and a shard group of `shard` ranks (also what
+ * the planner, plan.c, counts). */
+int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard);
+/* Unit buffers of stages 2-3, each as long as the largest unit: gradient slots (the tied
+ * embedding held, the unit in backward, one in flight) and, at stage 3, parameter slots
+ * (the tied embedding, the current unit, the prefetched one, one spare). */
+enum { TSR_ZERO_GRAD_SLOTS = 3, TSR_ZERO_PARAM_SLOTS = 4 };
 
 int tsr_zero_stage(const tsr_zero *z);
 int64_t tsr_zero_shard_begin(const tsr_zero *z); /* this rank's shard of the flat buffer */
