@@ -241,11 +241,13 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
   TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
   t->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
-  t->peak_flops = measure_gemm_rate(); /* the slowest rank's, so MFU <= 1 for all */
-  MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
-  if (t->rank == 0)
-    tsr_log("mfu: measured against this CPU's fp32 GEMM rate, %.2f GFLOP/s per rank",
-            t->peak_flops / 1e9);
+  if (need_train) { /* MFU's denominator: the slowest rank's, so MFU <= 1 for all */
+    t->peak_flops = measure_gemm_rate();
+    MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
+    if (t->rank == 0)
+      tsr_log("mfu: measured against this CPU's fp32 GEMM rate, %.2f GFLOP/s per rank",
+              t->peak_flops / 1e9);
+  }
 
   const uint64_t seed = (uint64_t)cfg->run.seed;
   if (need_train) {
