@@ -43,13 +43,8 @@
 set -euo pipefail
 TESSERA=${1:-src/tessera}
 STEPS=${2:-30}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-W=$(mktemp -d /tmp/tsr-bench.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-here=$(cd "$(dirname "$0")/.." && pwd)
-cat /usr/share/games/fortunes/{computers,science,wisdom,literature} >"$W/text.txt"
-"$here/tools/tsr-prepare" --out "$W/data" --tokenizer bytes "$W/text.txt" >/dev/null
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 N_LAYER=8
 
 run() { # pp schedule v m -> $W/<name>.log and $W/<name>/metrics.jsonl

@@ -31,13 +31,8 @@
 set -euo pipefail
 TESSERA=${1:-src/tessera}
 STEPS=${2:-100}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-W=$(mktemp -d /tmp/tsr-bench.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-here=$(cd "$(dirname "$0")/.." && pwd)
-cat /usr/share/games/fortunes/{computers,science,wisdom,literature} >"$W/text.txt"
-"$here/tools/tsr-prepare" --out "$W/data" --tokenizer bytes "$W/text.txt" >/dev/null
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 run() { # dp tp n_kv_head n_layer -> $W/<name>.log and $W/<name>/metrics.jsonl
   local dp=$1 tp=$2 kv=$3 nl=$4 out="$W/d$1t$2k$3l$4"

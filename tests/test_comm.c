@@ -13,7 +13,6 @@
  * Checks are reduced over all ranks; rank 0 prints PASS/FAIL; exit 1 on any failure.
  * Some checks provoke errors on purpose: their "error:" lines are expected. */
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,26 +24,8 @@
 #include <mpi.h>
 
 #include "comm_mpi.h"
+#include "mpicheck.h"
 #include "util.h"
-
-static int g_rank, n_pass, n_fail;
-
-static void check(int ok, const char *fmt, ...) TSR_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...) {
-  int all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (all) n_pass++;
-  else n_fail++;
-  if (g_rank == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", all ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-  }
-}
 
 static float value(uint64_t key, int r, size_t i) {
   int k = (int)(tsr_rand_uniform(key, (uint64_t)r * 1000003u + i) * 1024.0);

@@ -13,7 +13,6 @@
  * 2 (grid_comm.sh checks the single message).  fake_world=W logs the table of a
  * synthetic W-rank grid without creating it (for the compactness check).
  * Results are reduced over all ranks; rank 0 prints PASS/FAIL; exit 1 on any failure. */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,27 +29,8 @@
 
 #include "comm_mpi.h"
 #include "deck.h"
+#include "mpicheck.h"
 #include "util.h"
-
-static int g_rank, n_pass, n_fail;
-
-/* One check: ok on every rank, printed once by rank 0. */
-static void check(int ok, const char *fmt, ...) TSR_PRINTF(2, 3);
-static void check(int ok, const char *fmt, ...) {
-  int all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (all) n_pass++;
-  else n_fail++;
-  if (g_rank == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s: ", all ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-  }
-}
 
 /* The world ranks of c's members in c's rank order. */
 static void members(const tsr_comm *c, int *out) {
