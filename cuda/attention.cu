@@ -49,6 +49,21 @@ __device__ __forceinline__ void dot_rows(float (&out)[N], const float *a, const 
   }
 }
 
+/* acc[i] += sum over the tile's BK rows c of w[c] * tile[c * ld + d], for this thread's
+ * head dims d = sub + 8 i below hd (P V in the forward, dS K for dq). */
+template <int DPT>
+__device__ __forceinline__ void acc_weighted_rows(float (&acc)[DPT], const float *w,
+                                                  const float *tile, int ld, int sub, int hd) {
+  for (int c = 0; c < BK; c++) {
+    const float x = w[c];
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) acc[i] += x * tile[c * ld + d];
+    }
+  }
+}
+
 /* ---------------------------------------------------------------- forward */
 
 template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
@@ -103,14 +118,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads(); /* Ps complete */
 #pragma unroll
     for (int i = 0; i < DPT; i++) acc[i] *= corr;
-    for (int c = 0; c < BK; c++) {
-      const float p = Ps[row * (BK + 1) + c];
-#pragma unroll
-      for (int i = 0; i < DPT; i++) {
-        const int d = sub + 8 * i;
-        if (d < hd) acc[i] += p * Vs[c * ld + d];
-      }
-    }
+    acc_weighted_rows(acc, Ps + row * (BK + 1), Vs, ld, sub, hd);
   }
   if (tq < T_) {
     T *o = out + ((size_t)b * T_ + tq) * H * hd + (size_t)h * hd;
@@ -191,14 +199,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
       dSs[row * (BK + 1) + c] = ds;
     }
     __syncthreads();
-    for (int c = 0; c < BK; c++) {
-      const float ds = dSs[row * (BK + 1) + c];
-#pragma unroll
-      for (int i = 0; i < DPT; i++) {
-        const int d = sub + 8 * i;
-        if (d < hd) acc[i] += ds * Ks[c * ld + d];
-      }
-    }
+    acc_weighted_rows(acc, dSs + row * (BK + 1), Ks, ld, sub, hd);
   }
   if (tq < T_) {
     T *d_out = dq + boff + (size_t)tq * qkv_stride + (size_t)h * hd;
