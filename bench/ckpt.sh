@@ -13,6 +13,12 @@
 # write up to 10x slower here, whichever program did it).  A second write reference is
 # dd copying the checkpoint file itself (from the page cache, conv=fsync): the same bytes
 # coming from memory rather than dd's one cache-resident block of zeros.
+# Memory first touched: on this Firecracker VM (DAMON reclaim and free-page reporting to
+# the host) a page the kernel has not used lately costs about 2 ms per MB on first touch,
+# so a write into the page cache ran at 0.35 GB/s or 5 GB/s depending on which free pages
+# it got, for dd as for the trainer.  Before every timed write (dd's and the trainer's) the
+# bench touches and frees 8 times the checkpoint's size (the trainer's own arrays take the
+# first of those pages), so that both measure the I/O path.
 # Usage: bench/ckpt.sh [DIR] [NP] [REPS]   (top_builddir / top_srcdir as for the tests)
 set -u
 top_srcdir=${top_srcdir:-.}; top_builddir=${top_builddir:-.}
@@ -31,8 +37,12 @@ C=(model.vocab_size=256 model.n_layer=8 model.d_model=512 model.n_head=8 model.n
   parallel.zero_stage=1 "data.train=$DIR/data/train_*.bin" checkpoint.keep=1)
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; }
 now() { date +%s.%N; }
+warm_memory() { # touch and free 8 x the checkpoint's bytes (N MB; 512 MB before N is known)
+  $PY -c "import numpy; numpy.ones(${N:-64} << 20)"
+}
 
 tessera_write() { # REP: one step and its checkpoint into run_REP; sets MB, WMBS, PHASES
+  warm_memory
   mpirun -np "$NP" "$top_builddir/src/tessera" /dev/null "${C[@]}" run.max_steps=1 \
     checkpoint.resume=none run.out_dir="$DIR/run_$1" >"$DIR/w_$1.out" 2>&1
   local line
@@ -44,11 +54,13 @@ tessera_write() { # REP: one step and its checkpoint into run_REP; sets MB, WMBS
 dd_write() { # REP: the same byte count with conv=fsync into dd_REP.bin; sets DDW, and
   # DDC: a copy of the checkpoint just written (its bytes, from the page cache) by dd
   local t0 t1 t2 t3
+  warm_memory
   t0=$(now)
   dd if=/dev/zero of="$DIR/dd_$1.bin" bs=1M count="$N" conv=fsync 2>/dev/null
   t1=$(now)
   DDW=$($PY -c "print($N * 1.048576 / ($t1 - $t0))")
   cat "$DIR/run_$1/ckpt/step_00000001.h5" >/dev/null
+  warm_memory
   t2=$(now)
   dd if="$DIR/run_$1/ckpt/step_00000001.h5" of="$DIR/ddc_$1.bin" bs=1M conv=fsync 2>/dev/null
   t3=$(now)

@@ -487,8 +487,7 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   const float *const bufs[3] = {master, m, v};
   double phase[3] = {t0, t0, t0}; /* ends of: checksums, dataset writes, close */
   rc = write_file(tmp, cfg, whole, view, local, bufs, zeros, &st, deck, comm, phase);
-  if (rank == 0 && !rc) rc = tsr_ckpt_publish(dir, tmp, final, name);
-  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+  if (!rc) rc = tsr_ckpt_publish(dir, tmp, final, name, comm);
   if (rc) goto done;
   if (rank == 0) {
     tsr_ckpt_prune(dir, name, cfg->checkpoint.keep);

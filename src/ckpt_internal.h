@@ -92,11 +92,18 @@ int tsr_ckpt_mkdir_p(const char *dir);
 int tsr_ckpt_fsync_path(const char *path, int is_dir);
 /* step_*.h5 files of dir, newest first. */
 int tsr_ckpt_list_steps(const char *dir, tsr_ckpt_step_file **out, int *n);
-/* Open with the plain driver on one rank and check header, shapes and checksums
- * (model_only: /model alone).  0, or TSR_ERR_INPUT with the reason in why. */
-int tsr_ckpt_verify_file(const char *path, int model_only, char *why, size_t why_len);
-/* Rank 0 after the collective close: verify, make durable, rename, point `latest`. */
-int tsr_ckpt_publish(const char *dir, const char *tmp, const char *final, const char *name);
+/* Open with the plain driver and check header, shapes and checksums (model_only: /model
+ * alone) of the datasets of share `share` of `n_shares` (every n_shares-th, counted over the
+ * groups in order).  0, or TSR_ERR_INPUT with the reason in why.  Not collective. */
+int tsr_ckpt_verify_file(const char *path, int model_only, int share, int n_shares, char *why,
+                         size_t why_len);
+/* Ranks that verify a checkpoint (after a save, before a resume) share its datasets. */
+#define TSR_CKPT_VERIFIERS 8
+/* Longest checkpoint file name (step files; what `latest` names), with its NUL. */
+#define TSR_CKPT_NAME 256
+/* Collective, after the collective close: verify, make durable, rename, point `latest`. */
+int tsr_ckpt_publish(const char *dir, const char *tmp, const char *final, const char *name,
+                     MPI_Comm comm);
 /* Delete the oldest step files beyond `keep` (0: keep all); never `name`. */
 void tsr_ckpt_prune(const char *dir, const char *name, int64_t keep);
 

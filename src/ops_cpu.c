@@ -64,17 +64,9 @@ static int omp_in_parallel(void) { return 0; }
 /* Element-wise work per task in the flat (not row-wise) kernels. */
 #define ELEM_BLOCK 4096
 
-/* The kernels heavy in exp get one compiled copy per x86-64 level, picked at load time
- * from the CPU (GCC function multiversioning): the default build targets baseline
- * x86-64 (SSE2), where exp runs 4 lanes wide; AVX2+FMA (x86-64-v3) gives 8, AVX-512
- * (x86-64-v4) 16.  Results are deterministic on a given CPU; CPUs of different levels
- * round differently (FMA). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
-    __GNUC__ >= 12
-#define TSR_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define TSR_CLONES
-#endif
+/* The kernels heavy in exp are TSR_CLONES (util.h): the default build targets baseline
+ * x86-64 (SSE2), where exp runs 4 lanes wide; AVX2+FMA gives 8, AVX-512 16.  Results are
+ * deterministic on a given CPU; CPUs of different levels round differently (FMA). */
 
 void tsr_ops_init(int n_threads) {
 #ifdef _OPENMP

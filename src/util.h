@@ -25,6 +25,17 @@ enum {
 #define TSR_PRINTF(a, b)
 #endif
 
+/* Hot loops get one compiled copy per x86-64 level, picked at load time from the CPU
+ * (GCC function multiversioning): baseline x86-64 (SSE2), AVX2+FMA (x86-64-v3) and
+ * AVX-512 (x86-64-v4).  Integer loops give the same result on every level; floating-point
+ * ones may round differently where FMA is used. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    __GNUC__ >= 12
+#define TSR_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define TSR_CLONES
+#endif
+
 /* Rank of this process in MPI_COMM_WORLD, set once by the driver (0 before MPI). */
 void tsr_set_rank(int rank);
 int tsr_rank(void);
