@@ -63,6 +63,30 @@ __device__ __forceinline__ uint32_t round_bf16_bits(float x) {
   return u & 0xffff0000u;
 }
 
+/* Round to fp16 (nearest even, subnormals, inf past 65504) exactly as tsr_round_fp16 in
+ * util.c; the same integer steps as __float2half_rn, kept in one place with the CPU's. */
+__device__ __forceinline__ float round_fp16(float x) {
+  uint32_t u = __float_as_uint(x);
+  const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) {
+    if (a > 0x7f800000u) u |= 0x00400000u;
+  } else if (a >= 0x38800000u) {
+    const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    u = sign | (r >= 0x47800000u ? 0x7f800000u : r);
+  } else {
+    const uint32_t e = a >> 23;
+    uint32_t q = 0;
+    if (e >= 102) {
+      const uint32_t mant = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;
+      const uint32_t rem = mant & ((1u << sh) - 1u), half = 1u << (sh - 1);
+      q = mant >> sh;
+      q += rem > half || (rem == half && (q & 1u));
+    }
+    u = __float_as_uint((float)q * 5.9604644775390625e-8f) | sign; /* q 2^-24, exact */
+  }
+  return __uint_as_float(u);
+}
+
 /* ---- deterministic reductions ----
  * Butterfly (xor) shuffles: every lane ends with the same, bitwise identical value
  * (each step adds the same two numbers on both lanes), and the order depends only on

@@ -187,6 +187,7 @@ int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float l
 
 /* ---- casts and reductions ---- */
 int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem, cudaStream_t stream);
+int tsr_cuda_round_fp16(float *dst, const float *src, long n_elem, cudaStream_t stream);
 int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem, cudaStream_t stream);
 int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem, cudaStream_t stream);
 /* *out (device double) = sum of squares: two passes, per-block partials in double, then

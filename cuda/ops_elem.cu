@@ -548,6 +548,9 @@ extern "C" int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long
 __global__ void round_bf16_kernel(float *dst, const float *src, long n) {
   GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float(round_bf16_bits(src[i]));
 }
+__global__ void round_fp16_kernel(float *dst, const float *src, long n) {
+  GRID_STRIDE_LOOP(i, n) dst[i] = round_fp16(src[i]);
+}
 __global__ void cast_f32_bf16_kernel(uint16_t *dst, const float *src, long n) {
   GRID_STRIDE_LOOP(i, n) dst[i] = (uint16_t)(round_bf16_bits(src[i]) >> 16);
 }
@@ -558,6 +561,10 @@ __global__ void cast_bf16_f32_kernel(float *dst, const uint16_t *src, long n) {
 extern "C" int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem,
                                    cudaStream_t stream) {
   LAUNCH_ELEM(round_bf16_kernel, n_elem, dst, src, n_elem);
+}
+extern "C" int tsr_cuda_round_fp16(float *dst, const float *src, long n_elem,
+                                   cudaStream_t stream) {
+  LAUNCH_ELEM(round_fp16_kernel, n_elem, dst, src, n_elem);
 }
 extern "C" int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem,
                                       cudaStream_t stream) {

@@ -295,6 +295,7 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   H5_CALL(attr_put_i64(file, "data_cursor", st->data_cursor));
   H5_CALL(attr_put_i64(file, "skipped", st->skipped));
   H5_CALL(attr_put(file, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &st->loss_scale));
+  H5_CALL(attr_put_i64(file, "loss_scale_good_steps", st->scale_good_steps));
   H5_CALL(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
   H5_CALL(attr_put_str(file, "deck", deck));
   H5_CALL(attr_put_str(file, "layout", layout));
@@ -675,6 +676,9 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
       return TSR_ERR_INPUT;
     }
   }
+  /* written since fp16 training; older checkpoints come from fp32 / bf16 runs */
+  if (tsr_ckpt_attr_get(file, "loss_scale_good_steps", H5T_NATIVE_INT64, &st->scale_good_steps))
+    st->scale_good_steps = -1;
   return 0;
 }
 

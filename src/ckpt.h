@@ -28,6 +28,7 @@ typedef struct {
   int64_t data_cursor; /* global samples consumed (layout-independent) */
   int64_t skipped;     /* non-finite steps skipped so far */
   double loss_scale;   /* fp16 dynamic loss scale (1 otherwise) */
+  int64_t scale_good_steps; /* fp16: steps since the scale last changed; -1: not an fp16 run */
   uint64_t seed;       /* run.seed: init and shuffle keys */
 } tsr_train_state;
 

@@ -55,6 +55,9 @@ typedef struct {
   char precision[TSR_STR_SHORT]; /* "fp32" | "bf16" | "fp16" */
   char recompute[TSR_STR_SHORT]; /* "none" | "selective" | "full" */
   double grad_clip;              /* 0 = off */
+  double loss_scale;             /* fp16: initial dynamic loss scale */
+  int64_t loss_scale_window;     /* fp16: clean steps before the scale doubles */
+  double min_loss_scale;         /* fp16: floor of the scale */
 } tsr_train_config;
 
 typedef struct {

@@ -91,6 +91,12 @@ static const key_def schema[] = {
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),
     CHOICE(train, recompute, "none", "none|selective|full", "activation recomputation"),
     REAL(train, grad_clip, "1.0", 0, 0, LO, "clip the global gradient norm (0 = off)"),
+    REAL(train, loss_scale, "65536", 0, 0, LO | LO_OPEN,
+         "fp16: initial dynamic loss scale; halved on a step whose gradients overflow (the "
+         "update is skipped)"),
+    INT(train, loss_scale_window, "1000", 1, 0, LO,
+        "fp16: the loss scale doubles after this many steps without overflow"),
+    REAL(train, min_loss_scale, "1", 0, 0, LO | LO_OPEN, "fp16: the loss scale's floor"),
     REAL(optim, lr, "3e-4", 0, 10, LO | HI, "peak learning rate"),
     REAL(optim, min_lr, "3e-5", 0, 10, LO | HI, "learning rate at the end of the decay"),
     INT(optim, warmup_steps, "10", 0, 0, LO, "linear warmup steps"),
@@ -1032,6 +1038,16 @@ static void cross_checks(parser *P) {
     int ids[] = {key_id(GI_checkpoint, "mpiio_hints")};
     XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "
          "'romio_cb_write=enable,cb_buffer_size=16777216')", r[0]);
+  }
+  for (int k = 0; k < 2; k++) { /* exact scaling: the gradients are divided by it */
+    const double x = k ? c->train.min_loss_scale : c->train.loss_scale;
+    int e;
+    if (frexp(x, &e) != 0.5) {
+      int ids[] = {key_id(GI_train, k ? "min_loss_scale" : "loss_scale")};
+      XERR(ids, "train.%s = %g is not a power of two (e.g. %g); the gradients are divided by "
+           "the loss scale, which is exact only for powers of two",
+           k ? "min_loss_scale" : "loss_scale", x, ldexp(1.0, e - 1));
+    }
   }
   if (c->optim.min_lr > c->optim.lr) {
     int ids[] = {min_lr, lr};

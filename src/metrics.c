@@ -53,6 +53,7 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "forward_ms", s->forward_ms, 0);
   num(f, "backward_ms", s->backward_ms, 0);
   num(f, "optimizer_ms", s->optimizer_ms, 0);
+  if (s->loss_scale > 0) num(f, "loss_scale", s->loss_scale, 0);
   fprintf(f, "\"skipped\":%lld}\n", (long long)s->skipped);
   fflush(f);
 }

@@ -16,6 +16,7 @@ typedef struct {
   double step_ms;
   int64_t skipped;
   double forward_ms, backward_ms, optimizer_ms; /* phases of the step; NAN: not separable */
+  double loss_scale; /* fp16: the dynamic loss scale the step ran at; 0: not written */
 } tsr_step_metrics;
 
 int tsr_metrics_open(tsr_metrics **out, const char *path);

@@ -27,9 +27,13 @@
  * exist on one rank.  Replicated parameters (norms, row-parallel biases, positions) see
  * the full, identical activations on every tp rank, so their gradients need no reduction.
  *
- * Mixed precision (bf16): parameters are the bf16-rounded master weights; every stored
- * activation is rounded to bf16 after the op that makes it; statistics (norm rstd,
- * softmax lse), the loss and all gradients stay fp32. */
+ * Mixed precision (bf16, fp16): parameters are the rounded master weights; every stored
+ * activation is rounded after the op that makes it; statistics (norm rstd, softmax lse),
+ * the loss and the parameter gradients stay fp32.  In fp16 the activation gradients (the
+ * logits' gradient, each op's input gradient, the residual stream's) are rounded to fp16
+ * as well, as they are stored on a GPU: that is where fp16 underflows and overflows, and
+ * what the trainer's dynamic loss scale is for.  bf16 has fp32's range: its activation
+ * gradients stay fp32. */
 #include "model.h"
 
 #include <math.h>
@@ -38,6 +42,8 @@
 #include "comm.h"
 #include "ops.h"
 #include "util.h"
+
+enum { PREC_FP32, PREC_BF16, PREC_FP16 };
 
 typedef struct { /* offsets of one layer's tensors relative to its unit (-1: absent) */
   int64_t norm1_w, norm1_b, wqkv, bqkv, wo, bo, norm2_w, norm2_b, wfc, bfc, wdown, bdown;
@@ -57,7 +63,8 @@ typedef struct { /* one layer's activations (pointers may alias shared scratch) 
 struct tsr_model {
   tsr_config cfg;
   const tsr_layout *lay;
-  int gpt2, bf16;
+  int gpt2;
+  int prec; /* storage of parameters and activations: PREC_FP32, PREC_BF16, PREC_FP16 */
   tsr_recompute recompute;
   /* H, KV, F, V: this tp rank's query heads, KV heads, MLP width and vocabulary rows */
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
@@ -297,7 +304,9 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->cfg = *cfg;
   m->lay = lay;
   const tsr_model_config *mc = &cfg->model;
-  m->bf16 = strcmp(cfg->train.precision, "bf16") == 0;
+  m->prec = strcmp(cfg->train.precision, "bf16") == 0   ? PREC_BF16
+            : strcmp(cfg->train.precision, "fp16") == 0 ? PREC_FP16
+                                                        : PREC_FP32;
   m->tp = tp;
   m->tp_size = tp ? tsr_comm_size(tp) : 1;
   m->tp_rank = tp ? tsr_comm_rank(tp) : 0;
@@ -528,8 +537,10 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
 }
 
 void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n) {
-  if (m->bf16)
+  if (m->prec == PREC_BF16)
     tsr_ops_round_bf16(dst, src, (long)n);
+  else if (m->prec == PREC_FP16)
+    tsr_ops_round_fp16(dst, src, (long)n);
   else if (dst != src)
     memcpy(dst, src, (size_t)n * sizeof(float));
 }
@@ -542,9 +553,15 @@ void tsr_model_zero_grads(tsr_model *m) {
   if (m->grads) memset(m->grads, 0, (size_t)m->lay->n_flat * sizeof(float));
 }
 
-/* bf16 storage of an activation: round in place. */
+/* bf16 / fp16 storage of an activation: round in place. */
 static void store(const tsr_model *m, float *x, long n) {
-  if (m->bf16) tsr_ops_round_bf16(x, x, n);
+  if (m->prec == PREC_BF16) tsr_ops_round_bf16(x, x, n);
+  if (m->prec == PREC_FP16) tsr_ops_round_fp16(x, x, n);
+}
+
+/* fp16 storage of an activation gradient (bf16 and fp32 keep them fp32). */
+static void store_grad(const tsr_model *m, float *dx, long n) {
+  if (m->prec == PREC_FP16) tsr_ops_round_fp16(dx, dx, n);
 }
 
 /* Norm of this rank's rows x [Ns, C] into the full-size output out [N, C]: with
@@ -729,22 +746,27 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   memset(m->d_act, 0, (size_t)N * m->F * sizeof(float));
   tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act, PC(pr, p->wdown),
                      N, m->F, C);
+  store_grad(m, m->d_act, (long)N * m->F);
   memset(m->d_fc, 0, (size_t)N * m->fc_dim * sizeof(float));
   if (m->gpt2)
     tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
   else
     tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
+  store_grad(m, m->d_fc, (long)N * m->fc_dim);
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
                      C, m->fc_dim);
+  store_grad(m, m->d_nc, (long)N * C);
   float *dn = tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
   TSR_CALL(norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b));
+  store_grad(m, D, (long)m->Ns * C);
   /* attention branch */
   if (!(Dfull = tp_gather_rows(m, D))) return TSR_ERR;
   memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
   tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(pr, p->wo), N, qd,
                      C);
+  store_grad(m, m->d_atty, (long)N * qd);
   memset(m->d_qkv, 0, (size_t)N * m->qkv_dim * sizeof(float));
   tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
                         a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
@@ -753,13 +775,16 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
     tsr_ops_rope_bwd(m->d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
     tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
+  store_grad(m, m->d_qkv, (long)N * m->qkv_dim);
   memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
   if (m->kv_shared) kv_set_aside(m, p, gr);
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
+  store_grad(m, m->d_nc, (long)N * C);
   if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
   if (!(dn = tp_grad_rows(m, m->d_nc))) return TSR_ERR;
   TSR_CALL(norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b));
+  store_grad(m, D, (long)m->Ns * C);
   return 0;
 }
 
@@ -859,6 +884,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
   double sum;
   TSR_CALL(loss_and_grad(m, sl->logits, targets, dloss / (float)N, grad, &sum));
+  if (grad) store_grad(m, sl->logits, (long)N * m->V);
   if (loss) *loss = sum / N;
   return 0;
 }
@@ -880,11 +906,13 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
     memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
     tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
                        PC(pw, m->head), N, C, m->V);
+    store_grad(m, m->d_nc, (long)N * C);
     float *dn = tp_grad_rows(m, m->d_nc);
     if (!dn) return TSR_ERR;
     memset(m->d_resid, 0, (size_t)m->Ns * C * sizeof(float));
     TSR_CALL(norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
                       m->final_w, m->final_b));
+    store_grad(m, m->d_resid, (long)m->Ns * C);
     if (tied) REL(m->hooks.params_release(hc, 0));
     REL(m->hooks.params_release(hc, head));
     REL(m->hooks.grads_release(hc, head));

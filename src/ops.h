@@ -126,6 +126,7 @@ void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float l
 
 /* ---- casts and reductions ---- */
 void tsr_ops_round_bf16(float *dst, const float *src, long n_elem); /* dst may == src */
+void tsr_ops_round_fp16(float *dst, const float *src, long n_elem); /* dst may == src */
 double tsr_ops_sumsq(const float *x, long n_elem); /* sum of squares in double */
 int tsr_ops_all_finite(const float *x, long n_elem);
 

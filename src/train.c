@@ -104,6 +104,7 @@ typedef struct {
   double flops_per_token;
   double peak_flops; /* per rank, the denominator of MFU (measured GEMM rate on the CPU) */
   double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
+  int fp16;          /* precision 'fp16': dynamic loss scaling (st.loss_scale) */
 } trainer;
 
 static void trainer_destroy(trainer *t) {
@@ -193,9 +194,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   MPI_Comm_rank(world, &t->rank);
   MPI_Comm_size(world, &t->world_size);
   const tsr_train_config *tc = &cfg->train;
-  TSR_CHECK(strcmp(tc->precision, "fp16") != 0, TSR_ERR_INPUT,
-            "&train precision = 'fp16' (dynamic loss scaling) is not implemented yet; use "
-            "'fp32' or 'bf16'");
+  t->fp16 = strcmp(tc->precision, "fp16") == 0;
   tsr_comm *w;
   TSR_CALL(tsr_comm_create(&w, world, "world"));
   const int rc = tsr_grid_create(&t->grid, cfg, w);
@@ -261,7 +260,8 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
     TSR_CALL(tsr_data_open(&t->valid_data, cfg->data.valid, cfg->model.seq_len,
                            cfg->model.vocab_size, 0, seed));
   t->st.seed = seed;
-  t->st.loss_scale = 1.0;
+  t->st.loss_scale = t->fp16 ? tc->loss_scale : 1.0;
+  t->st.scale_good_steps = t->fp16 ? 0 : -1;
   return 0;
 }
 
@@ -338,6 +338,19 @@ static int resume_or_init(trainer *t) {
               path, (unsigned long long)t->st.seed, (long long)t->cfg->run.seed);
     tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)t->st.step,
             (long long)t->st.data_cursor);
+    /* the loss scale goes on from an fp16 checkpoint; otherwise it starts (or stays off) */
+    if (t->fp16 && t->st.scale_good_steps < 0) {
+      t->st.loss_scale = t->cfg->train.loss_scale;
+      t->st.scale_good_steps = 0;
+      tsr_log("the checkpoint is not from an fp16 run: the loss scale starts at %g",
+              t->st.loss_scale);
+    } else if (t->fp16) {
+      tsr_log("fp16 loss scale %g (%lld steps since it last changed)", t->st.loss_scale,
+              (long long)t->st.scale_good_steps);
+    } else {
+      t->st.loss_scale = 1.0;
+      t->st.scale_good_steps = -1;
+    }
     tsr_metrics_event(t->metrics, t->st.step, "resume", path);
   } else {
     tsr_metrics_event(t->metrics, 0, "start", "initialised from seed");
@@ -348,14 +361,20 @@ static int resume_or_init(trainer *t) {
 /* One optimizer step: accumulate gradients over the micro-batches of this rank's share
  * of the global batch (reductions overlap backward, see zero.c), then clip and update
  * (or skip on a non-finite gradient: the norm is bitwise equal on every rank, so every
- * rank decides the same). */
+ * rank decides the same).
+ * fp16: the loss is multiplied by the loss scale S (a power of two) before backward, so
+ * that small activation gradients survive fp16 storage; the gradients stay scaled and
+ * the update divides by S (with the clipping factor: no pass of its own).  A non-finite
+ * norm is an overflow: the update is skipped and S halved (not below min_loss_scale);
+ * after loss_scale_window steps without one, S doubles. */
 static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, int *skipped) {
   const tsr_config *cfg = t->cfg;
   const int64_t mb = cfg->train.micro_batch, k = t->grad_accum_steps;
   const int64_t first = t->st.data_cursor + t->dp_rank * (cfg->train.global_batch / t->dp);
   /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
    * gradient the mean over the global batch */
-  const float dloss = (float)(1.0 / ((double)k * t->dp));
+  const double S = t->fp16 ? t->st.loss_scale : 1.0;
+  const float dloss = (float)(S / ((double)k * t->dp));
   const double t_begin = tsr_now();
   TSR_CALL(tsr_zero_begin_step(t->zero));
   double opt_s = tsr_now() - t_begin, fwd_s = 0, bwd_s = 0;
@@ -389,6 +408,7 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   if (inject && atoll(inject) == t->st.step + 1 && t->rank == 0)
     tsr_zero_reduced_grads(t->zero)[0] = NAN;
   TSR_CALL(tsr_zero_grad_norm(t->zero, grad_norm));
+  *grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
   TSR_CALL(tsr_comm_sum_ordered(t->grid->dp_comm, loss_sum / (double)k, loss));
   *loss /= (double)t->dp;
   const int64_t step = t->st.step + 1;
@@ -396,11 +416,19 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   *skipped = !isfinite(*grad_norm);
   if (*skipped) {
     t->st.skipped++;
+    if (t->fp16) {
+      t->st.loss_scale = fmax(S / 2, cfg->train.min_loss_scale);
+      t->st.scale_good_steps = 0;
+    }
   } else {
-    const double scale = tsr_optim_clip_scale(*grad_norm, cfg->train.grad_clip);
+    const double scale = tsr_optim_clip_scale(*grad_norm, cfg->train.grad_clip) / S;
     /* Adam's bias correction counts the updates actually made (skipped steps do not
      * advance it, as with torch's GradScaler skipping optimizer.step()). */
     TSR_CALL(tsr_zero_update(t->zero, &cfg->optim, *lr, step - t->st.skipped, scale));
+    if (t->fp16 && ++t->st.scale_good_steps >= cfg->train.loss_scale_window) {
+      t->st.loss_scale = S * 2;
+      t->st.scale_good_steps = 0;
+    }
   }
   t->st.step = step;
   t->st.data_cursor += cfg->train.global_batch;
@@ -514,6 +542,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const char *hang = getenv("TSR_FAULT_HANG_STEP"), *hang_rank = getenv("TSR_FAULT_HANG_RANK");
     if (hang && atoll(hang) == t.st.step + 1 && t.rank == (hang_rank ? atoi(hang_rank) : 0))
       for (;;) sleep(1);
+    const double step_scale = t.fp16 ? t.st.loss_scale : 0; /* the scale this step runs at */
     GO_ALONE(train_step(&t, &loss, &gnorm, &lr, &skipped));
     const double dt = tsr_now() - t0;
     const int64_t step = t.st.step;
@@ -523,9 +552,14 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
                            ? tok_per_s * t.flops_per_token / t.world_size / t.peak_flops : -1.0;
     tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, mfu,
                            (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped,
-                           t.phase_s[0] * 1e3, t.phase_s[1] * 1e3, t.phase_s[2] * 1e3};
+                           t.phase_s[0] * 1e3, t.phase_s[1] * 1e3, t.phase_s[2] * 1e3,
+                           step_scale};
     tsr_metrics_step(t.metrics, &sm);
-    if (skipped)
+    if (skipped && t.fp16) /* expected now and then: the scale searches for its level */
+      tsr_log("step %lld: fp16 gradients overflowed at loss scale %g: update skipped, scale "
+              "now %g (%lld skipped so far)",
+              (long long)step, step_scale, t.st.loss_scale, (long long)t.st.skipped);
+    else if (skipped)
       tsr_warn("step %lld: non-finite gradient norm; update skipped (%lld skipped so far)",
                (long long)step, (long long)t.st.skipped);
     if (step % cfg->run.log_every == 0 || step == first_step + 1 || step == cfg->run.max_steps) {
@@ -533,13 +567,14 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       const double avg = (now - t_window) / (double)window_steps;
       char eta[32];
       fmt_eta(eta, sizeof eta, avg * (double)(cfg->run.max_steps - step));
-      char phases[96] = "";
+      char phases[96] = "", scale[48] = "";
       if (!t.exec)
         snprintf(phases, sizeof phases, " (fwd %.1f bwd %.1f opt %.1f)", t.phase_s[0] * 1e3,
                  t.phase_s[1] * 1e3, t.phase_s[2] * 1e3);
-      tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.0f tok/s | "
+      if (t.fp16) snprintf(scale, sizeof scale, " | scale %g", step_scale);
+      tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f%s | %8.0f tok/s | "
               "%7.1f ms%s | %.2f GFLOP/s/rank, MFU %.2f | mem %.1f MB | ETA %s",
-              (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, tok_per_s,
+              (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, scale, tok_per_s,
               dt * 1e3, phases, tok_per_s * t.flops_per_token / 1e9 / t.world_size, mfu,
               (double)tsr_mem_bytes() / 1e6, eta);
       t_window = now;

@@ -92,6 +92,9 @@ double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
 
 /* bf16 round-to-nearest-even of a float, returned as float (exactly representable). */
 float tsr_round_bf16(float x);
+/* IEEE fp16 (binary16) round-to-nearest-even of a float, returned as float: 10 mantissa
+ * bits, subnormals down to 2^-24, magnitudes from 65520 up become inf; NaN stays NaN. */
+float tsr_round_fp16(float x);
 
 double tsr_now(void); /* monotonic seconds */
 

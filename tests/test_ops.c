@@ -776,6 +776,50 @@ static void test_bf16(void) {
   check("round_bf16 known values (ties to even, 3.14159, inf, NaN, in place)", bad, 0);
 }
 
+static void test_fp16(void) {
+  const float in[] = {1.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 3.14159f, 65504.0f, 65519.0f,
+                      65520.0f, -1e6f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, 0x1p-26f,
+                      -5 * 0x1p-25f, INFINITY, NAN, -0.0f};
+  const float want[] = {1.0f, 1.0f, 1.0f + 0x1p-9f, 3.140625f, 65504.0f, 65504.0f, INFINITY,
+                        -INFINITY, 0x1p-14f, 0x1p-24f, 0.0f, 0x1p-23f, 0.0f, -0x1p-23f,
+                        INFINITY, NAN, -0.0f};
+  const int n = (int)(sizeof in / sizeof in[0]);
+  float out[sizeof in / sizeof in[0]], inplace[sizeof in / sizeof in[0]];
+  memcpy(inplace, in, sizeof in);
+  tsr_ops_round_fp16(out, in, n);
+  tsr_ops_round_fp16(inplace, inplace, n);
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    int ok = isnan(want[i]) ? isnan(out[i]) && isnan(inplace[i])
+                            : out[i] == want[i] && inplace[i] == want[i] &&
+                                  signbit(out[i]) == signbit(want[i]);
+    if (!ok) {
+      printf("      round_fp16(%.9g) = %.9g (in place %.9g), want %.9g\n", (double)in[i],
+             (double)out[i], (double)inplace[i], (double)want[i]);
+      bad++;
+    }
+  }
+  check("round_fp16 known values (ties to even, 65504/inf, subnormals, NaN, in place)", bad, 0);
+#ifdef __FLT16_MAX__
+  /* against the compiler's own float -> _Float16 conversion, over every 997th float of
+   * both signs (all exponents; 4.3 million values) */
+  long diff = 0, tried = 0;
+  for (uint64_t b = 0; b < 0x100000000ull; b += 997) {
+    uint32_t u = (uint32_t)b;
+    float x;
+    memcpy(&x, &u, 4);
+    if (isnan(x)) continue;
+    float r = tsr_round_fp16(x), c = (float)(_Float16)x;
+    diff += memcmp(&r, &c, 4) != 0;
+    tried++;
+  }
+  if (diff) printf("      %ld of %ld differ from (float)(_Float16)x\n", diff, tried);
+  check("round_fp16 bitwise as the compiler's _Float16 conversion", (double)diff, 0);
+#else
+  printf("      (no _Float16 in this compiler: the sweep against it is not run)\n");
+#endif
+}
+
 static void test_reductions(void) {
   const long n = 100003;
   float *x = fnew(n), *y = fnew(n), *z = fnew(n);
@@ -867,6 +911,7 @@ int main(int argc, char **argv) {
   test_adamw(1, 0.1f, 0.5f);
   test_adamw(3, 0.1f, 0.5f);
   test_bf16();
+  test_fp16();
   test_reductions();
 
   printf("test_ops: %d checks, %d failed, %.2f s (seed %llu)\n", n_checks, n_failed,

@@ -190,6 +190,14 @@ static void test_casts(long n) {
   TU_CHECK(ok, "cast fp32->bf16 n=%ld bitwise", n);
   down(got, d_back, (size_t)n * 4);
   TU_CHECK(memcmp(got, ref, (size_t)n * 4) == 0, "cast bf16->fp32 n=%ld bitwise", n);
+  /* fp16: the whole range, subnormals and overflow (x spread over 2^-30 .. 2^18) */
+  for (long i = 0; i < n; i++) x[i] = ldexpf(x[i] / 100.0f, (int)(i % 49) - 30);
+  tsr_ops_round_fp16(ref, x, n);
+  float *d_y = dup_f32(x, n);
+  OK(tsr_cuda_round_fp16(d_r, d_y, n, g_stream));
+  down(got, d_r, (size_t)n * 4);
+  TU_CHECK(memcmp(got, ref, (size_t)n * 4) == 0, "round_fp16 n=%ld bitwise as tsr_round_fp16", n);
+  dfree(d_y);
   free(x), free(ref), free(got), free(gb);
   dfree(d_x), dfree(d_r), dfree(d_back), dfree(d_b);
 }
