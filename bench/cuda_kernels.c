@@ -112,6 +112,17 @@ int main(int argc, char **argv) {
   tsr_cuda_blas *blas;
   OK(tsr_cuda_blas_create(&blas, 0));
   float ms;
+  const int C = 4096, F = 11008, H = 32, KV = 8, hd = 128, V = 32000;
+  /* one scratch for every kernel below, sized by the query for the largest shapes */
+  tsr_cuda_scratch ws_buf;
+  const tsr_cuda_scratch *ws = &ws_buf;
+  {
+    const long T = 2048, B = N / T > 0 ? N / T : 1;
+    const tsr_cuda_scratch_dims d = {.rows = N > B * T ? N : B * T, .cols = 2 * F, .vocab_local = V,
+                                     .attn_bht = B * H * T, .sumsq_elems = 100L * 1000 * 1000};
+    OK(tsr_cuda_scratch_bytes(&d, &ws_buf.bytes));
+    ws_buf.base = dev(ws_buf.bytes);
+  }
 
   /* ---- the references ---- */
   const size_t big = (size_t)1 << 30;
@@ -140,7 +151,6 @@ int main(int argc, char **argv) {
   printf("%-26s %-28s %9s %9s %-7s %7s  %s\n", "kernel", "shape", "us", "achieved", "", "of peak",
          "counted");
 
-  const int C = 4096, F = 11008, H = 32, KV = 8, hd = 128, V = 32000;
   char shape[64];
   /* ---- GEMMs (bf16 tensor cores, fp32 accumulate) ---- */
   {
@@ -154,7 +164,7 @@ int main(int argc, char **argv) {
       snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
       TIME_MS(ms, tsr_cuda_matmul_fwd_bf16(blas, y, TSR_CUDA_BF16, x, w, NULL, TSR_CUDA_ACT_NONE, NULL, N, in, out, st));
       row("matmul fwd bf16", shape, ms, 2.0 * N * in * out, 1, "2 n in out");
-      TIME_MS(ms, tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_BF16, dw, NULL, y, x, w, N, in, out, st));
+      TIME_MS(ms, tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_BF16, dw, NULL, y, x, w, N, in, out, ws, st));
       row("matmul bwd bf16 (dx,dw)", shape, ms, 4.0 * N * in * out, 1, "4 n in out");
       CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(dx)); CK(cudaFree(dw));
     }
@@ -183,7 +193,7 @@ int main(int argc, char **argv) {
         row("attention fwd bf16", shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
         TIME_MS(ms, tsr_cuda_attention_bwd_bf16((tsr_bf16 *)dq, (tsr_bf16 *)dk, (tsr_bf16 *)dv, dout, out, lse,
                                                 (const tsr_bf16 *)q, (const tsr_bf16 *)k, (const tsr_bf16 *)v,
-                                                B, T, H, KV, hd, (int)stride, st));
+                                                B, T, H, KV, hd, (int)stride, ws, st));
         row("attention bwd bf16", shape, ms, 2.5 * flops, 1, "2.5 x forward");
       } else {
         OK(tsr_cuda_attention_fwd(out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, H,
@@ -193,7 +203,7 @@ int main(int argc, char **argv) {
         row("attention fwd fp32", shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
         TIME_MS(ms, tsr_cuda_attention_bwd((float *)dq, (float *)dk, (float *)dv, dout, out, lse,
                                            (const float *)q, (const float *)k, (const float *)v, B, T, H,
-                                           KV, hd, (int)stride, st));
+                                           KV, hd, (int)stride, ws, st));
         row("attention bwd fp32", shape, ms, 2.5 * flops, 1, "2.5 x forward");
       }
       CK(cudaFree(qkv)); CK(cudaFree(dqkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(lse));
@@ -207,13 +217,13 @@ int main(int argc, char **argv) {
     snprintf(shape, sizeof shape, "%dx%d", N, C);
     TIME_MS(ms, tsr_cuda_rmsnorm_fwd(y, rstd, x, w, N, C, 1e-5f, st));
     row("rmsnorm fwd", shape, ms, 2.0 * nc * 4, 0, "x in, y out");
-    TIME_MS(ms, tsr_cuda_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, st));
+    TIME_MS(ms, tsr_cuda_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, ws, st));
     row("rmsnorm bwd", shape, ms, 4.0 * nc * 4, 0, "dy, x in; dx in+out");
     TIME_MS(ms, tsr_cuda_rmsnorm_fwd_bf16((tsr_bf16 *)y, rstd, (tsr_bf16 *)x, (tsr_bf16 *)w, N, C, 1e-5f, st));
     row("rmsnorm fwd bf16", shape, ms, 2.0 * nc * 2, 0, "x in, y out");
     TIME_MS(ms, tsr_cuda_layernorm_fwd(y, mean, rstd, x, w, bb, N, C, 1e-5f, st));
     row("layernorm fwd", shape, ms, 2.0 * nc * 4, 0, "x in, y out");
-    TIME_MS(ms, tsr_cuda_layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C, st));
+    TIME_MS(ms, tsr_cuda_layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C, ws, st));
     row("layernorm bwd", shape, ms, 4.0 * nc * 4, 0, "dy, x in; dx in+out");
     TIME_MS(ms, tsr_cuda_add(y, x, dy, nc, st));
     row("add (residual)", shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
@@ -229,7 +239,7 @@ int main(int argc, char **argv) {
     float *wte = dev((size_t)V * C * 4);
     TIME_MS(ms, tsr_cuda_embedding_fwd(y, tok, wte, NULL, N, N, C, 0, V, st));
     row("embedding fwd", shape, ms, 2.0 * nc * 4, 0, "rows in, out");
-    TIME_MS(ms, tsr_cuda_embedding_bwd(wte, NULL, dy, tok, N, N, C, 0, V, st));
+    TIME_MS(ms, tsr_cuda_embedding_bwd(wte, NULL, dy, tok, N, N, C, 0, V, ws, st));
     row("embedding bwd", shape, ms, 3.0 * nc * 4, 0, "dy in; rows in+out");
     CK(cudaFree(wte)); CK(cudaFree(tok));
     const long nq = (long)N * (H + 2 * KV) * hd;
@@ -259,7 +269,7 @@ int main(int argc, char **argv) {
     CK(cudaMemset(tgt, 0, N * 4));
     double *loss = dev(8);
     snprintf(shape, sizeof shape, "%dx%d", N, V);
-    TIME_MS(ms, tsr_cuda_xent_fwd_bwd(loss, logits, tgt, N, V, 1.0f / N, st));
+    TIME_MS(ms, tsr_cuda_xent_fwd_bwd(loss, logits, tgt, N, V, 1.0f / N, ws, st));
     row("xent fwd_bwd (fused)", shape, ms, 4.0 * N * V * 4, 0, "3 reads + 1 write");
     CK(cudaFree(logits)); CK(cudaFree(tgt)); CK(cudaFree(loss));
   }
@@ -270,10 +280,11 @@ int main(int argc, char **argv) {
     snprintf(shape, sizeof shape, "%ld", n);
     TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, st));
     row("adamw", shape, ms, 7.0 * n * 4, 0, "p,m,v,g in; p,m,v out");
-    TIME_MS(ms, tsr_cuda_sumsq(s, g, n, st));
+    TIME_MS(ms, tsr_cuda_sumsq(s, g, n, ws, st));
     row("sumsq", shape, ms, 4.0 * n, 0, "x in");
     CK(cudaFree(p)); CK(cudaFree(m)); CK(cudaFree(v)); CK(cudaFree(g)); CK(cudaFree(s));
   }
+  CK(cudaFree(ws_buf.base));
   tsr_cuda_blas_destroy(&blas);
   CK(cudaStreamDestroy(st));
   return 0;

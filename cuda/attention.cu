@@ -319,13 +319,15 @@ static int attn_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int 
   return 0;
 }
 
+size_t tsr_cuda_attention_scratch_(long bht) { return bht > 0 ? (size_t)bht * sizeof(float) : 0; }
+
 template <class T, int DPT>
 static int attn_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
                     const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
-                    int qkv_stride, cudaStream_t stream) {
+                    int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   const float scale = (float)(1.0 / sqrt((double)hd));
   float *D = NULL;
-  TSR_CUDA_CHECK(cudaMallocAsync((void **)&D, (size_t)B * H * T_ * sizeof(float), stream));
+  TSR_CUDA_SCRATCH(D, ws, (size_t)B * H * T_ * sizeof(float));
   const long warps = (long)B * T_ * H;
   attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
                                                                                 T_, H, hd);
@@ -344,7 +346,6 @@ static int attn_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const floa
         dk, dv, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
   }
-  TSR_CUDA_CHECK(cudaFreeAsync(D, stream));
   return 0;
 }
 
@@ -359,12 +360,12 @@ static int attention_fwd(T *out, float *lse, const T *q, const T *k, const T *v,
 template <class T>
 static int attention_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
                          const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
-                         int qkv_stride, cudaStream_t stream) {
+                         int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   TSR_CALL(check_shape(B, T_, H, KV, hd, qkv_stride));
   if (!dq && !dk && !dv) return 0;
   if (hd <= 64)
-    return attn_bwd<T, 8>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
-  return attn_bwd<T, 16>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, stream);
+    return attn_bwd<T, 8>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, ws, stream);
+  return attn_bwd<T, 16>(dq, dk, dv, dout, out, lse, q, k, v, B, T_, H, KV, hd, qkv_stride, ws, stream);
 }
 
 extern "C" int tsr_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
@@ -375,9 +376,9 @@ extern "C" int tsr_cuda_attention_fwd(float *out, float *lse, const float *q, co
 extern "C" int tsr_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                                       const float *out, const float *lse, const float *q,
                                       const float *k, const float *v, int B, int T, int H,
-                                      int KV, int hd, int qkv_stride, cudaStream_t stream) {
+                                      int KV, int hd, int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   return attention_bwd<float>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride,
-                              stream);
+                              ws, stream);
 }
 extern "C" int tsr_cuda_attention_fwd_bf16(tsr_bf16 *out, float *lse, const tsr_bf16 *q,
                                            const tsr_bf16 *k, const tsr_bf16 *v, int B, int T,
@@ -390,8 +391,8 @@ extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 
                                            const tsr_bf16 *dout, const tsr_bf16 *out,
                                            const float *lse, const tsr_bf16 *q, const tsr_bf16 *k,
                                            const tsr_bf16 *v, int B, int T, int H, int KV, int hd,
-                                           int qkv_stride, cudaStream_t stream) {
+                                           int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   return attention_bwd<bf16>((bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
                              (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
-                             (const bf16 *)v, B, T, H, KV, hd, qkv_stride, stream);
+                             (const bf16 *)v, B, T, H, KV, hd, qkv_stride, ws, stream);
 }

@@ -36,6 +36,24 @@ typedef __nv_bfloat16 bf16;
 #define TSR_CUDA_LAUNCHED() TSR_CUDA_CHECK(cudaGetLastError())
 
 /* Argument checks of the exported functions (programming errors of the caller). */
+/* ptr = the caller's scratch (ws), which must hold `need` bytes; otherwise an error
+ * naming the function and both sizes (nothing is launched). */
+#define TSR_CUDA_SCRATCH(ptr, ws, need)                                                     \
+  do {                                                                                      \
+    const size_t need_ = (need);                                                            \
+    if (!(ws) || !(ws)->base || (ws)->bytes < need_) {                                      \
+      tsr_errorf_at(__FILE__, __LINE__, __func__,                                           \
+                    "%s:%d %s: needs %zu bytes of scratch, the tsr_cuda_scratch given has " \
+                    "%zu (size it with tsr_cuda_scratch_bytes for the largest shapes)",     \
+                    __FILE__, __LINE__, __func__, need_, (ws) && (ws)->base ? (ws)->bytes : 0); \
+      return TSR_ERR;                                                                       \
+    }                                                                                       \
+    (ptr) = (decltype(ptr))(ws)->base;                                                      \
+  } while (0)
+
+/* Scratch parts start on 256-byte boundaries. */
+static inline size_t scratch_round(size_t b) { return (b + 255) / 256 * 256; }
+
 #define TSR_CUDA_ARG(cond)                                                                 \
   do {                                                                                     \
     if (!(cond)) {                                                                         \

@@ -15,9 +15,9 @@
  * no driver (cudaGetDeviceCount's 35 / 34 with the stub library), no device (100), ... */
 int tsr_cuda_device_count(char *why, size_t why_len);
 
-/* Make `device` current and let its default memory pool keep freed memory cached (the
- * kernels' stream-ordered scratch is then not returned to the driver at every
- * synchronisation). */
+/* Make `device` current and let its default memory pool keep freed memory cached, so
+ * that stream-ordered allocations by libraries are not returned to the driver at every
+ * synchronisation (our kernels allocate nothing: they take a tsr_cuda_scratch). */
 int tsr_cuda_device_setup(int device);
 
 /* Pick and set up this rank's device.  comm: the ranks of the job (MPI_COMM_WORLD);

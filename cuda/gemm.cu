@@ -27,7 +27,7 @@
 
 /* from ops_elem.cu */
 int tsr_cuda_colsum_(float *dst, const void *src, tsr_cuda_dtype type, int n, int C,
-                     cudaStream_t stream);
+                     const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_gelu_any_(void *out, const void *x, tsr_cuda_dtype type, long n, cudaStream_t stream);
 
 struct tsr_cuda_blas {
@@ -167,7 +167,8 @@ static int linear_fwd(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type, const
 /* dx (dx_type) += dy w;  dw (fp32) += dy^T x;  dbias (fp32) += colsum(dy). */
 static int linear_bwd(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
                       float *dbias, const void *dy, const void *x, const void *w,
-                      tsr_cuda_dtype in_type, int n, int in, int out, cudaStream_t stream) {
+                      tsr_cuda_dtype in_type, int n, int in, int out,
+                      const tsr_cuda_scratch *ws, cudaStream_t stream) {
   const cudaDataType_t it = cuda_type(in_type);
   if (dx)
     TSR_CALL(lt_matmul(blas, false, false, in, n, out, w, it, in, dy, it, out, 1.0f, dx,
@@ -175,7 +176,7 @@ static int linear_bwd(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, flo
   if (dw)
     TSR_CALL(lt_matmul(blas, false, true, in, out, n, x, it, in, dy, it, out, 1.0f, dw, CUDA_R_32F, in,
                        CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, false, stream));
-  if (dbias) TSR_CALL(tsr_cuda_colsum_(dbias, dy, in_type, n, out, stream));
+  if (dbias) TSR_CALL(tsr_cuda_colsum_(dbias, dy, in_type, n, out, ws, stream));
   return 0;
 }
 
@@ -189,10 +190,11 @@ extern "C" int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x
 
 extern "C" int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias,
                                    const float *dy, const float *x, const float *w, int n, int in,
-                                   int out, cudaStream_t stream) {
+                                   int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || out <= 0 || in <= 0) return 0;
   TSR_CUDA_ARG(blas);
-  return linear_bwd(blas, dx, TSR_CUDA_F32, dw, dbias, dy, x, w, TSR_CUDA_F32, n, in, out, stream);
+  return linear_bwd(blas, dx, TSR_CUDA_F32, dw, dbias, dy, x, w, TSR_CUDA_F32, n, in, out, ws,
+                    stream);
 }
 
 extern "C" int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type,
@@ -209,8 +211,8 @@ extern "C" int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_d
 extern "C" int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type,
                                         float *dw, float *dbias, const tsr_bf16 *dy,
                                         const tsr_bf16 *x, const tsr_bf16 *w, int n, int in,
-                                        int out, cudaStream_t stream) {
+                                        int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || out <= 0 || in <= 0) return 0;
   TSR_CUDA_ARG(blas);
-  return linear_bwd(blas, dx, dx_type, dw, dbias, dy, x, w, TSR_CUDA_BF16, n, in, out, stream);
+  return linear_bwd(blas, dx, dx_type, dw, dbias, dy, x, w, TSR_CUDA_BF16, n, in, out, ws, stream);
 }

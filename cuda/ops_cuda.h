@@ -16,10 +16,10 @@
  *
  * All functions return 0 on success and TSR_ERR (1) after reporting the failing call as
  * "file:line func: call: error".  Kernel faults are asynchronous: they surface at the
- * next checked synchronising call.  Some functions take stream-ordered scratch memory
- * (cudaMallocAsync on the stream); tsr_cuda_device_setup() (cuda/device.h) makes the
- * device's memory pool keep it cached, so after the first step no call reaches the
- * driver's allocator.
+ * next checked synchronising call.  Nothing here allocates device memory: the functions
+ * that need a temporary (column sums, sort keys, per-row or per-block partials) take a
+ * tsr_cuda_scratch, one buffer the caller allocates at setup with the size
+ * tsr_cuda_scratch_bytes() gives for its largest shapes.
  *
  * Mixed precision: tsr_bf16 is the raw 16-bit bf16 pattern (the upper half of an fp32).
  * The *_bf16 functions take bf16 storage and compute in fp32 (GEMMs: tensor cores, fp32
@@ -38,6 +38,24 @@ extern "C" {
 typedef uint16_t tsr_bf16;
 typedef enum { TSR_CUDA_F32 = 0, TSR_CUDA_BF16 = 1 } tsr_cuda_dtype;
 
+/* ---- scratch: device memory for temporaries, allocated once by the caller ----
+ * Functions on one stream use it in turn (stream order), so one buffer per stream.  A
+ * function whose shapes need more than ws->bytes reports both sizes and returns TSR_ERR
+ * without launching anything. */
+typedef struct {
+  void *base;
+  size_t bytes;
+} tsr_cuda_scratch;
+typedef struct {        /* the largest shapes the caller will pass (0: op not used) */
+  long rows;            /* n: rows (tokens) of norms, GEMM biases, cross-entropy, embedding */
+  long cols;            /* C: widest norm or GEMM output with a bias/weight gradient */
+  long vocab_local;     /* embedding rows held by this rank */
+  long attn_bht;        /* B * H * T of the attention backward */
+  long sumsq_elems;     /* longest tsr_cuda_sumsq */
+} tsr_cuda_scratch_dims;
+/* *bytes: enough scratch for every function below at shapes up to *d. */
+int tsr_cuda_scratch_bytes(const tsr_cuda_scratch_dims *d, size_t *bytes);
+
 /* ---- GEMM through cuBLASLt (cuda/gemm.cu) ----
  * A handle plus its workspace; one per stream that issues GEMMs concurrently. */
 typedef struct tsr_cuda_blas tsr_cuda_blas;
@@ -51,7 +69,7 @@ int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x, const flo
 /* dx += dy @ w;  dw += dy^T @ x;  dbias += column sums of dy.  Any may be NULL. */
 int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias, const float *dy,
                         const float *x, const float *w, int n, int in, int out,
-                        cudaStream_t stream);
+                        const tsr_cuda_scratch *ws, cudaStream_t stream);
 
 /* bf16 inputs, fp32 accumulation, output y in y_type (fp32 or bf16).
  * bias (may be NULL) is in y_type (cuBLASLt's rule for the bias epilogue).
@@ -67,7 +85,7 @@ int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type
  * Gradients of weights stay fp32 (they are reduced over dp and fed to AdamW). */
 int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
                              float *dbias, const tsr_bf16 *dy, const tsr_bf16 *x,
-                             const tsr_bf16 *w, int n, int in, int out, cudaStream_t stream);
+                             const tsr_bf16 *w, int n, int in, int out, const tsr_cuda_scratch *ws, cudaStream_t stream);
 
 /* ---- embedding (cuda/ops_elem.cu) ----
  * The backward sorts the rows by token (CUB radix sort, stable) and sums each token's
@@ -77,24 +95,24 @@ int tsr_cuda_embedding_fwd(float *out, const int32_t *tokens, const float *wte, 
                            cudaStream_t stream);
 int tsr_cuda_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                            int n, int T, int C, int vocab_start, int vocab_local,
-                           cudaStream_t stream);
+                           const tsr_cuda_scratch *ws, cudaStream_t stream);
 
 /* ---- norms ---- */
 int tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int n, int C,
                          float eps, cudaStream_t stream);
 int tsr_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
-                         const float *rstd, int n, int C, cudaStream_t stream);
+                         const float *rstd, int n, int C, const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
                            const float *b, int n, int C, float eps, cudaStream_t stream);
 int tsr_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
                            const float *w, const float *mean, const float *rstd, int n, int C,
-                           cudaStream_t stream);
+                           const tsr_cuda_scratch *ws, cudaStream_t stream);
 /* bf16 activations and weight, fp32 rstd; dw accumulates in fp32. */
 int tsr_cuda_rmsnorm_fwd_bf16(tsr_bf16 *out, float *rstd, const tsr_bf16 *x, const tsr_bf16 *w,
                               int n, int C, float eps, cudaStream_t stream);
 int tsr_cuda_rmsnorm_bwd_bf16(tsr_bf16 *dx, float *dw, const tsr_bf16 *dout, const tsr_bf16 *x,
                               const tsr_bf16 *w, const float *rstd, int n, int C,
-                              cudaStream_t stream);
+                              const tsr_cuda_scratch *ws, cudaStream_t stream);
 
 /* ---- RoPE (angles formed in double, as on the CPU) ---- */
 int tsr_cuda_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride, float theta,
@@ -110,14 +128,14 @@ int tsr_cuda_rope_bwd_bf16(tsr_bf16 *dx, int n, int T, int n_heads, int head_dim
  * online softmax in shared memory; never stores a T x T matrix.  head_dim <= 128.
  * The backward rebuilds P from lse in two kernels, one owning a block of keys (dk, dv,
  * summing the group's query heads and rows in a fixed order) and one owning a block of
- * queries (dq): no atomics, deterministic.  It needs B*H*T floats of scratch. */
+ * queries (dq): no atomics, deterministic.  It uses B*H*T floats of scratch. */
 int tsr_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
                            const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                            cudaStream_t stream);
 int tsr_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int B, int T, int H, int KV, int hd, int qkv_stride,
-                           cudaStream_t stream);
+                           const tsr_cuda_scratch *ws, cudaStream_t stream);
 /* bf16 storage for q, k, v, out, dout and the gradients, fp32 lse and arithmetic. */
 int tsr_cuda_attention_fwd_bf16(tsr_bf16 *out, float *lse, const tsr_bf16 *q, const tsr_bf16 *k,
                                 const tsr_bf16 *v, int B, int T, int H, int KV, int hd,
@@ -125,7 +143,7 @@ int tsr_cuda_attention_fwd_bf16(tsr_bf16 *out, float *lse, const tsr_bf16 *q, co
 int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const tsr_bf16 *dout,
                                 const tsr_bf16 *out, const float *lse, const tsr_bf16 *q,
                                 const tsr_bf16 *k, const tsr_bf16 *v, int B, int T, int H,
-                                int KV, int hd, int qkv_stride, cudaStream_t stream);
+                                int KV, int hd, int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream);
 
 /* ---- SwiGLU, GELU (tanh) ---- */
 int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F, cudaStream_t stream);
@@ -152,9 +170,9 @@ int tsr_cuda_acc_bf16(tsr_bf16 *out, const tsr_bf16 *a, long n_elem, cudaStream_
 
 /* ---- cross entropy (cuda/xent.cu); *loss_sum is a device double, overwritten ---- */
 int tsr_cuda_xent_fwd_bwd(double *loss_sum, float *logits, const int32_t *targets, int n, int V,
-                          float dloss, cudaStream_t stream);
+                          float dloss, const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_xent_fwd(double *loss_sum, const float *logits, const int32_t *targets, int n,
-                      int V, cudaStream_t stream);
+                      int V, const tsr_cuda_scratch *ws, cudaStream_t stream);
 /* vocab-parallel passes, as ops.h describes (row_max, target_logit, sumexp: device
  * doubles [n]; the caller all-reduces them over tp between the passes). */
 int tsr_cuda_xent_local_stats(double *row_max, double *target_logit, const float *logits,
@@ -170,7 +188,7 @@ int tsr_cuda_xent_grad(float *logits, const int32_t *targets, const double *row_
 /* The same on bf16 logits (the LM head's bf16 output; the gradient overwrites it in
  * bf16, ready for the head's backward GEMM).  Statistics stay fp32/double. */
 int tsr_cuda_xent_fwd_bwd_bf16(double *loss_sum, tsr_bf16 *logits, const int32_t *targets, int n,
-                               int V, float dloss, cudaStream_t stream);
+                               int V, float dloss, const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_xent_local_stats_bf16(double *row_max, double *target_logit, const tsr_bf16 *logits,
                                    const int32_t *targets, int n, int V, int vocab_start,
                                    cudaStream_t stream);
@@ -192,7 +210,7 @@ int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem, cudaStr
 int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem, cudaStream_t stream);
 /* *out (device double) = sum of squares: two passes, per-block partials in double, then
  * one block sums them in a fixed order. */
-int tsr_cuda_sumsq(double *out, const float *x, long n_elem, cudaStream_t stream);
+int tsr_cuda_sumsq(double *out, const float *x, long n_elem, const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaStream_t stream);
 
 #ifdef __cplusplus

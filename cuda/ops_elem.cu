@@ -43,18 +43,23 @@ __global__ void col_finish_kernel(float *dst, const double *partial, int n_chunk
   dst[c] += (float)t;
 }
 
+/* Scratch of col_reduce: a double per column per chunk of rows. */
+static size_t col_scratch(long n, long C) {
+  return n > 0 && C > 0 ? (size_t)((n + COL_CHUNK - 1) / COL_CHUNK) * (size_t)C * sizeof(double)
+                        : 0;
+}
+
 template <class F>
-static int col_reduce(float *dst, F f, int n, int C, cudaStream_t stream) {
+static int col_reduce(float *dst, F f, int n, int C, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || C <= 0) return 0;
   const int n_chunks = (n + COL_CHUNK - 1) / COL_CHUNK;
   double *partial = NULL;
-  TSR_CUDA_CHECK(cudaMallocAsync((void **)&partial, (size_t)n_chunks * C * sizeof(double), stream));
+  TSR_CUDA_SCRATCH(partial, ws, col_scratch(n, C));
   col_partial_kernel<<<dim3((C + COL_TX - 1) / COL_TX, n_chunks), dim3(COL_TX, COL_TY), 0, stream>>>(
       partial, f, n, C);
   TSR_CUDA_LAUNCHED();
   col_finish_kernel<<<(C + 255) / 256, 256, 0, stream>>>(dst, partial, n_chunks, C);
   TSR_CUDA_LAUNCHED();
-  TSR_CUDA_CHECK(cudaFreeAsync(partial, stream));
   return 0;
 }
 
@@ -118,21 +123,36 @@ __global__ void embedding_dwpe_kernel(float *dwpe, const float *dout, int n, int
   }
 }
 
+/* Radix-sort key bits for token ids in [0, vocab_local]. */
+static int key_bits(long vocab_local) {
+  int bits = 1;
+  while (bits < 31 && (1L << bits) <= vocab_local) bits++;
+  return bits;
+}
+
+/* Scratch of the embedding backward: keys and rows, sorted copies, CUB's temporary. */
+static int embedding_scratch(long n, long vocab_local, size_t *need, size_t *sort_bytes) {
+  *need = *sort_bytes = 0;
+  if (n <= 0 || vocab_local <= 0) return 0;
+  TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *sort_bytes, (const int *)NULL,
+                                                 (int *)NULL, (const int *)NULL, (int *)NULL,
+                                                 (int)n, 0, key_bits(vocab_local), (cudaStream_t)0));
+  *need = 4 * scratch_round((size_t)n * sizeof(int)) + *sort_bytes;
+  return 0;
+}
+
 extern "C" int tsr_cuda_embedding_bwd(float *dwte, float *dwpe, const float *dout,
                                       const int32_t *tokens, int n, int T, int C,
-                                      int vocab_start, int vocab_local, cudaStream_t stream) {
+                                      int vocab_start, int vocab_local, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || C <= 0) return 0;
   TSR_CUDA_ARG(C <= 65535 * 256);
   if (dwte && vocab_local > 0) {
-    int bits = 1;
-    while (bits < 31 && (1L << bits) <= (long)vocab_local) bits++;
-    size_t sort_bytes = 0;
-    TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int *)NULL,
-                                                   (int *)NULL, (const int *)NULL, (int *)NULL,
-                                                   n, 0, bits, stream));
-    const size_t idx_bytes = ((size_t)n * sizeof(int) + 255) / 256 * 256;
+    const int bits = key_bits(vocab_local);
+    size_t sort_bytes = 0, need = 0;
+    TSR_CALL(embedding_scratch(n, vocab_local, &need, &sort_bytes));
+    const size_t idx_bytes = scratch_round((size_t)n * sizeof(int));
     char *scratch = NULL;
-    TSR_CUDA_CHECK(cudaMallocAsync((void **)&scratch, 4 * idx_bytes + sort_bytes, stream));
+    TSR_CUDA_SCRATCH(scratch, ws, need);
     int *keys = (int *)scratch, *rows = (int *)(scratch + idx_bytes);
     int *keys_sorted = (int *)(scratch + 2 * idx_bytes), *rows_sorted = (int *)(scratch + 3 * idx_bytes);
     embedding_keys_kernel<<<grid_for(n, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(
@@ -144,7 +164,6 @@ extern "C" int tsr_cuda_embedding_bwd(float *dwte, float *dwpe, const float *dou
     embedding_dwte_kernel<<<dim3(n, (C + 255) / 256), 256, 0, stream>>>(
         dwte, dout, keys_sorted, rows_sorted, n, C, vocab_local);
     TSR_CUDA_LAUNCHED();
-    TSR_CUDA_CHECK(cudaFreeAsync(scratch, stream));
   }
   if (dwpe) {
     const long npos = n < T ? n : T;
@@ -214,13 +233,13 @@ static int rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int n, int C
 
 template <class T>
 static int rmsnorm_bwd(T *dx, float *dw, const T *dout, const T *x, const T *w, const float *rstd,
-                       int n, int C, cudaStream_t stream) {
+                       int n, int C, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || C <= 0) return 0;
   if (dx) {
     rmsnorm_dx_kernel<T><<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, rstd, C);
     TSR_CUDA_LAUNCHED();
   }
-  if (dw) TSR_CALL(col_reduce(dw, RmsDw<T>{dout, x, rstd, C}, n, C, stream));
+  if (dw) TSR_CALL(col_reduce(dw, RmsDw<T>{dout, x, rstd, C}, n, C, ws, stream));
   return 0;
 }
 
@@ -230,8 +249,8 @@ extern "C" int tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *x, con
 }
 extern "C" int tsr_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
                                     const float *w, const float *rstd, int n, int C,
-                                    cudaStream_t stream) {
-  return rmsnorm_bwd<float>(dx, dw, dout, x, w, rstd, n, C, stream);
+                                    const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  return rmsnorm_bwd<float>(dx, dw, dout, x, w, rstd, n, C, ws, stream);
 }
 extern "C" int tsr_cuda_rmsnorm_fwd_bf16(tsr_bf16 *out, float *rstd, const tsr_bf16 *x,
                                          const tsr_bf16 *w, int n, int C, float eps,
@@ -240,9 +259,9 @@ extern "C" int tsr_cuda_rmsnorm_fwd_bf16(tsr_bf16 *out, float *rstd, const tsr_b
 }
 extern "C" int tsr_cuda_rmsnorm_bwd_bf16(tsr_bf16 *dx, float *dw, const tsr_bf16 *dout,
                                          const tsr_bf16 *x, const tsr_bf16 *w, const float *rstd,
-                                         int n, int C, cudaStream_t stream) {
+                                         int n, int C, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   return rmsnorm_bwd<bf16>((bf16 *)dx, dw, (const bf16 *)dout, (const bf16 *)x, (const bf16 *)w,
-                           rstd, n, C, stream);
+                           rstd, n, C, ws, stream);
 }
 
 /* ---------------------------------------------------------------- LayerNorm */
@@ -317,22 +336,22 @@ extern "C" int tsr_cuda_layernorm_fwd(float *out, float *mean, float *rstd, cons
 
 extern "C" int tsr_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dout,
                                       const float *x, const float *w, const float *mean,
-                                      const float *rstd, int n, int C, cudaStream_t stream) {
+                                      const float *rstd, int n, int C, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0 || C <= 0) return 0;
   if (dx) {
     layernorm_dx_kernel<<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, mean, rstd, C);
     TSR_CUDA_LAUNCHED();
   }
-  if (dw) TSR_CALL(col_reduce(dw, LnDw{dout, x, mean, rstd, C}, n, C, stream));
-  if (db) TSR_CALL(col_reduce(db, ColumnOf<float>{dout, C}, n, C, stream));
+  if (dw) TSR_CALL(col_reduce(dw, LnDw{dout, x, mean, rstd, C}, n, C, ws, stream));
+  if (db) TSR_CALL(col_reduce(db, ColumnOf<float>{dout, C}, n, C, ws, stream));
   return 0;
 }
 
 /* Column sums for the bias gradient of the GEMMs (gemm.cu). */
 int tsr_cuda_colsum_(float *dst, const void *src, tsr_cuda_dtype type, int n, int C,
-                     cudaStream_t stream) {
-  if (type == TSR_CUDA_BF16) return col_reduce(dst, ColumnOf<bf16>{(const bf16 *)src, C}, n, C, stream);
-  return col_reduce(dst, ColumnOf<float>{(const float *)src, C}, n, C, stream);
+                     const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  if (type == TSR_CUDA_BF16) return col_reduce(dst, ColumnOf<bf16>{(const bf16 *)src, C}, n, C, ws, stream);
+  return col_reduce(dst, ColumnOf<float>{(const float *)src, C}, n, C, ws, stream);
 }
 
 /* --------------------------------------------------------------------- RoPE
@@ -603,17 +622,27 @@ int tsr_cuda_sum_doubles_(double *out, const double *x, long n, cudaStream_t str
   return 0;
 }
 
-extern "C" int tsr_cuda_sumsq(double *out, const float *x, long n_elem, cudaStream_t stream) {
+/* Scratch of tsr_cuda_sumsq: a double per block. */
+static size_t sumsq_scratch(long n_elem) {
+  if (n_elem <= 0) return 0;
   long blocks = (n_elem + SUMSQ_MIN_CHUNK - 1) / SUMSQ_MIN_CHUNK;
-  if (blocks < 1) blocks = 1;
   if (blocks > SUMSQ_MAX_BLOCKS) blocks = SUMSQ_MAX_BLOCKS;
+  return (size_t)blocks * sizeof(double);
+}
+
+extern "C" int tsr_cuda_sumsq(double *out, const float *x, long n_elem, const tsr_cuda_scratch *ws,
+                              cudaStream_t stream) {
+  if (n_elem <= 0) {
+    TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    return 0;
+  }
+  const long blocks = (long)(sumsq_scratch(n_elem) / sizeof(double));
   const long chunk = (n_elem + blocks - 1) / blocks;
   double *partial = NULL;
-  TSR_CUDA_CHECK(cudaMallocAsync((void **)&partial, (size_t)blocks * sizeof(double), stream));
+  TSR_CUDA_SCRATCH(partial, ws, sumsq_scratch(n_elem));
   sumsq_partial_kernel<<<(unsigned)blocks, TSR_CUDA_THREADS, 0, stream>>>(partial, x, n_elem, chunk);
   TSR_CUDA_LAUNCHED();
   TSR_CALL(tsr_cuda_sum_doubles_(out, partial, blocks, stream));
-  TSR_CUDA_CHECK(cudaFreeAsync(partial, stream));
   return 0;
 }
 
@@ -630,5 +659,23 @@ extern "C" int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaSt
   if (n_elem <= 0) return 0;
   all_finite_kernel<<<grid_for(n_elem, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0, stream>>>(out, x, n_elem);
   TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+/* ---- scratch sizes ---- */
+
+size_t tsr_cuda_xent_scratch_(long n);          /* xent.cu */
+size_t tsr_cuda_attention_scratch_(long bht);   /* attention.cu */
+
+extern "C" int tsr_cuda_scratch_bytes(const tsr_cuda_scratch_dims *d, size_t *bytes) {
+  TSR_CUDA_ARG(d && bytes && d->rows >= 0 && d->cols >= 0 && d->vocab_local >= 0 &&
+               d->attn_bht >= 0 && d->sumsq_elems >= 0);
+  size_t emb = 0, sort_bytes = 0;
+  TSR_CALL(embedding_scratch(d->rows, d->vocab_local, &emb, &sort_bytes));
+  const size_t need[] = {col_scratch(d->rows, d->cols), emb, tsr_cuda_xent_scratch_(d->rows),
+                         tsr_cuda_attention_scratch_(d->attn_bht), sumsq_scratch(d->sumsq_elems)};
+  *bytes = 0;
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+    if (need[i] > *bytes) *bytes = need[i];
   return 0;
 }

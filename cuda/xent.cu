@@ -41,35 +41,36 @@ __global__ void xent_row_kernel(double *row_loss, T *logits, const int32_t *targ
   }
 }
 
+size_t tsr_cuda_xent_scratch_(long n) { return n > 0 ? (size_t)n * sizeof(double) : 0; }
+
 template <class T, bool GRAD>
 static int xent(double *loss_sum, T *logits, const int32_t *targets, int n, int V, float dloss,
-                cudaStream_t stream) {
+                const tsr_cuda_scratch *ws, cudaStream_t stream) {
   if (n <= 0) {
     TSR_CUDA_CHECK(cudaMemsetAsync(loss_sum, 0, sizeof(double), stream));
     return 0;
   }
   double *row_loss = NULL;
-  TSR_CUDA_CHECK(cudaMallocAsync((void **)&row_loss, (size_t)n * sizeof(double), stream));
+  TSR_CUDA_SCRATCH(row_loss, ws, (size_t)n * sizeof(double));
   xent_row_kernel<T, GRAD><<<n, XENT_THREADS, 0, stream>>>(row_loss, logits, targets, V, dloss);
   TSR_CUDA_LAUNCHED();
   TSR_CALL(tsr_cuda_sum_doubles_(loss_sum, row_loss, n, stream));
-  TSR_CUDA_CHECK(cudaFreeAsync(row_loss, stream));
   return 0;
 }
 
 extern "C" int tsr_cuda_xent_fwd_bwd(double *loss_sum, float *logits, const int32_t *targets,
-                                     int n, int V, float dloss, cudaStream_t stream) {
-  return xent<float, true>(loss_sum, logits, targets, n, V, dloss, stream);
+                                     int n, int V, float dloss, const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  return xent<float, true>(loss_sum, logits, targets, n, V, dloss, ws, stream);
 }
 extern "C" int tsr_cuda_xent_fwd(double *loss_sum, const float *logits, const int32_t *targets,
-                                 int n, int V, cudaStream_t stream) {
+                                 int n, int V, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   /* GRAD=false never writes the logits */
-  return xent<float, false>(loss_sum, (float *)logits, targets, n, V, 0.0f, stream);
+  return xent<float, false>(loss_sum, (float *)logits, targets, n, V, 0.0f, ws, stream);
 }
 extern "C" int tsr_cuda_xent_fwd_bwd_bf16(double *loss_sum, tsr_bf16 *logits,
                                           const int32_t *targets, int n, int V, float dloss,
-                                          cudaStream_t stream) {
-  return xent<bf16, true>(loss_sum, (bf16 *)logits, targets, n, V, dloss, stream);
+                                          const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  return xent<bf16, true>(loss_sum, (bf16 *)logits, targets, n, V, dloss, ws, stream);
 }
 
 /* ---- vocab-parallel passes ---- */

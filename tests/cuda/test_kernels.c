@@ -95,6 +95,19 @@ static void *poisoned(size_t bytes) { /* all-ones bytes: NaN in fp32 and bf16 */
 }
 static void dfree(void *d) { CUDA_CK(cudaFree(d)); }
 
+/* Scratch sized by tsr_cuda_scratch_bytes for exactly the shapes of the call (so a size
+ * the query gets wrong fails the call), poisoned; reallocated per call. */
+static tsr_cuda_scratch g_ws;
+static const tsr_cuda_scratch *scratch_for(tsr_cuda_scratch_dims d) {
+  size_t bytes = 0;
+  OK(tsr_cuda_scratch_bytes(&d, &bytes));
+  if (g_ws.base) dfree(g_ws.base);
+  g_ws.base = bytes ? poisoned(bytes) : NULL;
+  g_ws.bytes = bytes;
+  return &g_ws;
+}
+#define WS(...) scratch_for((tsr_cuda_scratch_dims){__VA_ARGS__})
+
 /* bf16 on the host: the rounded fp32 value and its upper 16 bits */
 static uint16_t bf16_bits(float x) {
   uint32_t u;
@@ -226,8 +239,8 @@ static void test_embedding(int n, int T, int C, int vocab, int vocab_start, int 
   float *d_dwte2 = dup_f32(dwte, (long)vocab_local * C);
   float *d_dwpe = dwpe ? dup_f32(dwpe, (long)T * C) : NULL;
   tsr_ops_embedding_bwd(dwte, dwpe, dout, tok, n, T, C, vocab_start, vocab_local);
-  OK(tsr_cuda_embedding_bwd(d_dwte, d_dwpe, d_dout, d_tok, n, T, C, vocab_start, vocab_local, g_stream));
-  OK(tsr_cuda_embedding_bwd(d_dwte2, NULL, d_dout, d_tok, n, T, C, vocab_start, vocab_local, g_stream));
+  OK(tsr_cuda_embedding_bwd(d_dwte, d_dwpe, d_dout, d_tok, n, T, C, vocab_start, vocab_local, WS(.rows = n, .vocab_local = vocab_local), g_stream));
+  OK(tsr_cuda_embedding_bwd(d_dwte2, NULL, d_dout, d_tok, n, T, C, vocab_start, vocab_local, WS(.rows = n, .vocab_local = vocab_local), g_stream));
   snprintf(name, sizeof name, "embedding bwd dwte n=%d C=%d V=%d", n, C, vocab_local);
   check_f32(name, d_dwte, dwte, (long)vocab_local * C, TOL_F32);
   TU_CHECK(same_bytes(d_dwte, d_dwte2, (size_t)vocab_local * C * 4), "embedding bwd deterministic (two runs bitwise)");
@@ -252,7 +265,7 @@ static void test_rmsnorm(int n, int C) {
   float *dout = hrand(nc, -1, 1), *dx = hrand(nc, -1, 1), *dw = hrand(C, -1, 1);
   float *d_dout = dup_f32(dout, nc), *d_dx = dup_f32(dx, nc), *d_dw = dup_f32(dw, C), *d_rs = dup_f32(rstd, n);
   tsr_ops_rmsnorm_bwd(dx, dw, dout, x, w, rstd, n, C);
-  OK(tsr_cuda_rmsnorm_bwd(d_dx, d_dw, d_dout, d_x, d_w, d_rs, n, C, g_stream));
+  OK(tsr_cuda_rmsnorm_bwd(d_dx, d_dw, d_dout, d_x, d_w, d_rs, n, C, WS(.rows = n, .cols = C), g_stream));
   snprintf(name, sizeof name, "rmsnorm bwd dx n=%d C=%d", n, C);
   check_f32(name, d_dx, dx, nc, TOL_F32);
   check_f32("rmsnorm bwd dw", d_dw, dw, C, TOL_F32);
@@ -271,7 +284,7 @@ static void test_rmsnorm(int n, int C) {
   check_f32("rmsnorm fwd bf16 rstd (fp32)", d_rstd, rstd, n, TOL_F32);
   CUDA_CK(cudaMemcpy(d_rs, rstd, n * 4, cudaMemcpyHostToDevice));
   tsr_ops_rmsnorm_bwd(dxb, dwb, dout, x, w, rstd, n, C);
-  OK(tsr_cuda_rmsnorm_bwd_bf16(b_dx, d_dwb, b_dout, b_x, b_w, d_rs, n, C, g_stream));
+  OK(tsr_cuda_rmsnorm_bwd_bf16(b_dx, d_dwb, b_dout, b_x, b_w, d_rs, n, C, WS(.rows = n, .cols = C), g_stream));
   check_bf16("rmsnorm bwd bf16 dx", b_dx, dxb, nc, TOL_BF16);
   check_f32("rmsnorm bwd bf16 dw (fp32)", d_dwb, dwb, C, TOL_F32);
   free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw), free(dxb), free(dwb);
@@ -297,7 +310,7 @@ static void test_layernorm(int n, int C) {
   CUDA_CK(cudaMemcpy(d_mean, mean, n * 4, cudaMemcpyHostToDevice));
   CUDA_CK(cudaMemcpy(d_rstd, rstd, n * 4, cudaMemcpyHostToDevice));
   tsr_ops_layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, n, C);
-  OK(tsr_cuda_layernorm_bwd(d_dx, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, n, C, g_stream));
+  OK(tsr_cuda_layernorm_bwd(d_dx, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, n, C, WS(.rows = n, .cols = C), g_stream));
   snprintf(name, sizeof name, "layernorm bwd dx n=%d C=%d", n, C);
   check_f32(name, d_dx, dx, nc, TOL_F32);
   check_f32("layernorm bwd dw", d_dw, dw, C, TOL_F32);
@@ -426,13 +439,13 @@ static void test_xent(int n, int V) {
   float *g = hcopy(z, nv);
   const double loss = tsr_ops_xent_fwd_bwd(g, tgt, n, V, 0.25f);
   float *d_z = dup_f32(z, nv);
-  OK(tsr_cuda_xent_fwd_bwd(d_loss, d_z, d_tgt, n, V, 0.25f, g_stream));
+  OK(tsr_cuda_xent_fwd_bwd(d_loss, d_z, d_tgt, n, V, 0.25f, WS(.rows = n), g_stream));
   snprintf(name, sizeof name, "xent fwd_bwd n=%d V=%d loss", n, V);
   check_double(name, d_loss, loss, TOL_F32);
   check_f32("xent fwd_bwd gradient", d_z, g, nv, TOL_F32);
 
   float *d_z2 = dup_f32(z, nv);
-  OK(tsr_cuda_xent_fwd(d_loss, d_z2, d_tgt, n, V, g_stream));
+  OK(tsr_cuda_xent_fwd(d_loss, d_z2, d_tgt, n, V, WS(.rows = n), g_stream));
   check_double("xent fwd loss", d_loss, tsr_ops_xent_fwd(z, tgt, n, V), TOL_F32);
   check_f32("xent fwd leaves logits unchanged", d_z2, z, nv, 0.0);
 
@@ -503,7 +516,7 @@ static void test_xent(int n, int V) {
   memcpy(g, z, nv * 4);
   const double loss_b = tsr_ops_xent_fwd_bwd(g, tgt, n, V, 0.25f);
   tsr_bf16 *b_z = dup_bf16(z, nv);
-  OK(tsr_cuda_xent_fwd_bwd_bf16(d_loss, b_z, d_tgt, n, V, 0.25f, g_stream));
+  OK(tsr_cuda_xent_fwd_bwd_bf16(d_loss, b_z, d_tgt, n, V, 0.25f, WS(.rows = n), g_stream));
   check_double("xent fwd_bwd bf16 loss", d_loss, loss_b, TOL_F32);
   check_bf16("xent fwd_bwd bf16 gradient", b_z, g, nv, TOL_BF16);
   /* the vocab-parallel bf16 passes on one "rank" holding everything */
@@ -551,11 +564,19 @@ static void test_reductions(long n) {
   float *x = hrand(n, -3, 3), *d_x = dup_f32(x, n);
   double *d_s = dalloc(8), *d_s2 = dalloc(8);
   int *d_ok = dalloc(sizeof(int)), ok = -1;
-  OK(tsr_cuda_sumsq(d_s, d_x, n, g_stream));
-  OK(tsr_cuda_sumsq(d_s2, d_x, n, g_stream));
+  OK(tsr_cuda_sumsq(d_s, d_x, n, WS(.sumsq_elems = n), g_stream));
+  OK(tsr_cuda_sumsq(d_s2, d_x, n, WS(.sumsq_elems = n), g_stream));
   snprintf(name, sizeof name, "sumsq n=%ld", n);
   check_double(name, d_s, tsr_ops_sumsq(x, n), TOL_DOUBLE);
   TU_CHECK(same_bytes(d_s, d_s2, 8), "sumsq deterministic (two runs bitwise)");
+  /* a scratch one byte short of what the query says is refused, nothing launched */
+  tsr_cuda_scratch short_ws = *WS(.sumsq_elems = n);
+  short_ws.bytes -= 1;
+  printf("      (an error about scratch is expected next)\n");
+  fflush(stdout);
+  TU_CHECK(tsr_cuda_sumsq(d_s, d_x, n, &short_ws, g_stream) != 0,
+           "sumsq n=%ld refuses a scratch one byte short of tsr_cuda_scratch_bytes", n);
+  TU_CHECK(same_bytes(d_s, d_s2, 8), "  ... and left its output alone");
   OK(tsr_cuda_all_finite(d_ok, d_x, n, g_stream));
   down(&ok, d_ok, sizeof ok);
   TU_CHECK(ok == 1, "all_finite on finite data n=%ld: %d", n, ok);
@@ -589,7 +610,7 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
   float *dy = hrand(ny, -1, 1), *dx = hrand(nx, -1, 1), *dw = hrand(nw, -1, 1), *db = hrand(out, -1, 1);
   float *d_dy = dup_f32(dy, ny), *d_dx = dup_f32(dx, nx), *d_dw = dup_f32(dw, nw), *d_db = dup_f32(db, out);
   tsr_ops_matmul_bwd(dx, dw, db, dy, x, w, n, in, out);
-  OK(tsr_cuda_matmul_bwd(blas, d_dx, d_dw, d_db, d_dy, d_x, d_w, n, in, out, g_stream));
+  OK(tsr_cuda_matmul_bwd(blas, d_dx, d_dw, d_db, d_dy, d_x, d_w, n, in, out, WS(.rows = n, .cols = out), g_stream));
   snprintf(name, sizeof name, "matmul bwd fp32 dx n=%d in=%d out=%d", n, in, out);
   check_f32(name, d_dx, dx, nx, TOL_F32);
   check_f32("matmul bwd fp32 dw", d_dw, dw, nw, TOL_F32);
@@ -597,7 +618,7 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
   float *dx_before = malloc(nx * 4);
   down(dx_before, d_dx, nx * 4);
   tsr_ops_matmul_bwd(NULL, dw, NULL, dy, x, w, n, in, out); /* NULL gradients are skipped */
-  OK(tsr_cuda_matmul_bwd(blas, NULL, d_dw, NULL, d_dy, d_x, d_w, n, in, out, g_stream));
+  OK(tsr_cuda_matmul_bwd(blas, NULL, d_dw, NULL, d_dy, d_x, d_w, n, in, out, WS(.rows = n, .cols = out), g_stream));
   check_f32("matmul bwd fp32 dw only", d_dw, dw, nw, TOL_F32);
   check_f32("matmul bwd fp32 dx untouched when NULL", d_dx, dx_before, nx, 0.0);
   free(dx_before);
@@ -642,8 +663,8 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
   CUDA_CK(cudaMemcpy(d_db, db, out * 4, cudaMemcpyHostToDevice));
   tsr_ops_matmul_bwd(dx, dw, db, dy, x, w, n, in, out);
   tsr_ops_matmul_bwd(dxb, NULL, NULL, dy, x, w, n, in, out);
-  OK(tsr_cuda_matmul_bwd_bf16(blas, d_dx, TSR_CUDA_F32, d_dw, d_db, b_dy, b_x, b_w, n, in, out, g_stream));
-  OK(tsr_cuda_matmul_bwd_bf16(blas, b_dx, TSR_CUDA_BF16, NULL, NULL, b_dy, b_x, b_w, n, in, out, g_stream));
+  OK(tsr_cuda_matmul_bwd_bf16(blas, d_dx, TSR_CUDA_F32, d_dw, d_db, b_dy, b_x, b_w, n, in, out, WS(.rows = n, .cols = out), g_stream));
+  OK(tsr_cuda_matmul_bwd_bf16(blas, b_dx, TSR_CUDA_BF16, NULL, NULL, b_dy, b_x, b_w, n, in, out, WS(.rows = n, .cols = out), g_stream));
   snprintf(name, sizeof name, "matmul bwd bf16 dx->fp32 n=%d in=%d out=%d", n, in, out);
   check_f32(name, d_dx, dx, nx, TOL_BF16_GEMM_F32);
   check_bf16("matmul bwd bf16 dx->bf16", b_dx, dxb, nx, TOL_BF16);
@@ -687,7 +708,7 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
   for (int run = 0; run < 2; run++) {
     float *db = run ? d_dbuf2 : d_dbuf;
     OK(tsr_cuda_attention_bwd(db + (q - buf), db + (k - buf), db + (v - buf), d_dout, d_out, d_lse,
-                              d_q, d_k, d_v, B, T, H, KV, hd, stride, g_stream));
+                              d_q, d_k, d_v, B, T, H, KV, hd, stride, WS(.attn_bht = (long)B * H * T), g_stream));
   }
   check_f32("attention bwd dq, dk, dv (accumulated)", d_dbuf, dbuf, nbuf, TOL_F32);
   TU_CHECK(same_bytes(d_dbuf, d_dbuf2, nbuf * 4), "attention bwd deterministic (two runs bitwise)");
@@ -709,7 +730,7 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
   tsr_ops_attention_bwd(dbb + (q - buf), dbb + (k - buf), dbb + (v - buf), dout, out, lse, q, k, v, B,
                         T, H, KV, hd, stride);
   OK(tsr_cuda_attention_bwd_bf16(b_dbuf + (q - buf), b_dbuf + (k - buf), b_dbuf + (v - buf), b_dout,
-                                 b_outr, d_lse, b_q, b_k, b_v, B, T, H, KV, hd, stride, g_stream));
+                                 b_outr, d_lse, b_q, b_k, b_v, B, T, H, KV, hd, stride, WS(.attn_bht = (long)B * H * T), g_stream));
   check_bf16("attention bwd bf16 dq, dk, dv", b_dbuf, dbb, nbuf, TOL_BF16);
 
   free(buf), free(out), free(lse), free(dout), free(dbuf), free(dbb);
