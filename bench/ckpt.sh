@@ -17,8 +17,9 @@
 # the host) a page the kernel has not used lately costs about 2 ms per MB on first touch,
 # so a write into the page cache ran at 0.35 GB/s or 5 GB/s depending on which free pages
 # it got, for dd as for the trainer.  Before every timed write (dd's and the trainer's) the
-# bench touches and frees 8 times the checkpoint's size (the trainer's own arrays take the
-# first of those pages), so that both measure the I/O path.
+# bench touches and frees 16 times the checkpoint's size (the trainer's own arrays, ~1 GB
+# here, take the first of those pages; with 8 times, 1-2 of 7 trainer writes still hit cold
+# pages), so that both measure the I/O path.
 # Usage: bench/ckpt.sh [DIR] [NP] [REPS]   (top_builddir / top_srcdir as for the tests)
 set -u
 top_srcdir=${top_srcdir:-.}; top_builddir=${top_builddir:-.}
@@ -37,8 +38,8 @@ C=(model.vocab_size=256 model.n_layer=8 model.d_model=512 model.n_head=8 model.n
   parallel.zero_stage=1 "data.train=$DIR/data/train_*.bin" checkpoint.keep=1)
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; }
 now() { date +%s.%N; }
-warm_memory() { # touch and free 8 x the checkpoint's bytes (N MB; 512 MB before N is known)
-  $PY -c "import numpy; numpy.ones(${N:-64} << 20)"
+warm_memory() { # touch and free 16 x the checkpoint's bytes (N MB; 1 GB before N is known)
+  $PY -c "import numpy; numpy.ones(${N:-64} << 21)"
 }
 
 tessera_write() { # REP: one step and its checkpoint into run_REP; sets MB, WMBS, PHASES
