@@ -151,6 +151,23 @@ __global__ void attn_bwd_dot_kernel(float *D, const T *dout, const T *out, int B
   if (lane == 0) D[(b * H + h) * T_ + t] = s;
 }
 
+/* The query side of the backward for queries [q0, q0 + BQ) of head h: their Q and dout
+ * tiles and their lse and D statistics (rows past T as zeros). */
+template <class T>
+__device__ __forceinline__ void load_query_side(float *Qs, float *dOs, float *Ls, float *Ds,
+                                                const T *q, const T *dout, const float *lse,
+                                                const float *D, int b, int h, int q0, int T_,
+                                                int H, int hd, int qkv_stride) {
+  load_tile(Qs, q, q0, BQ, T_, (size_t)b * T_ * qkv_stride, qkv_stride, h * hd, hd);
+  load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
+  const size_t stat = ((size_t)b * H + h) * T_;
+  for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
+    const int t = q0 + rr;
+    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
+    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
+  }
+}
+
 /* dq of one query tile: dq_t += scale * sum_j P_tj (dP_tj - D_t) k_j */
 template <class T, int DPT>
 __global__ void __launch_bounds__(ATT_THREADS)
@@ -166,15 +183,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
   const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int tq = q0 + row;
   const size_t boff = (size_t)b * T_ * qkv_stride;
-  const size_t stat = ((size_t)b * H + h) * T_;
 
-  load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
-  load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
-  for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
-    const int t = q0 + rr;
-    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
-    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
-  }
+  load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
   float acc[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) acc[i] = 0.0f;
@@ -237,16 +247,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
   for (int i = 0; i < DPT; i++) acc_k[i] = acc_v[i] = 0.0f;
 
   for (int h = g * group; h < (g + 1) * group; h++) {
-    const size_t stat = ((size_t)b * H + h) * T_;
     for (int q0 = j0 / BQ * BQ; q0 < T_; q0 += BQ) {
       __syncthreads(); /* previous Qs/dOs/Ps/dSs reads are done (first pass: Ks/Vs loaded) */
-      load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
-      load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
-      for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
-        const int t = q0 + rr;
-        Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
-        Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
-      }
+      load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
       __syncthreads();
       float qk[BQ / 8], dp[BQ / 8];
       dot_rows(qk, Ks + col * ld, Qs + sub * ld, 8 * ld, hd); /* queries sub, sub+8, ... */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "ops.h" /* tsr_ops_adamw_scalars */
 #include "util.h"
 }
 #include "ops_cuda.h"
@@ -69,41 +70,6 @@ __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
 template <class T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
-
-/* Round to bf16 (nearest even) exactly as tsr_round_bf16 in util.c, NaN payloads included. */
-__device__ __forceinline__ uint32_t round_bf16_bits(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7f800000u) == 0x7f800000u) {
-    if (u & 0x007fffffu) u |= 0x00400000u;
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);
-  }
-  return u & 0xffff0000u;
-}
-
-/* Round to fp16 (nearest even, subnormals, inf past 65504) exactly as tsr_round_fp16 in
- * util.c; the same integer steps as __float2half_rn, kept in one place with the CPU's. */
-__device__ __forceinline__ float round_fp16(float x) {
-  uint32_t u = __float_as_uint(x);
-  const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) {
-    if (a > 0x7f800000u) u |= 0x00400000u;
-  } else if (a >= 0x38800000u) {
-    const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
-    u = sign | (r >= 0x47800000u ? 0x7f800000u : r);
-  } else {
-    const uint32_t e = a >> 23;
-    uint32_t q = 0;
-    if (e >= 102) {
-      const uint32_t mant = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;
-      const uint32_t rem = mant & ((1u << sh) - 1u), half = 1u << (sh - 1);
-      q = mant >> sh;
-      q += rem > half || (rem == half && (q & 1u));
-    }
-    u = __float_as_uint((float)q * 5.9604644775390625e-8f) | sign; /* q 2^-24, exact */
-  }
-  return __uint_as_float(u);
-}
 
 /* ---- deterministic reductions ----
  * Butterfly (xor) shuffles: every lane ends with the same, bitwise identical value

@@ -551,27 +551,21 @@ __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, long 
 extern "C" int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
                               float beta1, float beta2, float eps, float weight_decay, long t,
                               float grad_scale, cudaStream_t stream) {
-  /* The scalars exactly as ops_cpu.c forms them (Python doubles cast to fp32). */
-  const double bc1 = 1.0 - pow((double)beta1, (double)t);
-  const double bc2 = 1.0 - pow((double)beta2, (double)t);
-  const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-  const float step_size = (float)((double)lr / bc1);
-  const float bc2_sqrt = (float)sqrt(bc2);
-  const float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
-  LAUNCH_ELEM(adamw_kernel, n, p, m, v, g, n, beta1, beta2, eps, decay, step_size, bc2_sqrt,
-              one_m_b1, one_m_b2, grad_scale);
+  const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
+  LAUNCH_ELEM(adamw_kernel, n, p, m, v, g, n, beta1, beta2, eps, s.decay, s.step_size, s.bc2_sqrt,
+              s.one_m_b1, s.one_m_b2, grad_scale);
 }
 
 /* ------------------------------------------------------ casts, reductions */
 
 __global__ void round_bf16_kernel(float *dst, const float *src, long n) {
-  GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float(round_bf16_bits(src[i]));
+  GRID_STRIDE_LOOP(i, n) dst[i] = tsr_round_bf16(src[i]);
 }
 __global__ void round_fp16_kernel(float *dst, const float *src, long n) {
-  GRID_STRIDE_LOOP(i, n) dst[i] = round_fp16(src[i]);
+  GRID_STRIDE_LOOP(i, n) dst[i] = tsr_round_fp16(src[i]);
 }
 __global__ void cast_f32_bf16_kernel(uint16_t *dst, const float *src, long n) {
-  GRID_STRIDE_LOOP(i, n) dst[i] = (uint16_t)(round_bf16_bits(src[i]) >> 16);
+  GRID_STRIDE_LOOP(i, n) dst[i] = (uint16_t)(__float_as_uint(tsr_round_bf16(src[i])) >> 16);
 }
 __global__ void cast_bf16_f32_kernel(float *dst, const uint16_t *src, long n) {
   GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float((uint32_t)src[i] << 16);

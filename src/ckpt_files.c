@@ -320,22 +320,19 @@ int tsr_ckpt_verify_file(const char *path, int model_only, int share, int n_shar
 }
 
 /* Collective: `path` verified with its datasets split over up to TSR_CKPT_VERIFIERS ranks
- * (rank `skip`, when >= 0 and not alone, takes none: it has other work meanwhile).  The
- * same result on every rank; `why` filled on every rank from the first rank that failed. */
-static int verify_collective(const char *path, int model_only, int skip, char *why,
+ * (with rank0_busy, rank 0 takes none unless it is alone: it has other work meanwhile).
+ * The same result on every rank; `why` filled on every rank from the first rank that
+ * failed. */
+static int verify_collective(const char *path, int model_only, int rank0_busy, char *why,
                              size_t why_len, MPI_Comm comm) {
   int rank, size, rc = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  const int first = skip >= 0 && size > 1 ? 1 : 0; /* the verifiers: ranks first.. */
-  int n = size - first < TSR_CKPT_VERIFIERS ? size - first : TSR_CKPT_VERIFIERS;
-  const int share = (rank - first + size) % size; /* rank `skip` renumbered to the last */
+  const int first = rank0_busy && size > 1 ? 1 : 0; /* the verifiers: ranks first.. */
+  const int n = size - first < TSR_CKPT_VERIFIERS ? size - first : TSR_CKPT_VERIFIERS;
+  const int share = rank - first;
   why[0] = '\0';
-  if (skip >= 0 && size > 1 && rank == skip) {
-    /* nothing to verify */
-  } else if (share < n) {
-    rc = tsr_ckpt_verify_file(path, model_only, share, n, why, why_len);
-  }
+  if (share >= 0 && share < n) rc = tsr_ckpt_verify_file(path, model_only, share, n, why, why_len);
   int failed = rc ? rank : size;
   MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MIN, comm));
   if (failed == size) return 0;
@@ -348,20 +345,16 @@ done:
 
 /* ---- publish and prune ---- */
 
-/* Rank 0: make `tmp` durable (synced 0; 1: done, -1: failed with sync_errno), rename it
- * and point `latest` at it. */
+/* Rank 0, with `tmp` verified and fsynced (sync_errno: 0, or why the fsync failed): rename
+ * it and point `latest` at it. */
 static int publish_verified(const char *dir, const char *tmp, const char *final,
-                            const char *name, int synced, int sync_errno) {
+                            const char *name, int sync_errno) {
   char latest[TSR_STR_PATH + 16], latest_tmp[TSR_STR_PATH + 16];
   struct stat sb;
   const int replaces = stat(final, &sb) == 0; /* the same step saved again */
-  if (!synced) {
-    synced = tsr_ckpt_fsync_path(tmp, 0) == 0 ? 1 : -1;
-    sync_errno = errno;
-  }
-  if (synced < 0 || rename(tmp, final) != 0) {
+  if (sync_errno || rename(tmp, final) != 0) {
     tsr_error("cannot make '%s' durable as '%s': %s", tmp, final,
-              strerror(synced < 0 ? sync_errno : errno));
+              strerror(sync_errno ? sync_errno : errno));
     return TSR_ERR;
   }
   tsr_ckpt_fsync_path(dir, 1);
@@ -387,18 +380,15 @@ static int publish_verified(const char *dir, const char *tmp, const char *final,
 int tsr_ckpt_publish(const char *dir, const char *tmp, const char *final, const char *name,
                      MPI_Comm comm) {
   char why[1024];
-  int rank, size, rc = 0, synced = 0, sync_errno = 0;
+  int rank, rc = 0, sync_errno = 0;
   MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  if (rank == 0 && size > 1) { /* overlaps the others' verification */
-    synced = tsr_ckpt_fsync_path(tmp, 0) == 0 ? 1 : -1;
-    sync_errno = errno;
-  }
-  if (verify_collective(tmp, 1, 0, why, sizeof why, comm)) {
+  /* rank 0's fsync overlaps the other ranks' verification (alone, it verifies after) */
+  if (rank == 0 && tsr_ckpt_fsync_path(tmp, 0) != 0) sync_errno = errno ? errno : EIO;
+  if (verify_collective(tmp, 1, 1, why, sizeof why, comm)) {
     if (rank == 0) tsr_error("checkpoint '%s' does not verify after writing: %s", tmp, why);
     return TSR_ERR;
   }
-  if (rank == 0) rc = publish_verified(dir, tmp, final, name, synced, sync_errno);
+  if (rank == 0) rc = publish_verified(dir, tmp, final, name, sync_errno);
   MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
 done:
   return rc;
@@ -480,7 +470,7 @@ static int resolve_auto(const char *dir, char *out, size_t len, MPI_Comm comm) {
   MPI_CALL(MPI_Bcast(names, n * TSR_CKPT_NAME, MPI_CHAR, 0, comm));
   for (int i = 0; i < n; i++) {
     snprintf(cand, sizeof cand, "%s/%s", dir, names[i]);
-    if (verify_collective(cand, 0, -1, why, sizeof why, comm) == 0) {
+    if (verify_collective(cand, 0, 0, why, sizeof why, comm) == 0) {
       snprintf(out, len, "%s", cand);
       break;
     }

@@ -123,6 +123,14 @@ void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_
  * g is multiplied by grad_scale first (clipping, 1/loss-scale). t is 1-based. */
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, long t, float grad_scale);
+/* Its per-step scalars, formed as torch forms them (Python doubles, cast to fp32 where
+ * they meet a tensor): p *= decay;  p -= step_size * m / (sqrt(v) / bc2_sqrt + eps).
+ * The CUDA AdamW takes them from here too, so both round alike. */
+typedef struct {
+  float decay, step_size, bc2_sqrt, one_m_b1, one_m_b2;
+} tsr_adamw_scalars;
+tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, float weight_decay,
+                                        long t);
 
 /* ---- casts and reductions ---- */
 void tsr_ops_round_bf16(float *dst, const float *src, long n_elem); /* dst may == src */

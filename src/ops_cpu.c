@@ -811,15 +811,22 @@ void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_
 
 /* ---------------------------------------------------------------- AdamW */
 
-void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
-                   float beta2, float eps, float weight_decay, long t, float grad_scale) {
-  /* Scalars as torch forms them: Python doubles, cast to fp32 where they meet a tensor. */
+tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, float weight_decay,
+                                        long t) {
   const double bc1 = 1.0 - pow((double)beta1, (double)t);
   const double bc2 = 1.0 - pow((double)beta2, (double)t);
-  const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-  const float step_size = (float)((double)lr / bc1);
-  const float bc2_sqrt = (float)sqrt(bc2);
-  const float one_m_b1 = (float)(1.0 - (double)beta1), one_m_b2 = (float)(1.0 - (double)beta2);
+  return (tsr_adamw_scalars){.decay = (float)(1.0 - (double)lr * (double)weight_decay),
+                             .step_size = (float)((double)lr / bc1),
+                             .bc2_sqrt = (float)sqrt(bc2),
+                             .one_m_b1 = (float)(1.0 - (double)beta1),
+                             .one_m_b2 = (float)(1.0 - (double)beta2)};
+}
+
+void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
+                   float beta2, float eps, float weight_decay, long t, float grad_scale) {
+  const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
+  const float decay = s.decay, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt;
+  const float one_m_b1 = s.one_m_b1, one_m_b2 = s.one_m_b2;
   const long nblk = (n + ADAM_BLOCK - 1) / ADAM_BLOCK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
   for (long blk = 0; blk < nblk; blk++) {
