@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm_mpi.h"
+#include "ops.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -252,6 +253,7 @@ int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count) {
   TSR_CALL(check_count(c, "all_reduce", count));
   tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm)));
   return 0;
 }
@@ -262,6 +264,7 @@ int tsr_comm_iall_reduce(tsr_comm *c, float *buf, size_t count, tsr_comm_handle 
   tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
   if (c->size == 1 || count == 0) return 0;
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req));
   return post(c, req, TSR_COMM_ALL_REDUCE, h);
 }
@@ -275,13 +278,14 @@ static int reduce_scatter_args(tsr_comm *c, const char *op, const float *send, f
                      sizeof(float) * recv_count),
             TSR_ERR, "%s on '%s': send and recv buffers overlap", op, c->name);
   tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)recv_count * c->size));
-  if (c->size == 1 && recv_count) memcpy(recv, send, sizeof(float) * recv_count);
+  if (c->size == 1 && recv_count) tsr_ops_copy(recv, send, sizeof(float) * recv_count);
   return 0;
 }
 
 int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count) {
   TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count));
   if (c->size == 1 || recv_count == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
                                         c->comm)));
   return 0;
@@ -293,6 +297,7 @@ int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t
   TSR_CALL(reduce_scatter_args(c, "ireduce_scatter", send, recv, recv_count));
   if (c->size == 1 || recv_count == 0) return 0;
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Ireduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
                                          c->comm, &req));
   return post(c, req, TSR_COMM_REDUCE_SCATTER, h);
@@ -311,7 +316,7 @@ static int all_gather_args(tsr_comm *c, const char *op, const float *send, float
             TSR_ERR, "%s on '%s': send overlaps recv without being this rank's block", op,
             c->name);
   tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)send_count * c->size));
-  if (c->size == 1 && !*in_place && send_count) memcpy(recv, send, sizeof(float) * send_count);
+  if (c->size == 1 && !*in_place && send_count) tsr_ops_copy(recv, send, sizeof(float) * send_count);
   return 0;
 }
 
@@ -319,6 +324,7 @@ int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send
   int in_place;
   TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
                              (int)send_count, MPI_FLOAT, c->comm)));
   return 0;
@@ -331,6 +337,7 @@ int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t sen
   TSR_CALL(all_gather_args(c, "iall_gather", send, recv, send_count, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
                               (int)send_count, MPI_FLOAT, c->comm, &req));
   return post(c, req, TSR_COMM_ALL_GATHER, h);
@@ -388,7 +395,7 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
   if (rc || c->size == 1 || total == 0) {
     if (!rc) {
       tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
-      if (c->size == 1 && total) memcpy(recv, send, sizeof(float) * total);
+      if (c->size == 1 && total) tsr_ops_copy(recv, send, sizeof(float) * total);
     }
     r->next = c->free_list;
     c->free_list = r;
@@ -396,6 +403,7 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
   }
   tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   int mrc = MPI_Ireduce_scatter(send, recv, r->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
   if (mrc != MPI_SUCCESS) {
     r->next = c->free_list;
@@ -423,7 +431,7 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
   if (rc || c->size == 1 || total == 0) {
     if (!rc) {
       tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
-      if (c->size == 1 && !in_place && total) memcpy(recv, send, sizeof(float) * total);
+      if (c->size == 1 && !in_place && total) tsr_ops_copy(recv, send, sizeof(float) * total);
     }
     r->next = c->free_list;
     c->free_list = r;
@@ -431,6 +439,7 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
   }
   tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], MPI_FLOAT, recv,
                             r->counts, r->displs, MPI_FLOAT, c->comm, &req);
   if (mrc != MPI_SUCCESS) {
@@ -467,6 +476,7 @@ static int broadcast_args(tsr_comm *c, const char *op, size_t bytes, int root) {
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root) {
   TSR_CALL(broadcast_args(c, "broadcast", bytes, root));
   if (c->size == 1 || bytes == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm)));
   return 0;
 }
@@ -476,6 +486,7 @@ int tsr_comm_ibroadcast(tsr_comm *c, void *buf, size_t bytes, int root, tsr_comm
   TSR_CALL(broadcast_args(c, "ibroadcast", bytes, root));
   if (c->size == 1 || bytes == 0) return 0;
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req));
   return post(c, req, TSR_COMM_BROADCAST, h);
 }
@@ -486,6 +497,7 @@ int tsr_comm_send(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag)
   TSR_CALL(check_count(c, "send", bytes));
   TSR_CALL(check_peer(c, "send", peer, tag));
   tally(c, TSR_COMM_SEND, (double)bytes);
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm)));
   return 0;
 }
@@ -496,6 +508,7 @@ int tsr_comm_recv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag) {
   tally(c, TSR_COMM_RECV, (double)bytes);
   MPI_Status st;
   int got = -1;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &st)));
   TSR_MPI_CALL(MPI_Get_count(&st, MPI_BYTE, &got));
   TSR_CHECK((size_t)got == bytes, TSR_ERR,
@@ -511,6 +524,7 @@ int tsr_comm_isend(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag
   TSR_CALL(check_peer(c, "isend", peer, tag));
   tally(c, TSR_COMM_SEND, (double)bytes);
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));
   return post(c, req, TSR_COMM_SEND, h);
 }
@@ -521,6 +535,7 @@ int tsr_comm_irecv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag, tsr_
   TSR_CALL(check_peer(c, "irecv", peer, tag));
   tally(c, TSR_COMM_RECV, (double)bytes);
   MPI_Request req;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));
   TSR_CALL(post(c, req, TSR_COMM_RECV, h));
   (*h)->recv_bytes = bytes;
@@ -538,6 +553,7 @@ int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op
   TSR_CALL(check_count(c, "all_reduce_double", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(double) * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm)));
   return 0;
 }
@@ -546,6 +562,7 @@ int tsr_comm_all_reduce_int(tsr_comm *c, int *x, size_t count, tsr_comm_op op) {
   TSR_CALL(check_count(c, "all_reduce_int", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(int) * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm)));
   return 0;
 }

@@ -20,6 +20,8 @@ typedef struct {
   int64_t eval_every;  /* 0 = never */
   int64_t eval_steps;  /* validation batches per evaluation */
   double step_timeout_s;
+  char device[TSR_STR_SHORT]; /* "auto" | "cpu" | "cuda" */
+  int gpu_share;              /* logical: several ranks per GPU allowed */
 } tsr_run_config;
 
 typedef struct {

@@ -17,6 +17,9 @@
 #include "deck.h"
 #include "ops.h"
 #include "plan.h"
+#ifdef TSR_LINK_CUDA
+#include "ops_dev.h" /* the CUDA device backend (run.device) */
+#endif
 #include "train.h"
 #include "tsr_build.h"
 #include "util.h"
@@ -133,6 +136,9 @@ int main(int argc, char **argv) {
   static char deck_text[1 << 16];
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
   tsr_ops_init(threads_per_rank());
+#ifdef TSR_LINK_CUDA
+  tsr_ops_cuda_open = tsr_cuda_ops_open;
+#endif
   tsr_train_install_signals();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)

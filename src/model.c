@@ -80,6 +80,7 @@ struct tsr_model {
   float *d_shard;     /* [Ns,C] a reduce-scattered norm-output gradient */
   float *norm_dw, *norm_db; /* [C] one micro-batch's norm gradients before the tp sum */
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
+  int32_t *targets; /* [N] last stage: the micro-batch's targets, copied where ops read */
   /* n_kv_head < tp: KV heads are replicated, each shared by tp / n_kv_head ranks whose
    * query heads all contribute to its gradient; these buffers sum those contributions */
   int kv_shared, kv_head, kv_heads, kv_seg;
@@ -154,7 +155,7 @@ static float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o; }
 static const float *PC(const float *base, int64_t o) { return o < 0 ? NULL : base + o; }
 
 static float *alloc_f(tsr_model *m, size_t n) {
-  float *p = tsr_calloc(n, sizeof(float));
+  float *p = tsr_ops_alloc(n, sizeof(float));
   if (p) m->act_bytes += n * sizeof(float);
   return p;
 }
@@ -185,21 +186,21 @@ static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
 
 static void free_acts(layer_acts *a, int which) {
   if (which & A_NORMS) {
-    tsr_free(&a->norm1);
-    tsr_free(&a->norm2);
+    tsr_ops_free(&a->norm1);
+    tsr_ops_free(&a->norm2);
   }
   if (which & A_CORE) {
-    tsr_free(&a->qkv);
-    tsr_free(&a->atty);
-    tsr_free(&a->lse);
-    tsr_free(&a->h);
-    tsr_free(&a->fc);
-    tsr_free(&a->norm1_mean);
-    tsr_free(&a->norm1_rstd);
-    tsr_free(&a->norm2_mean);
-    tsr_free(&a->norm2_rstd);
+    tsr_ops_free(&a->qkv);
+    tsr_ops_free(&a->atty);
+    tsr_ops_free(&a->lse);
+    tsr_ops_free(&a->h);
+    tsr_ops_free(&a->fc);
+    tsr_ops_free(&a->norm1_mean);
+    tsr_ops_free(&a->norm1_rstd);
+    tsr_ops_free(&a->norm2_mean);
+    tsr_ops_free(&a->norm2_rstd);
   }
-  if (which & A_ACT) tsr_free(&a->act);
+  if (which & A_ACT) tsr_ops_free(&a->act);
 }
 
 /* Which buffers each layer owns and which live in the shared scratch set. */
@@ -275,13 +276,14 @@ double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
 }
 
 /* The recompute target (what the layers do not own), the fp32 gradient scratch, the
- * shared-KV and sequence-parallel buffers, the loss statistics (double). */
+ * shared-KV and sequence-parallel buffers, the loss statistics (double) and, on the last
+ * stage, the targets (int32, where the ops can read them). */
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
   const double grad = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
                                s->d_fc + s->d_act + s->kv_keep + s->kv_sum + s->d_full +
                                s->tmp_s + s->d_shard + s->norm_dw + s->norm_db);
   return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + grad * 4 +
-         3.0 * (double)s->xent * 8;
+         3.0 * (double)s->xent * 8 + (s->last ? (double)s->xent * 4 : 0.0);
 }
 
 int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay) {
@@ -417,8 +419,8 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
     }
   }
 
-  if ((own_params && !(m->params = tsr_calloc((size_t)lay->n_flat, sizeof(float)))) ||
-      (own_grads && !(m->grads = tsr_calloc((size_t)lay->n_flat, sizeof(float)))))
+  if ((own_params && !(m->params = tsr_ops_alloc((size_t)lay->n_flat, sizeof(float)))) ||
+      (own_grads && !(m->grads = tsr_ops_alloc((size_t)lay->n_flat, sizeof(float)))))
     goto fail;
   const int own = owned_mask(m->recompute);
   if (alloc_acts(m, &m->scratch, A_ALL & ~own)) goto fail;
@@ -439,7 +441,7 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
       if (!(own & A_ACT)) a->act = sc->act;
     }
     if (!(sl->resid = alloc_f(m, (size_t)sz->resid))) goto fail;
-    if (sz->tokens && !(sl->tokens = tsr_calloc((size_t)sz->tokens, sizeof(int32_t)))) goto fail;
+    if (sz->tokens && !(sl->tokens = tsr_ops_alloc((size_t)sz->tokens, sizeof(int32_t)))) goto fail;
     if (m->last && (!(sl->final_norm = alloc_f(m, (size_t)sz->final_norm)) ||
                     !(sl->final_mean = alloc_f(m, (size_t)sz->final_mean)) ||
                     !(sl->final_rstd = alloc_f(m, (size_t)sz->final_rstd)) ||
@@ -457,20 +459,21 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   if (m->kv_shared) {
     m->kv_head = m->tp_rank / (tps / m->kv_heads);
     m->kv_seg = (int)sz->kv_seg; /* wk, wv rows (+ bk, bv) */
-    if (!(m->kv_keep = tsr_calloc((size_t)sz->kv_keep, sizeof(float))) ||
-        !(m->kv_sum = tsr_calloc((size_t)sz->kv_sum, sizeof(float))))
+    if (!(m->kv_keep = tsr_ops_alloc((size_t)sz->kv_keep, sizeof(float))) ||
+        !(m->kv_sum = tsr_ops_alloc((size_t)sz->kv_sum, sizeof(float))))
       goto fail;
   }
   if (m->sp && (!(m->d_full = alloc_f(m, (size_t)sz->d_full)) ||
                 !(m->tmp_s = alloc_f(m, (size_t)sz->tmp_s)) ||
                 !(m->d_shard = alloc_f(m, (size_t)sz->d_shard)) ||
-                !(m->norm_dw = tsr_calloc((size_t)sz->norm_dw, sizeof(float))) ||
-                !(m->norm_db = tsr_calloc((size_t)sz->norm_db, sizeof(float)))))
+                !(m->norm_dw = tsr_ops_alloc((size_t)sz->norm_dw, sizeof(float))) ||
+                !(m->norm_db = tsr_ops_alloc((size_t)sz->norm_db, sizeof(float)))))
     goto fail;
-  m->xent_max = tsr_calloc((size_t)sz->xent, sizeof(double));
-  m->xent_sum = tsr_calloc((size_t)sz->xent, sizeof(double));
-  m->xent_target = tsr_calloc((size_t)sz->xent, sizeof(double));
+  m->xent_max = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
+  m->xent_sum = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
+  m->xent_target = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
   if (!m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
+  if (m->last && !(m->targets = tsr_ops_alloc((size_t)sz->xent, sizeof(int32_t)))) goto fail;
   *out = m;
   return 0;
 fail:
@@ -488,37 +491,38 @@ void tsr_model_destroy(tsr_model **mp) {
       if (sl->acts)
         for (int q = 0; q < m->Lc; q++) free_acts(&sl->acts[q], own);
       tsr_free(&sl->acts);
-      tsr_free(&sl->resid);
-      tsr_free(&sl->tokens);
-      tsr_free(&sl->final_norm);
-      tsr_free(&sl->final_mean);
-      tsr_free(&sl->final_rstd);
-      tsr_free(&sl->logits);
+      tsr_ops_free(&sl->resid);
+      tsr_ops_free(&sl->tokens);
+      tsr_ops_free(&sl->final_norm);
+      tsr_ops_free(&sl->final_mean);
+      tsr_ops_free(&sl->final_rstd);
+      tsr_ops_free(&sl->logits);
     }
   tsr_free(&m->slots);
   free_acts(&m->scratch, A_ALL & ~own);
   tsr_free(&m->layer_ids);
   tsr_free(&m->lp);
   tsr_free(&m->units);
-  tsr_free(&m->params);
-  tsr_free(&m->grads);
-  tsr_free(&m->tmp_nc);
-  tsr_free(&m->d_resid);
-  tsr_free(&m->d_nc);
-  tsr_free(&m->d_atty);
-  tsr_free(&m->d_qkv);
-  tsr_free(&m->d_fc);
-  tsr_free(&m->d_act);
-  tsr_free(&m->xent_max);
-  tsr_free(&m->xent_sum);
-  tsr_free(&m->xent_target);
-  tsr_free(&m->kv_keep);
-  tsr_free(&m->kv_sum);
-  tsr_free(&m->d_full);
-  tsr_free(&m->tmp_s);
-  tsr_free(&m->d_shard);
-  tsr_free(&m->norm_dw);
-  tsr_free(&m->norm_db);
+  tsr_ops_free(&m->params);
+  tsr_ops_free(&m->grads);
+  tsr_ops_free(&m->tmp_nc);
+  tsr_ops_free(&m->d_resid);
+  tsr_ops_free(&m->d_nc);
+  tsr_ops_free(&m->d_atty);
+  tsr_ops_free(&m->d_qkv);
+  tsr_ops_free(&m->d_fc);
+  tsr_ops_free(&m->d_act);
+  tsr_ops_free(&m->xent_max);
+  tsr_ops_free(&m->xent_sum);
+  tsr_ops_free(&m->xent_target);
+  tsr_ops_free(&m->targets);
+  tsr_ops_free(&m->kv_keep);
+  tsr_ops_free(&m->kv_sum);
+  tsr_ops_free(&m->d_full);
+  tsr_ops_free(&m->tmp_s);
+  tsr_ops_free(&m->d_shard);
+  tsr_ops_free(&m->norm_dw);
+  tsr_ops_free(&m->norm_db);
   tsr_free(mp);
 }
 
@@ -526,6 +530,15 @@ const float *tsr_model_params(const tsr_model *m) { return m->params; }
 float *tsr_model_params_mut(tsr_model *m) { return m->params; }
 float *tsr_model_grads(tsr_model *m) { return m->grads; }
 size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
+
+void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
+  const tsr_model_sizes *z = &m->sz;
+  int64_t cols = z->C;
+  if (z->qkv_dim > cols) cols = z->qkv_dim;
+  if (z->fc_dim > cols) cols = z->fc_dim;
+  if (z->V > cols) cols = z->V;
+  *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, (long)(z->B * z->H * z->T), 0};
+}
 int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
 tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }
 
@@ -541,8 +554,8 @@ void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int6
     tsr_ops_round_bf16(dst, src, (long)n);
   else if (m->prec == PREC_FP16)
     tsr_ops_round_fp16(dst, src, (long)n);
-  else if (dst != src)
-    memcpy(dst, src, (size_t)n * sizeof(float));
+  else
+    tsr_ops_copy(dst, src, (size_t)n * sizeof(float));
 }
 
 void tsr_model_set_params(tsr_model *m, const float *master) {
@@ -550,7 +563,7 @@ void tsr_model_set_params(tsr_model *m, const float *master) {
 }
 
 void tsr_model_zero_grads(tsr_model *m) {
-  if (m->grads) memset(m->grads, 0, (size_t)m->lay->n_flat * sizeof(float));
+  if (m->grads) tsr_ops_zero(m->grads, (size_t)m->lay->n_flat * sizeof(float));
 }
 
 /* bf16 / fp16 storage of an activation: round in place. */
@@ -587,8 +600,8 @@ static int norm_bwd(tsr_model *m, const float *pr, float *gr, float *dx, const f
   const int C = m->C;
   float *dw = m->sp ? m->norm_dw : P(gr, w), *db = m->sp ? m->norm_db : P(gr, b);
   if (m->sp) {
-    memset(m->norm_dw, 0, (size_t)C * sizeof(float));
-    memset(m->norm_db, 0, (size_t)C * sizeof(float));
+    tsr_ops_zero(m->norm_dw, (size_t)C * sizeof(float));
+    tsr_ops_zero(m->norm_db, (size_t)C * sizeof(float));
   }
   if (m->gpt2)
     tsr_ops_layernorm_bwd(dx, dw, b >= 0 ? db : NULL, dout, x, PC(pr, w), mean, rstd, m->Ns, C);
@@ -708,11 +721,11 @@ static void kv_set_aside(tsr_model *m, const layer_params *p, float *gr) {
   float *w, *b;
   kv_regions(m, p, gr, &w, &b);
   const size_t nw = (size_t)2 * m->hd * m->C, nb = b ? (size_t)2 * m->hd : 0;
-  memcpy(m->kv_keep, w, nw * sizeof(float));
-  memset(w, 0, nw * sizeof(float));
+  tsr_ops_copy(m->kv_keep, w, nw * sizeof(float));
+  tsr_ops_zero(w, nw * sizeof(float));
   if (b) {
-    memcpy(m->kv_keep + nw, b, nb * sizeof(float));
-    memset(b, 0, nb * sizeof(float));
+    tsr_ops_copy(m->kv_keep + nw, b, nb * sizeof(float));
+    tsr_ops_zero(b, nb * sizeof(float));
   }
 }
 
@@ -724,12 +737,12 @@ static int kv_reduce(tsr_model *m, const layer_params *p, float *gr) {
   kv_regions(m, p, gr, &w, &b);
   const size_t nw = (size_t)2 * m->hd * m->C, nb = b ? (size_t)2 * m->hd : 0;
   float *slot = m->kv_sum + (size_t)m->kv_head * m->kv_seg;
-  memset(m->kv_sum, 0, (size_t)m->kv_seg * m->kv_heads * sizeof(float));
-  memcpy(slot, w, nw * sizeof(float));
-  if (b) memcpy(slot + nw, b, nb * sizeof(float));
+  tsr_ops_zero(m->kv_sum, (size_t)m->kv_seg * m->kv_heads * sizeof(float));
+  tsr_ops_copy(slot, w, nw * sizeof(float));
+  if (b) tsr_ops_copy(slot + nw, b, nb * sizeof(float));
   TSR_CALL(tsr_comm_all_reduce(m->tp, m->kv_sum, (size_t)m->kv_seg * m->kv_heads));
-  for (size_t i = 0; i < nw; i++) w[i] = m->kv_keep[i] + slot[i];
-  for (size_t i = 0; i < nb; i++) b[i] = m->kv_keep[nw + i] + slot[nw + i];
+  tsr_ops_add(w, m->kv_keep, slot, (long)nw);
+  if (b) tsr_ops_add(b, m->kv_keep + nw, slot + nw, (long)nb);
   return 0;
 }
 
@@ -743,17 +756,17 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   /* MLP branch */
   const float *Dfull = tp_gather_rows(m, D);
   if (!Dfull) return TSR_ERR;
-  memset(m->d_act, 0, (size_t)N * m->F * sizeof(float));
+  tsr_ops_zero(m->d_act, (size_t)N * m->F * sizeof(float));
   tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act, PC(pr, p->wdown),
                      N, m->F, C);
   store_grad(m, m->d_act, (long)N * m->F);
-  memset(m->d_fc, 0, (size_t)N * m->fc_dim * sizeof(float));
+  tsr_ops_zero(m->d_fc, (size_t)N * m->fc_dim * sizeof(float));
   if (m->gpt2)
     tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
   else
     tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
   store_grad(m, m->d_fc, (long)N * m->fc_dim);
-  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
                      C, m->fc_dim);
   store_grad(m, m->d_nc, (long)N * C);
@@ -763,11 +776,11 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   store_grad(m, D, (long)m->Ns * C);
   /* attention branch */
   if (!(Dfull = tp_gather_rows(m, D))) return TSR_ERR;
-  memset(m->d_atty, 0, (size_t)N * qd * sizeof(float));
+  tsr_ops_zero(m->d_atty, (size_t)N * qd * sizeof(float));
   tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(pr, p->wo), N, qd,
                      C);
   store_grad(m, m->d_atty, (long)N * qd);
-  memset(m->d_qkv, 0, (size_t)N * m->qkv_dim * sizeof(float));
+  tsr_ops_zero(m->d_qkv, (size_t)N * m->qkv_dim * sizeof(float));
   tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
                         a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
                         m->qkv_dim);
@@ -776,7 +789,7 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
     tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
   store_grad(m, m->d_qkv, (long)N * m->qkv_dim);
-  memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+  tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
   if (m->kv_shared) kv_set_aside(m, p, gr);
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
@@ -846,21 +859,22 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   if (embeds) {
     TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
     TSR_CALL(check_ids(m, inputs, "input"));
-    memcpy(sl->tokens, inputs, (size_t)N * sizeof(int32_t));
+    tsr_ops_copy(sl->tokens, inputs, (size_t)N * sizeof(int32_t));
     const float *pe = params_acquire(m, 0, 1 + chunk * Lc);
     if (!pe) return TSR_ERR;
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
     float *full = m->sp ? m->tmp_nc : resid(m, sl, 0);
-    tsr_ops_embedding_fwd(full, inputs, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
+    tsr_ops_embedding_fwd(full, sl->tokens, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
                           m->T, C, m->vocab_start, m->V);
     const float *rows = tp_rows(m, full);
     if (!rows) return TSR_ERR;
-    if (rows != resid(m, sl, 0)) memcpy(resid(m, sl, 0), rows, (size_t)m->Ns * C * sizeof(float));
+    if (rows != resid(m, sl, 0))
+      tsr_ops_copy(resid(m, sl, 0), rows, (size_t)m->Ns * C * sizeof(float));
     store(m, resid(m, sl, 0), (long)m->Ns * C);
     REL(m->hooks.params_release(hc, 0));
   } else {
     TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
-    memcpy(resid(m, sl, 0), x_in, (size_t)m->Ns * C * sizeof(float));
+    tsr_ops_copy(resid(m, sl, 0), x_in, (size_t)m->Ns * C * sizeof(float));
   }
   for (int q = 0; q < Lc; q++) {
     const int i = chunk * Lc + q;
@@ -872,6 +886,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   if (!heads) return 0;
   TSR_CHECK(targets, TSR_ERR, "model: the last chunk needs the targets");
   TSR_CALL(check_ids(m, targets, "target"));
+  tsr_ops_copy(m->targets, targets, (size_t)N * sizeof(int32_t));
   const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
   const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
   if (!ph || !pw) return TSR_ERR;
@@ -883,7 +898,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   REL(m->hooks.params_release(hc, head));
   /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
   double sum;
-  TSR_CALL(loss_and_grad(m, sl->logits, targets, dloss / (float)N, grad, &sum));
+  TSR_CALL(loss_and_grad(m, sl->logits, m->targets, dloss / (float)N, grad, &sum));
   if (grad) store_grad(m, sl->logits, (long)N * m->V);
   if (loss) *loss = sum / N;
   return 0;
@@ -903,13 +918,13 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
     float *gh = grads_acquire(m, head);
     ge = tied ? grads_acquire(m, 0) : NULL;
     if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-    memset(m->d_nc, 0, (size_t)N * C * sizeof(float));
+    tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
     tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
                        PC(pw, m->head), N, C, m->V);
     store_grad(m, m->d_nc, (long)N * C);
     float *dn = tp_grad_rows(m, m->d_nc);
     if (!dn) return TSR_ERR;
-    memset(m->d_resid, 0, (size_t)m->Ns * C * sizeof(float));
+    tsr_ops_zero(m->d_resid, (size_t)m->Ns * C * sizeof(float));
     TSR_CALL(norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
                       m->final_w, m->final_b));
     store_grad(m, m->d_resid, (long)m->Ns * C);
@@ -918,7 +933,7 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
     REL(m->hooks.grads_release(hc, head));
   } else {
     TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
-    memcpy(m->d_resid, d_out, (size_t)m->Ns * C * sizeof(float));
+    tsr_ops_copy(m->d_resid, d_out, (size_t)m->Ns * C * sizeof(float));
   }
   for (int q = Lc - 1; q >= 0; q--) {
     const int i = chunk * Lc + q;

@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "config.h"
 #include "layout.h"
+#include "ops.h"
 
 typedef struct tsr_model tsr_model;
 
@@ -145,6 +146,10 @@ const float *tsr_model_chunk_output(const tsr_model *m, int slot);
  * 1/tp of it with sequence parallelism (each tp rank sends its own rows). */
 size_t tsr_model_act_floats(const tsr_model *m);
 float *tsr_model_input_grad(tsr_model *m);
+
+/* The largest shapes this model calls the ops with (tsr_ops_reserve); sumsq_elems is
+ * left 0: the optimizer's caller knows its longest range. */
+void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s);
 
 /* Bytes of activation buffers allocated (for logs and, later, the planner). */
 size_t tsr_model_activation_bytes(const tsr_model *m);

@@ -15,10 +15,48 @@
 #ifndef TSR_OPS_H
 #define TSR_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* One-time backend setup (threads).  n_threads <= 0 = backend default. */
 void tsr_ops_init(int n_threads);
+
+/* ---- the memory the ops work on ----
+ * Every buffer an op reads or writes comes from tsr_ops_alloc (model parameters,
+ * gradients and activations, ZeRO's master weights and Adam moments, pipeline buffers).
+ * With the CPU backend that is host memory (tsr_calloc).  With a device backend
+ * (ops_backend.h; CUDA: cuda/ops_dev.c) it is memory the device computes in, and the
+ * ops are queued on the device in call order: the host may read or write such memory
+ * only after tsr_ops_sync() (comm.c syncs before every transfer, so MPI may be given
+ * it).  Copies and fills of it go through tsr_ops_copy / tsr_ops_zero, which are
+ * queued in order with the kernels; either side of a copy may also be host memory
+ * (the copy then completes before it returns when the source is host memory). */
+void *tsr_ops_alloc(size_t count, size_t size); /* zeroed; NULL (reported) on failure */
+void tsr_ops_free_(void **p);                   /* NULLs *p */
+#define tsr_ops_free(pp) tsr_ops_free_((void **)(pp))
+void tsr_ops_copy(void *dst, const void *src, size_t bytes);
+void tsr_ops_zero(void *dst, size_t bytes);
+void tsr_ops_sync(void);
+/* 0, or TSR_ERR once a device call has failed (reported when it happened; sticky): the
+ * trainer checks it once per step. */
+int tsr_ops_status(void);
+const char *tsr_ops_backend_name(void); /* "cpu", "cuda" */
+/* Bytes of op memory allocated now / at most (CPU: every tsr_calloc of the process). */
+size_t tsr_ops_mem_bytes(void);
+size_t tsr_ops_mem_peak_bytes(void);
+void tsr_ops_mem_reset_peak(void); /* device: the peak restarts from what is in use */
+int tsr_ops_on_device(void);
+
+/* The largest shapes the ops will be called with (a device backend sizes its scratch
+ * memory from them at setup, so no op allocates; the CPU backend needs none). */
+typedef struct {
+  long rows;        /* tokens of a micro-batch (norms, biases, cross-entropy, embedding) */
+  long cols;        /* widest norm or GEMM output whose weight/bias gradient is summed */
+  long vocab_local; /* embedding rows held by this rank */
+  long attn_bht;    /* B * H * T of the attention */
+  long sumsq_elems; /* longest tsr_ops_sumsq / tsr_ops_all_finite */
+} tsr_ops_shapes;
+int tsr_ops_reserve(const tsr_ops_shapes *s);
 
 /* ---- GEMM (OpenBLAS on the CPU) ----
  * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out] if bias != NULL) */

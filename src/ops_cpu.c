@@ -37,6 +37,7 @@
 #endif
 
 #include "ops.h"
+#include "ops_backend.h"
 #include "util.h"
 
 #ifdef _OPENMP
@@ -67,6 +68,64 @@ static int omp_in_parallel(void) { return 0; }
 /* The kernels heavy in exp are TSR_CLONES (util.h): the default build targets baseline
  * x86-64 (SSE2), where exp runs 4 lanes wide; AVX2+FMA gives 8, AVX-512 16.  Results are
  * deterministic on a given CPU; CPUs of different levels round differently (FMA). */
+
+/* ---- a device backend (ops_backend.h): when one is installed every op goes to it ---- */
+static const tsr_ops_backend *dev;
+tsr_ops_device_opener tsr_ops_cuda_open;
+#define DEV_VOID(op, ...)   \
+  do {                      \
+    if (dev) {              \
+      dev->op(__VA_ARGS__); \
+      return;               \
+    }                       \
+  } while (0)
+#define DEV_RET(op, ...) \
+  do {                   \
+    if (dev) return dev->op(__VA_ARGS__); \
+  } while (0)
+
+void tsr_ops_set_backend(const tsr_ops_backend *b) { dev = b; }
+const char *tsr_ops_backend_name(void) { return dev ? dev->name : "cpu"; }
+int tsr_ops_on_device(void) { return dev != NULL; }
+size_t tsr_ops_mem_bytes(void) { return dev ? dev->mem_bytes(0) : tsr_mem_bytes(); }
+size_t tsr_ops_mem_peak_bytes(void) { return dev ? dev->mem_bytes(1) : tsr_mem_peak_bytes(); }
+void tsr_ops_mem_reset_peak(void) {
+  if (dev) dev->mem_bytes(2);
+}
+
+void *tsr_ops_alloc(size_t count, size_t size) {
+  if (!dev) return tsr_calloc(count, size);
+  if (count != 0 && size > SIZE_MAX / count) {
+    tsr_error("%s: allocation of %zu x %zu bytes overflows", dev->name, count, size);
+    return NULL;
+  }
+  return dev->alloc(count * size);
+}
+void tsr_ops_free_(void **p) {
+  if (!p || !*p) return;
+  if (dev)
+    dev->free(*p);
+  else
+    tsr_free_(p);
+  *p = NULL;
+}
+void tsr_ops_copy(void *dst, const void *src, size_t bytes) {
+  if (dev)
+    dev->copy(dst, src, bytes);
+  else if (dst != src && bytes)
+    memmove(dst, src, bytes);
+}
+void tsr_ops_zero(void *dst, size_t bytes) {
+  if (dev)
+    dev->zero(dst, bytes);
+  else if (bytes)
+    memset(dst, 0, bytes);
+}
+void tsr_ops_sync(void) {
+  if (dev) dev->sync();
+}
+int tsr_ops_status(void) { return dev ? dev->status() : 0; }
+int tsr_ops_reserve(const tsr_ops_shapes *s) { return dev ? dev->reserve(s) : 0; }
 
 void tsr_ops_init(int n_threads) {
 #ifdef _OPENMP
@@ -192,6 +251,7 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, co
 
 void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *bias, int n,
                         int in, int out) {
+  DEV_VOID(matmul_fwd, y, x, w, bias, n, in, out);
   float beta = 0.0f;
   if (bias) {
 #pragma omp parallel for schedule(static) if ((long)n * out > PAR_MIN)
@@ -203,6 +263,7 @@ void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *b
 
 void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x,
                         const float *w, int n, int in, int out) {
+  DEV_VOID(matmul_bwd, dx, dw, dbias, dy, x, w, n, in, out);
   if (dx) gemm(CblasNoTrans, CblasNoTrans, n, in, out, dy, out, w, in, 1.0f, dx, in);
   if (dw) gemm(CblasTrans, CblasNoTrans, out, in, n, dy, out, x, in, 1.0f, dw, in);
   if (dbias) {
@@ -225,6 +286,7 @@ void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, con
 
 void tsr_ops_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                            int n, int T, int C, int vocab_start, int vocab_local) {
+  DEV_VOID(embedding_fwd, out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local);
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
   for (int r = 0; r < n; r++) {
     float *o = out + (size_t)r * C;
@@ -243,6 +305,7 @@ void tsr_ops_embedding_fwd(float *out, const int32_t *tokens, const float *wte, 
 
 void tsr_ops_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                            int n, int T, int C, int vocab_start, int vocab_local) {
+  DEV_VOID(embedding_bwd, dwte, dwpe, dout, tokens, n, T, C, vocab_start, vocab_local);
   if (dwte) {
     /* Rows may share a token, so split over columns and walk rows in order. */
     int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
@@ -277,6 +340,7 @@ void tsr_ops_embedding_bwd(float *dwte, float *dwpe, const float *dout, const in
 
 void tsr_ops_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int n, int C,
                          float eps) {
+  DEV_VOID(rmsnorm_fwd, out, rstd, x, w, n, C, eps);
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *xr = x + (size_t)r * C;
@@ -290,6 +354,7 @@ void tsr_ops_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w
 
 void tsr_ops_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x, const float *w,
                          const float *rstd, int n, int C) {
+  DEV_VOID(rmsnorm_bwd, dx, dw, dout, x, w, rstd, n, C);
   /* out = x r w, r = (mean x^2 + eps)^-1/2, dr/dx_i = -r^3 x_i / C:
    * dx_i = r (w_i g_i - x_i r^2 <g w, x> / C) */
   if (dx) {
@@ -328,6 +393,7 @@ void tsr_ops_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x
 
 void tsr_ops_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
                            const float *b, int n, int C, float eps) {
+  DEV_VOID(layernorm_fwd, out, mean, rstd, x, w, b, n, C, eps);
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *xr = x + (size_t)r * C;
@@ -358,6 +424,7 @@ void tsr_ops_layernorm_fwd(float *out, float *mean, float *rstd, const float *x,
 
 void tsr_ops_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
                            const float *w, const float *mean, const float *rstd, int n, int C) {
+  DEV_VOID(layernorm_bwd, dx, dw, db, dout, x, w, mean, rstd, n, C);
   /* xhat = (x - mean) r;  dx = r (g w - mean(g w) - xhat mean(g w xhat)) */
   if (dx) {
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
@@ -433,11 +500,13 @@ static void rope_apply(float *x, int n, int T, int n_heads, int head_dim, int st
 }
 
 void tsr_ops_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride, float theta) {
+  DEV_VOID(rope_fwd, x, n, T, n_heads, head_dim, stride, theta);
   rope_apply(x, n, T, n_heads, head_dim, stride, theta, +1);
 }
 
 void tsr_ops_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int stride,
                       float theta) {
+  DEV_VOID(rope_bwd, dx, n, T, n_heads, head_dim, stride, theta);
   rope_apply(dx, n, T, n_heads, head_dim, stride, theta, -1);
 }
 
@@ -499,6 +568,7 @@ TSR_CLONES static void attn_fwd_rows(float *out, size_t out_stride, float *lse,
 
 void tsr_ops_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                            int B, int T, int H, int KV, int hd, int qkv_stride) {
+  DEV_VOID(attention_fwd, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
   const int group = H / KV, nqb = (T + ATT_QB - 1) / ATT_QB;
   const float scale = attn_scale(hd);
   const long ntasks = (long)B * H * nqb;
@@ -580,6 +650,7 @@ TSR_CLONES static void attn_bwd_head(float *dq, float *dk, float *dv, const floa
 void tsr_ops_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int B, int T, int H, int KV, int hd, int qkv_stride) {
+  DEV_VOID(attention_bwd, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
   const int group = H / KV;
   const float scale = attn_scale(hd);
   const size_t out_stride = (size_t)H * hd;
@@ -604,6 +675,7 @@ TSR_CLONES static void swiglu_fwd_row(float *restrict o, const float *restrict g
 }
 
 void tsr_ops_swiglu_fwd(float *out, const float *gate_up, int n, int F) {
+  DEV_VOID(swiglu_fwd, out, gate_up, n, F);
 #pragma omp parallel for schedule(static) if ((long)n * F > PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *g = gate_up + (size_t)r * 2 * F;
@@ -624,6 +696,7 @@ TSR_CLONES static void swiglu_bwd_row(float *restrict dg, float *restrict du,
 }
 
 void tsr_ops_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F) {
+  DEV_VOID(swiglu_bwd, dgate_up, dout, gate_up, n, F);
 #pragma omp parallel for schedule(static) if ((long)n * F > PAR_MIN)
   for (int r = 0; r < n; r++) {
     const float *g = gate_up + (size_t)r * 2 * F;
@@ -662,6 +735,7 @@ TSR_CLONES static void gelu_bwd_block(float *restrict dx, const float *restrict 
 }
 
 void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem) {
+  DEV_VOID(gelu_fwd, out, x, n_elem);
   const int nblk = (n_elem + ELEM_BLOCK - 1) / ELEM_BLOCK;
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (int blk = 0; blk < nblk; blk++) {
@@ -671,6 +745,7 @@ void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem) {
 }
 
 void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem) {
+  DEV_VOID(gelu_bwd, dx, dout, x, n_elem);
   const int nblk = (n_elem + ELEM_BLOCK - 1) / ELEM_BLOCK;
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (int blk = 0; blk < nblk; blk++) {
@@ -683,16 +758,19 @@ void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem) 
 /* ----------------------------------------------------------- elementwise */
 
 void tsr_ops_add(float *out, const float *a, const float *b, long n_elem) {
+  DEV_VOID(add, out, a, b, n_elem);
 #pragma omp parallel for simd schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) out[i] = a[i] + b[i];
 }
 
 void tsr_ops_acc(float *out, const float *a, long n_elem) {
+  DEV_VOID(acc, out, a, n_elem);
 #pragma omp parallel for simd schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) out[i] += a[i];
 }
 
 void tsr_ops_scale(float *x, float s, long n_elem) {
+  DEV_VOID(scale, x, s, n_elem);
 #pragma omp parallel for simd schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) x[i] *= s;
 }
@@ -762,15 +840,18 @@ static double xent(float *grad, const float *logits, const int32_t *targets, int
 }
 
 double tsr_ops_xent_fwd_bwd(float *logits, const int32_t *targets, int n, int V, float dloss) {
+  DEV_RET(xent_fwd_bwd, logits, targets, n, V, dloss);
   return xent(logits, logits, targets, n, V, dloss);
 }
 
 double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int V) {
+  DEV_RET(xent_fwd, logits, targets, n, V);
   return xent(NULL, logits, targets, n, V, 0.0f);
 }
 
 void tsr_ops_xent_local_stats(double *row_max_out, double *target_logit, const float *logits,
                               const int32_t *targets, int n, int V, int vocab_start) {
+  DEV_VOID(xent_local_stats, row_max_out, target_logit, logits, targets, n, V, vocab_start);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; r++) {
     const float *z = logits + (size_t)r * V;
@@ -782,12 +863,14 @@ void tsr_ops_xent_local_stats(double *row_max_out, double *target_logit, const f
 
 void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max_in,
                                int n, int V) {
+  DEV_VOID(xent_local_sumexp, sumexp, logits, row_max_in, n, V);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; r++) sumexp[r] = sum_exp(logits + (size_t)r * V, (float)row_max_in[r], V);
 }
 
 double tsr_ops_xent_rows(const double *row_max_in, const double *sumexp,
                          const double *target_logit, int n) {
+  DEV_RET(xent_rows, row_max_in, sumexp, target_logit, n);
   double total = 0.0; /* fixed order: the same sum on every rank */
   for (int r = 0; r < n; r++) total += log(sumexp[r]) + row_max_in[r] - target_logit[r];
   return total;
@@ -800,6 +883,7 @@ TSR_CLONES static void exp_scale_row(float *z, float m, float f, int V) {
 
 void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max_in,
                        const double *sumexp, int n, int V, int vocab_start, float dloss) {
+  DEV_VOID(xent_grad, logits, targets, row_max_in, sumexp, n, V, vocab_start, dloss);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < n; r++) {
     float *z = logits + (size_t)r * V;
@@ -824,6 +908,7 @@ tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, floa
 
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, long t, float grad_scale) {
+  DEV_VOID(adamw, p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
   const float decay = s.decay, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt;
   const float one_m_b1 = s.one_m_b1, one_m_b2 = s.one_m_b2;
@@ -855,6 +940,7 @@ void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float l
 /* ---------------------------------------------------- casts, reductions */
 
 void tsr_ops_round_bf16(float *dst, const float *src, long n_elem) {
+  DEV_VOID(round_bf16, dst, src, n_elem);
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) dst[i] = tsr_round_bf16(src[i]);
 }
@@ -871,12 +957,14 @@ TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
 }
 
 void tsr_ops_round_fp16(float *dst, const float *src, long n_elem) {
+  DEV_VOID(round_fp16, dst, src, n_elem);
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (long b = 0; b < n_elem; b += ELEM_BLOCK)
     round_fp16_block(dst + b, src + b, n_elem - b < ELEM_BLOCK ? n_elem - b : ELEM_BLOCK);
 }
 
 double tsr_ops_sumsq(const float *x, long n_elem) {
+  DEV_RET(sumsq, x, n_elem);
   double partial[N_PARTIAL];
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (int c = 0; c < N_PARTIAL; c++) {
@@ -896,6 +984,7 @@ double tsr_ops_sumsq(const float *x, long n_elem) {
 }
 
 int tsr_ops_all_finite(const float *x, long n_elem) {
+  DEV_RET(all_finite, x, n_elem);
   unsigned bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) {

@@ -15,6 +15,7 @@
  * forward) and gives it back after its backward (and the send of its input gradient).
  * The model keeps that many activation sets; 1F1B needs min(m, pp - stage) + the
  * receives posted ahead. */
+#include "ops.h"
 #include "pp_exec.h"
 
 #include <string.h>
@@ -99,14 +100,14 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
   ex->slots = tsr_calloc((size_t)ex->n_slots, sizeof *ex->slots);
   ex->inputs = tsr_calloc(N, sizeof(int32_t));
   ex->targets = tsr_calloc(N, sizeof(int32_t));
-  ex->eval_buf = tsr_calloc(ex->act_floats, sizeof(float));
+  ex->eval_buf = tsr_ops_alloc(ex->act_floats, sizeof(float));
   if (!ex->slots || !ex->inputs || !ex->targets || !ex->eval_buf) goto fail;
   for (int i = 0; i < ex->n_slots; i++) {
     pslot *p = &ex->slots[i];
     p->mb = -1;
-    if (!(p->act_in = tsr_calloc(ex->act_floats, sizeof(float))) ||
-        !(p->grad_in = tsr_calloc(ex->act_floats, sizeof(float))) ||
-        !(p->grad_out = tsr_calloc(ex->act_floats, sizeof(float))))
+    if (!(p->act_in = tsr_ops_alloc(ex->act_floats, sizeof(float))) ||
+        !(p->grad_in = tsr_ops_alloc(ex->act_floats, sizeof(float))) ||
+        !(p->grad_out = tsr_ops_alloc(ex->act_floats, sizeof(float))))
       goto fail;
   }
   *out = ex;
@@ -126,14 +127,14 @@ void tsr_pp_exec_destroy(tsr_pp_exec **exp) {
       tsr_comm_wait(&p->recv_grad);
       tsr_comm_wait(&p->send_act);
       tsr_comm_wait(&p->send_grad);
-      tsr_free(&p->act_in);
-      tsr_free(&p->grad_in);
-      tsr_free(&p->grad_out);
+      tsr_ops_free(&p->act_in);
+      tsr_ops_free(&p->grad_in);
+      tsr_ops_free(&p->grad_out);
     }
   tsr_free(&ex->slots);
   tsr_free(&ex->inputs);
   tsr_free(&ex->targets);
-  tsr_free(&ex->eval_buf);
+  tsr_ops_free(&ex->eval_buf);
   tsr_free(exp);
 }
 
@@ -215,7 +216,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
       if (a->chunk == 0) {
         p->mb = -1; /* nothing to send: the slot is free */
       } else {
-        memcpy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
+        tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
       }
       break;
     case TSR_PP_SEND_GRAD:
@@ -244,7 +245,7 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
     const int owner = c % ex->pp, prev = (c - 1 + ex->pp) % ex->pp;
     if (owner != ex->stage) continue;
     if (c > 0 && prev != ex->stage) TSR_CALL(tsr_comm_recv(pp, ex->eval_buf, bytes, prev, c));
-    else if (c > 0) memcpy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
+    else if (c > 0) tsr_ops_copy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
     TSR_CALL(tsr_model_chunk_forward(ex->model, (c - ex->stage) / ex->pp, 0,
                                      c == 0 ? inputs : NULL, c == n_chunks - 1 ? targets : NULL,
                                      c == 0 ? NULL : ex->eval_buf, 0.0f, 0, &my_loss));

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ops_backend.h"
 #include "comm.h"
 #include "comm_mpi.h"
 #include "data.h"
@@ -105,6 +106,7 @@ typedef struct {
   double peak_flops; /* per rank, the denominator of MFU (measured GEMM rate on the CPU) */
   double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
   int fp16;          /* precision 'fp16': dynamic loss scaling (st.loss_scale) */
+  const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
 } trainer;
 
 static void trainer_destroy(trainer *t) {
@@ -121,6 +123,27 @@ static void trainer_destroy(trainer *t) {
   tsr_free(&t->targets);
   tsr_layout_destroy(&t->lay);
   tsr_grid_destroy(&t->grid);
+  if (t->dev) { /* every buffer of the device is freed by now */
+    tsr_ops_set_backend(NULL);
+    t->dev->close();
+    t->dev = NULL;
+  }
+}
+
+/* run.device: install the device backend before anything allocates op memory. */
+static int open_device(trainer *t, const tsr_config *cfg, MPI_Comm world) {
+  const char *mode = cfg->run.device;
+  if (!strcmp(mode, "cpu")) return 0;
+  if (!tsr_ops_cuda_open) {
+    TSR_CHECK(strcmp(mode, "cuda") != 0, TSR_ERR_INPUT,
+              "run.device = 'cuda' but this tessera was built without CUDA (configure found no "
+              "CUDA toolkit, or --without-cuda): rebuild with ./configure --with-cuda, or set "
+              "run.device = 'cpu'");
+    return 0;
+  }
+  TSR_CALL(tsr_ops_cuda_open(&world, mode, cfg->run.gpu_share, &t->dev));
+  if (t->dev) tsr_ops_set_backend(t->dev);
+  return 0;
 }
 
 /* The groups whose traffic is logged, in a fixed order. */
@@ -164,26 +187,51 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
  * CPU, where no peak is stated, MFU is measured against it, as a GPU's MFU is against its
  * GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
  * planner's memory figures do not include them). */
+static float *probe_alloc(size_t n) {
+  return tsr_ops_on_device() ? tsr_ops_alloc(n, sizeof(float)) : malloc(n * sizeof(float));
+}
+static void probe_free(float *p) {
+  if (tsr_ops_on_device())
+    tsr_ops_free(&p);
+  else
+    free(p);
+}
+
 static double measure_gemm_rate(void) {
-  const int n = 256, in = 512, out = 512;
-  float *x = malloc(sizeof(float) * (size_t)n * in), *w = malloc(sizeof(float) * (size_t)out * in);
-  float *y = malloc(sizeof(float) * (size_t)n * out);
+  /* a GPU needs a product big enough to fill it; TSR_GEMM_PROBE_N shrinks it (the
+   * emulated-GPU tests, where a GEMM is a plain loop) */
+  const char *probe = getenv("TSR_GEMM_PROBE_N");
+  const int dev = tsr_ops_on_device();
+  const int n = probe && atoi(probe) > 0 ? atoi(probe) : dev ? 4096 : 256;
+  const int in = dev ? n : 2 * n, out = in;
+  float *hx = malloc(sizeof(float) * (size_t)n * in), *hw = malloc(sizeof(float) * (size_t)out * in);
+  float *x = probe_alloc((size_t)n * in), *w = probe_alloc((size_t)out * in);
+  float *y = probe_alloc((size_t)n * out);
   double best = 0.0;
-  if (x && w && y) {
-    for (int i = 0; i < n * in; i++) x[i] = (float)(i % 7) * 0.01f;
-    for (int i = 0; i < out * in; i++) w[i] = (float)(i % 5) * 0.01f;
-    /* the first calls wake threads and touch pages: take the best of >= 30 calls, 0.1 s */
+  if (hx && hw && x && w && y) {
+    for (int i = 0; i < n * in; i++) hx[i] = (float)(i % 7) * 0.01f;
+    for (int i = 0; i < out * in; i++) hw[i] = (float)(i % 5) * 0.01f;
+    tsr_ops_copy(x, hx, sizeof(float) * (size_t)n * in);
+    tsr_ops_copy(w, hw, sizeof(float) * (size_t)out * in);
+    tsr_ops_sync();
+    /* the first calls wake threads and touch pages: take the best of >= 30 calls, 0.1 s
+     * (on a device: each call timed to its completion) */
     const double start = tsr_now();
-    for (int r = 0; r < 30 || (tsr_now() - start < 0.1 && r < 1000); r++) {
+    const int min_calls = dev && probe ? 3 : 30;
+    for (int r = 0; r < min_calls || (tsr_now() - start < 0.1 && r < 1000); r++) {
       const double t0 = tsr_now();
       tsr_ops_matmul_fwd(y, x, w, NULL, n, in, out);
+      tsr_ops_sync();
       const double dt = tsr_now() - t0;
       if (dt > 0 && 2.0 * n * in * out / dt > best) best = 2.0 * n * in * out / dt;
     }
   }
-  free(x);
-  free(w);
-  free(y);
+  free(hx);
+  free(hw);
+  probe_free(x);
+  probe_free(w);
+  probe_free(y);
+  tsr_ops_mem_reset_peak(); /* the probe is not the run's memory */
   return best;
 }
 
@@ -200,6 +248,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   const int rc = tsr_grid_create(&t->grid, cfg, w);
   tsr_comm_destroy(&w);
   if (rc) return rc;
+  TSR_CALL(open_device(t, cfg, world));
   t->dp = t->grid->dp;
   t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
@@ -218,6 +267,10 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
     TSR_CHECK(t->bubble, TSR_ERR, "out of memory");
   }
   TSR_CALL(tsr_model_create_opt(&t->model, cfg, t->lay, &mo));
+  tsr_ops_shapes shapes;
+  tsr_model_ops_shapes(t->model, &shapes);
+  shapes.sumsq_elems = (long)t->lay->n_flat;
+  TSR_CALL(tsr_ops_reserve(&shapes));
   TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
   if (t->sched) TSR_CALL(tsr_pp_exec_create(&t->exec, cfg, t->grid, t->model, t->zero, t->sched));
   if (cfg->model.tie_embeddings && t->grid->pp > 1) {
@@ -244,8 +297,8 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
     t->peak_flops = measure_gemm_rate();
     MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
     if (t->rank == 0)
-      tsr_log("mfu: measured against this CPU's fp32 GEMM rate, %.2f GFLOP/s per rank",
-              t->peak_flops / 1e9);
+      tsr_log("mfu: measured against this %s's fp32 GEMM rate, %.2f GFLOP/s per rank",
+              t->dev ? "GPU" : "CPU", t->peak_flops / 1e9);
   }
 
   const uint64_t seed = (uint64_t)cfg->run.seed;
@@ -296,6 +349,7 @@ static int evaluate(trainer *t, double *val_loss, int64_t *batches) {
       TSR_CALL(tsr_model_forward(t->model, t->inputs, t->targets, &loss));
     sum += loss;
   }
+  TSR_CALL(tsr_ops_status());
   *val_loss = sum / (double)n_batches;
   if (batches) *batches = n_batches;
   return 0;
@@ -305,6 +359,7 @@ static int save(trainer *t, const char *deck_text) {
   const double t0 = tsr_now();
   tsr_watchdog_activity(t->st.step, "a checkpoint write");
   const tsr_ckpt_view view = ckpt_view(t);
+  tsr_ops_sync(); /* the update has landed before the host reads the state */
   TSR_CALL(tsr_ckpt_save_view(t->cfg, &view, tsr_zero_master(t->zero), tsr_zero_adam_m(t->zero),
                               tsr_zero_adam_v(t->zero), &t->st, deck_text, t->world));
   char detail[64];
@@ -318,6 +373,7 @@ static int resume_or_init(trainer *t) {
   TSR_CALL(tsr_ckpt_resolve(t->cfg, path, sizeof path, t->world));
   if (path[0]) {
     const tsr_ckpt_view view = ckpt_view(t);
+    tsr_ops_sync(); /* the host writes the state */
     TSR_CALL(tsr_ckpt_load_view(path, &t->cfg->checkpoint, &view, tsr_zero_master(t->zero),
                                 tsr_zero_adam_m(t->zero), tsr_zero_adam_v(t->zero), &t->st,
                                 t->world));
@@ -405,8 +461,10 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   TSR_CALL(tsr_zero_reduce_grads(t->zero));
   /* fault injection for the tests: poison one gradient at the given step */
   const char *inject = getenv("TSR_FAULT_NAN_GRAD_STEP");
-  if (inject && atoll(inject) == t->st.step + 1 && t->rank == 0)
-    tsr_zero_reduced_grads(t->zero)[0] = NAN;
+  if (inject && atoll(inject) == t->st.step + 1 && t->rank == 0) {
+    const float nan = NAN;
+    tsr_ops_copy(tsr_zero_reduced_grads(t->zero), &nan, sizeof nan);
+  }
   TSR_CALL(tsr_zero_grad_norm(t->zero, grad_norm));
   *grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
   TSR_CALL(tsr_comm_sum_ordered(t->grid->dp_comm, loss_sum / (double)k, loss));
@@ -437,7 +495,7 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   t->phase_s[0] = t->exec ? NAN : fwd_s;
   t->phase_s[1] = t->exec ? NAN : bwd_s;
   t->phase_s[2] = opt_s + (tsr_now() - t_opt);
-  return 0;
+  return tsr_ops_status(); /* a failed device call fails the step */
 }
 
 static void fmt_eta(char *buf, size_t len, double seconds) {
@@ -551,7 +609,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const double mfu = t.peak_flops > 0
                            ? tok_per_s * t.flops_per_token / t.world_size / t.peak_flops : -1.0;
     tsr_step_metrics sm = {step, loss, lr, gnorm, t.st.tokens, tok_per_s, mfu,
-                           (int64_t)tsr_mem_bytes(), dt * 1e3, t.st.skipped,
+                           (int64_t)tsr_ops_mem_bytes(), dt * 1e3, t.st.skipped,
                            t.phase_s[0] * 1e3, t.phase_s[1] * 1e3, t.phase_s[2] * 1e3,
                            step_scale};
     tsr_metrics_step(t.metrics, &sm);
@@ -576,7 +634,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
               "%7.1f ms%s | %.2f GFLOP/s/rank, MFU %.2f | mem %.1f MB | ETA %s",
               (long long)step, (long long)cfg->run.max_steps, loss, lr, gnorm, scale, tok_per_s,
               dt * 1e3, phases, tok_per_s * t.flops_per_token / 1e9 / t.world_size, mfu,
-              (double)tsr_mem_bytes() / 1e6, eta);
+              (double)tsr_ops_mem_bytes() / 1e6, eta);
       t_window = now;
       window_steps = 0;
       if (t.sched) {
@@ -595,7 +653,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
         tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
       }
       if (step == first_step + 1) { /* measured memory next to tessera plan's (src/plan.c) */
-        double mem[2] = {(double)tsr_mem_bytes(), (double)tsr_mem_peak_bytes()};
+        double mem[2] = {(double)tsr_ops_mem_bytes(), (double)tsr_ops_mem_peak_bytes()};
         MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, world);
         tsr_plan_log_memory(cfg, t.grid, mem[0], mem[1]);
       }
@@ -642,6 +700,7 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
   }
   if (rc == 0) {
     const tsr_ckpt_view view = ckpt_view(&t);
+    tsr_ops_sync(); /* the host writes the state */
     rc = tsr_ckpt_load_view(path, &cfg->checkpoint, &view, tsr_zero_master(t.zero),
                             tsr_zero_adam_m(t.zero), tsr_zero_adam_v(t.zero), &t.st, world);
   }

@@ -143,7 +143,7 @@ static float *hook_grads_acquire(void *ctx, int u) {
   }
   s->unit = u;
   s->state = SLOT_IN_USE;
-  memset(s->buf, 0, (size_t)(z->units[u].end - z->units[u].begin) * sizeof(float));
+  tsr_ops_zero(s->buf, (size_t)(z->units[u].end - z->units[u].begin) * sizeof(float));
   return s->buf;
 }
 
@@ -278,29 +278,29 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
-  if (!(z->master = tsr_calloc(own, F)) || !(z->adam_m = tsr_calloc(own, F)) ||
-      !(z->adam_v = tsr_calloc(own, F)))
+  if (!(z->master = tsr_ops_alloc(own, F)) || !(z->adam_m = tsr_ops_alloc(own, F)) ||
+      !(z->adam_v = tsr_ops_alloc(own, F)))
     goto fail;
   z->mem.master = own * F;
   z->mem.adam = 2 * own * F;
   z->mem.params = z->stage < 3 ? (size_t)z->n * F : (size_t)len * F;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
   if (z->stage >= 1) {
-    if (!(z->grad_shard = tsr_calloc((size_t)len, F))) goto fail;
+    if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
     z->mem.grads += (size_t)len * F;
   }
   if (z->stage >= 2) {
-    if (!(z->incoming = tsr_calloc((size_t)len, F))) goto fail;
+    if (!(z->incoming = tsr_ops_alloc((size_t)len, F))) goto fail;
     z->mem.unit_bufs += (size_t)len * F;
     for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
-      if (!(z->gslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
+      if (!(z->gslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
     }
   }
   if (z->stage >= 3) {
-    if (!(z->param_shard = tsr_calloc((size_t)len, F))) goto fail;
+    if (!(z->param_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
     for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
-      if (!(z->pslots[i].buf = tsr_calloc((size_t)z->max_unit, F))) goto fail;
+      if (!(z->pslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
     }
   }
@@ -326,23 +326,23 @@ void tsr_zero_destroy(tsr_zero **zp) {
   if (z->model) tsr_model_set_hooks(z->model, NULL);
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
-    tsr_free(&z->gslots[i].buf);
+    tsr_ops_free(&z->gslots[i].buf);
   }
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
     tsr_comm_wait(&z->pslots[i].h);
-    tsr_free(&z->pslots[i].buf);
+    tsr_ops_free(&z->pslots[i].buf);
   }
   if (z->unit_handles) tsr_comm_waitall(z->n_units, z->unit_handles);
   tsr_free(&z->unit_handles);
   tsr_free(&z->units);
   tsr_free(&z->counts);
-  tsr_free(&z->master);
-  tsr_free(&z->adam_m);
-  tsr_free(&z->adam_v);
-  tsr_free(&z->grad_shard);
-  tsr_free(&z->incoming);
-  tsr_free(&z->param_shard);
-  tsr_free(&z->deferred_buf);
+  tsr_ops_free(&z->master);
+  tsr_ops_free(&z->adam_m);
+  tsr_ops_free(&z->adam_v);
+  tsr_ops_free(&z->grad_shard);
+  tsr_ops_free(&z->incoming);
+  tsr_ops_free(&z->param_shard);
+  tsr_ops_free(&z->deferred_buf);
   tsr_free(zp);
 }
 
@@ -365,7 +365,7 @@ int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end) {
   TSR_CHECK(z->deferred >= 0, TSR_ERR, "zero: the tied range is not inside one unit");
   if (z->stage >= 2) {
     const int64_t len = z->units[z->deferred].end - z->units[z->deferred].begin;
-    z->deferred_buf = tsr_calloc((size_t)len, sizeof(float));
+    z->deferred_buf = tsr_ops_alloc((size_t)len, sizeof(float));
     TSR_CHECK(z->deferred_buf, TSR_ERR, "out of memory");
     z->mem.unit_bufs += (size_t)len * sizeof(float);
   }
@@ -393,9 +393,9 @@ static int reduce_deferred(tsr_zero *z) {
 int tsr_zero_begin_step(tsr_zero *z) {
   tsr_model_zero_grads(z->model);
   if (z->deferred_buf)
-    memset(z->deferred_buf, 0,
+    tsr_ops_zero(z->deferred_buf,
            (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
-  if (z->grad_shard) memset(z->grad_shard, 0, (size_t)(z->s1 - z->s0) * sizeof(float));
+  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)(z->s1 - z->s0) * sizeof(float));
   return 0;
 }
 
@@ -470,7 +470,7 @@ int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
   for (int i = 0; i < 3; i++) {
     if (!full[i]) continue;
     if (z->stage == 0)
-      memcpy(full[i], own[i], (size_t)z->n * sizeof(float));
+      tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
     else
       TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len));
   }
@@ -483,9 +483,9 @@ int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, con
   float *own[3] = {z->master, z->adam_m, z->adam_v};
   for (int i = 0; i < 3; i++) {
     if (full[i])
-      memcpy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
+      tsr_ops_copy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
     else
-      memset(own[i], 0, (size_t)(b - a) * sizeof(float));
+      tsr_ops_zero(own[i], (size_t)(b - a) * sizeof(float));
   }
   return tsr_zero_publish_params(z);
 }

@@ -289,6 +289,7 @@ static const field fields[] = {
     F(run, name, 's', "zz"), F(run, out_dir, 's', "zz"), F(run, seed, 'i', "2"),
     F(run, max_steps, 'i', "2"), F(run, log_every, 'i', "2"), F(run, eval_every, 'i', "2"),
     F(run, eval_steps, 'i', "2"), F(run, step_timeout_s, 'r', "0.5"),
+    F(run, device, 's', "cuda"), F(run, gpu_share, 'l', "T"),
     F(model, arch, 's', "gpt2"), F(model, n_layer, 'i', "2"), F(model, d_model, 'i', "2"),
     F(model, n_head, 'i', "2"), F(model, n_kv_head, 'i', "2"), F(model, d_ff, 'i', "2"),
     F(model, vocab_size, 'i', "2"), F(model, seq_len, 'i', "2"), F(model, rope_theta, 'r', "0.5"),

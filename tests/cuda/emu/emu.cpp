@@ -132,6 +132,8 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t b, enum cudaMemcpyKin
 cudaError_t cudaMemset(void *p, int v, size_t b) { memset(p, v, b); return 0; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { memset(p, v, b); return 0; }
 cudaError_t cudaGetLastError(void) { return 0; }
+cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) { return cudaMalloc(p, b); }
+cudaError_t cudaMemAdvise(const void *p, size_t, enum cudaMemoryAdvise, struct cudaMemLocation l) { return p && l.id >= 0 && l.id < emu_devices() ? 0 : 1; }
 const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
 const char *cudaGetErrorName(cudaError_t) { return "emuError"; }
 }

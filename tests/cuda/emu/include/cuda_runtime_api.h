@@ -28,6 +28,15 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 cudaError_t cudaMemset(void *p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaGetLastError(void);
+/* managed memory: plain host memory here (kernels run on the host, in call order) */
+#define CUDART_VERSION 13000
+#define cudaMemAttachGlobal 1u
+enum cudaMemoryAdvise { cudaMemAdviseSetPreferredLocation = 3 };
+enum cudaMemLocationType { cudaMemLocationTypeDevice = 1 };
+struct cudaMemLocation { enum cudaMemLocationType type; int id; };
+cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags);
+cudaError_t cudaMemAdvise(const void *p, size_t bytes, enum cudaMemoryAdvise advice,
+                          struct cudaMemLocation location);
 /* devices: EMU_DEVICES=N (default 1; 0 = the "insufficient driver" error, 35) */
 typedef struct emu_pool *cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };

@@ -1,0 +1,27 @@
+/* ops_dev.h — the CUDA backend of ops.h as a device backend table (src/ops_backend.h).
+ *
+ * Installed by the trainer when run.device is 'cuda' (or 'auto' and every rank sees a
+ * GPU): every tsr_ops_X call then runs the tsr_cuda_X kernel of ops_cuda.h on one
+ * stream of this rank's GPU, with one cuBLASLt handle and one scratch buffer sized at
+ * setup (tsr_ops_reserve), so nothing is allocated inside a step.
+ *
+ * Memory: tsr_ops_alloc gives CUDA managed memory with the GPU as its preferred
+ * location.  Kernels keep it on the GPU; host code that must read it (MPI transfers in
+ * comm.c, checkpoint I/O, the loss) calls tsr_ops_sync first and the pages it touches
+ * move to the host and back.  That keeps every part of the trainer correct on the GPU
+ * (MPI without CUDA-aware support included); collectives through NCCL and explicit
+ * device-only buffers are the next step for speed.
+ *
+ * Functions returning a value (losses, sums of squares, all_finite) compute it into a
+ * device scalar and copy it to the host: these are the only synchronisations besides
+ * tsr_ops_sync.  A failing CUDA call is reported where it happens; from then on the ops
+ * do nothing and tsr_ops_status() returns TSR_ERR. */
+#ifndef TSR_CUDA_OPS_DEV_H
+#define TSR_CUDA_OPS_DEV_H
+
+#include "ops_backend.h"
+
+/* The tsr_ops_device_opener of this build (main.c installs it as tsr_ops_cuda_open). */
+int tsr_cuda_ops_open(const void *comm, const char *mode, int share, const tsr_ops_backend **b);
+
+#endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# emu-tessera.sh OUT — link the whole trainer with its CUDA backend (cuda/ops_dev.c, the
+# kernels of cuda/*.cu, cuda/device.c) on the CPU emulation of tests/cuda/emu/ instead of
+# the CUDA runtime: `OUT run.device=cuda ...` then trains with every op going through
+# the device backend (managed memory, the stream, scratch, results fetched from "device"
+# scalars), kernels run as CPU fibers and cuBLASLt as plain loops.  What it cannot show:
+# speed, and races between the host and a real asynchronous GPU.
+#
+# Needs a configured build tree (top_builddir: src/libtessera.a, src/embedded_deck.c and
+# the Makefile's HDF5/OpenBLAS/OpenMP flags) and top_srcdir.
+set -euo pipefail
+out=$1
+top=${top_srcdir:?}
+bld=${top_builddir:?}
+emu=$top/tests/cuda/emu
+B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-emu-tessera.XXXXXX")
+trap 'rm -rf "$B"' EXIT
+mkvar() { sed -n "s/^$1 = //p" "$bld/Makefile" | head -1; }
+read -r -a HDF5_CFLAGS <<< "$(mkvar HDF5_CFLAGS)"
+read -r -a HDF5_LIBS <<< "$(mkvar HDF5_LIBS)"
+read -r -a BLAS_LIBS <<< "$(mkvar OPENBLAS_LIBS)"
+read -r -a OMP <<< "$(mkvar OPENMP_CFLAGS)"
+CC=$(mkvar CC)
+make -C "$bld" src/libtessera.a src/embedded_deck.c >/dev/null
+CXXFLAGS=(-std=c++17 -O2 -g -w -I"$emu/include" -I"$top/src" -I"$top/cuda")
+CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bld/src" -I"$top/cuda"
+        "${HDF5_CFLAGS[@]}")
+pids=()
+for f in ops_elem xent attention gemm; do
+  python3 "$emu/transform.py" "$top/cuda/$f.cu" > "$B/$f.cpp"
+  g++ "${CXXFLAGS[@]}" -c "$B/$f.cpp" -o "$B/$f.o" & pids+=($!)
+done
+g++ "${CXXFLAGS[@]}" -c "$emu/emu.cpp" -o "$B/emu.o" & pids+=($!)
+$CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
+$CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -c "$top/src/main.c" -o "$B/main.o"
+$CC "${CFLAGS[@]}" -c "$bld/src/embedded_deck.c" -o "$B/embedded_deck.o"
+for p in "${pids[@]}"; do wait "$p"; done
+$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/device.o" \
+  "$B"/ops_elem.o "$B"/xent.o "$B"/attention.o "$B"/gemm.o "$B/emu.o" "$bld/src/libtessera.a" \
+  "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lm

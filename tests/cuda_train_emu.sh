@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# cuda_train_emu.sh — the trainer on its CUDA backend (run.device = 'cuda', cuda/ops_dev.c)
+# without a GPU: tests/cuda/emu-tessera.sh links tessera with the CUDA kernels run on the
+# CPU emulation (tests/cuda/emu/), so every op, copy, fill, scratch use and device-scalar
+# fetch of the device path runs, against the CPU backend from the same seed:
+#  (a) llama fp32, bf16 and fp16 (loss scaling): the loss and gradient norm of every step
+#      agree with run.device = 'cpu' (losses: fp32 to 2e-6 relative, measured 2e-9; bf16
+#      and fp16 to 1e-4, measured 2e-7 and 2e-6: a different summation order flips some
+#      roundings to 16 bits; gradient norms to 10x that);
+#  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
+#      with a validation pass: training and validation losses agree;
+#  (c) 2 ranks sharing the one emulated GPU (run.gpu_share): dp 2 at ZeRO-3, tp 2 with
+#      sequence parallelism, pp 2 on 1F1B give the CPU's losses (comm stages the device
+#      memory through MPI);
+#  (d) restart on the device: 2 steps + resume to 4 equals 4 straight steps bitwise, and
+#      the device's checkpoint resumes on the CPU;
+#  (e) errors: run.device = 'cuda' on a rank without a GPU, and two ranks on one GPU
+#      without run.gpu_share, each stop every rank with the reason.
+# The GPU machine runs the same comparisons on the real device (tests/cuda/).
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+mpi_test_setup
+command -v g++ >/dev/null || skip "no g++"
+command -v python3 >/dev/null || skip "no python3"
+EMU="$SCRATCH/tessera-emu"
+bash "$top_srcdir/tests/cuda/emu-tessera.sh" "$EMU" >"$SCRATCH/build.log" 2>&1 ||
+  { cat "$SCRATCH/build.log"; bad "building tessera on the emulated GPU"; finish; }
+ok "tessera linked with the CUDA backend on the emulated GPU"
+bytes_corpus computers
+export TSR_GEMM_PROBE_N=64 # the MFU probe's GEMM is a plain loop here
+C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
+  model.d_ff=128 model.seq_len=32 train.micro_batch=2 train.global_batch=4 run.log_every=1
+  run.eval_every=0 optim.warmup_steps=4 optim.lr=3e-3 "data.train=$SCRATCH/data/train_*.bin"
+  "data.valid=$SCRATCH/data/valid_*.bin" run.eval_steps=2 checkpoint.every_steps=0
+  checkpoint.resume=none)
+# run NAME DEVICE NP ARGS...: a run into $SCRATCH/NAME (exit code in $SCRATCH/NAME.rc)
+run() {
+  local name=$1 dev=$2 np=$3 bin="$TESSERA"; shift 3
+  [ "$dev" = cuda ] && bin="$EMU"
+  timeout 600 "$MPIRUN" -np "$np" "$bin" /dev/null "${C[@]}" run.device="$dev" \
+    run.gpu_share=.true. run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
+  echo $? >"$SCRATCH/$name.rc"
+}
+# agree A B LOSS_TOL: runs A and B have the same steps, losses, gradient norms (and
+# validation losses) to LOSS_TOL relative
+agree() {
+  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return ({r["step"]: r for r in rows if "loss" in r},
+            {r["step"]: r["val_loss"] for r in rows if "val_loss" in r})
+(a, va), (b, vb) = load(sys.argv[1]), load(sys.argv[2])
+tol = float(sys.argv[3])
+assert sorted(a) == sorted(b) and len(a) >= 2, (sorted(a), sorted(b))
+assert sorted(va) == sorted(vb), (va, vb)
+rel = lambda x, y: abs(x - y) / abs(y)
+dl = max(rel(a[s]["loss"], b[s]["loss"]) for s in a)
+dg = max(rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a)
+dv = max((rel(va[s], vb[s]) for s in va), default=0.0)
+print(f"    {len(a)} steps: loss {b[min(b)]['loss']:.5f} -> {b[max(b)]['loss']:.5f}; worst relative "
+      f"difference: loss {dl:.1e}, grad norm {dg:.1e}, val loss {dv:.1e} ({len(va)} evals)")
+sys.exit(0 if dl <= tol and dg <= 10 * tol and dv <= tol else 1)
+PY
+}
+rc_is() { [ "$(cat "$SCRATCH/$1.rc")" = "$2" ] || { tail -5 "$SCRATCH/$1.out"; return 1; }; }
+
+# ---- (a) llama in fp32, bf16, fp16 ----
+for prec in fp32 bf16 fp16; do
+  tol=2e-6
+  [ $prec != fp32 ] && tol=1e-4
+  run "cpu_$prec" cpu 1 run.max_steps=3 train.precision=$prec
+  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
+  check "(a) $prec: the device run finishes (exit $(cat "$SCRATCH/gpu_$prec.rc"))" rc_is "gpu_$prec" 0
+  check "(a) $prec: device and CPU agree to $tol" agree "gpu_$prec" "cpu_$prec" $tol
+done
+check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
+  "$SCRATCH/gpu_fp32.out"
+check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$SCRATCH/gpu_fp16.out"
+
+# ---- (b) gpt2, full recompute, evaluation ----
+G=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. train.recompute=full
+  run.max_steps=2 run.eval_every=2)
+run cpu_gpt2 cpu 1 "${G[@]}"
+run gpu_gpt2 cuda 1 "${G[@]}"
+check "(b) gpt2 on the device finishes" rc_is gpu_gpt2 0
+check "(b) gpt2: device and CPU agree, validation included" agree gpu_gpt2 cpu_gpt2 2e-6
+
+# ---- (c) two ranks on one GPU: dp (ZeRO-3), tp (sequence parallel), pp (1F1B) ----
+for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel=.true." \
+  "pp parallel.pp=2 parallel.schedule=1f1b"; do
+  set -- $L
+  name=$1
+  shift
+  run "cpu_$name" cpu 2 run.max_steps=2 "$@"
+  run "gpu_$name" cuda 2 run.max_steps=2 "$@"
+  check "(c) $name on 2 ranks sharing the GPU finishes" rc_is "gpu_$name" 0
+  check "(c) $name: device and CPU agree" agree "gpu_$name" "cpu_$name" 2e-6
+done
+
+# ---- (d) restart on the device, and its checkpoint on the CPU ----
+run straight cuda 1 run.max_steps=4
+run half cuda 1 run.max_steps=2 checkpoint.every_steps=2 run.out_dir="$SCRATCH/rs"
+mkdir -p "$SCRATCH/oncpu" && cp -r "$SCRATCH/rs/ckpt" "$SCRATCH/oncpu/"
+run rest cuda 1 run.max_steps=4 checkpoint.resume=auto run.out_dir="$SCRATCH/rs"
+check "(d) the resumed device run finishes" rc_is rest 0
+check "(d) resumed at step 2" grep -q "resumed from .* at step 2" "$SCRATCH/rest.out"
+check "(d) 2 + 2 steps on the device equal 4 straight, bitwise" \
+  "$PYTHON_REF" - "$SCRATCH/straight/metrics.jsonl" "$SCRATCH/rs/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ({d["step"]: (d["loss"], d["grad_norm"]) for d in map(json.loads, open(p)) if "loss" in d}
+        for p in sys.argv[1:3])
+assert sorted(a) == [1, 2, 3, 4] and sorted(b) == [1, 2, 3, 4], (a, b)
+assert all(a[s] == b[s] for s in a), (a, b)
+print("    steps 1-4:", [a[s][0] for s in sorted(a)])
+PY
+run oncpu cpu 1 run.max_steps=3 checkpoint.resume=auto
+check "(d) the device's step-2 checkpoint resumes on the CPU" grep -q "resumed from .* at step 2" \
+  "$SCRATCH/oncpu.out"
+check "(d) ... and its step 3 is the device's step 3 (to 2e-6)" "$PYTHON_REF" - \
+  "$SCRATCH/straight/metrics.jsonl" "$SCRATCH/oncpu/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ({d["step"]: d["loss"] for d in map(json.loads, open(p)) if "loss" in d} for p in sys.argv[1:3])
+print(f"    step 3: device {a[3]!r}, CPU from the device's checkpoint {b[3]!r}")
+sys.exit(0 if abs(a[3] - b[3]) <= 2e-6 * a[3] else 1)
+PY
+
+# ---- (e) errors ----
+EMU_DEVICES=0 run nogpu cuda 2 run.max_steps=1
+check "(e) run.device = 'cuda' without a GPU: exit 1" rc_is nogpu 1
+check "(e) ... saying so" grep -q "no usable CUDA device" "$SCRATCH/nogpu.out"
+timeout 300 "$MPIRUN" -np 2 "$EMU" /dev/null "${C[@]}" run.device=cuda run.max_steps=1 \
+  run.out_dir="$SCRATCH/clash" >"$SCRATCH/clash.out" 2>&1
+check "(e) two ranks on one GPU without run.gpu_share: exit 2 (bad input)" test $? -eq 2
+check "(e) ... naming the sharing" grep -q "shares GPU 0" "$SCRATCH/clash.out"
+finish
