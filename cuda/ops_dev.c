@@ -143,13 +143,17 @@ static void d_close(void) {
   memset(&g, 0, sizeof g);
 }
 
-/* A device scalar computed by the last op, on the host (the one synchronisation). */
-static double fetch_double(void) {
-  double h = NAN;
-  if (g.failed) return NAN;
-  RT(cudaMemcpyAsync(&h, g.result, sizeof h, cudaMemcpyDeviceToHost, g.stream));
+/* The device scalar the last op computed, copied to the host (the one synchronisation);
+ * 0 on success. */
+static int fetch(void *host, size_t bytes) {
+  if (g.failed) return TSR_ERR;
+  RT(cudaMemcpyAsync(host, g.result, bytes, cudaMemcpyDeviceToHost, g.stream));
   RT(cudaStreamSynchronize(g.stream));
-  return g.failed ? NAN : h;
+  return g.failed ? TSR_ERR : 0;
+}
+static double fetch_double(void) {
+  double h;
+  return fetch(&h, sizeof h) ? NAN : h;
 }
 
 /* ---------------------------------------------------------------- the ops */
@@ -270,12 +274,9 @@ static double d_sumsq(const float *x, long n_elem) {
   return fetch_double();
 }
 static int d_all_finite(const float *x, long n_elem) {
-  int h = 0;
+  int h;
   RUN(tsr_cuda_all_finite((int *)g.result, x, n_elem, g.stream));
-  if (g.failed) return 0;
-  RT(cudaMemcpyAsync(&h, g.result, sizeof h, cudaMemcpyDeviceToHost, g.stream));
-  RT(cudaStreamSynchronize(g.stream));
-  return g.failed ? 0 : h;
+  return fetch(&h, sizeof h) ? 0 : h;
 }
 
 static const tsr_ops_backend table = {

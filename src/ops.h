@@ -40,7 +40,6 @@ void tsr_ops_sync(void);
 /* 0, or TSR_ERR once a device call has failed (reported when it happened; sticky): the
  * trainer checks it once per step. */
 int tsr_ops_status(void);
-const char *tsr_ops_backend_name(void); /* "cpu", "cuda" */
 /* Bytes of op memory allocated now / at most (CPU: every tsr_calloc of the process). */
 size_t tsr_ops_mem_bytes(void);
 size_t tsr_ops_mem_peak_bytes(void);

@@ -85,7 +85,6 @@ tsr_ops_device_opener tsr_ops_cuda_open;
   } while (0)
 
 void tsr_ops_set_backend(const tsr_ops_backend *b) { dev = b; }
-const char *tsr_ops_backend_name(void) { return dev ? dev->name : "cpu"; }
 int tsr_ops_on_device(void) { return dev != NULL; }
 size_t tsr_ops_mem_bytes(void) { return dev ? dev->mem_bytes(0) : tsr_mem_bytes(); }
 size_t tsr_ops_mem_peak_bytes(void) { return dev ? dev->mem_bytes(1) : tsr_mem_peak_bytes(); }

@@ -41,28 +41,7 @@ run() {
     run.gpu_share=.true. run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
   echo $? >"$SCRATCH/$name.rc"
 }
-# agree A B LOSS_TOL: runs A and B have the same steps, losses, gradient norms (and
-# validation losses) to LOSS_TOL relative
-agree() {
-  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" "$3" <<'PY'
-import json, sys
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    return ({r["step"]: r for r in rows if "loss" in r},
-            {r["step"]: r["val_loss"] for r in rows if "val_loss" in r})
-(a, va), (b, vb) = load(sys.argv[1]), load(sys.argv[2])
-tol = float(sys.argv[3])
-assert sorted(a) == sorted(b) and len(a) >= 2, (sorted(a), sorted(b))
-assert sorted(va) == sorted(vb), (va, vb)
-rel = lambda x, y: abs(x - y) / abs(y)
-dl = max(rel(a[s]["loss"], b[s]["loss"]) for s in a)
-dg = max(rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a)
-dv = max((rel(va[s], vb[s]) for s in va), default=0.0)
-print(f"    {len(a)} steps: loss {b[min(b)]['loss']:.5f} -> {b[max(b)]['loss']:.5f}; worst relative "
-      f"difference: loss {dl:.1e}, grad norm {dg:.1e}, val loss {dv:.1e} ({len(va)} evals)")
-sys.exit(0 if dl <= tol and dg <= 10 * tol and dv <= tol else 1)
-PY
-}
+agree() { agree_runs "$SCRATCH/$1" "$SCRATCH/$2" "$3" 2; }
 rc_is() { [ "$(cat "$SCRATCH/$1.rc")" = "$2" ] || { tail -5 "$SCRATCH/$1.out"; return 1; }; }
 
 # ---- (a) llama in fp32, bf16, fp16 ----

@@ -61,6 +61,30 @@ corpus() {
     { cat "$CORPUS.log"; bad "building the fortunes corpus"; finish; }
 }
 
+# agree_runs DIR_A DIR_B TOL [MIN_STEPS]: the runs in DIR_A and DIR_B logged the same
+# steps (at least MIN_STEPS, default 1), and every step's loss (and every validation loss)
+# agrees to TOL relative, its gradient norm to 10 x TOL.  Prints the worst differences.
+agree_runs() {
+  "$PYTHON_REF" - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "${4:-1}" <<'PY'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return ({r["step"]: r for r in rows if "loss" in r},
+            {r["step"]: r["val_loss"] for r in rows if "val_loss" in r})
+(a, va), (b, vb) = load(sys.argv[1]), load(sys.argv[2])
+tol = float(sys.argv[3])
+assert sorted(a) == sorted(b) and len(a) >= int(sys.argv[4]), (sorted(a), sorted(b))
+assert sorted(va) == sorted(vb), (va, vb)
+rel = lambda x, y: abs(x - y) / abs(y)
+dl = max(rel(a[s]["loss"], b[s]["loss"]) for s in a)
+dg = max(rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a)
+dv = max((rel(va[s], vb[s]) for s in va), default=0.0)
+print(f"    {len(a)} steps: loss {b[min(b)]['loss']:.5f} -> {b[max(b)]['loss']:.5f}; worst relative "
+      f"difference: loss {dl:.1e}, grad norm {dg:.1e}, val loss {dv:.1e} ({len(va)} evals)")
+sys.exit(0 if dl <= tol and dg <= 10 * tol and dv <= tol else 1)
+PY
+}
+
 # The value of KEY on the metrics line of STEP (exact text, 17 significant digits).
 metric() { # metric FILE STEP KEY
   "$PYTHON_REF" - "$@" <<'PY'

@@ -22,20 +22,15 @@ read -r -a BLAS_LIBS <<< "$(mkvar OPENBLAS_LIBS)"
 read -r -a OMP <<< "$(mkvar OPENMP_CFLAGS)"
 CC=$(mkvar CC)
 make -C "$bld" src/libtessera.a src/embedded_deck.c >/dev/null
-CXXFLAGS=(-std=c++17 -O2 -g -w -I"$emu/include" -I"$top/src" -I"$top/cuda")
 CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bld/src" -I"$top/cuda"
         "${HDF5_CFLAGS[@]}")
-pids=()
-for f in ops_elem xent attention gemm; do
-  python3 "$emu/transform.py" "$top/cuda/$f.cu" > "$B/$f.cpp"
-  g++ "${CXXFLAGS[@]}" -c "$B/$f.cpp" -o "$B/$f.o" & pids+=($!)
-done
-g++ "${CXXFLAGS[@]}" -c "$emu/emu.cpp" -o "$B/emu.o" & pids+=($!)
+. "$emu/kernels.sh"
+emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
 $CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -c "$top/src/main.c" -o "$B/main.o"
 $CC "${CFLAGS[@]}" -c "$bld/src/embedded_deck.c" -o "$B/embedded_deck.o"
-for p in "${pids[@]}"; do wait "$p"; done
+wait "$kernels"
 $CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/device.o" \
-  "$B"/ops_elem.o "$B"/xent.o "$B"/attention.o "$B"/gemm.o "$B/emu.o" "$bld/src/libtessera.a" \
+  "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lm

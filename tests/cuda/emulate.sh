@@ -18,14 +18,9 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 emu=$top/tests/cuda/emu
 B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-cuda-emu.XXXXXX")
 trap 'rm -rf "$B"' EXIT
-CXXFLAGS=(-std=c++17 -O2 -g -w -I"$emu/include" -I"$top/src" -I"$top/cuda")
 CFLAGS=(-std=gnu11 -O2 -g -fopenmp -Wall -I"$emu/include" -I"$top/src" -I"$top/cuda" -I"$top/tests")
-pids=()
-for f in ops_elem xent attention gemm; do
-  python3 "$emu/transform.py" "$top/cuda/$f.cu" > "$B/$f.cpp"
-  g++ "${CXXFLAGS[@]}" -c "$B/$f.cpp" -o "$B/$f.o" & pids+=($!)
-done
-g++ "${CXXFLAGS[@]}" -c "$emu/emu.cpp" -o "$B/emu.o"
+. "$emu/kernels.sh"
+emu_kernels "$B" & kernels=$!
 BLAS_INC=() BLAS_LIB=(-lopenblas)
 if pkg-config --exists openblas 2>/dev/null; then
   read -r -a BLAS_INC <<< "$(pkg-config --cflags openblas)"
@@ -34,9 +29,9 @@ fi
 gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c "$top/src/ops_cpu.c" -o "$B/ops_cpu.o"
 gcc "${CFLAGS[@]}" -c "$top/src/util.c" -o "$B/util.o"
 gcc "${CFLAGS[@]}" -c "$top/tests/cuda/test_kernels.c" -o "$B/test_kernels.o"
-for p in "${pids[@]}"; do wait "$p"; done
-g++ -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "$B/emu.o" "$B"/ops_elem.o "$B"/xent.o \
-  "$B"/attention.o "$B"/gemm.o "$B/ops_cpu.o" "$B/util.o" "${BLAS_LIB[@]}" -lm
+wait "$kernels"
+g++ -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${EMU_OBJS[@]/#/$B/}" "$B/ops_cpu.o" \
+  "$B/util.o" "${BLAS_LIB[@]}" -lm
 rc=0
 "$B/test_kernels" || rc=$?
 
