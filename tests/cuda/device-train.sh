@@ -40,9 +40,10 @@ run cpu_200 run.device=cpu run.max_steps=200 train.precision=bf16
 run gpu_200 run.device=cuda run.max_steps=200 train.precision=bf16
 check "(b) 200 bf16 steps on the GPU track the CPU curve (2%)" agree gpu_200 cpu_200 2e-2
 
-run2() { # run2 NAME ARGS: two ranks through the bundled mpirun
-  local name=$1; shift
-  "$B/run.sh" mpirun -np 2 "${T[@]}" run.max_steps=5 run.out_dir="$W/$name" "$@" >"$W/$name.out" 2>&1
+run2() { # run2 NAME ARGS: two ranks through the bundled mpirun (micro-batches of 8: dp 2
+  local name=$1; shift # must divide the deck's global batch of 16)
+  "$B/run.sh" mpirun -np 2 "${T[@]}" run.max_steps=5 train.micro_batch=8 run.out_dir="$W/$name" \
+    "$@" >"$W/$name.out" 2>&1
 }
 for L in "dp parallel.zero_stage=1" "tp parallel.tp=2" "pp parallel.pp=2"; do
   set -- $L
