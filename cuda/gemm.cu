@@ -5,8 +5,10 @@
  *   y[n,out]  = x[n,in] w[out,in]^T   is  Y^T(out x n)  = op_T(W^T as in x out) X^T(in x n)
  *   dx[n,in] += dy[n,out] w[out,in]   is  dX^T(in x n) += W^T(in x out) dY^T(out x n)
  *   dw[out,in] += dy^T x              is  dW^T(in x out) += X^T(in x n) op_T(dY^T(out x n))
- * The fp32 path computes in true fp32 (CUBLAS_COMPUTE_32F: no TF32), so it matches the
- * CPU's sgemm to rounding; the bf16 path feeds tensor cores with fp32 accumulation.
+ * The fp32 path computes in true fp32 (CUBLAS_COMPUTE_32F: no TF32) by default, so it
+ * matches the CPU's sgemm to rounding, or on tensor cores with 16-bit inputs when the
+ * trainer asks (tsr_cuda_blas_set_inputs: bf16/fp16 training); the bf16 path feeds tensor
+ * cores with fp32 accumulation.
  * Bias (and GELU) of the forward ride in the GEMM epilogue; the bias gradient is a
  * deterministic column sum (ops_elem.cu) rather than cuBLASLt's BGRAD epilogue, which
  * overwrites where ops.h accumulates. */
@@ -32,6 +34,7 @@ int tsr_cuda_gelu_any_(void *out, const void *x, tsr_cuda_dtype type, long n, cu
 
 struct tsr_cuda_blas {
   cublasLtHandle_t lt;
+  cublasComputeType_t compute; /* of the fp32-storage GEMMs (tsr_cuda_blas_set_inputs) */
   void *workspace;
   size_t workspace_bytes;
 };
@@ -42,6 +45,7 @@ extern "C" int tsr_cuda_blas_create(tsr_cuda_blas **out, size_t workspace_bytes)
   tsr_cuda_blas *blas = (tsr_cuda_blas *)tsr_calloc(1, sizeof *blas);
   if (!blas) return TSR_ERR;
   blas->workspace_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
+  blas->compute = CUBLAS_COMPUTE_32F;
   TSR_CUBLAS_CHECK(cublasLtCreate(&blas->lt));
   if (cudaMalloc(&blas->workspace, blas->workspace_bytes) != cudaSuccess) {
     cudaGetLastError();
@@ -62,6 +66,12 @@ extern "C" void tsr_cuda_blas_destroy(tsr_cuda_blas **blas) {
   if ((*blas)->workspace) cudaFree((*blas)->workspace);
   if ((*blas)->lt) cublasLtDestroy((*blas)->lt);
   tsr_free(blas);
+}
+
+extern "C" void tsr_cuda_blas_set_inputs(tsr_cuda_blas *blas, int mode) {
+  blas->compute = mode == 1   ? CUBLAS_COMPUTE_32F_FAST_16BF
+                  : mode == 2 ? CUBLAS_COMPUTE_32F_FAST_16F
+                              : CUBLAS_COMPUTE_32F;
 }
 
 static cudaDataType_t cuda_type(tsr_cuda_dtype t) { return t == TSR_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -88,7 +98,10 @@ static int lt_matmul(tsr_cuda_blas *blas, bool trans_a, bool trans_b, int m, int
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t hs;
 
-  TSR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  /* 16-bit storage always runs on tensor cores; fp32 storage as tsr_cuda_blas_set_inputs says */
+  const bool fp32_io = a_type == CUDA_R_32F && b_type == CUDA_R_32F;
+  TSR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, fp32_io ? blas->compute : CUBLAS_COMPUTE_32F,
+                                            CUDA_R_32F));
   TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   if (epi != CUBLASLT_EPILOGUE_DEFAULT) {

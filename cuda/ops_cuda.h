@@ -61,6 +61,10 @@ int tsr_cuda_scratch_bytes(const tsr_cuda_scratch_dims *d, size_t *bytes);
 typedef struct tsr_cuda_blas tsr_cuda_blas;
 int tsr_cuda_blas_create(tsr_cuda_blas **blas, size_t workspace_bytes); /* 0 = 32 MiB */
 void tsr_cuda_blas_destroy(tsr_cuda_blas **blas);                       /* NULLs it */
+/* What the fp32 GEMMs below may round their inputs to (TSR_MATMUL_* of ops.h): fp32
+ * (CUBLAS_COMPUTE_32F, the default), bf16 or fp16 (COMPUTE_32F_FAST_16BF / _16F: tensor
+ * cores, fp32 accumulation). */
+void tsr_cuda_blas_set_inputs(tsr_cuda_blas *blas, int mode);
 
 /* fp32 (true fp32 FMA, no TF32): exactly the semantics of tsr_ops_matmul_fwd/bwd.
  * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out], as a cuBLASLt epilogue). */

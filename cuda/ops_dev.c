@@ -12,12 +12,13 @@
 #include "ops_cuda.h"
 #include "util.h"
 
+#define N_RESULTS 512 /* sums of squares fetched at once (tsr_ops_sumsq_ranges) */
 static struct {
   int device;
   cudaStream_t stream;
   tsr_cuda_blas *blas;
   tsr_cuda_scratch ws;
-  double *result; /* device scalars for the functions that return a value */
+  double *result; /* N_RESULTS device scalars for the functions that return values */
   int failed;
   size_t live_bytes, peak_bytes; /* managed memory handed out */
   struct alloc_rec { void *p; size_t bytes; } *allocs; /* live allocations (their sizes) */
@@ -95,6 +96,8 @@ static size_t d_mem_bytes(int what) {
   if (what == 2) g.peak_bytes = g.live_bytes;
   return (what == 1 ? g.peak_bytes : g.live_bytes) + g.ws.bytes;
 }
+
+static void d_set_matmul_inputs(int mode) { tsr_cuda_blas_set_inputs(g.blas, mode); }
 
 static void d_copy(void *dst, const void *src, size_t bytes) {
   if (g.failed || !bytes || dst == src) return;
@@ -269,6 +272,21 @@ static void d_round_bf16(float *dst, const float *src, long n_elem) {
 static void d_round_fp16(float *dst, const float *src, long n_elem) {
   RUN(tsr_cuda_round_fp16(dst, src, n_elem, g.stream));
 }
+/* One kernel per range into its own device scalar, one fetch per N_RESULTS ranges; the
+ * host adds them in order, as the CPU's loop does. */
+static double d_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  double s = 0.0, h[N_RESULTS];
+  for (int k0 = 0; k0 < n_ranges; k0 += N_RESULTS) {
+    const int n = n_ranges - k0 < N_RESULTS ? n_ranges - k0 : N_RESULTS;
+    for (int k = 0; k < n; k++)
+      RUN(tsr_cuda_sumsq(g.result + k, x + r[2 * (k0 + k)],
+                         (long)(r[2 * (k0 + k) + 1] - r[2 * (k0 + k)]), &g.ws, g.stream));
+    if (fetch(h, sizeof(double) * (size_t)n)) return NAN;
+    for (int k = 0; k < n; k++) s += h[k];
+  }
+  return s;
+}
+
 static double d_sumsq(const float *x, long n_elem) {
   RUN(tsr_cuda_sumsq(g.result, x, n_elem, &g.ws, g.stream));
   return fetch_double();
@@ -282,6 +300,7 @@ static int d_all_finite(const float *x, long n_elem) {
 static const tsr_ops_backend table = {
     .name = "cuda",
     .mem_bytes = d_mem_bytes,
+    .set_matmul_inputs = d_set_matmul_inputs,
     .alloc = d_alloc,
     .free = d_free,
     .copy = d_copy,
@@ -319,10 +338,14 @@ static const tsr_ops_backend table = {
     .round_bf16 = d_round_bf16,
     .round_fp16 = d_round_fp16,
     .sumsq = d_sumsq,
+    .sumsq_ranges = d_sumsq_ranges,
     .all_finite = d_all_finite,
 };
 
 /* ---------------------------------------------------------------- opening */
+
+void *tsr_cuda_ops_stream(void) { return g.stream; }
+int tsr_cuda_ops_device(void) { return g.device; }
 
 int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
                       const tsr_ops_backend **b) {
@@ -343,7 +366,7 @@ int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
     rc = TSR_ERR;
   }
   if (!rc) rc = tsr_cuda_blas_create(&g.blas, 0);
-  if (!rc && (e = cudaMalloc((void **)&g.result, 64)) != cudaSuccess) {
+  if (!rc && (e = cudaMalloc((void **)&g.result, sizeof(double) * N_RESULTS)) != cudaSuccess) {
     tsr_error("cuda: allocating on GPU %d: %s", g.device, cudaGetErrorString(e));
     rc = TSR_ERR;
   }

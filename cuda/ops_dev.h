@@ -24,4 +24,10 @@
 /* The tsr_ops_device_opener of this build (main.c installs it as tsr_ops_cuda_open). */
 int tsr_cuda_ops_open(const void *comm, const char *mode, int share, const tsr_ops_backend **b);
 
+/* The stream the ops run on (a cudaStream_t; NULL before tsr_cuda_ops_open), for the
+ * device transport of comm (comm_nccl.c) to order its streams against. */
+void *tsr_cuda_ops_stream(void);
+/* The device this rank drives (valid after tsr_cuda_ops_open). */
+int tsr_cuda_ops_device(void);
+
 #endif

@@ -1,5 +1,6 @@
-/* comm.c — the MPI backend of comm.h: collectives and point-to-point on a duplicated
- * communicator, byte counters under the ring convention, size-1 fast paths.
+/* comm.c — comm.h: collectives and point-to-point on a duplicated MPI communicator, byte
+ * counters under the ring convention, size-1 fast paths, and the hand-over of collectives
+ * on device memory to a group's device transport (comm_dev.h: NCCL) when it has one.
  *
  * Counts are handed to MPI as int; a buffer of more than INT_MAX elements is an error
  * here (callers move gradients and parameters in buckets far below that). */
@@ -9,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "comm_dev.h"
 #include "comm_mpi.h"
 #include "ops.h"
 #include "util.h"
@@ -25,7 +27,8 @@
   })
 
 struct tsr_comm_request {
-  MPI_Request req;
+  MPI_Request req;          /* MPI_REQUEST_NULL for a device operation */
+  tsr_comm_dev_event *ev;   /* a device operation: the event after it */
   tsr_comm *comm;
   tsr_comm_kind kind;
   size_t recv_bytes; /* for recv: the size the message must have */
@@ -44,7 +47,13 @@ struct tsr_comm {
    * the same operations in flight allocates nothing after its first step. */
   struct tsr_comm_request *free_list;
   int in_flight;
+  /* the device transport (comm_dev.h), when one is attached */
+  const tsr_comm_transport *tr;
+  tsr_comm_dev *dev;
+  size_t *even; /* size entries: the counts of an even reduce-scatter / all-gather */
 };
+
+const tsr_comm_transport *tsr_comm_gpu_transport;
 
 static const char *kind_names[TSR_COMM_N_KINDS] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "scalar"};
@@ -90,6 +99,8 @@ void tsr_comm_destroy(tsr_comm **cp) {
     tsr_free(&r->displs);
     tsr_free(&r);
   }
+  if (c->dev) c->tr->destroy(&c->dev);
+  tsr_free(&c->even);
   if (c->comm != MPI_COMM_NULL) {
     int rc = MPI_Comm_free(&c->comm);
     if (rc != MPI_SUCCESS) tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Comm_free", rc);
@@ -98,6 +109,18 @@ void tsr_comm_destroy(tsr_comm **cp) {
 }
 
 MPI_Comm tsr_comm_mpi(const tsr_comm *c) { return c->comm; }
+const char *tsr_comm_backend(const tsr_comm *c) { return c->dev ? c->tr->name : "mpi"; }
+
+int tsr_comm_attach_device(tsr_comm *c, const tsr_comm_transport *t) {
+  if (c->dev || c->size == 1) return 0;
+  c->even = tsr_calloc((size_t)c->size, sizeof(size_t));
+  int ok = c->even != NULL, all = 0;
+  TSR_MPI_CALL(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm));
+  TSR_CHECK(all, TSR_ERR, "out of memory attaching %s to '%s'", t->name, c->name);
+  TSR_CALL(t->create(&c->dev, &c->comm, c->name));
+  c->tr = t;
+  return 0;
+}
 int tsr_comm_size(const tsr_comm *c) { return c->size; }
 int tsr_comm_rank(const tsr_comm *c) { return c->rank; }
 const char *tsr_comm_name(const tsr_comm *c) { return c->name; }
@@ -169,6 +192,7 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
 static int track(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_comm_kind kind,
                  tsr_comm_handle *h) {
   r->req = req;
+  r->ev = NULL;
   r->comm = c;
   r->kind = kind;
   r->recv_bytes = 0;
@@ -218,8 +242,49 @@ static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ device operations */
+
+/* The group's transport when it can take an operation on buffers a and b (b may be
+ * NULL): one is attached and both are device memory. */
+static const tsr_comm_transport *dev_for(const tsr_comm *c, const void *a, const void *b) {
+  if (!c->dev || !c->tr->on_device(a) || (b && !c->tr->on_device(b))) return NULL;
+  return c->tr;
+}
+
+/* After a device operation was queued (rc: how that went): a blocking call (h NULL)
+ * orders later compute work after it; a non-blocking one gets a handle on its event. */
+static int dev_done(tsr_comm *c, int rc, tsr_comm_kind kind, tsr_comm_handle *h) {
+  TSR_CALL(rc);
+  tsr_comm_dev_event *ev = NULL;
+  TSR_CALL(c->tr->record(c->dev, &ev));
+  if (!h) return c->tr->wait(&ev);
+  struct tsr_comm_request *r = c->free_list;
+  if (r) {
+    c->free_list = r->next;
+  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+    c->tr->wait(&ev);
+    tsr_error("out of memory for a request on '%s'", c->name);
+    return TSR_ERR;
+  }
+  track(c, r, MPI_REQUEST_NULL, kind, h);
+  r->ev = ev;
+  return 0;
+}
+
+/* The counts of an even reduce-scatter / all-gather, for the transport. */
+static const size_t *even_counts(tsr_comm *c, size_t n) {
+  for (int i = 0; i < c->size; i++) c->even[i] = n;
+  return c->even;
+}
+
 int tsr_comm_wait(tsr_comm_handle *h) {
   if (!h || !*h) return 0;
+  if ((*h)->ev) {
+    const int rc = (*h)->comm->tr->wait(&(*h)->ev);
+    MPI_Status none;
+    complete(h, MPI_SUCCESS, &none);
+    return rc;
+  }
   MPI_Status st;
   const int rc = BLOCKING(MPI_Wait(&(*h)->req, &st));
   return complete(h, rc, &st);
@@ -228,6 +293,10 @@ int tsr_comm_wait(tsr_comm_handle *h) {
 int tsr_comm_test(tsr_comm_handle *h, int *done) {
   *done = 1;
   if (!h || !*h) return 0;
+  if ((*h)->ev) {
+    TSR_CALL((*h)->comm->tr->query((*h)->ev, done));
+    return *done ? tsr_comm_wait(h) : 0;
+  }
   MPI_Status st;
   int flag = 0;
   const int rc = MPI_Test(&(*h)->req, &flag, &st);
@@ -253,6 +322,9 @@ int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count) {
   TSR_CALL(check_count(c, "all_reduce", count));
   tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  if (dev_for(c, buf, NULL))
+    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, TSR_DEV_FLOAT, TSR_COMM_SUM),
+                    TSR_COMM_ALL_REDUCE, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm)));
   return 0;
@@ -263,6 +335,9 @@ int tsr_comm_iall_reduce(tsr_comm *c, float *buf, size_t count, tsr_comm_handle 
   TSR_CALL(check_count(c, "iall_reduce", count));
   tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  if (dev_for(c, buf, NULL))
+    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, TSR_DEV_FLOAT, TSR_COMM_SUM),
+                    TSR_COMM_ALL_REDUCE, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req));
@@ -285,6 +360,9 @@ static int reduce_scatter_args(tsr_comm *c, const char *op, const float *send, f
 int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count) {
   TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count));
   if (c->size == 1 || recv_count == 0) return 0;
+  if (dev_for(c, send, recv))
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count)),
+                    TSR_COMM_REDUCE_SCATTER, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
                                         c->comm)));
@@ -296,6 +374,9 @@ int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t
   *h = NULL;
   TSR_CALL(reduce_scatter_args(c, "ireduce_scatter", send, recv, recv_count));
   if (c->size == 1 || recv_count == 0) return 0;
+  if (dev_for(c, send, recv))
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count)),
+                    TSR_COMM_REDUCE_SCATTER, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Ireduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
@@ -324,6 +405,9 @@ int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send
   int in_place;
   TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
+  if (dev_for(c, send, recv))
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count)),
+                    TSR_COMM_ALL_GATHER, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
                              (int)send_count, MPI_FLOAT, c->comm)));
@@ -336,6 +420,9 @@ int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t sen
   int in_place;
   TSR_CALL(all_gather_args(c, "iall_gather", send, recv, send_count, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
+  if (dev_for(c, send, recv))
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count)),
+                    TSR_COMM_ALL_GATHER, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
@@ -402,6 +489,12 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
     return rc;
   }
   tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
+  if (dev_for(c, send, recv)) {
+    r->next = c->free_list; /* the transport takes the counts at once */
+    c->free_list = r;
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, counts),
+                    TSR_COMM_REDUCE_SCATTER, h);
+  }
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   int mrc = MPI_Ireduce_scatter(send, recv, r->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
@@ -438,6 +531,11 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
     return rc;
   }
   tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
+  if (dev_for(c, send, recv)) {
+    r->next = c->free_list; /* the transport takes the counts at once */
+    c->free_list = r;
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, counts), TSR_COMM_ALL_GATHER, h);
+  }
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], MPI_FLOAT, recv,
@@ -476,6 +574,8 @@ static int broadcast_args(tsr_comm *c, const char *op, size_t bytes, int root) {
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root) {
   TSR_CALL(broadcast_args(c, "broadcast", bytes, root));
   if (c->size == 1 || bytes == 0) return 0;
+  if (dev_for(c, buf, NULL))
+    return dev_done(c, c->tr->broadcast(c->dev, buf, bytes, root), TSR_COMM_BROADCAST, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm)));
   return 0;
@@ -485,6 +585,8 @@ int tsr_comm_ibroadcast(tsr_comm *c, void *buf, size_t bytes, int root, tsr_comm
   *h = NULL;
   TSR_CALL(broadcast_args(c, "ibroadcast", bytes, root));
   if (c->size == 1 || bytes == 0) return 0;
+  if (dev_for(c, buf, NULL))
+    return dev_done(c, c->tr->broadcast(c->dev, buf, bytes, root), TSR_COMM_BROADCAST, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req));
@@ -553,6 +655,9 @@ int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op
   TSR_CALL(check_count(c, "all_reduce_double", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(double) * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  if (dev_for(c, x, NULL))
+    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_DEV_DOUBLE, (int)op),
+                    TSR_COMM_SCALAR, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm)));
   return 0;
@@ -562,6 +667,9 @@ int tsr_comm_all_reduce_int(tsr_comm *c, int *x, size_t count, tsr_comm_op op) {
   TSR_CALL(check_count(c, "all_reduce_int", count));
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(int) * (double)count));
   if (c->size == 1 || count == 0) return 0;
+  if (dev_for(c, x, NULL))
+    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_DEV_INT, (int)op),
+                    TSR_COMM_SCALAR, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm)));
   return 0;

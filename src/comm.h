@@ -54,6 +54,9 @@ void tsr_comm_destroy(tsr_comm **c); /* collective over the group; NULLs *c */
 int tsr_comm_size(const tsr_comm *c);
 int tsr_comm_rank(const tsr_comm *c);
 const char *tsr_comm_name(const tsr_comm *c);
+/* "mpi", or the device transport the group's collectives on device memory go through
+ * ("nccl"; comm_dev.h). */
+const char *tsr_comm_backend(const tsr_comm *c);
 
 /* ---- blocking operations ---- */
 

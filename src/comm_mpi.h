@@ -16,6 +16,12 @@ int tsr_comm_create(tsr_comm **out, MPI_Comm comm, const char *name);
 /* The group's own (duplicated) communicator; it stays owned by the group. */
 MPI_Comm tsr_comm_mpi(const tsr_comm *c);
 
+/* Give the group a device transport (comm_dev.h; collective over the group): from then
+ * on its collectives on device memory go through it.  A group of one rank, or one that
+ * already has a transport, is left as it is. */
+struct tsr_comm_transport;
+int tsr_comm_attach_device(tsr_comm *c, const struct tsr_comm_transport *t);
+
 /* Prints "file:line func: CALL failed: <MPI error class and string>". */
 void tsr_mpi_error(const char *file, int line, const char *func, const char *call, int rc);
 

@@ -49,6 +49,7 @@ typedef struct {
   int64_t micro_batches;           /* 0 = derived */
   int64_t virtual_stages;
   int sequence_parallel;
+  char inter_node[TSR_STR_SHORT];  /* GPU collectives of groups that span nodes: "mpi" | "nccl" */
 } tsr_parallel_config;
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
   int64_t global_batch; /* sequences per optimizer step, all ranks */
   char precision[TSR_STR_SHORT]; /* "fp32" | "bf16" | "fp16" */
   char recompute[TSR_STR_SHORT]; /* "none" | "selective" | "full" */
+  char gpu_gemm[TSR_STR_SHORT];  /* "fast": 16-bit GEMM inputs on a GPU in bf16/fp16 | "exact" */
   double grad_clip;              /* 0 = off */
   double loss_scale;             /* fp16: initial dynamic loss scale */
   int64_t loss_scale_window;     /* fp16: clean steps before the scale doubles */

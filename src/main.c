@@ -17,11 +17,14 @@
 #include "deck.h"
 #include "ops.h"
 #include "plan.h"
+#include "train.h"
+#include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
 #include "ops_dev.h" /* the CUDA device backend (run.device) */
+#ifdef TSR_HAVE_NCCL
+#include "comm_nccl.h" /* NCCL for the collectives of GPU groups */
 #endif
-#include "train.h"
-#include "tsr_build.h"
+#endif
 #include "util.h"
 #include "watchdog.h"
 
@@ -138,6 +141,9 @@ int main(int argc, char **argv) {
   tsr_ops_init(threads_per_rank());
 #ifdef TSR_LINK_CUDA
   tsr_ops_cuda_open = tsr_cuda_ops_open;
+#ifdef TSR_HAVE_NCCL
+  tsr_comm_gpu_transport = &tsr_cuda_nccl_transport;
+#endif
 #endif
   tsr_train_install_signals();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;

@@ -43,6 +43,15 @@ int tsr_ops_status(void);
 /* Bytes of op memory allocated now / at most (CPU: every tsr_calloc of the process). */
 size_t tsr_ops_mem_bytes(void);
 size_t tsr_ops_mem_peak_bytes(void);
+
+/* What the GEMMs of tsr_ops_matmul_fwd/bwd may round their inputs to.  TSR_MATMUL_FP32
+ * (the default, and all the CPU backend does): true fp32.  TSR_MATMUL_BF16 / _FP16: a
+ * device may feed its tensor cores 16-bit inputs, accumulating in fp32 (cuBLASLt's
+ * COMPUTE_32F_FAST_16BF / _16F).  In bf16 (fp16) training the forward GEMMs' inputs are
+ * already bf16 (fp16) values, so only the backward GEMMs' gradients are rounded: the
+ * device then differs from the CPU reference by bf16 (fp16) rounding, not more. */
+enum { TSR_MATMUL_FP32 = 0, TSR_MATMUL_BF16 = 1, TSR_MATMUL_FP16 = 2 };
+void tsr_ops_set_matmul_inputs(int mode);
 void tsr_ops_mem_reset_peak(void); /* device: the peak restarts from what is in use */
 int tsr_ops_on_device(void);
 
@@ -173,6 +182,9 @@ tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, floa
 void tsr_ops_round_bf16(float *dst, const float *src, long n_elem); /* dst may == src */
 void tsr_ops_round_fp16(float *dst, const float *src, long n_elem); /* dst may == src */
 double tsr_ops_sumsq(const float *x, long n_elem); /* sum of squares in double */
+/* sum over k < n_ranges, in order, of tsr_ops_sumsq(x + r[2k], r[2k+1] - r[2k]): bitwise
+ * that loop, but a device computes all the ranges before one synchronisation. */
+double tsr_ops_sumsq_ranges(const float *x, const int64_t *r, int n_ranges);
 int tsr_ops_all_finite(const float *x, long n_elem);
 
 #endif

@@ -31,6 +31,7 @@ typedef struct tsr_ops_backend {
   /* bytes allocated through alloc: 0 now, 1 the high-water mark; 2 restarts the
    * high-water mark from now (and returns it) */
   size_t (*mem_bytes)(int what);
+  void (*set_matmul_inputs)(int mode); /* TSR_MATMUL_* (ops.h) */
   /* the ops, as in ops.h */
   void (*matmul_fwd)(float *y, const float *x, const float *w, const float *bias, int n, int in,
                      int out);
@@ -77,6 +78,7 @@ typedef struct tsr_ops_backend {
   void (*round_bf16)(float *dst, const float *src, long n_elem);
   void (*round_fp16)(float *dst, const float *src, long n_elem);
   double (*sumsq)(const float *x, long n_elem);
+  double (*sumsq_ranges)(const float *x, const int64_t *r, int n_ranges);
   int (*all_finite)(const float *x, long n_elem);
 } tsr_ops_backend;
 

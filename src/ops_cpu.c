@@ -124,6 +124,9 @@ void tsr_ops_sync(void) {
   if (dev) dev->sync();
 }
 int tsr_ops_status(void) { return dev ? dev->status() : 0; }
+void tsr_ops_set_matmul_inputs(int mode) { /* the CPU computes in fp32 whatever the mode */
+  if (dev) dev->set_matmul_inputs(mode);
+}
 int tsr_ops_reserve(const tsr_ops_shapes *s) { return dev ? dev->reserve(s) : 0; }
 
 void tsr_ops_init(int n_threads) {
@@ -960,6 +963,13 @@ void tsr_ops_round_fp16(float *dst, const float *src, long n_elem) {
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (long b = 0; b < n_elem; b += ELEM_BLOCK)
     round_fp16_block(dst + b, src + b, n_elem - b < ELEM_BLOCK ? n_elem - b : ELEM_BLOCK);
+}
+
+double tsr_ops_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  DEV_RET(sumsq_ranges, x, r, n_ranges);
+  double s = 0.0;
+  for (int k = 0; k < n_ranges; k++) s += tsr_ops_sumsq(x + r[2 * k], (long)(r[2 * k + 1] - r[2 * k]));
+  return s;
 }
 
 double tsr_ops_sumsq(const float *x, long n_elem) {

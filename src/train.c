@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "ops_backend.h"
 #include "comm.h"
+#include "comm_dev.h"
 #include "comm_mpi.h"
 #include "data.h"
 #include "grid.h"
@@ -107,6 +108,7 @@ typedef struct {
   double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
   int fp16;          /* precision 'fp16': dynamic loss scaling (st.loss_scale) */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
+  const tsr_comm_transport *gpu_comm; /* the device transport of some groups (NULL: MPI) */
 } trainer;
 
 static void trainer_destroy(trainer *t) {
@@ -123,6 +125,8 @@ static void trainer_destroy(trainer *t) {
   tsr_free(&t->targets);
   tsr_layout_destroy(&t->lay);
   tsr_grid_destroy(&t->grid);
+  if (t->gpu_comm) t->gpu_comm->close(); /* after every group that used it */
+  t->gpu_comm = NULL;
   if (t->dev) { /* every buffer of the device is freed by now */
     tsr_ops_set_backend(NULL);
     t->dev->close();
@@ -143,6 +147,37 @@ static int open_device(trainer *t, const tsr_config *cfg, MPI_Comm world) {
   }
   TSR_CALL(tsr_ops_cuda_open(&world, mode, cfg->run.gpu_share, &t->dev));
   if (t->dev) tsr_ops_set_backend(t->dev);
+  return 0;
+}
+
+/* On a GPU, the groups that move device memory get the device transport (NCCL): those
+ * inside a node always, those across nodes only under &parallel inter_node = 'nccl' (the
+ * default 'mpi' hands them to MPI).  Rank 0 logs what its groups use. */
+static int attach_gpu_comm(trainer *t) {
+  if (!t->dev || !tsr_comm_gpu_transport) return 0;
+  const int across = !strcmp(t->cfg->parallel.inter_node, "nccl");
+  /* the groups ZeRO moves device memory over (zero.c): all of dp at stage 0, else the
+   * shard and replicate halves; an NCCL communicator holds GPU memory, so no more */
+  const int ddp = t->cfg->parallel.zero_stage == 0;
+  tsr_comm *g[] = {t->grid->tp_comm, ddp ? t->grid->dp_comm : t->grid->dp_shard,
+                   ddp ? NULL : t->grid->dp_replicate, t->tied};
+  const int n = (int)(sizeof g / sizeof g[0]);
+  char line[512] = "";
+  size_t used = 0;
+  t->gpu_comm = tsr_comm_gpu_transport;
+  for (int i = 0; i < n; i++) {
+    int seen = 0, spans = 0;
+    for (int j = 0; j < i; j++) seen |= g[j] == g[i];
+    if (!g[i] || seen || tsr_comm_size(g[i]) == 1) continue;
+    TSR_CALL(tsr_grid_attach_device(t->grid, g[i], t->gpu_comm, across, &spans));
+    if (used < sizeof line)
+      used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s%s", used ? ", " : "",
+                               tsr_comm_name(g[i]), tsr_comm_backend(g[i]),
+                               spans ? " (across nodes)" : "");
+  }
+  if (t->rank == 0 && used)
+    tsr_log("comm: %s; pipeline send/recv and host scalars on MPI (inter_node = '%s')", line,
+            t->cfg->parallel.inter_node);
   return 0;
 }
 
@@ -183,7 +218,7 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* The fp32 GEMM rate of this rank (FLOP/s, the best of many 256 x 512 x 512 products): on the
+/* The GEMM rate of this rank (fp32 storage, in the run's GEMM mode; FLOP/s, the best of many 256 x 512 x 512 products): on the
  * CPU, where no peak is stated, MFU is measured against it, as a GPU's MFU is against its
  * GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
  * planner's memory figures do not include them). */
@@ -249,6 +284,12 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   tsr_comm_destroy(&w);
   if (rc) return rc;
   TSR_CALL(open_device(t, cfg, world));
+  if (t->dev && strcmp(tc->precision, "fp32") != 0 && !strcmp(tc->gpu_gemm, "fast")) {
+    tsr_ops_set_matmul_inputs(t->fp16 ? TSR_MATMUL_FP16 : TSR_MATMUL_BF16);
+    if (t->rank == 0)
+      tsr_log("gemm: %s inputs on tensor cores, fp32 accumulation (train.gpu_gemm = 'fast'; "
+              "'exact' for fp32 GEMMs as on the CPU)", tc->precision);
+  }
   t->dp = t->grid->dp;
   t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
@@ -288,6 +329,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
       TSR_CALL(tsr_zero_set_tied(t->zero, t->tied, e->offset, e->offset + e->numel));
     }
   }
+  TSR_CALL(attach_gpu_comm(t));
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
@@ -297,8 +339,13 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
     t->peak_flops = measure_gemm_rate();
     MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
     if (t->rank == 0)
-      tsr_log("mfu: measured against this %s's fp32 GEMM rate, %.2f GFLOP/s per rank",
-              t->dev ? "GPU" : "CPU", t->peak_flops / 1e9);
+      tsr_log("mfu: measured against this %s's GEMM rate (fp32 storage, %s inputs), %.2f "
+              "GFLOP/s per rank",
+              t->dev ? "GPU" : "CPU",
+              t->dev && strcmp(tc->precision, "fp32") && !strcmp(tc->gpu_gemm, "fast")
+                  ? tc->precision
+                  : "fp32",
+              t->peak_flops / 1e9);
   }
 
   const uint64_t seed = (uint64_t)cfg->run.seed;

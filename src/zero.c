@@ -55,6 +55,7 @@ struct tsr_zero {
   float *param_shard;              /* stage 3: compute-precision parameters of the shard */
   slot gslots[TSR_ZERO_GRAD_SLOTS], pslots[TSR_ZERO_PARAM_SLOTS];
   tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
+  int64_t *norm_ranges;          /* [2 n_tensors]: the flat ranges the gradient norm counts */
   tsr_comm *tied;        /* tied embeddings over pp: this rank and its twin stage */
   int64_t tied_b, tied_e;
   int deferred;          /* the unit reduced only after the tied sum (-1: none) */
@@ -262,7 +263,8 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
   z->units = tsr_calloc((size_t)z->n_units, sizeof *z->units);
   z->counts = tsr_calloc((size_t)z->n_units * z->S, sizeof(size_t));
   z->unit_handles = tsr_calloc((size_t)z->n_units, sizeof *z->unit_handles);
-  if (!z->units || !z->counts || !z->unit_handles) goto fail;
+  z->norm_ranges = tsr_calloc(2 * (size_t)lay->n_tensors + 2, sizeof *z->norm_ranges);
+  if (!z->units || !z->counts || !z->unit_handles || !z->norm_ranges) goto fail;
   for (int u = 0; u < z->n_units; u++) {
     z->units[u] = tsr_model_unit(model, u);
     z->max_unit = max64(z->max_unit, z->units[u].end - z->units[u].begin);
@@ -334,6 +336,7 @@ void tsr_zero_destroy(tsr_zero **zp) {
   }
   if (z->unit_handles) tsr_comm_waitall(z->n_units, z->unit_handles);
   tsr_free(&z->unit_handles);
+  tsr_free(&z->norm_ranges);
   tsr_free(&z->units);
   tsr_free(&z->counts);
   tsr_ops_free(&z->master);
@@ -425,13 +428,15 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
    * ranks hold identically (norms, row-parallel biases, shared KV heads) only copy 0
    * counts.  Sums in rank order, so the norm is bitwise the same everywhere. */
   const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
-  double local = 0.0, dp_total, total;
+  double dp_total, total;
+  int n = 0;
   for (int i = 0; i < z->lay->n_tensors; i++) {
     const tsr_tensor *t = &z->lay->tensors[i];
     if (t->tp_copy != 0 || t->tied_copy) continue;
     const int64_t a = max64(t->offset, z->s0), b = min64(t->offset + t->numel, z->s1);
-    if (a < b) local += tsr_ops_sumsq(g + a, (long)(b - a));
+    if (a < b) z->norm_ranges[2 * n] = a, z->norm_ranges[2 * n + 1] = b, n++;
   }
+  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, n); /* one sync on a GPU */
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
   double tp_total;
   TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));

@@ -5,13 +5,23 @@
 # fetch of the device path runs, against the CPU backend from the same seed:
 #  (a) llama fp32, bf16 and fp16 (loss scaling): the loss and gradient norm of every step
 #      agree with run.device = 'cpu' (losses: fp32 to 2e-6 relative, measured 2e-9; bf16
-#      and fp16 to 1e-4, measured 2e-7 and 2e-6: a different summation order flips some
-#      roundings to 16 bits; gradient norms to 10x that);
+#      and fp16 with fp32 GEMMs (train.gpu_gemm = 'exact') to 1e-4, measured 2e-7 and 2e-6:
+#      a different summation order flips some roundings to 16 bits; gradient norms to 10x
+#      that); bf16 and fp16 with tensor-core GEMMs (the default, 'fast': the emulated
+#      cuBLASLt rounds GEMM inputs to 16 bits) to 1e-2.  bf16 'fast' differs from 'exact'
+#      (activation gradients are fp32 values, rounded on the way into the backward GEMMs);
+#      fp16 'fast' equals 'exact' bitwise (fp16 stores activation gradients in fp16 too,
+#      so every GEMM input already is an fp16 value: the tensor cores lose nothing);
 #  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
 #      with a validation pass: training and validation losses agree;
 #  (c) 2 ranks sharing the one emulated GPU (run.gpu_share): dp 2 at ZeRO-3, tp 2 with
 #      sequence parallelism, pp 2 on 1F1B give the CPU's losses (comm stages the device
-#      memory through MPI);
+#      memory through MPI: NCCL cannot put two ranks on one GPU, and the log says so);
+#  (c') a GPU per rank (EMU_DEVICES): dp 2 at ZeRO-3 and tp 2 with sequence parallelism
+#      through NCCL (cuda/comm_nccl.c, emulated), and tp 2 x dp 2 on two "nodes" (tp on
+#      NCCL, dp across the nodes on MPI by default, on NCCL with &parallel inter_node =
+#      'nccl'), give the CPU's losses; the emulated NCCL's trace shows it carried the
+#      traffic;
 #  (d) restart on the device: 2 steps + resume to 4 equals 4 straight steps bitwise, and
 #      the device's checkpoint resumes on the CPU;
 #  (e) errors: run.device = 'cuda' on a rank without a GPU, and two ranks on one GPU
@@ -49,9 +59,22 @@ for prec in fp32 bf16 fp16; do
   tol=2e-6
   [ $prec != fp32 ] && tol=1e-4
   run "cpu_$prec" cpu 1 run.max_steps=3 train.precision=$prec
-  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
+  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec train.gpu_gemm=exact
   check "(a) $prec: the device run finishes (exit $(cat "$SCRATCH/gpu_$prec.rc"))" rc_is "gpu_$prec" 0
   check "(a) $prec: device and CPU agree to $tol" agree "gpu_$prec" "cpu_$prec" $tol
+  [ $prec = fp32 ] && continue
+  run "fast_$prec" cuda 1 run.max_steps=3 train.precision=$prec
+  check "(a) $prec, tensor-core GEMMs: finishes, saying so" grep -q "^gemm: $prec inputs on tensor cores" \
+    "$SCRATCH/fast_$prec.out"
+  check "(a) $prec, tensor-core GEMMs: device and CPU agree to 1e-2" agree "fast_$prec" "cpu_$prec" 1e-2
+  want=differ
+  [ $prec = fp16 ] && want=equal
+  check "(a) $prec, tensor-core GEMMs: losses and norms $want those of fp32 GEMMs" \
+    "$PYTHON_REF" -c 'import json, sys
+m = [[(d["loss"], d["grad_norm"]) for d in map(json.loads, open(p)) if "loss" in d] for p in sys.argv[2:]]
+print("    gradient norms, fast vs exact:", [(a[1], b[1]) for a, b in zip(*m)])
+sys.exit(0 if len(m[0]) == 3 and (m[0] == m[1]) == (sys.argv[1] == "equal") else 1)' $want \
+    "$SCRATCH/fast_$prec/metrics.jsonl" "$SCRATCH/gpu_$prec/metrics.jsonl"
 done
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
   "$SCRATCH/gpu_fp32.out"
@@ -75,7 +98,32 @@ for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel
   run "gpu_$name" cuda 2 run.max_steps=2 "$@"
   check "(c) $name on 2 ranks sharing the GPU finishes" rc_is "gpu_$name" 0
   check "(c) $name: device and CPU agree" agree "gpu_$name" "cpu_$name" 2e-6
+  [ "$name" = pp ] && continue # pipeline stages talk by send/recv: MPI
+  check "(c) $name: the log says NCCL cannot serve ranks sharing a GPU" \
+    grep -q "share a GPU (run.gpu_share), which NCCL cannot do" "$SCRATCH/gpu_$name.out"
+  # (c') the same layout with a GPU per rank: through NCCL
+  rm -f "$SCRATCH/trace"
+  EMU_DEVICES=2 EMU_NCCL_TRACE="$SCRATCH/trace" run "nccl_$name" cuda 2 run.max_steps=2 \
+    run.gpu_share=.false. "$@"
+  check "(c') $name with a GPU per rank finishes" rc_is "nccl_$name" 0
+  check "(c') $name: the log puts its group on NCCL" grep -q "^comm: .*$name.* nccl" \
+    "$SCRATCH/nccl_$name.out"
+  check "(c') $name: NCCL carried collectives on both ranks" \
+    awk '$6 + $8 + $10 + $12 + $14 > 0 { n++ } END { exit n < 2 }' "$SCRATCH/trace"
+  check "(c') $name through NCCL: device and CPU agree" agree "nccl_$name" "cpu_$name" 2e-6
 done
+H=(run.max_steps=2 parallel.tp=2 parallel.ranks_per_node=2 parallel.zero_stage=1
+  train.global_batch=4)
+run cpu_hybrid cpu 4 "${H[@]}"
+EMU_DEVICES=4 run nccl_hybrid cuda 4 "${H[@]}" run.gpu_share=.false.
+check "(c') tp 2 x dp 2 over two nodes finishes" rc_is nccl_hybrid 0
+check "(c') ... tp on NCCL, dp across the nodes on MPI (the default inter_node)" \
+  grep -q "^comm: tp nccl, dp_shard mpi (across nodes)" "$SCRATCH/nccl_hybrid.out"
+check "(c') ... and agrees with the CPU" agree nccl_hybrid cpu_hybrid 2e-6
+EMU_DEVICES=4 run nccl_hybrid_n cuda 4 "${H[@]}" run.gpu_share=.false. parallel.inter_node=nccl
+check "(c') ... with inter_node = 'nccl': dp across the nodes on NCCL too" \
+  grep -q "^comm: tp nccl, dp_shard nccl (across nodes)" "$SCRATCH/nccl_hybrid_n.out"
+check "(c') ... and agrees with the CPU" agree nccl_hybrid_n cpu_hybrid 2e-6
 
 # ---- (d) restart on the device, and its checkpoint on the CPU ----
 run straight cuda 1 run.max_steps=4

@@ -11,7 +11,13 @@
  * also on a group of 3 (+ one of 1).  Byte counters are compared exactly with the ring
  * formulas of comm.h (sizes chosen so that every term is a whole number of bytes).
  * Checks are reduced over all ranks; rank 0 prints PASS/FAIL; exit 1 on any failure.
- * Some checks provoke errors on purpose: their "error:" lines are expected. */
+ * Some checks provoke errors on purpose: their "error:" lines are expected.
+ *
+ * Buffers are op memory (tsr_ops_alloc) and are read after tsr_ops_sync(), so the same
+ * checks run on a GPU: built with -DTEST_COMM_DEVICE (tests/cuda/comm_emu.sh links it with
+ * the CUDA backend and NCCL, emulated), every rank drives its own device, the groups of
+ * more than one rank get the NCCL transport (comm_dev.h), and their collectives on op
+ * memory go through NCCL; host scalars, send/recv and size-1 groups stay on MPI. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +31,12 @@
 
 #include "comm_mpi.h"
 #include "mpicheck.h"
+#include "ops.h"
 #include "util.h"
+#ifdef TEST_COMM_DEVICE
+#include "comm_nccl.h"
+#include "ops_dev.h"
+#endif
 
 static float value(uint64_t key, int r, size_t i) {
   int k = (int)(tsr_rand_uniform(key, (uint64_t)r * 1000003u + i) * 1024.0);
@@ -55,26 +66,32 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
   const int N = tsr_comm_size(c), me = tsr_comm_rank(c);
   const int next = (me + 1) % N, prev = (me + N - 1) % N;
   enum { AR = 37, RS = 29, AG = 23, BC = 51, P2P = 19 };
-  float *a = malloc(sizeof(float) * AR), *rs_in = malloc(sizeof(float) * RS * N),
-        *rs_out = malloc(sizeof(float) * RS), *ag_out = malloc(sizeof(float) * AG * N),
-        *ag_in = malloc(sizeof(float) * AG), *p_out = malloc(sizeof(float) * P2P),
-        *p_in = malloc(sizeof(float) * P2P), *p_in2 = malloc(sizeof(float) * P2P),
-        *p_out2 = malloc(sizeof(float) * P2P);
-  unsigned char *bc = malloc(BC);
+  float *a = tsr_ops_alloc(AR, sizeof(float)), *rs_in = tsr_ops_alloc((size_t)RS * N, sizeof(float)),
+        *rs_out = tsr_ops_alloc(RS, sizeof(float)), *ag_out = tsr_ops_alloc((size_t)AG * N, sizeof(float)),
+        *ag_in = tsr_ops_alloc(AG, sizeof(float)), *p_out = tsr_ops_alloc(P2P, sizeof(float)),
+        *p_in = tsr_ops_alloc(P2P, sizeof(float)), *p_in2 = tsr_ops_alloc(P2P, sizeof(float)),
+        *p_out2 = tsr_ops_alloc(P2P, sizeof(float));
+  unsigned char *bc = tsr_ops_alloc(BC, 1);
+  double *dd = tsr_ops_alloc(2, sizeof(double));
+  int *dn = tsr_ops_alloc(2, sizeof(int));
+  tsr_ops_sync(); /* op memory is written by the host from here on */
 
   /* ---- blocking ---- */
   fill(a, AR, key, me);
   int rc = tsr_comm_all_reduce(c, a, AR);
+  tsr_ops_sync();
   check(rc == 0 && is_sum(a, AR, key, N, 0), "%s: all_reduce of %d floats = closed-form sum",
         label, AR);
 
   fill(rs_in, (size_t)RS * N, key + 1, me);
   rc = tsr_comm_reduce_scatter(c, rs_in, rs_out, RS);
+  tsr_ops_sync();
   check(rc == 0 && is_sum(rs_out, RS, key + 1, N, (size_t)me * RS),
         "%s: reduce_scatter gives this rank's block of the sum", label);
 
   fill(ag_in, AG, key + 2, me);
   rc = tsr_comm_all_gather(c, ag_in, ag_out, AG);
+  tsr_ops_sync();
   int ok = rc == 0;
   for (int r = 0; r < N; r++)
     for (int i = 0; i < AG; i++) ok &= ag_out[r * AG + i] == value(key + 2, r, (size_t)i);
@@ -83,6 +100,7 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
   memset(ag_out, 0, sizeof(float) * AG * N);
   fill(ag_out + (size_t)me * AG, AG, key + 3, me);
   rc = tsr_comm_all_gather(c, ag_out + (size_t)me * AG, ag_out, AG);
+  tsr_ops_sync();
   ok = rc == 0;
   for (int r = 0; r < N; r++)
     for (int i = 0; i < AG; i++) ok &= ag_out[r * AG + i] == value(key + 3, r, (size_t)i);
@@ -92,6 +110,7 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
   for (int root = 0; root < N; root++) {
     for (size_t i = 0; i < BC; i++) bc[i] = me == root ? pattern(root, i) : 0xEE;
     ok &= tsr_comm_broadcast(c, bc, BC, root) == 0;
+    tsr_ops_sync();
     for (size_t i = 0; i < BC; i++) ok &= bc[i] == pattern(root, i);
   }
   check(ok, "%s: broadcast of %d bytes from every root", label, BC);
@@ -107,6 +126,7 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
       ok &= tsr_comm_recv(c, p_in, sizeof(float) * P2P, prev, 5) == 0;
       ok &= tsr_comm_send(c, p_out, sizeof(float) * P2P, next, 5) == 0;
     }
+    tsr_ops_sync();
     for (int i = 0; i < P2P; i++) ok &= p_in[i] == value(key + 4, prev, (size_t)i);
   }
   check(ok, "%s: send/recv around a ring of %d", label, N);
@@ -135,6 +155,7 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
   if (N == 1)
     for (int i = 0; i < nh; i++) ok &= h[i] == NULL; /* size 1: done at once */
   ok &= tsr_comm_waitall(nh, h) == 0;
+  tsr_ops_sync();
   for (int i = 0; i < nh; i++) ok &= h[i] == NULL;
   ok &= is_sum(a, AR, key + 5, N, 0) && is_sum(rs_out, RS, key + 6, N, (size_t)me * RS);
   for (int r = 0; r < N; r++)
@@ -156,6 +177,7 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
   ok &= tsr_comm_iall_gather(c, ag_in, ag_out, AG, &h2) == 0;
   ok &= tsr_comm_wait(&h2) == 0 && tsr_comm_wait(&h1) == 0 && !h1 && !h2;
   ok &= tsr_comm_wait(&h1) == 0; /* waiting on a completed (NULL) handle is a no-op */
+  tsr_ops_sync();
   ok &= is_sum(a, AR, key + 9, N, 0);
   for (int r = 0; r < N; r++)
     for (int i = 0; i < AG; i++) ok &= ag_out[r * AG + i] == value(key + 10, r, (size_t)i);
@@ -172,16 +194,64 @@ static void test_group(tsr_comm *c, const char *label, uint64_t key) {
         n[1] == -(N - 1);
   check(ok, "%s: scalar all-reduces (double sum, max; int max, min)", label);
 
-  free(a);
-  free(rs_in);
-  free(rs_out);
-  free(ag_in);
-  free(ag_out);
-  free(p_out);
-  free(p_in);
-  free(p_in2);
-  free(p_out2);
-  free(bc);
+  /* the same on op memory (on a GPU: through the device transport) */
+  dd[0] = me + 0.25, dd[1] = 1.5 * me, dn[0] = 3 * me, dn[1] = -me;
+  ok = tsr_comm_all_reduce_double(c, dd, 1, TSR_COMM_SUM) == 0 &&
+       tsr_comm_all_reduce_double(c, dd + 1, 1, TSR_COMM_MAX) == 0 &&
+       tsr_comm_all_reduce_int(c, dn, 1, TSR_COMM_MAX) == 0 &&
+       tsr_comm_all_reduce_int(c, dn + 1, 1, TSR_COMM_MIN) == 0;
+  tsr_ops_sync();
+  ok &= dd[0] == N * (N - 1) / 2.0 + 0.25 * N && dd[1] == 1.5 * (N - 1) &&
+        dn[0] == 3 * (N - 1) && dn[1] == -(N - 1);
+  check(ok, "%s: scalar all-reduces on op memory", label);
+
+  /* polled to completion with tsr_comm_test */
+  fill(a, AR, key + 12, me);
+  tsr_comm_handle ht = NULL;
+  ok = tsr_comm_iall_reduce(c, a, AR, &ht) == 0;
+  for (int done = 0, spins = 0; ok && !done && spins < 100000000; spins++)
+    ok &= tsr_comm_test(&ht, &done) == 0;
+  tsr_ops_sync();
+  ok &= ht == NULL && is_sum(a, AR, key + 12, N, 0);
+  check(ok, "%s: tsr_comm_test drives an all-reduce to completion", label);
+
+  /* uneven blocks, one of them empty */
+  {
+    size_t counts[64], total = 0, off = 0;
+    for (int r = 0; r < N && r < 64; r++) total += counts[r] = (size_t)((r * 7 + 3) % 11) * (r != 1);
+    for (int r = 0; r < me; r++) off += counts[r];
+    float *vs = tsr_ops_alloc(total + 1, sizeof(float)), *vr = tsr_ops_alloc(counts[me] + 1, sizeof(float)),
+          *vg = tsr_ops_alloc(total + 1, sizeof(float));
+    ok = vs && vr && vg && N <= 64;
+    if (ok) {
+      tsr_ops_sync();
+      fill(vs, total, key + 13, me);
+      ok &= tsr_comm_reduce_scatter_v(c, vs, vr, counts) == 0;
+      fill(vg + off, counts[me], key + 14, me);
+      ok &= tsr_comm_all_gather_v(c, vg + off, vg, counts) == 0; /* in place */
+      tsr_ops_sync();
+      ok &= is_sum(vr, counts[me], key + 13, N, off);
+      for (int r = 0, o = 0; r < N; o += (int)counts[r], r++)
+        for (size_t i = 0; i < counts[r]; i++) ok &= vg[o + (int)i] == value(key + 14, r, i);
+    }
+    check(ok, "%s: reduce_scatter_v and all_gather_v (in place) over uneven blocks", label);
+    tsr_ops_free(&vs);
+    tsr_ops_free(&vr);
+    tsr_ops_free(&vg);
+  }
+
+  tsr_ops_free(&a);
+  tsr_ops_free(&rs_in);
+  tsr_ops_free(&rs_out);
+  tsr_ops_free(&ag_in);
+  tsr_ops_free(&ag_out);
+  tsr_ops_free(&p_out);
+  tsr_ops_free(&p_in);
+  tsr_ops_free(&p_in2);
+  tsr_ops_free(&p_out2);
+  tsr_ops_free(&bc);
+  tsr_ops_free(&dd);
+  tsr_ops_free(&dn);
 }
 
 /* Counters after a known sequence, against the ring formulas of comm.h.  Sizes are
@@ -299,6 +369,21 @@ int main(int argc, char **argv) {
   MPI_Comm_free(&sub);
   check(ok, "groups created");
   if (!ok) MPI_Abort(MPI_COMM_WORLD, 1);
+#ifdef TEST_COMM_DEVICE
+  const tsr_ops_backend *dev = NULL;
+  MPI_Comm wc = MPI_COMM_WORLD;
+  ok = tsr_cuda_ops_open(&wc, "cuda", 0, &dev) == 0 && dev;
+  check(ok, "a device of its own on every rank");
+  if (!ok) MPI_Abort(MPI_COMM_WORLD, 1);
+  tsr_ops_set_backend(dev);
+  tsr_comm *groups[] = {world, pairs, self, three}; /* "three" is tested on 4 ranks only */
+  const int n_groups = ws == 4 ? 4 : 3;
+  for (int i = 0; i < n_groups; i++)
+    ok &= tsr_comm_attach_device(groups[i], &tsr_cuda_nccl_transport) == 0;
+  for (int i = 0; i < n_groups; i++)
+    ok &= !strcmp(tsr_comm_backend(groups[i]), tsr_comm_size(groups[i]) > 1 ? "nccl" : "mpi");
+  check(ok, "NCCL attached to every tested group of more than one rank");
+#endif
   check(tsr_comm_size(world) == ws && tsr_comm_rank(world) == g_rank &&
             !strcmp(tsr_comm_name(world), "world") && tsr_comm_size(self) == 1 &&
             tsr_comm_rank(self) == 0 && tsr_comm_size(pairs) == (g_rank / 2 * 2 + 1 < ws ? 2 : 1),
@@ -324,6 +409,11 @@ int main(int argc, char **argv) {
   tsr_comm_destroy(&pairs);
   tsr_comm_destroy(&world);
   check(world == NULL, "tsr_comm_destroy NULLs the handle");
+#ifdef TEST_COMM_DEVICE
+  tsr_cuda_nccl_transport.close();
+  tsr_ops_set_backend(NULL);
+  dev->close();
+#endif
   if (g_rank == 0) printf("test_comm: %d checks passed, %d failed\n", n_pass, n_fail);
   MPI_Finalize();
   return n_fail ? 1 : 0;

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# emu-tessera.sh OUT — link the whole trainer with its CUDA backend (cuda/ops_dev.c, the
+# emu-tessera.sh OUT [PROGRAM.c CPPFLAG...] — link the whole trainer with its CUDA backend (cuda/ops_dev.c, the
 # kernels of cuda/*.cu, cuda/device.c) on the CPU emulation of tests/cuda/emu/ instead of
 # the CUDA runtime: `OUT run.device=cuda ...` then trains with every op going through
 # the device backend (managed memory, the stream, scratch, results fetched from "device"
-# scalars), kernels run as CPU fibers and cuBLASLt as plain loops.  What it cannot show:
+# scalars), kernels run as CPU fibers and cuBLASLt as plain loops, and NCCL
+# (cuda/comm_nccl.c) is emulated between the ranks' processes in shared memory.  What it cannot show:
 # speed, and races between the host and a real asynchronous GPU.
+#
+# With PROGRAM.c, that program (a test: tests/cuda/comm_emu.sh) is linked the same way
+# instead of src/main.c, compiled with the CPPFLAGs given.
 #
 # Needs a configured build tree (top_builddir: src/libtessera.a, src/embedded_deck.c and
 # the Makefile's HDF5/OpenBLAS/OpenMP flags) and top_srcdir.
 set -euo pipefail
 out=$1
+prog=${2:-}
+shift $(($# > 1 ? 2 : 1))
 top=${top_srcdir:?}
 bld=${top_builddir:?}
 emu=$top/tests/cuda/emu
@@ -28,9 +34,16 @@ CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bl
 emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
-$CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -c "$top/src/main.c" -o "$B/main.o"
-$CC "${CFLAGS[@]}" -c "$bld/src/embedded_deck.c" -o "$B/embedded_deck.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/comm_nccl.c" -o "$B/comm_nccl.o"
+if [ -n "$prog" ]; then
+  $CC "${CFLAGS[@]}" -I"$top/tests" "$@" -c "$prog" -o "$B/main.o"
+  : >"$B/embedded_deck.c"
+else
+  $CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -DTSR_HAVE_NCCL -c "$top/src/main.c" -o "$B/main.o"
+  cp "$bld/src/embedded_deck.c" "$B/embedded_deck.c"
+fi
+$CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
-$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/device.o" \
+$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/comm_nccl.o" "$B/device.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
-  "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lm
+  "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

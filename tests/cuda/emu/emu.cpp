@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <map>
+#include <cstdint>
 #include <cmath>
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
@@ -118,32 +120,72 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev) { snprintf(bus, l
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) { *pool = (cudaMemPool_t)0; return dev < emu_devices() ? 0 : 101; }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *) { return 0; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) { strcpy(p->name, "CPU emulation"); p->major = 9; p->minor = 0; p->multiProcessorCount = 1; return 0; }
-cudaError_t cudaSetDevice(int dev) { return dev >= 0 && dev < emu_devices() ? 0 : 101; }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (cudaStream_t)malloc(1); return 0; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return 0; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+static int emu_current;
+static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, managed) */
+cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
+cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
+struct emu_stream { int magic; };
+struct emu_event { int magic, recorded; };
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new emu_stream{0x5e}; return 0; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { if (!s || s->magic != 0x5e) return 400; s->magic = 0; delete s; return 0; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return s && s->magic != 0x5e ? 400 : 0; }
 cudaError_t cudaDeviceSynchronize(void) { return 0; }
-cudaError_t cudaMalloc(void **p, size_t b) { *p = malloc(b ? b : 1); memset(*p, 0xA5, b); return 0; }
-cudaError_t cudaFree(void *p) { free(p); return 0; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) { *e = new emu_event{0xe7, 0}; return 0; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { if (!e || e->magic != 0xe7) return 400; e->magic = 0; delete e; return 0; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { if (!e || e->magic != 0xe7 || (s && s->magic != 0x5e)) return 400; e->recorded = 1; return 0; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return !e || e->magic != 0xe7 ? 400 : 0; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  if (!e || e->magic != 0xe7 || (s && s->magic != 0x5e)) return 400;
+  if (!e->recorded) { fprintf(stderr, "emu: cudaStreamWaitEvent on an event never recorded\n"); return 400; }
+  return 0;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+  memset(a, 0, sizeof *a);
+  auto it = emu_allocs.upper_bound((uintptr_t)p);
+  if (it != emu_allocs.begin()) {
+    --it;
+    if ((uintptr_t)p < it->first + it->second.first) {
+      a->type = it->second.second ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
+      a->device = emu_current;
+      a->devicePointer = (void *)p;
+    }
+  }
+  return 0;
+}
+cudaError_t cudaMalloc(void **p, size_t b) { *p = malloc(b ? b : 1); memset(*p, 0xA5, b); emu_allocs[(uintptr_t)*p] = std::make_pair(b ? b : 1, 0); return 0; }
+cudaError_t cudaFree(void *p) { emu_allocs.erase((uintptr_t)p); free(p); return 0; }
 cudaError_t cudaMallocAsync(void **p, size_t b, cudaStream_t) { return cudaMalloc(p, b); }
-cudaError_t cudaFreeAsync(void *p, cudaStream_t) { free(p); return 0; }
+cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t b, enum cudaMemcpyKind) { memmove(d, s, b); return 0; }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t b, enum cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, b, k); }
 cudaError_t cudaMemset(void *p, int v, size_t b) { memset(p, v, b); return 0; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { memset(p, v, b); return 0; }
 cudaError_t cudaGetLastError(void) { return 0; }
-cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) { return cudaMalloc(p, b); }
+cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) { cudaMalloc(p, b); emu_allocs[(uintptr_t)*p].second = 1; return 0; }
 cudaError_t cudaMemAdvise(const void *p, size_t, enum cudaMemoryAdvise, struct cudaMemLocation l) { return p && l.id >= 0 && l.id < emu_devices() ? 0 : 1; }
 const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
 const char *cudaGetErrorName(cudaError_t) { return "emuError"; }
 }
 
 /* ---- cuBLASLt ---- */
-struct emu_desc { int ta = 0, tb = 0, epi = CUBLASLT_EPILOGUE_DEFAULT; const void *bias = 0; void *aux = 0; int64_t aux_ld = 0; int bias_type = -1, aux_type = -1; };
+struct emu_desc { int compute = CUBLAS_COMPUTE_32F, ta = 0, tb = 0, epi = CUBLASLT_EPILOGUE_DEFAULT; const void *bias = 0; void *aux = 0; int64_t aux_ld = 0; int bias_type = -1, aux_type = -1; };
 struct emu_layout { int type; uint64_t rows, cols; int64_t ld; };
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new emu_desc; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t) { *d = new emu_desc; (*d)->compute = c; return CUBLAS_STATUS_SUCCESS; }
+/* the FAST_16BF / _16F compute types: inputs rounded to 16 bits (bf16: round to nearest
+ * even; fp16: the compiler's _Float16), as tensor cores see them; products summed in double */
+static double fast_input(double v, int compute) {
+  if (compute == CUBLAS_COMPUTE_32F_FAST_16F) return (double)(_Float16)(float)v;
+  if (compute != CUBLAS_COMPUTE_32F_FAST_16BF) return v;
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
   switch (a) {
@@ -192,8 +234,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     for (uint64_t i = 0; i < m; i++) {
       double s = 0;
       for (uint64_t p = 0; p < k; p++) {
-        const double av = ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld);
-        const double bv = ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld);
+        const double av = fast_input(ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld), d->compute);
+        const double bv = fast_input(ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld), d->compute);
         s += av * bv;
       }
       double v = a * s + (b != 0 ? b * ld_elem(C, cd->type, i + j * cd->ld) : 0.0);

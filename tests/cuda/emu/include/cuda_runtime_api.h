@@ -43,6 +43,24 @@ enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int dev);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value);
+/* streams and events: the emulation runs everything at once, in call order, so an event
+ * has always happened; the calls check their arguments */
+#define cudaErrorNotReady 600
+#define cudaStreamNonBlocking 1u
+#define cudaEventDisableTiming 2u
+typedef struct emu_event *cudaEvent_t;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags);
+/* what memory a pointer is: the emulation tracks cudaMalloc/cudaMallocManaged ranges */
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1,
+                      cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes { enum cudaMemoryType type; int device; void *devicePointer; void *hostPointer; };
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
+cudaError_t cudaGetDevice(int *dev);
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 #ifdef __cplusplus
