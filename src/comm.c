@@ -188,6 +188,20 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
 
 /* ------------------------------------------------------------------ requests */
 
+/* A request from the group's free list, or a new one; NULL when out of memory. */
+static struct tsr_comm_request *pop_request(tsr_comm *c) {
+  struct tsr_comm_request *r = c->free_list;
+  if (r) c->free_list = r->next;
+  else r = tsr_calloc(1, sizeof *r);
+  return r;
+}
+
+/* r back onto the group's free list. */
+static void push_request(tsr_comm *c, struct tsr_comm_request *r) {
+  r->next = c->free_list;
+  c->free_list = r;
+}
+
 /* A posted operation becomes the request r (taken from the group's free list or new). */
 static int track(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_comm_kind kind,
                  tsr_comm_handle *h) {
@@ -204,10 +218,8 @@ static int track(tsr_comm *c, struct tsr_comm_request *r, MPI_Request req, tsr_c
 }
 
 static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handle *h) {
-  struct tsr_comm_request *r = c->free_list;
-  if (r) {
-    c->free_list = r->next;
-  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+  struct tsr_comm_request *r = pop_request(c);
+  if (!r) {
     MPI_Wait(&req, MPI_STATUS_IGNORE); /* never leave an operation nobody can complete */
     tsr_error("out of memory for a request on '%s'", c->name);
     return TSR_ERR;
@@ -227,8 +239,7 @@ static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
   const tsr_comm_kind kind = r->kind;
   const int peer = r->peer;
   const size_t want = r->recv_bytes;
-  r->next = c->free_list;
-  c->free_list = r;
+  push_request(c, r);
   c->in_flight--;
   *h = NULL;
   if (rc != MPI_SUCCESS) {
@@ -244,11 +255,10 @@ static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
 
 /* ------------------------------------------------------------------ device operations */
 
-/* The group's transport when it can take an operation on buffers a and b (b may be
- * NULL): one is attached and both are device memory. */
-static const tsr_comm_transport *dev_for(const tsr_comm *c, const void *a, const void *b) {
-  if (!c->dev || !c->tr->on_device(a) || (b && !c->tr->on_device(b))) return NULL;
-  return c->tr;
+/* 1 when the group's transport takes an operation on buffers a and b (b may be NULL):
+ * one is attached and both are device memory. */
+static int dev_for(const tsr_comm *c, const void *a, const void *b) {
+  return c->dev && c->tr->on_device(a) && (!b || c->tr->on_device(b));
 }
 
 /* After a device operation was queued (rc: how that went): a blocking call (h NULL)
@@ -258,10 +268,8 @@ static int dev_done(tsr_comm *c, int rc, tsr_comm_kind kind, tsr_comm_handle *h)
   tsr_comm_dev_event *ev = NULL;
   TSR_CALL(c->tr->record(c->dev, &ev));
   if (!h) return c->tr->wait(&ev);
-  struct tsr_comm_request *r = c->free_list;
-  if (r) {
-    c->free_list = r->next;
-  } else if (!(r = tsr_calloc(1, sizeof *r))) {
+  struct tsr_comm_request *r = pop_request(c);
+  if (!r) {
     c->tr->wait(&ev);
     tsr_error("out of memory for a request on '%s'", c->name);
     return TSR_ERR;
@@ -435,19 +443,14 @@ int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t sen
 /* A request whose counts/displs arrays (size of the group) outlive the call, as MPI
  * requires of non-blocking v-collectives.  The arrays stay with the recycled request. */
 static struct tsr_comm_request *take_request(tsr_comm *c) {
-  struct tsr_comm_request *r = c->free_list;
-  if (r) {
-    c->free_list = r->next;
-  } else if (!(r = tsr_calloc(1, sizeof *r))) {
-    return NULL;
-  }
+  struct tsr_comm_request *r = pop_request(c);
+  if (!r) return NULL;
   if (!r->counts) {
     r->counts = tsr_calloc((size_t)c->size, sizeof(int));
     r->displs = tsr_calloc((size_t)c->size, sizeof(int));
   }
   if (!r->counts || !r->displs) {
-    r->next = c->free_list;
-    c->free_list = r;
+    push_request(c, r);
     return NULL;
   }
   return r;
@@ -484,14 +487,12 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
       tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
       if (c->size == 1 && total) tsr_ops_copy(recv, send, sizeof(float) * total);
     }
-    r->next = c->free_list;
-    c->free_list = r;
+    push_request(c, r);
     return rc;
   }
   tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
   if (dev_for(c, send, recv)) {
-    r->next = c->free_list; /* the transport takes the counts at once */
-    c->free_list = r;
+    push_request(c, r); /* the transport takes the counts at once */
     return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, counts),
                     TSR_COMM_REDUCE_SCATTER, h);
   }
@@ -499,8 +500,7 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   int mrc = MPI_Ireduce_scatter(send, recv, r->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
   if (mrc != MPI_SUCCESS) {
-    r->next = c->free_list;
-    c->free_list = r;
+    push_request(c, r);
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Ireduce_scatter", mrc);
     return TSR_ERR;
   }
@@ -526,14 +526,12 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
       tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
       if (c->size == 1 && !in_place && total) tsr_ops_copy(recv, send, sizeof(float) * total);
     }
-    r->next = c->free_list;
-    c->free_list = r;
+    push_request(c, r);
     return rc;
   }
   tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
   if (dev_for(c, send, recv)) {
-    r->next = c->free_list; /* the transport takes the counts at once */
-    c->free_list = r;
+    push_request(c, r); /* the transport takes the counts at once */
     return dev_done(c, c->tr->all_gather(c->dev, send, recv, counts), TSR_COMM_ALL_GATHER, h);
   }
   MPI_Request req;
@@ -541,8 +539,7 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
   int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], MPI_FLOAT, recv,
                             r->counts, r->displs, MPI_FLOAT, c->comm, &req);
   if (mrc != MPI_SUCCESS) {
-    r->next = c->free_list;
-    c->free_list = r;
+    push_request(c, r);
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Iallgatherv", mrc);
     return TSR_ERR;
   }

@@ -218,9 +218,9 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* The GEMM rate of this rank (fp32 storage, in the run's GEMM mode; FLOP/s, the best of many 256 x 512 x 512 products): on the
- * CPU, where no peak is stated, MFU is measured against it, as a GPU's MFU is against its
- * GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
+/* The GEMM rate of this rank (fp32 storage, in the run's GEMM mode; FLOP/s, the best of
+ * many 256 x 512 x 512 products): on the CPU, where no peak is stated, MFU is measured
+ * against it, as a GPU's MFU is against its GEMM peak.  The buffers are a setup-time transient outside the counted allocations (the
  * planner's memory figures do not include them). */
 static float *probe_alloc(size_t n) {
   return tsr_ops_on_device() ? tsr_ops_alloc(n, sizeof(float)) : malloc(n * sizeof(float));
@@ -284,7 +284,9 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   tsr_comm_destroy(&w);
   if (rc) return rc;
   TSR_CALL(open_device(t, cfg, world));
-  if (t->dev && strcmp(tc->precision, "fp32") != 0 && !strcmp(tc->gpu_gemm, "fast")) {
+  /* bf16/fp16 on a GPU with train.gpu_gemm = 'fast': 16-bit GEMM inputs on tensor cores */
+  const int gemm16 = t->dev && strcmp(tc->precision, "fp32") != 0 && !strcmp(tc->gpu_gemm, "fast");
+  if (gemm16) {
     tsr_ops_set_matmul_inputs(t->fp16 ? TSR_MATMUL_FP16 : TSR_MATMUL_BF16);
     if (t->rank == 0)
       tsr_log("gemm: %s inputs on tensor cores, fp32 accumulation (train.gpu_gemm = 'fast'; "
@@ -341,11 +343,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
     if (t->rank == 0)
       tsr_log("mfu: measured against this %s's GEMM rate (fp32 storage, %s inputs), %.2f "
               "GFLOP/s per rank",
-              t->dev ? "GPU" : "CPU",
-              t->dev && strcmp(tc->precision, "fp32") && !strcmp(tc->gpu_gemm, "fast")
-                  ? tc->precision
-                  : "fp32",
-              t->peak_flops / 1e9);
+              t->dev ? "GPU" : "CPU", gemm16 ? tc->precision : "fp32", t->peak_flops / 1e9);
   }
 
   const uint64_t seed = (uint64_t)cfg->run.seed;

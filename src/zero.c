@@ -55,7 +55,8 @@ struct tsr_zero {
   float *param_shard;              /* stage 3: compute-precision parameters of the shard */
   slot gslots[TSR_ZERO_GRAD_SLOTS], pslots[TSR_ZERO_PARAM_SLOTS];
   tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
-  int64_t *norm_ranges;          /* [2 n_tensors]: the flat ranges the gradient norm counts */
+  int64_t *norm_ranges;          /* [2 n_norm_ranges]: the flat ranges the gradient norm counts */
+  int n_norm_ranges;
   tsr_comm *tied;        /* tied embeddings over pp: this rank and its twin stage */
   int64_t tied_b, tied_e;
   int deferred;          /* the unit reduced only after the tied sum (-1: none) */
@@ -265,6 +266,18 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
   z->unit_handles = tsr_calloc((size_t)z->n_units, sizeof *z->unit_handles);
   z->norm_ranges = tsr_calloc(2 * (size_t)lay->n_tensors + 2, sizeof *z->norm_ranges);
   if (!z->units || !z->counts || !z->unit_handles || !z->norm_ranges) goto fail;
+  /* Every element of the model is counted once by the gradient norm: each rank its own
+   * shard (dp replicas hold equal shards and stay out of the sum), and of a tensor that
+   * several tp ranks hold identically (norms, row-parallel biases, shared KV heads) only
+   * copy 0. */
+  for (int i = 0; i < lay->n_tensors; i++) {
+    const tsr_tensor *t = &lay->tensors[i];
+    const int64_t a = max64(t->offset, z->s0), b = min64(t->offset + t->numel, z->s1);
+    if (t->tp_copy != 0 || t->tied_copy || a >= b) continue;
+    z->norm_ranges[2 * z->n_norm_ranges] = a;
+    z->norm_ranges[2 * z->n_norm_ranges + 1] = b;
+    z->n_norm_ranges++;
+  }
   for (int u = 0; u < z->n_units; u++) {
     z->units[u] = tsr_model_unit(model, u);
     z->max_unit = max64(z->max_unit, z->units[u].end - z->units[u].begin);
@@ -423,20 +436,11 @@ static float *reduced_grads(tsr_zero *z) {
 float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
 
 int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
-  /* Every element of the model is counted once: each rank adds up its own shard (dp
-   * replicas hold equal shards and stay out of the sum), and of a tensor that several tp
-   * ranks hold identically (norms, row-parallel biases, shared KV heads) only copy 0
-   * counts.  Sums in rank order, so the norm is bitwise the same everywhere. */
+  /* This rank's ranges (z->norm_ranges, from tsr_zero_create), then sums in rank order,
+   * so the norm is bitwise the same everywhere. */
   const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
   double dp_total, total;
-  int n = 0;
-  for (int i = 0; i < z->lay->n_tensors; i++) {
-    const tsr_tensor *t = &z->lay->tensors[i];
-    if (t->tp_copy != 0 || t->tied_copy) continue;
-    const int64_t a = max64(t->offset, z->s0), b = min64(t->offset + t->numel, z->s1);
-    if (a < b) z->norm_ranges[2 * n] = a, z->norm_ranges[2 * n + 1] = b, n++;
-  }
-  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, n); /* one sync on a GPU */
+  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
   double tp_total;
   TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));

@@ -30,12 +30,8 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
-command -v g++ >/dev/null || skip "no g++"
-command -v python3 >/dev/null || skip "no python3"
 EMU="$SCRATCH/tessera-emu"
-bash "$top_srcdir/tests/cuda/emu-tessera.sh" "$EMU" >"$SCRATCH/build.log" 2>&1 ||
-  { cat "$SCRATCH/build.log"; bad "building tessera on the emulated GPU"; finish; }
-ok "tessera linked with the CUDA backend on the emulated GPU"
+emu_link tessera "$EMU"
 bytes_corpus computers
 export TSR_GEMM_PROBE_N=64 # the MFU probe's GEMM is a plain loop here
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2

@@ -11,13 +11,8 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
-command -v g++ >/dev/null || skip "no g++"
-command -v python3 >/dev/null || skip "no python3"
 BIN="$SCRATCH/test_comm_dev"
-bash "$top_srcdir/tests/cuda/emu-tessera.sh" "$BIN" "$top_srcdir/tests/test_comm.c" \
-  -DTEST_COMM_DEVICE >"$SCRATCH/build.log" 2>&1 ||
-  { cat "$SCRATCH/build.log"; bad "building test_comm on the emulated GPU with NCCL"; finish; }
-ok "test_comm linked with the CUDA backend and NCCL on the emulated GPU"
+emu_link test_comm "$BIN" "$top_srcdir/tests/test_comm.c" -DTEST_COMM_DEVICE
 for np in 2 3 4; do
   rm -f "$SCRATCH/trace"
   EMU_DEVICES=$np EMU_NCCL_TRACE="$SCRATCH/trace" timeout 600 "$MPIRUN" -np $np "$BIN" \

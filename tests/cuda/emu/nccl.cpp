@@ -112,25 +112,42 @@ static void reduce_t(T *out, emu_nccl_comm *c, size_t first, size_t len, int op)
   }
 }
 
-/* out[0..len) = the reduction over ranks of slot elements [first, first+len). */
-static int reduce_slots(void *out, emu_nccl_comm *c, ncclDataType_t t, size_t first, size_t len,
-                        int op) {
+/* out[0..len) = the reduction over ranks of slot elements [first, first+len); the type
+ * is one that check() admits for reductions. */
+static void reduce_slots(void *out, emu_nccl_comm *c, ncclDataType_t t, size_t first, size_t len,
+                         int op) {
   switch (t) {
-    case ncclFloat32: reduce_t((float *)out, c, first, len, op); return 0;
-    case ncclFloat64: reduce_t((double *)out, c, first, len, op); return 0;
-    case ncclInt32: reduce_t((int32_t *)out, c, first, len, op); return 0;
-    case ncclInt64: reduce_t((int64_t *)out, c, first, len, op); return 0;
-    default: return 1;
+    case ncclFloat32: reduce_t((float *)out, c, first, len, op); return;
+    case ncclFloat64: reduce_t((double *)out, c, first, len, op); return;
+    case ncclInt32: reduce_t((int32_t *)out, c, first, len, op); return;
+    default: reduce_t((int64_t *)out, c, first, len, op); return;
   }
 }
 
-static ncclResult_t check(emu_nccl_comm *c, ncclDataType_t t, int op) {
+/* Arguments every rank can refuse on its own, before any of them waits for the others:
+ * reductions take 32/64-bit types and sum, max or min; copies also bytes. */
+static ncclResult_t check(emu_nccl_comm *c, ncclDataType_t t, int op, bool reduces) {
   if (!c || !c->h) return ncclInvalidArgument;
   if (op != ncclSum && op != ncclMax && op != ncclMin) return ncclInvalidArgument;
-  if (t != ncclFloat32 && t != ncclFloat64 && t != ncclInt32 && t != ncclInt64 &&
-      t != ncclUint8 && t != ncclInt8)
-    return ncclInvalidArgument;
+  const bool wide = t == ncclFloat32 || t == ncclFloat64 || t == ncclInt32 || t == ncclInt64;
+  if (!wide && (reduces || (t != ncclUint8 && t != ncclInt8))) return ncclInvalidArgument;
   return ncclSuccess;
+}
+
+/* count elements of es bytes in chunks of the slot size: each chunk, the ranks that
+ * deposit copy their part of src into their slot, all meet, take(i0, len) reads the
+ * slots, and all meet again before the slots are reused. */
+template <class F>
+static void chunked(emu_nccl_comm *c, const void *src, size_t count, size_t es, bool deposit,
+                    F take) {
+  const size_t per = CHUNK / es;
+  for (size_t i0 = 0; i0 < count; i0 += per) {
+    const size_t len = count - i0 < per ? count - i0 : per;
+    if (deposit) memcpy(slot(c, c->rank), (const char *)src + i0 * es, len * es);
+    barrier(c);
+    take(i0, len);
+    barrier(c);
+  }
 }
 
 extern "C" {
@@ -219,88 +236,65 @@ ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
-  ncclResult_t rc = check(c, t, op);
+  ncclResult_t rc = check(c, t, op, true);
   if (rc) return rc;
   agree(c, 1, t, op, -1, count);
-  const size_t es = type_size(t), per = CHUNK / es;
-  for (size_t i0 = 0; i0 < count; i0 += per) {
-    const size_t len = count - i0 < per ? count - i0 : per;
-    memcpy(slot(c, c->rank), (const char *)send + i0 * es, len * es);
-    barrier(c);
-    if (reduce_slots((char *)recv + i0 * es, c, t, 0, len, op)) return ncclInvalidArgument;
-    barrier(c);
-  }
+  const size_t es = type_size(t);
+  chunked(c, send, count, es, true, [&](size_t i0, size_t len) {
+    reduce_slots((char *)recv + i0 * es, c, t, 0, len, op);
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t rc_count, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
-  ncclResult_t rc = check(c, t, op);
+  ncclResult_t rc = check(c, t, op, true);
   if (rc) return rc;
   agree(c, 2, t, op, -1, rc_count);
-  const size_t es = type_size(t), per = CHUNK / es, total = rc_count * c->n;
-  const size_t mine0 = (size_t)c->rank * rc_count, mine1 = mine0 + rc_count;
-  for (size_t i0 = 0; i0 < total; i0 += per) {
-    const size_t len = total - i0 < per ? total - i0 : per;
-    memcpy(slot(c, c->rank), (const char *)send + i0 * es, len * es);
-    barrier(c);
+  const size_t es = type_size(t), mine0 = (size_t)c->rank * rc_count, mine1 = mine0 + rc_count;
+  chunked(c, send, rc_count * c->n, es, true, [&](size_t i0, size_t len) {
     const size_t a = i0 > mine0 ? i0 : mine0, b = i0 + len < mine1 ? i0 + len : mine1;
-    if (a < b && reduce_slots((char *)recv + (a - mine0) * es, c, t, a - i0, b - a, op))
-      return ncclInvalidArgument;
-    barrier(c);
-  }
+    if (a < b) reduce_slots((char *)recv + (a - mine0) * es, c, t, a - i0, b - a, op);
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sc, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t) {
-  ncclResult_t rc = check(c, t, ncclSum);
+  ncclResult_t rc = check(c, t, ncclSum, false);
   if (rc) return rc;
   agree(c, 3, t, 0, -1, sc);
-  const size_t es = type_size(t), per = CHUNK / es;
-  for (size_t i0 = 0; i0 < sc; i0 += per) {
-    const size_t len = sc - i0 < per ? sc - i0 : per;
-    memcpy(slot(c, c->rank), (const char *)send + i0 * es, len * es);
-    barrier(c);
+  const size_t es = type_size(t);
+  chunked(c, send, sc, es, true, [&](size_t i0, size_t len) {
     for (int r = 0; r < c->n; r++)
       memcpy((char *)recv + ((size_t)r * sc + i0) * es, slot(c, r), len * es);
-    barrier(c);
-  }
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
                            int root, ncclComm_t c, cudaStream_t) {
-  ncclResult_t rc = check(c, t, ncclSum);
+  ncclResult_t rc = check(c, t, ncclSum, false);
   if (rc) return rc;
   if (root < 0 || root >= c->n) return ncclInvalidArgument;
   agree(c, 4, t, 0, root, count);
-  const size_t es = type_size(t), per = CHUNK / es;
-  for (size_t i0 = 0; i0 < count; i0 += per) {
-    const size_t len = count - i0 < per ? count - i0 : per;
-    if (c->rank == root) memcpy(slot(c, root), (const char *)send + i0 * es, len * es);
-    barrier(c);
+  const size_t es = type_size(t);
+  chunked(c, send, count, es, c->rank == root, [&](size_t i0, size_t len) {
     memmove((char *)recv + i0 * es, slot(c, root), len * es);
-    barrier(c);
-  }
+  });
   return ncclSuccess;
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t) {
-  ncclResult_t rc = check(c, t, op);
+  ncclResult_t rc = check(c, t, op, true);
   if (rc) return rc;
   if (root < 0 || root >= c->n) return ncclInvalidArgument;
   agree(c, 5, t, op, root, count);
-  const size_t es = type_size(t), per = CHUNK / es;
-  for (size_t i0 = 0; i0 < count; i0 += per) {
-    const size_t len = count - i0 < per ? count - i0 : per;
-    memcpy(slot(c, c->rank), (const char *)send + i0 * es, len * es);
-    barrier(c);
-    if (c->rank == root && reduce_slots((char *)recv + i0 * es, c, t, 0, len, op))
-      return ncclInvalidArgument;
-    barrier(c);
-  }
+  const size_t es = type_size(t);
+  chunked(c, send, count, es, true, [&](size_t i0, size_t len) {
+    if (c->rank == root) reduce_slots((char *)recv + i0 * es, c, t, 0, len, op);
+  });
   return ncclSuccess;
 }
 
