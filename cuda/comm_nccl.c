@@ -270,4 +270,5 @@ static void nc_close(void) {
 
 const tsr_comm_transport tsr_cuda_nccl_transport = {
     "nccl",        nc_create,    nc_destroy, nc_on_device, nc_all_reduce, nc_reduce_scatter,
-    nc_all_gather, nc_broadcast, nc_record,  nc_wait,      nc_query,          nc_close};
+    nc_all_gather, nc_broadcast, nc_record,  nc_wait,      nc_query,          nc_close,
+    NULL /* send: the pipeline's point-to-point stays on MPI */, NULL};

@@ -216,6 +216,9 @@ int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem, cudaStr
  * one block sums them in a fixed order. */
 int tsr_cuda_sumsq(double *out, const float *x, long n_elem, const tsr_cuda_scratch *ws, cudaStream_t stream);
 int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaStream_t stream);
+/* *acc += *x / div (device doubles; one thread): a loss summed on the device, so the
+ * host fetches it once per step instead of once per micro-batch. */
+int tsr_cuda_add_quotient(double *acc, const double *x, double div, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -257,6 +257,22 @@ static double d_xent_rows(const double *row_max, const double *sumexp, const dou
   RUN(tsr_cuda_xent_rows(g.result, row_max, sumexp, target_logit, n, g.stream));
   return fetch_double();
 }
+/* The _acc forms: the sum lands in a device scalar and is added to *acc on the stream. */
+static void d_xent_fwd_bwd_acc(double *acc, double div, float *logits, const int32_t *targets,
+                               int n, int V, float dloss) {
+  RUN(tsr_cuda_xent_fwd_bwd(g.result, logits, targets, n, V, dloss, &g.ws, g.stream));
+  RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
+}
+static void d_xent_fwd_acc(double *acc, double div, const float *logits, const int32_t *targets,
+                           int n, int V) {
+  RUN(tsr_cuda_xent_fwd(g.result, logits, targets, n, V, &g.ws, g.stream));
+  RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
+}
+static void d_xent_rows_acc(double *acc, double div, const double *row_max, const double *sumexp,
+                            const double *target_logit, int n) {
+  RUN(tsr_cuda_xent_rows(g.result, row_max, sumexp, target_logit, n, g.stream));
+  RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
+}
 static void d_xent_grad(float *logits, const int32_t *targets, const double *row_max,
                         const double *sumexp, int n, int V, int vocab_start, float dloss) {
   RUN(tsr_cuda_xent_grad(logits, targets, row_max, sumexp, n, V, vocab_start, dloss, g.stream));
@@ -334,6 +350,9 @@ static const tsr_ops_backend table = {
     .xent_local_sumexp = d_xent_local_sumexp,
     .xent_rows = d_xent_rows,
     .xent_grad = d_xent_grad,
+    .xent_fwd_bwd_acc = d_xent_fwd_bwd_acc,
+    .xent_fwd_acc = d_xent_fwd_acc,
+    .xent_rows_acc = d_xent_rows_acc,
     .adamw = d_adamw,
     .round_bf16 = d_round_bf16,
     .round_fp16 = d_round_fp16,

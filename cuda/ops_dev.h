@@ -6,11 +6,11 @@
  * setup (tsr_ops_reserve), so nothing is allocated inside a step.
  *
  * Memory: tsr_ops_alloc gives CUDA managed memory with the GPU as its preferred
- * location.  Kernels keep it on the GPU; host code that must read it (MPI transfers in
- * comm.c, checkpoint I/O, the loss) calls tsr_ops_sync first and the pages it touches
- * move to the host and back.  That keeps every part of the trainer correct on the GPU
- * (MPI without CUDA-aware support included); collectives through NCCL and explicit
- * device-only buffers are the next step for speed.
+ * location.  Kernels keep it on the GPU; host code that must read it (checkpoint I/O,
+ * the loss once per step) calls tsr_ops_sync first and the pages it touches move to the
+ * host and back.  Collectives on it go through NCCL (comm_nccl.c), CUDA-aware MPI, or
+ * MPI on pinned host copies (comm_stage.c); only &parallel mpi_gpu = 'direct' with an
+ * MPI that is not CUDA-aware has MPI fault the pages over (correct, slow).
  *
  * Functions returning a value (losses, sums of squares, all_finite) compute it into a
  * device scalar and copy it to the host: these are the only synchronisations besides

@@ -656,6 +656,16 @@ extern "C" int tsr_cuda_all_finite(int *out, const float *x, long n_elem, cudaSt
   return 0;
 }
 
+__global__ void add_quotient_kernel(double *acc, const double *x, double div) { *acc += *x / div; }
+
+extern "C" int tsr_cuda_add_quotient(double *acc, const double *x, double div,
+                                     cudaStream_t stream) {
+  TSR_CUDA_ARG(acc && x && div != 0.0);
+  add_quotient_kernel<<<1, 1, 0, stream>>>(acc, x, div);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
 /* ---- scratch sizes ---- */
 
 size_t tsr_cuda_xent_scratch_(long n);          /* xent.cu */

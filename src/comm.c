@@ -6,12 +6,17 @@
  * here (callers move gradients and parameters in buckets far below that). */
 #include "comm.h"
 
+#include "tsr_build.h" /* HAVE_MPI_EXT_H */
+
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "comm_dev.h"
 #include "comm_mpi.h"
+#ifdef HAVE_MPI_EXT_H
+#include <mpi-ext.h> /* Open MPI: MPIX_Query_cuda_support */
+#endif
 #include "ops.h"
 #include "util.h"
 #include "watchdog.h"
@@ -54,6 +59,17 @@ struct tsr_comm {
 };
 
 const tsr_comm_transport *tsr_comm_gpu_transport;
+const tsr_comm_transport *tsr_comm_staged_transport;
+
+int tsr_comm_mpi_cuda_aware(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1; /* built with it, and the runtime has it */
+#elif defined(MPIX_CUDA_AWARE_SUPPORT)
+  return 0; /* this library was built without it */
+#else
+  return -1; /* no way to ask */
+#endif
+}
 
 static const char *kind_names[TSR_COMM_N_KINDS] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "scalar"};
@@ -113,12 +129,12 @@ const char *tsr_comm_backend(const tsr_comm *c) { return c->dev ? c->tr->name : 
 
 int tsr_comm_attach_device(tsr_comm *c, const tsr_comm_transport *t) {
   if (c->dev || c->size == 1) return 0;
-  c->even = tsr_calloc((size_t)c->size, sizeof(size_t));
+  if (!c->even) c->even = tsr_calloc((size_t)c->size, sizeof(size_t));
   int ok = c->even != NULL, all = 0;
   TSR_MPI_CALL(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm));
   TSR_CHECK(all, TSR_ERR, "out of memory attaching %s to '%s'", t->name, c->name);
   TSR_CALL(t->create(&c->dev, &c->comm, c->name));
-  c->tr = t;
+  c->tr = c->dev ? t : NULL; /* a transport may decline the group (NCCL: a shared GPU) */
   return 0;
 }
 int tsr_comm_size(const tsr_comm *c) { return c->size; }
@@ -227,12 +243,13 @@ static int post(tsr_comm *c, MPI_Request req, tsr_comm_kind kind, tsr_comm_handl
   return track(c, r, req, kind, h);
 }
 
-/* Bookkeeping once a request has completed with status st (MPI code rc). */
+/* Bookkeeping once a request has completed with status st (MPI code rc; st NULL for a
+ * device operation, whose transport checked a receive's size itself). */
 static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
   struct tsr_comm_request *r = *h;
   tsr_comm *c = r->comm;
   int bad_size = 0, got = -1;
-  if (rc == MPI_SUCCESS && r->kind == TSR_COMM_RECV) {
+  if (rc == MPI_SUCCESS && st && r->kind == TSR_COMM_RECV) {
     MPI_Get_count(st, MPI_BYTE, &got);
     bad_size = (size_t)got != r->recv_bytes;
   }
@@ -259,6 +276,11 @@ static int complete(tsr_comm_handle *h, int rc, MPI_Status *st) {
  * one is attached and both are device memory. */
 static int dev_for(const tsr_comm *c, const void *a, const void *b) {
   return c->dev && c->tr->on_device(a) && (!b || c->tr->on_device(b));
+}
+
+/* 1 when the group's transport takes point-to-point traffic on buf. */
+static int dev_p2p(const tsr_comm *c, const void *buf) {
+  return c->dev && c->tr->send && c->tr->on_device(buf);
 }
 
 /* After a device operation was queued (rc: how that went): a blocking call (h NULL)
@@ -288,9 +310,8 @@ static const size_t *even_counts(tsr_comm *c, size_t n) {
 int tsr_comm_wait(tsr_comm_handle *h) {
   if (!h || !*h) return 0;
   if ((*h)->ev) {
-    const int rc = (*h)->comm->tr->wait(&(*h)->ev);
-    MPI_Status none;
-    complete(h, MPI_SUCCESS, &none);
+    const int rc = BLOCKING((*h)->comm->tr->wait(&(*h)->ev)); /* staged: MPI_Wait inside */
+    complete(h, MPI_SUCCESS, NULL);
     return rc;
   }
   MPI_Status st;
@@ -596,6 +617,8 @@ int tsr_comm_send(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag)
   TSR_CALL(check_count(c, "send", bytes));
   TSR_CALL(check_peer(c, "send", peer, tag));
   tally(c, TSR_COMM_SEND, (double)bytes);
+  if (dev_p2p(c, buf))
+    return dev_done(c, c->tr->send(c->dev, buf, bytes, peer, tag), TSR_COMM_SEND, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm)));
   return 0;
@@ -605,6 +628,8 @@ int tsr_comm_recv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag) {
   TSR_CALL(check_count(c, "recv", bytes));
   TSR_CALL(check_peer(c, "recv", peer, tag));
   tally(c, TSR_COMM_RECV, (double)bytes);
+  if (dev_p2p(c, buf))
+    return dev_done(c, c->tr->recv(c->dev, buf, bytes, peer, tag), TSR_COMM_RECV, NULL);
   MPI_Status st;
   int got = -1;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
@@ -622,6 +647,8 @@ int tsr_comm_isend(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag
   TSR_CALL(check_count(c, "isend", bytes));
   TSR_CALL(check_peer(c, "isend", peer, tag));
   tally(c, TSR_COMM_SEND, (double)bytes);
+  if (dev_p2p(c, buf))
+    return dev_done(c, c->tr->send(c->dev, buf, bytes, peer, tag), TSR_COMM_SEND, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));
@@ -633,6 +660,8 @@ int tsr_comm_irecv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag, tsr_
   TSR_CALL(check_count(c, "irecv", bytes));
   TSR_CALL(check_peer(c, "irecv", peer, tag));
   tally(c, TSR_COMM_RECV, (double)bytes);
+  if (dev_p2p(c, buf)) /* the transport checks the size when it completes */
+    return dev_done(c, c->tr->recv(c->dev, buf, bytes, peer, tag), TSR_COMM_RECV, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req));

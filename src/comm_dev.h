@@ -1,17 +1,19 @@
 /* comm_dev.h — a device transport for comm.h: collectives on device memory that run on
- * the GPU's own streams (NCCL, cuda/comm_nccl.c) instead of through MPI.
+ * the GPU's own streams (NCCL, cuda/comm_nccl.c) instead of through MPI, or through MPI
+ * on pinned host copies (cuda/comm_stage.c) when MPI cannot take GPU memory.
  *
  * comm.c stays the one entry point.  A group that has a device communicator attached
  * (tsr_comm_attach_device, comm_mpi.h) sends an operation to the transport when every
  * buffer of it is device memory (on_device); anything else (host scalars, groups
- * without one, send/recv) goes through MPI as before.
+ * without one, send/recv on a transport without them) goes through MPI as before.
  *
- * Ordering, with no host synchronisation: an operation is queued on the group's stream
- * after the device work queued so far (the transport makes its stream wait for the
- * compute stream), and completing it (wait) makes later compute work wait for it.  So
- * a "blocking" device collective returns once queued, and the host may not read its
- * buffers before tsr_ops_sync() — which host code already does before touching op
- * memory.  A non-blocking one returns an event; tsr_comm_test polls it.
+ * Ordering: an operation is queued on the group's stream after the device work queued
+ * so far (the transport makes its stream wait for the compute stream), and completing
+ * it (wait) makes later compute work wait for it.  So a "blocking" device collective may
+ * return once queued, and the host may not read its buffers before tsr_ops_sync() —
+ * which host code already does before touching op memory.  A non-blocking one returns
+ * an event; tsr_comm_test polls it.  NCCL never synchronises with the host; the staged
+ * transport waits for its copy to the host before it posts MPI (MPI reads host memory).
  *
  * Every function returns 0 or TSR_ERR after printing what failed. */
 #ifndef TSR_COMM_DEV_H
@@ -25,7 +27,7 @@ typedef struct tsr_comm_dev_event tsr_comm_dev_event; /* operations queued so fa
 typedef enum { TSR_DEV_FLOAT = 0, TSR_DEV_DOUBLE, TSR_DEV_INT } tsr_comm_dev_type;
 
 typedef struct tsr_comm_transport {
-  const char *name; /* "nccl" */
+  const char *name; /* "nccl", "mpi-staged" */
   /* Collective over mpi_comm (a pointer to the group's MPI_Comm): every rank of the group
    * gets its device communicator, or every rank fails; or every rank gets NULL and 0
    * when the transport cannot serve the group (NCCL: two ranks on one GPU), which then
@@ -40,7 +42,7 @@ typedef struct tsr_comm_transport {
   int (*reduce_scatter)(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts);
   int (*all_gather)(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts);
   int (*broadcast)(tsr_comm_dev *d, void *buf, size_t bytes, int root);
-  /* An event after everything queued on d so far. */
+  /* An event after the operation just queued on d (NCCL: and all before it). */
   int (*record)(tsr_comm_dev *d, tsr_comm_dev_event **ev);
   /* Later compute-stream work waits for ev; ev is recycled (*ev = NULL). */
   int (*wait)(tsr_comm_dev_event **ev);
@@ -48,9 +50,15 @@ typedef struct tsr_comm_transport {
   int (*query)(tsr_comm_dev_event *ev, int *done);
   /* Frees what the transport keeps between groups; at the end, after every group. */
   void (*close)(void);
+  /* Point-to-point with MPI's tag matching; NULL when the transport has none (then
+   * comm.c sends through MPI).  A receive's message must be exactly bytes long (wait
+   * fails otherwise). */
+  int (*send)(tsr_comm_dev *d, const void *buf, size_t bytes, int peer, int tag);
+  int (*recv)(tsr_comm_dev *d, void *buf, size_t bytes, int peer, int tag);
 } tsr_comm_transport;
 
-/* The GPU transport of this build (NULL without NCCL); main.c sets it. */
-extern const tsr_comm_transport *tsr_comm_gpu_transport;
+/* The GPU transports of this build (NULL without NCCL / without CUDA); main.c sets them. */
+extern const tsr_comm_transport *tsr_comm_gpu_transport;    /* NCCL */
+extern const tsr_comm_transport *tsr_comm_staged_transport; /* MPI through pinned memory */
 
 #endif

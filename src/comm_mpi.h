@@ -22,6 +22,10 @@ MPI_Comm tsr_comm_mpi(const tsr_comm *c);
 struct tsr_comm_transport;
 int tsr_comm_attach_device(tsr_comm *c, const struct tsr_comm_transport *t);
 
+/* Whether MPI moves GPU memory itself: 1 (Open MPI's MPIX_Query_cuda_support() says
+ * so), 0 (it says not, or the library was built without it), -1 (no way to ask). */
+int tsr_comm_mpi_cuda_aware(void);
+
 /* Prints "file:line func: CALL failed: <MPI error class and string>". */
 void tsr_mpi_error(const char *file, int line, const char *func, const char *call, int rc);
 

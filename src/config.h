@@ -50,6 +50,7 @@ typedef struct {
   int64_t virtual_stages;
   int sequence_parallel;
   char inter_node[TSR_STR_SHORT];  /* GPU collectives of groups that span nodes: "mpi" | "nccl" */
+  char mpi_gpu[TSR_STR_SHORT];     /* GPU memory through MPI: "auto" | "direct" | "staged" */
 } tsr_parallel_config;
 
 typedef struct {

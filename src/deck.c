@@ -91,6 +91,8 @@ static const key_def schema[] = {
     LOGI(parallel, sequence_parallel, ".false.", "shard norm/dropout activations over tp"),
     CHOICE(parallel, inter_node, "mpi", "mpi|nccl",
            "GPU collectives of groups spanning nodes (those inside a node use NCCL)"),
+    CHOICE(parallel, mpi_gpu, "auto", "auto|direct|staged",
+           "GPU memory through MPI: direct (CUDA-aware MPI), staged (pinned host copies), auto"),
     INT(train, micro_batch, "8", 1, 0, LO, "sequences per micro-batch per dp rank"),
     INT(train, global_batch, "8", 1, 0, LO, "sequences per optimizer step"),
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),

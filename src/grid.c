@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_dev.h"
 #include "comm_mpi.h"
 #include "util.h"
 
@@ -426,14 +425,11 @@ void tsr_grid_log(const tsr_grid *g) {
   }
 }
 
-int tsr_grid_attach_device(const tsr_grid *g, tsr_comm *c, const tsr_comm_transport *t,
-                           int across_nodes, int *spans_nodes) {
-  if (spans_nodes) *spans_nodes = 0;
+int tsr_grid_spans_nodes(const tsr_grid *g, tsr_comm *c, int *spans) {
+  *spans = 0;
   if (!c || tsr_comm_size(c) == 1) return 0;
   int lo_hi[2] = {g->node, -g->node}; /* min and -max of the nodes in one call */
   TSR_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, lo_hi, 2, MPI_INT, MPI_MIN, tsr_comm_mpi(c)));
-  const int spans = lo_hi[0] != -lo_hi[1];
-  if (spans_nodes) *spans_nodes = spans;
-  if (spans && !across_nodes) return 0;
-  return tsr_comm_attach_device(c, t);
+  *spans = lo_hi[0] != -lo_hi[1];
+  return 0;
 }

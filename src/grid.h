@@ -49,12 +49,8 @@ void tsr_grid_log(const tsr_grid *g);
 
 void tsr_grid_destroy(tsr_grid **g); /* collective; NULLs *g */
 
-/* Give group c (one of the grid's, or another group of its ranks) the device transport t
- * (comm_dev.h) when its ranks are all on one node, or always when across_nodes is set
- * (&parallel inter_node = 'nccl').  Collective over c; a group of one rank is left alone.
- * *spans_nodes (may be NULL) says whether the group crosses a node boundary. */
-struct tsr_comm_transport;
-int tsr_grid_attach_device(const tsr_grid *g, tsr_comm *c, const struct tsr_comm_transport *t,
-                           int across_nodes, int *spans_nodes);
+/* *spans = 1 when the ranks of c (one of the grid's groups, or another group of its
+ * ranks) are on more than one node.  Collective over c; 0 for a group of one rank. */
+int tsr_grid_spans_nodes(const tsr_grid *g, tsr_comm *c, int *spans);
 
 #endif

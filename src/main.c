@@ -20,7 +20,8 @@
 #include "train.h"
 #include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
-#include "ops_dev.h" /* the CUDA device backend (run.device) */
+#include "comm_stage.h" /* MPI on GPU memory through pinned host buffers */
+#include "ops_dev.h"    /* the CUDA device backend (run.device) */
 #ifdef TSR_HAVE_NCCL
 #include "comm_nccl.h" /* NCCL for the collectives of GPU groups */
 #endif
@@ -141,6 +142,7 @@ int main(int argc, char **argv) {
   tsr_ops_init(threads_per_rank());
 #ifdef TSR_LINK_CUDA
   tsr_ops_cuda_open = tsr_cuda_ops_open;
+  tsr_comm_staged_transport = &tsr_cuda_staged_transport;
 #ifdef TSR_HAVE_NCCL
   tsr_comm_gpu_transport = &tsr_cuda_nccl_transport;
 #endif

@@ -80,6 +80,7 @@ struct tsr_model {
   float *d_shard;     /* [Ns,C] a reduce-scattered norm-output gradient */
   float *norm_dw, *norm_db; /* [C] one micro-batch's norm gradients before the tp sum */
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
+  double *loss1; /* one double: tsr_model_forward / fwd_bwd's loss, or a sink for none */
   int32_t *targets; /* [N] last stage: the micro-batch's targets, copied where ops read */
   /* n_kv_head < tp: KV heads are replicated, each shared by tp / n_kv_head ranks whose
    * query heads all contribute to its gradient; these buffers sum those contributions */
@@ -472,7 +473,8 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->xent_max = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
   m->xent_sum = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
   m->xent_target = tsr_ops_alloc((size_t)sz->xent, sizeof(double));
-  if (!m->xent_max || !m->xent_sum || !m->xent_target) goto fail;
+  m->loss1 = tsr_ops_alloc(1, sizeof(double));
+  if (!m->xent_max || !m->xent_sum || !m->xent_target || !m->loss1) goto fail;
   if (m->last && !(m->targets = tsr_ops_alloc((size_t)sz->xent, sizeof(int32_t)))) goto fail;
   *out = m;
   return 0;
@@ -515,6 +517,7 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_ops_free(&m->xent_max);
   tsr_ops_free(&m->xent_sum);
   tsr_ops_free(&m->xent_target);
+  tsr_ops_free(&m->loss1);
   tsr_ops_free(&m->targets);
   tsr_ops_free(&m->kv_keep);
   tsr_ops_free(&m->kv_sum);
@@ -818,14 +821,14 @@ static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
   return 0;
 }
 
-/* Sum of the row losses from the (vocab-parallel) logits; with dloss != 0 the logits are
- * replaced by dloss * d(loss sum)/d(logits). */
+/* *acc (op memory) += the mean row loss from the (vocab-parallel) logits; with grad the
+ * logits are replaced by dloss * d(loss sum)/d(logits). */
 static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, float dloss, int grad,
-                         double *loss_sum) {
+                         double *acc) {
   const int N = m->N;
   if (m->tp_size == 1) {
-    *loss_sum = grad ? tsr_ops_xent_fwd_bwd(logits, targets, N, m->V, dloss)
-                     : tsr_ops_xent_fwd(logits, targets, N, m->V);
+    if (grad) tsr_ops_xent_fwd_bwd_acc(acc, (double)N, logits, targets, N, m->V, dloss);
+    else tsr_ops_xent_fwd_acc(acc, (double)N, logits, targets, N, m->V);
     return 0;
   }
   tsr_ops_xent_local_stats(m->xent_max, m->xent_target, logits, targets, N, m->V,
@@ -834,7 +837,7 @@ static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, fl
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_target, (size_t)N, TSR_COMM_SUM));
   tsr_ops_xent_local_sumexp(m->xent_sum, logits, m->xent_max, N, m->V);
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_sum, (size_t)N, TSR_COMM_SUM));
-  *loss_sum = tsr_ops_xent_rows(m->xent_max, m->xent_sum, m->xent_target, N);
+  tsr_ops_xent_rows_acc(acc, (double)N, m->xent_max, m->xent_sum, m->xent_target, N);
   if (grad)
     tsr_ops_xent_grad(logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
                       dloss);
@@ -851,7 +854,7 @@ const float *tsr_model_chunk_output(const tsr_model *m, int slot) {
 
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
                             const int32_t *targets, const float *x_in, float dloss, int grad,
-                            double *loss) {
+                            double *loss_acc) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
   void *hc = m->hooks.ctx;
@@ -897,10 +900,9 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
   REL(m->hooks.params_release(hc, head));
   /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
-  double sum;
-  TSR_CALL(loss_and_grad(m, sl->logits, m->targets, dloss / (float)N, grad, &sum));
+  TSR_CALL(loss_and_grad(m, sl->logits, m->targets, dloss / (float)N, grad,
+                         loss_acc ? loss_acc : m->loss1));
   if (grad) store_grad(m, sl->logits, (long)N * m->V);
-  if (loss) *loss = sum / N;
   return 0;
 }
 
@@ -955,14 +957,26 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
   return 0;
 }
 
+/* *loss from m->loss1 (op memory), once the queued work is done. */
+static void read_loss(tsr_model *m, double *loss) {
+  tsr_ops_sync();
+  if (loss) *loss = *m->loss1;
+}
+
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
   TSR_CHECK(m->first && m->last && m->v == 1, TSR_ERR, "model: forward of a pipeline stage");
-  return tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, 0.0f, 0, loss);
+  tsr_ops_zero(m->loss1, sizeof(double));
+  TSR_CALL(tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, 0.0f, 0, m->loss1));
+  read_loss(m, loss);
+  return 0;
 }
 
 int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                       double *loss) {
   TSR_CHECK(m->first && m->last && m->v == 1, TSR_ERR, "model: fwd_bwd of a pipeline stage");
-  TSR_CALL(tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, dloss, 1, loss));
-  return tsr_model_chunk_backward(m, 0, 0, NULL);
+  tsr_ops_zero(m->loss1, sizeof(double));
+  TSR_CALL(tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, dloss, 1, m->loss1));
+  TSR_CALL(tsr_model_chunk_backward(m, 0, 0, NULL));
+  read_loss(m, loss);
+  return 0;
 }

@@ -130,7 +130,9 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
  * chunk c for one micro-batch stores its activations in `slot` (in [0, n_slots)); x_in
  * is the chunk's input activation [micro_batch*seq_len, d_model], except for the first
  * stage's chunk 0, which embeds `inputs`.  The last stage's last chunk computes the mean
- * loss on `targets` (and, with grad, the gradient of dloss * loss w.r.t. its logits).
+ * loss on `targets` (and, with grad, the gradient of dloss * loss w.r.t. its logits) and
+ * adds it to *loss_acc, a double of op memory (NULL: not wanted): on a GPU the host reads
+ * it when it next synchronises, not once per micro-batch.
  * Its output is tsr_model_chunk_output(slot).  Backward of (chunk, slot) takes the
  * gradient of the chunk's output (NULL for the last chunk) and leaves the gradient of its
  * input in tsr_model_input_grad (overwritten by the next backward).  A slot is free again
@@ -139,7 +141,7 @@ int tsr_model_n_chunks(const tsr_model *m);
 int tsr_model_n_slots(const tsr_model *m);
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
                             const int32_t *targets, const float *x_in, float dloss, int grad,
-                            double *loss);
+                            double *loss_acc);
 int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out);
 const float *tsr_model_chunk_output(const tsr_model *m, int slot);
 /* Floats in a chunk's input/output activation: micro_batch * seq_len * d_model, or

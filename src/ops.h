@@ -140,6 +140,14 @@ void tsr_ops_scale(float *x, float s, long n_elem);                          /* 
 double tsr_ops_xent_fwd_bwd(float *logits, const int32_t *targets, int n, int V, float dloss);
 /* Loss only (evaluation); logits are left unchanged. */
 double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int V);
+/* The same two, and tsr_ops_xent_rows below, with the sum kept in op memory: *acc (a
+ * double of op memory) += sum / div, nothing returned, so on a device the host does
+ * not wait for it; the trainer adds up a step's micro-batch losses this way and reads
+ * them once, after the step's one synchronisation (the gradient norm). */
+void tsr_ops_xent_fwd_bwd_acc(double *acc, double div, float *logits, const int32_t *targets,
+                              int n, int V, float dloss);
+void tsr_ops_xent_fwd_acc(double *acc, double div, const float *logits, const int32_t *targets,
+                          int n, int V);
 
 /* ---- vocab-parallel cross entropy (tensor parallel: the full logits never exist) ----
  * This rank holds the logit columns [vocab_start, vocab_start + V) of every row.  The
@@ -160,6 +168,8 @@ void tsr_ops_xent_local_sumexp(double *sumexp, const float *logits, const double
                                int V);
 double tsr_ops_xent_rows(const double *row_max, const double *sumexp, const double *target_logit,
                          int n); /* the SUM of the row losses */
+void tsr_ops_xent_rows_acc(double *acc, double div, const double *row_max, const double *sumexp,
+                           const double *target_logit, int n); /* *acc += SUM / div */
 void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
                        const double *sumexp, int n, int V, int vocab_start, float dloss);
 

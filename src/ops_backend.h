@@ -73,6 +73,12 @@ typedef struct tsr_ops_backend {
                       int n);
   void (*xent_grad)(float *logits, const int32_t *targets, const double *row_max,
                     const double *sumexp, int n, int V, int vocab_start, float dloss);
+  void (*xent_fwd_bwd_acc)(double *acc, double div, float *logits, const int32_t *targets, int n,
+                           int V, float dloss);
+  void (*xent_fwd_acc)(double *acc, double div, const float *logits, const int32_t *targets,
+                       int n, int V);
+  void (*xent_rows_acc)(double *acc, double div, const double *row_max, const double *sumexp,
+                        const double *target_logit, int n);
   void (*adamw)(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, long t, float grad_scale);
   void (*round_bf16)(float *dst, const float *src, long n_elem);

@@ -851,6 +851,18 @@ double tsr_ops_xent_fwd(const float *logits, const int32_t *targets, int n, int 
   return xent(NULL, logits, targets, n, V, 0.0f);
 }
 
+void tsr_ops_xent_fwd_bwd_acc(double *acc, double div, float *logits, const int32_t *targets,
+                              int n, int V, float dloss) {
+  DEV_VOID(xent_fwd_bwd_acc, acc, div, logits, targets, n, V, dloss);
+  *acc += xent(logits, logits, targets, n, V, dloss) / div;
+}
+
+void tsr_ops_xent_fwd_acc(double *acc, double div, const float *logits, const int32_t *targets,
+                          int n, int V) {
+  DEV_VOID(xent_fwd_acc, acc, div, logits, targets, n, V);
+  *acc += xent(NULL, logits, targets, n, V, 0.0f) / div;
+}
+
 void tsr_ops_xent_local_stats(double *row_max_out, double *target_logit, const float *logits,
                               const int32_t *targets, int n, int V, int vocab_start) {
   DEV_VOID(xent_local_stats, row_max_out, target_logit, logits, targets, n, V, vocab_start);
@@ -876,6 +888,12 @@ double tsr_ops_xent_rows(const double *row_max_in, const double *sumexp,
   double total = 0.0; /* fixed order: the same sum on every rank */
   for (int r = 0; r < n; r++) total += log(sumexp[r]) + row_max_in[r] - target_logit[r];
   return total;
+}
+
+void tsr_ops_xent_rows_acc(double *acc, double div, const double *row_max_in,
+                           const double *sumexp, const double *target_logit, int n) {
+  DEV_VOID(xent_rows_acc, acc, div, row_max_in, sumexp, target_logit, n);
+  *acc += tsr_ops_xent_rows(row_max_in, sumexp, target_logit, n) / div;
 }
 
 TSR_CLONES static void exp_scale_row(float *z, float m, float f, int V) {

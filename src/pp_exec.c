@@ -42,6 +42,7 @@ struct tsr_pp_exec {
   pslot *slots;
   int32_t *inputs, *targets;
   float *eval_buf;
+  double *eval_loss; /* op memory: the evaluation's loss on the last stage */
 };
 
 static int slot_of(tsr_pp_exec *ex, int mb, int chunk) {
@@ -101,7 +102,8 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
   ex->inputs = tsr_calloc(N, sizeof(int32_t));
   ex->targets = tsr_calloc(N, sizeof(int32_t));
   ex->eval_buf = tsr_ops_alloc(ex->act_floats, sizeof(float));
-  if (!ex->slots || !ex->inputs || !ex->targets || !ex->eval_buf) goto fail;
+  ex->eval_loss = tsr_ops_alloc(1, sizeof(double));
+  if (!ex->slots || !ex->inputs || !ex->targets || !ex->eval_buf || !ex->eval_loss) goto fail;
   for (int i = 0; i < ex->n_slots; i++) {
     pslot *p = &ex->slots[i];
     p->mb = -1;
@@ -135,6 +137,7 @@ void tsr_pp_exec_destroy(tsr_pp_exec **exp) {
   tsr_free(&ex->inputs);
   tsr_free(&ex->targets);
   tsr_ops_free(&ex->eval_buf);
+  tsr_ops_free(&ex->eval_loss);
   tsr_free(exp);
 }
 
@@ -169,7 +172,7 @@ static int wait_timed(tsr_comm_handle *h, double *idle) {
 }
 
 int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float dloss,
-                     tsr_pp_step_stats *stats) {
+                     double *loss_acc, tsr_pp_step_stats *stats) {
   memset(stats, 0, sizeof *stats);
   tsr_comm *pp = ex->grid->pp_comm;
   const int last_chunk = ex->pp * ex->v - 1;
@@ -196,11 +199,9 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
       const int embeds = a->chunk == 0, heads = a->chunk == last_chunk;
       if (embeds || heads)
         tsr_data_batch(data, first + a->micro_batch * mb_size, mb_size, ex->inputs, ex->targets);
-      double loss = 0;
       TSR_CALL(tsr_model_chunk_forward(ex->model, local, si, embeds ? ex->inputs : NULL,
                                        heads ? ex->targets : NULL, embeds ? NULL : p->act_in,
-                                       dloss, 1, &loss));
-      if (heads) stats->loss_sum += loss;
+                                       dloss, 1, heads ? loss_acc : NULL));
       break;
     }
     case TSR_PP_SEND_ACT:
@@ -239,7 +240,7 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
   tsr_comm *pp = ex->grid->pp_comm;
   const int n_chunks = ex->pp * ex->v;
   const size_t bytes = ex->act_floats * sizeof(float);
-  double my_loss = 0;
+  tsr_ops_zero(ex->eval_loss, sizeof(double));
   /* slot 0 is free between steps; chunks run one after another, stage to stage */
   for (int c = 0; c < n_chunks; c++) {
     const int owner = c % ex->pp, prev = (c - 1 + ex->pp) % ex->pp;
@@ -248,11 +249,13 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
     else if (c > 0) tsr_ops_copy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
     TSR_CALL(tsr_model_chunk_forward(ex->model, (c - ex->stage) / ex->pp, 0,
                                      c == 0 ? inputs : NULL, c == n_chunks - 1 ? targets : NULL,
-                                     c == 0 ? NULL : ex->eval_buf, 0.0f, 0, &my_loss));
+                                     c == 0 ? NULL : ex->eval_buf, 0.0f, 0,
+                                     c == n_chunks - 1 ? ex->eval_loss : NULL));
     const int next = (c + 1) % ex->pp;
     if (c + 1 < n_chunks && next != ex->stage)
       TSR_CALL(tsr_comm_send(pp, tsr_model_chunk_output(ex->model, 0), bytes, next, c + 1));
   }
-  if (ex->stage != (n_chunks - 1) % ex->pp) my_loss = 0;
+  tsr_ops_sync();
+  const double my_loss = ex->stage == (n_chunks - 1) % ex->pp ? *ex->eval_loss : 0.0;
   return tsr_comm_sum_ordered(pp, my_loss, loss);
 }

@@ -29,16 +29,16 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
 void tsr_pp_exec_destroy(tsr_pp_exec **ex);
 
 typedef struct {
-  double loss_sum;  /* sum of the micro-batch mean losses (last stage; 0 elsewhere) */
   double idle_s;    /* time this stage waited for activations or gradients */
   double total_s;   /* time of the whole schedule on this stage */
 } tsr_pp_step_stats;
 
 /* One step: micro-batch i of this dp rank is global sample first + i * micro_batch, ...
  * dloss = 1 / (micro-batches x dp).  Gradients are left in the zero object's buffers
- * (tsr_zero_reduce_grads follows). */
+ * (tsr_zero_reduce_grads follows).  The last stage adds each micro-batch's mean loss to
+ * *loss_acc (a double of op memory: read it after the next tsr_ops_sync). */
 int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float dloss,
-                     tsr_pp_step_stats *stats);
+                     double *loss_acc, tsr_pp_step_stats *stats);
 
 /* Forward only (evaluation) of one micro-batch through every stage, in chunk order;
  * *loss (mean over the micro-batch) is the same on every rank of the pp group. */

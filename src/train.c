@@ -108,7 +108,8 @@ typedef struct {
   double phase_s[3]; /* last step: forward, backward, optimizer (s); NAN: not separable */
   int fp16;          /* precision 'fp16': dynamic loss scaling (st.loss_scale) */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
-  const tsr_comm_transport *gpu_comm; /* the device transport of some groups (NULL: MPI) */
+  int nccl_used, staged_used; /* device transports some groups got (comm_dev.h) */
+  double *loss_acc; /* op memory: this step's micro-batch losses, read once per step */
 } trainer;
 
 static void trainer_destroy(trainer *t) {
@@ -123,10 +124,13 @@ static void trainer_destroy(trainer *t) {
   tsr_model_destroy(&t->model);
   tsr_free(&t->inputs);
   tsr_free(&t->targets);
+  tsr_ops_free(&t->loss_acc);
   tsr_layout_destroy(&t->lay);
   tsr_grid_destroy(&t->grid);
-  if (t->gpu_comm) t->gpu_comm->close(); /* after every group that used it */
-  t->gpu_comm = NULL;
+  /* after every group that used them */
+  if (t->nccl_used) tsr_comm_gpu_transport->close();
+  if (t->staged_used) tsr_comm_staged_transport->close();
+  t->nccl_used = t->staged_used = 0;
   if (t->dev) { /* every buffer of the device is freed by now */
     tsr_ops_set_backend(NULL);
     t->dev->close();
@@ -150,34 +154,51 @@ static int open_device(trainer *t, const tsr_config *cfg, MPI_Comm world) {
   return 0;
 }
 
-/* On a GPU, the groups that move device memory get the device transport (NCCL): those
- * inside a node always, those across nodes only under &parallel inter_node = 'nccl' (the
- * default 'mpi' hands them to MPI).  Rank 0 logs what its groups use. */
+/* On a GPU, the groups that move device memory get a device transport (comm_dev.h):
+ * NCCL for those inside a node always, for those across nodes only under &parallel
+ * inter_node = 'nccl'.  What stays on MPI (groups across nodes by default, groups NCCL
+ * declines because their ranks share a GPU, pipeline send/recv, builds without NCCL)
+ * goes through pinned host buffers when MPI cannot take GPU memory itself (&parallel
+ * mpi_gpu: 'auto' asks MPIX_Query_cuda_support), else straight to MPI.  Rank 0 logs
+ * what its groups use. */
 static int attach_gpu_comm(trainer *t) {
-  if (!t->dev || !tsr_comm_gpu_transport) return 0;
-  const int across = !strcmp(t->cfg->parallel.inter_node, "nccl");
+  if (!t->dev) return 0;
+  const tsr_parallel_config *pc = &t->cfg->parallel;
+  const int across = !strcmp(pc->inter_node, "nccl");
+  const int aware = tsr_comm_mpi_cuda_aware();
+  const int staged = tsr_comm_staged_transport &&
+                     (!strcmp(pc->mpi_gpu, "staged") || (!strcmp(pc->mpi_gpu, "auto") && aware != 1));
   /* the groups ZeRO moves device memory over (zero.c): all of dp at stage 0, else the
-   * shard and replicate halves; an NCCL communicator holds GPU memory, so no more */
-  const int ddp = t->cfg->parallel.zero_stage == 0;
+   * shard and replicate halves; an NCCL communicator holds GPU memory, so no more; and
+   * the pipeline's send/recv (NCCL has none here: staged MPI or MPI) */
+  const int ddp = pc->zero_stage == 0;
   tsr_comm *g[] = {t->grid->tp_comm, ddp ? t->grid->dp_comm : t->grid->dp_shard,
-                   ddp ? NULL : t->grid->dp_replicate, t->tied};
-  const int n = (int)(sizeof g / sizeof g[0]);
+                   ddp ? NULL : t->grid->dp_replicate, t->tied, t->grid->pp_comm};
+  const int n = (int)(sizeof g / sizeof g[0]), pp = n - 1;
   char line[512] = "";
   size_t used = 0;
-  t->gpu_comm = tsr_comm_gpu_transport;
   for (int i = 0; i < n; i++) {
     int seen = 0, spans = 0;
     for (int j = 0; j < i; j++) seen |= g[j] == g[i];
     if (!g[i] || seen || tsr_comm_size(g[i]) == 1) continue;
-    TSR_CALL(tsr_grid_attach_device(t->grid, g[i], t->gpu_comm, across, &spans));
+    TSR_CALL(tsr_grid_spans_nodes(t->grid, g[i], &spans));
+    if (tsr_comm_gpu_transport && i != pp && (!spans || across)) {
+      TSR_CALL(tsr_comm_attach_device(g[i], tsr_comm_gpu_transport));
+      t->nccl_used = 1;
+    }
+    if (staged && !strcmp(tsr_comm_backend(g[i]), "mpi")) {
+      TSR_CALL(tsr_comm_attach_device(g[i], tsr_comm_staged_transport));
+      t->staged_used = 1;
+    }
     if (used < sizeof line)
       used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s%s", used ? ", " : "",
                                tsr_comm_name(g[i]), tsr_comm_backend(g[i]),
                                spans ? " (across nodes)" : "");
   }
   if (t->rank == 0 && used)
-    tsr_log("comm: %s; pipeline send/recv and host scalars on MPI (inter_node = '%s')", line,
-            t->cfg->parallel.inter_node);
+    tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line, pc->inter_node,
+            pc->mpi_gpu,
+            aware == 1 ? "is CUDA-aware" : aware == 0 ? "is not CUDA-aware" : "cannot say if it is CUDA-aware");
   return 0;
 }
 
@@ -335,7 +356,8 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   const size_t ntok = (size_t)(tc->micro_batch * cfg->model.seq_len);
   t->inputs = tsr_calloc(ntok, sizeof(int32_t));
   t->targets = tsr_calloc(ntok, sizeof(int32_t));
-  TSR_CHECK(t->inputs && t->targets, TSR_ERR, "out of memory for the batch");
+  t->loss_acc = tsr_ops_alloc(1, sizeof(double));
+  TSR_CHECK(t->inputs && t->targets && t->loss_acc, TSR_ERR, "out of memory for the batch");
   t->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
   if (need_train) { /* MFU's denominator: the slowest rank's, so MFU <= 1 for all */
     t->peak_flops = measure_gemm_rate();
@@ -479,27 +501,26 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   const double t_begin = tsr_now();
   TSR_CALL(tsr_zero_begin_step(t->zero));
   double opt_s = tsr_now() - t_begin, fwd_s = 0, bwd_s = 0;
-  double loss_sum = 0;
+  /* the micro-batch losses add up in op memory: no host round trip per micro-batch */
+  tsr_ops_zero(t->loss_acc, sizeof(double));
   if (t->exec) { /* pipeline: the schedule runs the k micro-batches */
     tsr_pp_step_stats ps;
-    TSR_CALL(tsr_pp_exec_step(t->exec, t->train_data, first, dloss, &ps));
-    TSR_CALL(tsr_comm_sum_ordered(t->grid->pp_comm, ps.loss_sum, &loss_sum)); /* last stage's */
+    TSR_CALL(tsr_pp_exec_step(t->exec, t->train_data, first, dloss, t->loss_acc, &ps));
     memset(t->bubble, 0, (size_t)t->grid->pp * sizeof(double));
     t->bubble[t->grid->pp_rank] = ps.total_s > 0 ? ps.idle_s / ps.total_s : 0;
     TSR_CALL(tsr_comm_all_reduce_double(t->grid->pp_comm, t->bubble, (size_t)t->grid->pp,
                                         TSR_COMM_SUM));
   } else {
     for (int64_t a = 0; a < k; a++) {
-      double l;
       TSR_CALL(tsr_zero_begin_micro(t->zero, a == k - 1));
       tsr_data_batch(t->train_data, first + a * mb, mb, t->inputs, t->targets);
       const double t_fwd = tsr_now(); /* tsr_model_fwd_bwd, timed in its two phases */
-      TSR_CALL(tsr_model_chunk_forward(t->model, 0, 0, t->inputs, t->targets, NULL, dloss, 1, &l));
+      TSR_CALL(tsr_model_chunk_forward(t->model, 0, 0, t->inputs, t->targets, NULL, dloss, 1,
+                                       t->loss_acc));
       const double t_bwd = tsr_now();
       TSR_CALL(tsr_model_chunk_backward(t->model, 0, 0, NULL));
       fwd_s += t_bwd - t_fwd;
       bwd_s += tsr_now() - t_bwd;
-      loss_sum += l;
     }
   }
   const double t_opt = tsr_now();
@@ -512,6 +533,10 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   }
   TSR_CALL(tsr_zero_grad_norm(t->zero, grad_norm));
   *grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
+  tsr_ops_sync(); /* done already on a device: the gradient norm was read */
+  double loss_sum = *t->loss_acc;
+  if (t->exec) /* the last stage's (0 on the others) */
+    TSR_CALL(tsr_comm_sum_ordered(t->grid->pp_comm, loss_sum, &loss_sum));
   TSR_CALL(tsr_comm_sum_ordered(t->grid->dp_comm, loss_sum / (double)k, loss));
   *loss /= (double)t->dp;
   const int64_t step = t->st.step + 1;
@@ -536,10 +561,12 @@ static int train_step(trainer *t, double *loss, double *grad_norm, double *lr, i
   t->st.step = step;
   t->st.data_cursor += cfg->train.global_batch;
   t->st.tokens += cfg->train.global_batch * cfg->model.seq_len;
-  /* a pipeline schedule interleaves forward and backward: only the optimizer is apart */
-  t->phase_s[0] = t->exec ? NAN : fwd_s;
-  t->phase_s[1] = t->exec ? NAN : bwd_s;
-  t->phase_s[2] = opt_s + (tsr_now() - t_opt);
+  /* a pipeline schedule interleaves forward and backward: only the optimizer is apart;
+   * on a GPU the host only queues the forward and backward (the step synchronises once,
+   * at the gradient norm), so none of the three is the device's time */
+  t->phase_s[0] = t->exec || t->dev ? NAN : fwd_s;
+  t->phase_s[1] = t->exec || t->dev ? NAN : bwd_s;
+  t->phase_s[2] = t->dev ? NAN : opt_s + (tsr_now() - t_opt);
   return tsr_ops_status(); /* a failed device call fails the step */
 }
 
@@ -671,7 +698,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       char eta[32];
       fmt_eta(eta, sizeof eta, avg * (double)(cfg->run.max_steps - step));
       char phases[96] = "", scale[48] = "";
-      if (!t.exec)
+      if (isfinite(t.phase_s[0]))
         snprintf(phases, sizeof phases, " (fwd %.1f bwd %.1f opt %.1f)", t.phase_s[0] * 1e3,
                  t.phase_s[1] * 1e3, t.phase_s[2] * 1e3);
       if (t.fp16) snprintf(scale, sizeof scale, " | scale %g", step_scale);

@@ -15,13 +15,15 @@
 #  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
 #      with a validation pass: training and validation losses agree;
 #  (c) 2 ranks sharing the one emulated GPU (run.gpu_share): dp 2 at ZeRO-3, tp 2 with
-#      sequence parallelism, pp 2 on 1F1B give the CPU's losses (comm stages the device
-#      memory through MPI: NCCL cannot put two ranks on one GPU, and the log says so);
+#      sequence parallelism, pp 2 on 1F1B give the CPU's losses (NCCL cannot put two ranks
+#      on one GPU, and the log says so; Debian's Open MPI is not CUDA-aware, so the groups
+#      go through MPI on pinned host copies, cuda/comm_stage.c, and pp's send/recv too;
+#      &parallel mpi_gpu = 'direct' hands MPI the device memory itself, same losses);
 #  (c') a GPU per rank (EMU_DEVICES): dp 2 at ZeRO-3 and tp 2 with sequence parallelism
-#      through NCCL (cuda/comm_nccl.c, emulated), and tp 2 x dp 2 on two "nodes" (tp on
-#      NCCL, dp across the nodes on MPI by default, on NCCL with &parallel inter_node =
-#      'nccl'), give the CPU's losses; the emulated NCCL's trace shows it carried the
-#      traffic;
+#      through NCCL (cuda/comm_nccl.c, emulated), pp 2 through staged MPI, and tp 2 x dp 2
+#      on two "nodes" (tp on NCCL, dp across the nodes on staged MPI by default, on plain
+#      MPI with mpi_gpu = 'direct', on NCCL with &parallel inter_node = 'nccl'), give the
+#      CPU's losses; the emulated NCCL's trace shows it carried the traffic;
 #  (d) restart on the device: 2 steps + resume to 4 equals 4 straight steps bitwise, and
 #      the device's checkpoint resumes on the CPU;
 #  (e) errors: run.device = 'cuda' on a rank without a GPU, and two ranks on one GPU
@@ -94,7 +96,15 @@ for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel
   run "gpu_$name" cuda 2 run.max_steps=2 "$@"
   check "(c) $name on 2 ranks sharing the GPU finishes" rc_is "gpu_$name" 0
   check "(c) $name: device and CPU agree" agree "gpu_$name" "cpu_$name" 2e-6
-  [ "$name" = pp ] && continue # pipeline stages talk by send/recv: MPI
+  check "(c) $name: its group goes through MPI on pinned host copies" \
+    grep -q "^comm: .*${name}[a-z_]* mpi-staged.*MPI is not CUDA-aware" "$SCRATCH/gpu_$name.out"
+  if [ "$name" = pp ]; then # pipeline stages talk by send/recv: staged MPI, not NCCL
+    EMU_DEVICES=2 run nccl_pp cuda 2 run.max_steps=2 run.gpu_share=.false. "$@"
+    check "(c') pp with a GPU per rank: send/recv through staged MPI" \
+      grep -q "^comm: pp mpi-staged" "$SCRATCH/nccl_pp.out"
+    check "(c') pp with a GPU per rank: device and CPU agree" agree nccl_pp cpu_pp 2e-6
+    continue
+  fi
   check "(c) $name: the log says NCCL cannot serve ranks sharing a GPU" \
     grep -q "share a GPU (run.gpu_share), which NCCL cannot do" "$SCRATCH/gpu_$name.out"
   # (c') the same layout with a GPU per rank: through NCCL
@@ -108,14 +118,22 @@ for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel
     awk '$6 + $8 + $10 + $12 + $14 > 0 { n++ } END { exit n < 2 }' "$SCRATCH/trace"
   check "(c') $name through NCCL: device and CPU agree" agree "nccl_$name" "cpu_$name" 2e-6
 done
+run direct_dp cuda 2 run.max_steps=2 parallel.zero_stage=3 parallel.mpi_gpu=direct
+check "(c) dp with mpi_gpu = 'direct': MPI gets the device memory itself" \
+  grep -q "^comm: dp_shard mpi;" "$SCRATCH/direct_dp.out"
+check "(c) ... and agrees with the CPU" agree direct_dp cpu_dp 2e-6
 H=(run.max_steps=2 parallel.tp=2 parallel.ranks_per_node=2 parallel.zero_stage=1
   train.global_batch=4)
 run cpu_hybrid cpu 4 "${H[@]}"
 EMU_DEVICES=4 run nccl_hybrid cuda 4 "${H[@]}" run.gpu_share=.false.
 check "(c') tp 2 x dp 2 over two nodes finishes" rc_is nccl_hybrid 0
-check "(c') ... tp on NCCL, dp across the nodes on MPI (the default inter_node)" \
-  grep -q "^comm: tp nccl, dp_shard mpi (across nodes)" "$SCRATCH/nccl_hybrid.out"
+check "(c') ... tp on NCCL, dp across the nodes on staged MPI (the default inter_node)" \
+  grep -q "^comm: tp nccl, dp_shard mpi-staged (across nodes)" "$SCRATCH/nccl_hybrid.out"
 check "(c') ... and agrees with the CPU" agree nccl_hybrid cpu_hybrid 2e-6
+EMU_DEVICES=4 run nccl_hybrid_d cuda 4 "${H[@]}" run.gpu_share=.false. parallel.mpi_gpu=direct
+check "(c') ... with mpi_gpu = 'direct': dp across the nodes on plain MPI" \
+  grep -q "^comm: tp nccl, dp_shard mpi (across nodes)" "$SCRATCH/nccl_hybrid_d.out"
+check "(c') ... and agrees with the CPU" agree nccl_hybrid_d cpu_hybrid 2e-6
 EMU_DEVICES=4 run nccl_hybrid_n cuda 4 "${H[@]}" run.gpu_share=.false. parallel.inter_node=nccl
 check "(c') ... with inter_node = 'nccl': dp across the nodes on NCCL too" \
   grep -q "^comm: tp nccl, dp_shard nccl (across nodes)" "$SCRATCH/nccl_hybrid_n.out"

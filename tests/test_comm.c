@@ -16,8 +16,10 @@
  * Buffers are op memory (tsr_ops_alloc) and are read after tsr_ops_sync(), so the same
  * checks run on a GPU: built with -DTEST_COMM_DEVICE (tests/cuda/comm_emu.sh links it with
  * the CUDA backend and NCCL, emulated), every rank drives its own device, the groups of
- * more than one rank get the NCCL transport (comm_dev.h), and their collectives on op
- * memory go through NCCL; host scalars, send/recv and size-1 groups stay on MPI. */
+ * more than one rank get a device transport (comm_dev.h), and their operations on op
+ * memory go through it.  TEST_COMM_TRANSPORT=nccl (default): NCCL's collectives, with
+ * host scalars and send/recv on MPI; =staged: MPI through pinned host buffers
+ * (cuda/comm_stage.c), send/recv included.  Size-1 groups stay on MPI. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,7 @@
 #include "util.h"
 #ifdef TEST_COMM_DEVICE
 #include "comm_nccl.h"
+#include "comm_stage.h"
 #include "ops_dev.h"
 #endif
 
@@ -345,6 +348,30 @@ static void test_errors(tsr_comm *world) {
   }
   tsr_comm_barrier(world);
   check(ok, "a truncated message and a short one are reported as errors (rank 1)");
+
+  /* The same on op memory (on a GPU: through the group's transport when it has send/recv),
+   * blocking and non-blocking; the group stays usable afterwards. */
+  ok = 1;
+  float *dx = tsr_ops_alloc(8, sizeof(float)), *dy = tsr_ops_alloc(8, sizeof(float));
+  ok &= dx && dy;
+  if (ok && N > 1 && me == 0) {
+    for (int i = 0; i < 8; i++) dx[i] = (float)i + 0.5f;
+    ok &= tsr_comm_send(world, dx, 32, 1, 10) == 0;
+    ok &= tsr_comm_send(world, dx, 8, 1, 11) == 0;
+    ok &= tsr_comm_send(world, dx, 32, 1, 12) == 0;
+  } else if (ok && N > 1 && me == 1) {
+    tsr_comm_handle hr = NULL;
+    ok &= tsr_comm_recv(world, dy, 16, 0, 10) != 0;
+    ok &= tsr_comm_irecv(world, dy, 16, 0, 11, &hr) == 0;
+    ok &= tsr_comm_wait(&hr) != 0 && hr == NULL;
+    ok &= tsr_comm_recv(world, dy, 32, 0, 12) == 0;
+    tsr_ops_sync();
+    for (int i = 0; i < 8; i++) ok &= dy[i] == (float)i + 0.5f;
+  }
+  tsr_comm_barrier(world);
+  tsr_ops_free(&dx);
+  tsr_ops_free(&dy);
+  check(ok, "on op memory too, then a good message arrives whole (rank 1)");
 }
 
 int main(int argc, char **argv) {
@@ -378,11 +405,13 @@ int main(int argc, char **argv) {
   tsr_ops_set_backend(dev);
   tsr_comm *groups[] = {world, pairs, self, three}; /* "three" is tested on 4 ranks only */
   const int n_groups = ws == 4 ? 4 : 3;
+  const char *want = getenv("TEST_COMM_TRANSPORT");
+  const tsr_comm_transport *tr =
+      want && !strcmp(want, "staged") ? &tsr_cuda_staged_transport : &tsr_cuda_nccl_transport;
+  for (int i = 0; i < n_groups; i++) ok &= tsr_comm_attach_device(groups[i], tr) == 0;
   for (int i = 0; i < n_groups; i++)
-    ok &= tsr_comm_attach_device(groups[i], &tsr_cuda_nccl_transport) == 0;
-  for (int i = 0; i < n_groups; i++)
-    ok &= !strcmp(tsr_comm_backend(groups[i]), tsr_comm_size(groups[i]) > 1 ? "nccl" : "mpi");
-  check(ok, "NCCL attached to every tested group of more than one rank");
+    ok &= !strcmp(tsr_comm_backend(groups[i]), tsr_comm_size(groups[i]) > 1 ? tr->name : "mpi");
+  check(ok, "%s attached to every tested group of more than one rank", tr->name);
 #endif
   check(tsr_comm_size(world) == ws && tsr_comm_rank(world) == g_rank &&
             !strcmp(tsr_comm_name(world), "world") && tsr_comm_size(self) == 1 &&
@@ -410,7 +439,7 @@ int main(int argc, char **argv) {
   tsr_comm_destroy(&world);
   check(world == NULL, "tsr_comm_destroy NULLs the handle");
 #ifdef TEST_COMM_DEVICE
-  tsr_cuda_nccl_transport.close();
+  tr->close();
   tsr_ops_set_backend(NULL);
   dev->close();
 #endif

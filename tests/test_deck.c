@@ -299,6 +299,7 @@ static const field fields[] = {
     F(parallel, ranks_per_node, 'i', "2"), F(parallel, schedule, 's', "gpipe"),
     F(parallel, micro_batches, 'i', "2"), F(parallel, virtual_stages, 'i', "2"),
     F(parallel, sequence_parallel, 'l', "T"), F(parallel, inter_node, 's', "nccl"),
+    F(parallel, mpi_gpu, 's', "staged"),
     F(train, gpu_gemm, 's', "exact"), F(train, micro_batch, 'i', "2"),
     F(train, global_batch, 'i', "2"), F(train, precision, 's', "bf16"),
     F(train, recompute, 's', "full"), F(train, grad_clip, 'r', "0.5"), F(optim, lr, 'r', "0.5"),

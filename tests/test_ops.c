@@ -712,6 +712,15 @@ static void test_xent(int n, int V, int with_fd) {
   omp_set_num_threads(saved);
   snprintf(name, sizeof name, "xent n=%d V=%d loss bitwise 1/3 threads", n, V);
   check(name, l1 == l3 && l1 == l_eval ? 0.0 : 1.0, 0);
+  /* the _acc forms add sum / div to an accumulator, bitwise as the caller would */
+  double acc = 0.375, want = 0.375 + l_eval / (double)n + l / (double)n;
+  tsr_ops_xent_fwd_acc(&acc, (double)n, z, tgt, n, V);
+  float *g2 = malloc(len * sizeof(float));
+  memcpy(g2, z, len * sizeof(float));
+  tsr_ops_xent_fwd_bwd_acc(&acc, (double)n, g2, tgt, n, V, dloss);
+  snprintf(name, sizeof name, "xent n=%d V=%d _acc forms: acc + sum / n, same gradient", n, V);
+  check(name, acc == want && !memcmp(g2, g, len * sizeof(float)) ? 0.0 : 1.0, 0);
+  free(g2);
   free(z), free(tgt), free(c.z), free(g);
 }
 

@@ -8,6 +8,8 @@
 # sum, max, min), non-blocking forms waited in any order and polled with tsr_comm_test,
 # next to MPI send/recv in flight at the same time.  On 2, 3 and 4 ranks.
 # EMU_NCCL_TRACE shows that NCCL ran the collectives of every group of 2 or more.
+# TEST_COMM_TRANSPORT=staged runs the same checks through MPI on pinned host buffers
+# (cuda/comm_stage.c), point-to-point included.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -28,5 +30,19 @@ for np in 2 3 4; do
   check "on $np ranks, NCCL ran the collectives of each group (trace: $(wc -l <"$SCRATCH/trace" 2>/dev/null) communicators)" \
     awk -v np=$np 'NF { n++; for (i = 6; i <= NF; i += 2) if ($i == 0) z++ }
       END { exit !(n >= np && z == 0) }' "$SCRATCH/trace"
+  # the same checks through MPI on pinned host copies (cuda/comm_stage.c): collectives,
+  # send/recv with tags, a receive of the wrong size; NCCL is not called at all
+  rm -f "$SCRATCH/trace"
+  EMU_DEVICES=$np EMU_NCCL_TRACE="$SCRATCH/trace" TEST_COMM_TRANSPORT=staged timeout 600 \
+    "$MPIRUN" -np $np "$BIN" >"$SCRATCH/staged$np" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q '^test_comm: .* 0 failed' "$SCRATCH/staged$np" &&
+     grep -q '^PASS.*mpi-staged attached' "$SCRATCH/staged$np"; then
+    ok "test_comm through staged MPI on $np ranks: $(grep -c '^PASS' "$SCRATCH/staged$np") checks"
+  else
+    grep -v '^PASS' "$SCRATCH/staged$np" | tail -20
+    bad "test_comm through staged MPI on $np ranks (exit $rc)"
+  fi
+  check "on $np ranks, staged MPI never called NCCL" test ! -s "$SCRATCH/trace"
 done
 finish

@@ -35,6 +35,7 @@ emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_nccl.c" -o "$B/comm_nccl.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/comm_stage.c" -o "$B/comm_stage.o"
 if [ -n "$prog" ]; then
   $CC "${CFLAGS[@]}" -I"$top/tests" "$@" -c "$prog" -o "$B/main.o"
   : >"$B/embedded_deck.c"
@@ -44,6 +45,6 @@ else
 fi
 $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
-$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/comm_nccl.o" "$B/device.o" \
+$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

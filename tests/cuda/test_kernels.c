@@ -589,6 +589,17 @@ static void test_reductions(long n) {
     TU_CHECK(ok == 0, "all_finite finds a planted %s at %ld of %ld", k ? "inf" : "nan", at, n);
     CUDA_CK(cudaMemcpy(d_x + at, &x[at], 4, cudaMemcpyHostToDevice));
   }
+  /* a loss added up on the device: *acc += *x / div, twice, as the host does it */
+  const double acc0 = urand(-5, 5), x0 = urand(1, 9), div = (double)(3 + n % 7);
+  double host = acc0, got = 0;
+  CUDA_CK(cudaMemcpy(d_s, &acc0, 8, cudaMemcpyHostToDevice));
+  CUDA_CK(cudaMemcpy(d_s2, &x0, 8, cudaMemcpyHostToDevice));
+  for (int k = 0; k < 2; k++) {
+    OK(tsr_cuda_add_quotient(d_s, d_s2, div, g_stream));
+    host += x0 / div;
+  }
+  down(&got, d_s, 8);
+  TU_CHECK(got == host, "add_quotient twice: %.17g, the host's sum %.17g", got, host);
   free(x);
   dfree(d_x), dfree(d_s), dfree(d_s2), dfree(d_ok);
 }

@@ -121,7 +121,7 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) { *pool = 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *) { return 0; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) { strcpy(p->name, "CPU emulation"); p->major = 9; p->minor = 0; p->multiProcessorCount = 1; return 0; }
 static int emu_current;
-static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, managed) */
+static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 1 managed / 2 pinned host) */
 cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
 cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
 struct emu_stream { int magic; };
@@ -135,6 +135,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) { *e = new em
 cudaError_t cudaEventDestroy(cudaEvent_t e) { if (!e || e->magic != 0xe7) return 400; e->magic = 0; delete e; return 0; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { if (!e || e->magic != 0xe7 || (s && s->magic != 0x5e)) return 400; e->recorded = 1; return 0; }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return !e || e->magic != 0xe7 ? 400 : 0; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (!e || e->magic != 0xe7 || (s && s->magic != 0x5e)) return 400;
   if (!e->recorded) { fprintf(stderr, "emu: cudaStreamWaitEvent on an event never recorded\n"); return 400; }
@@ -146,7 +147,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
   if (it != emu_allocs.begin()) {
     --it;
     if ((uintptr_t)p < it->first + it->second.first) {
-      a->type = it->second.second ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
+      const int k = it->second.second;
+      a->type = k == 2 ? cudaMemoryTypeHost : k ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
       a->device = emu_current;
       a->devicePointer = (void *)p;
     }
@@ -163,6 +165,12 @@ cudaError_t cudaMemset(void *p, int v, size_t b) { memset(p, v, b); return 0; }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { memset(p, v, b); return 0; }
 cudaError_t cudaGetLastError(void) { return 0; }
 cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) { cudaMalloc(p, b); emu_allocs[(uintptr_t)*p].second = 1; return 0; }
+cudaError_t cudaMallocHost(void **p, size_t b) { cudaMalloc(p, b); emu_allocs[(uintptr_t)*p].second = 2; return 0; }
+cudaError_t cudaFreeHost(void *p) {
+  auto it = emu_allocs.find((uintptr_t)p);
+  if (!p || it == emu_allocs.end() || it->second.second != 2) { fprintf(stderr, "emu: cudaFreeHost of memory cudaMallocHost did not give\n"); return 1; }
+  return cudaFree(p);
+}
 cudaError_t cudaMemAdvise(const void *p, size_t, enum cudaMemoryAdvise, struct cudaMemLocation l) { return p && l.id >= 0 && l.id < emu_devices() ? 0 : 1; }
 const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
 const char *cudaGetErrorName(cudaError_t) { return "emuError"; }

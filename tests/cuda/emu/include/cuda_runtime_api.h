@@ -55,6 +55,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+/* pinned host memory: tracked, so cudaPointerGetAttributes says cudaMemoryTypeHost */
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
 /* what memory a pointer is: the emulation tracks cudaMalloc/cudaMallocManaged ranges */
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1,
                       cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
