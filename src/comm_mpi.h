@@ -17,8 +17,9 @@ int tsr_comm_create(tsr_comm **out, MPI_Comm comm, const char *name);
 MPI_Comm tsr_comm_mpi(const tsr_comm *c);
 
 /* Give the group a device transport (comm_dev.h; collective over the group): from then
- * on its collectives on device memory go through it.  A group of one rank, or one that
- * already has a transport, is left as it is. */
+ * on its operations on device memory go through it.  A group of one rank, or one that
+ * already has a transport, is left as it is; a transport may decline a group (NCCL: two
+ * ranks on one GPU), which then can be given another. */
 struct tsr_comm_transport;
 int tsr_comm_attach_device(tsr_comm *c, const struct tsr_comm_transport *t);
 
