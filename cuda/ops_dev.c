@@ -133,6 +133,9 @@ static int d_reserve(const tsr_ops_shapes *s) {
   TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of scratch: %s", bytes,
             cudaGetErrorString(e));
   g.ws.bytes = bytes;
+  if (tsr_rank() == 0) /* beside what tessera plan counts: its reserved_gb covers these */
+    tsr_log("cuda: kernel scratch %.3f MB and cuBLASLt workspace 32 MiB, allocated once "
+            "(tessera plan counts them in hardware.reserved_gb)", (double)bytes / 1e6);
   return 0;
 }
 
