@@ -22,6 +22,7 @@ struct tsr_comm_dev_event {
   int posted;    /* MPI call posted, not yet completed */
   int landed;    /* MPI done and the copy back queued (done recorded) */
   int used;      /* done was ever recorded: a reuse waits for it before MPI writes */
+  int failed;    /* completing it failed (reported then): wait fails too */
   void *dst;     /* device address the copy back goes to (NULL: none) */
   size_t dst_off, dst_bytes; /* which part of host it copies back */
   size_t want;   /* recv: the size the message must have */
@@ -167,7 +168,11 @@ static int take(tsr_comm_dev *d, op_kind kind, size_t bytes, struct tsr_comm_dev
     }
   }
   /* the last copy back from this buffer has run before anything writes it again */
-  if (e->used) CUDA_OK(cudaEventSynchronize(e->done));
+  if (e->used && cudaEventSynchronize(e->done) != cudaSuccess) {
+    e->next = d->free_list, d->free_list = e;
+    tsr_error("staged MPI on '%s': waiting for an earlier copy back failed", d->name);
+    return TSR_ERR;
+  }
   if (e->cap < bytes) {
     if (e->host) cudaFreeHost(e->host);
     e->host = NULL, e->cap = 0;
@@ -182,7 +187,7 @@ static int take(tsr_comm_dev *d, op_kind kind, size_t bytes, struct tsr_comm_dev
     e->host = h, e->cap = bytes;
   }
   e->d = d, e->kind = kind, e->req = MPI_REQUEST_NULL;
-  e->posted = e->landed = 0;
+  e->posted = e->landed = e->failed = 0;
   e->dst = NULL, e->dst_off = e->dst_bytes = 0, e->want = 0, e->peer = -1, e->tag = 0;
   e->next = NULL;
   d->in_flight++;
@@ -200,8 +205,8 @@ static void give_back(struct tsr_comm_dev_event *e) {
 
 /* bytes of src (device, written by the compute stream so far) into host at off, and the
  * host waits for them: MPI reads host next.  bytes 0 (a receive): only the ordering. */
-static int stage_in(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off, const void *src,
-                    size_t bytes) {
+static int stage_in_(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off,
+                     const void *src, size_t bytes) {
   /* the copy stream waits for the compute work queued so far: the copy in reads what it
    * wrote, and the copy back (queued later on the same stream) must not overwrite what
    * it still reads */
@@ -211,6 +216,17 @@ static int stage_in(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off, c
   CUDA_OK(cudaMemcpyAsync(e->host + off, src, bytes, cudaMemcpyDefault, d->stream));
   CUDA_OK(cudaStreamSynchronize(d->stream));
   return 0;
+}
+
+/* On failure the operation goes back unused (nothing of it is left on the stream).  The
+ * other ranks of a collective then wait for this one: the error printed here, and the
+ * trainer's abort of a rank that fails alone, end the job. */
+static int stage_in(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off, const void *src,
+                    size_t bytes) {
+  if (!stage_in_(d, e, off, src, bytes)) return 0;
+  cudaStreamSynchronize(d->stream);
+  give_back(e);
+  return TSR_ERR;
 }
 
 /* The MPI call has been posted (rc its return code); the copy back, if any, is host[off,
@@ -353,10 +369,17 @@ static int land(struct tsr_comm_dev_event *e, MPI_Status *st) {
               "recv on '%s' (staged): rank %d sent %d bytes with tag %d, %zu were expected",
               d->name, e->peer, got, e->tag, e->want);
   }
+  cudaError_t ce = cudaSuccess;
   if (e->dst && e->dst_bytes)
-    CUDA_OK(cudaMemcpyAsync(e->dst, e->host + e->dst_off, e->dst_bytes, cudaMemcpyDefault,
-                            d->stream));
-  CUDA_OK(cudaEventRecord(e->done, d->stream));
+    ce = cudaMemcpyAsync(e->dst, e->host + e->dst_off, e->dst_bytes, cudaMemcpyDefault,
+                         d->stream);
+  if (ce == cudaSuccess) ce = cudaEventRecord(e->done, d->stream);
+  if (ce != cudaSuccess) {
+    cudaStreamSynchronize(d->stream); /* no copy back may still read the buffer */
+    tsr_error("staged MPI on '%s': the copy back of %s: %s", d->name, kind_names[e->kind],
+              cudaGetErrorString(ce));
+    return TSR_ERR;
+  }
   e->used = e->landed = 1;
   return 0;
 }
@@ -387,6 +410,7 @@ static int st_wait(tsr_comm_dev_event **ep) {
     }
     rc = land(e, &st);
   }
+  if (e->failed) rc = TSR_ERR; /* an earlier test found it failed (and said so) */
   if (!rc && e->landed) {
     cudaError_t ce = cudaStreamWaitEvent(compute(), e->done, 0);
     if (ce != cudaSuccess) {
@@ -404,9 +428,16 @@ static int st_query(tsr_comm_dev_event *e, int *done) {
   if (e->posted) {
     int flag = 0;
     MPI_Status st;
-    MPI_OK(e->d, MPI_Test(&e->req, &flag, &st));
+    const int mrc = MPI_Test(&e->req, &flag, &st);
+    if (mrc != MPI_SUCCESS) { /* no request left to wait for; wait reports it again */
+      e->posted = 0, e->failed = 1;
+      MPI_OK(e->d, mrc);
+    }
     if (!flag) return 0;
-    TSR_CALL(land(e, &st));
+    if (land(e, &st)) {
+      e->failed = 1;
+      return TSR_ERR;
+    }
   }
   *done = 1; /* the copy back is ordered before later compute work by wait */
   return 0;

@@ -289,7 +289,7 @@ static int dev_done(tsr_comm *c, int rc, tsr_comm_kind kind, tsr_comm_handle *h)
   TSR_CALL(rc);
   tsr_comm_dev_event *ev = NULL;
   TSR_CALL(c->tr->record(c->dev, &ev));
-  if (!h) return c->tr->wait(&ev);
+  if (!h) return BLOCKING(c->tr->wait(&ev)); /* staged: MPI_Wait inside */
   struct tsr_comm_request *r = pop_request(c);
   if (!r) {
     c->tr->wait(&ev);

@@ -165,7 +165,9 @@ static int attach_gpu_comm(trainer *t) {
   if (!t->dev) return 0;
   const tsr_parallel_config *pc = &t->cfg->parallel;
   const int across = !strcmp(pc->inter_node, "nccl");
-  const int aware = tsr_comm_mpi_cuda_aware();
+  /* every rank takes the same path (attaching is collective): CUDA-aware only if all are */
+  int aware = tsr_comm_mpi_cuda_aware();
+  TSR_CALL(tsr_comm_all_reduce_int(t->grid->world, &aware, 1, TSR_COMM_MIN));
   const int staged = tsr_comm_staged_transport &&
                      (!strcmp(pc->mpi_gpu, "staged") || (!strcmp(pc->mpi_gpu, "auto") && aware != 1));
   /* the groups ZeRO moves device memory over (zero.c): all of dp at stage 0, else the
