@@ -1,14 +1,12 @@
 /* comm_nccl.c — the NCCL device transport of comm (src/comm_dev.h; see comm_nccl.h). */
 #include "comm_nccl.h"
 
-#include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_dev.h"
-#include "util.h"
+#include "comm_cuda.h"
 
 struct tsr_comm_dev {
   ncclComm_t nccl;
@@ -24,16 +22,6 @@ struct tsr_comm_dev_event {
 };
 static struct tsr_comm_dev_event *pool;
 
-#define CUDA_OK(expr)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (expr);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      tsr_error("%s:%d %s: %s: CUDA error %s: %s", __FILE__, __LINE__, __func__, #expr,       \
-                cudaGetErrorName(e_), cudaGetErrorString(e_));                                \
-      return TSR_ERR;                                                                         \
-    }                                                                                         \
-  } while (0)
-
 #define NCCL_OK(d, expr)                                                                      \
   do {                                                                                        \
     ncclResult_t r_ = (expr);                                                                 \
@@ -44,8 +32,6 @@ static struct tsr_comm_dev_event *pool;
       return TSR_ERR;                                                                         \
     }                                                                                         \
   } while (0)
-
-static cudaStream_t compute(void) { return (cudaStream_t)tsr_cuda_ops_stream(); }
 
 /* ---------------------------------------------------------------- the communicator */
 
@@ -130,20 +116,11 @@ static int nc_create(tsr_comm_dev **out, const void *mpi_comm, const char *name)
   return 0;
 }
 
-static int nc_on_device(const void *p) {
-  struct cudaPointerAttributes a;
-  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 /* ---------------------------------------------------------------- operations */
 
 /* The group's stream waits for the compute work queued so far (which wrote the buffers). */
 static int enter(tsr_comm_dev *d) {
-  CUDA_OK(cudaEventRecord(d->ready, compute()));
+  CUDA_OK(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
   CUDA_OK(cudaStreamWaitEvent(d->stream, d->ready, 0));
   return 0;
 }
@@ -241,7 +218,7 @@ static int nc_wait(tsr_comm_dev_event **ep) {
   struct tsr_comm_dev_event *e = *ep;
   if (!e) return 0;
   *ep = NULL;
-  cudaError_t ce = cudaStreamWaitEvent(compute(), e->ev, 0);
+  cudaError_t ce = cudaStreamWaitEvent(tsr_cuda_compute_stream(), e->ev, 0);
   e->next = pool;
   pool = e;
   CUDA_OK(ce);
@@ -269,6 +246,6 @@ static void nc_close(void) {
 }
 
 const tsr_comm_transport tsr_cuda_nccl_transport = {
-    "nccl",        nc_create,    nc_destroy, nc_on_device, nc_all_reduce, nc_reduce_scatter,
+    "nccl",        nc_create,    nc_destroy, tsr_cuda_is_device_memory, nc_all_reduce, nc_reduce_scatter,
     nc_all_gather, nc_broadcast, nc_record,  nc_wait,      nc_query,          nc_close,
     NULL /* send: the pipeline's point-to-point stays on MPI */, NULL};

@@ -1,13 +1,12 @@
 /* comm_stage.c — MPI on GPU memory through pinned host buffers (see comm_stage.h). */
 #include "comm_stage.h"
 
-#include <cuda_runtime_api.h>
 #include <limits.h>
 #include <mpi.h>
 #include <string.h>
 
-#include "ops_dev.h"
-#include "util.h"
+#include "comm_cuda.h"
+#include "comm_mpi.h"
 
 typedef enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_SEND,
                OP_RECV } op_kind;
@@ -44,30 +43,13 @@ struct tsr_comm_dev {
   int in_flight;
 };
 
-#define CUDA_OK(expr)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (expr);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      tsr_error("%s:%d %s: %s: CUDA error %s: %s", __FILE__, __LINE__, __func__, #expr,       \
-                cudaGetErrorName(e_), cudaGetErrorString(e_));                                \
-      return TSR_ERR;                                                                         \
-    }                                                                                         \
-  } while (0)
-
-#define MPI_OK(d, expr)                                                                       \
-  do {                                                                                        \
-    int r_ = (expr);                                                                          \
-    if (r_ != MPI_SUCCESS) {                                                                  \
-      char m_[MPI_MAX_ERROR_STRING] = "";                                                     \
-      int l_ = 0;                                                                             \
-      MPI_Error_string(r_, m_, &l_);                                                          \
-      tsr_error("%s:%d %s: %s on '%s' (staged): %s", __FILE__, __LINE__, __func__, #expr,     \
-                (d)->name, m_);                                                               \
-      return TSR_ERR;                                                                         \
-    }                                                                                         \
-  } while (0)
-
-static cudaStream_t compute(void) { return (cudaStream_t)tsr_cuda_ops_stream(); }
+/* MPI's error rc from `call` on e, reported as comm.c reports its own; TSR_ERR. */
+static int mpi_failed(const struct tsr_comm_dev_event *e, const char *call, int rc) {
+  char what[96];
+  snprintf(what, sizeof what, "%s (%s on '%s', staged)", call, kind_names[e->kind], e->d->name);
+  tsr_mpi_error(__FILE__, __LINE__, __func__, what, rc);
+  return TSR_ERR;
+}
 
 /* ---------------------------------------------------------------- the communicator */
 
@@ -129,15 +111,6 @@ static int st_create(tsr_comm_dev **out, const void *mpi_comm, const char *name)
   }
   *out = d;
   return 0;
-}
-
-static int st_on_device(const void *p) {
-  struct cudaPointerAttributes a;
-  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
 /* ---------------------------------------------------------------- operations */
@@ -210,7 +183,7 @@ static int stage_in_(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off,
   /* the copy stream waits for the compute work queued so far: the copy in reads what it
    * wrote, and the copy back (queued later on the same stream) must not overwrite what
    * it still reads */
-  CUDA_OK(cudaEventRecord(d->ready, compute()));
+  CUDA_OK(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
   CUDA_OK(cudaStreamWaitEvent(d->stream, d->ready, 0));
   if (!bytes) return 0;
   CUDA_OK(cudaMemcpyAsync(e->host + off, src, bytes, cudaMemcpyDefault, d->stream));
@@ -232,10 +205,9 @@ static int stage_in(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off, c
 /* The MPI call has been posted (rc its return code); the copy back, if any, is host[off,
  * off + bytes) to dst.  On a failed post the operation goes back unused. */
 static int posted(struct tsr_comm_dev_event *e, int rc, void *dst, size_t off, size_t bytes) {
-  tsr_comm_dev *d = e->d;
   if (rc != MPI_SUCCESS) {
     give_back(e);
-    MPI_OK(d, rc);
+    return mpi_failed(e, "posting", rc);
   }
   e->posted = 1;
   e->dst = dst, e->dst_off = off, e->dst_bytes = bytes;
@@ -400,19 +372,15 @@ static int st_wait(tsr_comm_dev_event **ep) {
     MPI_Status st;
     const int mrc = MPI_Wait(&e->req, &st);
     if (mrc != MPI_SUCCESS) {
-      char m[MPI_MAX_ERROR_STRING] = "";
-      int l = 0;
-      MPI_Error_string(mrc, m, &l);
-      tsr_error("staged MPI on '%s': MPI_Wait (%s): %s", e->d->name, kind_names[e->kind], m);
       e->posted = 0;
       give_back(e);
-      return TSR_ERR;
+      return mpi_failed(e, "MPI_Wait", mrc);
     }
     rc = land(e, &st);
   }
   if (e->failed) rc = TSR_ERR; /* an earlier test found it failed (and said so) */
   if (!rc && e->landed) {
-    cudaError_t ce = cudaStreamWaitEvent(compute(), e->done, 0);
+    cudaError_t ce = cudaStreamWaitEvent(tsr_cuda_compute_stream(), e->done, 0);
     if (ce != cudaSuccess) {
       tsr_error("staged MPI on '%s': cudaStreamWaitEvent: %s", e->d->name,
                 cudaGetErrorString(ce));
@@ -431,7 +399,7 @@ static int st_query(tsr_comm_dev_event *e, int *done) {
     const int mrc = MPI_Test(&e->req, &flag, &st);
     if (mrc != MPI_SUCCESS) { /* no request left to wait for; wait reports it again */
       e->posted = 0, e->failed = 1;
-      MPI_OK(e->d, mrc);
+      return mpi_failed(e, "MPI_Test", mrc);
     }
     if (!flag) return 0;
     if (land(e, &st)) {
@@ -446,5 +414,5 @@ static int st_query(tsr_comm_dev_event *e, int *done) {
 static void st_close(void) { last = NULL; }
 
 const tsr_comm_transport tsr_cuda_staged_transport = {
-    "mpi-staged", st_create, st_destroy, st_on_device, st_all_reduce, st_reduce_scatter,
+    "mpi-staged", st_create, st_destroy, tsr_cuda_is_device_memory, st_all_reduce, st_reduce_scatter,
     st_all_gather, st_broadcast, st_record, st_wait, st_query, st_close, st_send, st_recv};

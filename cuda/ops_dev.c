@@ -369,6 +369,15 @@ static const tsr_ops_backend table = {
 void *tsr_cuda_ops_stream(void) { return g.stream; }
 int tsr_cuda_ops_device(void) { return g.device; }
 
+int tsr_cuda_is_device_memory(const void *p) {
+  struct cudaPointerAttributes a;
+  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
                       const tsr_ops_backend **b) {
   const MPI_Comm comm = *(const MPI_Comm *)comm_p;

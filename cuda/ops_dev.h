@@ -29,5 +29,8 @@ int tsr_cuda_ops_open(const void *comm, const char *mode, int share, const tsr_o
 void *tsr_cuda_ops_stream(void);
 /* The device this rank drives (valid after tsr_cuda_ops_open). */
 int tsr_cuda_ops_device(void);
+/* 1 when p (any address inside an allocation) is device or managed memory: what the
+ * device transports of comm (comm_nccl.c, comm_stage.c) take. */
+int tsr_cuda_is_device_memory(const void *p);
 
 #endif

@@ -280,7 +280,7 @@ static int dev_for(const tsr_comm *c, const void *a, const void *b) {
 
 /* 1 when the group's transport takes point-to-point traffic on buf. */
 static int dev_p2p(const tsr_comm *c, const void *buf) {
-  return c->dev && c->tr->send && c->tr->on_device(buf);
+  return c->dev && c->tr->send && dev_for(c, buf, NULL);
 }
 
 /* After a device operation was queued (rc: how that went): a blocking call (h NULL)
