@@ -205,6 +205,20 @@ int main(int argc, char **argv) {
                                            (const float *)q, (const float *)k, (const float *)v, B, T, H,
                                            KV, hd, (int)stride, ws, st));
         row("attention bwd fp32", shape, ms, 2.5 * flops, 1, "2.5 x forward");
+        /* the tensor-core path (fp32 storage, bf16 products), at this head_dim and at 64 */
+        for (int hd2 = hd; hd2 >= 64; hd2 /= 2) {
+          char shape2[64];
+          snprintf(shape2, sizeof shape2, "B%d T%d H%d KV%d hd%d", B, T, H, KV, hd2);
+          const int stride2 = (H + 2 * KV) * hd2;
+          const float *q2 = (const float *)qkv, *k2 = q2 + (size_t)H * hd2, *v2 = q2 + (size_t)(H + KV) * hd2;
+          float *dq2 = (float *)dqkv, *dk2 = dq2 + (size_t)H * hd2, *dv2 = dq2 + (size_t)(H + KV) * hd2;
+          const double flops2 = flops * hd2 / hd;
+          TIME_MS(ms, tsr_cuda_attention_tc_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2, stride2, st));
+          row("attention fwd tc bf16", shape2, ms, flops2, 1, "causal 4 B H T^2 hd / 2");
+          TIME_MS(ms, tsr_cuda_attention_tc_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T, H, KV,
+                                                hd2, stride2, ws, st));
+          row("attention bwd tc bf16", shape2, ms, 2.5 * flops2, 1, "2.5 x forward");
+        }
       }
       CK(cudaFree(qkv)); CK(cudaFree(dqkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(lse));
     }

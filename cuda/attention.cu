@@ -399,3 +399,389 @@ extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 
                              (const bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k,
                              (const bf16 *)v, B, T, H, KV, hd, qkv_stride, ws, stream);
 }
+
+/* ============================================================ tensor-core path
+ * The same attention with its five matrix products on the tensor cores (WMMA, 16x16x16
+ * bf16 fragments, fp32 accumulation): what the trainer runs when its GEMMs take bf16
+ * inputs (tsr_ops_set_matmul_inputs(TSR_MATMUL_BF16)).  q, k, v, dout (and P, dS) are
+ * rounded to bf16 for the products; softmax statistics, accumulators and the outputs stay
+ * fp32.  head_dim 32, 64, 96 or 128 (tsr_cuda_attention_tc_supported).
+ *
+ * Blocks of 4 warps own 64 rows (queries for the forward and dq, keys for dk/dv), 16 per
+ * warp, and walk tiles of 64 keys (queries).  Each warp writes its 16 x 64 score tile to
+ * its own shared-memory strip, its 32 lanes (two per row, 32 columns each) apply the mask
+ * and the softmax there and write P (or dS) back as bf16 for the next product.  The
+ * forward keeps its output rows in registers (two lanes per row, hd/2 columns each),
+ * rescaled by the online softmax; P V comes back through the strip.  Every output element
+ * is summed in a fixed order: deterministic, no atomics. */
+#include <mma.h>
+
+#define TC_ROWS 64 /* rows of a block, keys (queries) of a tile */
+#define TC_WARPS 4
+#define TC_THREADS (32 * TC_WARPS)
+
+namespace wmma = nvcuda::wmma;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_bt; /* B = X^T */
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+/* Shared-memory strides: bf16 tiles of hd (+8) columns, the fp32 strips hold a 16 x 64
+ * score tile or a 16 x hd product (+4), the bf16 strips 16 x 64 (+8).  Every fragment
+ * pointer is then 32-byte aligned and ldm a multiple of 8 (bf16) or 4 (fp32). */
+template <int HD> struct tc_dims {
+  static const int LDB = HD + 8;
+  static const int LDF = (HD > TC_ROWS ? HD : TC_ROWS) + 4;
+  static const int LDP = TC_ROWS + 8;
+  static const size_t TILE = (size_t)TC_ROWS * LDB * sizeof(bf16);
+  static const size_t FSTRIP = (size_t)16 * LDF * sizeof(float);
+  static const size_t PSTRIP = (size_t)16 * LDP * sizeof(bf16);
+};
+
+/* rows [row0, row0 + 64) of one head of a strided buffer, as bf16; rows past T zero */
+template <class T, int HD>
+__device__ __forceinline__ void tc_load(bf16 *tile, const T *src, int row0, int T_,
+                                        size_t batch_off, int stride, int col0) {
+  for (int idx = threadIdx.x; idx < TC_ROWS * HD; idx += TC_THREADS) {
+    const int rr = idx / HD, d = idx - rr * HD, t = row0 + rr;
+    tile[rr * tc_dims<HD>::LDB + d] = __float2bfloat16_rn(
+        t < T_ ? to_f32(src[batch_off + (size_t)t * stride + col0 + d]) : 0.0f);
+  }
+}
+
+/* strip[0..16) x [0..64) = A_w (16 x HD, rows of `a`) times the 64 rows of `bt`, transposed */
+template <int HD>
+__device__ __forceinline__ void tc_scores(float *strip, const bf16 *a, const bf16 *bt) {
+  const int LDB = tc_dims<HD>::LDB;
+  frag_a fa[HD / 16];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) wmma::load_matrix_sync(fa[kk], a + 16 * kk, LDB);
+#pragma unroll
+  for (int j = 0; j < TC_ROWS / 16; j++) {
+    frag_c c;
+    wmma::fill_fragment(c, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      frag_bt fb;
+      wmma::load_matrix_sync(fb, bt + 16 * j * LDB + 16 * kk, LDB);
+      wmma::mma_sync(c, fa[kk], fb, c);
+    }
+    wmma::store_matrix_sync(strip + 16 * j, c, tc_dims<HD>::LDF, wmma::mem_row_major);
+  }
+}
+
+/* acc[n] += P_w (16 x 64 bf16 strip) times the 64 x HD tile b, per 16 columns n */
+template <int HD>
+__device__ __forceinline__ void tc_accumulate(frag_c (&acc)[HD / 16], const bf16 *p,
+                                              const bf16 *b) {
+  const int LDB = tc_dims<HD>::LDB;
+#pragma unroll
+  for (int kk = 0; kk < TC_ROWS / 16; kk++) {
+    frag_a fa;
+    wmma::load_matrix_sync(fa, p + 16 * kk, tc_dims<HD>::LDP);
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) {
+      frag_b fb;
+      wmma::load_matrix_sync(fb, b + 16 * kk * LDB + 16 * n, LDB);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+/* dst[row, col0 + c] += mul * strip[r][c] for this warp's 16 rows (rows past T skipped) */
+template <class T, int HD>
+__device__ __forceinline__ void tc_add_rows(T *dst, const float *strip, int row0, int T_,
+                                            size_t batch_off, int stride, int col0, float mul) {
+  const int lane = threadIdx.x & 31;
+  for (int idx = lane; idx < 16 * HD; idx += 32) {
+    const int r = idx / HD, c = idx - r * HD, t = row0 + r;
+    if (t < T_) {
+      T *p = dst + batch_off + (size_t)t * stride + col0 + c;
+      *p = from_f32<T>(to_f32(*p) + mul * strip[r * tc_dims<HD>::LDF + c]);
+    }
+  }
+}
+
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_tc_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
+                       int KV, int qkv_stride, float scale) {
+  typedef tc_dims<HD> Dm;
+  extern __shared__ float smem[];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  char *base = (char *)smem;
+  bf16 *Qs = (bf16 *)base, *Ks = (bf16 *)(base + Dm::TILE), *Vs = (bf16 *)(base + 2 * Dm::TILE);
+  float *S = (float *)(base + 3 * Dm::TILE + w * Dm::FSTRIP);
+  bf16 *P = (bf16 *)(base + 3 * Dm::TILE + TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * TC_ROWS, tq = q0 + 16 * w + r;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+  float o[HD / 2], m = -INFINITY, l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+    __syncthreads(); /* the previous tile is no longer read */
+    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, g * HD);
+    tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, g * HD);
+    __syncthreads();
+    tc_scores<HD>(S, Qs + 16 * w * Dm::LDB, Ks);
+    __syncwarp();
+    float s[32], tmax = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      const int key = k0 + 32 * half + i;
+      s[i] = (key <= tq && key < T_) ? scale * S[r * Dm::LDF + 32 * half + i] : -INFINITY;
+      tmax = fmaxf(tmax, s[i]);
+    }
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    const float m_new = fmaxf(m, tmax), m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float corr = expf(m - m_use);
+    float rowsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      const float p = expf(s[i] - m_use);
+      P[r * Dm::LDP + 32 * half + i] = __float2bfloat16_rn(p);
+      rowsum += p;
+    }
+    rowsum += __shfl_xor_sync(0xffffffffu, rowsum, 1);
+    l = l * corr + rowsum;
+    m = m_new;
+    __syncwarp(); /* P written, S read */
+    frag_c pv[HD / 16];
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(pv[n], 0.0f);
+    tc_accumulate<HD>(pv, P, Vs);
+#pragma unroll
+    for (int n = 0; n < HD / 16; n++)
+      wmma::store_matrix_sync(S + 16 * n, pv[n], Dm::LDF, wmma::mem_row_major);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = o[i] * corr + S[r * Dm::LDF + (HD / 2) * half + i];
+  }
+  if (tq < T_) {
+    T *dst = out + ((size_t)b * T_ + tq) * H * HD + (size_t)h * HD + (HD / 2) * half;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dst[i] = from_f32<T>(o[i] * inv);
+    if (half == 0) lse[((size_t)b * H + h) * T_ + tq] = m + logf(l);
+  }
+}
+
+/* The backward's per-tile statistics: lse and D of 64 queries of head h (zeros past T). */
+__device__ __forceinline__ void tc_load_stats(float *Ls, float *Ds, const float *lse,
+                                              const float *D, size_t stat, int q0, int T_) {
+  for (int rr = threadIdx.x; rr < TC_ROWS; rr += TC_THREADS) {
+    const int t = q0 + rr;
+    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
+    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
+  }
+}
+
+/* dq of 64 queries of head h: dq += scale * dS K, dS = P (dP - D), dP = dout V^T */
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_tc_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                      const T *k, const T *v, int T_, int H, int KV, int qkv_stride,
+                      float scale) {
+  typedef tc_dims<HD> Dm;
+  extern __shared__ float smem[];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  char *base = (char *)smem;
+  bf16 *Qs = (bf16 *)base, *dOs = (bf16 *)(base + Dm::TILE);
+  bf16 *Ks = (bf16 *)(base + 2 * Dm::TILE), *Vs = (bf16 *)(base + 3 * Dm::TILE);
+  char *strips = base + 4 * Dm::TILE;
+  float *S = (float *)(strips + w * Dm::FSTRIP);
+  float *dP = (float *)(strips + (TC_WARPS + w) * Dm::FSTRIP);
+  bf16 *dS = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
+  float *Ls = (float *)(strips + 2 * TC_WARPS * Dm::FSTRIP + TC_WARPS * Dm::PSTRIP);
+  float *Ds = Ls + TC_ROWS;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * TC_ROWS, row = 16 * w + r, tq = q0 + row;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+  tc_load<T, HD>(dOs, dout, q0, T_, (size_t)b * T_ * H * HD, H * HD, h * HD);
+  tc_load_stats(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+  frag_c acc[HD / 16];
+#pragma unroll
+  for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+    __syncthreads();
+    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, g * HD);
+    tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, g * HD);
+    __syncthreads();
+    tc_scores<HD>(S, Qs + 16 * w * Dm::LDB, Ks);
+    tc_scores<HD>(dP, dOs + 16 * w * Dm::LDB, Vs);
+    __syncwarp();
+#pragma unroll 8
+    for (int i = 0; i < 32; i++) {
+      const int c = 32 * half + i, key = k0 + c;
+      float ds = 0.0f;
+      if (key <= tq && key < T_ && tq < T_) {
+        const float p = expf(scale * S[r * Dm::LDF + c] - Ls[row]);
+        ds = p * (dP[r * Dm::LDF + c] - Ds[row]);
+      }
+      dS[r * Dm::LDP + c] = __float2bfloat16_rn(ds);
+    }
+    __syncwarp();
+    tc_accumulate<HD>(acc, dS, Ks);
+  }
+#pragma unroll
+  for (int n = 0; n < HD / 16; n++)
+    wmma::store_matrix_sync(S + 16 * n, acc[n], Dm::LDF, wmma::mem_row_major);
+  __syncwarp();
+  tc_add_rows<T, HD>(dq, S, q0 + 16 * w, T_, boff, qkv_stride, h * HD, scale);
+}
+
+/* dk, dv of 64 keys of kv head g, over the group's query heads (outer) and the query
+ * tiles from the diagonal on (inner):  dv += P^T dout,  dk += scale * dS^T q, with
+ * P^T = K Q^T (masked, exp(scale s - lse)) and dP^T = V dout^T computed key-major. */
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_tc_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D,
+                        const T *q, const T *k, const T *v, int T_, int H, int KV,
+                        int qkv_stride, float scale) {
+  typedef tc_dims<HD> Dm;
+  extern __shared__ float smem[];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  char *base = (char *)smem;
+  bf16 *Ks = (bf16 *)base, *Vs = (bf16 *)(base + Dm::TILE);
+  bf16 *Qs = (bf16 *)(base + 2 * Dm::TILE), *dOs = (bf16 *)(base + 3 * Dm::TILE);
+  char *strips = base + 4 * Dm::TILE;
+  float *S = (float *)(strips + w * Dm::FSTRIP);
+  float *dP = (float *)(strips + (TC_WARPS + w) * Dm::FSTRIP);
+  bf16 *P = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
+  bf16 *dS = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + (TC_WARPS + w) * Dm::PSTRIP);
+  float *Ls = (float *)(strips + 2 * TC_WARPS * Dm::FSTRIP + 2 * TC_WARPS * Dm::PSTRIP);
+  float *Ds = Ls + TC_ROWS;
+  const int group = H / KV, b = blockIdx.y / KV, g = blockIdx.y % KV;
+  const int j0 = blockIdx.x * TC_ROWS, key = j0 + 16 * w + r;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  tc_load<T, HD>(Ks, k, j0, T_, boff, qkv_stride, g * HD);
+  tc_load<T, HD>(Vs, v, j0, T_, boff, qkv_stride, g * HD);
+  frag_c acc_k[HD / 16], acc_v[HD / 16];
+#pragma unroll
+  for (int n = 0; n < HD / 16; n++) {
+    wmma::fill_fragment(acc_k[n], 0.0f);
+    wmma::fill_fragment(acc_v[n], 0.0f);
+  }
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    for (int q0 = j0; q0 < T_; q0 += TC_ROWS) {
+      __syncthreads();
+      tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+      tc_load<T, HD>(dOs, dout, q0, T_, (size_t)b * T_ * H * HD, H * HD, h * HD);
+      tc_load_stats(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+      __syncthreads();
+      tc_scores<HD>(S, Ks + 16 * w * Dm::LDB, Qs);  /* S^T: this warp's keys x 64 queries */
+      tc_scores<HD>(dP, Vs + 16 * w * Dm::LDB, dOs); /* dP^T */
+      __syncwarp();
+#pragma unroll 8
+      for (int i = 0; i < 32; i++) {
+        const int c = 32 * half + i, t = q0 + c;
+        float p = 0.0f, ds = 0.0f;
+        if (t < T_ && key <= t && key < T_) {
+          p = expf(scale * S[r * Dm::LDF + c] - Ls[c]);
+          ds = p * (dP[r * Dm::LDF + c] - Ds[c]);
+        }
+        P[r * Dm::LDP + c] = __float2bfloat16_rn(p);
+        dS[r * Dm::LDP + c] = __float2bfloat16_rn(ds);
+      }
+      __syncwarp();
+      tc_accumulate<HD>(acc_v, P, dOs);
+      tc_accumulate<HD>(acc_k, dS, Qs);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < HD / 16; n++) {
+    wmma::store_matrix_sync(S + 16 * n, acc_k[n], Dm::LDF, wmma::mem_row_major);
+    wmma::store_matrix_sync(dP + 16 * n, acc_v[n], Dm::LDF, wmma::mem_row_major);
+  }
+  __syncwarp();
+  if (dk) tc_add_rows<T, HD>(dk, S, j0 + 16 * w, T_, boff, qkv_stride, g * HD, scale);
+  if (dv) tc_add_rows<T, HD>(dv, dP, j0 + 16 * w, T_, boff, qkv_stride, g * HD, 1.0f);
+}
+
+template <int HD> static size_t tc_fwd_smem() {
+  return 3 * tc_dims<HD>::TILE + TC_WARPS * (tc_dims<HD>::FSTRIP + tc_dims<HD>::PSTRIP);
+}
+template <int HD> static size_t tc_bwd_smem() {
+  return 4 * tc_dims<HD>::TILE + 2 * TC_WARPS * (tc_dims<HD>::FSTRIP + tc_dims<HD>::PSTRIP) +
+         2 * TC_ROWS * sizeof(float);
+}
+
+template <class T, int HD>
+static int attn_tc_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
+                       int H, int KV, int qkv_stride, cudaStream_t stream) {
+  const size_t smem = tc_fwd_smem<HD>();
+  TSR_CUDA_CHECK(allow_smem(attn_tc_fwd_kernel<T, HD>, smem));
+  attn_tc_fwd_kernel<T, HD><<<dim3((T_ + TC_ROWS - 1) / TC_ROWS, B * H), TC_THREADS, smem, stream>>>(
+      out, lse, q, k, v, T_, H, KV, qkv_stride, (float)(1.0 / sqrt((double)HD)));
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+template <class T, int HD>
+static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
+                       const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
+                       int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  const float scale = (float)(1.0 / sqrt((double)HD));
+  float *D = NULL;
+  TSR_CUDA_SCRATCH(D, ws, (size_t)B * H * T_ * sizeof(float));
+  const long warps = (long)B * T_ * H;
+  attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
+                                                                                T_, H, HD);
+  TSR_CUDA_LAUNCHED();
+  const size_t smem = tc_bwd_smem<HD>();
+  const unsigned tiles = (unsigned)((T_ + TC_ROWS - 1) / TC_ROWS);
+  if (dq) {
+    TSR_CUDA_CHECK(allow_smem(attn_tc_dq_kernel<T, HD>, smem));
+    attn_tc_dq_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+        dq, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dk || dv) {
+    TSR_CUDA_CHECK(allow_smem(attn_tc_dkdv_kernel<T, HD>, smem));
+    attn_tc_dkdv_kernel<T, HD><<<dim3(tiles, B * KV), TC_THREADS, smem, stream>>>(
+        dk, dv, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  return 0;
+}
+
+extern "C" int tsr_cuda_attention_tc_supported(int hd) {
+  return hd == 32 || hd == 64 || hd == 96 || hd == 128;
+}
+
+extern "C" int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
+                                         const float *v, int B, int T, int H, int KV, int hd,
+                                         int qkv_stride, cudaStream_t stream) {
+  TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
+  TSR_CUDA_ARG(tsr_cuda_attention_tc_supported(hd));
+  switch (hd) {
+    case 32: return attn_tc_fwd<float, 32>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
+    case 64: return attn_tc_fwd<float, 64>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
+    case 96: return attn_tc_fwd<float, 96>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
+    default: return attn_tc_fwd<float, 128>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
+  }
+}
+extern "C" int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                         const float *out, const float *lse, const float *q,
+                                         const float *k, const float *v, int B, int T, int H,
+                                         int KV, int hd, int qkv_stride,
+                                         const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
+  TSR_CUDA_ARG(tsr_cuda_attention_tc_supported(hd));
+  if (!dq && !dk && !dv) return 0;
+#define TC_BWD(HD) \
+  attn_tc_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, qkv_stride, ws, stream)
+  switch (hd) {
+    case 32: return TC_BWD(32);
+    case 64: return TC_BWD(64);
+    case 96: return TC_BWD(96);
+    default: return TC_BWD(128);
+  }
+#undef TC_BWD
+}

@@ -149,6 +149,19 @@ int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const 
                                 const tsr_bf16 *k, const tsr_bf16 *v, int B, int T, int H,
                                 int KV, int hd, int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream);
 
+/* The same on the tensor cores: q, k, v, dout, P and dS rounded to bf16 for the five
+ * matrix products (fp32 accumulation, fp32 softmax statistics and outputs), as when
+ * the GEMMs take bf16 inputs.  head_dim 32, 64, 96 or 128 only
+ * (tsr_cuda_attention_tc_supported); the same scratch as tsr_cuda_attention_bwd. */
+int tsr_cuda_attention_tc_supported(int hd);
+int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                              cudaStream_t stream);
+int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout,
+                              const float *out, const float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                              const tsr_cuda_scratch *ws, cudaStream_t stream);
+
 /* ---- SwiGLU, GELU (tanh) ---- */
 int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F, cudaStream_t stream);
 int tsr_cuda_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F,

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +25,77 @@ static struct {
   size_t live_bytes, peak_bytes; /* managed memory handed out */
   struct alloc_rec { void *p; size_t bytes; } *allocs; /* live allocations (their sizes) */
   int n_allocs, cap_allocs;
+  int matmul_inputs; /* TSR_MATMUL_*: bf16 also puts attention on the tensor cores */
+  int attention_logged;
+  int profile; /* TSR_CUDA_PROFILE set: time every op (see prof_begin) */
+  double t_open;
 } g;
+
+/* ---------------------------------------------------------------- op profile
+ * With TSR_CUDA_PROFILE=1 every op waits for the stream before and after its kernels and
+ * adds the time to its line (matrix products one line per shape, with their rate); rank 0
+ * prints the table, longest first, when the backend closes.  The waits serialise host and
+ * device, so steps run slower than without: the shares are what it is for. */
+#define N_PROF 96
+static struct prof_rec {
+  char name[56];
+  double s, flops;
+  long calls;
+} prof[N_PROF];
+static int n_prof;
+typedef struct {
+  char name[56];
+  double t0, flops;
+} prof_scope;
+static prof_scope prof_begin(double flops, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static prof_scope prof_begin(double flops, const char *fmt, ...) {
+  prof_scope sc = {"", 0, flops};
+  if (!g.profile || g.failed) return sc;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sc.name, sizeof sc.name, fmt, ap);
+  va_end(ap);
+  cudaStreamSynchronize(g.stream);
+  sc.t0 = tsr_now();
+  return sc;
+}
+static void prof_end(prof_scope *sc) {
+  if (!sc->name[0]) return;
+  cudaStreamSynchronize(g.stream);
+  const double dt = tsr_now() - sc->t0;
+  int k = 0;
+  while (k < n_prof && strcmp(prof[k].name, sc->name)) k++;
+  if (k == n_prof) {
+    if (n_prof == N_PROF) k = N_PROF - 1, snprintf(prof[k].name, sizeof prof[k].name, "(more)");
+    else snprintf(prof[n_prof++].name, sizeof prof[k].name, "%s", sc->name);
+  }
+  prof[k].s += dt;
+  prof[k].flops += sc->flops;
+  prof[k].calls++;
+}
+static int prof_cmp(const void *a, const void *b) {
+  const double x = ((const struct prof_rec *)a)->s, y = ((const struct prof_rec *)b)->s;
+  return (x < y) - (x > y);
+}
+static void prof_print(void) {
+  if (!n_prof || tsr_rank() != 0) return;
+  double total = 0;
+  for (int k = 0; k < n_prof; k++) total += prof[k].s;
+  qsort(prof, (size_t)n_prof, sizeof prof[0], prof_cmp);
+  tsr_log("cuda profile (TSR_CUDA_PROFILE): %.3f s in ops of %.3f s since the device opened",
+          total, tsr_now() - g.t_open);
+  tsr_log("  %-44s %8s %10s %6s %9s", "op", "calls", "ms", "share", "TFLOP/s");
+  for (int k = 0; k < n_prof; k++) {
+    char rate[16] = "";
+    if (prof[k].flops > 0) snprintf(rate, sizeof rate, "%9.1f", prof[k].flops / prof[k].s / 1e12);
+    tsr_log("  %-44s %8ld %10.2f %5.1f%% %9s", prof[k].name, prof[k].calls, prof[k].s * 1e3,
+            100 * prof[k].s / total, rate);
+  }
+  n_prof = 0;
+}
+#define PROF(flops, ...) \
+  prof_scope prof_ __attribute__((cleanup(prof_end))) = prof_begin(flops, __VA_ARGS__)
 
 /* A failed tsr_cuda_X call has reported itself; a failed runtime call is reported here. */
 static void fail_rt(cudaError_t e, const char *call, int line) {
@@ -97,15 +169,20 @@ static size_t d_mem_bytes(int what) {
   return (what == 1 ? g.peak_bytes : g.live_bytes) + g.ws.bytes;
 }
 
-static void d_set_matmul_inputs(int mode) { tsr_cuda_blas_set_inputs(g.blas, mode); }
+static void d_set_matmul_inputs(int mode) {
+  tsr_cuda_blas_set_inputs(g.blas, mode);
+  g.matmul_inputs = mode;
+}
 
 static void d_copy(void *dst, const void *src, size_t bytes) {
   if (g.failed || !bytes || dst == src) return;
+  PROF(0, "copy");
   RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g.stream));
 }
 
 static void d_zero(void *dst, size_t bytes) {
   if (g.failed || !bytes) return;
+  PROF(0, "zero");
   RT(cudaMemsetAsync(dst, 0, bytes, g.stream));
 }
 
@@ -141,6 +218,7 @@ static int d_reserve(const tsr_ops_shapes *s) {
 
 static void d_close(void) {
   if (g.stream) cudaStreamSynchronize(g.stream);
+  prof_print();
   if (g.ws.base) cudaFree(g.ws.base);
   if (g.result) cudaFree(g.result);
   tsr_cuda_blas_destroy(&g.blas);
@@ -166,134 +244,187 @@ static double fetch_double(void) {
 
 static void d_matmul_fwd(float *y, const float *x, const float *w, const float *bias, int n,
                          int in, int out) {
+  PROF(2.0 * n * in * out, "matmul_fwd %d x %d -> %d", n, in, out);
   RUN(tsr_cuda_matmul_fwd(g.blas, y, x, w, bias, n, in, out, g.stream));
 }
 static void d_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x,
                          const float *w, int n, int in, int out) {
+  PROF((dx ? 4.0 : 2.0) * n * in * out, "matmul_bwd %d x %d -> %d", n, in, out);
   RUN(tsr_cuda_matmul_bwd(g.blas, dx, dw, dbias, dy, x, w, n, in, out, &g.ws, g.stream));
 }
 static void d_embedding_fwd(float *out, const int32_t *tokens, const float *wte,
                             const float *wpe, int n, int T, int C, int vocab_start,
                             int vocab_local) {
+  PROF(0, "embedding_fwd");
   RUN(tsr_cuda_embedding_fwd(out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local,
                              g.stream));
 }
 static void d_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                             int n, int T, int C, int vocab_start, int vocab_local) {
+  PROF(0, "embedding_bwd");
   RUN(tsr_cuda_embedding_bwd(dwte, dwpe, dout, tokens, n, T, C, vocab_start, vocab_local, &g.ws,
                              g.stream));
 }
 static void d_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int n, int C,
                           float eps) {
+  PROF(0, "rmsnorm_fwd");
   RUN(tsr_cuda_rmsnorm_fwd(out, rstd, x, w, n, C, eps, g.stream));
 }
 static void d_rmsnorm_bwd(float *dx, float *dw, const float *dout, const float *x,
                           const float *w, const float *rstd, int n, int C) {
+  PROF(0, "rmsnorm_bwd");
   RUN(tsr_cuda_rmsnorm_bwd(dx, dw, dout, x, w, rstd, n, C, &g.ws, g.stream));
 }
 static void d_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
                             const float *b, int n, int C, float eps) {
+  PROF(0, "layernorm_fwd");
   RUN(tsr_cuda_layernorm_fwd(out, mean, rstd, x, w, b, n, C, eps, g.stream));
 }
 static void d_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
                             const float *w, const float *mean, const float *rstd, int n, int C) {
+  PROF(0, "layernorm_bwd");
   RUN(tsr_cuda_layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, n, C, &g.ws, g.stream));
 }
 static void d_rope_fwd(float *x, int n, int T, int n_heads, int head_dim, int stride,
                        float theta) {
+  PROF(0, "rope_fwd");
   RUN(tsr_cuda_rope_fwd(x, n, T, n_heads, head_dim, stride, theta, g.stream));
 }
 static void d_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int stride,
                        float theta) {
+  PROF(0, "rope_bwd");
   RUN(tsr_cuda_rope_bwd(dx, n, T, n_heads, head_dim, stride, theta, g.stream));
+}
+/* Attention's products on the tensor cores when the GEMMs take bf16 inputs and the head
+ * dimension has a tensor-core kernel; said once on rank 0 either way. */
+static int use_tc_attention(int hd) {
+  const int tc = g.matmul_inputs == TSR_MATMUL_BF16 && tsr_cuda_attention_tc_supported(hd);
+  if (!g.attention_logged && tsr_rank() == 0)
+    tsr_log("attention: %s", tc ? "tensor cores (bf16 q, k, v, P and dS; fp32 softmax and "
+                                  "accumulation)"
+                                : g.matmul_inputs == TSR_MATMUL_BF16
+                                      ? "fp32 kernel (no tensor-core kernel for this head_dim; "
+                                        "32, 64, 96, 128 have one)"
+                                      : "fp32 kernel");
+  g.attention_logged = 1;
+  return tc;
 }
 static void d_attention_fwd(float *out, float *lse, const float *q, const float *k,
                             const float *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
-  RUN(tsr_cuda_attention_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.stream));
+  PROF(2.0 * B * H * (double)T * T * hd, "attention_fwd T %d hd %d", T, hd);
+  if (use_tc_attention(hd))
+    RUN(tsr_cuda_attention_tc_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.stream));
+  else
+    RUN(tsr_cuda_attention_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.stream));
 }
 static void d_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out,
                             const float *lse, const float *q, const float *k, const float *v,
                             int B, int T, int H, int KV, int hd, int qkv_stride) {
-  RUN(tsr_cuda_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride,
-                             &g.ws, g.stream));
+  PROF(5.0 * B * H * (double)T * T * hd, "attention_bwd T %d hd %d", T, hd);
+  if (use_tc_attention(hd))
+    RUN(tsr_cuda_attention_tc_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd,
+                                  qkv_stride, &g.ws, g.stream));
+  else
+    RUN(tsr_cuda_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride,
+                               &g.ws, g.stream));
 }
 static void d_swiglu_fwd(float *out, const float *gate_up, int n, int F) {
+  PROF(0, "swiglu_fwd");
   RUN(tsr_cuda_swiglu_fwd(out, gate_up, n, F, g.stream));
 }
 static void d_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F) {
+  PROF(0, "swiglu_bwd");
   RUN(tsr_cuda_swiglu_bwd(dgate_up, dout, gate_up, n, F, g.stream));
 }
 static void d_gelu_fwd(float *out, const float *x, int n_elem) {
+  PROF(0, "gelu_fwd");
   RUN(tsr_cuda_gelu_fwd(out, x, n_elem, g.stream));
 }
 static void d_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem) {
+  PROF(0, "gelu_bwd");
   RUN(tsr_cuda_gelu_bwd(dx, dout, x, n_elem, g.stream));
 }
 static void d_add(float *out, const float *a, const float *b, long n_elem) {
+  PROF(0, "add");
   RUN(tsr_cuda_add(out, a, b, n_elem, g.stream));
 }
 static void d_acc(float *out, const float *a, long n_elem) {
+  PROF(0, "acc");
   RUN(tsr_cuda_acc(out, a, n_elem, g.stream));
 }
 static void d_scale(float *x, float s, long n_elem) {
+  PROF(0, "scale");
   RUN(tsr_cuda_scale(x, s, n_elem, g.stream));
 }
 static double d_xent_fwd_bwd(float *logits, const int32_t *targets, int n, int V, float dloss) {
+  PROF(0, "xent_fwd_bwd");
   RUN(tsr_cuda_xent_fwd_bwd(g.result, logits, targets, n, V, dloss, &g.ws, g.stream));
   return fetch_double();
 }
 static double d_xent_fwd(const float *logits, const int32_t *targets, int n, int V) {
+  PROF(0, "xent_fwd");
   RUN(tsr_cuda_xent_fwd(g.result, logits, targets, n, V, &g.ws, g.stream));
   return fetch_double();
 }
 static void d_xent_local_stats(double *row_max, double *target_logit, const float *logits,
                                const int32_t *targets, int n, int V, int vocab_start) {
+  PROF(0, "xent_local_stats");
   RUN(tsr_cuda_xent_local_stats(row_max, target_logit, logits, targets, n, V, vocab_start,
                                 g.stream));
 }
 static void d_xent_local_sumexp(double *sumexp, const float *logits, const double *row_max, int n,
                                 int V) {
+  PROF(0, "xent_local_sumexp");
   RUN(tsr_cuda_xent_local_sumexp(sumexp, logits, row_max, n, V, g.stream));
 }
 static double d_xent_rows(const double *row_max, const double *sumexp, const double *target_logit,
                           int n) {
+  PROF(0, "xent_rows");
   RUN(tsr_cuda_xent_rows(g.result, row_max, sumexp, target_logit, n, g.stream));
   return fetch_double();
 }
 /* The _acc forms: the sum lands in a device scalar and is added to *acc on the stream. */
 static void d_xent_fwd_bwd_acc(double *acc, double div, float *logits, const int32_t *targets,
                                int n, int V, float dloss) {
+  PROF(0, "xent_fwd_bwd_acc");
   RUN(tsr_cuda_xent_fwd_bwd(g.result, logits, targets, n, V, dloss, &g.ws, g.stream));
   RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
 }
 static void d_xent_fwd_acc(double *acc, double div, const float *logits, const int32_t *targets,
                            int n, int V) {
+  PROF(0, "xent_fwd_acc");
   RUN(tsr_cuda_xent_fwd(g.result, logits, targets, n, V, &g.ws, g.stream));
   RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
 }
 static void d_xent_rows_acc(double *acc, double div, const double *row_max, const double *sumexp,
                             const double *target_logit, int n) {
+  PROF(0, "xent_rows_acc");
   RUN(tsr_cuda_xent_rows(g.result, row_max, sumexp, target_logit, n, g.stream));
   RUN(tsr_cuda_add_quotient(acc, g.result, div, g.stream));
 }
 static void d_xent_grad(float *logits, const int32_t *targets, const double *row_max,
                         const double *sumexp, int n, int V, int vocab_start, float dloss) {
+  PROF(0, "xent_grad");
   RUN(tsr_cuda_xent_grad(logits, targets, row_max, sumexp, n, V, vocab_start, dloss, g.stream));
 }
 static void d_adamw(float *p, float *m, float *v, const float *grad, long n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, long t, float grad_scale) {
+  PROF(0, "adamw");
   RUN(tsr_cuda_adamw(p, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
                      g.stream));
 }
 static void d_round_bf16(float *dst, const float *src, long n_elem) {
+  PROF(0, "round_bf16");
   RUN(tsr_cuda_round_bf16(dst, src, n_elem, g.stream));
 }
 static void d_round_fp16(float *dst, const float *src, long n_elem) {
+  PROF(0, "round_fp16");
   RUN(tsr_cuda_round_fp16(dst, src, n_elem, g.stream));
 }
 /* One kernel per range into its own device scalar, one fetch per N_RESULTS ranges; the
  * host adds them in order, as the CPU's loop does. */
 static double d_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  PROF(0, "sumsq_ranges");
   double s = 0.0, h[N_RESULTS];
   for (int k0 = 0; k0 < n_ranges; k0 += N_RESULTS) {
     const int n = n_ranges - k0 < N_RESULTS ? n_ranges - k0 : N_RESULTS;
@@ -307,10 +438,12 @@ static double d_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
 }
 
 static double d_sumsq(const float *x, long n_elem) {
+  PROF(0, "sumsq");
   RUN(tsr_cuda_sumsq(g.result, x, n_elem, &g.ws, g.stream));
   return fetch_double();
 }
 static int d_all_finite(const float *x, long n_elem) {
+  PROF(0, "all_finite");
   int h;
   RUN(tsr_cuda_all_finite((int *)g.result, x, n_elem, g.stream));
   return fetch(&h, sizeof h) ? 0 : h;
@@ -412,6 +545,9 @@ int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
     tsr_log("device: cuda, rank 0 on GPU %d (%s, sm_%d%d, %d SMs)%s", g.device, prop.name,
             prop.major, prop.minor, prop.multiProcessorCount,
             share ? "; ranks may share a GPU (run.gpu_share)" : "");
+  const char *pe = getenv("TSR_CUDA_PROFILE");
+  g.profile = pe && *pe && strcmp(pe, "0");
+  g.t_open = tsr_now();
   *b = &table;
   return 0;
 }

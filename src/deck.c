@@ -98,7 +98,8 @@ static const key_def schema[] = {
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),
     CHOICE(train, recompute, "none", "none|selective|full", "activation recomputation"),
     CHOICE(train, gpu_gemm, "fast", "fast|exact",
-           "GPU in bf16/fp16: fast = tensor-core GEMMs on 16-bit inputs, exact = fp32 as the CPU"),
+           "GPU in bf16/fp16: fast = tensor-core GEMMs on 16-bit inputs (bf16: attention too), "
+           "exact = fp32 as the CPU"),
     REAL(train, grad_clip, "1.0", 0, 0, LO, "clip the global gradient norm (0 = off)"),
     REAL(train, loss_scale, "65536", 0, 0, LO | LO_OPEN,
          "fp16: initial dynamic loss scale; halved on a step whose gradients overflow (the "

@@ -11,7 +11,8 @@
 #
 # run.sh starts the program through the bundled loader with only the bundled libraries
 # (and the CUDA ones from CUDA_HOME, default: nvcc's toolkit or /usr/local/cuda), so the
-# GPU machine's C library does not matter.  About 90 MB, over the `run` tool's 64 MiB of
+# GPU machine's C library does not matter.  TSR_EXTRA_LIBS: more library folders, searched
+# last (where NCCL or cuBLAS live outside CUDA_HOME, e.g. in Python wheels).  About 90 MB, over the `run` tool's 64 MiB of
 # carried paths: carry `tar cJf OUT_DIR.tar.xz OUT_DIR` (about 20 MB, a minute to pack) and
 # unpack it there.  TESSERA: default src/tessera of the build in the current directory.
 set -euo pipefail
@@ -66,7 +67,7 @@ if [ -z "${CUDA_HOME:-}" ]; then
 fi
 M=x86_64-linux-gnu
 export TSR_BUNDLE_LOADER=$R/lib64/ld-linux-x86-64.so.2
-export TSR_BUNDLE_LIBS=$R/lib/$M:$R/usr/lib/$M:$R/usr/lib/$M/openmpi/lib:$R/usr/lib/$M/hdf5/openmpi:$R/usr/lib/$M/openblas-pthread:$CUDA_HOME/lib64:$CUDA_HOME/lib
+export TSR_BUNDLE_LIBS=$R/lib/$M:$R/usr/lib/$M:$R/usr/lib/$M/openmpi/lib:$R/usr/lib/$M/hdf5/openmpi:$R/usr/lib/$M/openblas-pthread:$CUDA_HOME/lib64:$CUDA_HOME/lib${TSR_EXTRA_LIBS:+:$TSR_EXTRA_LIBS}
 export OPAL_PREFIX=$R/usr PATH=$R/usr/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_ess_singleton_isolated=1 # one rank without mpirun: no daemon to start

@@ -41,7 +41,8 @@ LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -Wl,-rpath,"$CUDA_HOME/lib64" -Wl,
 CUDA_OBJS=("$B/ops_elem.o" "$B/xent.o" "$B/attention.o" "$B/gemm.o")
 gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
   "${BLAS_LIB[@]}" "${LIBS[@]}"
-gcc -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/util.o" "${LIBS[@]}"
+gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
+  "${BLAS_LIB[@]}" "${LIBS[@]}"
 rc=0
 "$B/test_kernels" || rc=$?
 if [ "${1:-}" = bench ] && [ $rc -ne 77 ]; then "$B/cuda_kernels" || rc=$?; fi

@@ -5,12 +5,15 @@
 # The same comparisons as tests/cuda_train_emu.sh, plus what only a GPU shows:
 #  (a) the tiny deck, one step from the same seed on 'cuda' and 'cpu' in fp32, bf16, fp16:
 #      loss and gradient norm agree (fp32 1e-5, bf16/fp16 1e-2 relative);
-#  (b) 200 steps of the tiny deck on the GPU track the CPU's curve (every logged loss
-#      within 2% of the CPU's, bf16);
-#  (c) dp 2 (ZeRO-1), tp 2, pp 2: two ranks sharing the GPU give the CPU's losses;
+#  (b) 200 steps of the tiny deck on the GPU track the CPU's curve (bf16: every loss
+#      within 2% of the CPU's, the median gradient-norm difference under 10%);
+#  (c) dp 2 (ZeRO-1), tp 2, pp 2: two ranks sharing the GPU give the CPU's losses (their
+#      groups on the staged MPI transport: NCCL takes no two ranks on one GPU); dp 2 with
+#      ZeRO-3 and mpi_gpu = 'direct' (MPI on the managed memory itself) too;
 #  (d) compute-sanitizer memcheck over two steps on the GPU (when it is installed);
 #  (e) throughput: tokens/s and MFU of the tiny deck and of llama1b (seq 2048,
-#      micro_batch 1, 3 steps) on the GPU, printed for bench/RESULTS.md.
+#      micro_batch 1, one rank, 10 steps) on the GPU, printed for bench/RESULTS.md
+#      (bench/torch_gpu_llama.py is PyTorch's number for the same model).
 # Prints PASS/FAIL lines and a count (tests/lib.sh); exits 1 on any failure.
 set -u
 B=$(cd "${1:?usage: device-train.sh BUNDLE DATA}" && pwd)
@@ -38,14 +41,32 @@ grep -h "device:" "$W/gpu_fp32.out"
 
 run cpu_200 run.device=cpu run.max_steps=200 train.precision=bf16
 run gpu_200 run.device=cuda run.max_steps=200 train.precision=bf16
-check "(b) 200 bf16 steps on the GPU track the CPU curve (2%)" agree gpu_200 cpu_200 2e-2
+# bf16 trajectories part ways by rounding (summation order differs), so no step-by-step
+# gradient norm match is expected: every loss within 2%, the median gradient norm within 10%
+curve() {
+  "$PYTHON_REF" - "$W/$1/metrics.jsonl" "$W/$2/metrics.jsonl" <<'PY'
+import json, statistics, sys
+def load(p): return {r["step"]: r for r in map(json.loads, open(p)) if "loss" in r}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b) and len(a) >= 200, (len(a), len(b))
+rel = lambda x, y: abs(x - y) / abs(y)
+dl = max(rel(a[s]["loss"], b[s]["loss"]) for s in a)
+dg = statistics.median(rel(a[s]["grad_norm"], b[s]["grad_norm"]) for s in a)
+print(f"    {len(a)} steps: loss {b[min(b)]['loss']:.4f} -> GPU {a[max(a)]['loss']:.4f}, CPU "
+      f"{b[max(b)]['loss']:.4f}; worst loss difference {dl:.1e}, median grad norm difference {dg:.1e}")
+sys.exit(0 if dl <= 2e-2 and dg <= 0.1 else 1)
+PY
+}
+check "(b) 200 bf16 steps on the GPU track the CPU curve (loss 2%, grad norm median 10%)" \
+  curve gpu_200 cpu_200
 
 run2() { # run2 NAME ARGS: two ranks through the bundled mpirun (micro-batches of 8: dp 2
   local name=$1; shift # must divide the deck's global batch of 16)
   "$B/run.sh" mpirun -np 2 "${T[@]}" run.max_steps=5 train.micro_batch=8 run.out_dir="$W/$name" \
     "$@" >"$W/$name.out" 2>&1
 }
-for L in "dp parallel.zero_stage=1" "tp parallel.tp=2" "pp parallel.pp=2"; do
+for L in "dp parallel.zero_stage=1" "tp parallel.tp=2" "pp parallel.pp=2" \
+  "dpdirect parallel.zero_stage=3 parallel.mpi_gpu=direct"; do
   set -- $L
   name=$1
   shift
@@ -64,10 +85,12 @@ fi
 
 run tput run.device=cuda run.max_steps=20 run.log_every=10 train.precision=bf16
 grep -h "^step .*/20 " "$W/tput.out" | tail -1
-"$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" checkpoint.every_steps=0 \
-  checkpoint.resume=none run.eval_every=0 run.max_steps=3 run.log_every=1 run.device=cuda \
+"$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
+  "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
+  checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
+  parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
   train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
   run.out_dir="$W/llama1b" >"$W/llama1b.out" 2>&1
-grep -h "^step\|error" "$W/llama1b.out" | tail -3
+grep -h "^step\|error\|mfu\|memory" "$W/llama1b.out" | tail -14
 echo "outputs in $W"
 finish
