@@ -119,7 +119,8 @@ int main(int argc, char **argv) {
   {
     const long T = 2048, B = N / T > 0 ? N / T : 1;
     const tsr_cuda_scratch_dims d = {.rows = N > B * T ? N : B * T, .cols = 2 * F, .vocab_local = V,
-                                     .attn_bht = B * H * T, .sumsq_elems = 100L * 1000 * 1000};
+                                     .attn_bht = B * H * T, .sumsq_elems = 100L * 1000 * 1000,
+                                     .attn_part = 2L * B * H * T * 128};
     OK(tsr_cuda_scratch_bytes(&d, &ws_buf.bytes));
     ws_buf.base = dev(ws_buf.bytes);
   }

@@ -322,7 +322,11 @@ static int attn_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int 
   return 0;
 }
 
-size_t tsr_cuda_attention_scratch_(long bht) { return bht > 0 ? (size_t)bht * sizeof(float) : 0; }
+/* D (B*H*T floats), then the tensor-core backward's per-query-head dk, dv partials */
+size_t tsr_cuda_attention_scratch_(long bht, long part) {
+  if (bht <= 0) return 0;
+  return scratch_round((size_t)bht * sizeof(float)) + (size_t)part * sizeof(float);
+}
 
 template <class T, int DPT>
 static int attn_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
@@ -438,10 +442,24 @@ template <int HD> struct tc_dims {
   static const size_t PSTRIP = (size_t)16 * LDP * sizeof(bf16);
 };
 
-/* rows [row0, row0 + 64) of one head of a strided buffer, as bf16; rows past T zero */
+/* rows [row0, row0 + 64) of one head of a strided buffer, as bf16; rows past T zero.
+ * fp32 rows whose start is 16-byte aligned (every row: stride and col0 multiples of 4 on
+ * an aligned base) are read 4 floats at a time. */
 template <class T, int HD>
 __device__ __forceinline__ void tc_load(bf16 *tile, const T *src, int row0, int T_,
                                         size_t batch_off, int stride, int col0) {
+  const float *f = (const float *)(src + batch_off + col0);
+  if (sizeof(T) == 4 && stride % 4 == 0 && ((uintptr_t)f & 15) == 0) {
+    for (int idx = threadIdx.x; idx < TC_ROWS * HD / 4; idx += TC_THREADS) {
+      const int rr = idx / (HD / 4), d = 4 * (idx - rr * (HD / 4)), t = row0 + rr;
+      float4 x = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (t < T_) x = *(const float4 *)(f + (size_t)t * stride + d);
+      bf16 *o = tile + rr * tc_dims<HD>::LDB + d;
+      o[0] = __float2bfloat16_rn(x.x), o[1] = __float2bfloat16_rn(x.y);
+      o[2] = __float2bfloat16_rn(x.z), o[3] = __float2bfloat16_rn(x.w);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < TC_ROWS * HD; idx += TC_THREADS) {
     const int rr = idx / HD, d = idx - rr * HD, t = row0 + rr;
     tile[rr * tc_dims<HD>::LDB + d] = __float2bfloat16_rn(
@@ -635,14 +653,17 @@ __global__ void __launch_bounds__(TC_THREADS)
   tc_add_rows<T, HD>(dq, S, q0 + 16 * w, T_, boff, qkv_stride, h * HD, scale);
 }
 
-/* dk, dv of 64 keys of kv head g, over the group's query heads (outer) and the query
- * tiles from the diagonal on (inner):  dv += P^T dout,  dk += scale * dS^T q, with
- * P^T = K Q^T (masked, exp(scale s - lse)) and dP^T = V dout^T computed key-major. */
+/* dk, dv of 64 keys from one query head h, over the query tiles from the diagonal on:
+ * dv += P^T dout,  dk += scale * dS^T q, with P^T = K Q^T (masked, exp(scale s - lse))
+ * and dP^T = V dout^T computed key-major.  One block per (key tile, b, query head), so
+ * that the grid has B*H*T/64 blocks and not B*KV*T/64: with grouped-query attention
+ * (part != NULL) each head's sums go to its own slice of part (dk's, then dv's
+ * part_stride floats later), added up over the group by attn_tc_gqa_reduce_kernel. */
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
-    attn_tc_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D,
-                        const T *q, const T *k, const T *v, int T_, int H, int KV,
-                        int qkv_stride, float scale) {
+    attn_tc_dkdv_kernel(T *dk, T *dv, float *part, size_t part_stride, const T *dout,
+                        const float *lse, const float *D, const T *q, const T *k, const T *v,
+                        int T_, int H, int KV, int qkv_stride, float scale) {
   typedef tc_dims<HD> Dm;
   extern __shared__ float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
@@ -656,7 +677,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   bf16 *dS = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + (TC_WARPS + w) * Dm::PSTRIP);
   float *Ls = (float *)(strips + 2 * TC_WARPS * Dm::FSTRIP + 2 * TC_WARPS * Dm::PSTRIP);
   float *Ds = Ls + TC_ROWS;
-  const int group = H / KV, b = blockIdx.y / KV, g = blockIdx.y % KV;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
   const int j0 = blockIdx.x * TC_ROWS, key = j0 + 16 * w + r;
   const size_t boff = (size_t)b * T_ * qkv_stride;
 
@@ -668,7 +689,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     wmma::fill_fragment(acc_k[n], 0.0f);
     wmma::fill_fragment(acc_v[n], 0.0f);
   }
-  for (int h = g * group; h < (g + 1) * group; h++) {
+  {
     for (int q0 = j0; q0 < T_; q0 += TC_ROWS) {
       __syncthreads();
       tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
@@ -700,8 +721,43 @@ __global__ void __launch_bounds__(TC_THREADS)
     wmma::store_matrix_sync(dP + 16 * n, acc_v[n], Dm::LDF, wmma::mem_row_major);
   }
   __syncwarp();
+  if (part) { /* this head's raw sums, rows (b, h, t) of hd floats */
+    float *pk = part + ((size_t)b * H + h) * T_ * HD, *pv = pk + part_stride;
+    for (int idx = lane; idx < 16 * HD; idx += 32) {
+      const int rr = idx / HD, c = idx - rr * HD, t = j0 + 16 * w + rr;
+      if (t < T_) {
+        pk[(size_t)t * HD + c] = S[rr * Dm::LDF + c];
+        pv[(size_t)t * HD + c] = dP[rr * Dm::LDF + c];
+      }
+    }
+    return;
+  }
   if (dk) tc_add_rows<T, HD>(dk, S, j0 + 16 * w, T_, boff, qkv_stride, g * HD, scale);
   if (dv) tc_add_rows<T, HD>(dv, dP, j0 + 16 * w, T_, boff, qkv_stride, g * HD, 1.0f);
+}
+
+/* dk += scale * (sum over the group's query heads of their dk sums), dv likewise: one
+ * thread per (b, t, kv head, d), heads added in order */
+template <class T, int HD>
+__global__ void attn_tc_gqa_reduce_kernel(T *dk, T *dv, const float *part, size_t part_stride,
+                                          int B, int T_, int H, int KV, int qkv_stride,
+                                          float scale) {
+  const long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (idx >= (long)B * T_ * KV * HD) return;
+  const int d = (int)(idx % HD);
+  long rest = idx / HD;
+  const int g = (int)(rest % KV);
+  rest /= KV;
+  const int t = (int)(rest % T_), b = (int)(rest / T_), group = H / KV;
+  float sk = 0.0f, sv = 0.0f;
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    const size_t o = (((size_t)b * H + h) * T_ + t) * HD + d;
+    sk += part[o];
+    sv += part[part_stride + o];
+  }
+  const size_t off = ((size_t)b * T_ + t) * qkv_stride + (size_t)g * HD + d;
+  if (dk) dk[off] = from_f32<T>(to_f32(dk[off]) + scale * sk);
+  if (dv) dv[off] = from_f32<T>(to_f32(dv[off]) + sv);
 }
 
 template <int HD> static size_t tc_fwd_smem() {
@@ -728,8 +784,11 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
                        const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
                        int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   const float scale = (float)(1.0 / sqrt((double)HD));
-  float *D = NULL;
-  TSR_CUDA_SCRATCH(D, ws, (size_t)B * H * T_ * sizeof(float));
+  const size_t bht = (size_t)B * H * T_, part_stride = bht * HD;
+  const int gqa = KV < H && (dk || dv);
+  float *D = NULL, *part = NULL;
+  TSR_CUDA_SCRATCH(D, ws, tsr_cuda_attention_scratch_((long)bht, gqa ? 2 * (long)part_stride : 0));
+  if (gqa) part = (float *)((char *)D + scratch_round(bht * sizeof(float)));
   const long warps = (long)B * T_ * H;
   attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
                                                                                 T_, H, HD);
@@ -744,9 +803,15 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
   }
   if (dk || dv) {
     TSR_CUDA_CHECK(allow_smem(attn_tc_dkdv_kernel<T, HD>, smem));
-    attn_tc_dkdv_kernel<T, HD><<<dim3(tiles, B * KV), TC_THREADS, smem, stream>>>(
-        dk, dv, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
+    attn_tc_dkdv_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+        dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
+    if (gqa) {
+      const long n = (long)B * T_ * KV * HD;
+      attn_tc_gqa_reduce_kernel<T, HD><<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+          dk, dv, part, part_stride, B, T_, H, KV, qkv_stride, scale);
+      TSR_CUDA_LAUNCHED();
+    }
   }
   return 0;
 }

@@ -52,6 +52,7 @@ typedef struct {        /* the largest shapes the caller will pass (0: op not us
   long vocab_local;     /* embedding rows held by this rank */
   long attn_bht;        /* B * H * T of the attention backward */
   long sumsq_elems;     /* longest tsr_cuda_sumsq */
+  long attn_part;       /* 2 * B * H * T * hd when KV < H (tensor-core attention backward) */
 } tsr_cuda_scratch_dims;
 /* *bytes: enough scratch for every function below at shapes up to *d. */
 int tsr_cuda_scratch_bytes(const tsr_cuda_scratch_dims *d, size_t *bytes);
@@ -152,7 +153,9 @@ int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const 
 /* The same on the tensor cores: q, k, v, dout, P and dS rounded to bf16 for the five
  * matrix products (fp32 accumulation, fp32 softmax statistics and outputs), as when
  * the GEMMs take bf16 inputs.  head_dim 32, 64, 96 or 128 only
- * (tsr_cuda_attention_tc_supported); the same scratch as tsr_cuda_attention_bwd. */
+ * (tsr_cuda_attention_tc_supported).  The backward's scratch is tsr_cuda_attention_bwd's
+ * plus, under grouped-query attention (KV < H), 2*B*H*T*hd floats of per-query-head
+ * dk, dv sums (tsr_cuda_scratch_dims.attn_part), added over each group in order. */
 int tsr_cuda_attention_tc_supported(int hd);
 int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,

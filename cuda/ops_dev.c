@@ -199,7 +199,8 @@ static int d_status(void) {
 }
 
 static int d_reserve(const tsr_ops_shapes *s) {
-  tsr_cuda_scratch_dims d = {s->rows, s->cols, s->vocab_local, s->attn_bht, s->sumsq_elems};
+  tsr_cuda_scratch_dims d = {s->rows,    s->cols,        s->vocab_local,
+                             s->attn_bht, s->sumsq_elems, s->attn_part};
   size_t bytes = 0;
   TSR_CALL(tsr_cuda_scratch_bytes(&d, &bytes));
   if (bytes <= g.ws.bytes) return 0;

@@ -669,15 +669,15 @@ extern "C" int tsr_cuda_add_quotient(double *acc, const double *x, double div,
 /* ---- scratch sizes ---- */
 
 size_t tsr_cuda_xent_scratch_(long n);          /* xent.cu */
-size_t tsr_cuda_attention_scratch_(long bht);   /* attention.cu */
+size_t tsr_cuda_attention_scratch_(long bht, long part); /* attention.cu */
 
 extern "C" int tsr_cuda_scratch_bytes(const tsr_cuda_scratch_dims *d, size_t *bytes) {
   TSR_CUDA_ARG(d && bytes && d->rows >= 0 && d->cols >= 0 && d->vocab_local >= 0 &&
-               d->attn_bht >= 0 && d->sumsq_elems >= 0);
+               d->attn_bht >= 0 && d->sumsq_elems >= 0 && d->attn_part >= 0);
   size_t emb = 0, sort_bytes = 0;
   TSR_CALL(embedding_scratch(d->rows, d->vocab_local, &emb, &sort_bytes));
   const size_t need[] = {col_scratch(d->rows, d->cols), emb, tsr_cuda_xent_scratch_(d->rows),
-                         tsr_cuda_attention_scratch_(d->attn_bht), sumsq_scratch(d->sumsq_elems)};
+                         tsr_cuda_attention_scratch_(d->attn_bht, d->attn_part), sumsq_scratch(d->sumsq_elems)};
   *bytes = 0;
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
     if (need[i] > *bytes) *bytes = need[i];

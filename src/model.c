@@ -540,7 +540,9 @@ void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
   if (z->qkv_dim > cols) cols = z->qkv_dim;
   if (z->fc_dim > cols) cols = z->fc_dim;
   if (z->V > cols) cols = z->V;
-  *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, (long)(z->B * z->H * z->T), 0};
+  const long bht = (long)z->B * z->H * z->T;
+  *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, bht, 0,
+                        z->KV < z->H ? 2 * bht * z->hd : 0};
 }
 int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
 tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }

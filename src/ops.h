@@ -63,6 +63,7 @@ typedef struct {
   long vocab_local; /* embedding rows held by this rank */
   long attn_bht;    /* B * H * T of the attention */
   long sumsq_elems; /* longest tsr_ops_sumsq / tsr_ops_all_finite */
+  long attn_part;   /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
 } tsr_ops_shapes;
 int tsr_ops_reserve(const tsr_ops_shapes *s);
 

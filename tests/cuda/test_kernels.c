@@ -744,10 +744,21 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
       float *db = run ? t_db2 : t_db;
       OK(tsr_cuda_attention_tc_bwd(db + (q - buf), db + (k - buf), db + (v - buf), d_dout, d_out,
                                    d_lse, d_q, d_k, d_v, B, T, H, KV, hd, stride,
-                                   WS(.attn_bht = (long)B * H * T), g_stream));
+                                   WS(.attn_bht = (long)B * H * T,
+                                      .attn_part = KV < H ? 2L * B * H * T * hd : 0),
+                                   g_stream));
     }
     check_f32("attention tc bwd dq, dk, dv (accumulated)", t_db, dtc, nbuf, TOL_BF16);
     TU_CHECK(same_bytes(t_db, t_db2, nbuf * 4), "attention tc bwd deterministic (two runs bitwise)");
+    if (KV < H) { /* grouped: without the partials' scratch it refuses, launching nothing */
+      printf("      (an error about scratch is expected next)\n");
+      fflush(stdout);
+      TU_CHECK(tsr_cuda_attention_tc_bwd(t_db2 + (q - buf), t_db2 + (k - buf), t_db2 + (v - buf),
+                                         d_dout, d_out, d_lse, d_q, d_k, d_v, B, T, H, KV, hd,
+                                         stride, WS(.attn_bht = (long)B * H * T), g_stream) != 0,
+               "attention tc bwd (KV < H) refuses a scratch without attn_part");
+      TU_CHECK(same_bytes(t_db, t_db2, nbuf * 4), "  ... and left its outputs alone");
+    }
     free(dtc);
     dfree(t_out), dfree(t_lse), dfree(t_db), dfree(t_db2);
   }

@@ -14,6 +14,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 #define __shared__ static
+struct alignas(16) float4 { float x, y, z, w; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 extern dim3 threadIdx, blockIdx; /* the running fiber's, set at every switch */
 extern dim3 blockDim, gridDim;
