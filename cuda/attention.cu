@@ -442,29 +442,54 @@ template <int HD> struct tc_dims {
   static const size_t PSTRIP = (size_t)16 * LDP * sizeof(bf16);
 };
 
-/* rows [row0, row0 + 64) of one head of a strided buffer, as bf16; rows past T zero.
- * fp32 rows whose start is 16-byte aligned (every row: stride and col0 multiples of 4 on
- * an aligned base) are read 4 floats at a time. */
+/* A tile: rows [row0, row0 + 64) of one head of a strided buffer, rows past T zero, in
+ * two steps so that its global loads can be in flight while the block computes:
+ * tc_fetch reads it into registers (TC_LOADS float4 groups of 4 columns per thread,
+ * 16-byte loads where the rows start 16-byte aligned), tc_put writes them to shared
+ * memory as bf16 (8 bytes at a time). */
+#define TC_LOADS(HD) (TC_ROWS * (HD) / 4 / TC_THREADS)
+template <class T, int HD>
+__device__ __forceinline__ void tc_fetch(float4 (&r)[TC_LOADS(HD)], const T *src, int row0,
+                                         int T_, size_t batch_off, int stride, int col0) {
+  const T *base = src + batch_off + col0;
+  const bool vec = sizeof(T) == 4 && stride % 4 == 0 && ((uintptr_t)base & 15) == 0;
+#pragma unroll
+  for (int i = 0; i < TC_LOADS(HD); i++) {
+    const int idx = threadIdx.x + i * TC_THREADS;
+    const int rr = idx / (HD / 4), d = 4 * (idx - rr * (HD / 4)), t = row0 + rr;
+    float4 x = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (t < T_) {
+      const T *e = base + (size_t)t * stride + d;
+      if (vec) {
+        x = *(const float4 *)e;
+      } else {
+        x.x = to_f32(e[0]), x.y = to_f32(e[1]), x.z = to_f32(e[2]), x.w = to_f32(e[3]);
+      }
+    }
+    r[i] = x;
+  }
+}
+template <int HD>
+__device__ __forceinline__ void tc_put(bf16 *tile, const float4 (&r)[TC_LOADS(HD)]) {
+#pragma unroll
+  for (int i = 0; i < TC_LOADS(HD); i++) {
+    const int idx = threadIdx.x + i * TC_THREADS;
+    const int rr = idx / (HD / 4), d = 4 * (idx - rr * (HD / 4));
+    union {
+      bf16 h[4];
+      uint2 u;
+    } pk;
+    pk.h[0] = __float2bfloat16_rn(r[i].x), pk.h[1] = __float2bfloat16_rn(r[i].y);
+    pk.h[2] = __float2bfloat16_rn(r[i].z), pk.h[3] = __float2bfloat16_rn(r[i].w);
+    *(uint2 *)(tile + rr * tc_dims<HD>::LDB + d) = pk.u; /* LDB, d: multiples of 4 */
+  }
+}
 template <class T, int HD>
 __device__ __forceinline__ void tc_load(bf16 *tile, const T *src, int row0, int T_,
                                         size_t batch_off, int stride, int col0) {
-  const float *f = (const float *)(src + batch_off + col0);
-  if (sizeof(T) == 4 && stride % 4 == 0 && ((uintptr_t)f & 15) == 0) {
-    for (int idx = threadIdx.x; idx < TC_ROWS * HD / 4; idx += TC_THREADS) {
-      const int rr = idx / (HD / 4), d = 4 * (idx - rr * (HD / 4)), t = row0 + rr;
-      float4 x = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (t < T_) x = *(const float4 *)(f + (size_t)t * stride + d);
-      bf16 *o = tile + rr * tc_dims<HD>::LDB + d;
-      o[0] = __float2bfloat16_rn(x.x), o[1] = __float2bfloat16_rn(x.y);
-      o[2] = __float2bfloat16_rn(x.z), o[3] = __float2bfloat16_rn(x.w);
-    }
-    return;
-  }
-  for (int idx = threadIdx.x; idx < TC_ROWS * HD; idx += TC_THREADS) {
-    const int rr = idx / HD, d = idx - rr * HD, t = row0 + rr;
-    tile[rr * tc_dims<HD>::LDB + d] = __float2bfloat16_rn(
-        t < T_ ? to_f32(src[batch_off + (size_t)t * stride + col0 + d]) : 0.0f);
-  }
+  float4 r[TC_LOADS(HD)];
+  tc_fetch<T, HD>(r, src, row0, T_, batch_off, stride, col0);
+  tc_put<HD>(tile, r);
 }
 
 /* strip[0..16) x [0..64) = A_w (16 x HD, rows of `a`) times the 64 rows of `bt`, transposed */
@@ -539,10 +564,13 @@ __global__ void __launch_bounds__(TC_THREADS)
   float o[HD / 2], m = -INFINITY, l = 0.0f;
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
+  /* K's next tile is fetched during P V, V's during the scores and the softmax */
+  float4 pre[TC_LOADS(HD)];
+  tc_fetch<T, HD>(pre, k, 0, T_, boff, qkv_stride, g * HD);
   for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
     __syncthreads(); /* the previous tile is no longer read */
-    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, g * HD);
-    tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, g * HD);
+    tc_put<HD>(Ks, pre);
+    tc_fetch<T, HD>(pre, v, k0, T_, boff, qkv_stride, g * HD);
     __syncthreads();
     tc_scores<HD>(S, Qs + 16 * w * Dm::LDB, Ks);
     __syncwarp();
@@ -566,7 +594,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     rowsum += __shfl_xor_sync(0xffffffffu, rowsum, 1);
     l = l * corr + rowsum;
     m = m_new;
-    __syncwarp(); /* P written, S read */
+    tc_put<HD>(Vs, pre);
+    if (k0 + TC_ROWS <= q0 && k0 + TC_ROWS < T_)
+      tc_fetch<T, HD>(pre, k, k0 + TC_ROWS, T_, boff, qkv_stride, g * HD);
+    __syncthreads(); /* P written, S read, Vs complete */
     frag_c pv[HD / 16];
 #pragma unroll
     for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(pv[n], 0.0f);
@@ -625,12 +656,19 @@ __global__ void __launch_bounds__(TC_THREADS)
   frag_c acc[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+  /* V's tile is fetched during the scores, K's next one during dP, dS and dq */
+  float4 pre[TC_LOADS(HD)];
+  tc_fetch<T, HD>(pre, k, 0, T_, boff, qkv_stride, g * HD);
   for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
     __syncthreads();
-    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, g * HD);
-    tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, g * HD);
+    tc_put<HD>(Ks, pre);
+    tc_fetch<T, HD>(pre, v, k0, T_, boff, qkv_stride, g * HD);
     __syncthreads();
     tc_scores<HD>(S, Qs + 16 * w * Dm::LDB, Ks);
+    tc_put<HD>(Vs, pre);
+    if (k0 + TC_ROWS <= q0 && k0 + TC_ROWS < T_)
+      tc_fetch<T, HD>(pre, k, k0 + TC_ROWS, T_, boff, qkv_stride, g * HD);
+    __syncthreads();
     tc_scores<HD>(dP, dOs + 16 * w * Dm::LDB, Vs);
     __syncwarp();
 #pragma unroll 8
@@ -690,13 +728,20 @@ __global__ void __launch_bounds__(TC_THREADS)
     wmma::fill_fragment(acc_v[n], 0.0f);
   }
   {
+    /* dout's tile is fetched during S^T, q's next one during dP^T, dS, dk and dv */
+    const size_t doff = (size_t)b * T_ * H * HD;
+    float4 pre[TC_LOADS(HD)];
+    tc_fetch<T, HD>(pre, q, j0, T_, boff, qkv_stride, h * HD);
     for (int q0 = j0; q0 < T_; q0 += TC_ROWS) {
       __syncthreads();
-      tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
-      tc_load<T, HD>(dOs, dout, q0, T_, (size_t)b * T_ * H * HD, H * HD, h * HD);
+      tc_put<HD>(Qs, pre);
+      tc_fetch<T, HD>(pre, dout, q0, T_, doff, H * HD, h * HD);
       tc_load_stats(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
       __syncthreads();
-      tc_scores<HD>(S, Ks + 16 * w * Dm::LDB, Qs);  /* S^T: this warp's keys x 64 queries */
+      tc_scores<HD>(S, Ks + 16 * w * Dm::LDB, Qs); /* S^T: this warp's keys x 64 queries */
+      tc_put<HD>(dOs, pre);
+      if (q0 + TC_ROWS < T_) tc_fetch<T, HD>(pre, q, q0 + TC_ROWS, T_, boff, qkv_stride, h * HD);
+      __syncthreads();
       tc_scores<HD>(dP, Vs + 16 * w * Dm::LDB, dOs); /* dP^T */
       __syncwarp();
 #pragma unroll 8
