@@ -7,6 +7,7 @@
 #   torch    bench/torch_gpu_llama.py: PyTorch's throughput for llama1b, the reference
 #   profile  llama1b (4 steps) and the tiny deck (20 steps) with TSR_CUDA_PROFILE=1: time
 #            per op (cuda/ops_dev.c)
+#   sanitize only device-train.sh's compute-sanitizer checks (d), into train.log
 # PARTS: a comma-separated subset, default all four in that order.
 # CARRY holds bundle.tar.xz (tools/device-bundle.sh's folder, packed with tar cJf) and
 # data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin).  Logs
@@ -30,7 +31,7 @@ TSR_EXTRA_LIBS=$(find /usr/local /opt /usr/lib -xdev \( -name libnccl.so.2 -o -n
 export TSR_EXTRA_LIBS
 echo "extra library folders: $TSR_EXTRA_LIBS" >>"$OUT/gpu.txt"
 
-if [[ $PARTS == *,train,* || $PARTS == *,profile,* ]]; then
+if [[ $PARTS == *,train,* || $PARTS == *,profile,* || $PARTS == *,sanitize,* ]]; then
   rm -rf /tmp/tsr-bundle /tmp/tsr-work && mkdir -p /tmp/tsr-bundle /tmp/tsr-work
   tar xJf "$C/bundle.tar.xz" -C /tmp/tsr-bundle --strip-components=1
 fi
@@ -40,6 +41,11 @@ if [[ $PARTS == *,train,* ]]; then
   echo "device-train exit $?" >>"$OUT/train.log"
   (cd /tmp/tsr-work && find . \( -name '*.out' -o -name metrics.jsonl \) -print0 |
     tar czf "$OUT/train.tgz" --null -T -)
+fi
+if [[ $PARTS == *,sanitize,* && $PARTS != *,train,* ]]; then
+  TMPDIR=/tmp/tsr-work DEVICE_TRAIN_ONLY=d timeout "${TRAIN_S:-330}" bash \
+    tests/cuda/device-train.sh /tmp/tsr-bundle "$C/data" >"$OUT/train.log" 2>&1
+  echo "device-train (sanitize) exit $?" >>"$OUT/train.log"
 fi
 if [[ $PARTS == *,kernels,* ]]; then
   timeout "${KERNELS_S:-180}" bash tests/cuda/device-test.sh bench >"$OUT/kernels.log" 2>&1

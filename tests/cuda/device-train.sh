@@ -10,10 +10,12 @@
 #  (c) dp 2 (ZeRO-1), tp 2, pp 2: two ranks sharing the GPU give the CPU's losses (their
 #      groups on the staged MPI transport: NCCL takes no two ranks on one GPU); dp 2 with
 #      ZeRO-3 and mpi_gpu = 'direct' (MPI on the managed memory itself) too;
-#  (d) compute-sanitizer memcheck over two steps on the GPU (when it is installed);
+#  (d) compute-sanitizer memcheck over two steps on the GPU in fp32 and bf16, racecheck
+#      (shared-memory hazards) over one bf16 step (when it is installed);
 #  (e) throughput: tokens/s and MFU of the tiny deck and of llama1b (seq 2048,
 #      micro_batch 1, one rank, 10 steps) on the GPU, printed for bench/RESULTS.md
 #      (bench/torch_gpu_llama.py is PyTorch's number for the same model).
+# DEVICE_TRAIN_ONLY=a,d (say) runs only the parts named.
 # Prints PASS/FAIL lines and a count (tests/lib.sh); exits 1 on any failure.
 set -u
 B=$(cd "${1:?usage: device-train.sh BUNDLE DATA}" && pwd)
@@ -28,19 +30,9 @@ T=("$B/run.sh" tessera "$top/input/tiny.nml" "data.train=$DATA/train_*.bin"
 run() { local name=$1; shift; "${T[@]}" run.out_dir="$W/$name" "$@" >"$W/$name.out" 2>&1; }
 agree() { agree_runs "$W/$1" "$W/$2" "$3"; }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+# DEVICE_TRAIN_ONLY=a,d ...: only the parts named (default all)
+want() { [ -z "${DEVICE_TRAIN_ONLY:-}" ] || [[ ,$DEVICE_TRAIN_ONLY, == *,$1,* ]]; }
 
-for prec in fp32 bf16 fp16; do
-  tol=1e-5
-  [ $prec != fp32 ] && tol=1e-2
-  run "cpu_$prec" run.device=cpu run.max_steps=1 train.precision=$prec
-  run "gpu_$prec" run.device=cuda run.max_steps=1 train.precision=$prec
-  check "(a) $prec: the GPU run finishes" grep -q "^done:" "$W/gpu_$prec.out"
-  check "(a) $prec: one step on the GPU equals the CPU's to $tol" agree "gpu_$prec" "cpu_$prec" $tol
-done
-grep -h "device:" "$W/gpu_fp32.out"
-
-run cpu_200 run.device=cpu run.max_steps=200 train.precision=bf16
-run gpu_200 run.device=cuda run.max_steps=200 train.precision=bf16
 # bf16 trajectories part ways by rounding (summation order differs), so no step-by-step
 # gradient norm match is expected: every loss within 2%, the median gradient norm within 10%
 curve() {
@@ -57,40 +49,71 @@ print(f"    {len(a)} steps: loss {b[min(b)]['loss']:.4f} -> GPU {a[max(a)]['loss
 sys.exit(0 if dl <= 2e-2 and dg <= 0.1 else 1)
 PY
 }
-check "(b) 200 bf16 steps on the GPU track the CPU curve (loss 2%, grad norm median 10%)" \
-  curve gpu_200 cpu_200
 
-run2() { # run2 NAME ARGS: two ranks through the bundled mpirun (micro-batches of 8: dp 2
-  local name=$1; shift # must divide the deck's global batch of 16)
-  "$B/run.sh" mpirun -np 2 "${T[@]}" run.max_steps=5 train.micro_batch=8 run.out_dir="$W/$name" \
-    "$@" >"$W/$name.out" 2>&1
-}
-for L in "dp parallel.zero_stage=1" "tp parallel.tp=2" "pp parallel.pp=2" \
-  "dpdirect parallel.zero_stage=3 parallel.mpi_gpu=direct"; do
-  set -- $L
-  name=$1
-  shift
-  run2 "cpu_$name" run.device=cpu "$@"
-  run2 "gpu_$name" run.device=cuda run.gpu_share=.true. "$@"
-  check "(c) $name: 2 ranks on the GPU give the CPU's losses" agree "gpu_$name" "cpu_$name" 1e-5
-done
-
-if command -v compute-sanitizer >/dev/null; then
-  TSR_BUNDLE_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" run san run.device=cuda \
-    run.max_steps=2
-  check "(d) compute-sanitizer memcheck: no errors over 2 steps" grep -q "ERROR SUMMARY: 0 errors" \
-    "$W/san.out"
-  grep -h "ERROR SUMMARY" "$W/san.out"
+if want a; then
+  for prec in fp32 bf16 fp16; do
+    tol=1e-5
+    [ $prec != fp32 ] && tol=1e-2
+    run "cpu_$prec" run.device=cpu run.max_steps=1 train.precision=$prec
+    run "gpu_$prec" run.device=cuda run.max_steps=1 train.precision=$prec
+    check "(a) $prec: the GPU run finishes" grep -q "^done:" "$W/gpu_$prec.out"
+    check "(a) $prec: one step on the GPU equals the CPU's to $tol" agree "gpu_$prec" "cpu_$prec" $tol
+  done
+  grep -h "device:" "$W/gpu_fp32.out"
 fi
 
-run tput run.device=cuda run.max_steps=20 run.log_every=10 train.precision=bf16
-grep -h "^step .*/20 " "$W/tput.out" | tail -1
-"$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
-  "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
-  checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
-  parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
-  train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
-  run.out_dir="$W/llama1b" >"$W/llama1b.out" 2>&1
-grep -h "^step\|error\|mfu\|memory" "$W/llama1b.out" | tail -14
+if want b; then
+  run cpu_200 run.device=cpu run.max_steps=200 train.precision=bf16
+  run gpu_200 run.device=cuda run.max_steps=200 train.precision=bf16
+  check "(b) 200 bf16 steps on the GPU track the CPU curve (loss 2%, grad norm median 10%)" \
+    curve gpu_200 cpu_200
+fi
+
+if want c; then
+  run2() { # run2 NAME ARGS: two ranks through the bundled mpirun (micro-batches of 8: dp 2
+    local name=$1; shift # must divide the deck's global batch of 16)
+    "$B/run.sh" mpirun -np 2 "${T[@]}" run.max_steps=5 train.micro_batch=8 run.out_dir="$W/$name" \
+      "$@" >"$W/$name.out" 2>&1
+  }
+  for L in "dp parallel.zero_stage=1" "tp parallel.tp=2" "pp parallel.pp=2" \
+    "dpdirect parallel.zero_stage=3 parallel.mpi_gpu=direct"; do
+    set -- $L
+    name=$1
+    shift
+    run2 "cpu_$name" run.device=cpu "$@"
+    run2 "gpu_$name" run.device=cuda run.gpu_share=.true. "$@"
+    check "(c) $name: 2 ranks on the GPU give the CPU's losses" agree "gpu_$name" "cpu_$name" 1e-5
+  done
+fi
+
+if want d && command -v compute-sanitizer >/dev/null; then
+  # fp32 (fp32 attention) and bf16 (tensor-core attention, grouped-query partials)
+  for prec in fp32 bf16; do
+    TSR_BUNDLE_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" run "san_$prec" \
+      run.device=cuda run.max_steps=2 train.precision=$prec
+    check "(d) compute-sanitizer memcheck, $prec: no errors over 2 steps" \
+      grep -q "ERROR SUMMARY: 0 errors" "$W/san_$prec.out"
+    check "(d) ... and the $prec steps under memcheck finished" grep -q "^done:" "$W/san_$prec.out"
+    grep -h "ERROR SUMMARY" "$W/san_$prec.out"
+  done
+  TSR_BUNDLE_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" run race \
+    run.device=cuda run.max_steps=1 train.precision=bf16
+  check "(d) compute-sanitizer racecheck (shared memory), bf16: no hazards in a step" \
+    grep -q "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" "$W/race.out"
+  check "(d) ... and the step under racecheck finished" grep -q "^done:" "$W/race.out"
+  grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$W/race.out"
+fi
+
+if want e; then
+  run tput run.device=cuda run.max_steps=20 run.log_every=10 train.precision=bf16
+  grep -h "^step .*/20 " "$W/tput.out" | tail -1
+  "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
+    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
+    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
+    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
+    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
+    run.out_dir="$W/llama1b" >"$W/llama1b.out" 2>&1
+  grep -h "^step\|error\|mfu\|memory" "$W/llama1b.out" | tail -14
+fi
 echo "outputs in $W"
 finish
