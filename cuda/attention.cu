@@ -1,7 +1,9 @@
-/* attention.cu — causal grouped-query attention, flash-style, forward and backward, on
- * fp32 or bf16 storage with fp32 arithmetic.  Layouts and semantics are those of
- * tsr_ops_attention_fwd/bwd (src/ops.h): q/k/v rows of stride qkv_stride, query head h
- * reads kv head h / (H/KV), out contiguous [B*T, H*hd], lse[(b*H + h)*T + t].
+/* attention.cu — causal grouped-query attention, flash-style, forward and backward: first
+ * on fp32 or bf16 storage with fp32 arithmetic (below), then the same with its matrix
+ * products on the tensor cores (the second half of the file, "tensor-core path").  Layouts
+ * and semantics of both are those of tsr_ops_attention_fwd/bwd (src/ops.h): q/k/v rows of
+ * stride qkv_stride, query head h reads kv head h / (H/KV), out contiguous [B*T, H*hd],
+ * lse[(b*H + h)*T + t].
  *
  * Tiles of BQ = 32 queries by BK = 32 keys, 256 threads.  Thread (row = tid/8, sub =
  * tid%8) owns one query (or key) row of the tile and head dimensions sub, sub+8, ...;
