@@ -863,8 +863,29 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
   return 0;
 }
 
+/* Shared memory a head_dim's kernels need per block (the larger of forward and backward;
+ * 0: no tensor-core kernel for it). */
+extern "C" size_t tsr_cuda_attention_tc_smem(int hd) {
+  switch (hd) {
+    case 32: return tc_bwd_smem<32>() > tc_fwd_smem<32>() ? tc_bwd_smem<32>() : tc_fwd_smem<32>();
+    case 64: return tc_bwd_smem<64>() > tc_fwd_smem<64>() ? tc_bwd_smem<64>() : tc_fwd_smem<64>();
+    case 96: return tc_bwd_smem<96>() > tc_fwd_smem<96>() ? tc_bwd_smem<96>() : tc_fwd_smem<96>();
+    case 128:
+      return tc_bwd_smem<128>() > tc_fwd_smem<128>() ? tc_bwd_smem<128>() : tc_fwd_smem<128>();
+  }
+  return 0;
+}
+/* A kernel for hd, and the current GPU gives a block that much shared memory (sm_86/89
+ * parts give 99 KB: hd 96 and 128 fall back to the fp32 kernel there). */
 extern "C" int tsr_cuda_attention_tc_supported(int hd) {
-  return hd == 32 || hd == 64 || hd == 96 || hd == 128;
+  const size_t need = tsr_cuda_attention_tc_smem(hd);
+  int dev = 0, optin = 0;
+  if (!need || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return need <= (size_t)optin;
 }
 
 extern "C" int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,

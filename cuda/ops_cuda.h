@@ -152,11 +152,12 @@ int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const 
 
 /* The same on the tensor cores: q, k, v, dout, P and dS rounded to bf16 for the five
  * matrix products (fp32 accumulation, fp32 softmax statistics and outputs), as when
- * the GEMMs take bf16 inputs.  head_dim 32, 64, 96 or 128 only
- * (tsr_cuda_attention_tc_supported).  The backward's scratch is tsr_cuda_attention_bwd's
+ * the GEMMs take bf16 inputs.  head_dim 32, 64, 96 or 128 only, where the GPU's opt-in
+ * shared memory per block holds tsr_cuda_attention_tc_smem (tsr_cuda_attention_tc_supported).  The backward's scratch is tsr_cuda_attention_bwd's
  * plus, under grouped-query attention (KV < H), 2*B*H*T*hd floats of per-query-head
  * dk, dv sums (tsr_cuda_scratch_dims.attn_part), added over each group in order. */
-int tsr_cuda_attention_tc_supported(int hd);
+int tsr_cuda_attention_tc_supported(int hd); /* and the current GPU's shared memory suffices */
+size_t tsr_cuda_attention_tc_smem(int hd);  /* per block; 0 for another head_dim */
 int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                               cudaStream_t stream);

@@ -66,12 +66,16 @@ static void prof_end(prof_scope *sc) {
   const double dt = tsr_now() - sc->t0;
   int k = 0;
   while (k < n_prof && strcmp(prof[k].name, sc->name)) k++;
-  if (k == n_prof) {
-    if (n_prof == N_PROF) k = N_PROF - 1, snprintf(prof[k].name, sizeof prof[k].name, "(more)");
-    else snprintf(prof[n_prof++].name, sizeof prof[k].name, "%s", sc->name);
+  if (k == n_prof) { /* a new line; the last one takes every op that finds no room */
+    if (n_prof < N_PROF - 1) {
+      snprintf(prof[n_prof++].name, sizeof prof[k].name, "%s", sc->name);
+    } else {
+      k = N_PROF - 1;
+      if (n_prof < N_PROF) snprintf(prof[n_prof++].name, sizeof prof[k].name, "(other ops)");
+    }
   }
   prof[k].s += dt;
-  prof[k].flops += sc->flops;
+  prof[k].flops += k == N_PROF - 1 ? 0 : sc->flops; /* no rate for a mix of ops */
   prof[k].calls++;
 }
 static int prof_cmp(const void *a, const void *b) {
@@ -304,8 +308,9 @@ static int use_tc_attention(int hd) {
     tsr_log("attention: %s", tc ? "tensor cores (bf16 q, k, v, P and dS; fp32 softmax and "
                                   "accumulation)"
                                 : g.matmul_inputs == TSR_MATMUL_BF16
-                                      ? "fp32 kernel (no tensor-core kernel for this head_dim; "
-                                        "32, 64, 96, 128 have one)"
+                                      ? "fp32 kernel (no tensor-core kernel for this head_dim "
+                                        "on this GPU: 32, 64, 96, 128 have one, where its "
+                                        "shared memory fits)"
                                       : "fp32 kernel");
   g.attention_logged = 1;
   return tc;

@@ -871,6 +871,16 @@ int main(void) {
                         {1, 70, 2, 1, 128}, {2, 130, 4, 4, 64}, {1, 257, 8, 2, 72},
                         {1, 64, 3, 1, 96},  {1, 31, 2, 2, 32}};
   if (want("attention")) {
+    int dev = 0, optin = 0;
+    CUDA_CK(cudaGetDevice(&dev));
+    CUDA_CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    for (int hd = 16; hd <= 144; hd += 16) {
+      const size_t need = tsr_cuda_attention_tc_smem(hd);
+      TU_CHECK(tsr_cuda_attention_tc_supported(hd) == (need > 0 && need <= (size_t)optin) &&
+                   (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
+               "attention tc: head_dim %d %s (needs %zu bytes of shared memory, the GPU gives %d)",
+               hd, tsr_cuda_attention_tc_supported(hd) ? "offered" : "not offered", need, optin);
+    }
     for (int i = 0; i < 8; i++) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0);
     test_attention(2, 45, 4, 2, 64, 1);
   }

@@ -124,6 +124,11 @@ static int emu_current;
 static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 1 managed / 2 pinned host) */
 cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
 cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr, int dev) {
+  const char *e = getenv("EMU_SMEM_OPTIN");
+  *value = e && *e ? atoi(e) : 232448;
+  return dev >= 0 && dev < emu_devices() ? 0 : 101;
+}
 struct emu_stream { int magic; };
 struct emu_event { int magic, recorded; };
 cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new emu_stream{0x5e}; return 0; }
