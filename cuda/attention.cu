@@ -153,6 +153,18 @@ __global__ void attn_bwd_dot_kernel(float *D, const T *dout, const T *out, int B
   if (lane == 0) D[(b * H + h) * T_ + t] = s;
 }
 
+/* lse and D of the queries [q0, q0 + ROWS) of one head, from its row `stat` of the
+ * statistics (zeros past T), by the THREADS threads of the block. */
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_stats(float *Ls, float *Ds, const float *lse,
+                                           const float *D, size_t stat, int q0, int T_) {
+  for (int rr = threadIdx.x; rr < ROWS; rr += THREADS) {
+    const int t = q0 + rr;
+    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
+    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
+  }
+}
+
 /* The query side of the backward for queries [q0, q0 + BQ) of head h: their Q and dout
  * tiles and their lse and D statistics (rows past T as zeros). */
 template <class T>
@@ -162,12 +174,7 @@ __device__ __forceinline__ void load_query_side(float *Qs, float *dOs, float *Ls
                                                 int H, int hd, int qkv_stride) {
   load_tile(Qs, q, q0, BQ, T_, (size_t)b * T_ * qkv_stride, qkv_stride, h * hd, hd);
   load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
-  const size_t stat = ((size_t)b * H + h) * T_;
-  for (int rr = threadIdx.x; rr < BQ; rr += ATT_THREADS) {
-    const int t = q0 + rr;
-    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
-    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
-  }
+  load_stats<BQ, ATT_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
 }
 
 /* dq of one query tile: dq_t += scale * sum_j P_tj (dP_tj - D_t) k_j */
@@ -620,16 +627,6 @@ __global__ void __launch_bounds__(TC_THREADS)
   }
 }
 
-/* The backward's per-tile statistics: lse and D of 64 queries of head h (zeros past T). */
-__device__ __forceinline__ void tc_load_stats(float *Ls, float *Ds, const float *lse,
-                                              const float *D, size_t stat, int q0, int T_) {
-  for (int rr = threadIdx.x; rr < TC_ROWS; rr += TC_THREADS) {
-    const int t = q0 + rr;
-    Ls[rr] = t < T_ ? lse[stat + t] : 0.0f;
-    Ds[rr] = t < T_ ? D[stat + t] : 0.0f;
-  }
-}
-
 /* dq of 64 queries of head h: dq += scale * dS K, dS = P (dP - D), dP = dout V^T */
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
@@ -654,7 +651,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 
   tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
   tc_load<T, HD>(dOs, dout, q0, T_, (size_t)b * T_ * H * HD, H * HD, h * HD);
-  tc_load_stats(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+  load_stats<TC_ROWS, TC_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
   frag_c acc[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
@@ -738,7 +735,7 @@ __global__ void __launch_bounds__(TC_THREADS)
       __syncthreads();
       tc_put<HD>(Qs, pre);
       tc_fetch<T, HD>(pre, dout, q0, T_, doff, H * HD, h * HD);
-      tc_load_stats(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+      load_stats<TC_ROWS, TC_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
       __syncthreads();
       tc_scores<HD>(S, Ks + 16 * w * Dm::LDB, Qs); /* S^T: this warp's keys x 64 queries */
       tc_put<HD>(dOs, pre);
