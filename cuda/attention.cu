@@ -451,6 +451,28 @@ template <int HD> struct tc_dims {
   static const size_t PSTRIP = (size_t)16 * LDP * sizeof(bf16);
 };
 
+/* The backward kernels' shared memory, carved for warp w: four bf16 tiles (which holds
+ * what is the kernel's choice), this warp's two fp32 strips (scores S, dP) and two bf16
+ * strips (P, dS), then lse and D of a query tile. */
+template <int HD> struct tc_bwd_layout {
+  typedef tc_dims<HD> Dm;
+  static const size_t STRIPS = 4 * Dm::TILE, PSTRIPS = STRIPS + 2 * TC_WARPS * Dm::FSTRIP,
+                      STATS = PSTRIPS + 2 * TC_WARPS * Dm::PSTRIP;
+  static const size_t BYTES = STATS + 2 * TC_ROWS * sizeof(float);
+  bf16 *tile[4], *P, *dS;
+  float *S, *dP, *Ls, *Ds;
+  __device__ tc_bwd_layout(void *smem, int w) {
+    char *base = (char *)smem;
+    for (int i = 0; i < 4; i++) tile[i] = (bf16 *)(base + i * Dm::TILE);
+    S = (float *)(base + STRIPS + w * Dm::FSTRIP);
+    dP = (float *)(base + STRIPS + (TC_WARPS + w) * Dm::FSTRIP);
+    P = (bf16 *)(base + PSTRIPS + w * Dm::PSTRIP);
+    dS = (bf16 *)(base + PSTRIPS + (TC_WARPS + w) * Dm::PSTRIP);
+    Ls = (float *)(base + STATS);
+    Ds = Ls + TC_ROWS;
+  }
+};
+
 /* A tile: rows [row0, row0 + 64) of one head of a strided buffer, rows past T zero, in
  * two steps so that its global loads can be in flight while the block computes:
  * tc_fetch reads it into registers (TC_LOADS float4 groups of 4 columns per thread,
@@ -636,15 +658,9 @@ __global__ void __launch_bounds__(TC_THREADS)
   typedef tc_dims<HD> Dm;
   extern __shared__ float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  char *base = (char *)smem;
-  bf16 *Qs = (bf16 *)base, *dOs = (bf16 *)(base + Dm::TILE);
-  bf16 *Ks = (bf16 *)(base + 2 * Dm::TILE), *Vs = (bf16 *)(base + 3 * Dm::TILE);
-  char *strips = base + 4 * Dm::TILE;
-  float *S = (float *)(strips + w * Dm::FSTRIP);
-  float *dP = (float *)(strips + (TC_WARPS + w) * Dm::FSTRIP);
-  bf16 *dS = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
-  float *Ls = (float *)(strips + 2 * TC_WARPS * Dm::FSTRIP + TC_WARPS * Dm::PSTRIP);
-  float *Ds = Ls + TC_ROWS;
+  const tc_bwd_layout<HD> sm(smem, w);
+  bf16 *Qs = sm.tile[0], *dOs = sm.tile[1], *Ks = sm.tile[2], *Vs = sm.tile[3], *dS = sm.dS;
+  float *S = sm.S, *dP = sm.dP, *Ls = sm.Ls, *Ds = sm.Ds;
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
   const int q0 = blockIdx.x * TC_ROWS, row = 16 * w + r, tq = q0 + row;
   const size_t boff = (size_t)b * T_ * qkv_stride;
@@ -704,16 +720,10 @@ __global__ void __launch_bounds__(TC_THREADS)
   typedef tc_dims<HD> Dm;
   extern __shared__ float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  char *base = (char *)smem;
-  bf16 *Ks = (bf16 *)base, *Vs = (bf16 *)(base + Dm::TILE);
-  bf16 *Qs = (bf16 *)(base + 2 * Dm::TILE), *dOs = (bf16 *)(base + 3 * Dm::TILE);
-  char *strips = base + 4 * Dm::TILE;
-  float *S = (float *)(strips + w * Dm::FSTRIP);
-  float *dP = (float *)(strips + (TC_WARPS + w) * Dm::FSTRIP);
-  bf16 *P = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
-  bf16 *dS = (bf16 *)(strips + 2 * TC_WARPS * Dm::FSTRIP + (TC_WARPS + w) * Dm::PSTRIP);
-  float *Ls = (float *)(strips + 2 * TC_WARPS * Dm::FSTRIP + 2 * TC_WARPS * Dm::PSTRIP);
-  float *Ds = Ls + TC_ROWS;
+  const tc_bwd_layout<HD> sm(smem, w);
+  bf16 *Ks = sm.tile[0], *Vs = sm.tile[1], *Qs = sm.tile[2], *dOs = sm.tile[3];
+  bf16 *P = sm.P, *dS = sm.dS;
+  float *S = sm.S, *dP = sm.dP, *Ls = sm.Ls, *Ds = sm.Ds;
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
   const int j0 = blockIdx.x * TC_ROWS, key = j0 + 16 * w + r;
   const size_t boff = (size_t)b * T_ * qkv_stride;
@@ -807,9 +817,10 @@ __global__ void attn_tc_gqa_reduce_kernel(T *dk, T *dv, const float *part, size_
 template <int HD> static size_t tc_fwd_smem() {
   return 3 * tc_dims<HD>::TILE + TC_WARPS * (tc_dims<HD>::FSTRIP + tc_dims<HD>::PSTRIP);
 }
-template <int HD> static size_t tc_bwd_smem() {
-  return 4 * tc_dims<HD>::TILE + 2 * TC_WARPS * (tc_dims<HD>::FSTRIP + tc_dims<HD>::PSTRIP) +
-         2 * TC_ROWS * sizeof(float);
+template <int HD> static size_t tc_bwd_smem() { return tc_bwd_layout<HD>::BYTES; }
+/* what head_dim HD's kernels need per block: the larger of forward and backward */
+template <int HD> static size_t tc_smem() {
+  return tc_bwd_smem<HD>() > tc_fwd_smem<HD>() ? tc_bwd_smem<HD>() : tc_fwd_smem<HD>();
 }
 
 template <class T, int HD>
@@ -864,11 +875,10 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
  * 0: no tensor-core kernel for it). */
 extern "C" size_t tsr_cuda_attention_tc_smem(int hd) {
   switch (hd) {
-    case 32: return tc_bwd_smem<32>() > tc_fwd_smem<32>() ? tc_bwd_smem<32>() : tc_fwd_smem<32>();
-    case 64: return tc_bwd_smem<64>() > tc_fwd_smem<64>() ? tc_bwd_smem<64>() : tc_fwd_smem<64>();
-    case 96: return tc_bwd_smem<96>() > tc_fwd_smem<96>() ? tc_bwd_smem<96>() : tc_fwd_smem<96>();
-    case 128:
-      return tc_bwd_smem<128>() > tc_fwd_smem<128>() ? tc_bwd_smem<128>() : tc_fwd_smem<128>();
+    case 32: return tc_smem<32>();
+    case 64: return tc_smem<64>();
+    case 96: return tc_smem<96>();
+    case 128: return tc_smem<128>();
   }
   return 0;
 }

@@ -26,7 +26,7 @@ static struct {
   struct alloc_rec { void *p; size_t bytes; } *allocs; /* live allocations (their sizes) */
   int n_allocs, cap_allocs;
   int matmul_inputs; /* TSR_MATMUL_*: bf16 also puts attention on the tensor cores */
-  int attention_logged;
+  int attn_hd, attn_tc; /* the head_dim attention was last decided for (0: none), and how */
   int profile; /* TSR_CUDA_PROFILE set: time every op (see prof_begin) */
   double t_open;
 } g;
@@ -176,6 +176,7 @@ static size_t d_mem_bytes(int what) {
 static void d_set_matmul_inputs(int mode) {
   tsr_cuda_blas_set_inputs(g.blas, mode);
   g.matmul_inputs = mode;
+  g.attn_hd = 0; /* decide attention's kernel again */
 }
 
 static void d_copy(void *dst, const void *src, size_t bytes) {
@@ -301,10 +302,12 @@ static void d_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int s
   RUN(tsr_cuda_rope_bwd(dx, n, T, n_heads, head_dim, stride, theta, g.stream));
 }
 /* Attention's products on the tensor cores when the GEMMs take bf16 inputs and the head
- * dimension has a tensor-core kernel; said once on rank 0 either way. */
+ * dimension has a tensor-core kernel on this GPU: decided (and said on rank 0) once per
+ * head_dim, not at every call. */
 static int use_tc_attention(int hd) {
+  if (hd == g.attn_hd) return g.attn_tc;
   const int tc = g.matmul_inputs == TSR_MATMUL_BF16 && tsr_cuda_attention_tc_supported(hd);
-  if (!g.attention_logged && tsr_rank() == 0)
+  if (tsr_rank() == 0)
     tsr_log("attention: %s", tc ? "tensor cores (bf16 q, k, v, P and dS; fp32 softmax and "
                                   "accumulation)"
                                 : g.matmul_inputs == TSR_MATMUL_BF16
@@ -312,7 +315,8 @@ static int use_tc_attention(int hd) {
                                         "on this GPU: 32, 64, 96, 128 have one, where its "
                                         "shared memory fits)"
                                       : "fp32 kernel");
-  g.attention_logged = 1;
+  g.attn_hd = hd;
+  g.attn_tc = tc;
   return tc;
 }
 static void d_attention_fwd(float *out, float *lse, const float *q, const float *k,
