@@ -214,11 +214,18 @@ int main(int argc, char **argv) {
           const float *q2 = (const float *)qkv, *k2 = q2 + (size_t)H * hd2, *v2 = q2 + (size_t)(H + KV) * hd2;
           float *dq2 = (float *)dqkv, *dk2 = dq2 + (size_t)H * hd2, *dv2 = dq2 + (size_t)(H + KV) * hd2;
           const double flops2 = flops * hd2 / hd;
-          TIME_MS(ms, tsr_cuda_attention_tc_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2, stride2, st));
-          row("attention fwd tc bf16", shape2, ms, flops2, 1, "causal 4 B H T^2 hd / 2");
-          TIME_MS(ms, tsr_cuda_attention_tc_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T, H, KV,
-                                                hd2, stride2, ws, st));
-          row("attention bwd tc bf16", shape2, ms, 2.5 * flops2, 1, "2.5 x forward");
+          for (int kern = TSR_CUDA_TC_WMMA; kern <= TSR_CUDA_TC_MMA; kern++) {
+            tsr_cuda_attention_tc_use(kern);
+            if (!tsr_cuda_attention_tc_supported(hd2)) continue;
+            TIME_MS(ms, tsr_cuda_attention_tc_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2, stride2, st));
+            row(kern ? "attention fwd tc mma" : "attention fwd tc wmma", shape2, ms, flops2, 1,
+                "causal 4 B H T^2 hd / 2");
+            TIME_MS(ms, tsr_cuda_attention_tc_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T, H,
+                                                  KV, hd2, stride2, ws, st));
+            row(kern ? "attention bwd tc mma" : "attention bwd tc wmma", shape2, ms, 2.5 * flops2,
+                1, "2.5 x forward");
+          }
+          tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
         }
       }
       CK(cudaFree(qkv)); CK(cudaFree(dqkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(lse));

@@ -871,14 +871,478 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
   return 0;
 }
 
+/* ============================================================ mma.sync path
+ * The tensor-core attention again, on mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators)
+ * with every product's accumulators in registers, as FlashAttention-2 lays it out: the
+ * scores of a warp's 16 rows never leave its registers, the softmax runs on them in
+ * place (each row's values sit on the 4 lanes of a quad: two xor shuffles), and P (or dS)
+ * is re-packed from the accumulator layout into the A operand of the next product
+ * without touching shared memory.  Same blocks as above (4 warps x 16 rows, tiles of 64),
+ * same semantics, scratch and determinism; selected by tsr_cuda_attention_tc_use.
+ *
+ * Shared memory holds bf16 tiles twice where a product needs them with the head
+ * dimension as its n index: row-major [64][HD + 8] (the k = hd operand: Q K^T, dO V^T)
+ * and transposed [HD][64 + 8] (the k = key/query operand: P V, dS K, P^T dO, dS^T Q),
+ * so that every fragment is two 32-bit loads; both paddings put the 8 row groups x 4
+ * lanes of a fragment load on 32 different banks. */
+#define MM_LDT (TC_ROWS + 8) /* transposed tiles' row stride */
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+/* D += A B for the calling warp (m16n8k16; layouts in tests/cuda/emu/include/mma.h, which
+ * stands in for the instruction on the CPU emulation). */
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+#if defined(TSR_CUDA_EMULATION)
+  emu_mma_m16n8k16_bf16(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap(); /* pre-sm_80: tsr_cuda_attention_tc_supported refuses these GPUs */
+#endif
+}
+__device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *(const uint32_t *)p; }
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  union {
+    bf16 h[2];
+    uint32_t u;
+  } p;
+  p.h[0] = __float2bfloat16_rn(lo), p.h[1] = __float2bfloat16_rn(hi);
+  return p.u;
+}
+/* A operand: the 16 x 16 block at p, row-major with row stride ld (g = lane / 4, t = lane % 4) */
+__device__ __forceinline__ void mm_frag_a(uint32_t (&a)[4], const bf16 *p, int ld, int g, int t) {
+  a[0] = ld32(p + g * ld + 2 * t), a[1] = ld32(p + (g + 8) * ld + 2 * t);
+  a[2] = ld32(p + g * ld + 2 * t + 8), a[3] = ld32(p + (g + 8) * ld + 2 * t + 8);
+}
+/* B operand (16 x 8, k x n): element (k, n) at p[n * ld + k] */
+__device__ __forceinline__ void mm_frag_b(uint32_t (&b)[2], const bf16 *p, int ld, int g, int t) {
+  b[0] = ld32(p + g * ld + 2 * t), b[1] = ld32(p + g * ld + 2 * t + 8);
+}
+/* The A operand over k = 16 columns [16 kk, 16 kk + 16) of a 16-row accumulator strip
+ * c[n8 tile][4] (as mma16816 leaves it), rounded to bf16: no data leaves the lane. */
+template <int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
+  a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]), a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* Rows [row0, row0 + 64) of one head into a transposed bf16 tile tt[d * MM_LDT + row]
+ * (rows past T zero).  A thread takes two adjacent rows by 8 columns (32-byte reads) and
+ * writes 8 words, each the pair of rows at one column: a warp's 32 row pairs write 32
+ * consecutive words. */
+template <class T>
+__device__ __forceinline__ void load8(float (&x)[8], const T *e, bool vec) {
+  if (vec) {
+    const float4 a = *(const float4 *)e, b = *(const float4 *)(e + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i++) x[i] = to_f32(e[i]);
+  }
+}
+template <class T, int HD>
+__device__ __forceinline__ void mm_load_t(bf16 *tt, const T *src, int row0, int T_,
+                                          size_t batch_off, int stride, int col0) {
+  const T *base = src + batch_off + col0;
+  const bool vec = sizeof(T) == 4 && stride % 4 == 0 && ((uintptr_t)base & 15) == 0;
+#pragma unroll
+  for (int i = 0; i < HD / 32; i++) { /* (TC_ROWS / 2) * (HD / 8) units over TC_THREADS */
+    const int u = threadIdx.x + i * TC_THREADS, rp = u & 31, d = 8 * (u >> 5);
+    const int t0 = row0 + 2 * rp;
+    float x0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, x1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (t0 < T_) load8(x0, base + (size_t)t0 * stride + d, vec);
+    if (t0 + 1 < T_) load8(x1, base + (size_t)(t0 + 1) * stride + d, vec);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+      *(uint32_t *)(tt + (d + e) * MM_LDT + 2 * rp) = pack_bf16(x0[e], x1[e]);
+  }
+}
+
+template <int HD> struct mm_dims {
+  static const int LDB = tc_dims<HD>::LDB;
+  static const size_t TILE = tc_dims<HD>::TILE;                       /* [64][HD + 8] */
+  static const size_t TILE_T = (size_t)HD * MM_LDT * sizeof(bf16);    /* [HD][64 + 8] */
+  static const size_t STATS = 2 * TC_ROWS * sizeof(float);
+  static const size_t FWD = 2 * TILE + TILE_T;                        /* Q, K; V^T */
+  static const size_t DQ = 4 * TILE + TILE_T + STATS;                 /* Q, dO, K, V; K^T */
+  static const size_t DKDV = 4 * TILE + 2 * TILE_T + STATS;           /* K, V, Q, dO; Q^T, dO^T */
+  static const size_t MAX = DKDV > DQ ? (DKDV > FWD ? DKDV : FWD) : (DQ > FWD ? DQ : FWD);
+};
+
+/* Forward: the block's 64 queries (the last tiles first: they have the most keys), warp w
+ * rows 16 w + g and + 8; s holds the warp's 16 x 64 scores in log2 units. */
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_mma_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
+                        int KV, int qkv_stride, float scale_log2) {
+  typedef mm_dims<HD> Dm;
+  extern __shared__ float smem[];
+  bf16 *Qs = (bf16 *)smem, *Ks = Qs + TC_ROWS * Dm::LDB, *Vt = Ks + TC_ROWS * Dm::LDB;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS, r0 = q0 + 16 * w + g, r1 = r0 + 8;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+  __syncthreads();
+  uint32_t qa[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) mm_frag_a(qa[kk], Qs + 16 * w * Dm::LDB + 16 * kk, Dm::LDB, g, t);
+  float o[HD / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+    __syncthreads(); /* the previous tile is no longer read */
+    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, kvh * HD);
+    mm_load_t<T, HD>(Vt, v, k0, T_, boff, qkv_stride, kvh * HD);
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t kb[2];
+        mm_frag_b(kb, Ks + 8 * j * Dm::LDB + 16 * kk, Dm::LDB, g, t);
+        mma16816(s[j], qa[kk], kb);
+      }
+    }
+    const bool edge = k0 + TC_ROWS - 1 > q0 + 16 * w || k0 + TC_ROWS > T_; /* a key to mask */
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
+        s[j][e] = edge && (key > row || key >= T_) ? -INFINITY : s[j][e] * scale_log2;
+        if (e < 2) mx0 = fmaxf(mx0, s[j][e]);
+        else mx1 = fmaxf(mx1, s[j][e]);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* key 0 is in every row's first tile, so the maxima are finite; guard anyway */
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
+    const float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
+    m0 = n0, m1 = n1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      s[j][0] = exp2f(s[j][0] - u0), s[j][1] = exp2f(s[j][1] - u0);
+      s[j][2] = exp2f(s[j][2] - u1), s[j][3] = exp2f(s[j][3] - u1);
+      sum0 += s[j][0] + s[j][1], sum1 += s[j][2] + s[j][3];
+    }
+    l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1; /* this lane's columns; the quad adds at the end */
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
+#pragma unroll
+    for (int kk = 0; kk < TC_ROWS / 16; kk++) {
+      uint32_t pa[4];
+      acc_to_a(pa, s, kk);
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) {
+        uint32_t vb[2];
+        mm_frag_b(vb, Vt + 8 * n * MM_LDT + 16 * kk, MM_LDT, g, t);
+        mma16816(o[n], pa, vb);
+      }
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1), l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1), l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+  T *d0 = out + ((size_t)b * T_ + r0) * H * HD + (size_t)h * HD + 2 * t;
+  T *d1 = d0 + (size_t)8 * H * HD;
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    if (r0 < T_) d0[8 * n] = from_f32<T>(o[n][0] * i0), d0[8 * n + 1] = from_f32<T>(o[n][1] * i0);
+    if (r1 < T_) d1[8 * n] = from_f32<T>(o[n][2] * i1), d1[8 * n + 1] = from_f32<T>(o[n][3] * i1);
+  }
+  if (t == 0) {
+    float *ls = lse + ((size_t)b * H + h) * T_;
+    if (r0 < T_) ls[r0] = (m0 + log2f(l0)) * LN2_F;
+    if (r1 < T_) ls[r1] = (m1 + log2f(l1)) * LN2_F;
+  }
+}
+
+/* dst rows (row0 + g, + 8), columns col0 + 8 n + 2 t (+1) += mul * acc, from a 16-row
+ * accumulator strip (rows past T skipped) */
+template <class T, int HD>
+__device__ __forceinline__ void mm_add_rows(T *dst, const float (&acc)[HD / 8][4], int row0,
+                                            int T_, size_t batch_off, int stride, int col0,
+                                            float mul, int g, int t) {
+#pragma unroll
+  for (int hr = 0; hr < 2; hr++) {
+    const int r = row0 + g + 8 * hr;
+    if (r >= T_) continue;
+    T *p = dst + batch_off + (size_t)r * stride + col0 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      p[8 * n] = from_f32<T>(to_f32(p[8 * n]) + mul * acc[n][2 * hr]);
+      p[8 * n + 1] = from_f32<T>(to_f32(p[8 * n + 1]) + mul * acc[n][2 * hr + 1]);
+    }
+  }
+}
+
+/* dq of the block's 64 queries: dq += scale * dS K over the key tiles up to the diagonal,
+ * dS = P (dP - D), P = exp(scale q.k - lse), dP = dout V^T */
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_mma_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                       const T *k, const T *v, int T_, int H, int KV, int qkv_stride,
+                       float scale_log2, float scale) {
+  typedef mm_dims<HD> Dm;
+  const int LDB = Dm::LDB;
+  extern __shared__ float smem[];
+  bf16 *Qs = (bf16 *)smem, *dOs = Qs + TC_ROWS * LDB, *Ks = dOs + TC_ROWS * LDB,
+       *Vs = Ks + TC_ROWS * LDB, *Kt = Vs + TC_ROWS * LDB;
+  float *Ls = (float *)(Kt + HD * MM_LDT), *Ds = Ls + TC_ROWS;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS, r0 = q0 + 16 * w + g, r1 = r0 + 8;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+  tc_load<T, HD>(dOs, dout, q0, T_, (size_t)b * T_ * H * HD, H * HD, h * HD);
+  load_stats<TC_ROWS, TC_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+  __syncthreads();
+  const float L0 = Ls[16 * w + g] * LOG2E_F, L1 = Ls[16 * w + g + 8] * LOG2E_F;
+  const float D0 = Ds[16 * w + g], D1 = Ds[16 * w + g + 8];
+  const bf16 *Qw = Qs + 16 * w * LDB, *dOw = dOs + 16 * w * LDB;
+  float acc[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+    __syncthreads();
+    tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, kvh * HD);
+    tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, kvh * HD);
+    mm_load_t<T, HD>(Kt, k, k0, T_, boff, qkv_stride, kvh * HD);
+    __syncthreads();
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      uint32_t qa[4], da[4];
+      mm_frag_a(qa, Qw + 16 * kk, LDB, g, t);
+      mm_frag_a(da, dOw + 16 * kk, LDB, g, t);
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        uint32_t kb[2], vb[2];
+        mm_frag_b(kb, Ks + 8 * j * LDB + 16 * kk, LDB, g, t);
+        mm_frag_b(vb, Vs + 8 * j * LDB + 16 * kk, LDB, g, t);
+        mma16816(s[j], qa, kb);
+        mma16816(dp[j], da, vb);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
+        const float p = key <= row && key < T_ && row < T_
+                            ? exp2f(s[j][e] * scale_log2 - (e < 2 ? L0 : L1))
+                            : 0.0f;
+        s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)); /* dS */
+      }
+#pragma unroll
+    for (int kk = 0; kk < TC_ROWS / 16; kk++) {
+      uint32_t sa[4];
+      acc_to_a(sa, s, kk);
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) {
+        uint32_t kb[2];
+        mm_frag_b(kb, Kt + 8 * n * MM_LDT + 16 * kk, MM_LDT, g, t);
+        mma16816(acc[n], sa, kb);
+      }
+    }
+  }
+  mm_add_rows<T, HD>(dq, acc, q0 + 16 * w, T_, boff, qkv_stride, h * HD, scale, g, t);
+}
+
+/* dk, dv of the block's 64 keys from query head h, over the query tiles from the
+ * diagonal on (in halves of 32 queries, to keep both accumulators in registers):
+ * dv += P^T dout, dk += scale * dS^T q, with P^T = exp(scale K Q^T - lse) and
+ * dP^T = V dout^T computed key-major.  Grid and GQA partial sums as attn_tc_dkdv_kernel. */
+template <class T, int HD>
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_mma_dkdv_kernel(T *dk, T *dv, float *part, size_t part_stride, const T *dout,
+                         const float *lse, const float *D, const T *q, const T *k, const T *v,
+                         int T_, int H, int KV, int qkv_stride, float scale_log2, float scale) {
+  typedef mm_dims<HD> Dm;
+  const int LDB = Dm::LDB;
+  extern __shared__ float smem[];
+  bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * LDB, *Qs = Vs + TC_ROWS * LDB,
+       *dOs = Qs + TC_ROWS * LDB, *Qt = dOs + TC_ROWS * LDB, *dOt = Qt + HD * MM_LDT;
+  float *Ls = (float *)(dOt + HD * MM_LDT), *Ds = Ls + TC_ROWS;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
+  const int j0 = blockIdx.x * TC_ROWS, key0 = j0 + 16 * w + g, key1 = key0 + 8;
+  const size_t boff = (size_t)b * T_ * qkv_stride, doff = (size_t)b * T_ * H * HD;
+
+  tc_load<T, HD>(Ks, k, j0, T_, boff, qkv_stride, kvh * HD);
+  tc_load<T, HD>(Vs, v, j0, T_, boff, qkv_stride, kvh * HD);
+  const bf16 *Kw = Ks + 16 * w * LDB, *Vw = Vs + 16 * w * LDB;
+  float ak[HD / 8][4], av[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) ak[n][e] = av[n][e] = 0.0f;
+
+  for (int q0 = j0; q0 < T_; q0 += TC_ROWS) {
+    __syncthreads();
+    tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
+    tc_load<T, HD>(dOs, dout, q0, T_, doff, H * HD, h * HD);
+    mm_load_t<T, HD>(Qt, q, q0, T_, boff, qkv_stride, h * HD);
+    mm_load_t<T, HD>(dOt, dout, q0, T_, doff, H * HD, h * HD);
+    load_stats<TC_ROWS, TC_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+    __syncthreads();
+#pragma unroll
+    for (int hq = 0; hq < 2; hq++) {
+      const int c0 = 32 * hq; /* this half's first query column in the tile */
+      float st[4][4], dpt[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t ka[4], va[4];
+        mm_frag_a(ka, Kw + 16 * kk, LDB, g, t);
+        mm_frag_a(va, Vw + 16 * kk, LDB, g, t);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          uint32_t qb[2], ob[2];
+          mm_frag_b(qb, Qs + (c0 + 8 * j) * LDB + 16 * kk, LDB, g, t);
+          mm_frag_b(ob, dOs + (c0 + 8 * j) * LDB + 16 * kk, LDB, g, t);
+          mma16816(st[j], ka, qb);
+          mma16816(dpt[j], va, ob);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int c = c0 + 8 * j + 2 * t + (e & 1), tq = q0 + c, key = e < 2 ? key0 : key1;
+          const float p = tq < T_ && key <= tq && key < T_
+                              ? exp2f(st[j][e] * scale_log2 - Ls[c] * LOG2E_F)
+                              : 0.0f;
+          st[j][e] = p;
+          dpt[j][e] = p * (dpt[j][e] - Ds[c]); /* dS^T */
+        }
+#pragma unroll
+      for (int kk = 0; kk < 2; kk++) {
+        uint32_t pa[4], sa[4];
+        acc_to_a(pa, st, kk);
+        acc_to_a(sa, dpt, kk);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+          uint32_t ob[2], qb[2];
+          mm_frag_b(ob, dOt + 8 * n * MM_LDT + c0 + 16 * kk, MM_LDT, g, t);
+          mm_frag_b(qb, Qt + 8 * n * MM_LDT + c0 + 16 * kk, MM_LDT, g, t);
+          mma16816(av[n], pa, ob);
+          mma16816(ak[n], sa, qb);
+        }
+      }
+    }
+  }
+  if (part) { /* this head's raw sums, rows (b, h, t) of hd floats */
+    float *pk = part + ((size_t)b * H + h) * T_ * HD, *pv = pk + part_stride;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int r = j0 + 16 * w + g + 8 * hr;
+      if (r >= T_) continue;
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          pk[(size_t)r * HD + 8 * n + 2 * t + e] = ak[n][2 * hr + e];
+          pv[(size_t)r * HD + 8 * n + 2 * t + e] = av[n][2 * hr + e];
+        }
+    }
+    return;
+  }
+  if (dk) mm_add_rows<T, HD>(dk, ak, j0 + 16 * w, T_, boff, qkv_stride, kvh * HD, scale, g, t);
+  if (dv) mm_add_rows<T, HD>(dv, av, j0 + 16 * w, T_, boff, qkv_stride, kvh * HD, 1.0f, g, t);
+}
+
+template <class T, int HD>
+static int attn_mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
+                        int H, int KV, int qkv_stride, cudaStream_t stream) {
+  const size_t smem = mm_dims<HD>::FWD;
+  TSR_CUDA_CHECK(allow_smem(attn_mma_fwd_kernel<T, HD>, smem));
+  attn_mma_fwd_kernel<T, HD><<<dim3((T_ + TC_ROWS - 1) / TC_ROWS, B * H), TC_THREADS, smem, stream>>>(
+      out, lse, q, k, v, T_, H, KV, qkv_stride, (float)(LOG2E_F / sqrt((double)HD)));
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+template <class T, int HD>
+static int attn_mma_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
+                        const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
+                        int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
+  const float scale = (float)(1.0 / sqrt((double)HD)), scale_log2 = scale * LOG2E_F;
+  const size_t bht = (size_t)B * H * T_, part_stride = bht * HD;
+  const int gqa = KV < H && (dk || dv);
+  float *D = NULL, *part = NULL;
+  TSR_CUDA_SCRATCH(D, ws, tsr_cuda_attention_scratch_((long)bht, gqa ? 2 * (long)part_stride : 0));
+  if (gqa) part = (float *)((char *)D + scratch_round(bht * sizeof(float)));
+  const long warps = (long)B * T_ * H;
+  attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
+                                                                                T_, H, HD);
+  TSR_CUDA_LAUNCHED();
+  const unsigned tiles = (unsigned)((T_ + TC_ROWS - 1) / TC_ROWS);
+  if (dq) {
+    const size_t smem = mm_dims<HD>::DQ;
+    TSR_CUDA_CHECK(allow_smem(attn_mma_dq_kernel<T, HD>, smem));
+    attn_mma_dq_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+        dq, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dk || dv) {
+    const size_t smem = mm_dims<HD>::DKDV;
+    TSR_CUDA_CHECK(allow_smem(attn_mma_dkdv_kernel<T, HD>, smem));
+    attn_mma_dkdv_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+        dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2,
+        scale);
+    TSR_CUDA_LAUNCHED();
+    if (gqa) {
+      const long n = (long)B * T_ * KV * HD;
+      attn_tc_gqa_reduce_kernel<T, HD><<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+          dk, dv, part, part_stride, B, T_, H, KV, qkv_stride, scale);
+      TSR_CUDA_LAUNCHED();
+    }
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the choice */
+static int g_tc_kernel = TSR_CUDA_TC_WMMA;
+extern "C" void tsr_cuda_attention_tc_use(int kernel) {
+  g_tc_kernel = kernel == TSR_CUDA_TC_MMA ? TSR_CUDA_TC_MMA : TSR_CUDA_TC_WMMA;
+}
+extern "C" int tsr_cuda_attention_tc_kernel(void) { return g_tc_kernel; }
+
 /* Shared memory a head_dim's kernels need per block (the larger of forward and backward;
  * 0: no tensor-core kernel for it). */
 extern "C" size_t tsr_cuda_attention_tc_smem(int hd) {
+  const int mma = g_tc_kernel == TSR_CUDA_TC_MMA;
   switch (hd) {
-    case 32: return tc_smem<32>();
-    case 64: return tc_smem<64>();
-    case 96: return tc_smem<96>();
-    case 128: return tc_smem<128>();
+    case 32: return mma ? mm_dims<32>::MAX : tc_smem<32>();
+    case 64: return mma ? mm_dims<64>::MAX : tc_smem<64>();
+    case 96: return mma ? mm_dims<96>::MAX : tc_smem<96>();
+    case 128: return mma ? mm_dims<128>::MAX : tc_smem<128>();
   }
   return 0;
 }
@@ -886,13 +1350,14 @@ extern "C" size_t tsr_cuda_attention_tc_smem(int hd) {
  * parts give 99 KB: hd 96 and 128 fall back to the fp32 kernel there). */
 extern "C" int tsr_cuda_attention_tc_supported(int hd) {
   const size_t need = tsr_cuda_attention_tc_smem(hd);
-  int dev = 0, optin = 0;
+  int dev = 0, optin = 0, major = 0;
   if (!need || cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return need <= (size_t)optin;
+  return need <= (size_t)optin && major >= 8; /* bf16 tensor-core products: sm_80 on */
 }
 
 extern "C" int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
@@ -900,12 +1365,17 @@ extern "C" int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q,
                                          int qkv_stride, cudaStream_t stream) {
   TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
   TSR_CUDA_ARG(tsr_cuda_attention_tc_supported(hd));
+#define TC_FWD(HD)                                                                       \
+  (g_tc_kernel == TSR_CUDA_TC_MMA                                                        \
+       ? attn_mma_fwd<float, HD>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream)      \
+       : attn_tc_fwd<float, HD>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream))
   switch (hd) {
-    case 32: return attn_tc_fwd<float, 32>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
-    case 64: return attn_tc_fwd<float, 64>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
-    case 96: return attn_tc_fwd<float, 96>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
-    default: return attn_tc_fwd<float, 128>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream);
+    case 32: return TC_FWD(32);
+    case 64: return TC_FWD(64);
+    case 96: return TC_FWD(96);
+    default: return TC_FWD(128);
   }
+#undef TC_FWD
 }
 extern "C" int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout,
                                          const float *out, const float *lse, const float *q,
@@ -915,8 +1385,12 @@ extern "C" int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const 
   TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
   TSR_CUDA_ARG(tsr_cuda_attention_tc_supported(hd));
   if (!dq && !dk && !dv) return 0;
-#define TC_BWD(HD) \
-  attn_tc_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, qkv_stride, ws, stream)
+#define TC_BWD(HD)                                                                        \
+  (g_tc_kernel == TSR_CUDA_TC_MMA                                                         \
+       ? attn_mma_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,         \
+                                 qkv_stride, ws, stream)                                   \
+       : attn_tc_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,          \
+                                qkv_stride, ws, stream))
   switch (hd) {
     case 32: return TC_BWD(32);
     case 64: return TC_BWD(64);

@@ -158,6 +158,13 @@ int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 *dv, const 
  * dk, dv sums (tsr_cuda_scratch_dims.attn_part), added over each group in order. */
 int tsr_cuda_attention_tc_supported(int hd); /* and the current GPU's shared memory suffices */
 size_t tsr_cuda_attention_tc_smem(int hd);  /* per block; 0 for another head_dim */
+/* Which kernels the tensor-core attention runs (process-wide; the two functions above
+ * answer for the current one): WMMA 16x16x16 fragments with the scores through shared
+ * memory (the default, checked on an H100), or mma.sync m16n8k16 with every accumulator
+ * in registers (FlashAttention-2's layout; checked on the CPU emulation only so far). */
+enum { TSR_CUDA_TC_WMMA = 0, TSR_CUDA_TC_MMA = 1 };
+void tsr_cuda_attention_tc_use(int kernel);
+int tsr_cuda_attention_tc_kernel(void);
 int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                               cudaStream_t stream);

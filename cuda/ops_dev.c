@@ -307,14 +307,17 @@ static void d_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int s
 static int use_tc_attention(int hd) {
   if (hd == g.attn_hd) return g.attn_tc;
   const int tc = g.matmul_inputs == TSR_MATMUL_BF16 && tsr_cuda_attention_tc_supported(hd);
-  if (tsr_rank() == 0)
-    tsr_log("attention: %s", tc ? "tensor cores (bf16 q, k, v, P and dS; fp32 softmax and "
-                                  "accumulation)"
-                                : g.matmul_inputs == TSR_MATMUL_BF16
-                                      ? "fp32 kernel (no tensor-core kernel for this head_dim "
-                                        "on this GPU: 32, 64, 96, 128 have one, where its "
-                                        "shared memory fits)"
-                                      : "fp32 kernel");
+  const char *what =
+      tc ? tsr_cuda_attention_tc_kernel() == TSR_CUDA_TC_MMA
+               ? "tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; bf16 q, k, v, P and "
+                 "dS; fp32 softmax and accumulation)"
+               : "tensor cores, WMMA kernels (bf16 q, k, v, P and dS; fp32 softmax and "
+                 "accumulation)"
+      : g.matmul_inputs == TSR_MATMUL_BF16
+          ? "fp32 kernel (no tensor-core kernel for this head_dim on this GPU: 32, 64, 96, 128 "
+            "have one, where its shared memory fits)"
+          : "fp32 kernel";
+  if (tsr_rank() == 0) tsr_log("attention: %s", what);
   g.attn_hd = hd;
   g.attn_tc = tc;
   return tc;
@@ -544,6 +547,13 @@ int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
     tsr_error("cuda: allocating on GPU %d: %s", g.device, cudaGetErrorString(e));
     rc = TSR_ERR;
   }
+  /* the tensor-core attention's kernels: WMMA (default) or mma.sync (cuda/attention.cu) */
+  const char *ak = getenv("TSR_CUDA_ATTENTION");
+  if (ak && *ak && strcmp(ak, "wmma") && strcmp(ak, "mma")) {
+    tsr_error("TSR_CUDA_ATTENTION='%s': expected 'wmma' (the default) or 'mma'", ak);
+    rc = TSR_ERR;
+  }
+  tsr_cuda_attention_tc_use(ak && !strcmp(ak, "mma") ? TSR_CUDA_TC_MMA : TSR_CUDA_TC_WMMA);
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, comm);
   if (worst) {

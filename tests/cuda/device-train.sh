@@ -59,6 +59,12 @@ if want a; then
     check "(a) $prec: the GPU run finishes" grep -q "^done:" "$W/gpu_$prec.out"
     check "(a) $prec: one step on the GPU equals the CPU's to $tol" agree "gpu_$prec" "cpu_$prec" $tol
   done
+  # the tensor-core attention's second kernel set (cuda/attention.cu, mma.sync)
+  TSR_CUDA_ATTENTION=mma run gpu_bf16_mma run.device=cuda run.max_steps=1 train.precision=bf16
+  check "(a) bf16, mma.sync attention: the step ran those kernels" \
+    grep -q "attention: tensor cores, mma.sync" "$W/gpu_bf16_mma.out"
+  check "(a) bf16, mma.sync attention: one step equals the CPU's to 1e-2" \
+    agree gpu_bf16_mma cpu_bf16 1e-2
   grep -h "device:" "$W/gpu_fp32.out"
 fi
 
@@ -102,6 +108,15 @@ if want d && command -v compute-sanitizer >/dev/null; then
     grep -q "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" "$W/race.out"
   check "(d) ... and the step under racecheck finished" grep -q "^done:" "$W/race.out"
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$W/race.out"
+  # the mma.sync attention kernels under both tools
+  TSR_CUDA_ATTENTION=mma TSR_BUNDLE_WRAP="compute-sanitizer --tool memcheck --error-exitcode 9" \
+    run san_mma run.device=cuda run.max_steps=1 train.precision=bf16
+  check "(d) memcheck, bf16 with mma.sync attention: no errors in a step" \
+    grep -q "ERROR SUMMARY: 0 errors" "$W/san_mma.out"
+  TSR_CUDA_ATTENTION=mma TSR_BUNDLE_WRAP="compute-sanitizer --tool racecheck --error-exitcode 9" \
+    run race_mma run.device=cuda run.max_steps=1 train.precision=bf16
+  check "(d) racecheck, bf16 with mma.sync attention: no hazards in a step" \
+    grep -q "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" "$W/race_mma.out"
 fi
 
 if want e; then
@@ -114,6 +129,14 @@ if want e; then
     train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
     run.out_dir="$W/llama1b" >"$W/llama1b.out" 2>&1
   grep -h "^step\|error\|mfu\|memory" "$W/llama1b.out" | tail -14
+  TSR_CUDA_ATTENTION=mma "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
+    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
+    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
+    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
+    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
+    run.out_dir="$W/llama1b_mma" >"$W/llama1b_mma.out" 2>&1
+  echo "llama1b with TSR_CUDA_ATTENTION=mma:"
+  grep -h "^attention:\|^step\|error\|mfu" "$W/llama1b_mma.out" | tail -6
 fi
 echo "outputs in $W"
 finish

@@ -729,13 +729,18 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
   check_f32("attention bwd dq, dk, dv (accumulated)", d_dbuf, dbuf, nbuf, TOL_F32);
   TU_CHECK(same_bytes(d_dbuf, d_dbuf2, nbuf * 4), "attention bwd deterministic (two runs bitwise)");
 
-  if (tsr_cuda_attention_tc_supported(hd)) { /* tensor cores: bf16 products, fp32 storage */
+  /* tensor cores: bf16 products, fp32 storage; both kernel sets (WMMA, mma.sync) */
+  for (int kern = TSR_CUDA_TC_WMMA; kern <= TSR_CUDA_TC_MMA; kern++) {
+    tsr_cuda_attention_tc_use(kern);
+    if (!tsr_cuda_attention_tc_supported(hd)) continue;
+    const char *kname = kern == TSR_CUDA_TC_MMA ? "mma" : "wmma";
     float *t_out = poisoned(nout * 4), *t_lse = poisoned(nl * 4);
     OK(tsr_cuda_attention_tc_fwd(t_out, t_lse, d_q, d_k, d_v, B, T, H, KV, hd, stride, g_stream));
-    snprintf(name, sizeof name, "attention tc fwd B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
-             separate ? " (separate q,k,v)" : "");
+    snprintf(name, sizeof name, "attention tc (%s) fwd B=%d T=%d H=%d KV=%d hd=%d%s", kname, B, T,
+             H, KV, hd, separate ? " (separate q,k,v)" : "");
     check_f32(name, t_out, out, nout, TOL_BF16);
-    check_f32("attention tc fwd lse", t_lse, lse, nl, TOL_BF16);
+    check_f32(kern ? "attention tc (mma) fwd lse" : "attention tc (wmma) fwd lse", t_lse, lse, nl,
+              TOL_BF16);
     float *dtc = hrand(nbuf, -1e-3, 1e-3); /* small start: the check sees the gradient */
     float *t_db = dup_f32(dtc, nbuf), *t_db2 = dup_f32(dtc, nbuf);
     tsr_ops_attention_bwd(dtc + (q - buf), dtc + (k - buf), dtc + (v - buf), dout, out, lse, q, k,
@@ -748,20 +753,24 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
                                       .attn_part = KV < H ? 2L * B * H * T * hd : 0),
                                    g_stream));
     }
-    check_f32("attention tc bwd dq, dk, dv (accumulated)", t_db, dtc, nbuf, TOL_BF16);
-    TU_CHECK(same_bytes(t_db, t_db2, nbuf * 4), "attention tc bwd deterministic (two runs bitwise)");
+    check_f32(kern ? "attention tc (mma) bwd dq, dk, dv (accumulated)"
+                   : "attention tc (wmma) bwd dq, dk, dv (accumulated)",
+              t_db, dtc, nbuf, TOL_BF16);
+    TU_CHECK(same_bytes(t_db, t_db2, nbuf * 4),
+             "attention tc (%s) bwd deterministic (two runs bitwise)", kname);
     if (KV < H) { /* grouped: without the partials' scratch it refuses, launching nothing */
       printf("      (an error about scratch is expected next)\n");
       fflush(stdout);
       TU_CHECK(tsr_cuda_attention_tc_bwd(t_db2 + (q - buf), t_db2 + (k - buf), t_db2 + (v - buf),
                                          d_dout, d_out, d_lse, d_q, d_k, d_v, B, T, H, KV, hd,
                                          stride, WS(.attn_bht = (long)B * H * T), g_stream) != 0,
-               "attention tc bwd (KV < H) refuses a scratch without attn_part");
+               "attention tc (%s) bwd (KV < H) refuses a scratch without attn_part", kname);
       TU_CHECK(same_bytes(t_db, t_db2, nbuf * 4), "  ... and left its outputs alone");
     }
     free(dtc);
     dfree(t_out), dfree(t_lse), dfree(t_db), dfree(t_db2);
   }
+  tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
 
   /* bf16 storage: the CPU reference computes in fp32 on the same bf16-exact values */
   round_inplace(buf, nbuf), round_inplace(dout, nout);
@@ -874,13 +883,20 @@ int main(void) {
     int dev = 0, optin = 0;
     CUDA_CK(cudaGetDevice(&dev));
     CUDA_CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    for (int hd = 16; hd <= 144; hd += 16) {
-      const size_t need = tsr_cuda_attention_tc_smem(hd);
-      TU_CHECK(tsr_cuda_attention_tc_supported(hd) == (need > 0 && need <= (size_t)optin) &&
-                   (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
-               "attention tc: head_dim %d %s (needs %zu bytes of shared memory, the GPU gives %d)",
-               hd, tsr_cuda_attention_tc_supported(hd) ? "offered" : "not offered", need, optin);
+    for (int kern = TSR_CUDA_TC_WMMA; kern <= TSR_CUDA_TC_MMA; kern++) {
+      tsr_cuda_attention_tc_use(kern);
+      TU_CHECK(tsr_cuda_attention_tc_kernel() == kern, "attention tc: kernel set %d chosen", kern);
+      for (int hd = 16; hd <= 144; hd += 16) {
+        const size_t need = tsr_cuda_attention_tc_smem(hd);
+        TU_CHECK(tsr_cuda_attention_tc_supported(hd) == (need > 0 && need <= (size_t)optin) &&
+                     (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
+                 "attention tc (%s): head_dim %d %s (needs %zu bytes of shared memory, the GPU "
+                 "gives %d)",
+                 kern ? "mma" : "wmma", hd,
+                 tsr_cuda_attention_tc_supported(hd) ? "offered" : "not offered", need, optin);
+      }
     }
+    tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
     for (int i = 0; i < 8; i++) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0);
     test_attention(2, 45, 4, 2, 64, 1);
   }

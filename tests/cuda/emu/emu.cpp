@@ -31,6 +31,7 @@ static ucontext_t sched_ctx;
 static int cur;
 static std::function<void()> *g_body;
 static std::vector<char> xbuf; /* warp exchange: 16 bytes per thread */
+static std::vector<char> gbuf; /* warp gather: 32 bytes per thread */
 #define STACK (256 * 1024)
 
 static void fiber_main() {
@@ -50,6 +51,15 @@ void emu_warp_exchange(const void *v, void *out, int partner, size_t size) {
   yield_as(WAIT_WARP);                      /* every lane has read */
 }
 
+void emu_warp_gather(const void *v, void *all, size_t size) {
+  if (size > 32) { fprintf(stderr, "emu: warp gather of %zu bytes per lane (32 at most)\n", size); abort(); }
+  memcpy(&gbuf[(size_t)cur * 32], v, size);
+  yield_as(WAIT_WARP);                      /* every lane has written */
+  const int w0 = cur / 32 * 32;
+  for (int l = 0; l < 32; l++) memcpy((char *)all + (size_t)l * size, &gbuf[(size_t)(w0 + l) * 32], size);
+  yield_as(WAIT_WARP);                      /* every lane has read */
+}
+
 void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
   const int nt = block.x * block.y * block.z;
   if (nt > 1024 || nt <= 0) { fprintf(stderr, "emu: bad block size %d\n", nt); abort(); }
@@ -64,6 +74,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) 
     for (size_t i = old; i < (size_t)nt; i++) fibers[i].stack = (char *)malloc(STACK);
   }
   xbuf.assign((size_t)nt * 16, 0);
+  gbuf.assign((size_t)nt * 32, 0);
   g_body = &body;
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
@@ -124,9 +135,10 @@ static int emu_current;
 static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 1 managed / 2 pinned host) */
 cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
 cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
-cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr, int dev) {
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
   const char *e = getenv("EMU_SMEM_OPTIN");
-  *value = e && *e ? atoi(e) : 232448;
+  if (attr == cudaDevAttrComputeCapabilityMajor) *value = 9; /* as cudaGetDeviceProperties says */
+  else *value = e && *e ? atoi(e) : 232448;
   return dev >= 0 && dev < emu_devices() ? 0 : 101;
 }
 struct emu_stream { int magic; };

@@ -66,7 +66,7 @@ struct cudaPointerAttributes { enum cudaMemoryType type; int device; void *devic
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 cudaError_t cudaGetDevice(int *dev);
 /* EMU_SMEM_OPTIN (bytes, default an H100's 232448) stands in for the device's limit */
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev);
 const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);

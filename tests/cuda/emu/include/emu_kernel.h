@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <math.h>
+#define TSR_CUDA_EMULATION 1 /* device code that needs a stand-in (inline PTX) tests this */
 #define __global__
 #define __device__
 #define __host__
@@ -22,6 +23,8 @@ extern dim3 blockDim, gridDim;
 extern float *emu_dyn_smem;
 void emu_syncthreads();
 void emu_warp_exchange(const void *v, void *out, int partner, size_t size);
+/* all[l] = lane l's *v (size bytes, at most 32) for the 32 lanes of the caller's warp */
+void emu_warp_gather(const void *v, void *all, size_t size);
 void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body);
 #define __syncthreads() emu_syncthreads()
 /* a warp barrier as a block barrier: kernels call both uniformly, so the result is the same */
