@@ -72,7 +72,7 @@ template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound *
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
                     int KV, int hd, int qkv_stride, float scale) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *Ks = Qs + BQ * ld, *Vs = Ks + BK * ld, *Ps = Vs + BK * ld; /* Ps: [BQ][BK+1] */
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
                        const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
                        float scale) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *dOs = Qs + BQ * ld, *Ks = dOs + BQ * ld, *Vs = Ks + BK * ld;
   float *dSs = Vs + BK * ld, *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D,
                          const T *q, const T *k, const T *v, int T_, int H, int KV, int hd,
                          int qkv_stride, float scale) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Ks = smem, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *dOs = Qs + BQ * ld;
   float *Ps = dOs + BQ * ld, *dSs = Ps + BQ * (BK + 1), *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
@@ -426,7 +426,9 @@ extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 
  * and the softmax there and write P (or dS) back as bf16 for the next product.  The
  * forward keeps its output rows in registers (two lanes per row, hd/2 columns each),
  * rescaled by the online softmax; P V comes back through the strip.  Every output element
- * is summed in a fixed order: deterministic, no atomics. */
+ * is summed in a fixed order: deterministic, no atomics.  WMMA wants 32-byte aligned
+ * fragment pointers: every offset below is a multiple of 32 bytes, and the kernels'
+ * dynamic shared memory is declared __align__(32). */
 #include <mma.h>
 
 #define TC_ROWS 64 /* rows of a block, keys (queries) of a tile */
@@ -581,7 +583,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     attn_tc_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
                        int KV, int qkv_stride, float scale) {
   typedef tc_dims<HD> Dm;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   char *base = (char *)smem;
   bf16 *Qs = (bf16 *)base, *Ks = (bf16 *)(base + Dm::TILE), *Vs = (bf16 *)(base + 2 * Dm::TILE);
@@ -656,7 +658,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                       const T *k, const T *v, int T_, int H, int KV, int qkv_stride,
                       float scale) {
   typedef tc_dims<HD> Dm;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const tc_bwd_layout<HD> sm(smem, w);
   bf16 *Qs = sm.tile[0], *dOs = sm.tile[1], *Ks = sm.tile[2], *Vs = sm.tile[3], *dS = sm.dS;
@@ -718,7 +720,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                         const float *lse, const float *D, const T *q, const T *k, const T *v,
                         int T_, int H, int KV, int qkv_stride, float scale) {
   typedef tc_dims<HD> Dm;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const tc_bwd_layout<HD> sm(smem, w);
   bf16 *Ks = sm.tile[0], *Vs = sm.tile[1], *Qs = sm.tile[2], *dOs = sm.tile[3];
@@ -982,7 +984,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     attn_mma_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
                         int KV, int qkv_stride, float scale_log2) {
   typedef mm_dims<HD> Dm;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   bf16 *Qs = (bf16 *)smem, *Ks = Qs + TC_ROWS * Dm::LDB, *Vt = Ks + TC_ROWS * Dm::LDB;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
@@ -1101,7 +1103,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                        float scale_log2, float scale) {
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   bf16 *Qs = (bf16 *)smem, *dOs = Qs + TC_ROWS * LDB, *Ks = dOs + TC_ROWS * LDB,
        *Vs = Ks + TC_ROWS * LDB, *Kt = Vs + TC_ROWS * LDB;
   float *Ls = (float *)(Kt + HD * MM_LDT), *Ds = Ls + TC_ROWS;
@@ -1182,7 +1184,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                          int T_, int H, int KV, int qkv_stride, float scale_log2, float scale) {
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(32) float smem[];
   bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * LDB, *Qs = Vs + TC_ROWS * LDB,
        *dOs = Qs + TC_ROWS * LDB, *Qt = dOs + TC_ROWS * LDB, *dOt = Qt + HD * MM_LDT;
   float *Ls = (float *)(dOt + HD * MM_LDT), *Ds = Ls + TC_ROWS;

@@ -1,11 +1,11 @@
 # transform.py — turns a .cu file into C++ for the CPU emulation (tests/cuda/emulate.sh):
 #   kernel<<<grid, block, smem, stream>>>(args)  ->  emu_launch(dim3(grid), dim3(block), smem,
 #                                                     [&]() { kernel(args); })
-#   extern __shared__ float smem[];              ->  float *smem = emu_dyn_smem;
+#   extern __shared__ [__align__(N)] float smem[]; ->  float *smem = emu_dyn_smem;
 # .cu -> emulated C++: kernel<<<g, b, s, st>>>(args) -> emu_launch(g, b, s, [&] { kernel(args); })
 import re, sys
 src = open(sys.argv[1]).read()
-src = src.replace("extern __shared__ float smem[];", "float *smem = emu_dyn_smem;")
+src = re.sub(r"extern __shared__ (__align__\(\d+\) )?float smem\[\];", "float *smem = emu_dyn_smem;", src)
 out, i = [], 0
 while True:
     j = src.find("<<<", i)
