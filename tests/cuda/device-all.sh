@@ -5,15 +5,18 @@
 #   train    tests/cuda/device-train.sh: the trainer on the GPU against its CPU backend
 #   kernels  tests/cuda/device-test.sh bench: kernel tests and bench/cuda_kernels
 #   torch    bench/torch_gpu_llama.py: PyTorch's throughput for llama1b, the reference
-#   profile  llama1b (4 steps) and the tiny deck (20 steps) with TSR_CUDA_PROFILE=1: time
-#            per op (cuda/ops_dev.c)
+#            (eager, then torch.compile)
+#   profile  llama1b (4 steps; again with TSR_CUDA_ATTENTION=mma) and the tiny deck (20
+#            steps) with TSR_CUDA_PROFILE=1: time per op (cuda/ops_dev.c)
 #   sanitize only device-train.sh's compute-sanitizer checks (d), into train.log
+#   ksanitize compute-sanitizer over the kernel tests (device-test.sh sanitize: memcheck
+#            over all, racecheck over attention), into ksanitize.log
 # PARTS: a comma-separated subset, default all four in that order.
 # CARRY holds bundle.tar.xz (tools/device-bundle.sh's folder, packed with tar cJf) and
 # data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin).  Logs
 # go to OUT (at most 8 files come back): gpu.txt, train.log, train.tgz (every run's
 # output and metrics), kernels.log, torch.log, profile.log.  Part limits: TRAIN_S,
-# KERNELS_S, TORCH_S, PROFILE_S.
+# KERNELS_S, TORCH_S (eager), TORCH_COMPILE_S, PROFILE_S, KSANITIZE_S.
 set -u
 C=$(cd "${1:?usage: device-all.sh CARRY OUT [PARTS]}" && pwd)
 OUT=${2:?usage: device-all.sh CARRY OUT [PARTS]}
@@ -51,10 +54,18 @@ if [[ $PARTS == *,kernels,* ]]; then
   timeout "${KERNELS_S:-180}" bash tests/cuda/device-test.sh bench >"$OUT/kernels.log" 2>&1
   echo "device-test exit $?" >>"$OUT/kernels.log"
 fi
+if [[ $PARTS == *,ksanitize,* ]]; then
+  timeout "${KSANITIZE_S:-400}" bash tests/cuda/device-test.sh sanitize >"$OUT/ksanitize.log" 2>&1
+  echo "device-test sanitize exit $?" >>"$OUT/ksanitize.log"
+fi
 if [[ $PARTS == *,torch,* ]]; then
   PYTHONUNBUFFERED=1 timeout "${TORCH_S:-90}" python3 bench/torch_gpu_llama.py 10 3 \
     >"$OUT/torch.log" 2>&1
   echo "torch exit $?" >>"$OUT/torch.log"
+  # the issue's reference is torch.compile: compilation takes the first steps' time
+  PYTHONUNBUFFERED=1 timeout "${TORCH_COMPILE_S:-240}" python3 bench/torch_gpu_llama.py 10 5 \
+    --compile >>"$OUT/torch.log" 2>&1
+  echo "torch --compile exit $?" >>"$OUT/torch.log"
 fi
 if [[ $PARTS == *,profile,* ]]; then
   P=(/tmp/tsr-bundle/run.sh tessera "data.train=$C/data/train_*.bin" "data.valid=$C/data/valid_*.bin"
@@ -64,6 +75,10 @@ if [[ $PARTS == *,profile,* ]]; then
     timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml "${P[@]:2}" run.max_steps=4 \
       run.log_every=1 parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 train.micro_batch=1 \
       train.global_batch=1 train.precision=bf16 run.out_dir=/tmp/tsr-work/prof-llama1b
+    TSR_CUDA_ATTENTION=mma timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml "${P[@]:2}" \
+      run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
+      train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
+      run.out_dir=/tmp/tsr-work/prof-llama1b-mma
     timeout 60 "${P[@]::2}" input/tiny.nml "${P[@]:2}" run.max_steps=20 train.precision=bf16 \
       run.out_dir=/tmp/tsr-work/prof-tiny
   ) >"$OUT/profile.log" 2>&1

@@ -6,6 +6,9 @@
 #
 #   tests/cuda/device-test.sh            build, run the tests
 #   tests/cuda/device-test.sh bench      build, run the tests, then bench/cuda_kernels
+#   tests/cuda/device-test.sh sanitize   build, run the tests under compute-sanitizer:
+#                                        memcheck over all of them, racecheck (shared
+#                                        memory) over the attention group
 # Environment: CUDA_ARCH (default -arch=native: the GPU present), BUILD (build folder,
 # default $TMPDIR/tsr-cuda-standalone), TSR_TEST_SEED / TSR_TEST_ONLY (see test_kernels.c).
 set -euo pipefail
@@ -44,6 +47,19 @@ gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_
 gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
   "${BLAS_LIB[@]}" "${LIBS[@]}"
 rc=0
+if [ "${1:-}" = sanitize ]; then
+  SAN=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}
+  "$SAN" --tool memcheck --error-exitcode 9 "$B/test_kernels" >"$B/memcheck.log" 2>&1 || rc=$?
+  grep -h "^test_kernels:\|ERROR SUMMARY\|^FAIL" "$B/memcheck.log" | tail -20
+  echo "memcheck over test_kernels: exit $rc"
+  r2=0
+  TSR_TEST_ONLY=attention "$SAN" --tool racecheck --error-exitcode 9 "$B/test_kernels" \
+    >"$B/racecheck.log" 2>&1 || r2=$?
+  grep -h "^test_kernels:\|RACECHECK SUMMARY\|^FAIL" "$B/racecheck.log" | tail -20
+  echo "racecheck over test_kernels (attention): exit $r2"
+  [ $rc -eq 0 ] && rc=$r2
+  exit $rc
+fi
 "$B/test_kernels" || rc=$?
 if [ "${1:-}" = bench ] && [ $rc -ne 77 ]; then "$B/cuda_kernels" || rc=$?; fi
 exit $rc
