@@ -886,7 +886,9 @@ static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const f
  * dimension as its n index: row-major [64][HD + 8] (the k = hd operand: Q K^T, dO V^T)
  * and transposed [HD][64 + 8] (the k = key/query operand: P V, dS K, P^T dO, dS^T Q),
  * so that every fragment is two 32-bit loads; both paddings put the 8 row groups x 4
- * lanes of a fragment load on 32 different banks. */
+ * lanes of a fragment load on 32 different banks.  The forward reads V transposed from
+ * global memory (it needs no row-major V); the backward transposes K, Q and dO in shared
+ * memory, so that each is read from global memory once per tile. */
 #define MM_LDT (TC_ROWS + 8) /* transposed tiles' row stride */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -963,6 +965,32 @@ __device__ __forceinline__ void mm_load_t(bf16 *tt, const T *src, int row0, int 
 #pragma unroll
     for (int e = 0; e < 8; e++)
       *(uint32_t *)(tt + (d + e) * MM_LDT + 2 * rp) = pack_bf16(x0[e], x1[e]);
+  }
+}
+
+/* The transposed copy tt[d * MM_LDT + row] of a row-major bf16 tile already in shared
+ * memory (the backward's second layout of K, Q and dO: read from global memory once). */
+template <int HD>
+__device__ __forceinline__ void mm_transpose(bf16 *tt, const bf16 *tile) {
+  const int LDB = tc_dims<HD>::LDB;
+#pragma unroll
+  for (int i = 0; i < HD / 32; i++) {
+    const int u = threadIdx.x + i * TC_THREADS, rp = u & 31, d = 8 * (u >> 5);
+    union {
+      uint4 v;
+      bf16 h[8];
+    } a, b;
+    a.v = *(const uint4 *)(tile + 2 * rp * LDB + d); /* LDB and d: multiples of 8 */
+    b.v = *(const uint4 *)(tile + (2 * rp + 1) * LDB + d);
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      union {
+        bf16 h[2];
+        uint32_t u;
+      } w;
+      w.h[0] = a.h[e], w.h[1] = b.h[e];
+      *(uint32_t *)(tt + (d + e) * MM_LDT + 2 * rp) = w.u;
+    }
   }
 }
 
@@ -1127,7 +1155,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, kvh * HD);
     tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, kvh * HD);
-    mm_load_t<T, HD>(Kt, k, k0, T_, boff, qkv_stride, kvh * HD);
+    __syncthreads();
+    mm_transpose<HD>(Kt, Ks);
     __syncthreads();
     float s[8][4], dp[8][4];
 #pragma unroll
@@ -1206,9 +1235,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     __syncthreads();
     tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
     tc_load<T, HD>(dOs, dout, q0, T_, doff, H * HD, h * HD);
-    mm_load_t<T, HD>(Qt, q, q0, T_, boff, qkv_stride, h * HD);
-    mm_load_t<T, HD>(dOt, dout, q0, T_, doff, H * HD, h * HD);
     load_stats<TC_ROWS, TC_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+    __syncthreads();
+    mm_transpose<HD>(Qt, Qs);
+    mm_transpose<HD>(dOt, dOs);
     __syncthreads();
 #pragma unroll
     for (int hq = 0; hq < 2; hq++) {

@@ -17,6 +17,7 @@
 #define __shared__ static
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 extern dim3 threadIdx, blockIdx; /* the running fiber's, set at every switch */
 extern dim3 blockDim, gridDim;
