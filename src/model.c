@@ -534,15 +534,22 @@ float *tsr_model_params_mut(tsr_model *m) { return m->params; }
 float *tsr_model_grads(tsr_model *m) { return m->grads; }
 size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
 
-void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
-  const tsr_model_sizes *z = &m->sz;
-  int64_t cols = z->C;
-  if (z->qkv_dim > cols) cols = z->qkv_dim;
-  if (z->fc_dim > cols) cols = z->fc_dim;
-  if (z->V > cols) cols = z->V;
+static int64_t max_of(int64_t a, int64_t b) { return a > b ? a : b; }
+void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
+  const int64_t cols = max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->V));
+  /* the linear layers' weights [out, in]: qkv, attention output, fc (gate_up), down;
+   * the head on the last stage */
+  int64_t weight = 0;
+  if (z->layers_per_chunk > 0)
+    weight = max_of(max_of(z->qkv_dim * z->C, z->C * z->H * z->hd),
+                    max_of(z->fc_dim * z->C, z->C * z->F));
+  if (z->last) weight = max_of(weight, z->V * z->C);
   const long bht = (long)z->B * z->H * z->T;
   *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, bht, 0,
-                        z->KV < z->H ? 2 * bht * z->hd : 0};
+                        z->KV < z->H ? 2 * bht * z->hd : 0, (long)weight};
+}
+void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
+  tsr_model_ops_shapes_of(&m->sz, s);
 }
 int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
 tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }

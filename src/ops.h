@@ -46,8 +46,9 @@ size_t tsr_ops_mem_peak_bytes(void);
 
 /* What the GEMMs of tsr_ops_matmul_fwd/bwd may round their inputs to.  TSR_MATMUL_FP32
  * (the default, and all the CPU backend does): true fp32.  TSR_MATMUL_BF16 / _FP16: a
- * device may feed its tensor cores 16-bit inputs, accumulating in fp32 (cuBLASLt's
- * COMPUTE_32F_FAST_16BF / _16F).  In bf16 (fp16) training the forward GEMMs' inputs are
+ * device may feed its tensor cores 16-bit inputs, accumulating in fp32 (bf16: bf16
+ * copies of the inputs, tsr_ops_staging_elems below; fp16: cuBLASLt's
+ * COMPUTE_32F_FAST_16F).  In bf16 (fp16) training the forward GEMMs' inputs are
  * already bf16 (fp16) values, so only the backward GEMMs' gradients are rounded: the
  * device then differs from the CPU reference by bf16 (fp16) rounding, not more. */
 enum { TSR_MATMUL_FP32 = 0, TSR_MATMUL_BF16 = 1, TSR_MATMUL_FP16 = 2 };
@@ -58,14 +59,26 @@ int tsr_ops_on_device(void);
 /* The largest shapes the ops will be called with (a device backend sizes its scratch
  * memory from them at setup, so no op allocates; the CPU backend needs none). */
 typedef struct {
-  long rows;        /* tokens of a micro-batch (norms, biases, cross-entropy, embedding) */
-  long cols;        /* widest norm or GEMM output whose weight/bias gradient is summed */
-  long vocab_local; /* embedding rows held by this rank */
-  long attn_bht;    /* B * H * T of the attention */
-  long sumsq_elems; /* longest tsr_ops_sumsq / tsr_ops_all_finite */
-  long attn_part;   /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
+  long rows;         /* tokens of a micro-batch (norms, biases, cross-entropy, embedding) */
+  long cols;         /* widest norm or GEMM output whose weight/bias gradient is summed */
+  long vocab_local;  /* embedding rows held by this rank */
+  long attn_bht;     /* B * H * T of the attention */
+  long sumsq_elems;  /* longest tsr_ops_sumsq / tsr_ops_all_finite */
+  long attn_part;    /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
+  long weight_elems; /* largest matmul weight out * in (bf16 GEMM staging) */
 } tsr_ops_shapes;
 int tsr_ops_reserve(const tsr_ops_shapes *s);
+/* In TSR_MATMUL_BF16 mode a device backend (cuda/ops_dev.c) copies a GEMM's fp32 inputs
+ * to bf16 and runs a bf16-storage GEMM: on an H100 2-4x faster than having cuBLASLt
+ * round fp32 inputs (bench/RESULTS.md).  The copies go into one staging buffer reserved
+ * with the scratch: x and dy of up to rows x cols each and the largest weight, each part
+ * starting on a 256-byte boundary (tsr_ops_staging_part elements).  A product whose
+ * copies do not fit runs on the fp32 storage as before.  tessera plan counts the staging
+ * (src/plan.c). */
+static inline long tsr_ops_staging_part(long elems) { return (elems + 127) / 128 * 128; }
+static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
+  return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
+}
 
 /* ---- GEMM (OpenBLAS on the CPU) ----
  * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out] if bias != NULL) */
