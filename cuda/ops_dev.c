@@ -20,6 +20,9 @@ static struct {
   cudaStream_t stream;
   tsr_cuda_blas *blas;
   tsr_cuda_scratch ws;
+  tsr_bf16 *staging;   /* bf16 copies of the GEMM inputs (TSR_MATMUL_BF16; tsr_ops_staging_elems) */
+  long staging_elems;
+  long gemm_staged, gemm_unstaged; /* bf16-mode products with/without room in the staging */
   double *result; /* N_RESULTS device scalars for the functions that return values */
   int failed;
   size_t live_bytes, peak_bytes; /* managed memory handed out */
@@ -170,7 +173,8 @@ static void d_free(void *p) {
 
 static size_t d_mem_bytes(int what) {
   if (what == 2) g.peak_bytes = g.live_bytes;
-  return (what == 1 ? g.peak_bytes : g.live_bytes) + g.ws.bytes;
+  return (what == 1 ? g.peak_bytes : g.live_bytes) + g.ws.bytes +
+         (size_t)g.staging_elems * sizeof(tsr_bf16);
 }
 
 static void d_set_matmul_inputs(int mode) {
@@ -203,29 +207,56 @@ static int d_status(void) {
   return g.failed ? TSR_ERR : 0;
 }
 
+/* The bf16 GEMM staging, in bf16 mode only (set_matmul_inputs comes first): grown, never
+ * shrunk, like the scratch. */
+static int reserve_staging(const tsr_ops_shapes *s) {
+  const long elems = g.matmul_inputs == TSR_MATMUL_BF16 ? tsr_ops_staging_elems(s) : 0;
+  if (elems <= g.staging_elems) return 0;
+  if (g.staging) RT(cudaFree(g.staging));
+  g.staging = NULL;
+  g.staging_elems = 0;
+  const size_t bytes = (size_t)elems * sizeof(tsr_bf16);
+  cudaError_t e = cudaMalloc((void **)&g.staging, bytes);
+  TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of bf16 GEMM staging: %s",
+            bytes, cudaGetErrorString(e));
+  g.staging_elems = elems;
+  if (tsr_rank() == 0)
+    tsr_log("cuda: bf16 GEMM staging %.3f MB (bf16 copies of x, dy and a weight for the "
+            "tensor cores), allocated once (tessera plan counts it in the workspace)",
+            (double)bytes / 1e6);
+  return 0;
+}
+
 static int d_reserve(const tsr_ops_shapes *s) {
   tsr_cuda_scratch_dims d = {s->rows,    s->cols,        s->vocab_local,
                              s->attn_bht, s->sumsq_elems, s->attn_part};
   size_t bytes = 0;
   TSR_CALL(tsr_cuda_scratch_bytes(&d, &bytes));
-  if (bytes <= g.ws.bytes) return 0;
-  if (g.ws.base) RT(cudaFree(g.ws.base));
-  g.ws.base = NULL;
-  g.ws.bytes = 0;
-  cudaError_t e = cudaMalloc(&g.ws.base, bytes);
-  TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of scratch: %s", bytes,
-            cudaGetErrorString(e));
-  g.ws.bytes = bytes;
-  if (tsr_rank() == 0) /* beside what tessera plan counts: its reserved_gb covers these */
-    tsr_log("cuda: kernel scratch %.3f MB and cuBLASLt workspace 32 MiB, allocated once "
-            "(tessera plan counts them in hardware.reserved_gb)", (double)bytes / 1e6);
-  return 0;
+  if (bytes > g.ws.bytes) {
+    if (g.ws.base) RT(cudaFree(g.ws.base));
+    g.ws.base = NULL;
+    g.ws.bytes = 0;
+    cudaError_t e = cudaMalloc(&g.ws.base, bytes);
+    TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of scratch: %s", bytes,
+              cudaGetErrorString(e));
+    g.ws.bytes = bytes;
+    if (tsr_rank() == 0) /* beside what tessera plan counts: its reserved_gb covers these */
+      tsr_log("cuda: kernel scratch %.3f MB and cuBLASLt workspace 32 MiB, allocated once "
+              "(tessera plan counts them in hardware.reserved_gb)", (double)bytes / 1e6);
+  }
+  return reserve_staging(s);
 }
 
 static void d_close(void) {
   if (g.stream) cudaStreamSynchronize(g.stream);
   prof_print();
+  if (g.gemm_staged + g.gemm_unstaged > 0 && tsr_rank() == 0)
+    tsr_log("gemm: %ld of %ld products ran on bf16 copies of their inputs%s", g.gemm_staged,
+            g.gemm_staged + g.gemm_unstaged,
+            g.gemm_unstaged ? "; the others did not fit the bf16 staging and had cuBLASLt "
+                              "round their fp32 inputs (slower)" : "");
   if (g.ws.base) cudaFree(g.ws.base);
+  if (g.staging) cudaFree(g.staging);
   if (g.result) cudaFree(g.result);
   tsr_cuda_blas_destroy(&g.blas);
   if (g.stream) cudaStreamDestroy(g.stream);
@@ -248,14 +279,60 @@ static double fetch_double(void) {
 
 /* ---------------------------------------------------------------- the ops */
 
+/* In bf16 mode: places in the staging for bf16 copies of k fp32 matrices of elems[i]
+ * elements (0: not needed, place NULL); 0 when the mode is another or they do not fit
+ * (the product then runs on the fp32 storage, cuBLASLt rounding its inputs). */
+static int stage_places(const long *elems, int k, tsr_bf16 **place) {
+  if (g.matmul_inputs != TSR_MATMUL_BF16) return 0;
+  long used = 0;
+  for (int i = 0; i < k; i++) used += tsr_ops_staging_part(elems[i]);
+  if (!g.staging || used > g.staging_elems) {
+    g.gemm_unstaged++;
+    return 0;
+  }
+  used = 0;
+  for (int i = 0; i < k; i++) {
+    place[i] = elems[i] ? g.staging + used : NULL;
+    used += tsr_ops_staging_part(elems[i]);
+  }
+  g.gemm_staged++;
+  return 1;
+}
+/* The bf16 copy of src (n_elem fp32 values, rounded to nearest even) at place, if any. */
+static void stage(tsr_bf16 *place, const float *src, long n_elem) {
+  if (place) RUN(tsr_cuda_cast_f32_bf16(place, src, n_elem, g.stream));
+}
+
 static void d_matmul_fwd(float *y, const float *x, const float *w, const float *bias, int n,
                          int in, int out) {
   PROF(2.0 * n * in * out, "matmul_fwd %d x %d -> %d", n, in, out);
+  tsr_bf16 *b[2];
+  if (n > 0 && in > 0 && out > 0 && stage_places((long[]){(long)n * in, (long)out * in}, 2, b)) {
+    stage(b[0], x, (long)n * in);
+    stage(b[1], w, (long)out * in);
+    RUN(tsr_cuda_matmul_fwd_bf16(g.blas, y, TSR_CUDA_F32, b[0], b[1], bias, TSR_CUDA_ACT_NONE,
+                                 NULL, n, in, out, g.stream));
+    return;
+  }
   RUN(tsr_cuda_matmul_fwd(g.blas, y, x, w, bias, n, in, out, g.stream));
 }
 static void d_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x,
                          const float *w, int n, int in, int out) {
   PROF((dx ? 4.0 : 2.0) * n * in * out, "matmul_bwd %d x %d -> %d", n, in, out);
+  tsr_bf16 *b[3]; /* dy, x (for dw), w (for dx) */
+  if ((dx || dw) && n > 0 && in > 0 && out > 0 &&
+      stage_places((long[]){(long)n * out, dw ? (long)n * in : 0, dx ? (long)out * in : 0}, 3,
+                   b)) {
+    stage(b[0], dy, (long)n * out);
+    stage(b[1], x, (long)n * in);
+    stage(b[2], w, (long)out * in);
+    RUN(tsr_cuda_matmul_bwd_bf16(g.blas, dx, TSR_CUDA_F32, dw, NULL, b[0], b[1], b[2], n, in,
+                                 out, &g.ws, g.stream));
+    /* the bias gradient summed from the fp32 dy, as without the staging */
+    if (dbias)
+      RUN(tsr_cuda_matmul_bwd(g.blas, NULL, NULL, dbias, dy, x, w, n, in, out, &g.ws, g.stream));
+    return;
+  }
   RUN(tsr_cuda_matmul_bwd(g.blas, dx, dw, dbias, dy, x, w, n, in, out, &g.ws, g.stream));
 }
 static void d_embedding_fwd(float *out, const int32_t *tokens, const float *wte,

@@ -2,8 +2,9 @@
  *
  * Installed by the trainer when run.device is 'cuda' (or 'auto' and every rank sees a
  * GPU): every tsr_ops_X call then runs the tsr_cuda_X kernel of ops_cuda.h on one
- * stream of this rank's GPU, with one cuBLASLt handle and one scratch buffer sized at
- * setup (tsr_ops_reserve), so nothing is allocated inside a step.
+ * stream of this rank's GPU, with one cuBLASLt handle and one scratch buffer (in bf16
+ * mode also the staging for bf16 copies of the GEMM inputs) sized at setup
+ * (tsr_ops_reserve), so nothing is allocated inside a step.
  *
  * Memory: tsr_ops_alloc gives CUDA managed memory with the GPU as its preferred
  * location.  Kernels keep it on the GPU; host code that must read it (checkpoint I/O,
