@@ -326,12 +326,19 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
 
 /* The GPU backend's scratch beyond hardware.reserved_gb: the tensor-core attention
  * backward's per-query-head dk, dv sums under grouped-query attention (cuda/attention.cu,
- * tsr_ops_shapes.attn_part), and its D.  The other scratch parts (column sums, the
- * embedding sort, cross-entropy rows) are kilobytes to a few megabytes, left to the
- * reserve. */
-static double gpu_scratch(const tsr_model_sizes *d) {
+ * tsr_ops_shapes.attn_part), and its D; in bf16 with train.gpu_gemm = 'fast', the bf16
+ * copies of the GEMM inputs (tsr_ops_staging_elems, cuda/ops_dev.c).  The other scratch
+ * parts (column sums, the embedding sort, cross-entropy rows) are kilobytes to a few
+ * megabytes, left to the reserve. */
+static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
   const double bht = (double)d->B * d->H * d->T;
-  return 4 * bht + (d->KV < d->H ? 8 * bht * d->hd : 0);
+  double b = 4 * bht + (d->KV < d->H ? 8 * bht * d->hd : 0);
+  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast")) {
+    tsr_ops_shapes s;
+    tsr_model_ops_shapes_of(d, &s);
+    b += 2.0 * (double)tsr_ops_staging_elems(&s);
+  }
+  return b;
 }
 
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
@@ -349,7 +356,7 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
   const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
   mem.workspace =
-      model_ws + batch + books + (b == TSR_PLAN_CPU ? other_books(p, S) : gpu_scratch(&d));
+      model_ws + batch + books + (b == TSR_PLAN_CPU ? other_books(p, S) : gpu_scratch(cfg, &d));
   mem.model = (zs < 3 ? mem.params : 0) + (zs < 2 ? 4.0 * (double)n : 0) + mem.activations +
               model_ws + books;
   mem.total = mem.params + mem.grads + mem.master + mem.optim + mem.activations + mem.comm +
