@@ -87,6 +87,43 @@ static void *dev(size_t bytes) { /* random-ish, finite contents: never zeros */
 
 static double peak_gbs, peak_bf16, peak_f32;
 
+/* The trainer's bf16 'fast' GEMMs on its fp32 storage, both ways cuda/ops_dev.c can run
+ * them: the inputs copied to bf16 (bx, bw, bdy: the staging) for a bf16 GEMM with fp32
+ * output, the copies timed with it; or cuBLASLt rounding the fp32 inputs itself
+ * (COMPUTE_32F_FAST_16BF, tsr_cuda_blas_set_inputs(blas, 1) around the call). */
+static int staged_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
+                      tsr_bf16 *bx, tsr_bf16 *bw, int n, int in, int out) {
+  if (tsr_cuda_cast_f32_bf16(bx, x, (long)n * in, st) ||
+      tsr_cuda_cast_f32_bf16(bw, w, (long)out * in, st))
+    return 1;
+  return tsr_cuda_matmul_fwd_bf16(blas, y, TSR_CUDA_F32, bx, bw, NULL, TSR_CUDA_ACT_NONE, NULL, n,
+                                  in, out, st);
+}
+static int staged_bwd(tsr_cuda_blas *blas, float *dx, float *dw, const float *dy, const float *x,
+                      const float *w, tsr_bf16 *bdy, tsr_bf16 *bx, tsr_bf16 *bw, int n, int in,
+                      int out, const tsr_cuda_scratch *ws) {
+  if (tsr_cuda_cast_f32_bf16(bdy, dy, (long)n * out, st) ||
+      tsr_cuda_cast_f32_bf16(bx, x, (long)n * in, st) ||
+      tsr_cuda_cast_f32_bf16(bw, w, (long)out * in, st))
+    return 1;
+  return tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_F32, dw, NULL, bdy, bx, bw, n, in, out, ws,
+                                  st);
+}
+static int fast_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w, int n, int in,
+                    int out) {
+  tsr_cuda_blas_set_inputs(blas, 1);
+  const int rc = tsr_cuda_matmul_fwd(blas, y, x, w, NULL, n, in, out, st);
+  tsr_cuda_blas_set_inputs(blas, 0);
+  return rc;
+}
+static int fast_bwd(tsr_cuda_blas *blas, float *dx, float *dw, const float *dy, const float *x,
+                    const float *w, int n, int in, int out, const tsr_cuda_scratch *ws) {
+  tsr_cuda_blas_set_inputs(blas, 1);
+  const int rc = tsr_cuda_matmul_bwd(blas, dx, dw, NULL, dy, x, w, n, in, out, ws, st);
+  tsr_cuda_blas_set_inputs(blas, 0);
+  return rc;
+}
+
 static void row(const char *name, const char *shape, double ms, double amount, int is_flops,
                 const char *model) {
   const double rate = amount / (ms * 1e-3) / (is_flops ? 1e12 : 1e9);
@@ -168,6 +205,27 @@ int main(int argc, char **argv) {
       TIME_MS(ms, tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_BF16, dw, NULL, y, x, w, N, in, out, ws, st));
       row("matmul bwd bf16 (dx,dw)", shape, ms, 4.0 * N * in * out, 1, "4 n in out");
       CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(dx)); CK(cudaFree(dw));
+    }
+    /* the trainer's fp32 storage in bf16 'fast' mode: staged (the default) vs rounded in
+     * cuBLASLt (what runs where a product does not fit the staging) */
+    for (int i = 0; i < 4; i++) {
+      const int in = shapes[i][0], out = shapes[i][1];
+      float *x = dev((size_t)N * in * 4), *w = dev((size_t)out * in * 4);
+      float *y = dev((size_t)N * out * 4), *dx = dev((size_t)N * in * 4);
+      float *dw = dev((size_t)out * in * 4);
+      tsr_bf16 *bx = dev((size_t)N * in * 2), *bw = dev((size_t)out * in * 2);
+      tsr_bf16 *by = dev((size_t)N * out * 2);
+      snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
+      TIME_MS(ms, staged_fwd(blas, y, x, w, bx, bw, N, in, out));
+      row("matmul fwd bf16 staged", shape, ms, 2.0 * N * in * out, 1, "2 n in out, casts in");
+      TIME_MS(ms, fast_fwd(blas, y, x, w, N, in, out));
+      row("matmul fwd bf16 on fp32", shape, ms, 2.0 * N * in * out, 1, "2 n in out");
+      TIME_MS(ms, staged_bwd(blas, dx, dw, y, x, w, by, bx, bw, N, in, out, ws));
+      row("matmul bwd bf16 staged", shape, ms, 4.0 * N * in * out, 1, "4 n in out, casts in");
+      TIME_MS(ms, fast_bwd(blas, dx, dw, y, x, w, N, in, out, ws));
+      row("matmul bwd bf16 on fp32", shape, ms, 4.0 * N * in * out, 1, "4 n in out");
+      CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(dx)); CK(cudaFree(dw));
+      CK(cudaFree(bx)); CK(cudaFree(bw)); CK(cudaFree(by));
     }
     float *x = dev((size_t)N * C * 4), *w = dev((size_t)C * C * 4), *y = dev((size_t)N * C * 4);
     snprintf(shape, sizeof shape, "%dx%d->%d", N, C, C);
