@@ -333,8 +333,7 @@ static int attn_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int 
 
 /* D (B*H*T floats), then the tensor-core backward's per-query-head dk, dv partials */
 size_t tsr_cuda_attention_scratch_(long bht, long part) {
-  if (bht <= 0) return 0;
-  return scratch_round((size_t)bht * sizeof(float)) + (size_t)part * sizeof(float);
+  return tsr_ops_attention_scratch_bytes(bht, part); /* the layout below: D, then part */
 }
 
 template <class T, int DPT>

@@ -76,6 +76,13 @@ int tsr_ops_reserve(const tsr_ops_shapes *s);
  * copies do not fit runs on the fp32 storage as before.  tessera plan counts the staging
  * (src/plan.c). */
 static inline long tsr_ops_staging_part(long elems) { return (elems + 127) / 128 * 128; }
+/* The attention backward's device scratch (cuda/attention.cu) for attn_bht and attn_part:
+ * D (one float per query row and head, padded to 256 bytes), then the grouped-query
+ * partial sums.  tessera plan counts it from here too. */
+static inline size_t tsr_ops_attention_scratch_bytes(long attn_bht, long attn_part) {
+  if (attn_bht <= 0) return 0;
+  return ((size_t)attn_bht * sizeof(float) + 255) / 256 * 256 + (size_t)attn_part * sizeof(float);
+}
 static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
   return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
 }

@@ -331,13 +331,11 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
  * parts (column sums, the embedding sort, cross-entropy rows) are kilobytes to a few
  * megabytes, left to the reserve. */
 static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
-  const double bht = (double)d->B * d->H * d->T;
-  double b = 4 * bht + (d->KV < d->H ? 8 * bht * d->hd : 0);
-  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast")) {
-    tsr_ops_shapes s;
-    tsr_model_ops_shapes_of(d, &s);
+  tsr_ops_shapes s;
+  tsr_model_ops_shapes_of(d, &s);
+  double b = (double)tsr_ops_attention_scratch_bytes(s.attn_bht, s.attn_part);
+  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast"))
     b += 2.0 * (double)tsr_ops_staging_elems(&s);
-  }
   return b;
 }
 
