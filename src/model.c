@@ -536,7 +536,8 @@ size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
 
 static int64_t max_of(int64_t a, int64_t b) { return a > b ? a : b; }
 void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
-  const int64_t cols = max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->V));
+  /* the head's [N, V_local] output (and its gradient) only on the last stage */
+  const int64_t cols = max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->last ? z->V : 0));
   /* the linear layers' weights [out, in]: qkv, attention output, fc (gate_up), down;
    * the head on the last stage */
   int64_t weight = 0;
