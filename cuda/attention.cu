@@ -420,7 +420,9 @@ extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 
  * fp32.  head_dim 32, 64, 96 or 128 (tsr_cuda_attention_tc_supported).
  *
  * Blocks of 4 warps own 64 rows (queries for the forward and dq, keys for dk/dv), 16 per
- * warp, and walk tiles of 64 keys (queries).  Each warp writes its 16 x 64 score tile to
+ * warp, and walk tiles of 64 keys (queries); the blocks with the most tiles start first
+ * (the last query tiles, the first key tiles), so that short ones fill the tail of the
+ * grid.  Each warp writes its 16 x 64 score tile to
  * its own shared-memory strip, its 32 lanes (two per row, 32 columns each) apply the mask
  * and the softmax there and write P (or dS) back as bf16 for the next product.  The
  * forward keeps its output rows in registers (two lanes per row, hd/2 columns each),
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   float *S = (float *)(base + 3 * Dm::TILE + w * Dm::FSTRIP);
   bf16 *P = (bf16 *)(base + 3 * Dm::TILE + TC_WARPS * Dm::FSTRIP + w * Dm::PSTRIP);
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
-  const int q0 = blockIdx.x * TC_ROWS, tq = q0 + 16 * w + r;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS, tq = q0 + 16 * w + r;
   const size_t boff = (size_t)b * T_ * qkv_stride;
 
   tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
@@ -663,7 +665,7 @@ __global__ void __launch_bounds__(TC_THREADS)
   bf16 *Qs = sm.tile[0], *dOs = sm.tile[1], *Ks = sm.tile[2], *Vs = sm.tile[3], *dS = sm.dS;
   float *S = sm.S, *dP = sm.dP, *Ls = sm.Ls, *Ds = sm.Ds;
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
-  const int q0 = blockIdx.x * TC_ROWS, row = 16 * w + r, tq = q0 + row;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS, row = 16 * w + r, tq = q0 + row;
   const size_t boff = (size_t)b * T_ * qkv_stride;
 
   tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
