@@ -13,7 +13,9 @@
 #      bf16 'fast' differs from 'exact' (activation gradients are fp32 values, rounded on
 #      the way into the backward GEMMs); fp16 'fast' equals 'exact' bitwise (fp16 stores
 #      activation gradients in fp16 too, so every GEMM input already is an fp16 value: the
-#      tensor cores lose nothing);
+#      tensor cores lose nothing); at head_dim 32 the attention runs on the tensor cores,
+#      with the WMMA and the mma.sync kernels (TSR_CUDA_ATTENTION), each to 1e-2, and an
+#      unknown TSR_CUDA_ATTENTION is refused;
 #  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
 #      with a validation pass: training and validation losses agree; in bf16 with staged
 #      GEMMs too (biases in the epilogue, their gradients summed from the fp32 dy), to
@@ -84,6 +86,19 @@ print("    gradient norms, fast vs exact:", [(a[1], b[1]) for a, b in zip(*m)])
 sys.exit(0 if len(m[0]) == 3 and (m[0] == m[1]) == (sys.argv[1] == "equal") else 1)' $want \
     "$SCRATCH/fast_$prec/metrics.jsonl" "$SCRATCH/gpu_$prec/metrics.jsonl"
 done
+# head_dim 32 (2 heads, 1 KV head): attention on the tensor cores, both kernel sets
+run cpu_hd32 cpu 1 run.max_steps=3 train.precision=bf16 model.n_head=2 model.n_kv_head=1
+for k in wmma mma; do
+  TSR_CUDA_ATTENTION=$k run "fast_hd32_$k" cuda 1 run.max_steps=3 train.precision=bf16 \
+    model.n_head=2 model.n_kv_head=1
+  check "(a) bf16, head_dim 32: attention ran the $k tensor-core kernels" \
+    grep -qi "^attention: tensor cores, $k" "$SCRATCH/fast_hd32_$k.out"
+  check "(a) ... device and CPU agree to 1e-2" agree "fast_hd32_$k" cpu_hd32 1e-2
+done
+TSR_CUDA_ATTENTION=flash run bad_attention_kernel cuda 1 run.max_steps=1
+check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices" \
+  grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default) or 'mma'" \
+  "$SCRATCH/bad_attention_kernel.out"
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
   "$SCRATCH/gpu_fp32.out"
 check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$SCRATCH/gpu_fp16.out"
