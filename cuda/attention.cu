@@ -837,43 +837,6 @@ static int attn_tc_fwd(T *out, float *lse, const T *q, const T *k, const T *v, i
   return 0;
 }
 
-template <class T, int HD>
-static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
-                       const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
-                       int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  const float scale = (float)(1.0 / sqrt((double)HD));
-  const size_t bht = (size_t)B * H * T_, part_stride = bht * HD;
-  const int gqa = KV < H && (dk || dv);
-  float *D = NULL, *part = NULL;
-  TSR_CUDA_SCRATCH(D, ws, tsr_cuda_attention_scratch_((long)bht, gqa ? 2 * (long)part_stride : 0));
-  if (gqa) part = (float *)((char *)D + scratch_round(bht * sizeof(float)));
-  const long warps = (long)B * T_ * H;
-  attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
-                                                                                T_, H, HD);
-  TSR_CUDA_LAUNCHED();
-  const size_t smem = tc_bwd_smem<HD>();
-  const unsigned tiles = (unsigned)((T_ + TC_ROWS - 1) / TC_ROWS);
-  if (dq) {
-    TSR_CUDA_CHECK(allow_smem(attn_tc_dq_kernel<T, HD>, smem));
-    attn_tc_dq_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
-        dq, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
-    TSR_CUDA_LAUNCHED();
-  }
-  if (dk || dv) {
-    TSR_CUDA_CHECK(allow_smem(attn_tc_dkdv_kernel<T, HD>, smem));
-    attn_tc_dkdv_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
-        dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
-    TSR_CUDA_LAUNCHED();
-    if (gqa) {
-      const long n = (long)B * T_ * KV * HD;
-      attn_tc_gqa_reduce_kernel<T, HD><<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
-          dk, dv, part, part_stride, B, T_, H, KV, qkv_stride, scale);
-      TSR_CUDA_LAUNCHED();
-    }
-  }
-  return 0;
-}
-
 /* ============================================================ mma.sync path
  * The tensor-core attention again, on mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators)
  * with every product's accumulators in registers, as FlashAttention-2 lays it out: the
@@ -1321,10 +1284,13 @@ static int attn_mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, 
   return 0;
 }
 
-template <class T, int HD>
-static int attn_mma_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
-                        const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
-                        int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
+/* The tensor-core backward, with the WMMA (MMA false) or the mma.sync kernels: D, then
+ * dq, then dk and dv (per query head into the scratch under grouped-query attention,
+ * added over each group after). */
+template <class T, int HD, bool MMA>
+static int attn_tc_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const float *lse,
+                       const T *q, const T *k, const T *v, int B, int T_, int H, int KV,
+                       int qkv_stride, const tsr_cuda_scratch *ws, cudaStream_t stream) {
   const float scale = (float)(1.0 / sqrt((double)HD)), scale_log2 = scale * LOG2E_F;
   const size_t bht = (size_t)B * H * T_, part_stride = bht * HD;
   const int gqa = KV < H && (dk || dv);
@@ -1335,27 +1301,39 @@ static int attn_mma_bwd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
   attn_bwd_dot_kernel<T><<<(unsigned)((warps * 32 + 255) / 256), 256, 0, stream>>>(D, dout, out, B,
                                                                                 T_, H, HD);
   TSR_CUDA_LAUNCHED();
-  const unsigned tiles = (unsigned)((T_ + TC_ROWS - 1) / TC_ROWS);
-  if (dq) {
+  const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
+  if (dq && MMA) {
     const size_t smem = mm_dims<HD>::DQ;
     TSR_CUDA_CHECK(allow_smem(attn_mma_dq_kernel<T, HD>, smem));
-    attn_mma_dq_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+    attn_mma_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
         dq, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2, scale);
     TSR_CUDA_LAUNCHED();
+  } else if (dq) {
+    const size_t smem = tc_bwd_smem<HD>();
+    TSR_CUDA_CHECK(allow_smem(attn_tc_dq_kernel<T, HD>, smem));
+    attn_tc_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
+        dq, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
   }
-  if (dk || dv) {
+  if (!dk && !dv) return 0;
+  if (MMA) {
     const size_t smem = mm_dims<HD>::DKDV;
     TSR_CUDA_CHECK(allow_smem(attn_mma_dkdv_kernel<T, HD>, smem));
-    attn_mma_dkdv_kernel<T, HD><<<dim3(tiles, B * H), TC_THREADS, smem, stream>>>(
+    attn_mma_dkdv_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
         dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2,
         scale);
+  } else {
+    const size_t smem = tc_bwd_smem<HD>();
+    TSR_CUDA_CHECK(allow_smem(attn_tc_dkdv_kernel<T, HD>, smem));
+    attn_tc_dkdv_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
+        dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
+  }
+  TSR_CUDA_LAUNCHED();
+  if (gqa) {
+    const long n = (long)B * T_ * KV * HD;
+    attn_tc_gqa_reduce_kernel<T, HD><<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+        dk, dv, part, part_stride, B, T_, H, KV, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
-    if (gqa) {
-      const long n = (long)B * T_ * KV * HD;
-      attn_tc_gqa_reduce_kernel<T, HD><<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
-          dk, dv, part, part_stride, B, T_, H, KV, qkv_stride, scale);
-      TSR_CUDA_LAUNCHED();
-    }
   }
   return 0;
 }
@@ -1420,10 +1398,10 @@ extern "C" int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const 
   if (!dq && !dk && !dv) return 0;
 #define TC_BWD(HD)                                                                        \
   (g_tc_kernel == TSR_CUDA_TC_MMA                                                         \
-       ? attn_mma_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,         \
-                                 qkv_stride, ws, stream)                                   \
-       : attn_tc_bwd<float, HD>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,          \
-                                qkv_stride, ws, stream))
+       ? attn_tc_bwd<float, HD, true>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,    \
+                                      qkv_stride, ws, stream)                              \
+       : attn_tc_bwd<float, HD, false>(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,   \
+                                       qkv_stride, ws, stream))
   switch (hd) {
     case 32: return TC_BWD(32);
     case 64: return TC_BWD(64);
