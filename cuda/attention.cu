@@ -422,9 +422,9 @@ extern "C" int tsr_cuda_attention_bwd_bf16(tsr_bf16 *dq, tsr_bf16 *dk, tsr_bf16 
  * Blocks of 4 warps own 64 rows (queries for the forward and dq, keys for dk/dv), 16 per
  * warp, and walk tiles of 64 keys (queries); the blocks with the most tiles start first
  * (the last query tiles, the first key tiles), so that short ones fill the tail of the
- * grid.  Each warp writes its 16 x 64 score tile to
- * its own shared-memory strip, its 32 lanes (two per row, 32 columns each) apply the mask
- * and the softmax there and write P (or dS) back as bf16 for the next product.  The
+ * grid.  Each warp writes its 16 x 64 score tile to its own shared-memory strip, its 32
+ * lanes (two per row, 32 columns each) apply the mask and the softmax there and write P
+ * (or dS) back as bf16 for the next product.  The
  * forward keeps its output rows in registers (two lanes per row, hd/2 columns each),
  * rescaled by the online softmax; P V comes back through the strip.  Every output element
  * is summed in a fixed order: deterministic, no atomics.  WMMA wants 32-byte aligned
