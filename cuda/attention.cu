@@ -900,6 +900,45 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[N][4
   a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
+/* s[j] = A1 B1_j^T and p[j] = A2 B2_j^T for the N tiles j of 8 rows, over k = HD: A1, A2
+ * the warp's 16 rows and B1, B2 rows 8 j .. 8 j + 7 of row-major bf16 tiles (stride ld)
+ * (Q K^T and dO V^T for dq; K Q^T and V dO^T for dk/dv) */
+template <int HD, int N>
+__device__ __forceinline__ void mm_two_products(float (&s)[N][4], float (&p)[N][4],
+                                                const bf16 *a1, const bf16 *a2, const bf16 *b1,
+                                                const bf16 *b2, int ld, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < N; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[j][e] = p[j][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    uint32_t fa1[4], fa2[4];
+    mm_frag_a(fa1, a1 + 16 * kk, ld, g, t);
+    mm_frag_a(fa2, a2 + 16 * kk, ld, g, t);
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+      uint32_t fb1[2], fb2[2];
+      mm_frag_b(fb1, b1 + 8 * j * ld + 16 * kk, ld, g, t);
+      mm_frag_b(fb2, b2 + 8 * j * ld + 16 * kk, ld, g, t);
+      mma16816(s[j], fa1, fb1);
+      mma16816(p[j], fa2, fb2);
+    }
+  }
+}
+/* acc[n] += A (16 x 16, an operand from acc_to_a) times the 16 rows [k0, k0 + 16) of the
+ * transposed tile bt (bt[d * MM_LDT + k]), for the HD / 8 column tiles n */
+template <int HD>
+__device__ __forceinline__ void mm_acc_rows(float (&acc)[HD / 8][4], const uint32_t (&a)[4],
+                                            const bf16 *bt, int k0, int g, int t) {
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    uint32_t b[2];
+    mm_frag_b(b, bt + 8 * n * MM_LDT + k0, MM_LDT, g, t);
+    mma16816(acc[n], a, b);
+  }
+}
+
 /* Rows [row0, row0 + 64) of one head into a transposed bf16 tile tt[d * MM_LDT + row]
  * (rows past T zero).  A thread takes two adjacent rows by 8 columns (32-byte reads) and
  * writes 8 words, each the pair of rows at one column: a warp's 32 row pairs write 32
@@ -1042,12 +1081,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int kk = 0; kk < TC_ROWS / 16; kk++) {
       uint32_t pa[4];
       acc_to_a(pa, s, kk);
-#pragma unroll
-      for (int n = 0; n < HD / 8; n++) {
-        uint32_t vb[2];
-        mm_frag_b(vb, Vt + 8 * n * MM_LDT + 16 * kk, MM_LDT, g, t);
-        mma16816(o[n], pa, vb);
-      }
+      mm_acc_rows<HD>(o, pa, Vt, 16 * kk, g, t);
     }
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1), l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -1123,24 +1157,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     mm_transpose<HD>(Kt, Ks);
     __syncthreads();
     float s[8][4], dp[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-      uint32_t qa[4], da[4];
-      mm_frag_a(qa, Qw + 16 * kk, LDB, g, t);
-      mm_frag_a(da, dOw + 16 * kk, LDB, g, t);
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        uint32_t kb[2], vb[2];
-        mm_frag_b(kb, Ks + 8 * j * LDB + 16 * kk, LDB, g, t);
-        mm_frag_b(vb, Vs + 8 * j * LDB + 16 * kk, LDB, g, t);
-        mma16816(s[j], qa, kb);
-        mma16816(dp[j], da, vb);
-      }
-    }
+    mm_two_products<HD, 8>(s, dp, Qw, dOw, Ks, Vs, LDB, g, t);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -1155,12 +1172,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int kk = 0; kk < TC_ROWS / 16; kk++) {
       uint32_t sa[4];
       acc_to_a(sa, s, kk);
-#pragma unroll
-      for (int n = 0; n < HD / 8; n++) {
-        uint32_t kb[2];
-        mm_frag_b(kb, Kt + 8 * n * MM_LDT + 16 * kk, MM_LDT, g, t);
-        mma16816(acc[n], sa, kb);
-      }
+      mm_acc_rows<HD>(acc, sa, Kt, 16 * kk, g, t);
     }
   }
   mm_add_rows<T, HD>(dq, acc, q0 + 16 * w, T_, boff, qkv_stride, h * HD, scale, g, t);
@@ -1208,24 +1220,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int hq = 0; hq < 2; hq++) {
       const int c0 = 32 * hq; /* this half's first query column in the tile */
       float st[4][4], dpt[4][4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; kk++) {
-        uint32_t ka[4], va[4];
-        mm_frag_a(ka, Kw + 16 * kk, LDB, g, t);
-        mm_frag_a(va, Vw + 16 * kk, LDB, g, t);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          uint32_t qb[2], ob[2];
-          mm_frag_b(qb, Qs + (c0 + 8 * j) * LDB + 16 * kk, LDB, g, t);
-          mm_frag_b(ob, dOs + (c0 + 8 * j) * LDB + 16 * kk, LDB, g, t);
-          mma16816(st[j], ka, qb);
-          mma16816(dpt[j], va, ob);
-        }
-      }
+      mm_two_products<HD, 4>(st, dpt, Kw, Vw, Qs + c0 * LDB, dOs + c0 * LDB, LDB, g, t);
 #pragma unroll
       for (int j = 0; j < 4; j++)
 #pragma unroll
@@ -1242,14 +1237,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         uint32_t pa[4], sa[4];
         acc_to_a(pa, st, kk);
         acc_to_a(sa, dpt, kk);
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-          uint32_t ob[2], qb[2];
-          mm_frag_b(ob, dOt + 8 * n * MM_LDT + c0 + 16 * kk, MM_LDT, g, t);
-          mm_frag_b(qb, Qt + 8 * n * MM_LDT + c0 + 16 * kk, MM_LDT, g, t);
-          mma16816(av[n], pa, ob);
-          mma16816(ak[n], sa, qb);
-        }
+        mm_acc_rows<HD>(av, pa, dOt, c0 + 16 * kk, g, t);
+        mm_acc_rows<HD>(ak, sa, Qt, c0 + 16 * kk, g, t);
       }
     }
   }
