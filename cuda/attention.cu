@@ -1008,6 +1008,16 @@ template <int HD> struct mm_dims {
   static const size_t MAX = DKDV > DQ ? (DKDV > FWD ? DKDV : FWD) : (DQ > FWD ? DQ : FWD);
 };
 
+/* The backward kernels' shared memory: four row-major tiles (which holds what is the
+ * kernel's choice), N_T transposed ones, then lse and D of a query tile (mm_dims::DQ for
+ * N_T = 1, ::DKDV for 2). */
+template <int HD, int N_T> struct mm_bwd_layout {
+  static const int TILE = TC_ROWS * mm_dims<HD>::LDB, TT = HD * MM_LDT; /* bf16 elements */
+  __device__ static bf16 *tile(float *smem, int i) { return (bf16 *)smem + i * TILE; }
+  __device__ static bf16 *tt(float *smem, int i) { return (bf16 *)smem + 4 * TILE + i * TT; }
+  __device__ static float *stats(float *smem) { return (float *)((bf16 *)smem + 4 * TILE + N_T * TT); }
+};
+
 /* Forward: the block's 64 queries (the last tiles first: they have the most keys), warp w
  * rows 16 w + g and + 8; s holds the warp's 16 x 64 scores in log2 units. */
 template <class T, int HD>
@@ -1130,9 +1140,10 @@ __global__ void __launch_bounds__(TC_THREADS)
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
   extern __shared__ __align__(32) float smem[];
-  bf16 *Qs = (bf16 *)smem, *dOs = Qs + TC_ROWS * LDB, *Ks = dOs + TC_ROWS * LDB,
-       *Vs = Ks + TC_ROWS * LDB, *Kt = Vs + TC_ROWS * LDB;
-  float *Ls = (float *)(Kt + HD * MM_LDT), *Ds = Ls + TC_ROWS;
+  typedef mm_bwd_layout<HD, 1> Sm;
+  bf16 *Qs = Sm::tile(smem, 0), *dOs = Sm::tile(smem, 1), *Ks = Sm::tile(smem, 2),
+       *Vs = Sm::tile(smem, 3), *Kt = Sm::tt(smem, 0);
+  float *Ls = Sm::stats(smem), *Ds = Ls + TC_ROWS;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_ROWS, r0 = q0 + 16 * w + g, r1 = r0 + 8;
@@ -1190,9 +1201,10 @@ __global__ void __launch_bounds__(TC_THREADS)
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
   extern __shared__ __align__(32) float smem[];
-  bf16 *Ks = (bf16 *)smem, *Vs = Ks + TC_ROWS * LDB, *Qs = Vs + TC_ROWS * LDB,
-       *dOs = Qs + TC_ROWS * LDB, *Qt = dOs + TC_ROWS * LDB, *dOt = Qt + HD * MM_LDT;
-  float *Ls = (float *)(dOt + HD * MM_LDT), *Ds = Ls + TC_ROWS;
+  typedef mm_bwd_layout<HD, 2> Sm;
+  bf16 *Ks = Sm::tile(smem, 0), *Vs = Sm::tile(smem, 1), *Qs = Sm::tile(smem, 2),
+       *dOs = Sm::tile(smem, 3), *Qt = Sm::tt(smem, 0), *dOt = Sm::tt(smem, 1);
+  float *Ls = Sm::stats(smem), *Ds = Ls + TC_ROWS;
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int j0 = blockIdx.x * TC_ROWS, key0 = j0 + 16 * w + g, key1 = key0 + 8;
