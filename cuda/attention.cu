@@ -826,17 +826,6 @@ template <int HD> static size_t tc_smem() {
   return tc_bwd_smem<HD>() > tc_fwd_smem<HD>() ? tc_bwd_smem<HD>() : tc_fwd_smem<HD>();
 }
 
-template <class T, int HD>
-static int attn_tc_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
-                       int H, int KV, int qkv_stride, cudaStream_t stream) {
-  const size_t smem = tc_fwd_smem<HD>();
-  TSR_CUDA_CHECK(allow_smem(attn_tc_fwd_kernel<T, HD>, smem));
-  attn_tc_fwd_kernel<T, HD><<<dim3((T_ + TC_ROWS - 1) / TC_ROWS, B * H), TC_THREADS, smem, stream>>>(
-      out, lse, q, k, v, T_, H, KV, qkv_stride, (float)(1.0 / sqrt((double)HD)));
-  TSR_CUDA_LAUNCHED();
-  return 0;
-}
-
 /* ============================================================ mma.sync path
  * The tensor-core attention again, on mma.sync.m16n8k16 (bf16 inputs, fp32 accumulators)
  * with every product's accumulators in registers, as FlashAttention-2 lays it out: the
@@ -1274,13 +1263,23 @@ __global__ void __launch_bounds__(TC_THREADS)
   if (dv) mm_add_rows<T, HD>(dv, av, j0 + 16 * w, T_, boff, qkv_stride, kvh * HD, 1.0f, g, t);
 }
 
-template <class T, int HD>
-static int attn_mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
-                        int H, int KV, int qkv_stride, cudaStream_t stream) {
-  const size_t smem = mm_dims<HD>::FWD;
-  TSR_CUDA_CHECK(allow_smem(attn_mma_fwd_kernel<T, HD>, smem));
-  attn_mma_fwd_kernel<T, HD><<<dim3((T_ + TC_ROWS - 1) / TC_ROWS, B * H), TC_THREADS, smem, stream>>>(
-      out, lse, q, k, v, T_, H, KV, qkv_stride, (float)(LOG2E_F / sqrt((double)HD)));
+/* The tensor-core forward, with the WMMA (MMA false) or the mma.sync kernel */
+template <class T, int HD, bool MMA>
+static int attn_tc_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_,
+                       int H, int KV, int qkv_stride, cudaStream_t stream) {
+  const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
+  const float scale = (float)(1.0 / sqrt((double)HD));
+  if (MMA) {
+    const size_t smem = mm_dims<HD>::FWD;
+    TSR_CUDA_CHECK(allow_smem(attn_mma_fwd_kernel<T, HD>, smem));
+    attn_mma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(out, lse, q, k, v, T_, H, KV,
+                                                                   qkv_stride, scale * LOG2E_F);
+  } else {
+    const size_t smem = tc_fwd_smem<HD>();
+    TSR_CUDA_CHECK(allow_smem(attn_tc_fwd_kernel<T, HD>, smem));
+    attn_tc_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(out, lse, q, k, v, T_, H, KV,
+                                                                  qkv_stride, scale);
+  }
   TSR_CUDA_LAUNCHED();
   return 0;
 }
@@ -1377,10 +1376,10 @@ extern "C" int tsr_cuda_attention_tc_fwd(float *out, float *lse, const float *q,
                                          int qkv_stride, cudaStream_t stream) {
   TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
   TSR_CUDA_ARG(tsr_cuda_attention_tc_supported(hd));
-#define TC_FWD(HD)                                                                       \
-  (g_tc_kernel == TSR_CUDA_TC_MMA                                                        \
-       ? attn_mma_fwd<float, HD>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream)      \
-       : attn_tc_fwd<float, HD>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream))
+#define TC_FWD(HD)                                                                          \
+  (g_tc_kernel == TSR_CUDA_TC_MMA                                                           \
+       ? attn_tc_fwd<float, HD, true>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream)    \
+       : attn_tc_fwd<float, HD, false>(out, lse, q, k, v, B, T, H, KV, qkv_stride, stream))
   switch (hd) {
     case 32: return TC_FWD(32);
     case 64: return TC_FWD(64);
