@@ -69,22 +69,22 @@ typedef struct {
 } tsr_ops_shapes;
 int tsr_ops_reserve(const tsr_ops_shapes *s);
 /* In TSR_MATMUL_BF16 mode a device backend (cuda/ops_dev.c) copies a GEMM's fp32 inputs
- * to bf16 and runs a bf16-storage GEMM: on an H100 2-4x faster than having cuBLASLt
- * round fp32 inputs (bench/RESULTS.md).  The copies go into one staging buffer reserved
- * with the scratch: x and dy of up to rows x cols each and the largest weight, each part
- * starting on a 256-byte boundary (tsr_ops_staging_part elements).  A product whose
- * copies do not fit runs on the fp32 storage as before.  tessera plan counts the staging
- * (src/plan.c). */
+ * to bf16 and runs a bf16-storage GEMM (on an H100 bf16-storage GEMMs ran at 2-4x the
+ * rate of cuBLASLt rounding fp32 inputs, bench/RESULTS.md; the copies' cost is not
+ * measured yet).  The copies go into one staging buffer reserved with the scratch: x and
+ * dy of up to rows x cols each and the largest weight, each part starting on a 256-byte
+ * boundary (tsr_ops_staging_part elements).  A product whose copies do not fit runs on
+ * the fp32 storage as before.  tessera plan counts the staging (src/plan.c). */
 static inline long tsr_ops_staging_part(long elems) { return (elems + 127) / 128 * 128; }
+static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
+  return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
+}
 /* The attention backward's device scratch (cuda/attention.cu) for attn_bht and attn_part:
  * D (one float per query row and head, padded to 256 bytes), then the grouped-query
  * partial sums.  tessera plan counts it from here too. */
 static inline size_t tsr_ops_attention_scratch_bytes(long attn_bht, long attn_part) {
   if (attn_bht <= 0) return 0;
   return ((size_t)attn_bht * sizeof(float) + 255) / 256 * 256 + (size_t)attn_part * sizeof(float);
-}
-static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
-  return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
 }
 
 /* ---- GEMM (OpenBLAS on the CPU) ----
