@@ -571,6 +571,24 @@ __global__ void cast_bf16_f32_kernel(float *dst, const uint16_t *src, long n) {
   GRID_STRIDE_LOOP(i, n) dst[i] = __uint_as_float((uint32_t)src[i] << 16);
 }
 
+/* Item i of a rows x cols matrix: row i / cols, column i % cols (one thread each). */
+__global__ void cast_rows_f32_bf16_kernel(uint16_t *dst, const float *src, long rows, int cols,
+                                          long src_stride) {
+  GRID_STRIDE_LOOP(i, rows * cols) {
+    const long r = i / cols, c = i - r * cols;
+    dst[i] = (uint16_t)(__float_as_uint(tsr_round_bf16(src[r * src_stride + c])) >> 16);
+  }
+}
+__global__ void cast_rows_bf16_f32_kernel(float *dst, long dst_stride, const uint16_t *src,
+                                          long rows, int cols, int accumulate) {
+  GRID_STRIDE_LOOP(i, rows * cols) {
+    const long r = i / cols, c = i - r * cols;
+    const float x = __uint_as_float((uint32_t)src[i] << 16);
+    float *d = dst + r * dst_stride + c;
+    *d = accumulate ? *d + x : x;
+  }
+}
+
 extern "C" int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem,
                                    cudaStream_t stream) {
   LAUNCH_ELEM(round_bf16_kernel, n_elem, dst, src, n_elem);
@@ -586,6 +604,18 @@ extern "C" int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_el
 extern "C" int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem,
                                       cudaStream_t stream) {
   LAUNCH_ELEM(cast_bf16_f32_kernel, n_elem, dst, src, n_elem);
+}
+extern "C" int tsr_cuda_cast_rows_f32_bf16(tsr_bf16 *dst, const float *src, long rows, int cols,
+                                           long src_stride, cudaStream_t stream) {
+  TSR_CUDA_ARG(cols >= 0 && src_stride >= cols);
+  LAUNCH_ELEM(cast_rows_f32_bf16_kernel, rows * cols, dst, src, rows, cols, src_stride);
+}
+extern "C" int tsr_cuda_cast_rows_bf16_f32(float *dst, long dst_stride, const tsr_bf16 *src,
+                                           long rows, int cols, int accumulate,
+                                           cudaStream_t stream) {
+  TSR_CUDA_ARG(cols >= 0 && dst_stride >= cols);
+  LAUNCH_ELEM(cast_rows_bf16_f32_kernel, rows * cols, dst, dst_stride, src, rows, cols,
+              accumulate);
 }
 
 /* Sum of squares: block b owns the contiguous chunk [b*chunk, (b+1)*chunk); the block
