@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h" /* tsr_ops_shapes: the staging of cuDNN attention */
 #include "ops_cuda.h"
 
 #define WARMUP 3
@@ -284,6 +285,24 @@ int main(int argc, char **argv) {
                 1, "2.5 x forward");
           }
           tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
+#ifdef TSR_HAVE_CUDNN
+          /* cuDNN's fused attention, with the bf16 copies in and out the trainer pays */
+          tsr_ops_shapes sh = {.attn_bht = (long)B * H * T, .attn_io = rows * (H + KV) * hd2};
+          const long n_stage = tsr_ops_cudnn_attention_staging_elems(&sh);
+          char why[600];
+          tsr_bf16 *staging = dev(n_stage * 2);
+          const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd2, n_stage, why, sizeof why);
+          printf("# cuDNN attention %s: %s\n", shape2, why);
+          if (rc == 0) {
+            TIME_MS(ms, tsr_cuda_cudnn_attention_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2,
+                                                     stride2, staging, n_stage, st));
+            row("attention fwd cudnn", shape2, ms, flops2, 1, "causal 4 B H T^2 hd / 2; casts in");
+            TIME_MS(ms, tsr_cuda_cudnn_attention_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T,
+                                                     H, KV, hd2, stride2, staging, n_stage, st));
+            row("attention bwd cudnn", shape2, ms, 2.5 * flops2, 1, "2.5 x forward; casts in");
+          }
+          CK(cudaFree(staging));
+#endif
         }
       }
       CK(cudaFree(qkv)); CK(cudaFree(dqkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(lse));

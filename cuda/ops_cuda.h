@@ -173,6 +173,36 @@ int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout
                               const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                               const tsr_cuda_scratch *ws, cudaStream_t stream);
 
+/* ---- the same attention through cuDNN's fused flash attention (cuda/sdpa_cudnn.cu; only
+ * where configure found cuDNN and its frontend headers: TSR_HAVE_CUDNN).  bf16 copies of
+ * q, k, v (and out, dout) in `staging` (tsr_ops_cudnn_attention_staging_elems elements),
+ * fp32 accumulation in cuDNN; lse is cuDNN's softmax statistics, so forward and backward
+ * must both run here.  prepare builds the shape's graphs (once; host work and cuDNN's
+ * heuristics) and returns 0 when they run on this GPU with their workspace in the
+ * staging, TSR_CUDA_CUDNN_CANNOT when not (why says what), TSR_ERR on a failure; fwd and
+ * bwd report the same as an error.  bwd adds into dq, dk, dv (any may be NULL). */
+enum { TSR_CUDA_CUDNN_CANNOT = 2 };
+long tsr_cuda_cudnn_attention_version(void); /* cudnnGetVersion() of the library loaded */
+int tsr_cuda_cudnn_attention_prepare(int B, int T, int H, int KV, int hd, long staging_elems,
+                                     char *why, size_t why_len);
+int tsr_cuda_cudnn_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                                 const float *v, int B, int T, int H, int KV, int hd,
+                                 int qkv_stride, tsr_bf16 *staging, long staging_elems,
+                                 cudaStream_t stream);
+int tsr_cuda_cudnn_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                 const float *out, const float *lse, const float *q,
+                                 const float *k, const float *v, int B, int T, int H, int KV,
+                                 int hd, int qkv_stride, tsr_bf16 *staging, long staging_elems,
+                                 cudaStream_t stream);
+void tsr_cuda_cudnn_attention_close(void);
+/* Without a GPU: whether cuDNN accepts both graphs for the shape on the GPU device_json
+ * describes (cuDNN's device-property JSON; tests/cuda/cudnn_h100.json) with compute
+ * capability sm_version (90) and sm_count SMs: validation, cuDNN's heuristics and support
+ * checks, all but compiling the kernels (which needs the driver).  Returns as prepare. */
+int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_version,
+                                           int sm_count, int B, int T, int H, int KV, int hd,
+                                           char *why, size_t why_len);
+
 /* ---- SwiGLU, GELU (tanh) ---- */
 int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F, cudaStream_t stream);
 int tsr_cuda_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F,
@@ -236,6 +266,13 @@ int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem, cudaStream_t 
 int tsr_cuda_round_fp16(float *dst, const float *src, long n_elem, cudaStream_t stream);
 int tsr_cuda_cast_f32_bf16(tsr_bf16 *dst, const float *src, long n_elem, cudaStream_t stream);
 int tsr_cuda_cast_bf16_f32(float *dst, const tsr_bf16 *src, long n_elem, cudaStream_t stream);
+/* The same between rows x cols of a strided fp32 matrix (row r at r * stride) and a
+ * compact bf16 one (row r at r * cols); back to fp32 the values are written, or added
+ * when accumulate != 0 (the gradients of cuDNN's attention, which overwrites its own). */
+int tsr_cuda_cast_rows_f32_bf16(tsr_bf16 *dst, const float *src, long rows, int cols,
+                                long src_stride, cudaStream_t stream);
+int tsr_cuda_cast_rows_bf16_f32(float *dst, long dst_stride, const tsr_bf16 *src, long rows,
+                                int cols, int accumulate, cudaStream_t stream);
 /* *out (device double) = sum of squares: two passes, per-block partials in double, then
  * one block sums them in a fixed order. */
 int tsr_cuda_sumsq(double *out, const float *x, long n_elem, const tsr_cuda_scratch *ws, cudaStream_t stream);

@@ -29,7 +29,9 @@ static struct {
   struct alloc_rec { void *p; size_t bytes; } *allocs; /* live allocations (their sizes) */
   int n_allocs, cap_allocs;
   int matmul_inputs; /* TSR_MATMUL_*: bf16 also puts attention on the tensor cores */
-  int attn_hd, attn_tc; /* the head_dim attention was last decided for (0: none), and how */
+  int attn_key[5];      /* B, T, H, KV, hd attention was last decided for (B 0: none) */
+  int attn_how;         /* and how: ATT_* */
+  int attn_cudnn;       /* TSR_CUDA_ATTENTION=cudnn: cuDNN's fused attention where it can */
   int profile; /* TSR_CUDA_PROFILE set: time every op (see prof_begin) */
   double t_open;
 } g;
@@ -180,7 +182,7 @@ static size_t d_mem_bytes(int what) {
 static void d_set_matmul_inputs(int mode) {
   tsr_cuda_blas_set_inputs(g.blas, mode);
   g.matmul_inputs = mode;
-  g.attn_hd = 0; /* decide attention's kernel again */
+  g.attn_key[0] = 0; /* decide attention's kernel again */
 }
 
 static void d_copy(void *dst, const void *src, size_t bytes) {
@@ -210,7 +212,9 @@ static int d_status(void) {
 /* The bf16 GEMM staging, in bf16 mode only (set_matmul_inputs comes first): grown, never
  * shrunk, like the scratch. */
 static int reserve_staging(const tsr_ops_shapes *s) {
-  const long elems = g.matmul_inputs == TSR_MATMUL_BF16 ? tsr_ops_staging_elems(s) : 0;
+  long elems = g.matmul_inputs == TSR_MATMUL_BF16 ? tsr_ops_staging_elems(s) : 0;
+  const long attn = tsr_ops_cudnn_attention_staging_elems(s);
+  if (elems && g.attn_cudnn && attn > elems) elems = attn;
   if (elems <= g.staging_elems) return 0;
   if (g.staging) RT(cudaFree(g.staging));
   g.staging = NULL;
@@ -222,8 +226,8 @@ static int reserve_staging(const tsr_ops_shapes *s) {
   g.staging_elems = elems;
   if (tsr_rank() == 0)
     tsr_log("cuda: bf16 GEMM staging %.3f MB (bf16 copies of x, dy and a weight for the "
-            "tensor cores), allocated once (tessera plan counts it in the workspace)",
-            (double)bytes / 1e6);
+            "tensor cores%s), allocated once (tessera plan counts it in the workspace)",
+            (double)bytes / 1e6, g.attn_cudnn ? "; and of cuDNN attention's tensors" : "");
   return 0;
 }
 
@@ -255,6 +259,9 @@ static void d_close(void) {
             g.gemm_staged + g.gemm_unstaged,
             g.gemm_unstaged ? "; the others did not fit the bf16 staging and had cuBLASLt "
                               "round their fp32 inputs (slower)" : "");
+#ifdef TSR_HAVE_CUDNN
+  tsr_cuda_cudnn_attention_close();
+#endif
   if (g.ws.base) cudaFree(g.ws.base);
   if (g.staging) cudaFree(g.staging);
   if (g.result) cudaFree(g.result);
@@ -378,31 +385,58 @@ static void d_rope_bwd(float *dx, int n, int T, int n_heads, int head_dim, int s
   PROF(0, "rope_bwd");
   RUN(tsr_cuda_rope_bwd(dx, n, T, n_heads, head_dim, stride, theta, g.stream));
 }
-/* Attention's products on the tensor cores when the GEMMs take bf16 inputs and the head
- * dimension has a tensor-core kernel on this GPU: decided (and said on rank 0) once per
- * head_dim, not at every call. */
-static int use_tc_attention(int hd) {
-  if (hd == g.attn_hd) return g.attn_tc;
-  const int tc = g.matmul_inputs == TSR_MATMUL_BF16 && tsr_cuda_attention_tc_supported(hd);
-  const char *what =
-      tc ? tsr_cuda_attention_tc_kernel() == TSR_CUDA_TC_MMA
-               ? "tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; bf16 q, k, v, P and "
-                 "dS; fp32 softmax and accumulation)"
-               : "tensor cores, WMMA kernels (bf16 q, k, v, P and dS; fp32 softmax and "
-                 "accumulation)"
-      : g.matmul_inputs == TSR_MATMUL_BF16
-          ? "fp32 kernel (no tensor-core kernel for this head_dim on this GPU: 32, 64, 96, 128 "
-            "have one, where its shared memory fits)"
-          : "fp32 kernel";
-  if (tsr_rank() == 0) tsr_log("attention: %s", what);
-  g.attn_hd = hd;
-  g.attn_tc = tc;
-  return tc;
+/* How attention runs: in bf16 mode (the GEMMs take bf16 inputs) on cuDNN's fused flash
+ * attention when TSR_CUDA_ATTENTION=cudnn asked for it and cuDNN can (cuda/sdpa_cudnn.cpp),
+ * else on the tensor-core kernels where the head dimension has one on this GPU, else (and
+ * in fp32 mode) on the fp32 kernel.  Decided, and said on rank 0, once per shape, not at
+ * every call; forward and backward of a shape always take the same path (lse is the
+ * path's own). */
+enum { ATT_FP32, ATT_TC, ATT_CUDNN };
+static int attention_how(int B, int T, int H, int KV, int hd) {
+  const int key[5] = {B, T, H, KV, hd};
+  if (!memcmp(key, g.attn_key, sizeof key)) return g.attn_how;
+  int how = ATT_FP32;
+  char why[600] = "";
+#ifdef TSR_HAVE_CUDNN
+  if (g.matmul_inputs == TSR_MATMUL_BF16 && g.attn_cudnn) {
+    const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd, g.staging_elems, why,
+                                                    sizeof why);
+    if (rc == TSR_ERR) g.failed = 1;
+    if (rc == 0) how = ATT_CUDNN;
+  }
+#endif
+  if (how != ATT_CUDNN && g.matmul_inputs == TSR_MATMUL_BF16 && tsr_cuda_attention_tc_supported(hd))
+    how = ATT_TC;
+  if (tsr_rank() == 0 && how == ATT_CUDNN)
+    tsr_log("attention: cuDNN fused flash attention on bf16 copies of q, k, v (%s)", why);
+  else if (tsr_rank() == 0) {
+    const char *what =
+        how == ATT_TC && tsr_cuda_attention_tc_kernel() == TSR_CUDA_TC_MMA
+            ? "tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; bf16 q, k, v, P and dS; "
+              "fp32 softmax and accumulation)"
+        : how == ATT_TC ? "tensor cores, WMMA kernels (bf16 q, k, v, P and dS; fp32 softmax and "
+                          "accumulation)"
+        : g.matmul_inputs == TSR_MATMUL_BF16
+            ? "fp32 kernel (no tensor-core kernel for this head_dim on this GPU: 32, 64, 96, "
+              "128 have one, where its shared memory fits)"
+            : "fp32 kernel";
+    tsr_log("attention: %s%s%s", what, why[0] ? "; not cuDNN: " : "", why);
+  }
+  memcpy(g.attn_key, key, sizeof key);
+  g.attn_how = how;
+  return how;
 }
 static void d_attention_fwd(float *out, float *lse, const float *q, const float *k,
                             const float *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
   PROF(2.0 * B * H * (double)T * T * hd, "attention_fwd T %d hd %d", T, hd);
-  if (use_tc_attention(hd))
+  const int how = attention_how(B, T, H, KV, hd);
+#ifdef TSR_HAVE_CUDNN
+  if (how == ATT_CUDNN)
+    RUN(tsr_cuda_cudnn_attention_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.staging,
+                                     g.staging_elems, g.stream));
+  else
+#endif
+  if (how == ATT_TC)
     RUN(tsr_cuda_attention_tc_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.stream));
   else
     RUN(tsr_cuda_attention_fwd(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, g.stream));
@@ -411,7 +445,14 @@ static void d_attention_bwd(float *dq, float *dk, float *dv, const float *dout, 
                             const float *lse, const float *q, const float *k, const float *v,
                             int B, int T, int H, int KV, int hd, int qkv_stride) {
   PROF(5.0 * B * H * (double)T * T * hd, "attention_bwd T %d hd %d", T, hd);
-  if (use_tc_attention(hd))
+  const int how = attention_how(B, T, H, KV, hd);
+#ifdef TSR_HAVE_CUDNN
+  if (how == ATT_CUDNN)
+    RUN(tsr_cuda_cudnn_attention_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd,
+                                     qkv_stride, g.staging, g.staging_elems, g.stream));
+  else
+#endif
+  if (how == ATT_TC)
     RUN(tsr_cuda_attention_tc_bwd(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd,
                                   qkv_stride, &g.ws, g.stream));
   else
@@ -624,12 +665,22 @@ int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
     tsr_error("cuda: allocating on GPU %d: %s", g.device, cudaGetErrorString(e));
     rc = TSR_ERR;
   }
-  /* the tensor-core attention's kernels: WMMA (default) or mma.sync (cuda/attention.cu) */
+  /* attention in bf16 mode: the tensor-core kernels of cuda/attention.cu, WMMA (default)
+   * or mma.sync, or cuDNN's fused attention (cuda/sdpa_cudnn.cpp) where it was built */
   const char *ak = getenv("TSR_CUDA_ATTENTION");
-  if (ak && *ak && strcmp(ak, "wmma") && strcmp(ak, "mma")) {
-    tsr_error("TSR_CUDA_ATTENTION='%s': expected 'wmma' (the default) or 'mma'", ak);
+  if (ak && *ak && strcmp(ak, "wmma") && strcmp(ak, "mma") && strcmp(ak, "cudnn")) {
+    tsr_error("TSR_CUDA_ATTENTION='%s': expected 'wmma' (the default), 'mma' or 'cudnn'", ak);
     rc = TSR_ERR;
   }
+  g.attn_cudnn = ak && !strcmp(ak, "cudnn");
+#ifndef TSR_HAVE_CUDNN
+  if (g.attn_cudnn) {
+    tsr_error("TSR_CUDA_ATTENTION=cudnn: this build has no cuDNN attention (configure found "
+              "no cuDNN 9 with its frontend headers: run tools/fetch-cudnn-frontend.sh and "
+              "configure again)");
+    rc = TSR_ERR;
+  }
+#endif
   tsr_cuda_attention_tc_use(ak && !strcmp(ak, "mma") ? TSR_CUDA_TC_MMA : TSR_CUDA_TC_WMMA);
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, comm);

@@ -547,7 +547,8 @@ void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
   if (z->last) weight = max_of(weight, z->V * z->C);
   const long bht = (long)z->B * z->H * z->T;
   *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, bht, 0,
-                        z->KV < z->H ? 2 * bht * z->hd : 0, (long)weight};
+                        z->KV < z->H ? 2 * bht * z->hd : 0, (long)weight,
+                        (long)z->B * z->T * (z->H + z->KV) * z->hd};
 }
 void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
   tsr_model_ops_shapes_of(&m->sz, s);

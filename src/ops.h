@@ -66,6 +66,7 @@ typedef struct {
   long sumsq_elems;  /* longest tsr_ops_sumsq / tsr_ops_all_finite */
   long attn_part;    /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
   long weight_elems; /* largest matmul weight out * in (bf16 GEMM staging) */
+  long attn_io;      /* B * T * (H + KV) * hd: the attention's q-sized plus k-sized elements */
 } tsr_ops_shapes;
 int tsr_ops_reserve(const tsr_ops_shapes *s);
 /* In TSR_MATMUL_BF16 mode a device backend (cuda/ops_dev.c) copies a GEMM's fp32 inputs
@@ -78,6 +79,17 @@ int tsr_ops_reserve(const tsr_ops_shapes *s);
 static inline long tsr_ops_staging_part(long elems) { return (elems + 127) / 128 * 128; }
 static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
   return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
+}
+/* cuDNN's attention (TSR_CUDA_ATTENTION=cudnn, cuda/sdpa_cudnn.cu) uses the same staging
+ * for its bf16 copies of q, k, v, out, dout and of its own dq, dk, dv (4 * attn_io
+ * elements, each part on a 256-byte boundary), then its workspace.  The workspace is
+ * cuDNN's to say once it has built its plans on the GPU; counted here as an fp32 dq
+ * accumulator and two floats per query row (2 * attn_io + 4 * attn_bht elements), an
+ * estimate not yet checked on a GPU.  Where cuDNN asks for more, the attention runs on
+ * attention.cu's kernels instead, with a log line. */
+static inline long tsr_ops_cudnn_attention_staging_elems(const tsr_ops_shapes *s) {
+  if (s->attn_io <= 0) return 0;
+  return 8 * 128 + 4 * s->attn_io + 2 * s->attn_io + 4 * s->attn_bht;
 }
 /* The attention backward's device scratch (cuda/attention.cu) for attn_bht and attn_part:
  * D (one float per query row and head, padded to 256 bytes), then the grouped-query

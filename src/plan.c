@@ -327,15 +327,23 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
 /* The GPU backend's scratch beyond hardware.reserved_gb: the tensor-core attention
  * backward's per-query-head dk, dv sums under grouped-query attention (cuda/attention.cu,
  * tsr_ops_shapes.attn_part), and its D; in bf16 with train.gpu_gemm = 'fast', the bf16
- * copies of the GEMM inputs (tsr_ops_staging_elems, cuda/ops_dev.c).  The other scratch
+ * copies of the GEMM inputs (tsr_ops_staging_elems, cuda/ops_dev.c), or with
+ * TSR_CUDA_ATTENTION=cudnn in the environment those of cuDNN attention where larger.  The other scratch
  * parts (column sums, the embedding sort, cross-entropy rows) are kilobytes to a few
  * megabytes, left to the reserve. */
 static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
   tsr_ops_shapes s;
   tsr_model_ops_shapes_of(d, &s);
   double b = (double)tsr_ops_attention_scratch_bytes(s.attn_bht, s.attn_part);
-  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast"))
-    b += 2.0 * (double)tsr_ops_staging_elems(&s);
+  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast")) {
+    long staging = tsr_ops_staging_elems(&s);
+    /* cuDNN attention's copies and workspace share the staging (cuda/ops_dev.c) */
+    const char *attention = getenv("TSR_CUDA_ATTENTION");
+    if (attention && !strcmp(attention, "cudnn") &&
+        tsr_ops_cudnn_attention_staging_elems(&s) > staging)
+      staging = tsr_ops_cudnn_attention_staging_elems(&s);
+    b += 2.0 * (double)staging;
+  }
   return b;
 }
 

@@ -97,8 +97,12 @@ for k in wmma mma; do
 done
 TSR_CUDA_ATTENTION=flash run bad_attention_kernel cuda 1 run.max_steps=1
 check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices" \
-  grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default) or 'mma'" \
+  grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default), 'mma' or 'cudnn'" \
   "$SCRATCH/bad_attention_kernel.out"
+# the emulation links no cuDNN: asking for it is refused at open, saying how to get it
+TSR_CUDA_ATTENTION=cudnn run no_cudnn cuda 1 run.max_steps=1
+check "(a) TSR_CUDA_ATTENTION=cudnn in a build without cuDNN attention is refused" \
+  grep -q "TSR_CUDA_ATTENTION=cudnn: this build has no cuDNN attention" "$SCRATCH/no_cudnn.out"
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
   "$SCRATCH/gpu_fp32.out"
 check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$SCRATCH/gpu_fp16.out"

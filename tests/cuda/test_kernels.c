@@ -216,6 +216,41 @@ static void test_casts(long n) {
   dfree(d_x), dfree(d_r), dfree(d_back), dfree(d_b);
 }
 
+/* rows x cols out of a strided fp32 matrix into compact bf16 and back (written, or added
+ * into a strided fp32 matrix), bitwise against the CPU's rounding */
+static void test_cast_rows(long rows, int cols, long stride) {
+  const long n = rows * stride, m = rows * cols;
+  float *x = hrand(n, -100.0f, 100.0f), *y = hrand(n, -1.0f, 1.0f);
+  float *d_x = dup_f32(x, n), *d_y = dup_f32(y, n), *d_w = dup_f32(y, n);
+  tsr_bf16 *d_b = poisoned((size_t)m * 2);
+  OK(tsr_cuda_cast_rows_f32_bf16(d_b, d_x, rows, cols, stride, g_stream));
+  uint16_t *gb = malloc((size_t)m * 2);
+  down(gb, d_b, (size_t)m * 2);
+  int ok = 1;
+  for (long r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) ok &= gb[r * cols + c] == bf16_bits(x[r * stride + c]);
+  TU_CHECK(ok, "cast rows fp32->bf16 %ld x %d of stride %ld bitwise", rows, cols, stride);
+  OK(tsr_cuda_cast_rows_bf16_f32(d_y, stride, d_b, rows, cols, 1, g_stream));
+  OK(tsr_cuda_cast_rows_bf16_f32(d_w, stride, d_b, rows, cols, 0, g_stream));
+  float *got = malloc((size_t)n * 4), *wrote = malloc((size_t)n * 4);
+  down(got, d_y, (size_t)n * 4);
+  down(wrote, d_w, (size_t)n * 4);
+  int add_ok = 1, set_ok = 1;
+  for (long r = 0; r < rows; r++)
+    for (long c = 0; c < stride; c++) {
+      const long i = r * stride + c;
+      const float b = bf16_value(bf16_bits(x[i]));
+      add_ok &= got[i] == (c < cols ? y[i] + b : y[i]);
+      set_ok &= wrote[i] == (c < cols ? b : y[i]);
+    }
+  TU_CHECK(add_ok, "cast rows bf16->fp32 added into %ld x %d of stride %ld (the rest untouched)",
+           rows, cols, stride);
+  TU_CHECK(set_ok, "cast rows bf16->fp32 written into %ld x %d of stride %ld (the rest untouched)",
+           rows, cols, stride);
+  free(x), free(y), free(gb), free(got), free(wrote);
+  dfree(d_x), dfree(d_y), dfree(d_w), dfree(d_b);
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 static void test_embedding(int n, int T, int C, int vocab, int vocab_start, int vocab_local,
@@ -696,6 +731,66 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
 
 /* q, k, v in one fused [B*T, (H+2KV)*hd] buffer (the model's layout), or, with
  * separate = 1, three buffers of row stride H*hd. */
+#ifdef TSR_HAVE_CUDNN
+/* cuDNN's fused attention (cuda/sdpa_cudnn.cpp) against the CPU on the inputs and CPU
+ * results of test_attention (d_out, d_lse hold the CPU's out and lse).  It must run the
+ * head dimensions 64 and 128 on sm_80 and newer with its workspace in the staging
+ * tsr_ops_cudnn_attention_staging_elems sizes; elsewhere it may decline, saying why. */
+static void test_attention_cudnn(int B, int T, int H, int KV, int hd, int separate,
+                                 const float *buf, const float *q, const float *k,
+                                 const float *v, long nbuf, const float *out, const float *lse,
+                                 const float *dout, float *d_buf, const float *d_out,
+                                 const float *d_lse, const float *d_dout) {
+  char name[200], why[600];
+  const int stride = separate ? H * hd : (H + 2 * KV) * hd;
+  const long nout = (long)B * T * H * hd, nl = (long)B * H * T;
+  tsr_ops_shapes sh = {.attn_bht = nl, .attn_io = (long)B * T * (H + KV) * hd};
+  const long n_stage = tsr_ops_cudnn_attention_staging_elems(&sh);
+  int dev = 0, major = 0;
+  CUDA_CK(cudaGetDevice(&dev));
+  CUDA_CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd, n_stage, why, sizeof why);
+  snprintf(name, sizeof name, "attention cudnn B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
+           separate ? " (separate q,k,v)" : "");
+  if ((hd == 64 || hd == 128) && major >= 8)
+    TU_CHECK(rc == 0, "%s: runs (%s)", name, why);
+  else if (rc != 0)
+    printf("      %s: declined (%s)\n", name, why);
+  if (rc != 0) return;
+  printf("      %s: %s\n", name, why);
+  tsr_bf16 *staging = poisoned((size_t)n_stage * 2);
+  float *c_out = poisoned(nout * 4), *c_lse = poisoned(nl * 4);
+  float *d_q = d_buf + (q - buf), *d_k = d_buf + (k - buf), *d_v = d_buf + (v - buf);
+  OK(tsr_cuda_cudnn_attention_fwd(c_out, c_lse, d_q, d_k, d_v, B, T, H, KV, hd, stride, staging,
+                                  n_stage, g_stream));
+  check_f32(name, c_out, out, nout, TOL_BF16);
+  check_f32("attention cudnn fwd lse", c_lse, lse, nl, TOL_BF16);
+  float *dc = hrand(nbuf, -1e-3, 1e-3); /* small start: the check sees the gradient */
+  float *c_db = dup_f32(dc, nbuf), *c_db2 = dup_f32(dc, nbuf);
+  tsr_ops_attention_bwd(dc + (q - buf), dc + (k - buf), dc + (v - buf), dout, out, lse, q, k, v, B,
+                        T, H, KV, hd, stride);
+  for (int run = 0; run < 2; run++) {
+    float *db = run ? c_db2 : c_db;
+    OK(tsr_cuda_cudnn_attention_bwd(db + (q - buf), db + (k - buf), db + (v - buf), d_dout, d_out,
+                                    d_lse, d_q, d_k, d_v, B, T, H, KV, hd, stride, staging,
+                                    n_stage, g_stream));
+  }
+  check_f32("attention cudnn bwd dq, dk, dv (accumulated)", c_db, dc, nbuf, TOL_BF16);
+  if (strstr(why, "NON-deterministic"))
+    printf("      (cuDNN gave no deterministic backward here: two runs not compared)\n");
+  else
+    TU_CHECK(same_bytes(c_db, c_db2, nbuf * 4), "attention cudnn bwd deterministic (two runs "
+                                                 "bitwise)");
+  printf("      (an error about the staging is expected next)\n");
+  fflush(stdout);
+  TU_CHECK(tsr_cuda_cudnn_attention_fwd(c_out, c_lse, d_q, d_k, d_v, B, T, H, KV, hd, stride,
+                                        staging, 4 * (sh.attn_io / 4) / 2, g_stream) != 0,
+           "attention cudnn refuses a staging too small for its copies");
+  free(dc);
+  dfree(staging), dfree(c_out), dfree(c_lse), dfree(c_db), dfree(c_db2);
+}
+#endif
+
 static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
   char name[160];
   const int stride = separate ? H * hd : (H + 2 * KV) * hd;
@@ -771,6 +866,10 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
     dfree(t_out), dfree(t_lse), dfree(t_db), dfree(t_db2);
   }
   tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
+#ifdef TSR_HAVE_CUDNN
+  test_attention_cudnn(B, T, H, KV, hd, separate, buf, q, k, v, nbuf, out, lse, dout, d_buf, d_out,
+                       d_lse, d_dout);
+#endif
 
   /* bf16 storage: the CPU reference computes in fp32 on the same bf16-exact values */
   round_inplace(buf, nbuf), round_inplace(dout, nout);
@@ -826,6 +925,9 @@ int main(void) {
   if (want("casts")) {
     test_casts(1);
     test_casts(100003);
+    test_cast_rows(1, 1, 1);
+    test_cast_rows(37, 100, 160);
+    test_cast_rows(1000, 64, 64);
   }
   if (want("embedding")) {
     test_embedding(39, 13, 70, 50, 10, 30, 1); /* tokens outside this rank's slice */
