@@ -30,7 +30,7 @@ R=$(cd "$out/root" && pwd)
 progs=("$bin" /usr/bin/orterun /usr/bin/orted "$ompi"/lib/openmpi3/*.so)
 libs=$(for p in "${progs[@]}"; do ldd "$p" 2>/dev/null || true; done |
   awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | sort -u |
-  grep -v -E '/lib(cuda|cudart|cublas|cublasLt|nccl|nvidia|nvrtc)[.-]' || true)
+  grep -v -E '/lib(cuda|cudart|cublas|cublasLt|nccl|nvidia|nvrtc|cudnn)[.-]' || true)
 for f in $libs; do
   mkdir -p "$R$(dirname "$f")"
   cp -L "$f" "$R$f"

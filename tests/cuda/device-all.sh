@@ -6,14 +6,15 @@
 #   kernels  tests/cuda/device-test.sh bench: kernel tests and bench/cuda_kernels
 #   torch    bench/torch_gpu_llama.py: PyTorch's throughput for llama1b, the reference
 #            (eager, then torch.compile)
-#   profile  llama1b (4 steps; again with TSR_CUDA_ATTENTION=mma) and the tiny deck (20
+#   profile  llama1b (4 steps; again with TSR_CUDA_ATTENTION=mma, =cudnn) and the tiny deck (20
 #            steps) with TSR_CUDA_PROFILE=1: time per op (cuda/ops_dev.c)
 #   sanitize only device-train.sh's compute-sanitizer checks (d), into train.log
 #   ksanitize compute-sanitizer over the kernel tests (device-test.sh sanitize: memcheck
 #            over all, racecheck over attention), into ksanitize.log
 # PARTS: a comma-separated subset, default all four in that order.
 # CARRY holds bundle.tar.xz (tools/device-bundle.sh's folder, packed with tar cJf) and
-# data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin).  Logs
+# data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin); carry
+# ext/ as well (tools/fetch-cudnn-frontend.sh) for cuDNN attention in the kernel tests.  Logs
 # go to OUT (at most 8 files come back): gpu.txt, train.log, train.tgz (every run's
 # output and metrics), kernels.log, torch.log, profile.log.  Part limits: TRAIN_S,
 # KERNELS_S, TORCH_S (eager), TORCH_COMPILE_S, PROFILE_S, KSANITIZE_S.
@@ -28,9 +29,10 @@ mkdir -p "$OUT"
   nvcc --version | tail -2
   command -v compute-sanitizer || echo "no compute-sanitizer"
 } >"$OUT/gpu.txt" 2>&1
-# NCCL and cuBLAS of the machine: in CUDA_HOME or in Python wheels
+# NCCL, cuBLAS, cuDNN and NVRTC of the machine: in CUDA_HOME or in Python wheels
 TSR_EXTRA_LIBS=$(find /usr/local /opt /usr/lib -xdev \( -name libnccl.so.2 -o -name \
-  libcublasLt.so.13 \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+  libcublasLt.so.13 -o -name libcudnn.so.9 -o -name libnvrtc.so.13 \) 2>/dev/null |
+  xargs -r -n1 dirname | sort -u | paste -sd:)
 export TSR_EXTRA_LIBS
 echo "extra library folders: $TSR_EXTRA_LIBS" >>"$OUT/gpu.txt"
 
@@ -79,6 +81,10 @@ if [[ $PARTS == *,profile,* ]]; then
       run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
       train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
       run.out_dir=/tmp/tsr-work/prof-llama1b-mma
+    TSR_CUDA_ATTENTION=cudnn timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml \
+      "${P[@]:2}" run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 \
+      parallel.zero_stage=0 train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
+      run.out_dir=/tmp/tsr-work/prof-llama1b-cudnn
     timeout 60 "${P[@]::2}" input/tiny.nml "${P[@]:2}" run.max_steps=20 train.precision=bf16 \
       run.out_dir=/tmp/tsr-work/prof-tiny
   ) >"$OUT/profile.log" 2>&1

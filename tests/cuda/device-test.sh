@@ -9,6 +9,9 @@
 #   tests/cuda/device-test.sh sanitize   build, run the tests under compute-sanitizer:
 #                                        memcheck over all of them, racecheck (shared
 #                                        memory) over the attention group
+# cuDNN attention (cuda/sdpa_cudnn.cpp) is built and tested too where the frontend headers
+# are in ext/cudnn-frontend (tools/fetch-cudnn-frontend.sh here; carry `ext`) and the machine
+# has cuDNN 9 (cudnn.h and libcudnn.so.9, in CUDA_HOME or a Python wheel) and NVRTC.
 # Environment: CUDA_ARCH (default -arch=native: the GPU present), BUILD (build folder,
 # default $TMPDIR/tsr-cuda-standalone), TSR_TEST_SEED / TSR_TEST_ONLY (see test_kernels.c).
 set -euo pipefail
@@ -31,6 +34,21 @@ else
 fi
 CFLAGS=(-std=gnu11 -O2 -fopenmp -Wall -Isrc -Icuda -Itests -I"$CUDA_HOME/include")
 pids=()
+# cuDNN: headers and libraries of this machine (the CUDA toolkit's, or a wheel's)
+first() { find "$CUDA_HOME" /usr/local /usr/lib /opt -xdev -name "$1" 2>/dev/null | head -1; }
+CUDNN_OBJ=() CUDNN_LIB=()
+cudnn_h=$(first cudnn_version.h) libcudnn=$(first libcudnn.so.9) libnvrtc=$(first 'libnvrtc.so.1[0-9]')
+if [ -f ext/cudnn-frontend/include/cudnn_frontend.h ] && [ -n "$cudnn_h" ] && [ -n "$libcudnn" ] &&
+   [ -n "$libnvrtc" ]; then
+  echo "device-test: cuDNN attention with $(dirname "$cudnn_h"), $libcudnn, $libnvrtc"
+  CFLAGS+=(-DTSR_HAVE_CUDNN -I"$(dirname "$cudnn_h")")
+  g++ -std=c++17 -O2 -DTSR_HAVE_CUDNN -Isrc -Icuda -I"$CUDA_HOME/include" -I"$(dirname "$cudnn_h")" \
+    -isystem ext/cudnn-frontend/include -c cuda/sdpa_cudnn.cpp -o "$B/sdpa_cudnn.o" & pids+=($!)
+  CUDNN_OBJ=("$B/sdpa_cudnn.o")
+  CUDNN_LIB=("$libcudnn" "$libnvrtc" -Wl,-rpath,"$(dirname "$libcudnn")" -Wl,-rpath,"$(dirname "$libnvrtc")")
+else
+  echo "device-test: no cuDNN attention (frontend in ext/: $([ -d ext/cudnn-frontend ] && echo yes || echo no); cudnn_version.h: ${cudnn_h:-none}; libcudnn.so.9: ${libcudnn:-none}; libnvrtc: ${libnvrtc:-none})"
+fi
 for f in ops_elem xent attention gemm; do
   "$NVCC" -O3 -lineinfo $ARCH -Isrc -Icuda -c "cuda/$f.cu" -o "$B/$f.o" & pids+=($!)
 done
@@ -40,8 +58,8 @@ gcc "${CFLAGS[@]}" -c tests/cuda/test_kernels.c -o "$B/test_kernels.o"
 gcc "${CFLAGS[@]}" -c bench/cuda_kernels.c -o "$B/cuda_kernels.o"
 for p in "${pids[@]}"; do wait "$p"; done
 LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -Wl,-rpath,"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib"
-      -lcublasLt -lcublas -lcudart -lstdc++ -lm)
-CUDA_OBJS=("$B/ops_elem.o" "$B/xent.o" "$B/attention.o" "$B/gemm.o")
+      "${CUDNN_LIB[@]}" -lcublasLt -lcublas -lcudart -lstdc++ -lm)
+CUDA_OBJS=("$B/ops_elem.o" "$B/xent.o" "$B/attention.o" "$B/gemm.o" "${CUDNN_OBJ[@]}")
 gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
   "${BLAS_LIB[@]}" "${LIBS[@]}"
 gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \

@@ -65,6 +65,24 @@ if want a; then
     grep -q "attention: tensor cores, mma.sync" "$W/gpu_bf16_mma.out"
   check "(a) bf16, mma.sync attention: one step equals the CPU's to 1e-2" \
     agree gpu_bf16_mma cpu_bf16 1e-2
+  # cuDNN's fused attention (cuda/sdpa_cudnn.cpp), where the bundled build has it: the
+  # tiny deck's head_dim 32 may be declined by cuDNN (the log says why), so also at 64
+  if grep -q -a tsr_attention_backward "$B/tessera"; then
+    TSR_CUDA_ATTENTION=cudnn run gpu_bf16_cudnn run.device=cuda run.max_steps=1 train.precision=bf16
+    grep -h "^attention:" "$W/gpu_bf16_cudnn.out"
+    check "(a) bf16, TSR_CUDA_ATTENTION=cudnn: one step equals the CPU's to 1e-2" \
+      agree gpu_bf16_cudnn cpu_bf16 1e-2
+    H64=(model.n_head=2 model.n_kv_head=1)
+    run cpu_bf16_hd64 run.device=cpu run.max_steps=1 train.precision=bf16 "${H64[@]}"
+    TSR_CUDA_ATTENTION=cudnn run gpu_bf16_cudnn64 run.device=cuda run.max_steps=1 \
+      train.precision=bf16 "${H64[@]}"
+    check "(a) bf16, head_dim 64: the step ran cuDNN's attention" \
+      grep -q "^attention: cuDNN fused flash attention" "$W/gpu_bf16_cudnn64.out"
+    check "(a) bf16, head_dim 64, cuDNN attention: one step equals the CPU's to 1e-2" \
+      agree gpu_bf16_cudnn64 cpu_bf16_hd64 1e-2
+  else
+    echo "(a) this build has no cuDNN attention: not tested"
+  fi
   grep -h "device:" "$W/gpu_fp32.out"
 fi
 
@@ -137,6 +155,14 @@ if want e; then
     run.out_dir="$W/llama1b_mma" >"$W/llama1b_mma.out" 2>&1
   echo "llama1b with TSR_CUDA_ATTENTION=mma:"
   grep -h "^attention:\|^step\|error\|mfu" "$W/llama1b_mma.out" | tail -6
+  TSR_CUDA_ATTENTION=cudnn "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
+    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
+    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
+    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
+    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
+    run.out_dir="$W/llama1b_cudnn" >"$W/llama1b_cudnn.out" 2>&1
+  echo "llama1b with TSR_CUDA_ATTENTION=cudnn:"
+  grep -h "^attention:\|^step\|error\|mfu" "$W/llama1b_cudnn.out" | tail -6
 fi
 echo "outputs in $W"
 finish
