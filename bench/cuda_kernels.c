@@ -287,7 +287,8 @@ int main(int argc, char **argv) {
           tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
 #ifdef TSR_HAVE_CUDNN
           /* cuDNN's fused attention, with the bf16 copies in and out the trainer pays */
-          tsr_ops_shapes sh = {.attn_bht = (long)B * H * T, .attn_io = rows * (H + KV) * hd2};
+          tsr_ops_shapes sh = {.attn_bht = (long)B * H * T, .attn_io = rows * (H + KV) * hd2,
+                               .attn_t = T};
           const long n_stage = tsr_ops_cudnn_attention_staging_elems(&sh);
           char why[600];
           tsr_bf16 *staging = dev(n_stage * 2);

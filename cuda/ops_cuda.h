@@ -173,7 +173,7 @@ int tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout
                               const float *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                               const tsr_cuda_scratch *ws, cudaStream_t stream);
 
-/* ---- the same attention through cuDNN's fused flash attention (cuda/sdpa_cudnn.cu; only
+/* ---- the same attention through cuDNN's fused flash attention (cuda/sdpa_cudnn.cpp; only
  * where configure found cuDNN and its frontend headers: TSR_HAVE_CUDNN).  bf16 copies of
  * q, k, v (and out, dout) in `staging` (tsr_ops_cudnn_attention_staging_elems elements),
  * fp32 accumulation in cuDNN; lse is cuDNN's softmax statistics, so forward and backward

@@ -224,6 +224,7 @@ static int reserve_staging(const tsr_ops_shapes *s) {
   TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of bf16 GEMM staging: %s",
             bytes, cudaGetErrorString(e));
   g.staging_elems = elems;
+  g.attn_key[0] = 0; /* cuDNN attention's fit may change: decide again */
   if (tsr_rank() == 0)
     tsr_log("cuda: bf16 GEMM staging %.3f MB (bf16 copies of x, dy and a weight for the "
             "tensor cores%s), allocated once (tessera plan counts it in the workspace)",

@@ -110,6 +110,9 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const c
   t.set_name(name);
   return g.tensor(bthd(t, uid, B, T, heads, hd));
 }
+/* 1/sqrt(hd) formed as ops_cpu.c forms it */
+float scale_of(int hd) { return (float)(1.0 / sqrt((double)hd)); }
+
 /* Stats [B, H, T, 1] fp32: ops.h's lse */
 fe::graph::Tensor_attributes &stats(fe::graph::Tensor_attributes &t, int B, int T, int H) {
   return t.set_uid(UID_STATS)
@@ -150,7 +153,7 @@ bool build_fwd(plans &p, const target &t, int B, int T, int H, int KV, int hd) {
   auto opt = fe::graph::SDPA_attributes()
                  .set_name("tsr_attention")
                  .set_generate_stats(true)
-                 .set_attn_scale(1.0f / sqrtf((float)hd))
+                 .set_attn_scale(scale_of(hd))
                  .set_causal_mask(true);
   auto [O, S] = g->sdpa(Q, K, V, opt);
   bthd(O->set_output(true), UID_O, B, T, H, hd);
@@ -171,7 +174,7 @@ bool build_bwd(plans &p, const target &t, int B, int T, int H, int KV, int hd,
   auto S = g->tensor(stats(s, B, T, H));
   auto opt = fe::graph::SDPA_backward_attributes()
                  .set_name("tsr_attention_backward")
-                 .set_attn_scale(1.0f / sqrtf((float)hd))
+                 .set_attn_scale(scale_of(hd))
                  .set_causal_mask(true)
                  .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, S, opt);
@@ -216,7 +219,12 @@ plans *plans_for(int B, int T, int H, int KV, int hd) {
 
 bool execute(const std::shared_ptr<fe::graph::Graph> &g,
              std::unordered_map<int64_t, void *> &pack, void *ws, const char *what) {
-  auto e = g->execute(handle, pack, ws);
+  fe::error_t e;
+  try {
+    e = g->execute(handle, pack, ws);
+  } catch (const std::exception &x) {
+    e = fe::error_t(fe::error_code_t::GRAPH_EXECUTION_FAILED, x.what());
+  }
   if (e.is_bad()) {
     tsr_errorf_at(__FILE__, __LINE__, what, "cuDNN attention %s: %s", what,
                   e.get_message().c_str());
@@ -239,30 +247,55 @@ bool execute(const std::shared_ptr<fe::graph::Graph> &g,
 
 extern "C" long tsr_cuda_cudnn_attention_version(void) { return (long)cudnnGetVersion(); }
 
-extern "C" int tsr_cuda_cudnn_attention_prepare(int B, int T, int H, int KV, int hd,
-                                                long staging_elems, char *why, size_t why_len) {
-  TSR_CUDA_ARG(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0);
-  if (why_len) why[0] = 0;
+/* bf16 elements of staging the shape's copies and its plans' workspace take */
+static long staging_need(const plans &p, int B, int T, int H, int KV, int hd) {
+  return parts(B, T, H, KV, hd).bwd() + (long)((std::max(p.ws_fwd, p.ws_bwd) + 1) / 2);
+}
+
+static int prepare(int B, int T, int H, int KV, int hd, long staging_elems, char *why,
+                   size_t why_len) {
   if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
-  const plans *p = plans_for(B, T, H, KV, hd);
+  plans *p = plans_for(B, T, H, KV, hd);
   if (!p->ok) {
     snprintf(why, why_len, "cuDNN %ld cannot run it: %s", (long)cudnnGetVersion(),
              p->why.c_str());
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  const parts n(B, T, H, KV, hd);
-  const long ws = (long)((std::max(p->ws_fwd, p->ws_bwd) + 1) / 2);
-  if (n.bwd() + ws > staging_elems) {
+  std::string note;
+  if (staging_need(*p, B, T, H, KV, hd) > staging_elems && p->deterministic) {
+    /* the deterministic backward's workspace does not fit: the other one, where it does */
+    plans q = *p;
+    if (build_bwd(q, target(), B, T, H, KV, hd, false) &&
+        staging_need(q, B, T, H, KV, hd) <= staging_elems) {
+      note = "; the deterministic backward's workspace (" + std::to_string(p->ws_bwd) +
+             " bytes) does not fit the staging";
+      *p = q;
+    }
+  }
+  const long need = staging_need(*p, B, T, H, KV, hd);
+  if (need > staging_elems) {
     snprintf(why, why_len,
              "its bf16 copies and workspace need %ld bf16 elements (workspace %lld bytes), "
              "the staging holds %ld",
-             n.bwd() + ws, (long long)std::max(p->ws_fwd, p->ws_bwd), staging_elems);
+             need, (long long)std::max(p->ws_fwd, p->ws_bwd), staging_elems);
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  snprintf(why, why_len, "cuDNN %ld, %s backward, workspace %lld + %lld bytes",
+  snprintf(why, why_len, "cuDNN %ld, %s backward, workspace %lld + %lld bytes%s",
            (long)cudnnGetVersion(), p->deterministic ? "deterministic" : "NON-deterministic",
-           (long long)p->ws_fwd, (long long)p->ws_bwd);
+           (long long)p->ws_fwd, (long long)p->ws_bwd, note.c_str());
   return 0;
+}
+
+extern "C" int tsr_cuda_cudnn_attention_prepare(int B, int T, int H, int KV, int hd,
+                                                long staging_elems, char *why, size_t why_len) {
+  TSR_CUDA_ARG(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0);
+  if (why_len) why[0] = 0;
+  try {
+    return prepare(B, T, H, KV, hd, staging_elems, why, why_len);
+  } catch (const std::exception &e) { /* C callers: no exception crosses */
+    tsr_error("cuDNN attention: %s", e.what());
+    return TSR_ERR;
+  }
 }
 
 /* The plans of a prepared shape whose copies and workspace fit the staging, or NULL after
@@ -336,7 +369,12 @@ extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, i
   t.dp = std::make_shared<fe::DeviceProperties>();
   const std::string js(device_json);
   const std::vector<uint8_t> buf(js.begin(), js.end());
-  auto e = t.dp->deserialize(buf);
+  fe::error_t e;
+  try {
+    e = t.dp->deserialize(buf);
+  } catch (const std::exception &x) {
+    e = fe::error_t(fe::error_code_t::INVALID_VALUE, x.what());
+  }
   if (e.is_bad()) {
     snprintf(why, why_len, "cuDNN %ld: device properties: %s", (long)cudnnGetVersion(),
              e.get_message().c_str());

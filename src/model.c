@@ -548,7 +548,7 @@ void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
   const long bht = (long)z->B * z->H * z->T;
   *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, bht, 0,
                         z->KV < z->H ? 2 * bht * z->hd : 0, (long)weight,
-                        (long)z->B * z->T * (z->H + z->KV) * z->hd};
+                        (long)z->B * z->T * (z->H + z->KV) * z->hd, (long)z->T};
 }
 void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
   tsr_model_ops_shapes_of(&m->sz, s);

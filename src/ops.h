@@ -67,6 +67,7 @@ typedef struct {
   long attn_part;    /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
   long weight_elems; /* largest matmul weight out * in (bf16 GEMM staging) */
   long attn_io;      /* B * T * (H + KV) * hd: the attention's q-sized plus k-sized elements */
+  long attn_t;       /* T of the attention (cuDNN's deterministic backward's workspace) */
 } tsr_ops_shapes;
 int tsr_ops_reserve(const tsr_ops_shapes *s);
 /* In TSR_MATMUL_BF16 mode a device backend (cuda/ops_dev.c) copies a GEMM's fp32 inputs
@@ -80,16 +81,20 @@ static inline long tsr_ops_staging_part(long elems) { return (elems + 127) / 128
 static inline long tsr_ops_staging_elems(const tsr_ops_shapes *s) {
   return 2 * tsr_ops_staging_part(s->rows * s->cols) + tsr_ops_staging_part(s->weight_elems);
 }
-/* cuDNN's attention (TSR_CUDA_ATTENTION=cudnn, cuda/sdpa_cudnn.cu) uses the same staging
+/* cuDNN's attention (TSR_CUDA_ATTENTION=cudnn, cuda/sdpa_cudnn.cpp) uses the same staging
  * for its bf16 copies of q, k, v, out, dout and of its own dq, dk, dv (4 * attn_io
  * elements, each part on a 256-byte boundary), then its workspace.  The workspace is
- * cuDNN's to say once it has built its plans on the GPU; counted here as an fp32 dq
- * accumulator and two floats per query row (2 * attn_io + 4 * attn_bht elements), an
- * estimate not yet checked on a GPU.  Where cuDNN asks for more, the attention runs on
- * attention.cu's kernels instead, with a log line. */
+ * cuDNN's to say once it has built its plans on the GPU.  Counted here: its deterministic
+ * backward on Hopper with cuDNN before 9.25 keeps dP, bf16 [B, H, T, T] with T padded to
+ * 128 (the cuDNN frontend's sdpa backward), plus an fp32 dq accumulator and two floats per
+ * query row (2 * attn_io + 4 * attn_bht elements; an estimate not yet checked on a GPU).
+ * Where the deterministic backward asks for more, the non-deterministic one is taken
+ * (said in the log); where that does not fit either, attention.cu's kernels. */
 static inline long tsr_ops_cudnn_attention_staging_elems(const tsr_ops_shapes *s) {
-  if (s->attn_io <= 0) return 0;
-  return 8 * 128 + 4 * s->attn_io + 2 * s->attn_io + 4 * s->attn_bht;
+  if (s->attn_io <= 0 || s->attn_t <= 0) return 0;
+  const long tp = (s->attn_t + 127) / 128 * 128;
+  return 8 * 128 + 4 * s->attn_io + 2 * s->attn_io + 4 * s->attn_bht +
+         s->attn_bht / s->attn_t * tp * tp;
 }
 /* The attention backward's device scratch (cuda/attention.cu) for attn_bht and attn_part:
  * D (one float per query row and head, padded to 256 bytes), then the grouped-query

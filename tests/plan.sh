@@ -119,10 +119,11 @@ sys.exit(0 if d['layouts'] and all(l['fits'] for l in d['layouts']) else 1)" "$S
 
 # bf16 with the 'fast' GEMMs: the GPU workspace counts the bf16 staging, and with
 # TSR_CUDA_ATTENTION=cudnn cuDNN attention's copies and workspace where they are larger
-# (src/ops.h: 1024 + 6 B T (H+KV) hd + 4 B H T elements).  gpt2 narrowed to a 256-token
-# vocabulary, so attention's staging is the larger: N = 128 rows, the widest GEMM output
-# 256 and weight 256 x 64 give the GEMMs 2 * 128 * 256 + 16384 = 81920 elements;
-# attention 1024 + 6 * 2 * 64 * 8 * 16 + 4 * 2 * 4 * 64 = 101376: 2 x 19456 bytes more.
+# (src/ops.h: 1024 + 6 B T (H+KV) hd + 4 B H T + B H T'^2 elements, T' = T rounded up to
+# 128).  gpt2 narrowed to a 256-token vocabulary, so attention's staging is the larger:
+# N = 128 rows, the widest GEMM output 256 and weight 256 x 64 give the GEMMs
+# 2 * 128 * 256 + 16384 = 81920 elements; attention 1024 + 6 * 2 * 64 * 8 * 16 +
+# 4 * 2 * 4 * 64 + 2 * 4 * 128^2 = 232448: 2 x 150528 bytes more.
 NARROW=(model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4 model.d_ff=256
   model.vocab_size=256 model.seq_len=64 train.micro_batch=2 train.global_batch=8
   train.precision=bf16 train.gpu_gemm=fast)
@@ -130,12 +131,12 @@ for a in wmma cudnn; do
   TSR_CUDA_ATTENTION=$a "$TESSERA" plan "$top_srcdir/input/gpt2_124m.nml" --nodes 1 \
     --gpus-per-node 1 --json "${NARROW[@]}" >"$SCRATCH/ws_$a.json" 2>&1
 done
-check "plan: TSR_CUDA_ATTENTION=cudnn adds cuDNN attention's larger staging (38912 bytes here)" \
+check "plan: TSR_CUDA_ATTENTION=cudnn adds cuDNN attention's larger staging (301056 bytes here)" \
   "$PYTHON_REF" -c "
 import json, sys
 w = [json.load(open(f))['stages'][0]['memory_gpu']['workspace'] for f in sys.argv[1:3]]
 print('    GPU workspace: wmma', w[0], 'cudnn', w[1], 'bytes')
-sys.exit(0 if w[1] - w[0] == 38912 else 1)" "$SCRATCH/ws_wmma.json" "$SCRATCH/ws_cudnn.json"
+sys.exit(0 if w[1] - w[0] == 301056 else 1)" "$SCRATCH/ws_wmma.json" "$SCRATCH/ws_cudnn.json"
 
 # layouts that do not divide: exit 2, naming the keys and their values
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=16 >"$SCRATCH/bad.txt" 2>&1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-cudnn-frontend.sh [DIR] — put NVIDIA's cuDNN frontend (the header-only C++ graph
 # API over cuDNN's backend, MIT licence) under DIR (default: ext/cudnn-frontend of the
-# source tree), for cuda/sdpa_cudnn.cu.  The headers come from one pinned wheel on PyPI
+# source tree), for cuda/sdpa_cudnn.cpp.  The headers come from one pinned wheel on PyPI
 # (the simple index; no pip needed), checked against its sha256.  Idempotent: returns at
 # once when DIR/include/cudnn_frontend.h is there.  Exit status 1 (and a message) when
 # the download fails; configure then builds without cuDNN attention.
