@@ -1,26 +1,19 @@
 /* sdpa_cudnn.cpp — causal grouped-query attention through cuDNN's fused scaled-dot-product
  * attention (its flash-attention engines), built with NVIDIA's cuDNN frontend (the
- * header-only C++ graph API over cuDNN's backend descriptors; tools/fetch-cudnn-frontend.sh).
- * Compiled only where configure found cuDNN and the frontend (TSR_HAVE_CUDNN); selected with
- * TSR_CUDA_ATTENTION=cudnn (cuda/ops_dev.c), the kernels of attention.cu otherwise.
+ * header-only C++ graph API over cuDNN's backend descriptors; tools/fetch-cudnn-frontend.sh):
+ * the graphs of sdpa_graphs.h, on bf16 tensors.  cuda/sdpa_stage.c makes the bf16 copies of
+ * Tessera's fp32 activations and calls these.  Compiled only where configure found cuDNN
+ * and the frontend (TSR_HAVE_CUDNN).
  *
- * cuDNN's attention takes 16-bit tensors; ours are fp32 containers (bf16 values in bf16
- * training).  So each call copies its inputs to bf16 in the staging buffer the caller gives
- * (tsr_ops_cudnn_attention_staging_elems), runs cuDNN's graph on the copies and copies the
- * results back:
- *   forward:  q, k, v -> bf16;  O (bf16) -> out;  Stats (fp32, written straight into lse)
- *   backward: q, k, v, out, dout -> bf16;  dQ, dK, dV (bf16) added into dq, dk, dv.
- * The staging holds, in order, Q [B,T,H,hd], K and V [B,T,KV,hd], O and dO [B,T,H,hd], dQ
- * [B,T,H,hd], dK and dV [B,T,KV,hd] (each on a 256-byte boundary), then cuDNN's workspace.
  * cuDNN's Stats is the natural log-sum-exp of the scaled scores of each row, [B,H,T,1]:
  * exactly ops.h's lse, so forward and backward pass it through without a copy.
  *
- * One graph per direction and shape, built at the first call with that shape (host work
- * and cuDNN's heuristics; later calls only execute) and kept until
- * tsr_cuda_cudnn_attention_close.  Host code only (cuDNN launches its own kernels), so the
- * C++ compiler builds it, not nvcc.  The backward asks for cuDNN's deterministic algorithm
- * first, as every other kernel here is deterministic, and takes the other one only where
- * that is not supported (said by tsr_cuda_cudnn_attention_prepare). */
+ * One graph per direction and shape, built at the first prepare with that shape (host
+ * work and cuDNN's heuristics; later calls only execute) and kept until close.  Host code
+ * only (cuDNN launches its own kernels), so the C++ compiler builds it, not nvcc.  The
+ * backward asks for cuDNN's deterministic algorithm first, as every other kernel here is
+ * deterministic, and takes the other one only where that is not supported or its
+ * workspace does not fit (said by prepare). */
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
@@ -35,10 +28,10 @@
 
 #include <cuda_runtime_api.h>
 extern "C" {
-#include "ops.h" /* tsr_ops_staging_part */
 #include "util.h"
 }
-#include "ops_cuda.h"
+#include "ops_cuda.h" /* TSR_CUDA_CUDNN_CANNOT */
+#include "sdpa_graphs.h"
 
 #define TSR_CUDA_ARG(cond)                                                                   \
   do {                                                                                       \
@@ -66,15 +59,6 @@ struct plans {
 
 cudnnHandle_t handle;
 std::map<shape_key, plans> cache;
-
-/* element counts of the staged copies: query-sized [B,T,H,hd] and key-sized [B,T,KV,hd] */
-struct parts {
-  long q, kv;
-  parts(int B, int T, int H, int KV, int hd)
-      : q(tsr_ops_staging_part((long)B * T * H * hd)),
-        kv(tsr_ops_staging_part((long)B * T * KV * hd)) {}
-  long bwd() const { return 4 * q + 4 * kv; }   /* Q K V O dO dQ dK dV */
-};
 
 /* The GPU the graphs are for: this process's (dp NULL), or one described by cuDNN's
  * device-property JSON, without a GPU (tsr_cuda_cudnn_attention_check_offline). */
@@ -245,15 +229,10 @@ bool execute(const std::shared_ptr<fe::graph::Graph> &g,
     }                                                                                        \
   } while (0)
 
-extern "C" long tsr_cuda_cudnn_attention_version(void) { return (long)cudnnGetVersion(); }
+extern "C" long tsr_sdpa_graphs_version(void) { return (long)cudnnGetVersion(); }
 
-/* bf16 elements of staging the shape's copies and its plans' workspace take */
-static long staging_need(const plans &p, int B, int T, int H, int KV, int hd) {
-  return parts(B, T, H, KV, hd).bwd() + (long)((std::max(p.ws_fwd, p.ws_bwd) + 1) / 2);
-}
-
-static int prepare(int B, int T, int H, int KV, int hd, long staging_elems, char *why,
-                   size_t why_len) {
+static int prepare(int B, int T, int H, int KV, int hd, long long ws_limit, tsr_sdpa_info *info,
+                   char *why, size_t why_len) {
   if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
   plans *p = plans_for(B, T, H, KV, hd);
   if (!p->ok) {
@@ -262,100 +241,72 @@ static int prepare(int B, int T, int H, int KV, int hd, long staging_elems, char
     return TSR_CUDA_CUDNN_CANNOT;
   }
   std::string note;
-  if (staging_need(*p, B, T, H, KV, hd) > staging_elems && p->deterministic) {
+  if (std::max(p->ws_fwd, p->ws_bwd) > ws_limit && p->deterministic) {
     /* the deterministic backward's workspace does not fit: the other one, where it does */
     plans q = *p;
     if (build_bwd(q, target(), B, T, H, KV, hd, false) &&
-        staging_need(q, B, T, H, KV, hd) <= staging_elems) {
+        std::max(q.ws_fwd, q.ws_bwd) <= ws_limit) {
       note = "; the deterministic backward's workspace (" + std::to_string(p->ws_bwd) +
-             " bytes) does not fit the staging";
+             " bytes) does not fit";
       *p = q;
     }
   }
-  const long need = staging_need(*p, B, T, H, KV, hd);
-  if (need > staging_elems) {
-    snprintf(why, why_len,
-             "its bf16 copies and workspace need %ld bf16 elements (workspace %lld bytes), "
-             "the staging holds %ld",
-             need, (long long)std::max(p->ws_fwd, p->ws_bwd), staging_elems);
+  if (std::max(p->ws_fwd, p->ws_bwd) > ws_limit) {
+    snprintf(why, why_len, "its workspace needs %lld bytes, the staging has %lld beside the copies",
+             (long long)std::max(p->ws_fwd, p->ws_bwd), ws_limit);
     return TSR_CUDA_CUDNN_CANNOT;
   }
+  *info = tsr_sdpa_info{(long long)p->ws_fwd, (long long)p->ws_bwd, p->deterministic ? 1 : 0};
   snprintf(why, why_len, "cuDNN %ld, %s backward, workspace %lld + %lld bytes%s",
            (long)cudnnGetVersion(), p->deterministic ? "deterministic" : "NON-deterministic",
            (long long)p->ws_fwd, (long long)p->ws_bwd, note.c_str());
   return 0;
 }
 
-extern "C" int tsr_cuda_cudnn_attention_prepare(int B, int T, int H, int KV, int hd,
-                                                long staging_elems, char *why, size_t why_len) {
-  TSR_CUDA_ARG(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0);
+extern "C" int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_limit,
+                                       tsr_sdpa_info *info, char *why, size_t why_len) {
+  TSR_CUDA_ARG(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && info);
   if (why_len) why[0] = 0;
   try {
-    return prepare(B, T, H, KV, hd, staging_elems, why, why_len);
+    return prepare(B, T, H, KV, hd, ws_limit, info, why, why_len);
   } catch (const std::exception &e) { /* C callers: no exception crosses */
     tsr_error("cuDNN attention: %s", e.what());
     return TSR_ERR;
   }
 }
 
-/* The plans of a prepared shape whose copies and workspace fit the staging, or NULL after
- * reporting why not (the caller decides before the first call: prepare). */
-static const plans *ready(int B, int T, int H, int KV, int hd, long staging_elems) {
-  char why[512];
-  const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd, staging_elems, why, sizeof why);
-  if (rc == TSR_CUDA_CUDNN_CANNOT)
-    tsr_error("cuDNN attention: B %d T %d H %d KV %d hd %d: %s", B, T, H, KV, hd, why);
-  return rc ? NULL : &cache.find(shape_key(B, T, H, KV, hd))->second;
+/* The plans of a prepared shape, or NULL after reporting it. */
+static const plans *prepared(int B, int T, int H, int KV, int hd) {
+  auto it = cache.find(shape_key(B, T, H, KV, hd));
+  if (it != cache.end() && it->second.ok) return &it->second;
+  tsr_error("cuDNN attention: B %d T %d H %d KV %d hd %d was not prepared", B, T, H, KV, hd);
+  return NULL;
 }
 
-extern "C" int tsr_cuda_cudnn_attention_fwd(float *out, float *lse, const float *q,
-                                            const float *k, const float *v, int B, int T,
-                                            int H, int KV, int hd, int qkv_stride,
-                                            tsr_bf16 *staging, long staging_elems,
-                                            cudaStream_t stream) {
-  TSR_CUDA_ARG(staging && qkv_stride >= H * hd && qkv_stride >= KV * hd);
-  const plans *p = ready(B, T, H, KV, hd, staging_elems);
+extern "C" int tsr_sdpa_graphs_fwd(int B, int T, int H, int KV, int hd, const void *Q,
+                                   const void *K, const void *V, void *O, float *stats, void *ws,
+                                   cudaStream_t stream) {
+  const plans *p = prepared(B, T, H, KV, hd);
   if (!p) return TSR_ERR;
-  const parts n(B, T, H, KV, hd);
-  const long rows = (long)B * T;
-  tsr_bf16 *Qb = staging, *Kb = Qb + n.q, *Vb = Kb + n.kv, *Ob = Vb + n.kv, *ws = Ob + n.q;
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Qb, q, rows, H * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Kb, k, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Vb, v, rows, KV * hd, qkv_stride, stream));
   CUDNN_CHECK(cudnnSetStream(handle, stream));
-  std::unordered_map<int64_t, void *> pack = {
-      {UID_Q, Qb}, {UID_K, Kb}, {UID_V, Vb}, {UID_O, Ob}, {UID_STATS, lse}};
-  if (!execute(p->fwd, pack, ws, "forward")) return TSR_ERR;
-  return tsr_cuda_cast_rows_bf16_f32(out, (long)H * hd, Ob, rows, H * hd, 0, stream);
+  std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)Q}, {UID_K, (void *)K},
+                                              {UID_V, (void *)V}, {UID_O, O},
+                                              {UID_STATS, stats}};
+  return execute(p->fwd, pack, ws, "forward") ? 0 : TSR_ERR;
 }
 
-extern "C" int tsr_cuda_cudnn_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
-                                            const float *out, const float *lse, const float *q,
-                                            const float *k, const float *v, int B, int T,
-                                            int H, int KV, int hd, int qkv_stride,
-                                            tsr_bf16 *staging, long staging_elems,
-                                            cudaStream_t stream) {
-  TSR_CUDA_ARG(staging && qkv_stride >= H * hd && qkv_stride >= KV * hd);
-  const plans *p = ready(B, T, H, KV, hd, staging_elems);
+extern "C" int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const void *Q,
+                                   const void *K, const void *V, const void *O, const void *dO,
+                                   const float *stats, void *dQ, void *dK, void *dV, void *ws,
+                                   cudaStream_t stream) {
+  const plans *p = prepared(B, T, H, KV, hd);
   if (!p) return TSR_ERR;
-  const parts n(B, T, H, KV, hd);
-  const long rows = (long)B * T;
-  tsr_bf16 *Qb = staging, *Kb = Qb + n.q, *Vb = Kb + n.kv, *Ob = Vb + n.kv, *dOb = Ob + n.q,
-           *dQb = dOb + n.q, *dKb = dQb + n.q, *dVb = dKb + n.kv, *ws = dVb + n.kv;
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Qb, q, rows, H * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Kb, k, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Vb, v, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Ob, out, rows, H * hd, (long)H * hd, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(dOb, dout, rows, H * hd, (long)H * hd, stream));
   CUDNN_CHECK(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void *> pack = {
-      {UID_Q, Qb},     {UID_K, Kb},   {UID_V, Vb},   {UID_O, Ob},  {UID_DO, dOb},
-      {UID_STATS, (void *)lse}, {UID_DQ, dQb}, {UID_DK, dKb}, {UID_DV, dVb}};
-  if (!execute(p->bwd, pack, ws, "backward")) return TSR_ERR;
-  if (dq) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dq, qkv_stride, dQb, rows, H * hd, 1, stream));
-  if (dk) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dk, qkv_stride, dKb, rows, KV * hd, 1, stream));
-  if (dv) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dv, qkv_stride, dVb, rows, KV * hd, 1, stream));
-  return 0;
+      {UID_Q, (void *)Q},   {UID_K, (void *)K},         {UID_V, (void *)V},
+      {UID_O, (void *)O},   {UID_DO, (void *)dO},       {UID_STATS, (void *)stats},
+      {UID_DQ, dQ},         {UID_DK, dK},               {UID_DV, dV}};
+  return execute(p->bwd, pack, ws, "backward") ? 0 : TSR_ERR;
 }
 
 extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_version,
@@ -388,7 +339,7 @@ extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, i
   return p.ok ? 0 : TSR_CUDA_CUDNN_CANNOT;
 }
 
-extern "C" void tsr_cuda_cudnn_attention_close(void) {
+extern "C" void tsr_sdpa_graphs_close(void) {
   cache.clear();
   if (handle) cudnnDestroy(handle);
   handle = NULL;

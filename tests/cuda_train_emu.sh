@@ -99,10 +99,25 @@ TSR_CUDA_ATTENTION=flash run bad_attention_kernel cuda 1 run.max_steps=1
 check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices" \
   grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default), 'mma' or 'cudnn'" \
   "$SCRATCH/bad_attention_kernel.out"
-# the emulation links no cuDNN: asking for it is refused at open, saying how to get it
-TSR_CUDA_ATTENTION=cudnn run no_cudnn cuda 1 run.max_steps=1
-check "(a) TSR_CUDA_ATTENTION=cudnn in a build without cuDNN attention is refused" \
-  grep -q "TSR_CUDA_ATTENTION=cudnn: this build has no cuDNN attention" "$SCRATCH/no_cudnn.out"
+# cuDNN attention's path (cuda/ops_dev.c, cuda/sdpa_stage.c: staging, casts, lse, the
+# gradients added back) with the emulation's stand-in for cuDNN's graphs
+# (tests/cuda/emu/sdpa_fake.c): head_dim 16 and 32, grouped (4 heads over 2) and not
+TSR_CUDA_ATTENTION=cudnn run fast_cudnn cuda 1 run.max_steps=3 train.precision=bf16
+check "(a) bf16, TSR_CUDA_ATTENTION=cudnn: attention ran the cuDNN path" \
+  grep -q "^attention: cuDNN fused flash attention on bf16 copies of q, k, v (emulated cuDNN" \
+  "$SCRATCH/fast_cudnn.out"
+check "(a) ... device and CPU agree to 1e-2" agree fast_cudnn cpu_bf16 1e-2
+TSR_CUDA_ATTENTION=cudnn run fast_hd32_cudnn cuda 1 run.max_steps=3 train.precision=bf16 \
+  model.n_head=2 model.n_kv_head=1
+check "(a) bf16, head_dim 32, cuDNN path: device and CPU agree to 1e-2" \
+  agree fast_hd32_cudnn cpu_hd32 1e-2
+# a shape cuDNN declines (head_dim 4): our kernels instead, saying why
+TSR_CUDA_ATTENTION=cudnn run cudnn_declines cuda 1 run.max_steps=1 train.precision=bf16 \
+  model.n_head=16 model.n_kv_head=8
+check "(a) bf16, head_dim 4, TSR_CUDA_ATTENTION=cudnn: our fp32 kernel, saying why not cuDNN" \
+  grep -q "^attention: fp32 kernel .*; not cuDNN: emulated cuDNN cannot run it: hidden_dim" \
+  "$SCRATCH/cudnn_declines.out"
+check "(a) ... and the run finishes" rc_is cudnn_declines 0
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
   "$SCRATCH/gpu_fp32.out"
 check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$SCRATCH/gpu_fp16.out"

@@ -44,7 +44,8 @@ if [ -f ext/cudnn-frontend/include/cudnn_frontend.h ] && [ -n "$cudnn_h" ] && [ 
   CFLAGS+=(-DTSR_HAVE_CUDNN -I"$(dirname "$cudnn_h")")
   g++ -std=c++17 -O2 -DTSR_HAVE_CUDNN -Isrc -Icuda -I"$CUDA_HOME/include" -I"$(dirname "$cudnn_h")" \
     -isystem ext/cudnn-frontend/include -c cuda/sdpa_cudnn.cpp -o "$B/sdpa_cudnn.o" & pids+=($!)
-  CUDNN_OBJ=("$B/sdpa_cudnn.o")
+  gcc "${CFLAGS[@]}" -c cuda/sdpa_stage.c -o "$B/sdpa_stage.o"
+  CUDNN_OBJ=("$B/sdpa_cudnn.o" "$B/sdpa_stage.o")
   CUDNN_LIB=("$libcudnn" "$libnvrtc" -Wl,-rpath,"$(dirname "$libcudnn")" -Wl,-rpath,"$(dirname "$libnvrtc")")
 else
   echo "device-test: no cuDNN attention (frontend in ext/: $([ -d ext/cudnn-frontend ] && echo yes || echo no); cudnn_version.h: ${cudnn_h:-none}; libcudnn.so.9: ${libcudnn:-none}; libnvrtc: ${libnvrtc:-none})"
