@@ -19,7 +19,8 @@
  *    backward, sum of squares) are run twice and must agree bitwise.
  * Exits 77 (skip) when no CUDA device is usable.  TSR_TEST_ONLY=group,... runs only
  * the groups named (casts embedding rmsnorm layernorm rope activations elementwise xent
- * adamw reductions matmul attention). */
+ * adamw reductions matmul attention).  In a build with cuDNN attention (TSR_HAVE_CUDNN)
+ * the attention group checks it too, unless TSR_TEST_NO_CUDNN is set. */
 #include <cuda_runtime_api.h>
 #include <float.h>
 #include <math.h>
@@ -871,8 +872,9 @@ static void test_attention(int B, int T, int H, int KV, int hd, int separate) {
   }
   tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
 #ifdef TSR_HAVE_CUDNN
-  test_attention_cudnn(B, T, H, KV, hd, separate, buf, q, k, v, nbuf, out, lse, dout, d_buf, d_out,
-                       d_lse, d_dout);
+  if (!getenv("TSR_TEST_NO_CUDNN")) /* device-test.sh sanitize: our kernels, not cuDNN's */
+    test_attention_cudnn(B, T, H, KV, hd, separate, buf, q, k, v, nbuf, out, lse, dout, d_buf,
+                         d_out, d_lse, d_dout);
 #endif
 
   /* bf16 storage: the CPU reference computes in fp32 on the same bf16-exact values */
