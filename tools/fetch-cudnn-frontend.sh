@@ -4,7 +4,9 @@
 # source tree), for cuda/sdpa_cudnn.cpp.  The headers come from one pinned wheel on PyPI
 # (the simple index; no pip needed), checked against its sha256.  Idempotent: returns at
 # once when DIR/include/cudnn_frontend.h is there.  Exit status 1 (and a message) when
-# the download fails; configure then builds without cuDNN attention.
+# the download fails or the wheel is not the pinned one, leaving DIR/include as it was;
+# configure then builds without cuDNN attention.  PYPI_SIMPLE: another simple index
+# (default https://pypi.org/simple; tests/fetch_frontend.sh uses file:// ones).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$here/ext/cudnn-frontend}
@@ -26,7 +28,7 @@ try:
         sys.exit(f"fetch-cudnn-frontend: {wheel} is not on {index}")
     url = urllib.parse.urljoin(f"{index}/nvidia-cudnn-frontend/", m.group(1))
     data = urllib.request.urlopen(url, timeout=300).read()
-except OSError as e:
+except (OSError, ValueError) as e:
     sys.exit(f"fetch-cudnn-frontend: download failed: {e}")
 got = hashlib.sha256(data).hexdigest()
 if got != sha:
@@ -35,7 +37,8 @@ tmp = dest + "/.include.tmp"
 shutil.rmtree(tmp, ignore_errors=True)
 with zipfile.ZipFile(io.BytesIO(data)) as z:
     names = [n for n in z.namelist() if n.startswith("include/") and not n.endswith("/")]
-    lic = [n for n in z.namelist() if n.endswith("LICENSE") or n.endswith("LICENSE.txt")]
+    lic = [n for n in z.namelist() if not n.startswith("include/") and
+           (n.endswith("/LICENSE") or n.endswith("/LICENSE.txt"))]
     for n in names + lic[:1]:
         out = os.path.join(tmp, n[len("include/"):] if n.startswith("include/") else "LICENSE")
         os.makedirs(os.path.dirname(out), exist_ok=True)
