@@ -39,7 +39,8 @@ int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_li
                             tsr_sdpa_info *info, char *why, size_t why_len) {
   if (T == 1 || hd % 8 || hd > 256) {
     snprintf(why, why_len, "emulated cuDNN cannot run it: %s",
-             T == 1 ? "s_q = s_kv = 1 is not supported" : "hidden_dim should be a multiple of 8, at most 256");
+             T == 1 ? "s_q = s_kv = 1 is not supported"
+                    : "hidden_dim should be a multiple of 8, at most 256");
     return TSR_CUDA_CUDNN_CANNOT;
   }
   const long long ws = ws_bytes(B, T, H, hd);
