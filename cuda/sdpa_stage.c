@@ -46,32 +46,35 @@ int tsr_cuda_cudnn_attention_prepare(int B, int T, int H, int KV, int hd, long s
                                  why_len);
 }
 
-/* Prepared (once per shape in the graphs), or an error saying why not. */
-static int ready(int B, int T, int H, int KV, int hd, long staging_elems) {
+/* Both directions' first steps: the shape prepared (once, in the graphs; an error saying
+ * why not), q, k, v copied into the staging's first three parts (Q, K, V). */
+static int stage_qkv(const float *q, const float *k, const float *v, int B, int T, int H, int KV,
+                     int hd, int qkv_stride, tsr_bf16 *staging, long staging_elems,
+                     cudaStream_t stream) {
+  TSR_CHECK(staging && qkv_stride >= H * hd && qkv_stride >= KV * hd, TSR_ERR,
+            "cuDNN attention: no staging, or qkv_stride %d under %d heads of %d", qkv_stride,
+            H, hd);
   char why[600];
   const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd, staging_elems, why, sizeof why);
   if (rc == TSR_CUDA_CUDNN_CANNOT)
     tsr_error("cuDNN attention: B %d T %d H %d KV %d hd %d: %s", B, T, H, KV, hd, why);
-  return rc ? TSR_ERR : 0;
+  if (rc) return TSR_ERR;
+  const parts n = parts_of(B, T, H, KV, hd);
+  const long rows = (long)B * T;
+  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(staging, q, rows, H * hd, qkv_stride, stream));
+  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(staging + n.q, k, rows, KV * hd, qkv_stride, stream));
+  return tsr_cuda_cast_rows_f32_bf16(staging + n.q + n.kv, v, rows, KV * hd, qkv_stride, stream);
 }
 
 int tsr_cuda_cudnn_attention_fwd(float *out, float *lse, const float *q, const float *k,
                                  const float *v, int B, int T, int H, int KV, int hd,
                                  int qkv_stride, tsr_bf16 *staging, long staging_elems,
                                  cudaStream_t stream) {
-  TSR_CHECK(staging && qkv_stride >= H * hd && qkv_stride >= KV * hd, TSR_ERR,
-            "cuDNN attention: no staging, or qkv_stride %d under %d heads of %d", qkv_stride,
-            H, hd);
-  TSR_CALL(ready(B, T, H, KV, hd, staging_elems));
+  TSR_CALL(stage_qkv(q, k, v, B, T, H, KV, hd, qkv_stride, staging, staging_elems, stream));
   const parts n = parts_of(B, T, H, KV, hd);
-  const long rows = (long)B * T;
   tsr_bf16 *Qb = staging, *Kb = Qb + n.q, *Vb = Kb + n.kv, *Ob = Vb + n.kv;
-  void *ws = staging + copies(n);
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Qb, q, rows, H * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Kb, k, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Vb, v, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_sdpa_graphs_fwd(B, T, H, KV, hd, Qb, Kb, Vb, Ob, lse, ws, stream));
-  return tsr_cuda_cast_rows_bf16_f32(out, (long)H * hd, Ob, rows, H * hd, 0, stream);
+  TSR_CALL(tsr_sdpa_graphs_fwd(B, T, H, KV, hd, Qb, Kb, Vb, Ob, lse, staging + copies(n), stream));
+  return tsr_cuda_cast_rows_bf16_f32(out, (long)H * hd, Ob, (long)B * T, H * hd, 0, stream);
 }
 
 int tsr_cuda_cudnn_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
@@ -79,22 +82,15 @@ int tsr_cuda_cudnn_attention_bwd(float *dq, float *dk, float *dv, const float *d
                                  const float *k, const float *v, int B, int T, int H, int KV,
                                  int hd, int qkv_stride, tsr_bf16 *staging, long staging_elems,
                                  cudaStream_t stream) {
-  TSR_CHECK(staging && qkv_stride >= H * hd && qkv_stride >= KV * hd, TSR_ERR,
-            "cuDNN attention: no staging, or qkv_stride %d under %d heads of %d", qkv_stride,
-            H, hd);
-  TSR_CALL(ready(B, T, H, KV, hd, staging_elems));
+  TSR_CALL(stage_qkv(q, k, v, B, T, H, KV, hd, qkv_stride, staging, staging_elems, stream));
   const parts n = parts_of(B, T, H, KV, hd);
   const long rows = (long)B * T, od = (long)H * hd;
   tsr_bf16 *Qb = staging, *Kb = Qb + n.q, *Vb = Kb + n.kv, *Ob = Vb + n.kv, *dOb = Ob + n.q,
            *dQb = dOb + n.q, *dKb = dQb + n.q, *dVb = dKb + n.kv;
-  void *ws = staging + copies(n);
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Qb, q, rows, H * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Kb, k, rows, KV * hd, qkv_stride, stream));
-  TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Vb, v, rows, KV * hd, qkv_stride, stream));
   TSR_CALL(tsr_cuda_cast_rows_f32_bf16(Ob, out, rows, H * hd, od, stream));
   TSR_CALL(tsr_cuda_cast_rows_f32_bf16(dOb, dout, rows, H * hd, od, stream));
-  TSR_CALL(tsr_sdpa_graphs_bwd(B, T, H, KV, hd, Qb, Kb, Vb, Ob, dOb, lse, dQb, dKb, dVb, ws,
-                               stream));
+  TSR_CALL(tsr_sdpa_graphs_bwd(B, T, H, KV, hd, Qb, Kb, Vb, Ob, dOb, lse, dQb, dKb, dVb,
+                               staging + copies(n), stream));
   if (dq) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dq, qkv_stride, dQb, rows, H * hd, 1, stream));
   if (dk) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dk, qkv_stride, dKb, rows, KV * hd, 1, stream));
   if (dv) TSR_CALL(tsr_cuda_cast_rows_bf16_f32(dv, qkv_stride, dVb, rows, KV * hd, 1, stream));
