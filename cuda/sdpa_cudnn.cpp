@@ -33,15 +33,6 @@ extern "C" {
 #include "ops_cuda.h" /* TSR_CUDA_CUDNN_CANNOT */
 #include "sdpa_graphs.h"
 
-#define TSR_CUDA_ARG(cond)                                                                   \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: invalid argument: %s", __FILE__, \
-                    __LINE__, __func__, #cond);                                              \
-      return TSR_ERR;                                                                        \
-    }                                                                                        \
-  } while (0)
-
 namespace fe = cudnn_frontend;
 
 namespace {
@@ -265,7 +256,8 @@ static int prepare(int B, int T, int H, int KV, int hd, long long ws_limit, tsr_
 
 extern "C" int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_limit,
                                        tsr_sdpa_info *info, char *why, size_t why_len) {
-  TSR_CUDA_ARG(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && info);
+  TSR_CHECK(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && info, TSR_ERR,
+            "cuDNN attention: B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
   if (why_len) why[0] = 0;
   try {
     return prepare(B, T, H, KV, hd, ws_limit, info, why, why_len);
@@ -312,7 +304,8 @@ extern "C" int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const vo
 extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_version,
                                                       int sm_count, int B, int T, int H, int KV,
                                                       int hd, char *why, size_t why_len) {
-  TSR_CUDA_ARG(device_json && B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0);
+  TSR_CHECK(device_json && B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0, TSR_ERR,
+            "cuDNN attention: B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
   if (why_len) why[0] = 0;
   target t;
   t.sm_version = sm_version;
