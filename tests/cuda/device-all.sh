@@ -76,17 +76,12 @@ if [[ $PARTS == *,profile,* ]]; then
     checkpoint.every_steps=0 checkpoint.resume=none run.eval_every=0 run.device=cuda)
   (
     export TSR_CUDA_PROFILE=1
-    timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml "${P[@]:2}" run.max_steps=4 \
-      run.log_every=1 parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 train.micro_batch=1 \
-      train.global_batch=1 train.precision=bf16 run.out_dir=/tmp/tsr-work/prof-llama1b
-    TSR_CUDA_ATTENTION=mma timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml "${P[@]:2}" \
-      run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
-      train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
-      run.out_dir=/tmp/tsr-work/prof-llama1b-mma
-    TSR_CUDA_ATTENTION=cudnn timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml \
-      "${P[@]:2}" run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 \
-      parallel.zero_stage=0 train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
-      run.out_dir=/tmp/tsr-work/prof-llama1b-cudnn
+    for a in wmma mma cudnn; do
+      TSR_CUDA_ATTENTION=$a timeout "${PROFILE_S:-120}" "${P[@]::2}" input/llama1b.nml \
+        "${P[@]:2}" run.max_steps=4 run.log_every=1 parallel.tp=1 parallel.pp=1 \
+        parallel.zero_stage=0 train.micro_batch=1 train.global_batch=1 train.precision=bf16 \
+        run.out_dir=/tmp/tsr-work/prof-llama1b-$a
+    done
     timeout 60 "${P[@]::2}" input/tiny.nml "${P[@]:2}" run.max_steps=20 train.precision=bf16 \
       run.out_dir=/tmp/tsr-work/prof-tiny
   ) >"$OUT/profile.log" 2>&1

@@ -140,29 +140,23 @@ fi
 if want e; then
   run tput run.device=cuda run.max_steps=20 run.log_every=10 train.precision=bf16
   grep -h "^step .*/20 " "$W/tput.out" | tail -1
-  "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
-    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
-    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
-    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
-    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
-    run.out_dir="$W/llama1b" >"$W/llama1b.out" 2>&1
-  grep -h "^step\|error\|mfu\|memory" "$W/llama1b.out" | tail -14
-  TSR_CUDA_ATTENTION=mma "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
-    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
-    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
-    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
-    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
-    run.out_dir="$W/llama1b_mma" >"$W/llama1b_mma.out" 2>&1
-  echo "llama1b with TSR_CUDA_ATTENTION=mma:"
-  grep -h "^attention:\|^step\|error\|mfu" "$W/llama1b_mma.out" | tail -6
-  TSR_CUDA_ATTENTION=cudnn "$B/run.sh" tessera "$top/input/llama1b.nml" "data.train=$DATA/train_*.bin" \
-    "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
-    checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
-    parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
-    train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
-    run.out_dir="$W/llama1b_cudnn" >"$W/llama1b_cudnn.out" 2>&1
-  echo "llama1b with TSR_CUDA_ATTENTION=cudnn:"
-  grep -h "^attention:\|^step\|error\|mfu" "$W/llama1b_cudnn.out" | tail -6
+  # llama1b with each attention: the default (WMMA), mma.sync, cuDNN
+  for a in wmma mma cudnn; do
+    name=llama1b
+    [ $a != wmma ] && name=llama1b_$a
+    TSR_CUDA_ATTENTION=$a "$B/run.sh" tessera "$top/input/llama1b.nml" \
+      "data.train=$DATA/train_*.bin" "data.valid=$DATA/valid_*.bin" checkpoint.every_steps=0 \
+      checkpoint.resume=none run.eval_every=0 run.max_steps=10 run.log_every=1 run.device=cuda \
+      parallel.tp=1 parallel.pp=1 parallel.zero_stage=0 \
+      train.micro_batch=1 train.global_batch=1 train.precision=bf16 model.vocab_size=32000 \
+      run.out_dir="$W/$name" >"$W/$name.out" 2>&1
+    echo "llama1b with TSR_CUDA_ATTENTION=$a:"
+    if [ $a = wmma ]; then
+      grep -h "^step\|error\|mfu\|memory" "$W/$name.out" | tail -14
+    else
+      grep -h "^attention:\|^step\|error\|mfu" "$W/$name.out" | tail -6
+    fi
+  done
 fi
 echo "outputs in $W"
 finish
