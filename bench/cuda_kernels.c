@@ -378,8 +378,19 @@ int main(int argc, char **argv) {
     float *p = dev(n * 4), *m = dev(n * 4), *v = dev(n * 4), *g = dev(n * 4);
     double *s = dev(8);
     snprintf(shape, sizeof shape, "%ld", n);
-    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, st));
+    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+                               TSR_PREC_FP32, st));
     row("adamw", shape, ms, 7.0 * n * 4, 0, "p,m,v,g in; p,m,v out");
+    /* the bf16 parameter refresh: a second pass after AdamW, or fused into it */
+    float *c = dev(n * 4);
+    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+                               TSR_PREC_FP32, st) ||
+                    tsr_cuda_round_bf16(c, p, n, st));
+    row("adamw, then round_bf16", shape, ms, 9.0 * n * 4, 0, "two passes");
+    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, c,
+                               TSR_PREC_BF16, st));
+    row("adamw + bf16 refresh fused", shape, ms, 8.0 * n * 4, 0, "p,m,v,g in; p,m,v,copy out");
+    CK(cudaFree(c));
     TIME_MS(ms, tsr_cuda_sumsq(s, g, n, ws, st));
     row("sumsq", shape, ms, 4.0 * n, 0, "x in");
     CK(cudaFree(p)); CK(cudaFree(m)); CK(cudaFree(v)); CK(cudaFree(g)); CK(cudaFree(s));

@@ -35,6 +35,8 @@
 extern "C" {
 #endif
 
+#include "ops.h" /* tsr_prec */
+
 typedef uint16_t tsr_bf16;
 typedef enum { TSR_CUDA_F32 = 0, TSR_CUDA_BF16 = 1 } tsr_cuda_dtype;
 
@@ -256,10 +258,11 @@ int tsr_cuda_xent_grad_bf16(tsr_bf16 *logits, const int32_t *targets, const doub
                             const double *sumexp, int n, int V, int vocab_start, float dloss,
                             cudaStream_t stream);
 
-/* ---- AdamW over a flat fp32 shard (torch.optim.AdamW; scalars formed as on the CPU) ---- */
+/* ---- AdamW over a flat fp32 shard (torch.optim.AdamW; scalars formed as on the CPU);
+ * out (NULL: none) gets the new p rounded to out_prec, as tsr_ops_adamw's ---- */
 int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, long t, float grad_scale,
-                   cudaStream_t stream);
+                   float *out, tsr_prec out_prec, cudaStream_t stream);
 
 /* ---- casts and reductions ---- */
 int tsr_cuda_round_bf16(float *dst, const float *src, long n_elem, cudaStream_t stream);

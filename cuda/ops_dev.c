@@ -540,10 +540,11 @@ static void d_xent_grad(float *logits, const int32_t *targets, const double *row
   RUN(tsr_cuda_xent_grad(logits, targets, row_max, sumexp, n, V, vocab_start, dloss, g.stream));
 }
 static void d_adamw(float *p, float *m, float *v, const float *grad, long n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, long t, float grad_scale) {
-  PROF(0, "adamw");
-  RUN(tsr_cuda_adamw(p, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
-                     g.stream));
+                    float beta2, float eps, float weight_decay, long t, float grad_scale, float *out,
+                    tsr_prec out_prec) {
+  PROF(0, "%s", out ? "adamw+refresh" : "adamw");
+  RUN(tsr_cuda_adamw(p, m, v, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, out,
+                     out_prec, g.stream));
 }
 static void d_round_bf16(float *dst, const float *src, long n_elem) {
   PROF(0, "round_bf16");

@@ -533,27 +533,42 @@ extern "C" int tsr_cuda_acc_bf16(tsr_bf16 *out, const tsr_bf16 *a, long n_elem,
 
 /* -------------------------------------------------------------------- AdamW */
 
+/* OUT: what the refreshed compute copy out[] gets (TSR_PREC_*; -1: no out). */
+template <int OUT>
 __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, long n, float beta1,
                              float beta2, float eps, float decay, float step_size, float bc2_sqrt,
-                             float one_m_b1, float one_m_b2, float grad_scale) {
+                             float one_m_b1, float one_m_b2, float grad_scale, float *out) {
   GRID_STRIDE_LOOP(i, n) {
     const float gi = g[i] * grad_scale;
     const float pi = p[i] * decay;
     const float mi = m[i] * beta1 + one_m_b1 * gi;
     const float vi = v[i] * beta2 + one_m_b2 * gi * gi;
     const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    const float pn = pi - step_size * (mi / denom);
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi - step_size * (mi / denom);
+    p[i] = pn;
+    if (OUT == TSR_PREC_BF16) out[i] = tsr_round_bf16(pn);
+    if (OUT == TSR_PREC_FP16) out[i] = tsr_round_fp16(pn);
+    if (OUT == TSR_PREC_FP32) out[i] = pn;
   }
 }
 
 extern "C" int tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
                               float beta1, float beta2, float eps, float weight_decay, long t,
-                              float grad_scale, cudaStream_t stream) {
+                              float grad_scale, float *out, tsr_prec out_prec,
+                              cudaStream_t stream) {
   const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
-  LAUNCH_ELEM(adamw_kernel, n, p, m, v, g, n, beta1, beta2, eps, s.decay, s.step_size, s.bc2_sqrt,
-              s.one_m_b1, s.one_m_b2, grad_scale);
+#define ADAMW_ARGS                                                                             \
+  p, m, v, g, n, beta1, beta2, eps, s.decay, s.step_size, s.bc2_sqrt, s.one_m_b1, s.one_m_b2, \
+      grad_scale, out
+  if (!out) LAUNCH_ELEM(adamw_kernel<-1>, n, ADAMW_ARGS);
+  TSR_CUDA_ARG(out_prec == TSR_PREC_FP32 || out_prec == TSR_PREC_BF16 ||
+               out_prec == TSR_PREC_FP16);
+  if (out_prec == TSR_PREC_BF16) LAUNCH_ELEM(adamw_kernel<TSR_PREC_BF16>, n, ADAMW_ARGS);
+  if (out_prec == TSR_PREC_FP16) LAUNCH_ELEM(adamw_kernel<TSR_PREC_FP16>, n, ADAMW_ARGS);
+  LAUNCH_ELEM(adamw_kernel<TSR_PREC_FP32>, n, ADAMW_ARGS);
+#undef ADAMW_ARGS
 }
 
 /* ------------------------------------------------------ casts, reductions */

@@ -43,8 +43,6 @@
 #include "ops.h"
 #include "util.h"
 
-enum { PREC_FP32, PREC_BF16, PREC_FP16 };
-
 typedef struct { /* offsets of one layer's tensors relative to its unit (-1: absent) */
   int64_t norm1_w, norm1_b, wqkv, bqkv, wo, bo, norm2_w, norm2_b, wfc, bfc, wdown, bdown;
 } layer_params;
@@ -64,7 +62,7 @@ struct tsr_model {
   tsr_config cfg;
   const tsr_layout *lay;
   int gpt2;
-  int prec; /* storage of parameters and activations: PREC_FP32, PREC_BF16, PREC_FP16 */
+  tsr_prec prec; /* storage of parameters and activations */
   tsr_recompute recompute;
   /* H, KV, F, V: this tp rank's query heads, KV heads, MLP width and vocabulary rows */
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
@@ -307,9 +305,9 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->cfg = *cfg;
   m->lay = lay;
   const tsr_model_config *mc = &cfg->model;
-  m->prec = strcmp(cfg->train.precision, "bf16") == 0   ? PREC_BF16
-            : strcmp(cfg->train.precision, "fp16") == 0 ? PREC_FP16
-                                                        : PREC_FP32;
+  m->prec = strcmp(cfg->train.precision, "bf16") == 0   ? TSR_PREC_BF16
+            : strcmp(cfg->train.precision, "fp16") == 0 ? TSR_PREC_FP16
+                                                        : TSR_PREC_FP32;
   m->tp = tp;
   m->tp_size = tp ? tsr_comm_size(tp) : 1;
   m->tp_rank = tp ? tsr_comm_rank(tp) : 0;
@@ -564,13 +562,15 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
 }
 
 void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n) {
-  if (m->prec == PREC_BF16)
+  if (m->prec == TSR_PREC_BF16)
     tsr_ops_round_bf16(dst, src, (long)n);
-  else if (m->prec == PREC_FP16)
+  else if (m->prec == TSR_PREC_FP16)
     tsr_ops_round_fp16(dst, src, (long)n);
   else
     tsr_ops_copy(dst, src, (size_t)n * sizeof(float));
 }
+
+tsr_prec tsr_model_prec(const tsr_model *m) { return m->prec; }
 
 void tsr_model_set_params(tsr_model *m, const float *master) {
   if (m->params) tsr_model_to_compute(m, m->params, master, m->lay->n_flat);
@@ -582,13 +582,13 @@ void tsr_model_zero_grads(tsr_model *m) {
 
 /* bf16 / fp16 storage of an activation: round in place. */
 static void store(const tsr_model *m, float *x, long n) {
-  if (m->prec == PREC_BF16) tsr_ops_round_bf16(x, x, n);
-  if (m->prec == PREC_FP16) tsr_ops_round_fp16(x, x, n);
+  if (m->prec == TSR_PREC_BF16) tsr_ops_round_bf16(x, x, n);
+  if (m->prec == TSR_PREC_FP16) tsr_ops_round_fp16(x, x, n);
 }
 
 /* fp16 storage of an activation gradient (bf16 and fp32 keep them fp32). */
 static void store_grad(const tsr_model *m, float *dx, long n) {
-  if (m->prec == PREC_FP16) tsr_ops_round_fp16(dx, dx, n);
+  if (m->prec == TSR_PREC_FP16) tsr_ops_round_fp16(dx, dx, n);
 }
 
 /* Norm of this rank's rows x [Ns, C] into the full-size output out [N, C]: with

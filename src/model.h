@@ -116,6 +116,7 @@ float *tsr_model_grads(tsr_model *m);
 void tsr_model_zero_grads(tsr_model *m);
 /* Round values to the compute precision (bf16 rounding, or a copy). */
 void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n);
+tsr_prec tsr_model_prec(const tsr_model *m); /* that precision */
 
 /* Forward + backward of one micro-batch (micro_batch sequences): inputs and targets are
  * [micro_batch * seq_len].  *loss = mean cross-entropy of this micro-batch.

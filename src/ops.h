@@ -211,12 +211,18 @@ void tsr_ops_xent_rows_acc(double *acc, double div, const double *row_max, const
 void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
                        const double *sumexp, int n, int V, int vocab_start, float dloss);
 
+/* The precision values are stored in (fp32 containers holding bf16 or fp16 values). */
+typedef enum { TSR_PREC_FP32 = 0, TSR_PREC_BF16 = 1, TSR_PREC_FP16 = 2 } tsr_prec;
+
 /* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n elements:
  * p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
- * g is multiplied by grad_scale first (clipping, 1/loss-scale). t is 1-based. */
+ * g is multiplied by grad_scale first (clipping, 1/loss-scale). t is 1-based.
+ * out (NULL: none) receives the new p rounded to out_prec in the same pass: the
+ * parameter refresh fused in, bitwise what tsr_ops_round_* (or a copy) of p gives. */
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
-                   float beta2, float eps, float weight_decay, long t, float grad_scale);
+                   float beta2, float eps, float weight_decay, long t, float grad_scale,
+                   float *out, tsr_prec out_prec);
 /* Its per-step scalars, formed as torch forms them (Python doubles, cast to fp32 where
  * they meet a tensor): p *= decay;  p -= step_size * m / (sqrt(v) / bc2_sqrt + eps).
  * The CUDA AdamW takes them from here too, so both round alike. */

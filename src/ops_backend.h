@@ -80,7 +80,8 @@ typedef struct tsr_ops_backend {
   void (*xent_rows_acc)(double *acc, double div, const double *row_max, const double *sumexp,
                         const double *target_logit, int n);
   void (*adamw)(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
-                float beta2, float eps, float weight_decay, long t, float grad_scale);
+                float beta2, float eps, float weight_decay, long t, float grad_scale, float *out,
+                tsr_prec out_prec);
   void (*round_bf16)(float *dst, const float *src, long n_elem);
   void (*round_fp16)(float *dst, const float *src, long n_elem);
   double (*sumsq)(const float *x, long n_elem);

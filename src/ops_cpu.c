@@ -926,9 +926,22 @@ tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, floa
                              .one_m_b2 = (float)(1.0 - (double)beta2)};
 }
 
+/* The compiler's conversion where it has _Float16 (F16C's vcvtps2ph in the x86-64-v3 and
+ * v4 copies: 8-16 lanes); test_ops holds it bitwise equal to tsr_round_fp16 on finite
+ * values, and both keep NaN a NaN. */
+TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
+#ifdef __FLT16_MAX__
+  for (long i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
+#else
+  for (long i = 0; i < n; i++) dst[i] = tsr_round_fp16(src[i]);
+#endif
+}
+
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
-                   float beta2, float eps, float weight_decay, long t, float grad_scale) {
-  DEV_VOID(adamw, p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+                   float beta2, float eps, float weight_decay, long t, float grad_scale,
+                   float *out, tsr_prec out_prec) {
+  DEV_VOID(adamw, p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, out,
+           out_prec);
   const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
   const float decay = s.decay, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt;
   const float one_m_b1 = s.one_m_b1, one_m_b2 = s.one_m_b2;
@@ -954,6 +967,14 @@ void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float l
       const float denom = root[i] / bc2_sqrt + eps;
       pb[i] -= step_size * (mb[i] / denom);
     }
+    if (!out) continue;
+    float *restrict ob = out + i0; /* the refresh, while the block is in cache */
+    if (out_prec == TSR_PREC_BF16)
+      for (int i = 0; i < len; i++) ob[i] = tsr_round_bf16(pb[i]);
+    else if (out_prec == TSR_PREC_FP16)
+      round_fp16_block(ob, pb, len);
+    else
+      memcpy(ob, pb, (size_t)len * sizeof(float));
   }
 }
 
@@ -963,17 +984,6 @@ void tsr_ops_round_bf16(float *dst, const float *src, long n_elem) {
   DEV_VOID(round_bf16, dst, src, n_elem);
 #pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) dst[i] = tsr_round_bf16(src[i]);
-}
-
-/* The compiler's conversion where it has _Float16 (F16C's vcvtps2ph in the x86-64-v3 and
- * v4 copies: 8-16 lanes); test_ops holds it bitwise equal to tsr_round_fp16 on finite
- * values, and both keep NaN a NaN. */
-TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
-#ifdef __FLT16_MAX__
-  for (long i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
-#else
-  for (long i = 0; i < n; i++) dst[i] = tsr_round_fp16(src[i]);
-#endif
 }
 
 void tsr_ops_round_fp16(float *dst, const float *src, long n_elem) {

@@ -449,26 +449,35 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
   return 0;
 }
 
+/* Where the compute-precision copy of this rank's master shard lives (NULL: nowhere,
+ * a stage-0 model whose parameters a provider owns). */
+static float *compute_shard(tsr_zero *z) {
+  float *p = tsr_model_params_mut(z->model);
+  if (z->stage == 0) return p;
+  return z->stage < 3 ? p + z->s0 : z->param_shard;
+}
+
+/* Stages 1-2: every rank's compute shard to every rank (stage 3 gathers per unit). */
+static int gather_params(tsr_zero *z) {
+  if (z->stage == 0 || z->stage == 3) return 0;
+  float *p = tsr_model_params_mut(z->model);
+  return tsr_comm_all_gather(z->shard_comm, p + z->s0, p, (size_t)(z->s1 - z->s0));
+}
+
 int tsr_zero_publish_params(tsr_zero *z) {
-  const int64_t len = z->s1 - z->s0;
-  if (z->stage == 0) {
-    tsr_model_set_params(z->model, z->master);
-  } else if (z->stage < 3) {
-    float *p = tsr_model_params_mut(z->model);
-    tsr_model_to_compute(z->model, p + z->s0, z->master, len);
-    TSR_CALL(tsr_comm_all_gather(z->shard_comm, p + z->s0, p, (size_t)len));
-  } else {
-    tsr_model_to_compute(z->model, z->param_shard, z->master, len);
-  }
-  return 0;
+  float *c = compute_shard(z);
+  const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
+  if (c) tsr_model_to_compute(z->model, c, z->master, len);
+  return gather_params(z);
 }
 
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
   const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
   tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
-                        grad_scale);
-  return tsr_zero_publish_params(z);
+                        grad_scale, compute_shard(z), tsr_model_prec(z->model));
+  return gather_params(z);
 }
 
 /* ---------------------------------------------------------------- checkpoints */

@@ -736,7 +736,7 @@ static void test_adamw(int steps, float wd, float grad_scale) {
   double *pr = to_d(p, n), *mr = dnew(n), *vr = dnew(n);
   for (long t = 1; t <= steps; t++) {
     fill(g, n, 2);
-    tsr_ops_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t, grad_scale);
+    tsr_ops_adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t, grad_scale, NULL, TSR_PREC_FP32);
     /* torch.optim.AdamW, scalar, in double */
     for (long i = 0; i < n; i++) {
       double gi = (double)g[i] * grad_scale;
@@ -758,6 +758,34 @@ static void test_adamw(int steps, float wd, float grad_scale) {
            (double)wd, (double)grad_scale);
   check(name, e, 1e-5);
   free(p), free(m), free(v), free(g), free(p0), free(pr), free(mr), free(vr), free(dref), free(dp);
+}
+
+/* AdamW with the compute copy refreshed in its pass (out): p, m, v bitwise as without
+ * out, and out bitwise the rounding (or copy) of the new p, over several of the op's
+ * blocks and a ragged tail. */
+static void test_adamw_refresh(tsr_prec prec, const char *what) {
+  char name[128];
+  const long n = 3 * 512 + 77;
+  float *p = fnew(n), *m = fnew(n), *v = fnew(n), *g = fnew(n), *out = fnew(n);
+  fill(p, n, 1), fill(m, n, 0.1f), fill(g, n, 2);
+  for (long i = 0; i < n; i++) v[i] = 1e-3f * (float)urand();
+  float *p2 = fdup(p, n), *m2 = fdup(m, n), *v2 = fdup(v, n), *want = fnew(n);
+  for (long i = 0; i < n; i++) out[i] = NAN; /* poisoned: every element must be written */
+  tsr_ops_adamw(p, m, v, g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f, out, prec);
+  tsr_ops_adamw(p2, m2, v2, g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f, NULL, prec);
+  if (prec == TSR_PREC_BF16)
+    tsr_ops_round_bf16(want, p2, n);
+  else if (prec == TSR_PREC_FP16)
+    tsr_ops_round_fp16(want, p2, n);
+  else
+    memcpy(want, p2, sizeof(float) * n);
+  long rounded = 0; /* elements the rounding changed: the check must see some */
+  for (long i = 0; i < n; i++) rounded += want[i] != p2[i];
+  const int same = !memcmp(p, p2, sizeof(float) * n) && !memcmp(m, m2, sizeof(float) * n) &&
+                   !memcmp(v, v2, sizeof(float) * n) && !memcmp(out, want, sizeof(float) * n);
+  snprintf(name, sizeof name, "adamw with the %s refresh fused: p, m, v, out bitwise", what);
+  check(name, same && (prec == TSR_PREC_FP32 || rounded > n / 2) ? 0.0 : 1.0, 0);
+  free(p), free(m), free(v), free(g), free(out), free(p2), free(m2), free(v2), free(want);
 }
 
 /* ------------------------------------------------------ casts, reductions */
@@ -913,6 +941,9 @@ int main(int argc, char **argv) {
   test_adamw(3, 0.0f, 1.0f);
   test_adamw(1, 0.1f, 0.5f);
   test_adamw(3, 0.1f, 0.5f);
+  test_adamw_refresh(TSR_PREC_FP32, "fp32");
+  test_adamw_refresh(TSR_PREC_BF16, "bf16");
+  test_adamw_refresh(TSR_PREC_FP16, "fp16");
   test_bf16();
   test_fp16();
   test_reductions();

@@ -584,15 +584,36 @@ static void test_xent(int n, int V) {
 static void test_adamw(long n) {
   float *p = hrand(n, -1, 1), *m = hrand(n, -0.1f, 0.1f), *v = hrand(n, 1e-6f, 1e-2f);
   float *d_p = dup_f32(p, n), *d_m = dup_f32(m, n), *d_v = dup_f32(v, n);
-  for (long t = 1; t <= 3; t++) {
+  /* steps 2-4 also refresh a compute copy (fp32, bf16, fp16) in the same pass: on the
+   * device it must be bitwise the rounding of the device's new p */
+  static const char *const prec_name[] = {"fp32", "bf16", "fp16"};
+  float *out = malloc((size_t)n * sizeof(float)), *pd = malloc((size_t)n * sizeof(float));
+  char name[64];
+  for (long t = 1; t <= 4; t++) {
     float *g = hrand(n, -2, 2), *d_g = dup_f32(g, n);
-    tsr_ops_adamw(p, m, v, g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
-    OK(tsr_cuda_adamw(d_p, d_m, d_v, d_g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, g_stream));
+    const tsr_prec prec = (tsr_prec)(t - 2);
+    float *d_out = t > 1 ? poisoned((size_t)n * sizeof(float)) : NULL;
+    tsr_ops_adamw(p, m, v, g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, t > 1 ? out : NULL,
+                  prec);
+    OK(tsr_cuda_adamw(d_p, d_m, d_v, d_g, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, d_out,
+                      prec, g_stream));
+    if (d_out) {
+      snprintf(name, sizeof name, "adamw n=%ld %s refresh against the CPU's", n, prec_name[t - 2]);
+      check_f32(name, d_out, out, n, prec == TSR_PREC_FP32 ? TOL_F32 : TOL_BF16);
+      down(pd, d_p, (size_t)n * sizeof(float));
+      if (prec == TSR_PREC_BF16) tsr_ops_round_bf16(pd, pd, n);
+      if (prec == TSR_PREC_FP16) tsr_ops_round_fp16(pd, pd, n);
+      down(out, d_out, (size_t)n * sizeof(float));
+      TU_CHECK(memcmp(out, pd, (size_t)n * sizeof(float)) == 0,
+               "adamw n=%ld %s refresh bitwise the rounding of the device's p", n,
+               prec_name[t - 2]);
+      dfree(d_out);
+    }
     free(g);
     dfree(d_g);
   }
-  char name[64];
-  snprintf(name, sizeof name, "adamw n=%ld, 3 steps: p", n);
+  free(out), free(pd);
+  snprintf(name, sizeof name, "adamw n=%ld, 4 steps: p", n);
   check_f32(name, d_p, p, n, TOL_F32);
   check_f32("adamw m", d_m, m, n, TOL_F32);
   check_f32("adamw v", d_v, v, n, TOL_F32);
