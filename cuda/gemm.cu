@@ -177,14 +177,14 @@ static int linear_fwd(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type, const
   return tsr_cuda_gelu_any_(y, pre_act, y_type, (long)n * out, stream);
 }
 
-/* dx (dx_type) += dy w;  dw (fp32) += dy^T x;  dbias (fp32) += colsum(dy). */
+/* dx (dx_type) = dy w;  dw (fp32) += dy^T x;  dbias (fp32) += colsum(dy). */
 static int linear_bwd(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
                       float *dbias, const void *dy, const void *x, const void *w,
                       tsr_cuda_dtype in_type, int n, int in, int out,
                       const tsr_cuda_scratch *ws, cudaStream_t stream) {
   const cudaDataType_t it = cuda_type(in_type);
   if (dx)
-    TSR_CALL(lt_matmul(blas, false, false, in, n, out, w, it, in, dy, it, out, 1.0f, dx,
+    TSR_CALL(lt_matmul(blas, false, false, in, n, out, w, it, in, dy, it, out, 0.0f, dx,
                        cuda_type(dx_type), in, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, false, stream));
   if (dw)
     TSR_CALL(lt_matmul(blas, false, true, in, out, n, x, it, in, dy, it, out, 1.0f, dw, CUDA_R_32F, in,

@@ -73,7 +73,7 @@ void tsr_cuda_blas_set_inputs(tsr_cuda_blas *blas, int mode);
  * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out], as a cuBLASLt epilogue). */
 int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
                         const float *bias, int n, int in, int out, cudaStream_t stream);
-/* dx += dy @ w;  dw += dy^T @ x;  dbias += column sums of dy.  Any may be NULL. */
+/* dx = dy @ w (written);  dw += dy^T @ x;  dbias += column sums of dy.  Any may be NULL. */
 int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias, const float *dy,
                         const float *x, const float *w, int n, int in, int out,
                         const tsr_cuda_scratch *ws, cudaStream_t stream);
@@ -88,7 +88,7 @@ int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type
                              const tsr_bf16 *x, const tsr_bf16 *w, const void *bias,
                              tsr_cuda_act act, void *pre_act, int n, int in, int out,
                              cudaStream_t stream);
-/* dx (dx_type) += dy @ w;  dw (fp32) += dy^T @ x;  dbias (fp32) += column sums of dy.
+/* dx (dx_type) = dy @ w;  dw (fp32) += dy^T @ x;  dbias (fp32) += column sums of dy.
  * Gradients of weights stay fp32 (they are reduced over dp and fed to AdamW). */
 int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
                              float *dbias, const tsr_bf16 *dy, const tsr_bf16 *x,
@@ -205,7 +205,7 @@ int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_versi
                                            int sm_count, int B, int T, int H, int KV, int hd,
                                            char *why, size_t why_len);
 
-/* ---- SwiGLU, GELU (tanh) ---- */
+/* ---- SwiGLU, GELU (tanh); the backward writes its input gradient (not accumulated) ---- */
 int tsr_cuda_swiglu_fwd(float *out, const float *gate_up, int n, int F, cudaStream_t stream);
 int tsr_cuda_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F,
                         cudaStream_t stream);

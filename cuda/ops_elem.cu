@@ -424,8 +424,8 @@ __global__ void swiglu_bwd_kernel(T *dgate_up, const T *dout, const T *gate_up, 
     const size_t ig = r * 2 * F + j, iu = ig + F;
     const float g = to_f32(gate_up[ig]), u = to_f32(gate_up[iu]), d = to_f32(dout[i]);
     const float s = 1.0f / (1.0f + expf(-g));
-    dgate_up[ig] = from_f32<T>(to_f32(dgate_up[ig]) + d * u * s * (1.0f + g * (1.0f - s)));
-    dgate_up[iu] = from_f32<T>(to_f32(dgate_up[iu]) + d * g * s);
+    dgate_up[ig] = from_f32<T>(d * u * s * (1.0f + g * (1.0f - s)));
+    dgate_up[iu] = from_f32<T>(d * g * s);
   }
 }
 
@@ -444,8 +444,7 @@ template <class T> __global__ void gelu_bwd_kernel(T *dx, const T *dout, const T
     const float xi = to_f32(x[i]);
     const float th = tanhf(GELU_C * (xi + GELU_A * xi * xi * xi));
     const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);
-    dx[i] = from_f32<T>(to_f32(dx[i]) +
-                        to_f32(dout[i]) * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du));
+    dx[i] = from_f32<T>(to_f32(dout[i]) * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du));
   }
 }
 

@@ -761,7 +761,8 @@ static int kv_reduce(tsr_model *m, const layer_params *p, float *gr) {
 }
 
 /* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
- * d(out) and becomes d(x). */
+ * d(out) and becomes d(x).  The GEMMs' and activations' backward write their input
+ * gradients (no zeroing first); the attention backward and the norms accumulate. */
 static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
                      layer_acts *a) {
   const layer_params *p = &m->lp[l];
@@ -770,17 +771,14 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   /* MLP branch */
   const float *Dfull = tp_gather_rows(m, D);
   if (!Dfull) return TSR_ERR;
-  tsr_ops_zero(m->d_act, (size_t)N * m->F * sizeof(float));
   tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act, PC(pr, p->wdown),
                      N, m->F, C);
   store_grad(m, m->d_act, (long)N * m->F);
-  tsr_ops_zero(m->d_fc, (size_t)N * m->fc_dim * sizeof(float));
   if (m->gpt2)
     tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
   else
     tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
   store_grad(m, m->d_fc, (long)N * m->fc_dim);
-  tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
                      C, m->fc_dim);
   store_grad(m, m->d_nc, (long)N * C);
@@ -790,7 +788,6 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
   store_grad(m, D, (long)m->Ns * C);
   /* attention branch */
   if (!(Dfull = tp_gather_rows(m, D))) return TSR_ERR;
-  tsr_ops_zero(m->d_atty, (size_t)N * qd * sizeof(float));
   tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(pr, p->wo), N, qd,
                      C);
   store_grad(m, m->d_atty, (long)N * qd);
@@ -803,7 +800,6 @@ static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const floa
     tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
   store_grad(m, m->d_qkv, (long)N * m->qkv_dim);
-  tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
   if (m->kv_shared) kv_set_aside(m, p, gr);
   tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
                      PC(pr, p->wqkv), N, C, m->qkv_dim);
@@ -931,7 +927,6 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
     float *gh = grads_acquire(m, head);
     ge = tied ? grads_acquire(m, 0) : NULL;
     if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-    tsr_ops_zero(m->d_nc, (size_t)N * C * sizeof(float));
     tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
                        PC(pw, m->head), N, C, m->V);
     store_grad(m, m->d_nc, (long)N * C);

@@ -108,7 +108,8 @@ static inline size_t tsr_ops_attention_scratch_bytes(long attn_bht, long attn_pa
  * y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out] if bias != NULL) */
 void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *bias,
                         int n, int in, int out);
-/* dx[n, in] += dy @ w;  dw[out, in] += dy^T @ x;  dbias[out] += sum_rows dy.
+/* dx[n, in] = dy @ w (written: the input gradient needs no zeroed buffer);
+ * dw[out, in] += dy^T @ x;  dbias[out] += sum_rows dy (the weight gradients accumulate).
  * Any of dx, dw, dbias may be NULL (not needed). */
 void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy,
                         const float *x, const float *w, int n, int in, int out);
@@ -159,7 +160,8 @@ void tsr_ops_attention_bwd(float *dq, float *dk, float *dv, const float *dout, c
 
 /* ---- SwiGLU: gate_up[r] = [gate(F) | up(F)], out[r, j] = silu(gate_j) * up_j ---- */
 void tsr_ops_swiglu_fwd(float *out, const float *gate_up, int n, int F);
-void tsr_ops_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n, int F);
+void tsr_ops_swiglu_bwd(float *dgate_up, const float *dout, const float *gate_up, int n,
+                        int F); /* dgate_up written (not accumulated), as gelu_bwd's dx */
 
 /* ---- GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ---- */
 void tsr_ops_gelu_fwd(float *out, const float *x, int n_elem);

@@ -266,7 +266,7 @@ void tsr_ops_matmul_fwd(float *y, const float *x, const float *w, const float *b
 void tsr_ops_matmul_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *x,
                         const float *w, int n, int in, int out) {
   DEV_VOID(matmul_bwd, dx, dw, dbias, dy, x, w, n, in, out);
-  if (dx) gemm(CblasNoTrans, CblasNoTrans, n, in, out, dy, out, w, in, 1.0f, dx, in);
+  if (dx) gemm(CblasNoTrans, CblasNoTrans, n, in, out, dy, out, w, in, 0.0f, dx, in);
   if (dw) gemm(CblasTrans, CblasNoTrans, out, in, n, dy, out, x, in, 1.0f, dw, in);
   if (dbias) {
     int nblk = (out + COL_BLOCK - 1) / COL_BLOCK;
@@ -692,8 +692,8 @@ TSR_CLONES static void swiglu_bwd_row(float *restrict dg, float *restrict du,
 #pragma omp simd
   for (int j = 0; j < F; j++) {
     const float s = 1.0f / (1.0f + expf_vec(-g[j]));
-    dg[j] += d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
-    du[j] += d[j] * g[j] * s;
+    dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+    du[j] = d[j] * g[j] * s;
   }
 }
 
@@ -732,7 +732,7 @@ TSR_CLONES static void gelu_bwd_block(float *restrict dx, const float *restrict 
     const float xi = x[i];
     const float th = tanhf_vec(GELU_C * (xi + GELU_A * xi * xi * xi));
     const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);
-    dx[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du);
+    dx[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * xi * (1.0f - th * th) * du);
   }
 }
 

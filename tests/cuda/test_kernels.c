@@ -409,7 +409,8 @@ static void test_activations(int n, int F) {
   char name[128];
   const long nf = (long)n * F, n2 = 2 * nf;
   float *gu = hrand(n2, -4, 4), *out = malloc(nf * 4), *dout = hrand(nf, -1, 1), *dgu = hrand(n2, -1, 1);
-  float *d_gu = dup_f32(gu, n2), *d_out = poisoned(nf * 4), *d_dout = dup_f32(dout, nf), *d_dgu = dup_f32(dgu, n2);
+  /* the backward writes its gradient: the device's starts poisoned */
+  float *d_gu = dup_f32(gu, n2), *d_out = poisoned(nf * 4), *d_dout = dup_f32(dout, nf), *d_dgu = poisoned(n2 * 4);
   tsr_ops_swiglu_fwd(out, gu, n, F);
   tsr_ops_swiglu_bwd(dgu, dout, gu, n, F);
   OK(tsr_cuda_swiglu_fwd(d_out, d_gu, n, F, g_stream));
@@ -419,7 +420,7 @@ static void test_activations(int n, int F) {
   check_f32("swiglu bwd", d_dgu, dgu, n2, TOL_F32);
 
   float *gx = malloc(n2 * 4), *gdx = hrand(n2, -1, 1), *gdout = hrand(n2, -1, 1);
-  float *d_gx = poisoned(n2 * 4), *d_gdx = dup_f32(gdx, n2), *d_gdout = dup_f32(gdout, n2);
+  float *d_gx = poisoned(n2 * 4), *d_gdx = poisoned(n2 * 4), *d_gdout = dup_f32(gdout, n2);
   tsr_ops_gelu_fwd(gx, gu, (int)n2);
   tsr_ops_gelu_bwd(gdx, gdout, gu, (int)n2);
   OK(tsr_cuda_gelu_fwd(d_gx, d_gu, (int)n2, g_stream));
@@ -429,13 +430,10 @@ static void test_activations(int n, int F) {
   check_f32("gelu bwd", d_gdx, gdx, n2, TOL_F32);
 
   /* bf16 */
-  /* the accumulators start small, so the normwise bf16 check measures the gradient itself */
-  for (long i = 0; i < n2; i++) dgu[i] *= 1e-3f, gdx[i] *= 1e-3f;
-  round_inplace(gu, n2), round_inplace(dout, nf), round_inplace(dgu, n2), round_inplace(gdout, n2);
-  round_inplace(gdx, n2);
-  tsr_bf16 *b_gu = dup_bf16(gu, n2), *b_dout = dup_bf16(dout, nf), *b_dgu = dup_bf16(dgu, n2);
+  round_inplace(gu, n2), round_inplace(dout, nf), round_inplace(gdout, n2);
+  tsr_bf16 *b_gu = dup_bf16(gu, n2), *b_dout = dup_bf16(dout, nf), *b_dgu = poisoned(n2 * 2);
   tsr_bf16 *b_out = poisoned(nf * 2), *b_gx = poisoned(n2 * 2), *b_gdout = dup_bf16(gdout, n2);
-  tsr_bf16 *b_gdx = dup_bf16(gdx, n2);
+  tsr_bf16 *b_gdx = poisoned(n2 * 2);
   tsr_ops_swiglu_fwd(out, gu, n, F);
   tsr_ops_swiglu_bwd(dgu, dout, gu, n, F);
   tsr_ops_gelu_fwd(gx, gu, (int)n2);
@@ -694,8 +692,9 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
     snprintf(name, sizeof name, "matmul fwd fp32 n=%d in=%d out=%d%s", n, in, out, with_bias ? " +bias" : "");
     check_f32(name, d_y, y, ny, TOL_F32);
   }
-  float *dy = hrand(ny, -1, 1), *dx = hrand(nx, -1, 1), *dw = hrand(nw, -1, 1), *db = hrand(out, -1, 1);
-  float *d_dy = dup_f32(dy, ny), *d_dx = dup_f32(dx, nx), *d_dw = dup_f32(dw, nw), *d_db = dup_f32(db, out);
+  /* dx is written (the device's starts poisoned); dw and dbias accumulate onto random values */
+  float *dy = hrand(ny, -1, 1), *dx = malloc(nx * 4), *dw = hrand(nw, -1, 1), *db = hrand(out, -1, 1);
+  float *d_dy = dup_f32(dy, ny), *d_dx = poisoned(nx * 4), *d_dw = dup_f32(dw, nw), *d_db = dup_f32(db, out);
   tsr_ops_matmul_bwd(dx, dw, db, dy, x, w, n, in, out);
   OK(tsr_cuda_matmul_bwd(blas, d_dx, d_dw, d_db, d_dy, d_x, d_w, n, in, out, WS(.rows = n, .cols = out), g_stream));
   snprintf(name, sizeof name, "matmul bwd fp32 dx n=%d in=%d out=%d", n, in, out);
@@ -740,12 +739,10 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
     check_bf16("matmul fwd bf16->bf16 +gelu: output", b_y, gl, ny, TOL_BF16);
     dfree(d_pre);
   }
-  /* backward: dx in fp32 and in bf16, dw and dbias fp32, all accumulating */
-  float *dxb = hcopy(dx, nx);
-  for (long i = 0; i < nx; i++) dxb[i] *= 1e-3f; /* small start: the bf16 check sees dx itself */
-  round_inplace(dxb, nx);
-  tsr_bf16 *b_dx = dup_bf16(dxb, nx);
-  CUDA_CK(cudaMemcpy(d_dx, dx, nx * 4, cudaMemcpyHostToDevice));
+  /* backward: dx in fp32 and in bf16 (written over poison), dw and dbias fp32 (accumulating) */
+  float *dxb = malloc(nx * 4);
+  tsr_bf16 *b_dx = poisoned(nx * 2);
+  CUDA_CK(cudaMemset(d_dx, 0xff, nx * 4));
   CUDA_CK(cudaMemcpy(d_dw, dw, nw * 4, cudaMemcpyHostToDevice));
   CUDA_CK(cudaMemcpy(d_db, db, out * 4, cudaMemcpyHostToDevice));
   tsr_ops_matmul_bwd(dx, dw, db, dy, x, w, n, in, out);
