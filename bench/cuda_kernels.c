@@ -327,6 +327,12 @@ int main(int argc, char **argv) {
     row("layernorm bwd", shape, ms, 4.0 * nc * 4, 0, "dy, x in; dx in+out");
     TIME_MS(ms, tsr_cuda_add(y, x, dy, nc, st));
     row("add (residual)", shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
+    /* the bf16 trainer's residual add: the branch output and the sum rounded (stored) */
+    TIME_MS(ms, tsr_cuda_round_bf16(dy, dy, nc, st) || tsr_cuda_add(y, x, dy, nc, st) ||
+                    tsr_cuda_round_bf16(y, y, nc, st));
+    row("round, add, round (bf16)", shape, ms, 7.0 * nc * 4, 0, "three passes");
+    TIME_MS(ms, tsr_cuda_residual(y, x, dy, nc, TSR_PREC_BF16, st));
+    row("residual bf16 fused", shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
     TIME_MS(ms, tsr_cuda_cast_f32_bf16((tsr_bf16 *)y, x, nc, st));
     row("cast fp32->bf16", shape, ms, 6.0 * nc, 0, "4 in, 2 out bytes");
     int32_t *tok = dev(N * 4);

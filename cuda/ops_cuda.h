@@ -223,6 +223,9 @@ int tsr_cuda_gelu_bwd_bf16(tsr_bf16 *dx, const tsr_bf16 *dout, const tsr_bf16 *x
 /* ---- elementwise ---- */
 int tsr_cuda_add(float *out, const float *a, const float *b, long n_elem, cudaStream_t stream);
 int tsr_cuda_acc(float *out, const float *a, long n_elem, cudaStream_t stream);
+/* out = r(x + r(y)), r rounding to prec (fp32: none): tsr_ops_residual, bitwise */
+int tsr_cuda_residual(float *out, const float *x, const float *y, long n_elem, tsr_prec prec,
+                      cudaStream_t stream);
 int tsr_cuda_scale(float *x, float s, long n_elem, cudaStream_t stream);
 int tsr_cuda_add_bf16(tsr_bf16 *out, const tsr_bf16 *a, const tsr_bf16 *b, long n_elem,
                       cudaStream_t stream);

@@ -480,6 +480,10 @@ static void d_add(float *out, const float *a, const float *b, long n_elem) {
   PROF(0, "add");
   RUN(tsr_cuda_add(out, a, b, n_elem, g.stream));
 }
+static void d_residual(float *out, const float *x, const float *y, long n_elem, tsr_prec prec) {
+  PROF(0, "residual");
+  RUN(tsr_cuda_residual(out, x, y, n_elem, prec, g.stream));
+}
 static void d_acc(float *out, const float *a, long n_elem) {
   PROF(0, "acc");
   RUN(tsr_cuda_acc(out, a, n_elem, g.stream));
@@ -612,6 +616,7 @@ static const tsr_ops_backend table = {
     .gelu_bwd = d_gelu_bwd,
     .add = d_add,
     .acc = d_acc,
+    .residual = d_residual,
     .scale = d_scale,
     .xent_fwd_bwd = d_xent_fwd_bwd,
     .xent_fwd = d_xent_fwd,

@@ -507,6 +507,13 @@ template <class T> __global__ void add_kernel(T *out, const T *a, const T *b, lo
 template <class T> __global__ void acc_kernel(T *out, const T *a, long n) {
   GRID_STRIDE_LOOP(i, n) out[i] = from_f32<T>(to_f32(out[i]) + to_f32(a[i]));
 }
+/* out = r(x + r(y)), r rounding to P (bf16 or fp16) */
+template <int P> __global__ void residual_kernel(float *out, const float *x, const float *y, long n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float t = x[i] + (P == TSR_PREC_BF16 ? tsr_round_bf16(y[i]) : tsr_round_fp16(y[i]));
+    out[i] = P == TSR_PREC_BF16 ? tsr_round_bf16(t) : tsr_round_fp16(t);
+  }
+}
 __global__ void scale_kernel(float *x, float s, long n) {
   GRID_STRIDE_LOOP(i, n) x[i] *= s;
 }
@@ -517,6 +524,13 @@ extern "C" int tsr_cuda_add(float *out, const float *a, const float *b, long n_e
 }
 extern "C" int tsr_cuda_acc(float *out, const float *a, long n_elem, cudaStream_t stream) {
   LAUNCH_ELEM(acc_kernel<float>, n_elem, out, a, n_elem);
+}
+extern "C" int tsr_cuda_residual(float *out, const float *x, const float *y, long n_elem,
+                                 tsr_prec prec, cudaStream_t stream) {
+  TSR_CUDA_ARG(prec == TSR_PREC_FP32 || prec == TSR_PREC_BF16 || prec == TSR_PREC_FP16);
+  if (prec == TSR_PREC_BF16) LAUNCH_ELEM(residual_kernel<TSR_PREC_BF16>, n_elem, out, x, y, n_elem);
+  if (prec == TSR_PREC_FP16) LAUNCH_ELEM(residual_kernel<TSR_PREC_FP16>, n_elem, out, x, y, n_elem);
+  LAUNCH_ELEM(add_kernel<float>, n_elem, out, x, y, n_elem);
 }
 extern "C" int tsr_cuda_scale(float *x, float s, long n_elem, cudaStream_t stream) {
   LAUNCH_ELEM(scale_kernel, n_elem, x, s, n_elem);

@@ -52,6 +52,8 @@ size_t tsr_ops_mem_peak_bytes(void);
  * already bf16 (fp16) values, so only the backward GEMMs' gradients are rounded: the
  * device then differs from the CPU reference by bf16 (fp16) rounding, not more. */
 enum { TSR_MATMUL_FP32 = 0, TSR_MATMUL_BF16 = 1, TSR_MATMUL_FP16 = 2 };
+/* The precision values are stored in (fp32 containers holding bf16 or fp16 values). */
+typedef enum { TSR_PREC_FP32 = 0, TSR_PREC_BF16 = 1, TSR_PREC_FP16 = 2 } tsr_prec;
 void tsr_ops_set_matmul_inputs(int mode);
 void tsr_ops_mem_reset_peak(void); /* device: the peak restarts from what is in use */
 int tsr_ops_on_device(void);
@@ -171,6 +173,10 @@ void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem);
 void tsr_ops_add(float *out, const float *a, const float *b, long n_elem); /* out = a + b */
 void tsr_ops_acc(float *out, const float *a, long n_elem);                  /* out += a */
 void tsr_ops_scale(float *x, float s, long n_elem);                          /* x *= s */
+/* The residual add of a branch output y stored in prec: out = r(x + r(y)), r rounding to
+ * prec (fp32: none), bitwise tsr_ops_round_* of y, tsr_ops_add, tsr_ops_round_* of out, in
+ * one pass; y is left as it is.  out may be x. */
+void tsr_ops_residual(float *out, const float *x, const float *y, long n_elem, tsr_prec prec);
 
 /* ---- cross entropy, fused with its gradient ----
  * logits[n, V] (this rank's vocab columns [vocab_start, vocab_start+V)).
@@ -212,9 +218,6 @@ void tsr_ops_xent_rows_acc(double *acc, double div, const double *row_max, const
                            const double *target_logit, int n); /* *acc += SUM / div */
 void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_max,
                        const double *sumexp, int n, int V, int vocab_start, float dloss);
-
-/* The precision values are stored in (fp32 containers holding bf16 or fp16 values). */
-typedef enum { TSR_PREC_FP32 = 0, TSR_PREC_BF16 = 1, TSR_PREC_FP16 = 2 } tsr_prec;
 
 /* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n elements:
  * p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;

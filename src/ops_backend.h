@@ -62,6 +62,7 @@ typedef struct tsr_ops_backend {
   void (*gelu_bwd)(float *dx, const float *dout, const float *x, int n_elem);
   void (*add)(float *out, const float *a, const float *b, long n_elem);
   void (*acc)(float *out, const float *a, long n_elem);
+  void (*residual)(float *out, const float *x, const float *y, long n_elem, tsr_prec prec);
   void (*scale)(float *x, float s, long n_elem);
   double (*xent_fwd_bwd)(float *logits, const int32_t *targets, int n, int V, float dloss);
   double (*xent_fwd)(const float *logits, const int32_t *targets, int n, int V);

@@ -759,6 +759,18 @@ void tsr_ops_gelu_bwd(float *dx, const float *dout, const float *x, int n_elem) 
 
 /* ----------------------------------------------------------- elementwise */
 
+/* The compiler's conversion where it has _Float16 (F16C's vcvtps2ph in the x86-64-v3 and
+ * v4 copies: 8-16 lanes); test_ops holds it bitwise equal to tsr_round_fp16 on finite
+ * values, and both keep NaN a NaN. */
+TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
+#ifdef __FLT16_MAX__
+  for (long i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
+#else
+  for (long i = 0; i < n; i++) dst[i] = tsr_round_fp16(src[i]);
+#endif
+}
+
+
 void tsr_ops_add(float *out, const float *a, const float *b, long n_elem) {
   DEV_VOID(add, out, a, b, n_elem);
 #pragma omp parallel for simd schedule(static) if (n_elem > PAR_MIN)
@@ -769,6 +781,29 @@ void tsr_ops_acc(float *out, const float *a, long n_elem) {
   DEV_VOID(acc, out, a, n_elem);
 #pragma omp parallel for simd schedule(static) if (n_elem > PAR_MIN)
   for (long i = 0; i < n_elem; i++) out[i] += a[i];
+}
+
+void tsr_ops_residual(float *out, const float *x, const float *y, long n_elem, tsr_prec prec) {
+  DEV_VOID(residual, out, x, y, n_elem, prec);
+  if (prec == TSR_PREC_FP32) {
+    tsr_ops_add(out, x, y, n_elem);
+    return;
+  }
+  const long nblk = (n_elem + ELEM_BLOCK - 1) / ELEM_BLOCK;
+#pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
+  for (long blk = 0; blk < nblk; blk++) {
+    const long i0 = blk * ELEM_BLOCK;
+    const int len = n_elem - i0 < ELEM_BLOCK ? (int)(n_elem - i0) : ELEM_BLOCK;
+    float t[ELEM_BLOCK];
+    if (prec == TSR_PREC_BF16) {
+      for (int i = 0; i < len; i++) t[i] = x[i0 + i] + tsr_round_bf16(y[i0 + i]);
+      for (int i = 0; i < len; i++) out[i0 + i] = tsr_round_bf16(t[i]);
+    } else {
+      round_fp16_block(t, y + i0, len);
+      for (int i = 0; i < len; i++) t[i] += x[i0 + i];
+      round_fp16_block(out + i0, t, len);
+    }
+  }
 }
 
 void tsr_ops_scale(float *x, float s, long n_elem) {
@@ -924,17 +959,6 @@ tsr_adamw_scalars tsr_ops_adamw_scalars(float lr, float beta1, float beta2, floa
                              .bc2_sqrt = (float)sqrt(bc2),
                              .one_m_b1 = (float)(1.0 - (double)beta1),
                              .one_m_b2 = (float)(1.0 - (double)beta2)};
-}
-
-/* The compiler's conversion where it has _Float16 (F16C's vcvtps2ph in the x86-64-v3 and
- * v4 copies: 8-16 lanes); test_ops holds it bitwise equal to tsr_round_fp16 on finite
- * values, and both keep NaN a NaN. */
-TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
-#ifdef __FLT16_MAX__
-  for (long i = 0; i < n; i++) dst[i] = (float)(_Float16)src[i];
-#else
-  for (long i = 0; i < n; i++) dst[i] = tsr_round_fp16(src[i]);
-#endif
 }
 
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,

@@ -793,6 +793,31 @@ static void test_adamw_refresh(tsr_prec prec, const char *what) {
   free(p), free(m), free(v), free(g), free(out), free(p2), free(m2), free(v2), free(want);
 }
 
+/* The fused residual add against its three-op composition (round y, add, round), bitwise,
+ * out of place (out poisoned) and in place (out == x), y untouched; over several blocks. */
+static void test_residual(tsr_prec prec, const char *what) {
+  char name[128];
+  const long n = 3 * 4096 + 33;
+  float *x = fnew(n), *y = fnew(n), *out = fnew(n), *want = fnew(n);
+  fill(x, n, 3), fill(y, n, 0.5f);
+  float *y0 = fdup(y, n), *yr = fdup(y, n), *xi = fdup(x, n);
+  void (*rnd)(float *, const float *, long) =
+      prec == TSR_PREC_BF16 ? tsr_ops_round_bf16 : prec == TSR_PREC_FP16 ? tsr_ops_round_fp16 : NULL;
+  if (rnd) rnd(yr, yr, n);
+  tsr_ops_add(want, x, yr, n);
+  if (rnd) rnd(want, want, n);
+  for (long i = 0; i < n; i++) out[i] = NAN;
+  tsr_ops_residual(out, x, y, n, prec);
+  tsr_ops_residual(xi, xi, y, n, prec); /* in place */
+  long rounded = 0;
+  for (long i = 0; i < n; i++) rounded += want[i] != x[i] + y[i];
+  const int same = !memcmp(out, want, sizeof(float) * n) && !memcmp(xi, want, sizeof(float) * n) &&
+                   !memcmp(y, y0, sizeof(float) * n);
+  snprintf(name, sizeof name, "residual %s: round(x + round(y)) bitwise, in place too", what);
+  check(name, same && (!rnd || rounded > n / 2) ? 0.0 : 1.0, 0);
+  free(x), free(y), free(out), free(want), free(y0), free(yr), free(xi);
+}
+
 /* ------------------------------------------------------ casts, reductions */
 
 /* A rounding op against known results, out of place and in place (NaN must stay NaN;
@@ -947,6 +972,9 @@ int main(int argc, char **argv) {
   test_adamw(1, 0.1f, 0.5f);
   test_adamw(3, 0.1f, 0.5f);
   test_adamw_refresh(TSR_PREC_FP32, "fp32");
+  test_residual(TSR_PREC_FP32, "fp32");
+  test_residual(TSR_PREC_BF16, "bf16");
+  test_residual(TSR_PREC_FP16, "fp16");
   test_adamw_refresh(TSR_PREC_BF16, "bf16");
   test_adamw_refresh(TSR_PREC_FP16, "fp16");
   test_bf16();

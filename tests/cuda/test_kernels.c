@@ -464,6 +464,23 @@ static void test_elementwise(long n) {
   snprintf(name, sizeof name, "add n=%ld", n);
   check_f32(name, d_o, o, n, TOL_F32);
   check_f32("acc + scale", d_acc, acc, n, TOL_F32);
+  /* the residual add with rounding to the storage precision: bitwise the CPU's */
+  static const char *const prec_name[] = {"fp32", "bf16", "fp16"};
+  float *d_x = poisoned(n * 4), *got = malloc(n * 4);
+  for (int prec = TSR_PREC_FP32; prec <= TSR_PREC_FP16; prec++) {
+    tsr_ops_residual(o, a, b, n, (tsr_prec)prec);
+    CUDA_CK(cudaMemset(d_o, 0xff, n * 4));
+    OK(tsr_cuda_residual(d_o, d_a, d_b, n, (tsr_prec)prec, g_stream));
+    down(got, d_o, n * 4);
+    TU_CHECK(!memcmp(got, o, n * 4), "residual %s n=%ld bitwise the CPU's", prec_name[prec], n);
+    CUDA_CK(cudaMemcpy(d_x, a, n * 4, cudaMemcpyHostToDevice));
+    OK(tsr_cuda_residual(d_x, d_x, d_b, n, (tsr_prec)prec, g_stream)); /* in place */
+    down(got, d_x, n * 4);
+    TU_CHECK(!memcmp(got, o, n * 4), "residual %s n=%ld in place bitwise the CPU's",
+             prec_name[prec], n);
+  }
+  free(got);
+  dfree(d_x);
   round_inplace(a, n), round_inplace(b, n);
   float *c = hrand(n, -1, 1);
   round_inplace(c, n);
