@@ -193,6 +193,14 @@ static int linear_bwd(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, flo
   return 0;
 }
 
+/* dx = dy w over an empty sum (out = 0): zeros, written as any dx is. */
+static int dx_empty_sum(void *dx, tsr_cuda_dtype dx_type, int n, int in, cudaStream_t stream) {
+  if (!dx) return 0;
+  const size_t elem = dx_type == TSR_CUDA_BF16 ? 2 : 4;
+  TSR_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)n * in * elem, stream));
+  return 0;
+}
+
 extern "C" int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
                                    const float *bias, int n, int in, int out,
                                    cudaStream_t stream) {
@@ -204,8 +212,9 @@ extern "C" int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x
 extern "C" int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias,
                                    const float *dy, const float *x, const float *w, int n, int in,
                                    int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  if (n <= 0 || out <= 0 || in <= 0) return 0;
+  if (n <= 0 || in <= 0) return 0;
   TSR_CUDA_ARG(blas);
+  if (out <= 0) return dx_empty_sum(dx, TSR_CUDA_F32, n, in, stream);
   return linear_bwd(blas, dx, TSR_CUDA_F32, dw, dbias, dy, x, w, TSR_CUDA_F32, n, in, out, ws,
                     stream);
 }
@@ -225,7 +234,8 @@ extern "C" int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_
                                         float *dw, float *dbias, const tsr_bf16 *dy,
                                         const tsr_bf16 *x, const tsr_bf16 *w, int n, int in,
                                         int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  if (n <= 0 || out <= 0 || in <= 0) return 0;
+  if (n <= 0 || in <= 0) return 0;
   TSR_CUDA_ARG(blas);
+  if (out <= 0) return dx_empty_sum(dx, dx_type, n, in, stream);
   return linear_bwd(blas, dx, dx_type, dw, dbias, dy, x, w, TSR_CUDA_BF16, n, in, out, ws, stream);
 }

@@ -5,7 +5,8 @@
  * pointers, plus the stream the work is queued on (last argument).  In particular:
  *  - layouts are those of ops.h (row-major activations [n, width], weights [out, in]);
  *  - forward functions overwrite their outputs; backward functions ACCUMULATE (+=) into
- *    every gradient;
+ *    their gradients, except the GEMM's dx and the SwiGLU/GELU input gradients, which
+ *    they write (as ops.h says);
  *  - the fp32 functions compute what ops_cpu.c computes to ~1e-6 relative (the summation
  *    order differs; tests/cuda/test_kernels holds them to 1e-5);
  *  - deterministic: no atomics on floating-point data, every reduction has a fixed

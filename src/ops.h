@@ -5,9 +5,11 @@
  *  - Activations are row-major [n_rows, width] float arrays; n_rows = B*T tokens,
  *    token index r = b*T + t.  Weight matrices are [out, in] row-major (PyTorch).
  *  - Forward functions overwrite their outputs.
- *  - Backward functions ACCUMULATE (+=) into every gradient output (dx, dw, db, ...);
- *    callers zero what must start at zero.  This makes gradient accumulation and
- *    residual branches free and keeps one rule for everyone.
+ *  - Backward functions ACCUMULATE (+=) into their gradient outputs (dw, db, the norms'
+ *    and attention's dx, ...); callers zero what must start at zero.  This makes gradient
+ *    accumulation and residual branches free.  Two exceptions, said where they are: the
+ *    GEMM's dx and the activations' (SwiGLU, GELU) input gradients are WRITTEN, since
+ *    their buffers hold nothing else (no zeroing pass, no read of the old value).
  *  - Compute is fp32.  Mixed precision is done by the caller: bf16 storage is
  *    emulated on the CPU by rounding values to bf16 (tsr_ops_round_bf16), which
  *    gives bit-identical values to bf16 storage.
@@ -227,7 +229,7 @@ void tsr_ops_xent_grad(float *logits, const int32_t *targets, const double *row_
  * parameter refresh fused in, bitwise what tsr_ops_round_* (or a copy) of p gives. */
 void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, long t, float grad_scale,
-                   float *out, tsr_prec out_prec);
+                   float *out, tsr_prec out_prec); /* out overlaps none of p, m, v, g */
 /* Its per-step scalars, formed as torch forms them (Python doubles, cast to fp32 where
  * they meet a tensor): p *= decay;  p -= step_size * m / (sqrt(v) / bc2_sqrt + eps).
  * The CUDA AdamW takes them from here too, so both round alike. */

@@ -228,6 +228,14 @@ static void sqrt_block(float *x, int n) {
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  if (K <= 0) { /* an empty sum: C = beta C (BLAS would refuse the leading dimensions) */
+    for (int r = 0; r < M; r++)
+      for (int c = 0; c < N; c++) {
+        float *y = C + (size_t)r * ldc + c;
+        *y = beta == 0.0f ? 0.0f : beta * *y;
+      }
+    return;
+  }
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (2.0 * M * N * K < GEMM_PAR_MIN_FLOPS) nt = 1;
   const int split_n = N >= M, dim = split_n ? N : M;

@@ -449,8 +449,8 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
   return 0;
 }
 
-/* Where the compute-precision copy of this rank's master shard lives (NULL: nowhere,
- * a stage-0 model whose parameters a provider owns). */
+/* Where the compute-precision copy of this rank's master shard lives (the model owns
+ * its parameters below stage 3: tsr_zero_create sees to it). */
 static float *compute_shard(tsr_zero *z) {
   float *p = tsr_model_params_mut(z->model);
   if (z->stage == 0) return p;

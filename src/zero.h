@@ -78,7 +78,8 @@ int tsr_zero_reduce_grads(tsr_zero *z);
 /* Global L2 norm of the reduced gradient, each element counted once; bitwise the same
  * on every rank. */
 int tsr_zero_grad_norm(tsr_zero *z, double *norm);
-/* AdamW on this rank's shard (optimizer step t, 1-based), then publish parameters. */
+/* AdamW on this rank's shard (optimizer step t, 1-based), refreshing the shard's
+ * compute-precision copy in the same pass, then the all-gather of stages 1-2. */
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale);
 /* Master shard -> compute-precision parameters everywhere they are needed. */

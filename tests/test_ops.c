@@ -5,7 +5,9 @@
  *   forward:  fp32 op vs the double reference,
  *   backward: the analytic fp32 gradient of L = sum(out * r) (r random) for every input
  *             and parameter vs central finite differences of the DOUBLE reference,
- *             and that the backward accumulates (two calls = twice the gradient).
+ *             and that the backward accumulates (two calls = twice the gradient) where it
+ *             does: weight gradients and the norms' and attention's input gradients; the
+ *             GEMMs' dx and the activations' backward write theirs (checked on NaN).
  * Errors are max|a - ref| / max|ref| over a tensor.  Tolerances:
  *   forward 1e-5 — fp32 sums of at most a few hundred O(1) terms err by ~1e-7 relative;
  *   gradient 1e-4 — the FD of the double reference is accurate to ~1e-9 (eps = 1e-5,
@@ -86,7 +88,8 @@ static double rel_err(const float *a, const double *ref, long n) {
   double num = 0, den = 0;
   for (long i = 0; i < n; i++) {
     double d = fabs((double)a[i] - ref[i]);
-    if (!(d <= num)) num = d; /* propagates NaN */
+    if (isnan(d)) return NAN; /* a NaN anywhere fails (a later max would forget it) */
+    if (d > num) num = d;
     if (fabs(ref[i]) > den) den = fabs(ref[i]);
   }
   return den > 0 ? num / den : num;
@@ -106,7 +109,8 @@ static double rel_err_cols(const float *a, const double *ref, long rows, int str
   for (long r = 0; r < rows; r++)
     for (int c = c0; c < c0 + w; c++) {
       double d = fabs((double)a[r * stride + c] - ref[r * stride + c]);
-      if (!(d <= num)) num = d;
+      if (isnan(d)) return NAN;
+      if (d > num) num = d;
       if (fabs(ref[r * stride + c]) > den) den = fabs(ref[r * stride + c]);
     }
   return den > 0 ? num / den : num;

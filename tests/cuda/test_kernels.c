@@ -159,7 +159,11 @@ static void check_lse(const char *what, const float *d_got, const float *ref, lo
   double e = 0.0;
   for (long i = 0; i < n; i++) {
     const double d = fabs((double)got[i] - (double)ref[i]) / fmax(1.0, fabs((double)ref[i]));
-    if (!(d <= e)) e = d; /* NaN propagates */
+    if (isnan(d)) { /* a NaN anywhere fails (a later max would forget it) */
+      e = INFINITY;
+      break;
+    }
+    if (d > e) e = d;
   }
   TU_CHECK(e <= tol, "%-48s err %.2e (tol %.0e of max(1, |lse|))", what, e, tol);
   free(got);
@@ -777,6 +781,27 @@ static void test_matmul(tsr_cuda_blas *blas, int n, int in, int out) {
   dfree(b_x), dfree(b_w), dfree(b_bias), dfree(b_dy), dfree(b_y), dfree(b_pre), dfree(b_dx);
 }
 
+/* out = 0: dx = dy w is an empty sum, written as zeros (fp32 and bf16), as on the CPU */
+static void test_matmul_empty_sum(tsr_cuda_blas *blas, int n, int in) {
+  const long nx = (long)n * in;
+  float *w = hrand(nx, -1, 1), *dx = hrand(nx, -1, 1), *got = malloc(nx * 4);
+  float *d_dx = poisoned(nx * 4), *d_w = dup_f32(w, nx);
+  tsr_bf16 *b_dx = poisoned(nx * 2);
+  uint16_t *bits = malloc(nx * 2);
+  tsr_ops_matmul_bwd(dx, NULL, NULL, NULL, NULL, w, n, in, 0);
+  OK(tsr_cuda_matmul_bwd(blas, d_dx, NULL, NULL, NULL, NULL, d_w, n, in, 0,
+                         WS(.rows = n, .cols = 1), g_stream));
+  OK(tsr_cuda_matmul_bwd_bf16(blas, b_dx, TSR_CUDA_BF16, NULL, NULL, NULL, NULL, NULL, n, in, 0,
+                              WS(.rows = n, .cols = 1), g_stream));
+  down(got, d_dx, nx * 4);
+  down(bits, b_dx, nx * 2);
+  long bad = 0;
+  for (long i = 0; i < nx; i++) bad += dx[i] != 0.0f || got[i] != 0.0f || bits[i] != 0;
+  TU_CHECK(bad == 0, "matmul bwd out=0: dx written as zeros (CPU, fp32, bf16): %ld wrong", bad);
+  free(w), free(dx), free(got), free(bits);
+  dfree(d_dx), dfree(d_w), dfree(b_dx);
+}
+
 /* --------------------------------------------------------------- attention */
 
 /* q, k, v in one fused [B*T, (H+2KV)*hd] buffer (the model's layout), or, with
@@ -1030,6 +1055,7 @@ int main(void) {
     test_matmul(blas, 77, 130, 65);
     test_matmul(blas, 256, 512, 384);
     test_matmul(blas, 33, 64, 24);
+    test_matmul_empty_sum(blas, 7, 9);
     tsr_cuda_blas_destroy(&blas);
     TU_CHECK(blas == NULL, "tsr_cuda_blas_destroy NULLs the handle");
   }
