@@ -693,7 +693,7 @@ static int layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer
   tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), tp_bias(m, PC(pr, p->bo)), N, qd, C);
   float *proj = tp_rows(m, m->tmp_nc);
   if (!proj) return TSR_ERR;
-  tsr_ops_residual(a->h, x, proj, rows, m->prec); /* both stored: proj and h rounded */
+  tsr_ops_residual(a->h, x, proj, rows, m->prec); /* h = x + proj, both as stored */
   TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b));
   tsr_ops_matmul_fwd(a->fc, a->norm2, PC(pr, p->wfc), PC(pr, p->bfc), N, C, m->fc_dim);
   store(m, a->fc, (long)N * m->fc_dim);
