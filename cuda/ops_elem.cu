@@ -507,12 +507,13 @@ template <class T> __global__ void add_kernel(T *out, const T *a, const T *b, lo
 template <class T> __global__ void acc_kernel(T *out, const T *a, long n) {
   GRID_STRIDE_LOOP(i, n) out[i] = from_f32<T>(to_f32(out[i]) + to_f32(a[i]));
 }
-/* out = r(x + r(y)), r rounding to P (bf16 or fp16) */
+/* x rounded to the storage precision P (TSR_PREC_*; fp32 leaves it as it is) */
+template <int P> __device__ __forceinline__ float round_to(float x) {
+  return P == TSR_PREC_BF16 ? tsr_round_bf16(x) : P == TSR_PREC_FP16 ? tsr_round_fp16(x) : x;
+}
+/* out = r(x + r(y)), r = round_to<P> */
 template <int P> __global__ void residual_kernel(float *out, const float *x, const float *y, long n) {
-  GRID_STRIDE_LOOP(i, n) {
-    const float t = x[i] + (P == TSR_PREC_BF16 ? tsr_round_bf16(y[i]) : tsr_round_fp16(y[i]));
-    out[i] = P == TSR_PREC_BF16 ? tsr_round_bf16(t) : tsr_round_fp16(t);
-  }
+  GRID_STRIDE_LOOP(i, n) out[i] = round_to<P>(x[i] + round_to<P>(y[i]));
 }
 __global__ void scale_kernel(float *x, float s, long n) {
   GRID_STRIDE_LOOP(i, n) x[i] *= s;
@@ -530,7 +531,7 @@ extern "C" int tsr_cuda_residual(float *out, const float *x, const float *y, lon
   TSR_CUDA_ARG(prec == TSR_PREC_FP32 || prec == TSR_PREC_BF16 || prec == TSR_PREC_FP16);
   if (prec == TSR_PREC_BF16) LAUNCH_ELEM(residual_kernel<TSR_PREC_BF16>, n_elem, out, x, y, n_elem);
   if (prec == TSR_PREC_FP16) LAUNCH_ELEM(residual_kernel<TSR_PREC_FP16>, n_elem, out, x, y, n_elem);
-  LAUNCH_ELEM(add_kernel<float>, n_elem, out, x, y, n_elem);
+  LAUNCH_ELEM(residual_kernel<TSR_PREC_FP32>, n_elem, out, x, y, n_elem);
 }
 extern "C" int tsr_cuda_scale(float *x, float s, long n_elem, cudaStream_t stream) {
   LAUNCH_ELEM(scale_kernel, n_elem, x, s, n_elem);
@@ -561,9 +562,7 @@ __global__ void adamw_kernel(float *p, float *m, float *v, const float *g, long 
     m[i] = mi;
     v[i] = vi;
     p[i] = pn;
-    if (OUT == TSR_PREC_BF16) out[i] = tsr_round_bf16(pn);
-    if (OUT == TSR_PREC_FP16) out[i] = tsr_round_fp16(pn);
-    if (OUT == TSR_PREC_FP32) out[i] = pn;
+    if (OUT >= 0) out[i] = round_to<OUT>(pn);
   }
 }
 

@@ -778,6 +778,15 @@ TSR_CLONES static void round_fp16_block(float *dst, const float *src, long n) {
 #endif
 }
 
+/* n values (one block) rounded to prec, as tsr_ops_round_* (fp32: copied; dst may be src) */
+static void round_block(float *dst, const float *src, long n, tsr_prec prec) {
+  if (prec == TSR_PREC_BF16)
+    for (long i = 0; i < n; i++) dst[i] = tsr_round_bf16(src[i]);
+  else if (prec == TSR_PREC_FP16)
+    round_fp16_block(dst, src, n);
+  else if (dst != src)
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
 
 void tsr_ops_add(float *out, const float *a, const float *b, long n_elem) {
   DEV_VOID(add, out, a, b, n_elem);
@@ -803,14 +812,9 @@ void tsr_ops_residual(float *out, const float *x, const float *y, long n_elem, t
     const long i0 = blk * ELEM_BLOCK;
     const int len = n_elem - i0 < ELEM_BLOCK ? (int)(n_elem - i0) : ELEM_BLOCK;
     float t[ELEM_BLOCK];
-    if (prec == TSR_PREC_BF16) {
-      for (int i = 0; i < len; i++) t[i] = x[i0 + i] + tsr_round_bf16(y[i0 + i]);
-      for (int i = 0; i < len; i++) out[i0 + i] = tsr_round_bf16(t[i]);
-    } else {
-      round_fp16_block(t, y + i0, len);
-      for (int i = 0; i < len; i++) t[i] += x[i0 + i];
-      round_fp16_block(out + i0, t, len);
-    }
+    round_block(t, y + i0, len, prec);
+    for (int i = 0; i < len; i++) t[i] += x[i0 + i];
+    round_block(out + i0, t, len, prec);
   }
 }
 
@@ -999,14 +1003,7 @@ void tsr_ops_adamw(float *p, float *m, float *v, const float *g, long n, float l
       const float denom = root[i] / bc2_sqrt + eps;
       pb[i] -= step_size * (mb[i] / denom);
     }
-    if (!out) continue;
-    float *restrict ob = out + i0; /* the refresh, while the block is in cache */
-    if (out_prec == TSR_PREC_BF16)
-      for (int i = 0; i < len; i++) ob[i] = tsr_round_bf16(pb[i]);
-    else if (out_prec == TSR_PREC_FP16)
-      round_fp16_block(ob, pb, len);
-    else
-      memcpy(ob, pb, (size_t)len * sizeof(float));
+    if (out) round_block(out + i0, pb, len, out_prec); /* the refresh, while in cache */
   }
 }
 
