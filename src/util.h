@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dtype.h"
+
 enum {
   TSR_OK = 0,
   TSR_ERR = 1,        /* anything else */
@@ -91,56 +93,11 @@ uint64_t tsr_hash_str(const char *s); /* FNV-1a 64 */
 double tsr_rand_uniform(uint64_t key, uint64_t index);  /* in (0, 1) */
 double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
 
-/* Storage roundings, inline and host-and-device (the CUDA kernels call the same code, so
- * the CPU and the GPU round bit for bit alike). */
-#ifdef __CUDACC__
-#define TSR_HOST_DEVICE __host__ __device__
-#else
-#define TSR_HOST_DEVICE
-#endif
-
-/* bf16 round-to-nearest-even of a float, returned as float (exactly representable);
- * inf stays inf, NaN a quiet NaN with its payload's upper bits. */
-TSR_HOST_DEVICE static inline float tsr_round_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) { /* inf / nan: keep, quiet nan */
-    if (u & 0x007fffffu) u |= 0x00400000u;
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);
-  }
-  u &= 0xffff0000u;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
-/* IEEE fp16 (binary16) round-to-nearest-even of a float, returned as float: 10 mantissa
- * bits, subnormals down to 2^-24, magnitudes from 65520 up become inf; NaN stays NaN. */
-TSR_HOST_DEVICE static inline float tsr_round_fp16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
-  if (a >= 0x7f800000u) { /* inf / nan: keep, quiet nan */
-    if (a > 0x7f800000u) u |= 0x00400000u;
-  } else if (a >= 0x38800000u) { /* fp16 normal range (from 2^-14): keep 10 mantissa bits */
-    const uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
-    u = sign | (r >= 0x47800000u ? 0x7f800000u : r); /* rounded past 65504: inf */
-  } else { /* fp16 subnormals: multiples of 2^-24 */
-    const uint32_t e = a >> 23;
-    uint32_t q = 0;
-    if (e >= 102) { /* from 2^-25 (which rounds to even, 0) */
-      const uint32_t mant = (a & 0x7fffffu) | 0x800000u, sh = 126 - e; /* 14..24 */
-      const uint32_t rem = mant & ((1u << sh) - 1u), half = 1u << (sh - 1);
-      q = mant >> sh;
-      q += rem > half || (rem == half && (q & 1u));
-    }
-    const float f = (float)q * 5.9604644775390625e-8f; /* q 2^-24, exact: q <= 1024 */
-    memcpy(&u, &f, 4);
-    u |= sign;
-  }
-  memcpy(&x, &u, 4);
-  return x;
-}
+/* Storage roundings as float -> float: the value a bf16 / fp16 store keeps (dtype.h's
+ * conversions, shared with the CUDA kernels so both round bit for bit alike).  NaN stays a
+ * quiet NaN, inf stays inf; fp16 magnitudes from 65520 up become inf. */
+TSR_HOST_DEVICE static inline float tsr_round_bf16(float x) { return tsr_round_to(TSR_BF16, x); }
+TSR_HOST_DEVICE static inline float tsr_round_fp16(float x) { return tsr_round_to(TSR_F16, x); }
 
 double tsr_now(void); /* monotonic seconds */
 

@@ -1,0 +1,73 @@
+/* ops.c — the dispatch of ops.h: each op runs on the installed device backend, or on the
+ * CPU kernels (ops_cpu.h) when there is none.  The op functions are generated from
+ * ops_list.h; the memory functions are written out below. */
+#include "ops.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "ops_backend.h"
+#include "ops_cpu.h"
+#include "util.h"
+
+static const tsr_ops_backend *dev;
+tsr_ops_device_opener tsr_ops_cuda_open;
+
+void tsr_ops_set_backend(const tsr_ops_backend *b) { dev = b; }
+int tsr_ops_on_device(void) { return dev != NULL; }
+
+/* ---- the ops ---- */
+#define TSR_OP(name, params, args) \
+  void tsr_ops_##name params {     \
+    if (dev)                       \
+      dev->name args;              \
+    else                           \
+      tsr_cpu_##name args;         \
+  }
+#define TSR_OP_RET(type, name, params, args) \
+  type tsr_ops_##name params { return dev ? dev->name args : tsr_cpu_##name args; }
+#include "ops_list.h"
+#undef TSR_OP
+#undef TSR_OP_RET
+
+/* ---- memory ---- */
+size_t tsr_ops_mem_bytes(void) { return dev ? dev->mem_bytes(0) : tsr_mem_bytes(); }
+size_t tsr_ops_mem_peak_bytes(void) { return dev ? dev->mem_bytes(1) : tsr_mem_peak_bytes(); }
+void tsr_ops_mem_reset_peak(void) {
+  if (dev) dev->mem_bytes(2);
+}
+
+void *tsr_ops_alloc(size_t count, size_t size) {
+  if (!dev) return tsr_calloc(count, size);
+  if (count != 0 && size > SIZE_MAX / count) {
+    tsr_error("%s: allocation of %zu x %zu bytes overflows", dev->name, count, size);
+    return NULL;
+  }
+  return dev->alloc(count * size);
+}
+void tsr_ops_free_(void **p) {
+  if (!p || !*p) return;
+  if (dev)
+    dev->free(*p);
+  else
+    tsr_free_(p);
+  *p = NULL;
+}
+void tsr_ops_copy(void *dst, const void *src, size_t bytes) {
+  if (dev)
+    dev->copy(dst, src, bytes);
+  else if (dst != src && bytes)
+    memmove(dst, src, bytes);
+}
+void tsr_ops_zero(void *dst, size_t bytes) {
+  if (dev)
+    dev->zero(dst, bytes);
+  else if (bytes)
+    memset(dst, 0, bytes);
+}
+void tsr_ops_sync(void) {
+  if (dev) dev->sync();
+}
+int tsr_ops_status(void) { return dev ? dev->status() : 0; }
+int tsr_ops_reserve(const tsr_ops_shapes *s) { return dev ? dev->reserve(s) : tsr_cpu_reserve(s); }
+void tsr_ops_init(int n_threads) { tsr_cpu_init(n_threads); }

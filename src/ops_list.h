@@ -1,0 +1,177 @@
+/* ops_list.h — every op of the kernel interface, declared once.
+ *
+ * Each entry names an op, its parameters and the same parameters as an argument list:
+ *   TSR_OP(name, (parameters), (arguments))           returns nothing
+ *   TSR_OP_RET(type, name, (parameters), (arguments)) returns a value
+ * This file has no include guard: a user defines both macros, includes it, and gets one
+ * thing per op.  From it come the public prototypes tsr_ops_<name> (ops.h), the members
+ * of a device backend's table (ops_backend.h), the dispatch between the CPU and a device
+ * (ops.c), the CPU kernels' prototypes tsr_cpu_<name> (ops_cpu.h) and the CUDA ones,
+ * tsr_dev_<name> (cuda/ops_dev.h).  A new op is one entry here plus its CPU kernel
+ * (a src/cpu_ file) and its CUDA kernel (a .cu file of cuda/).
+ *
+ * Conventions (every op):
+ *  - `dt` is the storage type of the op's activation-like tensors, its `void *`
+ *    arguments: activations, activation gradients and compute-precision parameters
+ *    (dtype.h).  `float *` arguments are fp32 whatever dt is: parameter gradients,
+ *    statistics (norms' mean and rstd, attention's lse), master weights and Adam's state.
+ *    `double *` arguments are loss statistics.  Compute is fp32: 16-bit inputs are
+ *    widened exactly, every output is rounded once, to nearest even, when it is stored.
+ *  - Activations are row-major [n_rows, width]: n_rows = B*T tokens, token r = b*T + t.
+ *    Weight matrices are [out, in] row-major (PyTorch's nn.Linear).
+ *  - Forward ops overwrite their outputs.  Input gradients (dx, dq, ...) are WRITTEN,
+ *    except where an op says `acc`; parameter gradients (dw, db, dwte, ...) ACCUMULATE
+ *    (+=) in fp32, which makes gradient accumulation over micro-batches free.
+ *  - Deterministic: the same inputs give bitwise the same outputs, run after run (no
+ *    racy sums; a device backend may opt out where an op says so).
+ *  - Pointers are op memory (tsr_ops_alloc), except where an op says host memory.
+ *  - Empty shapes (n = 0, ...) do nothing; an empty sum (in = 0 for a GEMM) is zero. */
+
+/* ---- linear layers: y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out]) ---- */
+TSR_OP(matmul_fwd, (tsr_dtype dt, void *y, const void *x, const void *w, const void *bias, int n,
+                    int in, int out),
+       (dt, y, x, w, bias, n, in, out))
+/* dx[n, in] = dy @ w (written);  dw[out, in] += dy^T @ x;  dbias[out] += the column sums
+ * of dy.  dx, dw, dbias may each be NULL (not wanted).  gelu_pre != NULL fuses the GELU's
+ * backward in: dx = (dy @ w) * gelu'(gelu_pre) element-wise, where w is the MLP's
+ * down-projection and gelu_pre the up-projection's output (GELU's input), so dx is the
+ * gradient of gelu_pre. */
+TSR_OP(matmul_bwd, (tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                    const void *x, const void *w, const void *gelu_pre, int n, int in, int out),
+       (dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out))
+
+/* ---- embedding ----
+ * out[r, :] = wte[tokens[r] - vocab_start, :] when tokens[r] is in [vocab_start,
+ * vocab_start + vocab_local), else 0;  then + wpe[r % T, :] when wpe != NULL (GPT-2's
+ * learned positions), rounded once.  tokens are int32 op memory.  The vocab range is
+ * this rank's rows of a vocab-parallel table (one rank: 0, vocab). */
+TSR_OP(embedding_fwd, (tsr_dtype dt, void *out, const int32_t *tokens, const void *wte,
+                       const void *wpe, int n, int T, int C, int vocab_start, int vocab_local),
+       (dt, out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local))
+TSR_OP(embedding_bwd, (tsr_dtype dt, float *dwte, float *dwpe, const void *dout,
+                       const int32_t *tokens, int n, int T, int C, int vocab_start,
+                       int vocab_local),
+       (dt, dwte, dwpe, dout, tokens, n, T, C, vocab_start, vocab_local))
+
+/* ---- norms, with the residual add before them fused in ----
+ * y == NULL: out = norm(x).  y != NULL: h = x + y (rounded: the residual stream as
+ * stored; h may be x) and out = norm(h).  RMSNorm: out = x / sqrt(mean(x^2) + eps) * w,
+ * rstd[n] saved.  LayerNorm (biased variance, as torch): out = (x - mean) rstd w + b,
+ * mean[n] and rstd[n] saved. */
+TSR_OP(rmsnorm_fwd, (tsr_dtype dt, void *out, float *rstd, void *h, const void *x, const void *y,
+                     const void *w, int n, int C, float eps),
+       (dt, out, rstd, h, x, y, w, n, C, eps))
+/* dx = (acc ? dx : 0) + d(norm)/dx . dout (acc: the residual stream's gradient, to
+ * which the norm's input gradient adds);  dw[C] += ... (fp32).  x is the norm's input
+ * (h of the forward when it had y). */
+TSR_OP(rmsnorm_bwd, (tsr_dtype dt, void *dx, float *dw, const void *dout, const void *x,
+                     const void *w, const float *rstd, int n, int C, int acc),
+       (dt, dx, dw, dout, x, w, rstd, n, C, acc))
+TSR_OP(layernorm_fwd, (tsr_dtype dt, void *out, float *mean, float *rstd, void *h, const void *x,
+                       const void *y, const void *w, const void *b, int n, int C, float eps),
+       (dt, out, mean, rstd, h, x, y, w, b, n, C, eps))
+/* db may be NULL (a LayerNorm without bias). */
+TSR_OP(layernorm_bwd, (tsr_dtype dt, void *dx, float *dw, float *db, const void *dout,
+                       const void *x, const void *w, const float *mean, const float *rstd, int n,
+                       int C, int acc),
+       (dt, dx, dw, db, dout, x, w, mean, rstd, n, C, acc))
+
+/* ---- RoPE, half-split convention, in place ----
+ * x[r*stride + h*head_dim + i] for r in [0, n), h in [0, n_heads), position r % T.  For
+ * i < head_dim/2 the pair (x[i], x[i + head_dim/2]) is rotated by pos * theta^(-2i/head_dim)
+ * (angles formed in double): (a, b) -> (a cos - b sin, a sin + b cos).  bwd rotates the
+ * gradient back (RoPE is orthogonal). */
+TSR_OP(rope_fwd, (tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim, int stride,
+                  float theta),
+       (dt, x, n, T, n_heads, head_dim, stride, theta))
+TSR_OP(rope_bwd, (tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim, int stride,
+                  float theta),
+       (dt, dx, n, T, n_heads, head_dim, stride, theta))
+
+/* ---- causal grouped-query attention, scale 1/sqrt(hd) ----
+ * q: element (b, t, h, i) at q[(b*T + t)*qkv_stride + h*hd + i] (h < H);  k, v likewise
+ * with g < KV heads;  query head h uses KV head h / (H / KV).  Typically q, k, v point into
+ * one fused [n, (H + 2 KV) hd] buffer with qkv_stride = (H + 2 KV) hd.
+ * out[(b*T + t)*H*hd + h*hd + i] (contiguous);  lse[(b*H + h)*T + t] = log-sum-exp of row
+ * t's scaled scores (fp32), which the backward rebuilds the probabilities from.  Never
+ * stores a T x T matrix.
+ * bwd: dq, dk, dv (the layout and stride of q, k, v) are written. */
+TSR_OP(attention_fwd, (tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride),
+       (dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride))
+TSR_OP(attention_bwd, (tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                       const void *out, const float *lse, const void *q, const void *k,
+                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride),
+       (dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride))
+
+/* ---- activations ----
+ * SwiGLU: gate_up[r] = [gate (F) | up (F)], out[r, j] = silu(gate_j) * up_j;  the backward
+ * writes dgate_up.  GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))); its backward is fused into matmul_bwd (gelu_pre). */
+TSR_OP(swiglu_fwd, (tsr_dtype dt, void *out, const void *gate_up, int n, int F),
+       (dt, out, gate_up, n, F))
+TSR_OP(swiglu_bwd, (tsr_dtype dt, void *dgate_up, const void *dout, const void *gate_up, int n,
+                    int F),
+       (dt, dgate_up, dout, gate_up, n, F))
+TSR_OP(gelu_fwd, (tsr_dtype dt, void *out, const void *x, long n_elem), (dt, out, x, n_elem))
+
+/* ---- element-wise ----
+ * residual: out = x + y, rounded (out may be x).  add, acc: fp32 (parameter gradients):
+ * out = a + b, out += a. */
+TSR_OP(residual, (tsr_dtype dt, void *out, const void *x, const void *y, long n_elem),
+       (dt, out, x, y, n_elem))
+TSR_OP(add, (float *out, const float *a, const float *b, long n_elem), (out, a, b, n_elem))
+TSR_OP(acc, (float *out, const float *a, long n_elem), (out, a, n_elem))
+/* dst = src converted (widened exactly, or rounded to nearest even); n_elem elements.
+ * dst and src may be the same memory only when the types are equal. */
+TSR_OP(cast, (tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src, long n_elem),
+       (dst_dt, dst, src_dt, src, n_elem))
+
+/* ---- cross-entropy over logits[n, V] (this rank's vocabulary columns) ----
+ * xent: *acc += (sum over rows of -log softmax(logits)[target]) / div, in double, in op
+ * memory (a device adds it on the device: the host reads it once per step).  With grad,
+ * logits are overwritten with dloss * (softmax - onehot(target)), in dt: the LM head's
+ * output gradient.  One rank holds the whole vocabulary (vocab_start 0); a target outside
+ * [0, V) is ignored (adds 0, gradient 0). */
+TSR_OP(xent, (tsr_dtype dt, double *acc, double div, void *logits, const int32_t *targets, int n,
+              int V, float dloss, int grad),
+       (dt, acc, div, logits, targets, n, V, dloss, grad))
+/* Vocab-parallel cross-entropy (tensor parallel: the full logits never exist).  This rank
+ * holds columns [vocab_start, vocab_start + V) of every row; the caller reduces over the
+ * tp group between the passes:
+ *   1. local_stats: row_max[r] = max over local columns; target_logit[r] = the target's
+ *      logit when this rank holds its column, else 0.  -> all-reduce MAX, SUM
+ *   2. local_sumexp: sumexp[r] = sum over local columns of exp(z - row_max[r]) -> SUM
+ *   3. xent_rows: *acc += (sum over rows of log sumexp + row_max - target_logit) / div
+ *   4. xent_grad (training): logits := dloss * (exp(z - row_max) / sumexp - onehot).
+ * Every target must be a token of the whole vocabulary (no ignore index here). */
+TSR_OP(xent_local_stats, (tsr_dtype dt, double *row_max, double *target_logit, const void *logits,
+                          const int32_t *targets, int n, int V, int vocab_start),
+       (dt, row_max, target_logit, logits, targets, n, V, vocab_start))
+TSR_OP(xent_local_sumexp, (tsr_dtype dt, double *sumexp, const void *logits,
+                           const double *row_max, int n, int V),
+       (dt, sumexp, logits, row_max, n, V))
+TSR_OP(xent_rows, (double *acc, double div, const double *row_max, const double *sumexp,
+                   const double *target_logit, int n),
+       (acc, div, row_max, sumexp, target_logit, n))
+TSR_OP(xent_grad, (tsr_dtype dt, void *logits, const int32_t *targets, const double *row_max,
+                   const double *sumexp, int n, int V, int vocab_start, float dloss),
+       (dt, logits, targets, row_max, sumexp, n, V, vocab_start, dloss))
+
+/* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n fp32 elements:
+ * g is first multiplied by grad_scale (clipping, 1/loss-scale);  p *= 1 - lr*wd;
+ * m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= (lr / (1-b1^t)) m / (sqrt(v) /
+ * sqrt(1-b2^t) + eps), with the scalars of tsr_ops_adamw_scalars; t is 1-based.  out
+ * (NULL: none) receives the new p stored as out_dt in the same pass: the refresh of the
+ * compute copy, bitwise what tsr_ops_cast of p gives.  out overlaps none of p, m, v, g. */
+TSR_OP(adamw, (float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
+               float beta2, float eps, float weight_decay, long t, float grad_scale, void *out,
+               tsr_dtype out_dt),
+       (p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, out, out_dt))
+
+/* ---- reductions ----
+ * The sum over k < n_ranges, in order, of the squares of x[r[2k] .. r[2k+1]) (fp32 values,
+ * summed in double; r is host memory): a device computes every range before its one
+ * synchronisation.  The sum of one range is bitwise the same for every thread count. */
+TSR_OP_RET(double, sumsq_ranges, (const float *x, const int64_t *r, int n_ranges),
+           (x, r, n_ranges))
