@@ -58,7 +58,8 @@ typedef struct {
   int64_t global_batch; /* sequences per optimizer step, all ranks */
   char precision[TSR_STR_SHORT]; /* "fp32" | "bf16" | "fp16" */
   char recompute[TSR_STR_SHORT]; /* "none" | "selective" | "full" */
-  char gpu_gemm[TSR_STR_SHORT];  /* "fast": 16-bit GEMM inputs on a GPU in bf16/fp16 | "exact" */
+  int deterministic;             /* bitwise reproducible steps (default); 0: a GPU may
+                                  * take faster non-deterministic kernels */
   double grad_clip;              /* 0 = off */
   double loss_scale;             /* fp16: initial dynamic loss scale */
   int64_t loss_scale_window;     /* fp16: clean steps before the scale doubles */

@@ -97,9 +97,9 @@ static const key_def schema[] = {
     INT(train, global_batch, "8", 1, 0, LO, "sequences per optimizer step"),
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),
     CHOICE(train, recompute, "none", "none|selective|full", "activation recomputation"),
-    CHOICE(train, gpu_gemm, "fast", "fast|exact",
-           "GPU in bf16/fp16: fast = tensor-core GEMMs on 16-bit inputs (bf16: attention too), "
-           "exact = fp32 as the CPU"),
+    LOGI(train, deterministic, ".true.",
+         "bitwise reproducible steps (a restart repeats the run exactly); .false. lets a GPU "
+         "take faster non-deterministic kernels (cuDNN's attention backward)"),
     REAL(train, grad_clip, "1.0", 0, 0, LO, "clip the global gradient norm (0 = off)"),
     REAL(train, loss_scale, "65536", 0, 0, LO | LO_OPEN,
          "fp16: initial dynamic loss scale; halved on a step whose gradients overflow (the "

@@ -27,13 +27,12 @@
  * exist on one rank.  Replicated parameters (norms, row-parallel biases, positions) see
  * the full, identical activations on every tp rank, so their gradients need no reduction.
  *
- * Mixed precision (bf16, fp16): parameters are the rounded master weights; every stored
- * activation is rounded after the op that makes it; statistics (norm rstd, softmax lse),
- * the loss and the parameter gradients stay fp32.  In fp16 the activation gradients (the
- * logits' gradient, each op's input gradient, the residual stream's) are rounded to fp16
- * as well, as they are stored on a GPU: that is where fp16 underflows and overflows, and
- * what the trainer's dynamic loss scale is for.  bf16 has fp32's range: its activation
- * gradients stay fp32. */
+ * Storage (bf16, fp16): the compute copy of the parameters, every activation and every
+ * activation gradient is a 16-bit array (the run's tsr_dtype; the ops round each output
+ * once as they store it); statistics (norm mean and rstd, softmax lse), the loss and the
+ * parameter gradients are fp32.  fp16 stores the activation gradients in fp16 like the
+ * rest: that is where fp16 underflows and overflows, and what the trainer's dynamic loss
+ * scale is for.  fp32 runs store everything in fp32. */
 #include "model.h"
 
 #include <math.h>
@@ -48,21 +47,24 @@ typedef struct { /* offsets of one layer's tensors relative to its unit (-1: abs
 } layer_params;
 
 typedef struct { /* one layer's activations (pointers may alias shared scratch) */
-  float *norm1, *norm1_mean, *norm1_rstd; /* [N,C], [N], [N] */
-  float *qkv;                             /* [N, qkv_dim] (after RoPE) */
-  float *atty;                            /* [N, H*hd] attention output */
-  float *lse;                             /* [B*H*T] */
-  float *h;                               /* [N,C] residual after attention */
-  float *norm2, *norm2_mean, *norm2_rstd;
-  float *fc;  /* [N, fc_dim] */
-  float *act; /* [N, F] */
+  void *norm1;                     /* [N,C] (the run's storage type, as every void * here) */
+  float *norm1_mean, *norm1_rstd; /* [N], [N] (fp32, as every float * here) */
+  void *qkv;                       /* [N, qkv_dim] (after RoPE) */
+  void *atty;                      /* [N, H*hd] attention output */
+  float *lse;                      /* [B*H*T] */
+  void *h;                         /* [Ns,C] residual after attention */
+  void *norm2;
+  float *norm2_mean, *norm2_rstd;
+  void *fc;  /* [N, fc_dim] */
+  void *act; /* [N, F] */
 } layer_acts;
 
 struct tsr_model {
   tsr_config cfg;
   const tsr_layout *lay;
   int gpt2;
-  tsr_prec prec; /* storage of parameters and activations */
+  tsr_dtype dt; /* storage of the parameters' compute copy, activations and their gradients */
+  size_t esz;   /* its bytes per element */
   tsr_recompute recompute;
   /* H, KV, F, V: this tp rank's query heads, KV heads, MLP width and vocabulary rows */
   int B, T, C, H, KV, hd, F, V, L, N, qkv_dim, fc_dim;
@@ -73,9 +75,9 @@ struct tsr_model {
   /* sequence parallel: the residual stream and norms hold Ns = N / tp tokens (rows
    * [row0, row0 + Ns) of the micro-batch); without it Ns = N, row0 = 0 */
   int sp, Ns, row0;
-  float *d_full;      /* [N,C] a gathered residual gradient */
-  float *tmp_s;       /* [Ns,C] a reduce-scattered projection */
-  float *d_shard;     /* [Ns,C] a reduce-scattered norm-output gradient */
+  void *d_full;       /* [N,C] a gathered residual gradient */
+  void *tmp_s;        /* [Ns,C] a reduce-scattered projection */
+  void *d_shard;      /* [Ns,C] a reduce-scattered norm-output gradient */
   float *norm_dw, *norm_db; /* [C] one micro-batch's norm gradients before the tp sum */
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
   double *loss1; /* one double: tsr_model_forward / fwd_bwd's loss, or a sink for none */
@@ -94,7 +96,7 @@ struct tsr_model {
   tsr_unit *units;
   tsr_model_hooks hooks;
 
-  float *params; /* compute-precision copy, n_flat (NULL when a provider owns them) */
+  void *params;  /* compute copy (dt), n_flat (NULL when a provider owns them) */
   float *grads;  /* fp32, n_flat (NULL when a provider owns them) */
 
   /* pipeline: this stage's layers (L of them, global ids layer_ids), in v chunks of Lc;
@@ -106,15 +108,17 @@ struct tsr_model {
   int n_slots;
   struct act_slot {
     layer_acts *acts; /* [Lc] */
-    float *resid;     /* [(Lc+1) * N*C]: the chunk's input, then each layer's output */
-    float *final_norm, *final_mean, *final_rstd, *logits; /* last stage: the head */
+    void *resid;      /* [(Lc+1) * Ns*C]: the chunk's input, then each layer's output */
+    void *final_norm; /* last stage: the head */
+    float *final_mean, *final_rstd;
+    void *logits; /* [N, V]: the logits, then their gradient */
     int32_t *tokens;  /* first stage: the inputs (for the embedding backward) */
   } *slots;
   layer_acts scratch; /* recompute target */
-  float *tmp_nc;      /* [N,C] projection outputs */
-  float *d_resid;     /* [N,C] gradient of the residual stream */
-  float *d_nc;        /* [N,C] gradient of a norm output */
-  float *d_atty, *d_qkv, *d_fc, *d_act;
+  void *tmp_nc;       /* [N,C] projection outputs */
+  void *d_resid;      /* [Ns,C] gradient of the residual stream */
+  void *d_nc;         /* [N,C] gradient of a norm output */
+  void *d_atty, *d_qkv, *d_fc, *d_act;
   size_t act_bytes;
 };
 
@@ -129,9 +133,9 @@ static int64_t off_global(const tsr_layout *lay, const char *name, int64_t base)
 }
 
 /* Default provider: the model's own full buffers. */
-static const float *own_params_acquire(void *ctx, int u, int next) {
+static const void *own_params_acquire(void *ctx, int u, int next) {
   tsr_model *m = ctx;
-  return m->params ? m->params + m->units[u].begin : NULL;
+  return tsr_dtype_at(m->params, m->dt, m->units[u].begin);
 }
 static float *own_grads_acquire(void *ctx, int u) {
   tsr_model *m = ctx;
@@ -139,8 +143,8 @@ static float *own_grads_acquire(void *ctx, int u) {
 }
 static int own_release(void *ctx, int u) { return 0; }
 
-static const float *params_acquire(tsr_model *m, int u, int next) {
-  const float *p = m->hooks.params_acquire(m->hooks.ctx, u, next);
+static const void *params_acquire(tsr_model *m, int u, int next) {
+  const void *p = m->hooks.params_acquire(m->hooks.ctx, u, next);
   if (!p) tsr_error("model: no parameters for unit %d", u);
   return p;
 }
@@ -150,9 +154,21 @@ static float *grads_acquire(tsr_model *m, int u) {
   return g;
 }
 
+/* Tensor o (an offset in its unit; -1: absent) of a unit's fp32 gradient / compute-copy
+ * parameters. */
 static float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o; }
-static const float *PC(const float *base, int64_t o) { return o < 0 ? NULL : base + o; }
+static const void *PC(const tsr_model *m, const void *base, int64_t o) {
+  return o < 0 ? NULL : tsr_dtype_at_c(base, m->dt, o);
+}
+/* Element i of a stored (dt) activation buffer. */
+static void *A(const tsr_model *m, void *base, int64_t i) { return tsr_dtype_at(base, m->dt, i); }
 
+/* An activation buffer of n elements: stored ones in dt, statistics in fp32. */
+static void *alloc_a(tsr_model *m, size_t n) {
+  void *p = tsr_ops_alloc(n, m->esz);
+  if (p) m->act_bytes += n * m->esz;
+  return p;
+}
 static float *alloc_f(tsr_model *m, size_t n) {
   float *p = tsr_ops_alloc(n, sizeof(float));
   if (p) m->act_bytes += n * sizeof(float);
@@ -164,13 +180,13 @@ enum { A_NORMS = 1, A_CORE = 2, A_ACT = 4, A_ALL = 7 };
 static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
   const tsr_model_layer_sizes *n = &m->sz.layer;
   if (which & A_NORMS) {
-    if (!(a->norm1 = alloc_f(m, (size_t)n->norm1)) || !(a->norm2 = alloc_f(m, (size_t)n->norm2)))
+    if (!(a->norm1 = alloc_a(m, (size_t)n->norm1)) || !(a->norm2 = alloc_a(m, (size_t)n->norm2)))
       return TSR_ERR;
   }
   if (which & A_CORE) {
-    if (!(a->qkv = alloc_f(m, (size_t)n->qkv)) || !(a->atty = alloc_f(m, (size_t)n->atty)) ||
-        !(a->lse = alloc_f(m, (size_t)n->lse)) || !(a->h = alloc_f(m, (size_t)n->h)) ||
-        !(a->fc = alloc_f(m, (size_t)n->fc)) ||
+    if (!(a->qkv = alloc_a(m, (size_t)n->qkv)) || !(a->atty = alloc_a(m, (size_t)n->atty)) ||
+        !(a->lse = alloc_f(m, (size_t)n->lse)) || !(a->h = alloc_a(m, (size_t)n->h)) ||
+        !(a->fc = alloc_a(m, (size_t)n->fc)) ||
         !(a->norm1_mean = alloc_f(m, (size_t)n->norm1_mean)) ||
         !(a->norm1_rstd = alloc_f(m, (size_t)n->norm1_rstd)) ||
         !(a->norm2_mean = alloc_f(m, (size_t)n->norm2_mean)) ||
@@ -178,7 +194,7 @@ static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
       return TSR_ERR;
   }
   if (which & A_ACT) {
-    if (!(a->act = alloc_f(m, (size_t)n->act))) return TSR_ERR;
+    if (!(a->act = alloc_a(m, (size_t)n->act))) return TSR_ERR;
   }
   return 0;
 }
@@ -246,11 +262,11 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
   s->d_atty = N * s->H * s->hd;
   s->d_qkv = N * s->qkv_dim;
   s->d_fc = N * s->fc_dim;
-  s->d_act = N * s->F;
+  s->d_act = s->gpt2 ? 0 : N * s->F; /* gpt2: the GELU's backward is fused into a GEMM's */
   if (s->kv_shared) s->kv_keep = s->kv_seg, s->kv_sum = s->kv_seg * mc->n_kv_head;
   if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
   s->xent = N;
-  s->act_floats = Ns * C;
+  s->act_elems = Ns * C;
 }
 
 /* Bytes of the groups `which` of one layer's activation set: the norm statistics and lse
@@ -267,21 +283,22 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
 }
 
 /* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
- * and its statistics, the logits (fp32: they become their own gradient). */
+ * and its statistics, the logits (stored: they become their own gradient). */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
   return s->layers_per_chunk * set_bytes(s, owned_mask(s->recompute), ab) +
-         (double)s->resid * ab + (double)s->tokens * 4 + (double)s->final_norm * ab +
-         (double)(s->final_mean + s->final_rstd + s->logits) * 4;
+         (double)s->resid * ab + (double)s->tokens * 4 + (double)(s->final_norm + s->logits) * ab +
+         (double)(s->final_mean + s->final_rstd) * 4;
 }
 
-/* The recompute target (what the layers do not own), the fp32 gradient scratch, the
- * shared-KV and sequence-parallel buffers, the loss statistics (double) and, on the last
- * stage, the targets (int32, where the ops can read them). */
+/* The recompute target (what the layers do not own), the activation-gradient and
+ * projection scratch (stored), the shared-KV parameter-gradient buffers and the sequence-
+ * parallel norm gradients (fp32), the loss statistics (double) and, on the last stage,
+ * the targets (int32, where the ops can read them). */
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
-  const double grad = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
-                               s->d_fc + s->d_act + s->kv_keep + s->kv_sum + s->d_full +
-                               s->tmp_s + s->d_shard + s->norm_dw + s->norm_db);
-  return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + grad * 4 +
+  const double stored = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
+                                 s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard);
+  const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db);
+  return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + stored * ab + fp32 * 4 +
          3.0 * (double)s->xent * 8 + (s->last ? (double)s->xent * 4 : 0.0);
 }
 
@@ -305,9 +322,10 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->cfg = *cfg;
   m->lay = lay;
   const tsr_model_config *mc = &cfg->model;
-  m->prec = strcmp(cfg->train.precision, "bf16") == 0   ? TSR_PREC_BF16
-            : strcmp(cfg->train.precision, "fp16") == 0 ? TSR_PREC_FP16
-                                                        : TSR_PREC_FP32;
+  m->dt = strcmp(cfg->train.precision, "bf16") == 0   ? TSR_BF16
+          : strcmp(cfg->train.precision, "fp16") == 0 ? TSR_F16
+                                                      : TSR_F32;
+  m->esz = tsr_dtype_size(m->dt);
   m->tp = tp;
   m->tp_size = tp ? tsr_comm_size(tp) : 1;
   m->tp_rank = tp ? tsr_comm_rank(tp) : 0;
@@ -418,7 +436,7 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
     }
   }
 
-  if ((own_params && !(m->params = tsr_ops_alloc((size_t)lay->n_flat, sizeof(float)))) ||
+  if ((own_params && !(m->params = tsr_ops_alloc((size_t)lay->n_flat, m->esz))) ||
       (own_grads && !(m->grads = tsr_ops_alloc((size_t)lay->n_flat, sizeof(float)))))
     goto fail;
   const int own = owned_mask(m->recompute);
@@ -439,19 +457,19 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
       }
       if (!(own & A_ACT)) a->act = sc->act;
     }
-    if (!(sl->resid = alloc_f(m, (size_t)sz->resid))) goto fail;
+    if (!(sl->resid = alloc_a(m, (size_t)sz->resid))) goto fail;
     if (sz->tokens && !(sl->tokens = tsr_ops_alloc((size_t)sz->tokens, sizeof(int32_t)))) goto fail;
-    if (m->last && (!(sl->final_norm = alloc_f(m, (size_t)sz->final_norm)) ||
+    if (m->last && (!(sl->final_norm = alloc_a(m, (size_t)sz->final_norm)) ||
                     !(sl->final_mean = alloc_f(m, (size_t)sz->final_mean)) ||
                     !(sl->final_rstd = alloc_f(m, (size_t)sz->final_rstd)) ||
-                    !(sl->logits = alloc_f(m, (size_t)sz->logits))))
+                    !(sl->logits = alloc_a(m, (size_t)sz->logits))))
       goto fail;
   }
-  if (!(m->tmp_nc = alloc_f(m, (size_t)sz->tmp_nc)) ||
-      !(m->d_resid = alloc_f(m, (size_t)sz->d_resid)) ||
-      !(m->d_nc = alloc_f(m, (size_t)sz->d_nc)) || !(m->d_atty = alloc_f(m, (size_t)sz->d_atty)) ||
-      !(m->d_qkv = alloc_f(m, (size_t)sz->d_qkv)) || !(m->d_fc = alloc_f(m, (size_t)sz->d_fc)) ||
-      !(m->d_act = alloc_f(m, (size_t)sz->d_act)))
+  if (!(m->tmp_nc = alloc_a(m, (size_t)sz->tmp_nc)) ||
+      !(m->d_resid = alloc_a(m, (size_t)sz->d_resid)) ||
+      !(m->d_nc = alloc_a(m, (size_t)sz->d_nc)) || !(m->d_atty = alloc_a(m, (size_t)sz->d_atty)) ||
+      !(m->d_qkv = alloc_a(m, (size_t)sz->d_qkv)) || !(m->d_fc = alloc_a(m, (size_t)sz->d_fc)) ||
+      !(m->d_act = alloc_a(m, (size_t)sz->d_act)))
     goto fail;
   m->kv_heads = (int)mc->n_kv_head;
   m->kv_shared = sz->kv_shared;
@@ -462,9 +480,9 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
         !(m->kv_sum = tsr_ops_alloc((size_t)sz->kv_sum, sizeof(float))))
       goto fail;
   }
-  if (m->sp && (!(m->d_full = alloc_f(m, (size_t)sz->d_full)) ||
-                !(m->tmp_s = alloc_f(m, (size_t)sz->tmp_s)) ||
-                !(m->d_shard = alloc_f(m, (size_t)sz->d_shard)) ||
+  if (m->sp && (!(m->d_full = alloc_a(m, (size_t)sz->d_full)) ||
+                !(m->tmp_s = alloc_a(m, (size_t)sz->tmp_s)) ||
+                !(m->d_shard = alloc_a(m, (size_t)sz->d_shard)) ||
                 !(m->norm_dw = tsr_ops_alloc((size_t)sz->norm_dw, sizeof(float))) ||
                 !(m->norm_db = tsr_ops_alloc((size_t)sz->norm_db, sizeof(float)))))
     goto fail;
@@ -527,29 +545,32 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(mp);
 }
 
-const float *tsr_model_params(const tsr_model *m) { return m->params; }
-float *tsr_model_params_mut(tsr_model *m) { return m->params; }
+const void *tsr_model_params(const tsr_model *m) { return m->params; }
+void *tsr_model_params_mut(tsr_model *m) { return m->params; }
 float *tsr_model_grads(tsr_model *m) { return m->grads; }
 size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
 
 static int64_t max_of(int64_t a, int64_t b) { return a > b ? a : b; }
 void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
-  /* the head's [N, V_local] output (and its gradient) only on the last stage */
-  const int64_t cols = max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->last ? z->V : 0));
-  /* the linear layers' weights [out, in]: qkv, attention output, fc (gate_up), down;
-   * the head on the last stage */
-  int64_t weight = 0;
-  if (z->layers_per_chunk > 0)
-    weight = max_of(max_of(z->qkv_dim * z->C, z->C * z->H * z->hd),
-                    max_of(z->fc_dim * z->C, z->C * z->F));
-  if (z->last) weight = max_of(weight, z->V * z->C);
+  /* the widest GEMM input or output: d_model, qkv, the MLP (fc and its input F), and the
+   * head's [N, V_local] output (and its gradient) only on the last stage */
+  const int64_t cols =
+      max_of(max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->H * z->hd)),
+             max_of(z->F, z->last ? z->V : 0));
   const long bht = (long)z->B * z->H * z->T;
-  *s = (tsr_ops_shapes){(long)z->N, (long)cols, (long)z->V, bht, 0,
-                        z->KV < z->H ? 2 * bht * z->hd : 0, (long)weight,
-                        (long)z->B * z->T * (z->H + z->KV) * z->hd, (long)z->T};
+  memset(s, 0, sizeof *s);
+  s->rows = (long)z->N;
+  s->cols = (long)cols;
+  s->vocab_local = (long)z->V;
+  s->attn_bht = bht;
+  s->attn_part = z->KV < z->H ? 2 * bht * z->hd : 0;
+  s->attn_io = (long)z->B * z->T * (z->H + z->KV) * z->hd;
+  s->attn_t = (long)z->T;
+  s->attn_hd = (long)z->hd;
 }
 void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
   tsr_model_ops_shapes_of(&m->sz, s);
+  s->dt = m->dt;
 }
 int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
 tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }
@@ -561,16 +582,11 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
     m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
 }
 
-void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n) {
-  if (m->prec == TSR_PREC_BF16)
-    tsr_ops_round_bf16(dst, src, (long)n);
-  else if (m->prec == TSR_PREC_FP16)
-    tsr_ops_round_fp16(dst, src, (long)n);
-  else
-    tsr_ops_copy(dst, src, (size_t)n * sizeof(float));
+void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64_t n) {
+  tsr_ops_cast(m->dt, dst, TSR_F32, src, (long)n);
 }
 
-tsr_prec tsr_model_prec(const tsr_model *m) { return m->prec; }
+tsr_dtype tsr_model_dtype(const tsr_model *m) { return m->dt; }
 
 void tsr_model_set_params(tsr_model *m, const float *master) {
   if (m->params) tsr_model_to_compute(m, m->params, master, m->lay->n_flat);
@@ -580,37 +596,29 @@ void tsr_model_zero_grads(tsr_model *m) {
   if (m->grads) tsr_ops_zero(m->grads, (size_t)m->lay->n_flat * sizeof(float));
 }
 
-/* bf16 / fp16 storage of an activation: round in place. */
-static void store(const tsr_model *m, float *x, long n) {
-  if (m->prec == TSR_PREC_BF16) tsr_ops_round_bf16(x, x, n);
-  if (m->prec == TSR_PREC_FP16) tsr_ops_round_fp16(x, x, n);
-}
-
-/* fp16 storage of an activation gradient (bf16 and fp32 keep them fp32). */
-static void store_grad(const tsr_model *m, float *dx, long n) {
-  if (m->prec == TSR_PREC_FP16) tsr_ops_round_fp16(dx, dx, n);
-}
-
-/* Norm of this rank's rows x [Ns, C] into the full-size output out [N, C]: with
- * sequence parallelism the rows are computed here and the rest all-gathered from the tp
- * group (the column-parallel GEMM that follows needs every token). */
-static int norm_fwd(tsr_model *m, const float *pr, float *out, float *mean, float *rstd,
-                    const float *x, int64_t w, int64_t b) {
-  float *o = out + (size_t)m->row0 * m->C;
+/* Norm of this rank's rows into the full-size output out [N, C]: of x [Ns, C], or, with
+ * y (a branch's output: the residual add fused in), of h = x + y, which is stored at h.
+ * With sequence parallelism the rows are computed here and the rest all-gathered from
+ * the tp group (the column-parallel GEMM that follows needs every token). */
+static int norm_fwd(tsr_model *m, const void *pr, void *out, float *mean, float *rstd, void *h,
+                    const void *x, const void *y, int64_t w, int64_t b) {
+  void *o = A(m, out, (int64_t)m->row0 * m->C);
   if (m->gpt2)
-    tsr_ops_layernorm_fwd(o, mean, rstd, x, PC(pr, w), PC(pr, b), m->Ns, m->C, m->eps);
+    tsr_ops_layernorm_fwd(m->dt, o, mean, rstd, h, x, y, PC(m, pr, w), PC(m, pr, b), m->Ns, m->C,
+                          m->eps);
   else
-    tsr_ops_rmsnorm_fwd(o, rstd, x, PC(pr, w), m->Ns, m->C, m->eps);
-  store(m, o, (long)m->Ns * m->C);
-  if (m->sp) TSR_CALL(tsr_comm_all_gather(m->tp, o, out, (size_t)m->Ns * m->C));
+    tsr_ops_rmsnorm_fwd(m->dt, o, rstd, h, x, y, PC(m, pr, w), m->Ns, m->C, m->eps);
+  if (m->sp) TSR_CALL(tsr_comm_all_gather(m->tp, o, out, (size_t)m->Ns * m->C, m->dt));
   return 0;
 }
 
-/* Backward of a norm over this rank's rows: dx [Ns, C] += ..., from dout [Ns, C].  With
+/* Backward of a norm over this rank's rows: dx [Ns, C] gets the gradient of x from dout
+ * [Ns, C], added to what dx holds (acc: the residual stream's gradient) or written.  With
  * sequence parallelism the weight (and bias) gradients cover only these rows: they are
  * formed apart and summed over tp before joining the accumulated gradient. */
-static int norm_bwd(tsr_model *m, const float *pr, float *gr, float *dx, const float *dout,
-                    const float *x, const float *mean, const float *rstd, int64_t w, int64_t b) {
+static int norm_bwd(tsr_model *m, const void *pr, float *gr, void *dx, const void *dout,
+                    const void *x, const float *mean, const float *rstd, int64_t w, int64_t b,
+                    int acc) {
   const int C = m->C;
   float *dw = m->sp ? m->norm_dw : P(gr, w), *db = m->sp ? m->norm_db : P(gr, b);
   if (m->sp) {
@@ -618,101 +626,106 @@ static int norm_bwd(tsr_model *m, const float *pr, float *gr, float *dx, const f
     tsr_ops_zero(m->norm_db, (size_t)C * sizeof(float));
   }
   if (m->gpt2)
-    tsr_ops_layernorm_bwd(dx, dw, b >= 0 ? db : NULL, dout, x, PC(pr, w), mean, rstd, m->Ns, C);
+    tsr_ops_layernorm_bwd(m->dt, dx, dw, b >= 0 ? db : NULL, dout, x, PC(m, pr, w), mean, rstd,
+                          m->Ns, C, acc);
   else
-    tsr_ops_rmsnorm_bwd(dx, dw, dout, x, PC(pr, w), rstd, m->Ns, C);
+    tsr_ops_rmsnorm_bwd(m->dt, dx, dw, dout, x, PC(m, pr, w), rstd, m->Ns, C, acc);
   if (!m->sp) return 0;
-  TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_dw, (size_t)C));
+  TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_dw, (size_t)C, TSR_F32));
   tsr_ops_acc(P(gr, w), m->norm_dw, C);
   if (b >= 0) {
-    TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_db, (size_t)C));
+    TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_db, (size_t)C, TSR_F32));
     tsr_ops_acc(P(gr, b), m->norm_db, C);
   }
   return 0;
 }
 
-static void mlp_act_fwd(const tsr_model *m, float *act, const float *fc) {
+static void mlp_act_fwd(const tsr_model *m, void *act, const void *fc) {
   if (m->gpt2)
-    tsr_ops_gelu_fwd(act, fc, m->N * m->F);
+    tsr_ops_gelu_fwd(m->dt, act, fc, (long)m->N * m->F);
   else
-    tsr_ops_swiglu_fwd(act, fc, m->N, m->F);
-  store(m, act, (long)m->N * m->F);
+    tsr_ops_swiglu_fwd(m->dt, act, fc, m->N, m->F);
 }
 
 /* Sum the partial results of a row-parallel GEMM (or of the column-parallel GEMMs'
  * input gradient) over the tp group. */
-static int tp_sum(tsr_model *m, float *x, long n) {
+static int tp_sum(tsr_model *m, void *x, long n) {
   if (m->tp_size == 1) return 0;
-  return tsr_comm_all_reduce(m->tp, x, (size_t)n);
+  return tsr_comm_all_reduce(m->tp, x, (size_t)n, m->dt);
 }
 
 /* The partial [N, C] output of a row-parallel GEMM, summed over tp: all-reduced in
  * place, or (sequence parallel) reduce-scattered to this rank's rows.  Returns where the
  * summed rows [Ns, C] are. */
-static float *tp_rows(tsr_model *m, float *partial) {
+static void *tp_rows(tsr_model *m, void *partial) {
   if (!m->sp) return tp_sum(m, partial, (long)m->N * m->C) ? NULL : partial;
-  if (tsr_comm_reduce_scatter(m->tp, partial, m->tmp_s, (size_t)m->Ns * m->C)) return NULL;
+  if (tsr_comm_reduce_scatter(m->tp, partial, m->tmp_s, (size_t)m->Ns * m->C, m->dt)) return NULL;
   return m->tmp_s;
 }
 
 /* The gradient of this rank's rows D [Ns, C] on all N rows (sequence parallel), as the
  * row-parallel GEMMs' backward needs it; D itself otherwise. */
-static const float *tp_gather_rows(tsr_model *m, const float *D) {
+static const void *tp_gather_rows(tsr_model *m, const void *D) {
   if (!m->sp) return D;
-  if (tsr_comm_all_gather(m->tp, D, m->d_full, (size_t)m->Ns * m->C)) return NULL;
+  if (tsr_comm_all_gather(m->tp, D, m->d_full, (size_t)m->Ns * m->C, m->dt)) return NULL;
   return m->d_full;
 }
 
 /* The gradient of a norm output [N, C] from column-parallel GEMMs, summed over tp: in
  * place, or (sequence parallel) reduce-scattered to this rank's rows. */
-static float *tp_grad_rows(tsr_model *m, float *partial) {
+static void *tp_grad_rows(tsr_model *m, void *partial) {
   if (!m->sp) return tp_sum(m, partial, (long)m->N * m->C) ? NULL : partial;
-  if (tsr_comm_reduce_scatter(m->tp, partial, m->d_shard, (size_t)m->Ns * m->C)) return NULL;
+  if (tsr_comm_reduce_scatter(m->tp, partial, m->d_shard, (size_t)m->Ns * m->C, m->dt))
+    return NULL;
   return m->d_shard;
 }
 
 /* A replicated bias of a row-parallel GEMM enters the partial sums on tp rank 0 only. */
-static const float *tp_bias(const tsr_model *m, const float *b) { return m->tp_rank == 0 ? b : NULL; }
+static const void *tp_bias(const tsr_model *m, const void *b) { return m->tp_rank == 0 ? b : NULL; }
 
 /* Forward of layer l with parameters pr (its unit): x (input) -> out; activations into a. */
-static int layer_fwd(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a,
-                     float *out) {
+static int layer_fwd(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a,
+                     void *out) {
   const layer_params *p = &m->lp[l];
-  const int N = m->N, C = m->C, qd = m->H * m->hd;
-  const long rows = (long)m->Ns * C; /* residual-stream elements held here */
-  TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b));
-  tsr_ops_matmul_fwd(a->qkv, a->norm1, PC(pr, p->wqkv), PC(pr, p->bqkv), N, C, m->qkv_dim);
+  const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
+  const tsr_dtype dt = m->dt;
+  TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, NULL, x, NULL, p->norm1_w,
+                    p->norm1_b));
+  tsr_ops_matmul_fwd(dt, a->qkv, a->norm1, PC(m, pr, p->wqkv), PC(m, pr, p->bqkv), N, C,
+                     m->qkv_dim);
   if (!m->gpt2) {
-    tsr_ops_rope_fwd(a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
-    tsr_ops_rope_fwd(a->qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_fwd(dt, a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_fwd(dt, A(m, a->qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
-  store(m, a->qkv, (long)N * m->qkv_dim);
-  tsr_ops_attention_fwd(a->atty, a->lse, a->qkv, a->qkv + qd, a->qkv + qd + m->KV * m->hd, m->B,
-                        m->T, m->H, m->KV, m->hd, m->qkv_dim);
-  store(m, a->atty, (long)N * qd);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->atty, PC(pr, p->wo), tp_bias(m, PC(pr, p->bo)), N, qd, C);
-  float *proj = tp_rows(m, m->tmp_nc);
+  tsr_ops_attention_fwd(dt, a->atty, a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd),
+                        m->B, m->T, m->H, m->KV, m->hd, m->qkv_dim);
+  tsr_ops_matmul_fwd(dt, m->tmp_nc, a->atty, PC(m, pr, p->wo), tp_bias(m, PC(m, pr, p->bo)), N,
+                     qd, C);
+  const void *proj = tp_rows(m, m->tmp_nc);
   if (!proj) return TSR_ERR;
-  tsr_ops_residual(a->h, x, proj, rows, m->prec); /* h = x + proj, both as stored */
-  TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b));
-  tsr_ops_matmul_fwd(a->fc, a->norm2, PC(pr, p->wfc), PC(pr, p->bfc), N, C, m->fc_dim);
-  store(m, a->fc, (long)N * m->fc_dim);
+  /* h = x + proj and its norm, in one pass */
+  TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, x, proj, p->norm2_w,
+                    p->norm2_b));
+  tsr_ops_matmul_fwd(dt, a->fc, a->norm2, PC(m, pr, p->wfc), PC(m, pr, p->bfc), N, C, m->fc_dim);
   mlp_act_fwd(m, a->act, a->fc);
-  tsr_ops_matmul_fwd(m->tmp_nc, a->act, PC(pr, p->wdown), tp_bias(m, PC(pr, p->bdown)), N, m->F,
-                     C);
+  tsr_ops_matmul_fwd(dt, m->tmp_nc, a->act, PC(m, pr, p->wdown),
+                     tp_bias(m, PC(m, pr, p->bdown)), N, m->F, C);
   if (!(proj = tp_rows(m, m->tmp_nc))) return TSR_ERR;
-  tsr_ops_residual(out, a->h, proj, rows, m->prec);
+  tsr_ops_residual(dt, out, a->h, proj, (long)m->Ns * C);
   return 0;
 }
 
-/* Rebuild what the recompute mode did not keep for layer l. */
-static int layer_recompute(tsr_model *m, int l, const float *pr, const float *x, layer_acts *a) {
+/* Rebuild what the recompute mode did not keep for layer l: the same ops on the same
+ * stored inputs, so the rebuilt values are bitwise the forward's. */
+static int layer_recompute(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a) {
   const layer_params *p = &m->lp[l];
   if (m->recompute == TSR_RECOMPUTE_FULL) {
     TSR_CALL(layer_fwd(m, l, pr, x, a, m->d_nc)); /* the output is not needed: d_nc is free */
   } else if (m->recompute == TSR_RECOMPUTE_SELECTIVE) {
-    TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, x, p->norm1_w, p->norm1_b));
-    TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, a->h, p->norm2_w, p->norm2_b));
+    TSR_CALL(norm_fwd(m, pr, a->norm1, a->norm1_mean, a->norm1_rstd, NULL, x, NULL, p->norm1_w,
+                      p->norm1_b));
+    TSR_CALL(norm_fwd(m, pr, a->norm2, a->norm2_mean, a->norm2_rstd, NULL, a->h, NULL,
+                      p->norm2_w, p->norm2_b));
     mlp_act_fwd(m, a->act, a->fc);
   }
   return 0;
@@ -750,65 +763,61 @@ static int kv_reduce(tsr_model *m, const layer_params *p, float *gr) {
   tsr_ops_zero(m->kv_sum, (size_t)m->kv_seg * m->kv_heads * sizeof(float));
   tsr_ops_copy(slot, w, nw * sizeof(float));
   if (b) tsr_ops_copy(slot + nw, b, nb * sizeof(float));
-  TSR_CALL(tsr_comm_all_reduce(m->tp, m->kv_sum, (size_t)m->kv_seg * m->kv_heads));
+  TSR_CALL(tsr_comm_all_reduce(m->tp, m->kv_sum, (size_t)m->kv_seg * m->kv_heads, TSR_F32));
   tsr_ops_add(w, m->kv_keep, slot, (long)nw);
   if (b) tsr_ops_add(b, m->kv_keep + nw, slot + nw, (long)nb);
   return 0;
 }
 
 /* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
- * d(out) and becomes d(x).  The GEMMs' and activations' backward write their input
- * gradients (no zeroing first); the attention backward and the norms accumulate. */
-static int layer_bwd(tsr_model *m, int l, const float *pr, float *gr, const float *x,
+ * d(out) and becomes d(x).  The GEMMs, the activations and the attention write their
+ * input gradients; the norms add theirs to the residual stream's. */
+static int layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *x,
                      layer_acts *a) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
-  float *D = m->d_resid; /* [Ns, C] */
+  const tsr_dtype dt = m->dt;
+  void *D = m->d_resid; /* [Ns, C] */
   /* MLP branch */
-  const float *Dfull = tp_gather_rows(m, D);
+  const void *Dfull = tp_gather_rows(m, D);
   if (!Dfull) return TSR_ERR;
-  tsr_ops_matmul_bwd(m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act, PC(pr, p->wdown),
-                     N, m->F, C);
-  store_grad(m, m->d_act, (long)N * m->F);
-  if (m->gpt2)
-    tsr_ops_gelu_bwd(m->d_fc, m->d_act, a->fc, N * m->F);
-  else
-    tsr_ops_swiglu_bwd(m->d_fc, m->d_act, a->fc, N, m->F);
-  store_grad(m, m->d_fc, (long)N * m->fc_dim);
-  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2, PC(pr, p->wfc), N,
-                     C, m->fc_dim);
-  store_grad(m, m->d_nc, (long)N * C);
-  float *dn = tp_grad_rows(m, m->d_nc);
+  if (m->gpt2) { /* the GELU's backward rides in the down-projection's */
+    tsr_ops_matmul_bwd(dt, m->d_fc, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act,
+                       PC(m, pr, p->wdown), a->fc, N, m->F, C);
+  } else {
+    tsr_ops_matmul_bwd(dt, m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act,
+                       PC(m, pr, p->wdown), NULL, N, m->F, C);
+    tsr_ops_swiglu_bwd(dt, m->d_fc, m->d_act, a->fc, N, m->F);
+  }
+  tsr_ops_matmul_bwd(dt, m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2,
+                     PC(m, pr, p->wfc), NULL, N, C, m->fc_dim);
+  void *dn = tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
-  TSR_CALL(norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b));
-  store_grad(m, D, (long)m->Ns * C);
+  TSR_CALL(norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b,
+                    1));
   /* attention branch */
   if (!(Dfull = tp_gather_rows(m, D))) return TSR_ERR;
-  tsr_ops_matmul_bwd(m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(pr, p->wo), N, qd,
-                     C);
-  store_grad(m, m->d_atty, (long)N * qd);
-  tsr_ops_zero(m->d_qkv, (size_t)N * m->qkv_dim * sizeof(float));
-  tsr_ops_attention_bwd(m->d_qkv, m->d_qkv + qd, m->d_qkv + qd + kvd, m->d_atty, a->atty, a->lse,
-                        a->qkv, a->qkv + qd, a->qkv + qd + kvd, m->B, m->T, m->H, m->KV, m->hd,
-                        m->qkv_dim);
+  tsr_ops_matmul_bwd(dt, m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(m, pr, p->wo),
+                     NULL, N, qd, C);
+  tsr_ops_attention_bwd(dt, m->d_qkv, A(m, m->d_qkv, qd), A(m, m->d_qkv, qd + kvd), m->d_atty,
+                        a->atty, a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd), m->B,
+                        m->T, m->H, m->KV, m->hd, m->qkv_dim);
   if (!m->gpt2) {
-    tsr_ops_rope_bwd(m->d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
-    tsr_ops_rope_bwd(m->d_qkv + qd, N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_bwd(dt, m->d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_bwd(dt, A(m, m->d_qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
-  store_grad(m, m->d_qkv, (long)N * m->qkv_dim);
   if (m->kv_shared) kv_set_aside(m, p, gr);
-  tsr_ops_matmul_bwd(m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
-                     PC(pr, p->wqkv), N, C, m->qkv_dim);
-  store_grad(m, m->d_nc, (long)N * C);
+  tsr_ops_matmul_bwd(dt, m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
+                     PC(m, pr, p->wqkv), NULL, N, C, m->qkv_dim);
   if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
   if (!(dn = tp_grad_rows(m, m->d_nc))) return TSR_ERR;
-  TSR_CALL(norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b));
-  store_grad(m, D, (long)m->Ns * C);
+  TSR_CALL(norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b,
+                    1));
   return 0;
 }
 
-static float *resid(const tsr_model *m, struct act_slot *sl, int q) {
-  return sl->resid + (size_t)q * m->Ns * m->C;
+static void *resid(const tsr_model *m, struct act_slot *sl, int q) {
+  return A(m, sl->resid, (int64_t)q * m->Ns * m->C);
 }
 
 #define REL(call)                         \
@@ -826,65 +835,63 @@ static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
 
 /* *acc (op memory) += the mean row loss from the (vocab-parallel) logits; with grad the
  * logits are replaced by dloss * d(loss sum)/d(logits). */
-static int loss_and_grad(tsr_model *m, float *logits, const int32_t *targets, float dloss, int grad,
+static int loss_and_grad(tsr_model *m, void *logits, const int32_t *targets, float dloss, int grad,
                          double *acc) {
   const int N = m->N;
   if (m->tp_size == 1) {
-    if (grad) tsr_ops_xent_fwd_bwd_acc(acc, (double)N, logits, targets, N, m->V, dloss);
-    else tsr_ops_xent_fwd_acc(acc, (double)N, logits, targets, N, m->V);
+    tsr_ops_xent(m->dt, acc, (double)N, logits, targets, N, m->V, dloss, grad);
     return 0;
   }
-  tsr_ops_xent_local_stats(m->xent_max, m->xent_target, logits, targets, N, m->V,
+  tsr_ops_xent_local_stats(m->dt, m->xent_max, m->xent_target, logits, targets, N, m->V,
                            m->vocab_start);
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_max, (size_t)N, TSR_COMM_MAX));
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_target, (size_t)N, TSR_COMM_SUM));
-  tsr_ops_xent_local_sumexp(m->xent_sum, logits, m->xent_max, N, m->V);
+  tsr_ops_xent_local_sumexp(m->dt, m->xent_sum, logits, m->xent_max, N, m->V);
   TSR_CALL(tsr_comm_all_reduce_double(m->tp, m->xent_sum, (size_t)N, TSR_COMM_SUM));
-  tsr_ops_xent_rows_acc(acc, (double)N, m->xent_max, m->xent_sum, m->xent_target, N);
+  tsr_ops_xent_rows(acc, (double)N, m->xent_max, m->xent_sum, m->xent_target, N);
   if (grad)
-    tsr_ops_xent_grad(logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
+    tsr_ops_xent_grad(m->dt, logits, targets, m->xent_max, m->xent_sum, N, m->V, m->vocab_start,
                       dloss);
   return 0;
 }
 
 int tsr_model_n_chunks(const tsr_model *m) { return m->v; }
 int tsr_model_n_slots(const tsr_model *m) { return m->n_slots; }
-size_t tsr_model_act_floats(const tsr_model *m) { return (size_t)m->sz.act_floats; }
-float *tsr_model_input_grad(tsr_model *m) { return m->d_resid; }
-const float *tsr_model_chunk_output(const tsr_model *m, int slot) {
+size_t tsr_model_act_elems(const tsr_model *m) { return (size_t)m->sz.act_elems; }
+void *tsr_model_input_grad(tsr_model *m) { return m->d_resid; }
+const void *tsr_model_chunk_output(const tsr_model *m, int slot) {
   return resid(m, &m->slots[slot], m->Lc);
 }
 
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
-                            const int32_t *targets, const float *x_in, float dloss, int grad,
+                            const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  const size_t rows_bytes = (size_t)m->Ns * C * m->esz;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   if (embeds) {
     TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
     TSR_CALL(check_ids(m, inputs, "input"));
     tsr_ops_copy(sl->tokens, inputs, (size_t)N * sizeof(int32_t));
-    const float *pe = params_acquire(m, 0, 1 + chunk * Lc);
+    const void *pe = params_acquire(m, 0, 1 + chunk * Lc);
     if (!pe) return TSR_ERR;
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
-    float *full = m->sp ? m->tmp_nc : resid(m, sl, 0);
-    tsr_ops_embedding_fwd(full, sl->tokens, PC(pe, m->embed), tp_bias(m, PC(pe, m->pos_embed)), N,
-                          m->T, C, m->vocab_start, m->V);
-    const float *rows = tp_rows(m, full);
+    void *full = m->sp ? m->tmp_nc : resid(m, sl, 0);
+    tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
+                          tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
+    const void *rows = tp_rows(m, full);
     if (!rows) return TSR_ERR;
-    if (rows != resid(m, sl, 0))
-      tsr_ops_copy(resid(m, sl, 0), rows, (size_t)m->Ns * C * sizeof(float));
-    store(m, resid(m, sl, 0), (long)m->Ns * C);
+    if (rows != resid(m, sl, 0)) tsr_ops_copy(resid(m, sl, 0), rows, rows_bytes);
     REL(m->hooks.params_release(hc, 0));
   } else {
     TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
-    tsr_ops_copy(resid(m, sl, 0), x_in, (size_t)m->Ns * C * sizeof(float));
+    tsr_ops_copy(resid(m, sl, 0), x_in, rows_bytes);
   }
   for (int q = 0; q < Lc; q++) {
     const int i = chunk * Lc + q;
-    const float *pr = params_acquire(m, 1 + i, q + 1 < Lc ? 2 + i : heads ? head : -1);
+    const void *pr = params_acquire(m, 1 + i, q + 1 < Lc ? 2 + i : heads ? head : -1);
     if (!pr) return TSR_ERR;
     TSR_CALL(layer_fwd(m, i, pr, resid(m, sl, q), &sl->acts[q], resid(m, sl, q + 1)));
     REL(m->hooks.params_release(hc, 1 + i));
@@ -893,23 +900,21 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   TSR_CHECK(targets, TSR_ERR, "model: the last chunk needs the targets");
   TSR_CALL(check_ids(m, targets, "target"));
   tsr_ops_copy(m->targets, targets, (size_t)N * sizeof(int32_t));
-  const float *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
-  const float *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
+  const void *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
+  const void *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
   if (!ph || !pw) return TSR_ERR;
-  TSR_CALL(norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, resid(m, sl, Lc),
-                    m->final_w, m->final_b));
-  tsr_ops_matmul_fwd(sl->logits, sl->final_norm, PC(pw, m->head), NULL, N, C, m->V);
-  store(m, sl->logits, (long)N * m->V);
+  TSR_CALL(norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, NULL, resid(m, sl, Lc),
+                    NULL, m->final_w, m->final_b));
+  tsr_ops_matmul_fwd(m->dt, sl->logits, sl->final_norm, PC(m, pw, m->head), NULL, N, C, m->V);
   if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
   REL(m->hooks.params_release(hc, head));
   /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
   TSR_CALL(loss_and_grad(m, sl->logits, m->targets, dloss / (float)N, grad,
                          loss_acc ? loss_acc : m->loss1));
-  if (grad) store_grad(m, sl->logits, (long)N * m->V);
   return 0;
 }
 
-int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out) {
+int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
   void *hc = m->hooks.ctx;
@@ -918,30 +923,28 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
   if (heads) {
     /* final norm and LM head.  Tied (pp = 1): the head's weight and gradient are unit
      * 0's, which stays acquired for gradients until the embedding's backward. */
-    const float *ph = params_acquire(m, head, tied ? 0 : L);
-    const float *pw = tied ? params_acquire(m, 0, L) : ph;
+    const void *ph = params_acquire(m, head, tied ? 0 : L);
+    const void *pw = tied ? params_acquire(m, 0, L) : ph;
     float *gh = grads_acquire(m, head);
     ge = tied ? grads_acquire(m, 0) : NULL;
     if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-    tsr_ops_matmul_bwd(m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits, sl->final_norm,
-                       PC(pw, m->head), N, C, m->V);
-    store_grad(m, m->d_nc, (long)N * C);
-    float *dn = tp_grad_rows(m, m->d_nc);
+    tsr_ops_matmul_bwd(m->dt, m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits,
+                       sl->final_norm, PC(m, pw, m->head), NULL, N, C, m->V);
+    void *dn = tp_grad_rows(m, m->d_nc);
     if (!dn) return TSR_ERR;
-    tsr_ops_zero(m->d_resid, (size_t)m->Ns * C * sizeof(float));
-    TSR_CALL(norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean, sl->final_rstd,
-                      m->final_w, m->final_b));
-    store_grad(m, m->d_resid, (long)m->Ns * C);
+    /* the residual stream's gradient starts here: written, not added */
+    TSR_CALL(norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean,
+                      sl->final_rstd, m->final_w, m->final_b, 0));
     if (tied) REL(m->hooks.params_release(hc, 0));
     REL(m->hooks.params_release(hc, head));
     REL(m->hooks.grads_release(hc, head));
   } else {
     TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
-    tsr_ops_copy(m->d_resid, d_out, (size_t)m->Ns * C * sizeof(float));
+    tsr_ops_copy(m->d_resid, d_out, (size_t)m->Ns * C * m->esz);
   }
   for (int q = Lc - 1; q >= 0; q--) {
     const int i = chunk * Lc + q;
-    const float *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
+    const void *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
     float *gr = grads_acquire(m, 1 + i);
     if (!pr || !gr) return TSR_ERR;
     TSR_CALL(layer_recompute(m, i, pr, resid(m, sl, q), &sl->acts[q]));
@@ -951,10 +954,10 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_o
   }
   if (!embeds) return 0; /* m->d_resid: the gradient of this chunk's input */
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
-  const float *dfull = tp_gather_rows(m, m->d_resid);
+  const void *dfull = tp_gather_rows(m, m->d_resid);
   if (!dfull) return TSR_ERR;
-  tsr_ops_embedding_bwd(P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T, C,
-                        m->vocab_start, m->V);
+  tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T,
+                        C, m->vocab_start, m->V);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

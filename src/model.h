@@ -1,6 +1,7 @@
 /* model.h — forward and backward of the decoder-only transformer (llama | gpt2) on one
- * pipeline stage.  The model owns the compute-precision parameter copy, the fp32
- * gradient buffer and the activation buffers, all allocated once at creation for
+ * pipeline stage.  The model owns the compute copy of the parameters and the activation
+ * buffers (both in the run's storage type, train.precision: fp32, bf16 or fp16), the fp32
+ * gradient buffer and the fp32 statistics, all allocated once at creation for
  * micro-batches of `micro_batch` sequences of seq_len tokens.  It calls only `ops`.
  *
  * Model definition (DESIGN.md): pre-norm blocks x += attn(norm(x)); x += mlp(norm(x));
@@ -42,8 +43,8 @@ typedef struct {
   int64_t tmp_nc, d_resid, d_nc, d_atty, d_qkv, d_fc, d_act; /* gradient scratch */
   int64_t kv_keep, kv_sum;
   int64_t d_full, tmp_s, d_shard, norm_dw, norm_db;
-  int64_t xent;       /* each of the three loss statistics (double) */
-  int64_t act_floats; /* a chunk's input/output activation (tsr_model_act_floats) */
+  int64_t xent;      /* each of the three loss statistics (double) */
+  int64_t act_elems; /* a chunk's input/output activation (tsr_model_act_elems) */
 } tsr_model_sizes;
 
 /* The sizes for `cfg` on a tp rank of a tp-way group, on a stage that is the first and/or
@@ -51,8 +52,9 @@ typedef struct {
 void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
                         int layers_per_chunk);
 /* Bytes of one activation slot and of the buffers outside the slots (the recompute scratch,
- * gradient scratch, loss statistics), with stored activations at act_bytes per element
- * (4 in this build; 2 for bf16 on a GPU) and statistics, logits and gradients in fp32. */
+ * gradient scratch, loss statistics), with stored activations, logits and activation
+ * gradients at act_bytes per element (the storage type's size) and statistics and the
+ * shared-KV / sequence-parallel parameter gradients in fp32. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double act_bytes);
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double act_bytes);
 
@@ -79,7 +81,7 @@ typedef struct {
  * on failure, which the model propagates. */
 typedef struct {
   void *ctx;
-  const float *(*params_acquire)(void *ctx, int unit, int next);
+  const void *(*params_acquire)(void *ctx, int unit, int next);
   int (*params_release)(void *ctx, int unit);
   float *(*grads_acquire)(void *ctx, int unit);
   int (*grads_release)(void *ctx, int unit);
@@ -105,18 +107,19 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks);
 int tsr_model_n_units(const tsr_model *m);
 tsr_unit tsr_model_unit(const tsr_model *m, int u);
 
-/* Compute-precision parameters (flat, layout order; NULL when not owned).  Set them
- * with tsr_model_set_params, which rounds to bf16 when precision is bf16. */
-const float *tsr_model_params(const tsr_model *m);
-float *tsr_model_params_mut(tsr_model *m);
+/* The compute copy of the parameters (flat, layout order, in tsr_model_dtype; NULL when
+ * not owned).  tsr_model_set_params stores fp32 master values into it (rounded to the
+ * storage type). */
+const void *tsr_model_params(const tsr_model *m);
+void *tsr_model_params_mut(tsr_model *m);
 void tsr_model_set_params(tsr_model *m, const float *master);
 /* fp32 gradient, flat, layout order (NULL when not owned); accumulated by
  * tsr_model_fwd_bwd. */
 float *tsr_model_grads(tsr_model *m);
 void tsr_model_zero_grads(tsr_model *m);
-/* Round values to the compute precision (bf16 rounding, or a copy). */
-void tsr_model_to_compute(const tsr_model *m, float *dst, const float *src, int64_t n);
-tsr_prec tsr_model_prec(const tsr_model *m); /* that precision */
+/* n fp32 values stored into dst in the storage type (rounded, or a copy in fp32). */
+void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64_t n);
+tsr_dtype tsr_model_dtype(const tsr_model *m); /* that storage type */
 
 /* Forward + backward of one micro-batch (micro_batch sequences): inputs and targets are
  * [micro_batch * seq_len].  *loss = mean cross-entropy of this micro-batch.
@@ -141,14 +144,15 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
 int tsr_model_n_chunks(const tsr_model *m);
 int tsr_model_n_slots(const tsr_model *m);
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
-                            const int32_t *targets, const float *x_in, float dloss, int grad,
+                            const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc);
-int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const float *d_out);
-const float *tsr_model_chunk_output(const tsr_model *m, int slot);
-/* Floats in a chunk's input/output activation: micro_batch * seq_len * d_model, or
- * 1/tp of it with sequence parallelism (each tp rank sends its own rows). */
-size_t tsr_model_act_floats(const tsr_model *m);
-float *tsr_model_input_grad(tsr_model *m);
+int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out);
+const void *tsr_model_chunk_output(const tsr_model *m, int slot);
+/* Elements (of tsr_model_dtype) in a chunk's input/output activation and in its gradient:
+ * micro_batch * seq_len * d_model, or 1/tp of it with sequence parallelism (each tp rank
+ * sends its own rows). */
+size_t tsr_model_act_elems(const tsr_model *m);
+void *tsr_model_input_grad(tsr_model *m);
 
 /* The largest shapes this model calls the ops with (tsr_ops_reserve); sumsq_elems is
  * left 0: the optimizer's caller knows its longest range. */

@@ -31,8 +31,8 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm) {
 
 void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
                            int64_t end, float *master, float *m, float *v, const float *grad,
-                           double lr, int64_t step, double grad_scale, float *compute,
-                           tsr_prec prec) {
+                           double lr, int64_t step, double grad_scale, void *compute,
+                           tsr_dtype dt) {
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
     const int64_t a = t->offset > begin ? t->offset : begin;
@@ -42,12 +42,12 @@ void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int
     const int64_t k = a - begin;
     tsr_ops_adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr, (float)o->beta1,
                   (float)o->beta2, (float)o->eps, (float)wd, (long)step, (float)grad_scale,
-                  compute ? compute + k : NULL, prec);
+                  tsr_dtype_at(compute, dt, k), dt);
   }
 }
 
 void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,
                      float *v, const float *grad, double lr, int64_t step, double grad_scale) {
   tsr_optim_adamw_range(o, lay, 0, lay->n_flat, master, m, v, grad, lr, step, grad_scale, NULL,
-                        TSR_PREC_FP32);
+                        TSR_F32);
 }

@@ -25,12 +25,12 @@ void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *ma
                      float *v, const float *grad, double lr, int64_t step, double grad_scale);
 /* The same on the flat range [begin, end) only (a ZeRO shard): the buffers hold that
  * range (element i of them is flat element begin + i).  Padding is left alone.
- * compute (NULL: none; overlapping no other buffer), laid out as master, receives the
- * updated master rounded to prec in the same pass (the compute copy's refresh; its
- * padding is left alone too). */
+ * compute (NULL: none; overlapping no other buffer), laid out as master in storage type
+ * dt, receives the updated master stored as dt in the same pass (the compute copy's
+ * refresh; its padding is left alone too). */
 void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
                            int64_t end, float *master, float *m, float *v, const float *grad,
-                           double lr, int64_t step, double grad_scale, float *compute,
-                           tsr_prec prec);
+                           double lr, int64_t step, double grad_scale, void *compute,
+                           tsr_dtype dt);
 
 #endif

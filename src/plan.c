@@ -7,7 +7,7 @@
  * owns; activation slots, the recompute target and gradient scratch sized by
  * tsr_model_sizes_of, the function model.c allocates them by), zero.c (master, Adam,
  * shard and unit buffers; its padding and slot counts from zero.h), pp_exec.c
- * (send/receive slots of tsr_model_sizes.act_floats) and train.c (the batch, the initial
+ * (send/receive slots of tsr_model_sizes.act_elems) and train.c (the batch, the initial
  * copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
  * counted as comm.c counts them.  The time model is a stated estimate, not a measurement:
  * compute at compute_efficiency of peak, tensor-parallel and pipeline transfers on the
@@ -271,21 +271,21 @@ static tsr_model_sizes sizes_of(const tsr_config *cfg, const tsr_plan_grid *g, c
 
 /* ---------------------------------------------------------------- memory */
 
-/* Bytes per element of the parameters and of the stored activations. */
+/* Bytes per element of the parameters' compute copy and of the stored activations (and
+ * activation gradients): the deck's precision, on the CPU as on a GPU. */
 typedef struct {
   double param, act;
 } storage;
 
-static storage storage_of(const tsr_config *cfg, tsr_plan_backend b) {
-  const int half = b == TSR_PLAN_GPU && half_precision(cfg);
+static storage storage_of(const tsr_config *cfg) {
+  const int half = half_precision(cfg);
   return (storage){half ? 2 : 4, half ? 2 : 4};
 }
 
-tsr_plan_memory tsr_plan_state(double n, int stage, int S, int bf16, tsr_plan_backend b) {
+tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half, tsr_plan_backend b) {
   tsr_plan_memory mem;
   memset(&mem, 0, sizeof mem);
   const double len = n / S, own = stage == 0 ? n : len;
-  const int half = b == TSR_PLAN_GPU && bf16;
   mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
   mem.grads = (stage < 2 ? n : len) * 4;
   mem.master = b == TSR_PLAN_CPU || half ? 4 * own : 0; /* fp32 GPU: the weights are it */
@@ -326,30 +326,23 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
 
 /* The GPU backend's scratch beyond hardware.reserved_gb: the tensor-core attention
  * backward's per-query-head dk, dv sums under grouped-query attention (cuda/attention.cu,
- * tsr_ops_shapes.attn_part), and its D; in bf16 with train.gpu_gemm = 'fast', the bf16
- * copies of the GEMM inputs (tsr_ops_staging_elems, cuda/ops_dev.c), or with
- * TSR_CUDA_ATTENTION=cudnn in the environment those of cuDNN attention where larger.  The other scratch
- * parts (column sums, the embedding sort, cross-entropy rows) are kilobytes to a few
- * megabytes, left to the reserve. */
+ * tsr_ops_shapes.attn_part), and its D; with TSR_CUDA_ATTENTION=cudnn in the environment
+ * and 16-bit storage, cuDNN attention's workspace.  The other scratch parts (column sums,
+ * the embedding sort, cross-entropy rows) are kilobytes to a few megabytes, left to the
+ * reserve. */
 static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
   tsr_ops_shapes s;
   tsr_model_ops_shapes_of(d, &s);
   double b = (double)tsr_ops_attention_scratch_bytes(s.attn_bht, s.attn_part);
-  if (is(cfg->train.precision, "bf16") && is(cfg->train.gpu_gemm, "fast")) {
-    long staging = tsr_ops_staging_elems(&s);
-    /* cuDNN attention's copies and workspace share the staging (cuda/ops_dev.c) */
-    const char *attention = getenv("TSR_CUDA_ATTENTION");
-    if (attention && !strcmp(attention, "cudnn") &&
-        tsr_ops_cudnn_attention_staging_elems(&s) > staging)
-      staging = tsr_ops_cudnn_attention_staging_elems(&s);
-    b += 2.0 * (double)staging;
-  }
+  const char *attention = getenv("TSR_CUDA_ATTENTION");
+  if (half_precision(cfg) && attention && !strcmp(attention, "cudnn"))
+    b += (double)tsr_ops_cudnn_attention_workspace_bytes(&s);
   return b;
 }
 
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                                  int slots, tsr_plan_backend b) {
-  const storage st = storage_of(cfg, b);
+  const storage st = storage_of(cfg);
   const int zs = (int)cfg->parallel.zero_stage;
   const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
   const tsr_model_sizes d = sizes_of(cfg, g, p);
@@ -357,7 +350,7 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
   mem.comm = zero_buffers(cfg, g, p, &st);
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
-    mem.comm += slots * (double)d.act_floats * (st.act + 8) + (double)d.act_floats * st.act;
+    mem.comm += (3.0 * slots + 1) * (double)d.act_elems * st.act;
   const double model_ws = tsr_model_workspace_bytes(&d, st.act);
   const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
   const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
@@ -422,11 +415,13 @@ static double ring_half(int n) { return n > 1 ? (double)(n - 1) / n : 0.0; }
  * sums backward (sequence parallel: all-gathers before the column-parallel GEMMs and
  * reduce-scatters after the row-parallel ones, plus the norm weights' gradient sums),
  * again for what recomputation reruns; the shared-KV gradient sum; the embedding and the
- * LM head; the cross-entropy's row statistics (doubles, "scalar"). */
+ * LM head; the cross-entropy's row statistics (doubles, "scalar").  Activations and
+ * their gradients move in the storage type, parameter gradients in fp32. */
 static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const part *p, int tp,
                        double k, tsr_plan_traffic *t) {
   if (tp == 1) return;
-  const double A = d->N * d->C * 4, ar = ring_all(tp) * A, half = ring_half(tp) * A;
+  const double A = d->N * d->C * storage_of(cfg).act, ar = ring_all(tp) * A;
+  const double half = ring_half(tp) * A;
   const double norm = ring_all(tp) * d->C * 4 * (d->gpt2 ? 2 : 1);
   const int full = is(cfg->train.recompute, "full"), sel = is(cfg->train.recompute, "selective");
   const double L = p->layers;
@@ -445,16 +440,17 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
   if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * ring_all(tp) * d->N * 8);
 }
 
-/* zero.c per step, B = the stage's fp32 gradient: stage 0 all-reduces it over dp; 1
- * reduce-scatters it once and all-gathers the parameters; 2 reduce-scatters every
- * micro-batch (the tied unit once); 3 also gathers each unit before forward and backward
- * (not the embedding's for backward, but the tied head's twice more); copies across the
- * shard groups (hybrid) all-reduce the shard. */
+/* zero.c per step, B = the stage's fp32 gradient, W = its parameters' compute copy (the
+ * storage type): stage 0 all-reduces B over dp; 1 reduce-scatters it once and
+ * all-gathers W; 2 reduce-scatters every micro-batch (the tied unit once); 3 also gathers
+ * each unit of W before forward and backward (not the embedding's for backward, but the
+ * tied head's twice more); copies across the shard groups (hybrid) all-reduce the shard. */
 static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                        tsr_plan_traffic *t) {
   const int zs = (int)cfg->parallel.zero_stage, S = (int)shard_of(cfg, g);
   const int64_t n = tsr_zero_padded_length(p->n_params, S);
   const double B = 4.0 * (double)n, k = g->micro_batches, tied = 4 * tied_unit(cfg, g, p, n);
+  const double W = storage_of(cfg).param * (double)n;
   if (zs == 0) {
     add(&t[TSR_PLAN_DP], TSR_COMM_ALL_REDUCE, ring_all(g->dp) * B);
     return;
@@ -462,11 +458,11 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
   tsr_plan_traffic *sh = &t[TSR_PLAN_DP_SHARD];
   add(sh, TSR_COMM_REDUCE_SCATTER, ring_half(S) * (zs == 1 ? B : k * (B - tied) + tied));
   if (zs < 3) {
-    add(sh, TSR_COMM_ALL_GATHER, ring_half(S) * B);
+    add(sh, TSR_COMM_ALL_GATHER, ring_half(S) * W);
   } else {
-    const double u0 = 4.0 * (double)p->unit0;
+    const double u0 = storage_of(cfg).param * (double)p->unit0;
     const int head_is_embed = cfg->model.tie_embeddings && g->pp == 1;
-    add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * B - u0 + 2 * u0 * head_is_embed));
+    add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * W - u0 + 2 * u0 * head_is_embed));
   }
   add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
 }
@@ -476,7 +472,7 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
  * embedding's gradient between the first and the last stage per step. */
 static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_model_sizes *d,
                        const part *p, int stage, tsr_plan_traffic *t) {
-  const double msg = d->Ns * d->C * 4, k = g->micro_batches;
+  const double msg = d->Ns * d->C * storage_of(cfg).act, k = g->micro_batches;
   const int chunks = g->pp * g->v;
   for (int c = stage; c < chunks && g->pp > 1; c += g->pp) {
     const int sides = (c > 0) + (c < chunks - 1); /* neighbours of this chunk */
@@ -671,8 +667,8 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_
     gpu = fmax(gpu, dev.total);
   }
   tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for this "
-          "build (fp32 containers): %.3f MB in use, %.3f MB peak with the setup's fp32 initial "
-          "copy (%+.2f%%, %+.2f%% of measured) | planned on a GPU (%s storage): %.3f MB",
-          in_use / 1e6, peak / 1e6, total / 1e6, top / 1e6, 100 * (total / in_use - 1),
-          100 * (top / peak - 1), half_precision(cfg) ? "bf16" : "fp32", gpu / 1e6);
+          "build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 initial copy "
+          "(%+.2f%%, %+.2f%% of measured) | planned on a GPU: %.3f MB",
+          in_use / 1e6, peak / 1e6, cfg->train.precision, total / 1e6, top / 1e6,
+          100 * (total / in_use - 1), 100 * (top / peak - 1), gpu / 1e6);
 }

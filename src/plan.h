@@ -10,14 +10,15 @@
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
  * (model.h), by which model.c allocates them and pp_exec.c its activation messages, the
  * flat padding and unit slots of zero.h; the remaining items of zero.c, pp_exec.c and
- * train.c follow their allocations.  Two storage conventions:
- *   TSR_PLAN_GPU  the target GPU: parameters and stored activations in the deck's
- *                 precision (bf16: 2 bytes), gradients, Adam m and v and (bf16 only) the
- *                 master weights in fp32.  An fp32 run keeps one fp32 copy of the weights,
- *                 which is the master: the seeds' 16 bytes per parameter (7B: 112 GB).
- *   TSR_PLAN_CPU  this build: every buffer is an fp32 container (bf16 is emulated by
- *                 rounding in place), a separate fp32 master always, the pipeline's extra
- *                 posted-receive slots, and (peak) the setup's full fp32 initial copy.
+ * train.c follow their allocations.  Parameters' compute copy, stored activations and
+ * activation gradients take the deck's precision (bf16, fp16: 2 bytes), on the CPU as on a
+ * GPU; gradients, Adam m and v and the master weights are fp32.  Two columns:
+ *   TSR_PLAN_GPU  the target GPU: an fp32 run keeps one fp32 copy of the weights, which
+ *                 is the master (the seeds' 16 bytes per parameter: 7B 112 GB); the
+ *                 kernels' scratch beyond hardware.reserved_gb.
+ *   TSR_PLAN_CPU  this build: a separate fp32 master always, the host-side tables, the
+ *                 pipeline's extra posted-receive slots, and (peak) the setup's full fp32
+ *                 initial copy.
  * tests/test_plan.c holds the CPU figure to what model.c allocates, tests/plan.sh to the
  * trainer's measured memory under several layouts. */
 #ifndef TSR_PLAN_H
@@ -82,7 +83,7 @@ typedef struct {
 
 /* Model state of `elems` parameters at a ZeRO stage with shard group `shard`: the
  * arithmetic of the seeds (params, grads, master, optim and total filled). */
-tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int bf16,
+tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half,
                                tsr_plan_backend backend);
 /* Memory of pipeline stage `stage` (its tp rank 0; tp ranks hold equal amounts). */
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,

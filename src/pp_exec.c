@@ -27,7 +27,7 @@ enum { DIR_ACT = 0, DIR_GRAD = 1 };
 
 typedef struct {
   int mb, chunk; /* owner, or mb = -1 when free */
-  float *act_in, *grad_in, *grad_out;
+  void *act_in, *grad_in, *grad_out; /* the model's storage type */
   tsr_comm_handle recv_act, recv_grad, send_act, send_grad;
 } pslot;
 
@@ -38,10 +38,10 @@ struct tsr_pp_exec {
   tsr_zero *zero;
   tsr_pp_schedule *s;
   int n_slots, m, pp, v, stage;
-  size_t act_floats;
+  size_t act_bytes; /* a chunk's input / output activation, and its gradient */
   pslot *slots;
   int32_t *inputs, *targets;
-  float *eval_buf;
+  void *eval_buf;
   double *eval_loss; /* op memory: the evaluation's loss on the last stage */
 };
 
@@ -96,20 +96,20 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
   ex->stage = sched->stage;
   ex->n_slots = tsr_model_n_slots(model);
   const size_t N = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
-  ex->act_floats = tsr_model_act_floats(model);
+  ex->act_bytes = tsr_model_act_elems(model) * tsr_dtype_size(tsr_model_dtype(model));
   int rc = TSR_ERR;
   ex->slots = tsr_calloc((size_t)ex->n_slots, sizeof *ex->slots);
   ex->inputs = tsr_calloc(N, sizeof(int32_t));
   ex->targets = tsr_calloc(N, sizeof(int32_t));
-  ex->eval_buf = tsr_ops_alloc(ex->act_floats, sizeof(float));
+  ex->eval_buf = tsr_ops_alloc(ex->act_bytes, 1);
   ex->eval_loss = tsr_ops_alloc(1, sizeof(double));
   if (!ex->slots || !ex->inputs || !ex->targets || !ex->eval_buf || !ex->eval_loss) goto fail;
   for (int i = 0; i < ex->n_slots; i++) {
     pslot *p = &ex->slots[i];
     p->mb = -1;
-    if (!(p->act_in = tsr_ops_alloc(ex->act_floats, sizeof(float))) ||
-        !(p->grad_in = tsr_ops_alloc(ex->act_floats, sizeof(float))) ||
-        !(p->grad_out = tsr_ops_alloc(ex->act_floats, sizeof(float))))
+    if (!(p->act_in = tsr_ops_alloc(ex->act_bytes, 1)) ||
+        !(p->grad_in = tsr_ops_alloc(ex->act_bytes, 1)) ||
+        !(p->grad_out = tsr_ops_alloc(ex->act_bytes, 1)))
       goto fail;
   }
   *out = ex;
@@ -177,7 +177,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
   tsr_comm *pp = ex->grid->pp_comm;
   const int last_chunk = ex->pp * ex->v - 1;
   const int64_t mb_size = ex->cfg->train.micro_batch;
-  const size_t bytes = ex->act_floats * sizeof(float);
+  const size_t bytes = ex->act_bytes;
   const double t_start = tsr_now();
   for (int k = 0; k < ex->s->n; k++) {
     const tsr_pp_action *a = &ex->s->a[k];
@@ -239,7 +239,7 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
                      double *loss) {
   tsr_comm *pp = ex->grid->pp_comm;
   const int n_chunks = ex->pp * ex->v;
-  const size_t bytes = ex->act_floats * sizeof(float);
+  const size_t bytes = ex->act_bytes;
   tsr_ops_zero(ex->eval_loss, sizeof(double));
   /* slot 0 is free between steps; chunks run one after another, stage to stage */
   for (int c = 0; c < n_chunks; c++) {

@@ -241,18 +241,16 @@ static void describe_comm(const trainer *t, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* The GEMM rate of this rank (fp32 storage, in the run's GEMM mode; FLOP/s, the best of
- * many 256 x 512 x 512 products, on a GPU 4096 x 4096 x 4096): on the CPU, where no peak
- * is stated, MFU is measured against it, as a GPU's MFU is against its GEMM peak.  In
- * bf16 'fast' mode the product runs as the model's do: its inputs copied to bf16 in the
- * staging (the copies are part of the rate) where they fit (the probe's 34 M elements;
- * llama1b at tp 1 stages 197 M), otherwise with fp32 storage.  The buffers are a
+/* The GEMM rate of this rank in the run's storage type (FLOP/s, the best of many 256 x 512
+ * x 512 products; on a GPU 4096 x 4096 x 4096): on the CPU, where no peak is stated, MFU is
+ * measured against it, as a GPU's MFU is against its GEMM peak.  The buffers are a
  * setup-time transient outside the counted allocations (the planner's memory figures do
  * not include them). */
-static float *probe_alloc(size_t n) {
-  return tsr_ops_on_device() ? tsr_ops_alloc(n, sizeof(float)) : malloc(n * sizeof(float));
+static void *probe_alloc(size_t n, tsr_dtype dt) {
+  return tsr_ops_on_device() ? tsr_ops_alloc(n, tsr_dtype_size(dt))
+                             : malloc(n * tsr_dtype_size(dt));
 }
-static void probe_free(float *p) {
+static void probe_free(void *p) {
   if (tsr_ops_on_device())
     tsr_ops_free(&p);
   else
@@ -269,33 +267,42 @@ static void probe_shape(int *n, int *in, int *out) {
   *in = *out = dev ? *n : 2 * *n;
 }
 
-static double measure_gemm_rate(int n, int in, int out) {
+/* Values i % period * 0.01 stored in dt at op memory dst (through a host fp32 copy). */
+static void probe_fill(void *dst, tsr_dtype dt, size_t n, int period) {
+  float *h = malloc(n * sizeof(float));
+  if (!h) return;
+  for (size_t i = 0; i < n; i++) h[i] = (float)(i % (size_t)period) * 0.01f;
+  void *d = tsr_ops_on_device() ? tsr_ops_alloc(n, sizeof(float)) : h;
+  if (d) {
+    if (d != h) tsr_ops_copy(d, h, n * sizeof(float));
+    tsr_ops_cast(dt, dst, TSR_F32, d, (long)n);
+    tsr_ops_sync();
+  }
+  if (d && d != h) tsr_ops_free(&d);
+  free(h);
+}
+
+static double measure_gemm_rate(int n, int in, int out, tsr_dtype dt) {
   const char *probe = getenv("TSR_GEMM_PROBE_N");
   const int dev = tsr_ops_on_device();
-  float *hx = malloc(sizeof(float) * (size_t)n * in), *hw = malloc(sizeof(float) * (size_t)out * in);
-  float *x = probe_alloc((size_t)n * in), *w = probe_alloc((size_t)out * in);
-  float *y = probe_alloc((size_t)n * out);
+  void *x = probe_alloc((size_t)n * in, dt), *w = probe_alloc((size_t)out * in, dt);
+  void *y = probe_alloc((size_t)n * out, dt);
   double best = 0.0;
-  if (hx && hw && x && w && y) {
-    for (int i = 0; i < n * in; i++) hx[i] = (float)(i % 7) * 0.01f;
-    for (int i = 0; i < out * in; i++) hw[i] = (float)(i % 5) * 0.01f;
-    tsr_ops_copy(x, hx, sizeof(float) * (size_t)n * in);
-    tsr_ops_copy(w, hw, sizeof(float) * (size_t)out * in);
-    tsr_ops_sync();
+  if (x && w && y) {
+    probe_fill(x, dt, (size_t)n * in, 7);
+    probe_fill(w, dt, (size_t)out * in, 5);
     /* the first calls wake threads and touch pages: take the best of >= 30 calls, 0.1 s
      * (on a device: each call timed to its completion) */
     const double start = tsr_now();
     const int min_calls = dev && probe ? 3 : 30;
     for (int r = 0; r < min_calls || (tsr_now() - start < 0.1 && r < 1000); r++) {
       const double t0 = tsr_now();
-      tsr_ops_matmul_fwd(y, x, w, NULL, n, in, out);
+      tsr_ops_matmul_fwd(dt, y, x, w, NULL, n, in, out);
       tsr_ops_sync();
-      const double dt = tsr_now() - t0;
-      if (dt > 0 && 2.0 * n * in * out / dt > best) best = 2.0 * n * in * out / dt;
+      const double dt_s = tsr_now() - t0;
+      if (dt_s > 0 && 2.0 * n * in * out / dt_s > best) best = 2.0 * n * in * out / dt_s;
     }
   }
-  free(hx);
-  free(hw);
   probe_free(x);
   probe_free(w);
   probe_free(y);
@@ -317,15 +324,6 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   tsr_comm_destroy(&w);
   if (rc) return rc;
   TSR_CALL(open_device(t, cfg, world));
-  /* bf16/fp16 on a GPU with train.gpu_gemm = 'fast': 16-bit GEMM inputs on tensor cores */
-  const int gemm16 = t->dev && strcmp(tc->precision, "fp32") != 0 && !strcmp(tc->gpu_gemm, "fast");
-  if (gemm16) {
-    tsr_ops_set_matmul_inputs(t->fp16 ? TSR_MATMUL_FP16 : TSR_MATMUL_BF16);
-    if (t->rank == 0)
-      tsr_log("gemm: %s inputs on tensor cores, fp32 accumulation%s (train.gpu_gemm = 'fast'; "
-              "'exact' for fp32 GEMMs as on the CPU)", tc->precision,
-              t->fp16 ? "" : "; the inputs are staged to bf16 copies for bf16 GEMMs");
-  }
   t->dp = t->grid->dp;
   t->dp_rank = t->grid->dp_rank;
   t->grad_accum_steps = tc->global_batch / (tc->micro_batch * t->dp);
@@ -347,6 +345,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   tsr_ops_shapes shapes;
   tsr_model_ops_shapes(t->model, &shapes);
   shapes.sumsq_elems = (long)t->lay->n_flat;
+  shapes.deterministic = tc->deterministic;
   TSR_CALL(tsr_ops_reserve(&shapes));
   TSR_CALL(tsr_zero_create(&t->zero, cfg, t->lay, t->model, t->grid));
   if (t->sched) TSR_CALL(tsr_pp_exec_create(&t->exec, cfg, t->grid, t->model, t->zero, t->sched));
@@ -375,19 +374,12 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   if (need_train) { /* MFU's denominator: the slowest rank's, so MFU <= 1 for all */
     int n, in, out;
     probe_shape(&n, &in, &out);
-    /* through the staging on every rank (stages' staging sizes differ) */
-    int staged = gemm16 && !t->fp16 &&
-                 tsr_ops_staging_part((long)n * in) + tsr_ops_staging_part((long)out * in) <=
-                     tsr_ops_staging_elems(&shapes);
-    MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT, MPI_MIN, world);
-    t->peak_flops = measure_gemm_rate(n, in, out);
+    const tsr_dtype dt = tsr_model_dtype(t->model);
+    t->peak_flops = measure_gemm_rate(n, in, out, dt);
     MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
     if (t->rank == 0)
-      tsr_log("mfu: measured against this %s's GEMM rate (%s), %.2f GFLOP/s per rank",
-              t->dev ? "GPU" : "CPU",
-              staged ? "bf16 copies of fp32 storage, the copies included"
-              : !gemm16 ? "fp32 storage, fp32 inputs"
-              : t->fp16 ? "fp32 storage, fp16 inputs" : "fp32 storage, bf16 inputs",
+      tsr_log("mfu: measured against this %s's GEMM rate (%s storage, fp32 accumulation), "
+              "%.2f GFLOP/s per rank", t->dev ? "GPU" : "CPU", tsr_dtype_name(dt),
               t->peak_flops / 1e9);
   }
 

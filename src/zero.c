@@ -24,7 +24,7 @@
 enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
 
 typedef struct {
-  float *buf;
+  void *buf; /* a unit's gradient (fp32), or its parameters (the storage type) */
   int unit;
   int state;
   int refs;
@@ -52,7 +52,9 @@ struct tsr_zero {
   float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
-  float *param_shard;              /* stage 3: compute-precision parameters of the shard */
+  void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
+  tsr_dtype dt;                    /* the model's storage type (the compute copy's) */
+  size_t esz;                      /* its bytes per element */
   slot gslots[TSR_ZERO_GRAD_SLOTS], pslots[TSR_ZERO_PARAM_SLOTS];
   tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
   int64_t *norm_ranges;          /* [2 n_norm_ranges]: the flat ranges the gradient norm counts */
@@ -157,11 +159,12 @@ static int hook_grads_release(void *ctx, int u) {
   if (z->stage < 2) {
     if (!z->last_micro) return 0; /* accumulate locally; reduce after the last micro-batch */
     float *g = tsr_model_grads(z->model) + U->begin;
-    if (z->stage == 0) return tsr_comm_iall_reduce(z->shard_comm, g, len, &z->unit_handles[u]);
+    if (z->stage == 0)
+      return tsr_comm_iall_reduce(z->shard_comm, g, len, TSR_F32, &z->unit_handles[u]);
     int64_t a, b;
     piece(z, u, &a, &b);
     return tsr_comm_ireduce_scatter_v(z->shard_comm, g, z->grad_shard + (a < b ? a - z->s0 : 0),
-                                      unit_counts(z, u), &z->unit_handles[u]);
+                                      unit_counts(z, u), TSR_F32, &z->unit_handles[u]);
   }
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     slot *s = &z->gslots[i];
@@ -172,7 +175,7 @@ static int hook_grads_release(void *ctx, int u) {
     s->age = z->age++;
     return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf,
                                       z->incoming + (a < b ? a - z->s0 : 0), unit_counts(z, u),
-                                      &s->h);
+                                      TSR_F32, &s->h);
   }
   tsr_error("zero: gradient of unit %d released but not acquired", u);
   return TSR_ERR;
@@ -197,17 +200,17 @@ static slot *start_gather(tsr_zero *z, int u) {
   s->unit = u;
   s->refs = 0;
   s->state = SLOT_PENDING;
-  if (tsr_comm_iall_gather_v(z->shard_comm, z->param_shard + (a < b ? a - z->s0 : 0), s->buf,
-                             unit_counts(z, u), &s->h)) {
+  void *own = tsr_dtype_at(z->param_shard, z->dt, a < b ? a - z->s0 : 0);
+  if (tsr_comm_iall_gather_v(z->shard_comm, own, s->buf, unit_counts(z, u), z->dt, &s->h)) {
     s->state = SLOT_FREE;
     return NULL;
   }
   return s;
 }
 
-static const float *hook_params_acquire(void *ctx, int u, int next) {
+static const void *hook_params_acquire(void *ctx, int u, int next) {
   tsr_zero *z = ctx;
-  if (z->stage < 3) return tsr_model_params(z->model) + z->units[u].begin;
+  if (z->stage < 3) return tsr_dtype_at_c(tsr_model_params(z->model), z->dt, z->units[u].begin);
   if (progress(z)) return NULL;
   slot *s = find_pslot(z, u);
   if (!s && !(s = start_gather(z, u))) {
@@ -251,6 +254,8 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
   z->S = tsr_comm_size(z->shard_comm);
   z->shard_rank = tsr_comm_rank(z->shard_comm);
   z->n = lay->n_flat;
+  z->dt = tsr_model_dtype(model);
+  z->esz = tsr_dtype_size(z->dt);
   int rc = TSR_ERR;
   if (z->n % (64 * z->S) != 0) {
     tsr_error("zero: flat length %lld is not padded to 64 x %d (call tsr_zero_pad_layout)",
@@ -298,7 +303,7 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
     goto fail;
   z->mem.master = own * F;
   z->mem.adam = 2 * own * F;
-  z->mem.params = z->stage < 3 ? (size_t)z->n * F : (size_t)len * F;
+  z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
   if (z->stage >= 1) {
     if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
@@ -313,10 +318,10 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
     }
   }
   if (z->stage >= 3) {
-    if (!(z->param_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
+    if (!(z->param_shard = tsr_ops_alloc((size_t)len, z->esz))) goto fail;
     for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
-      if (!(z->pslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
-      z->mem.unit_bufs += (size_t)z->max_unit * F;
+      if (!(z->pslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, z->esz))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_unit * z->esz;
     }
   }
   if ((z->stage < 3) != (tsr_model_params(model) != NULL) ||
@@ -393,14 +398,15 @@ static int reduce_deferred(tsr_zero *z) {
   const int u = z->deferred;
   const tsr_unit *U = &z->units[u];
   float *g = z->stage < 2 ? tsr_model_grads(z->model) + U->begin : z->deferred_buf;
-  TSR_CALL(tsr_comm_all_reduce(z->tied, g + (z->tied_b - U->begin), (size_t)(z->tied_e - z->tied_b)));
+  TSR_CALL(tsr_comm_all_reduce(z->tied, g + (z->tied_b - U->begin),
+                               (size_t)(z->tied_e - z->tied_b), TSR_F32));
   const size_t len = (size_t)(U->end - U->begin);
-  if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len);
+  if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len, TSR_F32);
   int64_t a, b;
   piece(z, u, &a, &b);
   float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
   TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),
-                                     unit_counts(z, u)));
+                                     unit_counts(z, u), TSR_F32));
   if (z->stage >= 2 && a < b)
     tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
   return 0;
@@ -425,7 +431,8 @@ int tsr_zero_reduce_grads(tsr_zero *z) {
   TSR_CALL(finish_all_grad_slots(z)); /* the incoming area is free again */
   if (z->deferred >= 0) TSR_CALL(reduce_deferred(z));
   if (z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)
-    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0)));
+    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0),
+                                 TSR_F32));
   return 0;
 }
 
@@ -449,23 +456,25 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
   return 0;
 }
 
-/* Where the compute-precision copy of this rank's master shard lives (the model owns
- * its parameters below stage 3: tsr_zero_create sees to it). */
-static float *compute_shard(tsr_zero *z) {
-  float *p = tsr_model_params_mut(z->model);
+/* Where the compute copy of this rank's master shard lives (the model owns its parameters
+ * below stage 3: tsr_zero_create sees to it). */
+static void *compute_shard(tsr_zero *z) {
+  void *p = tsr_model_params_mut(z->model);
   if (z->stage == 0) return p;
-  return z->stage < 3 ? p + z->s0 : z->param_shard;
+  return z->stage < 3 ? tsr_dtype_at(p, z->dt, z->s0) : z->param_shard;
 }
 
-/* Stages 1-2: every rank's compute shard to every rank (stage 3 gathers per unit). */
+/* Stages 1-2: every rank's compute shard to every rank (stage 3 gathers per unit), in the
+ * storage type: 2 bytes per parameter in bf16 and fp16. */
 static int gather_params(tsr_zero *z) {
   if (z->stage == 0 || z->stage == 3) return 0;
-  float *p = tsr_model_params_mut(z->model);
-  return tsr_comm_all_gather(z->shard_comm, p + z->s0, p, (size_t)(z->s1 - z->s0));
+  void *p = tsr_model_params_mut(z->model);
+  return tsr_comm_all_gather(z->shard_comm, tsr_dtype_at(p, z->dt, z->s0), p,
+                             (size_t)(z->s1 - z->s0), z->dt);
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
-  float *c = compute_shard(z);
+  void *c = compute_shard(z);
   const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
   if (c) tsr_model_to_compute(z->model, c, z->master, len);
   return gather_params(z);
@@ -476,7 +485,7 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
   const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
   /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
   tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
-                        grad_scale, compute_shard(z), tsr_model_prec(z->model));
+                        grad_scale, compute_shard(z), z->dt);
   return gather_params(z);
 }
 
@@ -490,7 +499,7 @@ int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
     if (z->stage == 0)
       tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
     else
-      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len));
+      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len, TSR_F32));
   }
   return 0;
 }

@@ -187,7 +187,7 @@ static int run(const char *out_path, int n_overrides, char **overrides) {
 
   /* One optimizer step exactly as the trainer takes it (step 1, fresh moments). */
   const double lr = tsr_optim_lr(&cfg.optim, cfg.run.max_steps, 1);
-  const double grad_norm = sqrt(tsr_ops_sumsq(grads, (long)lay->n_params));
+  const double grad_norm = sqrt(tsr_ops_sumsq_ranges(grads, (const int64_t[]){0, lay->n_params}, 1));
   const double scale = tsr_optim_clip_scale(grad_norm, cfg.train.grad_clip);
   tsr_optim_adamw(&cfg.optim, lay, master, adam_m, adam_v, grads, lr, 1, scale);
   TSR_CALL(write_tensors(file, "/after", lay, master));

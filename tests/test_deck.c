@@ -281,7 +281,7 @@ static void test_round_trip(void) {
 typedef struct {
   const char *key;
   size_t off, size;
-  char type; /* i int64, r double, l logical, s string */
+  char type; /* i int64, r double, l logical (value T or F: a default's opposite), s string */
   const char *value;
 } field;
 #define F(g, f, t, v) {#g "." #f, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f), t, v}
@@ -300,7 +300,7 @@ static const field fields[] = {
     F(parallel, micro_batches, 'i', "2"), F(parallel, virtual_stages, 'i', "2"),
     F(parallel, sequence_parallel, 'l', "T"), F(parallel, inter_node, 's', "nccl"),
     F(parallel, mpi_gpu, 's', "staged"),
-    F(train, gpu_gemm, 's', "exact"), F(train, micro_batch, 'i', "2"),
+    F(train, deterministic, 'l', "F"), F(train, micro_batch, 'i', "2"),
     F(train, global_batch, 'i', "2"), F(train, precision, 's', "bf16"),
     F(train, recompute, 's', "full"), F(train, grad_clip, 'r', "0.5"), F(optim, lr, 'r', "0.5"),
     F(train, loss_scale, 'r', "0.5"), F(train, loss_scale_window, 'i', "2"),
@@ -354,7 +354,7 @@ static void test_schema_covers_config(void) {
     const char *p = (const char *)&c + fields[i].off;
     int got = fields[i].type == 'i'   ? *(const int64_t *)p == 2
               : fields[i].type == 'r' ? *(const double *)p == 0.5
-              : fields[i].type == 'l' ? *(const int *)p == 1
+              : fields[i].type == 'l' ? *(const int *)p == (fields[i].value[0] == 'T')
                                       : !strcmp(p, fields[i].value);
     /* and nothing else moved */
     memcpy((char *)&c + fields[i].off, (const char *)&dflt + fields[i].off, fields[i].size);

@@ -91,7 +91,7 @@ int main(void) {
       tsr_model_zero_grads(ref.model);
       tsr_model_fwd_bwd(ref.model, in, tg, 1.0f, &loss_ref);
       const long n = (long)ref.lay->n_params;
-      double gn = sqrt(tsr_ops_sumsq(tsr_model_grads(ref.model), n));
+      double gn = sqrt(TU_SUMSQ(tsr_model_grads(ref.model), n));
       TU_CHECK(gn > 1e-3 && isfinite(gn), "%s %s: gradient norm %.4f is finite and non-zero",
                archs[ai], precs[pi], gn);
       if (pi == 0)
@@ -150,22 +150,25 @@ int main(void) {
     int32_t tgt[5] = {0, 11, 4, 7, 5};
     srand(3);
     for (int i = 0; i < n * Vt; i++) logits[i] = fused[i] = (float)(rand() % 1000) / 100.0f - 5.0f;
-    const double want = tsr_ops_xent_fwd_bwd(fused, tgt, n, Vt, 0.25f);
+    double want = 0;
+    tsr_ops_xent(TSR_F32, &want, 1.0, fused, tgt, n, Vt, 0.25f, 1);
     double mx[3][5], tl[3][5], se[3][5], gmax[5], gtl[5], gse[5];
     for (int p = 0; p < parts; p++) {
       for (int r = 0; r < n; r++) memcpy(piece[p] + r * Vl, logits + r * Vt + p * Vl, Vl * sizeof(float));
-      tsr_ops_xent_local_stats(mx[p], tl[p], piece[p], tgt, n, Vl, p * Vl);
+      tsr_ops_xent_local_stats(TSR_F32, mx[p], tl[p], piece[p], tgt, n, Vl, p * Vl);
     }
     for (int r = 0; r < n; r++) {
       gmax[r] = fmax(fmax(mx[0][r], mx[1][r]), mx[2][r]);
       gtl[r] = tl[0][r] + tl[1][r] + tl[2][r];
     }
-    for (int p = 0; p < parts; p++) tsr_ops_xent_local_sumexp(se[p], piece[p], gmax, n, Vl);
+    for (int p = 0; p < parts; p++)
+      tsr_ops_xent_local_sumexp(TSR_F32, se[p], piece[p], gmax, n, Vl);
     for (int r = 0; r < n; r++) gse[r] = se[0][r] + se[1][r] + se[2][r];
-    const double got = tsr_ops_xent_rows(gmax, gse, gtl, n);
+    double got = 0;
+    tsr_ops_xent_rows(&got, 1.0, gmax, gse, gtl, n);
     double gerr = 0;
     for (int p = 0; p < parts; p++) {
-      tsr_ops_xent_grad(piece[p], tgt, gmax, gse, n, Vl, p * Vl, 0.25f);
+      tsr_ops_xent_grad(TSR_F32, piece[p], tgt, gmax, gse, n, Vl, p * Vl, 0.25f);
       for (int r = 0; r < n; r++)
         for (int j = 0; j < Vl; j++)
           gerr = fmax(gerr, fabs(piece[p][r * Vl + j] - fused[r * Vt + p * Vl + j]));

@@ -172,7 +172,7 @@ static void run_case(int stage, const char *scope) {
   const double gerr = max_rel(rg, tsr_model_grads(ref) + a0, a1 - a0);
   CHECK_ALL(gerr < 1e-5, "stage %d %s: reduced gradient of the shard == single-process "
             "full-batch gradient (max rel %.2e, tol 1e-5)", stage, scope, gerr);
-  double norm, ref_norm = sqrt(tsr_ops_sumsq(tsr_model_grads(ref), (long)lay->n_params));
+  double norm, ref_norm = sqrt(TU_SUMSQ(tsr_model_grads(ref), lay->n_params));
   tsr_zero_grad_norm(z, &norm);
   double norms[2] = {norm, -norm};
   MPI_Allreduce(MPI_IN_PLACE, norms, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -226,11 +226,12 @@ static void run_case(int stage, const char *scope) {
   tsr_free(&av);
   tsr_free(&gfull);
   if (stage < 3) { /* the compute copy everyone uses is the same on every rank */
-    const float *p = tsr_model_params(model);
-    float *p0 = tsr_calloc((size_t)psi, sizeof(float));
-    memcpy(p0, p, (size_t)psi * sizeof(float));
-    MPI_Bcast(p0, (int)psi, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    CHECK_ALL(!memcmp(p0, p, (size_t)psi * sizeof(float)),
+    const void *p = tsr_model_params(model);
+    const size_t bytes = (size_t)psi * tsr_dtype_size(tsr_model_dtype(model));
+    char *p0 = tsr_calloc(bytes, 1);
+    memcpy(p0, p, bytes);
+    MPI_Bcast(p0, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    CHECK_ALL(!memcmp(p0, p, bytes),
               "stage %d %s: published parameters bitwise equal on every rank", stage, scope);
     tsr_free(&p0);
   }

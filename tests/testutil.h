@@ -21,6 +21,9 @@ static int tu_pass = 0, tu_fail = 0;
     fflush(stdout);                            \
   } while (0)
 
+/* The sum of squares of x[0..n) in double, through the op that the gradient norm uses. */
+#define TU_SUMSQ(x, n) tsr_ops_sumsq_ranges((x), (const int64_t[]){0, (int64_t)(n)}, 1)
+
 static int tu_summary(const char *name) {
   printf("%s: %d checks passed, %d failed\n", name, tu_pass, tu_fail);
   return tu_fail ? 1 : 0;
