@@ -126,8 +126,18 @@ static int enter(tsr_comm_dev *d) {
 }
 
 static ncclRedOp_t red_op(int op) { return op == 1 ? ncclMax : op == 2 ? ncclMin : ncclSum; }
+/* NCCL's bf16 and fp16 sums add in fp32 and round each partial sum, as comm.h says. */
 static ncclDataType_t nccl_type(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? ncclFloat64 : t == TSR_DEV_INT ? ncclInt32 : ncclFloat32;
+  switch (t) {
+    case TSR_DEV_DOUBLE: return ncclFloat64;
+    case TSR_DEV_INT: return ncclInt32;
+    case TSR_DEV_BF16: return ncclBfloat16;
+    case TSR_DEV_F16: return ncclFloat16;
+    default: return ncclFloat32;
+  }
+}
+static size_t type_size(tsr_comm_dev_type t) {
+  return t == TSR_DEV_DOUBLE ? 8 : t == TSR_DEV_BF16 || t == TSR_DEV_F16 ? 2 : 4;
 }
 
 static int nc_all_reduce(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type t, int op) {
@@ -143,20 +153,22 @@ static int even(const tsr_comm_dev *d, const size_t *counts) {
 }
 
 /* Uneven blocks: one reduce to each block's owner, fused into one NCCL group. */
-static int nc_reduce_scatter(tsr_comm_dev *d, const float *send, float *recv,
-                             const size_t *counts) {
+static int nc_reduce_scatter(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                             tsr_comm_dev_type t) {
   TSR_CALL(enter(d));
+  const ncclDataType_t nt = nccl_type(t);
   if (even(d, counts)) {
-    NCCL_OK(d, ncclReduceScatter(send, recv, counts[0], ncclFloat32, ncclSum, d->nccl, d->stream));
+    NCCL_OK(d, ncclReduceScatter(send, recv, counts[0], nt, ncclSum, d->nccl, d->stream));
     return 0;
   }
+  const size_t es = type_size(t);
   NCCL_OK(d, ncclGroupStart());
   size_t off = 0;
   ncclResult_t first = ncclSuccess;
   for (int r = 0; r < d->size; off += counts[r], r++) {
     if (!counts[r]) continue; /* every rank skips the same blocks */
-    ncclResult_t e = ncclReduce(send + off, recv, counts[r], ncclFloat32, ncclSum, r, d->nccl,
-                                d->stream);
+    ncclResult_t e = ncclReduce((const char *)send + es * off, recv, counts[r], nt, ncclSum, r,
+                                d->nccl, d->stream);
     if (e != ncclSuccess && first == ncclSuccess) first = e;
   }
   NCCL_OK(d, ncclGroupEnd());
@@ -166,19 +178,23 @@ static int nc_reduce_scatter(tsr_comm_dev *d, const float *send, float *recv,
 
 /* Uneven blocks: one broadcast from each block's owner, fused into one NCCL group.  In
  * place when send is this rank's block of recv (NCCL's in-place all-gather too). */
-static int nc_all_gather(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts) {
+static int nc_all_gather(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                         tsr_comm_dev_type t) {
   TSR_CALL(enter(d));
+  const ncclDataType_t nt = nccl_type(t);
   if (even(d, counts)) {
-    NCCL_OK(d, ncclAllGather(send, recv, counts[0], ncclFloat32, d->nccl, d->stream));
+    NCCL_OK(d, ncclAllGather(send, recv, counts[0], nt, d->nccl, d->stream));
     return 0;
   }
+  const size_t es = type_size(t);
   NCCL_OK(d, ncclGroupStart());
   size_t off = 0;
   ncclResult_t first = ncclSuccess;
   for (int r = 0; r < d->size; off += counts[r], r++) {
     if (!counts[r]) continue;
-    ncclResult_t e = ncclBroadcast(r == d->rank ? (const void *)send : recv + off, recv + off,
-                                   counts[r], ncclFloat32, r, d->nccl, d->stream);
+    char *block = (char *)recv + es * off;
+    ncclResult_t e = ncclBroadcast(r == d->rank ? send : block, block, counts[r], nt, r, d->nccl,
+                                   d->stream);
     if (e != ncclSuccess && first == ncclSuccess) first = e;
   }
   NCCL_OK(d, ncclGroupEnd());

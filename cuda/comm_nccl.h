@@ -9,7 +9,9 @@
  * gradient reduce-scatter started during the backward pass runs beside it.
  *
  * Uneven blocks (ZeRO buckets that cut shard boundaries) become one fused NCCL group of
- * reduces (reduce-scatter) or broadcasts (all-gather), one per rank's block.
+ * reduces (reduce-scatter) or broadcasts (all-gather), one per rank's block.  bf16 and
+ * fp16 data go as ncclBfloat16 / ncclFloat16 (NCCL 2.10 or later for bf16), whose sums
+ * add in fp32 and round each partial sum, like comm.c's MPI operation.
  *
  * NCCL cannot put two ranks of a communicator on one GPU: a group whose ranks share a
  * GPU (run.gpu_share) gets no NCCL communicator, and its collectives stay on MPI. */

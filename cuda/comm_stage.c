@@ -217,20 +217,31 @@ static int posted(struct tsr_comm_dev_event *e, int rc, void *dst, size_t off, s
 /* The operation just queued, for record (set by each operation). */
 static struct tsr_comm_dev_event *last;
 
+/* The element type of comm.h that t is (bf16 and fp16 are summed by comm.c's own MPI
+ * operations, comm_mpi.h); fp32 for the others, which never reach it. */
+static tsr_dtype data_type(tsr_comm_dev_type t) {
+  return t == TSR_DEV_BF16 ? TSR_BF16 : t == TSR_DEV_F16 ? TSR_F16 : TSR_F32;
+}
 static MPI_Datatype mpi_type(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? MPI_DOUBLE : t == TSR_DEV_INT ? MPI_INT : MPI_FLOAT;
+  return t == TSR_DEV_DOUBLE ? MPI_DOUBLE : t == TSR_DEV_INT ? MPI_INT
+                                                             : tsr_comm_mpi_type(data_type(t));
 }
 static size_t type_size(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? sizeof(double) : t == TSR_DEV_INT ? sizeof(int) : sizeof(float);
+  return t == TSR_DEV_DOUBLE ? sizeof(double) : t == TSR_DEV_INT ? sizeof(int)
+                                                                 : tsr_dtype_size(data_type(t));
 }
-static MPI_Op mpi_op(int op) { return op == 1 ? MPI_MAX : op == 2 ? MPI_MIN : MPI_SUM; }
+/* op: 0 sum, 1 max, 2 min; 16-bit data is only ever summed. */
+static MPI_Op mpi_op(tsr_comm_dev_type t, int op) {
+  if (t == TSR_DEV_BF16 || t == TSR_DEV_F16) return tsr_comm_mpi_sum(data_type(t));
+  return op == 1 ? MPI_MAX : op == 2 ? MPI_MIN : MPI_SUM;
+}
 
 static int st_all_reduce(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type t, int op) {
   const size_t bytes = count * type_size(t);
   struct tsr_comm_dev_event *e;
   TSR_CALL(take(d, OP_ALL_REDUCE, bytes, &e));
   TSR_CALL(stage_in(d, e, 0, buf, bytes));
-  TSR_CALL(posted(e, MPI_Iallreduce(MPI_IN_PLACE, e->host, (int)count, mpi_type(t), mpi_op(op),
+  TSR_CALL(posted(e, MPI_Iallreduce(MPI_IN_PLACE, e->host, (int)count, mpi_type(t), mpi_op(t, op),
                                     d->comm, &e->req),
                   buf, 0, bytes));
   last = e;
@@ -243,7 +254,7 @@ static int v_counts(tsr_comm_dev *d, struct tsr_comm_dev_event *e, const size_t 
   *total = 0;
   for (int r = 0; r < d->size; r++) {
     TSR_CHECK(counts[r] <= INT_MAX && *total <= (size_t)INT_MAX - counts[r], TSR_ERR,
-              "staged MPI on '%s': more than %d floats in one operation", d->name, INT_MAX);
+              "staged MPI on '%s': more than %d elements in one operation", d->name, INT_MAX);
     e->counts[r] = (int)counts[r], e->displs[r] = (int)*total;
     *total += counts[r];
   }
@@ -257,40 +268,39 @@ static size_t total_of(const tsr_comm_dev *d, const size_t *counts) {
 }
 
 /* host: the whole send buffer, then this rank's block of the result after it */
-static int st_reduce_scatter(tsr_comm_dev *d, const float *send, float *recv,
-                             const size_t *counts) {
-  const size_t n = total_of(d, counts), mine = counts[d->rank];
+static int st_reduce_scatter(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                             tsr_comm_dev_type t) {
+  const size_t n = total_of(d, counts), mine = counts[d->rank], es = type_size(t);
   struct tsr_comm_dev_event *e;
-  TSR_CALL(take(d, OP_REDUCE_SCATTER, sizeof(float) * (n + mine), &e));
+  TSR_CALL(take(d, OP_REDUCE_SCATTER, es * (n + mine), &e));
   size_t total;
   if (v_counts(d, e, counts, &total)) {
     give_back(e);
     return TSR_ERR;
   }
-  TSR_CALL(stage_in(d, e, 0, send, sizeof(float) * n));
-  float *h = (float *)(void *)e->host;
-  TSR_CALL(posted(e, MPI_Ireduce_scatter(h, h + n, e->counts, MPI_FLOAT, MPI_SUM, d->comm,
-                                         &e->req),
-                  recv, sizeof(float) * n, sizeof(float) * mine));
+  TSR_CALL(stage_in(d, e, 0, send, es * n));
+  TSR_CALL(posted(e, MPI_Ireduce_scatter(e->host, e->host + es * n, e->counts, mpi_type(t),
+                                         mpi_op(t, 0), d->comm, &e->req),
+                  recv, es * n, es * mine));
   last = e;
   return 0;
 }
 
 /* host: the whole result, this rank's block filled in place */
-static int st_all_gather(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts) {
-  const size_t n = total_of(d, counts);
+static int st_all_gather(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                         tsr_comm_dev_type t) {
+  const size_t n = total_of(d, counts), es = type_size(t);
   struct tsr_comm_dev_event *e;
-  TSR_CALL(take(d, OP_ALL_GATHER, sizeof(float) * n, &e));
+  TSR_CALL(take(d, OP_ALL_GATHER, es * n, &e));
   size_t total;
   if (v_counts(d, e, counts, &total)) {
     give_back(e);
     return TSR_ERR;
   }
-  TSR_CALL(stage_in(d, e, sizeof(float) * (size_t)e->displs[d->rank], send,
-                    sizeof(float) * counts[d->rank]));
+  TSR_CALL(stage_in(d, e, es * (size_t)e->displs[d->rank], send, es * counts[d->rank]));
   TSR_CALL(posted(e, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, e->host, e->counts,
-                                     e->displs, MPI_FLOAT, d->comm, &e->req),
-                  recv, 0, sizeof(float) * n));
+                                     e->displs, mpi_type(t), d->comm, &e->req),
+                  recv, 0, es * n));
   last = e;
   return 0;
 }

@@ -11,11 +11,12 @@
  * not have).  Completing it (tsr_comm_wait, or tsr_comm_test seeing MPI done) queues
  * the copy back on the copy stream and makes the compute stream wait for it.
  *
- * Collectives (all-reduce of float/double/int, reduce-scatter and all-gather with even
- * or uneven blocks, broadcast) and point-to-point send/recv with tags run on a
- * duplicate of the group's communicator.  Each operation in flight has its own pinned
- * buffers, kept and reused by later operations (grown when one needs more), so after
- * the first step nothing is allocated. */
+ * Collectives (all-reduce of fp32, bf16, fp16, double and int; reduce-scatter and
+ * all-gather of fp32, bf16 and fp16 with even or uneven blocks; broadcast) and
+ * point-to-point send/recv with tags run on a duplicate of the group's communicator;
+ * 16-bit sums use comm.c's MPI operations (comm_mpi.h), as unstaged MPI does.  Each
+ * operation in flight has its own pinned buffers, kept and reused by later operations
+ * (grown when one needs more), so after the first step nothing is allocated. */
 #ifndef TSR_CUDA_COMM_STAGE_H
 #define TSR_CUDA_COMM_STAGE_H
 

@@ -1,6 +1,7 @@
 /* comm.c — comm.h: collectives and point-to-point on a duplicated MPI communicator, byte
  * counters under the ring convention, size-1 fast paths, and the hand-over of collectives
- * on device memory to a group's device transport (comm_dev.h: NCCL) when it has one.
+ * on device memory to a group's device transport (comm_dev.h: NCCL) when it has one, and
+ * MPI's sum of bf16 / fp16 data (a user-defined operation, see comm_mpi.h).
  *
  * Counts are handed to MPI as int; a buffer of more than INT_MAX elements is an error
  * here (callers move gradients and parameters in buckets far below that). */
@@ -81,10 +82,62 @@ void tsr_mpi_error(const char *file, int line, const char *func, const char *cal
   tsr_error("%s:%d %s: %s failed: %s", file, line, func, call, msg);
 }
 
+/* ------------------------------------------------------------------ 16-bit sums */
+
+/* MPI's combining step for 16-bit data: inout[i] = in[i] + inout[i], both widened to fp32
+ * and the sum rounded to the type.  fp32 addition is commutative bit for bit, so the
+ * step is too, and MPI may combine in any order (the error bound of comm.h holds for
+ * every order: N - 1 steps over N ranks). */
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = tsr_f32_to_bf16(tsr_bf16_to_f32(a[i]) + tsr_bf16_to_f32(b[i]));
+}
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = tsr_f32_to_f16(tsr_f16_to_f32(a[i]) + tsr_f16_to_f32(b[i]));
+}
+
+/* The two operations (bf16, fp16), made once for the process by the first tsr_comm_create
+ * (groups are created by the main thread during set-up, after MPI_Init). */
+static MPI_Op sum16[2];
+static int sum16_made;
+static int sum16_key;
+
+/* MPI_Finalize deletes MPI_COMM_SELF's attributes before anything else, with MPI still
+ * usable: the operations are freed there, so no caller has to remember it. */
+static int free_sum16(MPI_Comm comm, int key, void *value, void *extra) {
+  MPI_Op_free(&sum16[0]);
+  MPI_Op_free(&sum16[1]);
+  sum16_made = 0;
+  MPI_Comm_free_keyval(&sum16_key);
+  return MPI_SUCCESS;
+}
+
+static int make_sum16(void) {
+  if (sum16_made) return 0;
+  TSR_MPI_CALL(MPI_Op_create(sum_bf16, 1, &sum16[0]));
+  TSR_MPI_CALL(MPI_Op_create(sum_f16, 1, &sum16[1]));
+  TSR_MPI_CALL(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_sum16, &sum16_key, NULL));
+  TSR_MPI_CALL(MPI_Comm_set_attr(MPI_COMM_SELF, sum16_key, NULL));
+  sum16_made = 1;
+  return 0;
+}
+
+MPI_Datatype tsr_comm_mpi_type(tsr_dtype t) { return t == TSR_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Op tsr_comm_mpi_sum(tsr_dtype t) {
+  if (t == TSR_F32) return MPI_SUM;
+  return sum16_made ? sum16[t == TSR_F16] : MPI_OP_NULL;
+}
+
 /* ------------------------------------------------------------------ the group */
 
 int tsr_comm_create(tsr_comm **out, MPI_Comm comm, const char *name) {
   *out = NULL;
+  TSR_CALL(make_sum16());
   tsr_comm *c = tsr_calloc(1, sizeof *c);
   TSR_CHECK(c, TSR_ERR, "out of memory for communicator '%s'", name);
   snprintf(c->name, sizeof c->name, "%s", name);
@@ -185,6 +238,12 @@ static int check_count(const tsr_comm *c, const char *op, size_t count) {
   TSR_CHECK(count <= (size_t)INT_MAX, TSR_ERR,
             "%s on '%s': %zu elements is more than one MPI call takes (%d); split the buffer",
             op, c->name, count, INT_MAX);
+  return 0;
+}
+
+static int check_dtype(const tsr_comm *c, const char *op, tsr_dtype dt) {
+  TSR_CHECK(dt == TSR_F32 || dt == TSR_BF16 || dt == TSR_F16, TSR_ERR,
+            "%s on '%s': element type %d is not fp32, bf16 or fp16", op, c->name, (int)dt);
   return 0;
 }
 
@@ -301,6 +360,11 @@ static int dev_done(tsr_comm *c, int rc, tsr_comm_kind kind, tsr_comm_handle *h)
   return 0;
 }
 
+/* The transport's name for an element type of comm.h. */
+static tsr_comm_dev_type dev_type(tsr_dtype dt) {
+  return dt == TSR_BF16 ? TSR_DEV_BF16 : dt == TSR_F16 ? TSR_DEV_F16 : TSR_DEV_FLOAT;
+}
+
 /* The counts of an even reduce-scatter / all-gather, for the transport. */
 static const size_t *even_counts(tsr_comm *c, size_t n) {
   for (int i = 0; i < c->size; i++) c->even[i] = n;
@@ -347,69 +411,82 @@ int tsr_comm_waitall(int n, tsr_comm_handle *h) {
 
 /* ------------------------------------------------------------------ all-reduce */
 
-int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count) {
-  TSR_CALL(check_count(c, "all_reduce", count));
-  tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
-  if (c->size == 1 || count == 0) return 0;
-  if (dev_for(c, buf, NULL))
-    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, TSR_DEV_FLOAT, TSR_COMM_SUM),
-                    TSR_COMM_ALL_REDUCE, NULL);
-  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm)));
+static int all_reduce_args(tsr_comm *c, const char *op, size_t count, tsr_dtype dt) {
+  TSR_CALL(check_dtype(c, op, dt));
+  TSR_CALL(check_count(c, op, count));
+  tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, (double)tsr_dtype_size(dt) * (double)count));
   return 0;
 }
 
-int tsr_comm_iall_reduce(tsr_comm *c, float *buf, size_t count, tsr_comm_handle *h) {
-  *h = NULL;
-  TSR_CALL(check_count(c, "iall_reduce", count));
-  tally(c, TSR_COMM_ALL_REDUCE, ring_all_reduce(c, 4.0 * (double)count));
+int tsr_comm_all_reduce(tsr_comm *c, void *buf, size_t count, tsr_dtype dt) {
+  TSR_CALL(all_reduce_args(c, "all_reduce", count, dt));
   if (c->size == 1 || count == 0) return 0;
   if (dev_for(c, buf, NULL))
-    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, TSR_DEV_FLOAT, TSR_COMM_SUM),
+    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, dev_type(dt), TSR_COMM_SUM),
+                    TSR_COMM_ALL_REDUCE, NULL);
+  tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
+  TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, tsr_comm_mpi_type(dt),
+                                      tsr_comm_mpi_sum(dt), c->comm)));
+  return 0;
+}
+
+int tsr_comm_iall_reduce(tsr_comm *c, void *buf, size_t count, tsr_dtype dt,
+                         tsr_comm_handle *h) {
+  *h = NULL;
+  TSR_CALL(all_reduce_args(c, "iall_reduce", count, dt));
+  if (c->size == 1 || count == 0) return 0;
+  if (dev_for(c, buf, NULL))
+    return dev_done(c, c->tr->all_reduce(c->dev, buf, count, dev_type(dt), TSR_COMM_SUM),
                     TSR_COMM_ALL_REDUCE, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req));
+  TSR_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, tsr_comm_mpi_type(dt),
+                              tsr_comm_mpi_sum(dt), c->comm, &req));
   return post(c, req, TSR_COMM_ALL_REDUCE, h);
 }
 
 /* ------------------------------------------------------------------ reduce-scatter */
 
-static int reduce_scatter_args(tsr_comm *c, const char *op, const float *send, float *recv,
-                               size_t recv_count) {
+static int reduce_scatter_args(tsr_comm *c, const char *op, const void *send, void *recv,
+                               size_t recv_count, tsr_dtype dt) {
+  TSR_CALL(check_dtype(c, op, dt));
   TSR_CALL(check_count(c, op, recv_count));
-  TSR_CHECK(!overlap(send, sizeof(float) * recv_count * c->size, recv,
-                     sizeof(float) * recv_count),
-            TSR_ERR, "%s on '%s': send and recv buffers overlap", op, c->name);
-  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)recv_count * c->size));
-  if (c->size == 1 && recv_count) tsr_ops_copy(recv, send, sizeof(float) * recv_count);
+  const size_t block = tsr_dtype_size(dt) * recv_count;
+  TSR_CHECK(!overlap(send, block * c->size, recv, block), TSR_ERR,
+            "%s on '%s': send and recv buffers overlap", op, c->name);
+  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, (double)block * c->size));
+  if (c->size == 1 && recv_count) tsr_ops_copy(recv, send, block);
   return 0;
 }
 
-int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count) {
-  TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count));
+int tsr_comm_reduce_scatter(tsr_comm *c, const void *send, void *recv, size_t recv_count,
+                            tsr_dtype dt) {
+  TSR_CALL(reduce_scatter_args(c, "reduce_scatter", send, recv, recv_count, dt));
   if (c->size == 1 || recv_count == 0) return 0;
   if (dev_for(c, send, recv))
-    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count)),
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count),
+                                             dev_type(dt)),
                     TSR_COMM_REDUCE_SCATTER, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(BLOCKING(MPI_Reduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
-                                        c->comm)));
+  TSR_MPI_CALL(BLOCKING(MPI_Reduce_scatter_block(send, recv, (int)recv_count,
+                                                 tsr_comm_mpi_type(dt), tsr_comm_mpi_sum(dt),
+                                                 c->comm)));
   return 0;
 }
 
-int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count,
-                             tsr_comm_handle *h) {
+int tsr_comm_ireduce_scatter(tsr_comm *c, const void *send, void *recv, size_t recv_count,
+                             tsr_dtype dt, tsr_comm_handle *h) {
   *h = NULL;
-  TSR_CALL(reduce_scatter_args(c, "ireduce_scatter", send, recv, recv_count));
+  TSR_CALL(reduce_scatter_args(c, "ireduce_scatter", send, recv, recv_count, dt));
   if (c->size == 1 || recv_count == 0) return 0;
   if (dev_for(c, send, recv))
-    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count)),
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, even_counts(c, recv_count),
+                                             dev_type(dt)),
                     TSR_COMM_REDUCE_SCATTER, h);
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(MPI_Ireduce_scatter_block(send, recv, (int)recv_count, MPI_FLOAT, MPI_SUM,
-                                         c->comm, &req));
+  TSR_MPI_CALL(MPI_Ireduce_scatter_block(send, recv, (int)recv_count, tsr_comm_mpi_type(dt),
+                                         tsr_comm_mpi_sum(dt), c->comm, &req));
   return post(c, req, TSR_COMM_REDUCE_SCATTER, h);
 }
 
@@ -417,45 +494,50 @@ int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t
 
 /* Sets *in_place when send is already this rank's block of recv (ZeRO-3 gathers into
  * the full buffer that holds the local shard). */
-static int all_gather_args(tsr_comm *c, const char *op, const float *send, float *recv,
-                           size_t send_count, int *in_place) {
+static int all_gather_args(tsr_comm *c, const char *op, const void *send, void *recv,
+                           size_t send_count, tsr_dtype dt, int *in_place) {
+  TSR_CALL(check_dtype(c, op, dt));
   TSR_CALL(check_count(c, op, send_count));
-  *in_place = send == recv + (size_t)c->rank * send_count;
-  TSR_CHECK(*in_place || !overlap(send, sizeof(float) * send_count, recv,
-                                  sizeof(float) * send_count * c->size),
-            TSR_ERR, "%s on '%s': send overlaps recv without being this rank's block", op,
-            c->name);
-  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)send_count * c->size));
-  if (c->size == 1 && !*in_place && send_count) tsr_ops_copy(recv, send, sizeof(float) * send_count);
+  const size_t block = tsr_dtype_size(dt) * send_count;
+  *in_place = send == tsr_dtype_at(recv, dt, (int64_t)((size_t)c->rank * send_count));
+  TSR_CHECK(*in_place || !overlap(send, block, recv, block * c->size), TSR_ERR,
+            "%s on '%s': send overlaps recv without being this rank's block", op, c->name);
+  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, (double)block * c->size));
+  if (c->size == 1 && !*in_place && send_count) tsr_ops_copy(recv, send, block);
   return 0;
 }
 
-int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send_count) {
+int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,
+                        tsr_dtype dt) {
   int in_place;
-  TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, &in_place));
+  TSR_CALL(all_gather_args(c, "all_gather", send, recv, send_count, dt, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
   if (dev_for(c, send, recv))
-    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count)),
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count),
+                                         dev_type(dt)),
                     TSR_COMM_ALL_GATHER, NULL);
+  const MPI_Datatype t = tsr_comm_mpi_type(dt);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
-                             (int)send_count, MPI_FLOAT, c->comm)));
+  TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, t, recv,
+                                     (int)send_count, t, c->comm)));
   return 0;
 }
 
-int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t send_count,
-                         tsr_comm_handle *h) {
+int tsr_comm_iall_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,
+                         tsr_dtype dt, tsr_comm_handle *h) {
   *h = NULL;
   int in_place;
-  TSR_CALL(all_gather_args(c, "iall_gather", send, recv, send_count, &in_place));
+  TSR_CALL(all_gather_args(c, "iall_gather", send, recv, send_count, dt, &in_place));
   if (c->size == 1 || send_count == 0) return 0;
   if (dev_for(c, send, recv))
-    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count)),
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, even_counts(c, send_count),
+                                         dev_type(dt)),
                     TSR_COMM_ALL_GATHER, h);
   MPI_Request req;
+  const MPI_Datatype t = tsr_comm_mpi_type(dt);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  TSR_MPI_CALL(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)send_count, MPI_FLOAT, recv,
-                              (int)send_count, MPI_FLOAT, c->comm, &req));
+  TSR_MPI_CALL(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)send_count, t, recv,
+                              (int)send_count, t, c->comm, &req));
   return post(c, req, TSR_COMM_ALL_GATHER, h);
 }
 
@@ -477,6 +559,7 @@ static struct tsr_comm_request *take_request(tsr_comm *c) {
   return r;
 }
 
+/* counts as MPI's ints (ic), their displacements (id) and their total, in elements. */
 static int fill_counts(tsr_comm *c, const char *op, const size_t *counts, int *ic, int *id,
                        size_t *total) {
   size_t t = 0;
@@ -492,34 +575,37 @@ static int fill_counts(tsr_comm *c, const char *op, const size_t *counts, int *i
   return 0;
 }
 
-int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                               tsr_comm_handle *h) {
+int tsr_comm_ireduce_scatter_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                               tsr_dtype dt, tsr_comm_handle *h) {
   *h = NULL;
+  TSR_CALL(check_dtype(c, "ireduce_scatter_v", dt));
+  const size_t es = tsr_dtype_size(dt);
   struct tsr_comm_request *r = take_request(c);
   TSR_CHECK(r, TSR_ERR, "out of memory for a request on '%s'", c->name);
   size_t total;
   int rc = fill_counts(c, "ireduce_scatter_v", counts, r->counts, r->displs, &total);
-  if (!rc && overlap(send, sizeof(float) * total, recv, sizeof(float) * counts[c->rank])) {
+  if (!rc && overlap(send, es * total, recv, es * counts[c->rank])) {
     tsr_error("ireduce_scatter_v on '%s': send and recv buffers overlap", c->name);
     rc = TSR_ERR;
   }
   if (rc || c->size == 1 || total == 0) {
     if (!rc) {
-      tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
-      if (c->size == 1 && total) tsr_ops_copy(recv, send, sizeof(float) * total);
+      tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, (double)es * (double)total));
+      if (c->size == 1 && total) tsr_ops_copy(recv, send, es * total);
     }
     push_request(c, r);
     return rc;
   }
-  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, 4.0 * (double)total));
+  tally(c, TSR_COMM_REDUCE_SCATTER, ring_half(c, (double)es * (double)total));
   if (dev_for(c, send, recv)) {
     push_request(c, r); /* the transport takes the counts at once */
-    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, counts),
+    return dev_done(c, c->tr->reduce_scatter(c->dev, send, recv, counts, dev_type(dt)),
                     TSR_COMM_REDUCE_SCATTER, h);
   }
   MPI_Request req;
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  int mrc = MPI_Ireduce_scatter(send, recv, r->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
+  int mrc = MPI_Ireduce_scatter(send, recv, r->counts, tsr_comm_mpi_type(dt),
+                                tsr_comm_mpi_sum(dt), c->comm, &req);
   if (mrc != MPI_SUCCESS) {
     push_request(c, r);
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Ireduce_scatter", mrc);
@@ -528,37 +614,40 @@ int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, cons
   return track(c, r, req, TSR_COMM_REDUCE_SCATTER, h);
 }
 
-int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                           tsr_comm_handle *h) {
+int tsr_comm_iall_gather_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                           tsr_dtype dt, tsr_comm_handle *h) {
   *h = NULL;
+  TSR_CALL(check_dtype(c, "iall_gather_v", dt));
+  const size_t es = tsr_dtype_size(dt);
   struct tsr_comm_request *r = take_request(c);
   TSR_CHECK(r, TSR_ERR, "out of memory for a request on '%s'", c->name);
   size_t total;
   int rc = fill_counts(c, "iall_gather_v", counts, r->counts, r->displs, &total);
-  const int in_place = !rc && send == recv + r->displs[c->rank];
-  if (!rc && !in_place &&
-      overlap(send, sizeof(float) * counts[c->rank], recv, sizeof(float) * total)) {
+  const int in_place = !rc && send == tsr_dtype_at(recv, dt, r->displs[c->rank]);
+  if (!rc && !in_place && overlap(send, es * counts[c->rank], recv, es * total)) {
     tsr_error("iall_gather_v on '%s': send overlaps recv without being this rank's block",
               c->name);
     rc = TSR_ERR;
   }
   if (rc || c->size == 1 || total == 0) {
     if (!rc) {
-      tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
-      if (c->size == 1 && !in_place && total) tsr_ops_copy(recv, send, sizeof(float) * total);
+      tally(c, TSR_COMM_ALL_GATHER, ring_half(c, (double)es * (double)total));
+      if (c->size == 1 && !in_place && total) tsr_ops_copy(recv, send, es * total);
     }
     push_request(c, r);
     return rc;
   }
-  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, 4.0 * (double)total));
+  tally(c, TSR_COMM_ALL_GATHER, ring_half(c, (double)es * (double)total));
   if (dev_for(c, send, recv)) {
     push_request(c, r); /* the transport takes the counts at once */
-    return dev_done(c, c->tr->all_gather(c->dev, send, recv, counts), TSR_COMM_ALL_GATHER, h);
+    return dev_done(c, c->tr->all_gather(c->dev, send, recv, counts, dev_type(dt)),
+                    TSR_COMM_ALL_GATHER, h);
   }
   MPI_Request req;
+  const MPI_Datatype t = tsr_comm_mpi_type(dt);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
-  int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], MPI_FLOAT, recv,
-                            r->counts, r->displs, MPI_FLOAT, c->comm, &req);
+  int mrc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, r->counts[c->rank], t, recv,
+                            r->counts, r->displs, t, c->comm, &req);
   if (mrc != MPI_SUCCESS) {
     push_request(c, r);
     tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Iallgatherv", mrc);
@@ -567,15 +656,17 @@ int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const si
   return track(c, r, req, TSR_COMM_ALL_GATHER, h);
 }
 
-int tsr_comm_reduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts) {
+int tsr_comm_reduce_scatter_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                              tsr_dtype dt) {
   tsr_comm_handle h;
-  TSR_CALL(tsr_comm_ireduce_scatter_v(c, send, recv, counts, &h));
+  TSR_CALL(tsr_comm_ireduce_scatter_v(c, send, recv, counts, dt, &h));
   return tsr_comm_wait(&h);
 }
 
-int tsr_comm_all_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts) {
+int tsr_comm_all_gather_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                          tsr_dtype dt) {
   tsr_comm_handle h;
-  TSR_CALL(tsr_comm_iall_gather_v(c, send, recv, counts, &h));
+  TSR_CALL(tsr_comm_iall_gather_v(c, send, recv, counts, dt, &h));
   return tsr_comm_wait(&h);
 }
 

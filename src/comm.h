@@ -4,16 +4,27 @@
  * dp_replicate, node, world).  Model, ZeRO and pipeline code see only this header; it
  * never includes mpi.h (the MPI side is in comm_mpi.h, for grid.c and the driver).
  *
- * Operations work on fp32 buffers (reductions always sum), except broadcast and
- * send/recv, which move bytes.  Each has a blocking form and a non-blocking form that
- * returns a handle; complete it with tsr_comm_wait / tsr_comm_waitall before touching
- * the buffers.  A group of size 1 moves nothing: its operations are copies (or
- * nothing) and complete at once (the handle comes back NULL, and waiting on NULL is
- * a no-op).  Every function returns 0 on success, otherwise an error code from util.h
- * after printing what failed.
+ * Data collectives (all-reduce, reduce-scatter, all-gather and their uneven forms) take
+ * the element type of their buffers (dtype.h: fp32, bf16, fp16) and counts in elements;
+ * their reductions always sum.  Broadcast and send/recv move bytes; the scalar
+ * all-reduces work on doubles and ints.  A 16-bit sum adds two values in fp32 and rounds
+ * the result to the type at every combining step (MPI: a user-defined operation over
+ * MPI_UINT16_T; NCCL: its own bf16 / fp16 sums, which do the same), so a sum over N
+ * ranks carries at most N - 1 roundings, in whatever order the library combines.  That
+ * step is commutative bit for bit, and the libraries reduce each element once (along a
+ * ring or a tree) and copy the result to the others, so every rank of the group holds
+ * the same bits: replicated activations stay equal (test_comm checks it).  Gradients are
+ * summed in fp32.
+ *
+ * Each operation has a blocking form and a non-blocking form that returns a handle;
+ * complete it with tsr_comm_wait / tsr_comm_waitall before touching the buffers.  A
+ * group of size 1 moves nothing: its operations are copies (or nothing) and complete at
+ * once (the handle comes back NULL, and waiting on NULL is a no-op).  Every function
+ * returns 0 on success, otherwise an error code from util.h after printing what failed.
  *
  * Byte counters.  Each group counts, per kind of operation, the bytes this rank moves
- * under the bandwidth-optimal (ring) algorithm, whatever MPI actually does:
+ * under the bandwidth-optimal (ring) algorithm, whatever MPI actually does, with S the
+ * bytes the buffers hold (4 per fp32 element, 2 per bf16 or fp16 element):
  *   all-reduce of S bytes                    2 (N-1)/N * S
  *   reduce-scatter / all-gather, where S is the full (unsharded) buffer,
  *     S = N * block bytes                    (N-1)/N * S
@@ -31,6 +42,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dtype.h"
 
 typedef struct tsr_comm tsr_comm;                   /* a group of ranks */
 typedef struct tsr_comm_request *tsr_comm_handle;   /* an operation in flight, or NULL */
@@ -60,13 +73,16 @@ const char *tsr_comm_backend(const tsr_comm *c);
 
 /* ---- blocking operations ---- */
 
-/* buf[0..count) summed over the group, in place. */
-int tsr_comm_all_reduce(tsr_comm *c, float *buf, size_t count);
-/* send holds size * recv_count floats (block r for rank r); recv gets this rank's block
+/* buf[0..count) (elements of dt) summed over the group, in place. */
+int tsr_comm_all_reduce(tsr_comm *c, void *buf, size_t count, tsr_dtype dt);
+/* send holds size * recv_count elements (block r for rank r); recv gets this rank's block
  * summed over the group.  send and recv must not overlap. */
-int tsr_comm_reduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count);
-/* recv[r * send_count ..] = rank r's send.  In place when send == recv + rank*send_count. */
-int tsr_comm_all_gather(tsr_comm *c, const float *send, float *recv, size_t send_count);
+int tsr_comm_reduce_scatter(tsr_comm *c, const void *send, void *recv, size_t recv_count,
+                            tsr_dtype dt);
+/* recv[r * send_count ..] = rank r's send.  In place when send is recv's element
+ * rank * send_count. */
+int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,
+                        tsr_dtype dt);
 /* root's bytes to every rank of the group. */
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root);
 /* Point to point with another rank of the group (peer is a rank in c, not itself);
@@ -74,13 +90,15 @@ int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root);
 int tsr_comm_send(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag);
 int tsr_comm_recv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag);
 
-/* Uneven blocks (ZeRO buckets that cut shard boundaries): counts[r] floats belong to
+/* Uneven blocks (ZeRO buckets that cut shard boundaries): counts[r] elements belong to
  * rank r, blocks in rank order, sum(counts) in all.  reduce_scatter_v: send holds every
- * block, recv gets this rank's counts[rank] floats summed over the group.
+ * block, recv gets this rank's counts[rank] elements summed over the group.
  * all_gather_v: recv gets every block; send is this rank's block (in place when send
- * is its block of recv).  Counted like their even forms with S = 4 * sum(counts). */
-int tsr_comm_reduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts);
-int tsr_comm_all_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts);
+ * is its block of recv).  Counted like their even forms with S = sum(counts) elements. */
+int tsr_comm_reduce_scatter_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                              tsr_dtype dt);
+int tsr_comm_all_gather_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                          tsr_dtype dt);
 
 /* Scalars for the trainer (grad norm, loss, non-finite flags, signal agreement). */
 int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op op);
@@ -93,19 +111,20 @@ int tsr_comm_sum_ordered(tsr_comm *c, double x, double *sum);
 
 /* ---- non-blocking forms: same arguments plus the handle to wait on ---- */
 
-int tsr_comm_iall_reduce(tsr_comm *c, float *buf, size_t count, tsr_comm_handle *h);
-int tsr_comm_ireduce_scatter(tsr_comm *c, const float *send, float *recv, size_t recv_count,
-                             tsr_comm_handle *h);
-int tsr_comm_iall_gather(tsr_comm *c, const float *send, float *recv, size_t send_count,
+int tsr_comm_iall_reduce(tsr_comm *c, void *buf, size_t count, tsr_dtype dt,
                          tsr_comm_handle *h);
+int tsr_comm_ireduce_scatter(tsr_comm *c, const void *send, void *recv, size_t recv_count,
+                             tsr_dtype dt, tsr_comm_handle *h);
+int tsr_comm_iall_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,
+                         tsr_dtype dt, tsr_comm_handle *h);
 int tsr_comm_ibroadcast(tsr_comm *c, void *buf, size_t bytes, int root, tsr_comm_handle *h);
 int tsr_comm_isend(tsr_comm *c, const void *buf, size_t bytes, int peer, int tag,
                    tsr_comm_handle *h);
 int tsr_comm_irecv(tsr_comm *c, void *buf, size_t bytes, int peer, int tag, tsr_comm_handle *h);
-int tsr_comm_ireduce_scatter_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                               tsr_comm_handle *h);
-int tsr_comm_iall_gather_v(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                           tsr_comm_handle *h);
+int tsr_comm_ireduce_scatter_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                               tsr_dtype dt, tsr_comm_handle *h);
+int tsr_comm_iall_gather_v(tsr_comm *c, const void *send, void *recv, const size_t *counts,
+                           tsr_dtype dt, tsr_comm_handle *h);
 
 /* Complete one operation / n operations (any mix of groups and kinds); the handles
  * are set to NULL.  waitall completes every handle even when one fails, and returns

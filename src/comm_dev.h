@@ -24,7 +24,16 @@
 typedef struct tsr_comm_dev tsr_comm_dev;             /* one group's device communicator */
 typedef struct tsr_comm_dev_event tsr_comm_dev_event; /* operations queued so far on it */
 
-typedef enum { TSR_DEV_FLOAT = 0, TSR_DEV_DOUBLE, TSR_DEV_INT } tsr_comm_dev_type;
+/* Element types: the data types of comm.h (fp32, bf16, fp16) and the scalars'.  16-bit
+ * sums add in fp32 and round each partial sum to the type, as comm.h says; max and min
+ * are never asked of them. */
+typedef enum {
+  TSR_DEV_FLOAT = 0,
+  TSR_DEV_DOUBLE,
+  TSR_DEV_INT,
+  TSR_DEV_BF16,
+  TSR_DEV_F16
+} tsr_comm_dev_type;
 
 typedef struct tsr_comm_transport {
   const char *name; /* "nccl", "mpi-staged" */
@@ -38,9 +47,12 @@ typedef struct tsr_comm_transport {
   int (*on_device)(const void *p);
   /* op: 0 sum, 1 max, 2 min (tsr_comm_op) */
   int (*all_reduce)(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type type, int op);
-  /* counts[r] floats per rank r, blocks in rank order (even forms: all counts equal) */
-  int (*reduce_scatter)(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts);
-  int (*all_gather)(tsr_comm_dev *d, const float *send, float *recv, const size_t *counts);
+  /* counts[r] elements of type per rank r, blocks in rank order (even forms: all counts
+   * equal); type is TSR_DEV_FLOAT, TSR_DEV_BF16 or TSR_DEV_F16 */
+  int (*reduce_scatter)(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                        tsr_comm_dev_type type);
+  int (*all_gather)(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
+                    tsr_comm_dev_type type);
   int (*broadcast)(tsr_comm_dev *d, void *buf, size_t bytes, int root);
   /* An event after the operation just queued on d (NCCL: and all before it). */
   int (*record)(tsr_comm_dev *d, tsr_comm_dev_event **ev);

@@ -23,6 +23,15 @@ MPI_Comm tsr_comm_mpi(const tsr_comm *c);
 struct tsr_comm_transport;
 int tsr_comm_attach_device(tsr_comm *c, const struct tsr_comm_transport *t);
 
+/* How MPI sees elements of t: MPI_FLOAT and MPI_SUM for fp32; for bf16 and fp16,
+ * MPI_UINT16_T and a user-defined commutative sum that widens both sides to fp32, adds,
+ * and rounds to t (one rounding per combining step).  The two user operations are
+ * created with the first group (tsr_comm_create, so after MPI_Init) and freed by
+ * MPI_Finalize (through an attribute of MPI_COMM_SELF, whose deletion MPI_Finalize runs
+ * first); MPI_OP_NULL before any group exists. */
+MPI_Datatype tsr_comm_mpi_type(tsr_dtype t);
+MPI_Op tsr_comm_mpi_sum(tsr_dtype t);
+
 /* Whether MPI moves GPU memory itself: 1 (Open MPI's MPIX_Query_cuda_support() says
  * so), 0 (it says not, or the library was built without it), -1 (no way to ask). */
 int tsr_comm_mpi_cuda_aware(void);

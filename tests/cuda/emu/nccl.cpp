@@ -5,15 +5,17 @@
  * (a barrier, and what each rank asked for) and one slot of CHUNK bytes per rank.  An
  * operation moves its data in chunks: every rank copies its part into its slot, all
  * meet at the barrier, every rank computes its result from the slots (reductions add
- * in rank order, so every rank gets the same bits), and all meet again.  Like the rest
- * of the emulation it runs at once, in call order; a group (ncclGroupStart/End) needs
- * no fusing because every rank issues the same operations in the same order.
+ * in rank order, so every rank gets the same bits; bf16 and fp16 are widened to fp32 and
+ * each partial sum rounded to the type, as NCCL's kernels do), and all meet again.  Like
+ * the rest of the emulation it runs at once, in call order; a group (ncclGroupStart/End)
+ * needs no fusing because every rank issues the same operations in the same order.
  *
  * What real NCCL would refuse is refused here too: two ranks of a communicator on the
  * same device ("Duplicate GPU detected"), ranks that disagree on an operation's kind,
  * count, type or root (real NCCL hangs or corrupts; this aborts with both sides).
  * EMU_NCCL_TRACE=FILE: each communicator appends how many operations of each kind it
- * ran when it is destroyed (tests check that NCCL, not MPI, moved the data). */
+ * ran, and how many of them on bf16 and on fp16, when it is destroyed (tests check that
+ * NCCL, not MPI, moved the data). */
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -26,6 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "dtype.h"
 #include "nccl.h"
 
 #define MAX_RANKS 64
@@ -44,6 +47,7 @@ struct emu_nccl_comm {
   char *slots;
   size_t bytes;
   long ops[6]; /* per kind of operation (agree's kind), for EMU_NCCL_TRACE */
+  long ops16[2]; /* operations on bf16, on fp16 */
 };
 
 static char last_error[256];
@@ -86,6 +90,7 @@ static size_t type_size(ncclDataType_t t) {
 static void agree(emu_nccl_comm *c, int kind, ncclDataType_t type, int op, int root,
                   size_t count) {
   c->ops[kind]++;
+  if (type == ncclBfloat16 || type == ncclFloat16) c->ops16[type == ncclFloat16]++;
   c->h->rec[c->rank] = op_rec{kind, (int)type, op, root, count};
   barrier(c);
   const op_rec &a = c->h->rec[0], &b = c->h->rec[c->rank];
@@ -112,11 +117,29 @@ static void reduce_t(T *out, emu_nccl_comm *c, size_t first, size_t len, int op)
   }
 }
 
+/* 16-bit elements: each combining step works on fp32 values and rounds its result to the
+ * type (a max or min of two stored values is one of them: exact). */
+static void reduce_16(void *out, emu_nccl_comm *c, tsr_dtype t, size_t first, size_t len,
+                      int op) {
+  for (size_t i = 0; i < len; i++) {
+    float acc = tsr_load(t, slot(c, 0), first + i);
+    for (int r = 1; r < c->n; r++) {
+      const float v = tsr_load(t, slot(c, r), first + i);
+      acc = op == ncclMax ? (v > acc ? v : acc)
+            : op == ncclMin ? (v < acc ? v : acc)
+                            : tsr_round_to(t, acc + v);
+    }
+    tsr_store(t, out, i, acc);
+  }
+}
+
 /* out[0..len) = the reduction over ranks of slot elements [first, first+len); the type
  * is one that check() admits for reductions. */
 static void reduce_slots(void *out, emu_nccl_comm *c, ncclDataType_t t, size_t first, size_t len,
                          int op) {
   switch (t) {
+    case ncclBfloat16: reduce_16(out, c, TSR_BF16, first, len, op); return;
+    case ncclFloat16: reduce_16(out, c, TSR_F16, first, len, op); return;
     case ncclFloat32: reduce_t((float *)out, c, first, len, op); return;
     case ncclFloat64: reduce_t((double *)out, c, first, len, op); return;
     case ncclInt32: reduce_t((int32_t *)out, c, first, len, op); return;
@@ -125,12 +148,13 @@ static void reduce_slots(void *out, emu_nccl_comm *c, ncclDataType_t t, size_t f
 }
 
 /* Arguments every rank can refuse on its own, before any of them waits for the others:
- * reductions take 32/64-bit types and sum, max or min; copies also bytes. */
+ * reductions take 32/64-bit types, bf16 and fp16 and sum, max or min; copies also bytes. */
 static ncclResult_t check(emu_nccl_comm *c, ncclDataType_t t, int op, bool reduces) {
   if (!c || !c->h) return ncclInvalidArgument;
   if (op != ncclSum && op != ncclMax && op != ncclMin) return ncclInvalidArgument;
-  const bool wide = t == ncclFloat32 || t == ncclFloat64 || t == ncclInt32 || t == ncclInt64;
-  if (!wide && (reduces || (t != ncclUint8 && t != ncclInt8))) return ncclInvalidArgument;
+  const bool arith = t == ncclFloat32 || t == ncclFloat64 || t == ncclInt32 || t == ncclInt64 ||
+                     t == ncclBfloat16 || t == ncclFloat16;
+  if (!arith && (reduces || (t != ncclUint8 && t != ncclInt8))) return ncclInvalidArgument;
   return ncclSuccess;
 }
 
@@ -213,7 +237,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
   FILE *f = trace && *trace ? fopen(trace, "a") : NULL;
   if (f) {
     fprintf(f, "rank %d of %d: all_reduce %ld reduce_scatter %ld all_gather %ld broadcast %ld "
-            "reduce %ld\n", c->rank, c->n, c->ops[1], c->ops[2], c->ops[3], c->ops[4], c->ops[5]);
+            "reduce %ld bf16 %ld fp16 %ld\n", c->rank, c->n, c->ops[1], c->ops[2], c->ops[3],
+            c->ops[4], c->ops[5], c->ops16[0], c->ops16[1]);
     fclose(f);
   }
   munmap(c->h, c->bytes);
