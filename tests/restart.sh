@@ -12,6 +12,9 @@
 #  is the summation order of reductions, ~1e-7).  1 -> dp 4; dp 4 -> 1; dp 2 x tp 2 ->
 #  pp 4; tp 2 x pp 2 -> dp 2 zero 3; zero 3 -> zero 0; hybrid 2 x 2 -> global dp 2;
 #  8 ranks (dp 2 x tp 2 x pp 2, zero 1) -> 4 ranks (tp 2 x pp 2).
+#  16-bit storage: bitwise on the same layout in bf16 (dp 2 zero 1; tp 2 x pp 2) and fp16
+#  (hybrid, with its loss scale); across layouts in bf16 (1 -> dp 4; dp 2 zero 3 -> pp 4)
+#  and fp16 (dp 2 zero 3 -> 1), within 1e-5.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -37,6 +40,17 @@ L_hyb=(4 parallel.zero_stage=2 parallel.ranks_per_node=2 parallel.shard_scope=no
 L_d2t2=(4 parallel.tp=2 parallel.zero_stage=1)
 L_pp4=(4 parallel.pp=4)
 L_8=(8 parallel.tp=2 parallel.pp=2 parallel.zero_stage=1)
+# 16-bit storage (b: bf16, f: fp16)
+L_dp2z1b=(2 parallel.zero_stage=1 train.precision=bf16)
+L_t2p2b=(4 parallel.tp=2 parallel.pp=2 train.precision=bf16)
+L_hybf=(4 parallel.zero_stage=2 parallel.ranks_per_node=2 parallel.shard_scope=node
+  train.precision=fp16)
+L_1b=(1 train.precision=bf16)
+L_dp4b=(4 parallel.zero_stage=1 train.precision=bf16)
+L_dp2z3b=(2 parallel.zero_stage=3 train.precision=bf16)
+L_pp4b=(4 parallel.pp=4 train.precision=bf16)
+L_1f=(1 train.precision=fp16)
+L_dp2z3f=(2 parallel.zero_stage=3 train.precision=fp16)
 layout() { eval "LAY=(\"\${L_$1[@]}\")"; }
 
 compare_py() { "$PYTHON_REF" - "$@" <<'PY'
@@ -85,7 +99,7 @@ PY
 }
 
 # ---- same layout, bitwise ----
-for L in dp2z1 t2p2 dp2z3 hyb; do
+for L in dp2z1 t2p2 dp2z3 hyb dp2z1b t2p2b hybf; do
   layout $L
   np=${LAY[0]}
   run "s_$L" "$np" "${LAY[@]:1}" run.max_steps=20 checkpoint.every_steps=5 checkpoint.resume=none
@@ -126,4 +140,7 @@ cross t2p2 dp2z3
 cross dp2z3 dp2z0
 cross hyb dp2z1
 cross 8 t2p2
+cross 1b dp4b
+cross dp2z3b pp4b
+cross dp2z3f 1f
 finish

@@ -6,8 +6,8 @@
 #     data, 12 steps, fp32: dp 2 and 4 x zero 0-3, hybrid 2 "nodes" x 2 (ranks_per_node 2,
 #     shard_scope 'node') x zero 1-3: every step's loss within 1e-5 relative (measured:
 #     <= 4e-9; only the order of the gradient sums differs);
-#     bf16 with zero 1 and 3 against bf16 single-rank within 1e-4 (measured 3e-5; for
-#     scale, bf16 and fp32 differ by 3e-4 here);
+#     bf16 and fp16 with zero 1 and 3, and bf16 hybrid zero 2, against the single rank of
+#     the same precision within 1e-4 (only the fp32 gradient sums' order differs);
 #  3. a checkpoint written under dp 2 / zero 1 resumes under dp 4 / zero 3 and continues
 #     the same run (losses within 1e-5 of the straight run), and the data stream goes on;
 #  4. bad layouts fail fast on every rank with one message and exit code 2, no hang.
@@ -55,11 +55,19 @@ check "the hybrid run logs its layout and per-group traffic" \
   grep -q "comm per step .*dp_shard .*reduce_scatter.*dp_replicate .*all_reduce" "$SCRATCH/h3.out"
 check "the hybrid run logs the dp_replicate groups across nodes" \
   grep -q "dp_replicate .*{0@n0,2@n1}" "$SCRATCH/h3.out"
+run reff 1 train.precision=fp16
 for st in 1 3; do
   run b$st 2 parallel.zero_stage=$st train.precision=bf16
   same_losses refb b$st 1e-4
   check "bf16 dp 2 zero $st: losses == bf16 single rank (rel 1e-4)" test $? -eq 0
+  run f$st 2 parallel.zero_stage=$st train.precision=fp16
+  same_losses reff f$st 1e-4
+  check "fp16 dp 2 zero $st: losses == fp16 single rank (rel 1e-4)" test $? -eq 0
 done
+run hb 4 parallel.zero_stage=2 parallel.ranks_per_node=2 parallel.shard_scope=node \
+  train.precision=bf16
+same_losses refb hb 1e-4
+check "bf16 hybrid 2 nodes x 2, zero 2: losses == bf16 single rank (rel 1e-4)" test $? -eq 0
 
 # restart under another layout: 5 steps on dp 2 / zero 1, then resume on dp 4 / zero 3
 run half 2 parallel.zero_stage=1 run.max_steps=5 checkpoint.resume=none
