@@ -4,11 +4,12 @@
  * For 16-bit storage each row (or block of ELEM_BLOCK elements) is widened into the
  * thread's buffer, run through the same fp32 function as fp32 storage, and rounded once
  * on store, so a 16-bit call gives bitwise the fp32 kernel's results on the widened
- * inputs, rounded.  The residual add and the casts convert element by element. */
+ * inputs, rounded.  The residual add and the casts need no buffer (add_row, the row
+ * conversions), except a cast between the two 16-bit types (widened, then rounded). */
 #include "cpu_internal.h"
 
-/* Per thread: SwiGLU's backward holds 5 F (F <= C / 2 when C is its gate_up width), the
- * embedding two rows, GELU two blocks. */
+/* Per thread, for widths up to C: SwiGLU's backward holds 5 F (F <= C / 2, C being its
+ * gate_up width), the embedding two rows, RoPE a row's heads, GELU two blocks. */
 size_t cpu_elem_buf_floats(int C) {
   const size_t rows = 3 * (size_t)(C > 0 ? C : 1), blocks = 2 * (size_t)ELEM_BLOCK;
   return rows > blocks ? rows : blocks;

@@ -24,7 +24,7 @@
 #define TILE_M 256
 #define TILE_N 256
 #define TILE_K 128
-/* Fewer output tiles than this leave threads idle: the tiles are halved (to 32) first. */
+/* Fewer output tiles than this leave threads idle: the tiles are made smaller (to 32). */
 #define TILE_TASKS_MIN 8
 
 size_t cpu_gemm_buf_floats(void) {
@@ -148,18 +148,20 @@ TSR_CLONES static void gemm16_tile(const gemm16_args *g, int m0, int mb, int n0,
   }
 }
 
+/* A tile of len split in parts: equal tiles (whole register tiles of 16), so that no
+ * thread's share is a ragged remainder. */
+static int tile_len(int len, int parts) { return ((len + parts - 1) / parts + 15) / 16 * 16; }
+
 static void gemm16(const gemm16_args *g) {
   if (g->M <= 0 || g->N <= 0 || (g->Cf && g->K <= 0)) return;
-  int tm = TILE_M, tn = TILE_N;
-  if (g->M < tm) tm = (g->M + 15) / 16 * 16;
-  if (g->N < tn) tn = (g->N + 15) / 16 * 16;
+  int p_m = (g->M + TILE_M - 1) / TILE_M, p_n = (g->N + TILE_N - 1) / TILE_N;
+  int tm = tile_len(g->M, p_m), tn = tile_len(g->N, p_n);
   /* enough tiles for the threads; a function of the shapes, not of the thread count */
-  while ((long)((g->M + tm - 1) / tm) * ((g->N + tn - 1) / tn) < TILE_TASKS_MIN &&
-         (tm > 32 || tn > 32)) {
+  while ((long)p_m * p_n < TILE_TASKS_MIN && (tm > 32 || tn > 32)) {
     if (tn >= tm)
-      tn /= 2;
+      tn = tile_len(g->N, ++p_n);
     else
-      tm /= 2;
+      tm = tile_len(g->M, ++p_m);
   }
   const int n_m = (g->M + tm - 1) / tm, n_n = (g->N + tn - 1) / tn;
   const long ntasks = (long)n_m * n_n;
