@@ -13,6 +13,7 @@
  * with i the row-major logical index and bits() the IEEE-754 binary32 pattern.  Each
  * rank adds up the elements it holds, so any layout verifies any file. */
 #include "ckpt_internal.h"
+#include "deck.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -299,7 +300,7 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   H5_CALL(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
   H5_CALL(attr_put_str(file, "deck", deck));
   H5_CALL(attr_put_str(file, "layout", layout));
-  H5_CALL(attr_put_str(file, "arch", mc->arch));
+  H5_CALL(attr_put_str(file, "arch", tsr_deck_word(cfg, &mc->arch)));
   const struct {
     const char *name;
     int64_t value;

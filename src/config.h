@@ -6,7 +6,36 @@
 #ifndef TSR_CONFIG_H
 #define TSR_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "dtype.h" /* train.precision */
+
+/* The choice keys hold the index of their word in the deck's list (deck.c): these enums,
+ * in the same order.  tsr_deck_word (deck.h) gives the word back for logs. */
+typedef enum { TSR_DEVICE_AUTO, TSR_DEVICE_CPU, TSR_DEVICE_CUDA } tsr_device_choice;
+typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;
+typedef enum {
+  TSR_SCHEDULE_GPIPE,
+  TSR_SCHEDULE_1F1B,
+  TSR_SCHEDULE_INTERLEAVED
+} tsr_schedule_choice;
+typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
+typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;
+typedef enum { TSR_RECOMPUTE_NONE, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
+typedef enum { TSR_DECAY_COSINE, TSR_DECAY_LINEAR, TSR_DECAY_WSD, TSR_DECAY_CONSTANT } tsr_decay;
+typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM } tsr_hw_name;
+/* parallel.shard_scope: one of these, or a number of ranks (> 0) */
+enum { TSR_SHARD_GLOBAL = 0, TSR_SHARD_NODE = -1 };
+/* shard_scope as the deck writes it: "global", "node" or "8" */
+static inline const char *tsr_shard_scope_text(int64_t v, char *buf, size_t cap) {
+  if (v > 0)
+    snprintf(buf, cap, "%lld", (long long)v);
+  else
+    snprintf(buf, cap, "%s", v == TSR_SHARD_GLOBAL ? "global" : "node");
+  return buf;
+}
 
 #define TSR_STR_SHORT 32
 #define TSR_STR_PATH 1024
@@ -20,12 +49,12 @@ typedef struct {
   int64_t eval_every;  /* 0 = never */
   int64_t eval_steps;  /* validation batches per evaluation */
   double step_timeout_s;
-  char device[TSR_STR_SHORT]; /* "auto" | "cpu" | "cuda" */
+  tsr_device_choice device;  /* auto | cpu | cuda */
   int gpu_share;              /* logical: several ranks per GPU allowed */
 } tsr_run_config;
 
 typedef struct {
-  char arch[TSR_STR_SHORT]; /* "llama" | "gpt2" */
+  tsr_arch arch; /* llama | gpt2 */
   int64_t n_layer;
   int64_t d_model;
   int64_t n_head;
@@ -43,21 +72,21 @@ typedef struct {
   int64_t tp;
   int64_t pp;
   int64_t zero_stage;
-  char shard_scope[TSR_STR_SHORT]; /* "global" | "node" | integer */
+  int64_t shard_scope;             /* TSR_SHARD_GLOBAL | TSR_SHARD_NODE | ranks */
   int64_t ranks_per_node;          /* 0 = from MPI_COMM_TYPE_SHARED */
-  char schedule[TSR_STR_SHORT];    /* "gpipe" | "1f1b" | "interleaved" */
+  tsr_schedule_choice schedule;    /* gpipe | 1f1b | interleaved */
   int64_t micro_batches;           /* 0 = derived */
   int64_t virtual_stages;
   int sequence_parallel;
-  char inter_node[TSR_STR_SHORT];  /* GPU collectives of groups that span nodes: "mpi" | "nccl" */
-  char mpi_gpu[TSR_STR_SHORT];     /* GPU memory through MPI: "auto" | "direct" | "staged" */
+  tsr_inter_node inter_node;       /* GPU collectives of groups that span nodes: mpi | nccl */
+  tsr_mpi_gpu mpi_gpu;             /* GPU memory through MPI: auto | direct | staged */
 } tsr_parallel_config;
 
 typedef struct {
   int64_t micro_batch;  /* sequences per micro-batch per dp rank */
   int64_t global_batch; /* sequences per optimizer step, all ranks */
-  char precision[TSR_STR_SHORT]; /* "fp32" | "bf16" | "fp16" */
-  char recompute[TSR_STR_SHORT]; /* "none" | "selective" | "full" */
+  tsr_dtype precision;           /* fp32 | bf16 | fp16: the storage type (dtype.h) */
+  tsr_recompute recompute;       /* none | selective | full */
   int deterministic;             /* bitwise reproducible steps (default); 0: a GPU may
                                   * take faster non-deterministic kernels */
   double grad_clip;              /* 0 = off */
@@ -70,7 +99,7 @@ typedef struct {
   double lr;
   double min_lr;
   int64_t warmup_steps;
-  char decay[TSR_STR_SHORT]; /* "cosine" | "linear" | "wsd" | "constant" */
+  tsr_decay decay;           /* cosine | linear | wsd | constant */
   int64_t decay_steps;       /* 0 = run.max_steps */
   double wsd_decay_frac;     /* fraction of decay_steps spent decaying (wsd) */
   double beta1;
@@ -99,7 +128,7 @@ typedef struct {
 /* The machine a plan is made for (tessera plan; the trainer ignores it).  Zero figures
  * take the built-in table of `name`; 'custom' needs them all. */
 typedef struct {
-  char name[TSR_STR_SHORT];   /* "h100" | "h200" | "a100" | "custom" */
+  tsr_hw_name name;           /* h100 | h200 | a100 | custom */
   double peak_tflops;         /* dense bf16 tensor-core peak per GPU (bf16 runs) */
   double peak_fp32_tflops;    /* dense fp32 peak without tensor cores (fp32 runs: no TF32) */
   double hbm_gb;              /* memory per GPU, 1e9 bytes */

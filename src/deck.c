@@ -30,8 +30,12 @@ static const char *const group_help[N_GROUP] = {
     "restart files",
     "the GPUs `tessera plan` plans for (training ignores it); 0 = the built-in figure of name"};
 
-typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE } key_type;
-static const char *const type_name[] = {"integer", "real", "logical", "string", "choice"};
+/* K_CHOICE keys are stored as the index of their word in `choices` (the enums of
+ * config.h list them in the same order); K_SCOPE is shard_scope: TSR_SHARD_GLOBAL,
+ * TSR_SHARD_NODE or a number of ranks, written 'global', 'node' or '8'. */
+typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE, K_SCOPE } key_type;
+static const char *const type_name[] = {"integer", "real", "logical", "string", "choice",
+                                        "string"};
 enum { LO = 1, HI = 2, LO_OPEN = 4, HI_OPEN = 8 }; /* which bounds apply, and open ends */
 
 typedef struct {
@@ -42,7 +46,7 @@ typedef struct {
   const char *def;     /* default as text: "1234", "3e-4", ".false.", unquoted strings */
   double lo, hi;       /* numeric bounds, see `bounds` */
   int bounds;
-  const char *choices; /* "a|b|c": enforced for K_CHOICE, shown for K_STRING */
+  const char *choices; /* "a|b|c": enforced for K_CHOICE, shown for K_STRING and K_SCOPE */
   const char *help;
 } key_def;
 
@@ -52,6 +56,7 @@ typedef struct {
 #define LOGI(g, f, def, help) {FLD(g, f, K_LOGICAL), def, 0, 0, 0, NULL, help}
 #define STR(g, f, def, shown, help) {FLD(g, f, K_STRING), def, 0, 0, 0, shown, help}
 #define CHOICE(g, f, def, ch, help) {FLD(g, f, K_CHOICE), def, 0, 0, 0, ch, help}
+#define SCOPE(g, f, def, shown, help) {FLD(g, f, K_SCOPE), def, 0, 0, 0, shown, help}
 
 static const key_def schema[] = {
     STR(run, name, "tessera", NULL, "run name, shown in the log and stored in checkpoints"),
@@ -81,7 +86,7 @@ static const key_def schema[] = {
     INT(parallel, pp, "1", 1, 65536, LO | HI, "pipeline stages"),
     INT(parallel, zero_stage, "0", 0, 3, LO | HI,
         "0 DDP, 1 shard optimizer state, 2 + gradients, 3 + parameters"),
-    STR(parallel, shard_scope, "global", "global|node|<N>",
+    SCOPE(parallel, shard_scope, "global", "global|node|<N>",
         "ZeRO shard group: all dp ranks, the ranks of a node, or N ranks"),
     INT(parallel, ranks_per_node, "0", 0, 65536, LO | HI, "0 = detect; set to test multi-node"),
     CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved", "pipeline schedule"),
@@ -223,6 +228,25 @@ static double *rval(tsr_config *c, int k) { return (double *)((char *)c + schema
 static int *lval(tsr_config *c, int k) { return (int *)((char *)c + schema[k].offset); }
 static char *sval(tsr_config *c, int k) { return (char *)c + schema[k].offset; }
 
+/* Word i of a choice list "a|b|c" into buf (empty when there is none). */
+static void choice_word(const char *choices, int i, char *buf, size_t cap) {
+  const char *c = choices;
+  for (; i > 0 && *c; i--) c += strcspn(c, "|") + (c[strcspn(c, "|")] == '|');
+  snprintf(buf, cap, "%.*s", (int)strcspn(c, "|"), c);
+}
+/* The index of word v[0..n) in a choice list (case-insensitive), or -1. */
+static int choice_index(const char *choices, const char *v, size_t n) {
+  int i = 0;
+  for (const char *c = choices; *c; i++) {
+    const size_t m = strcspn(c, "|");
+    char opt[32];
+    snprintf(opt, sizeof opt, "%.*s", (int)m, c);
+    if (ieq(opt, v, n)) return i;
+    c += m + (c[m] == '|');
+  }
+  return -1;
+}
+
 /* Strict integer: [+-]digits.  0 ok, -1 syntax, -2 overflow. */
 static int parse_int(const char *p, size_t n, int64_t *out) {
   size_t i = 0;
@@ -295,6 +319,17 @@ static void fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
   case K_INT: snprintf(buf, cap, "%lld", (long long)*ival(cc, k)); break;
   case K_REAL: fmt_real(buf, cap, *rval(cc, k)); break;
   case K_LOGICAL: snprintf(buf, cap, "%s", *lval(cc, k) ? ".true." : ".false."); break;
+  case K_CHOICE: {
+    char w[32];
+    choice_word(schema[k].choices, *lval(cc, k), w, sizeof w);
+    snprintf(buf, cap, "'%s'", w);
+    break;
+  }
+  case K_SCOPE: {
+    char w[32];
+    snprintf(buf, cap, "'%s'", tsr_shard_scope_text(*ival(cc, k), w, sizeof w));
+    break;
+  }
   default: {
     const char *s = sval(cc, k);
     size_t o = 0;
@@ -557,7 +592,7 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   qname(k, q, sizeof q);
   show(s, sizeof s, t->p, t->n);
   int rc;
-  if (d->type != K_STRING && d->type != K_CHOICE && t->quoted) {
+  if (d->type != K_STRING && d->type != K_CHOICE && d->type != K_SCOPE && t->quoted) {
     errat(P, &l, "%s expects %s, got the string '%s'", q,
           d->type == K_INT ? "an integer" : d->type == K_REAL ? "a real number" : "a logical", s);
     return;
@@ -614,12 +649,17 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
     if (n < sizeof v - 1) v[n] = t->p[i];
     n++;
   }
-  if (n >= d->size) {
+  if (d->type == K_STRING && n >= d->size) {
     errat(P, &l, "%s is too long: %zu characters, at most %zu", q, n, d->size - 1);
     return;
   }
   v[n] = 0;
   if (d->type == K_CHOICE) {
+    const int i = choice_index(d->choices, v, n);
+    if (i >= 0) {
+      *lval(P->cfg, k) = i;
+      return;
+    }
     const char *c = d->choices, *best = NULL;
     int bestd = 99;
     char list[160] = "";
@@ -627,32 +667,31 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
       size_t m = strcspn(c, "|");
       char opt[32];
       snprintf(opt, sizeof opt, "%.*s", (int)m, c);
-      if (ieq(opt, v, n)) { memcpy(v, opt, m + 1); n = m; best = NULL; bestd = -1; break; }
       int dd = edit_distance(opt, v, n);
       if (dd < bestd) bestd = dd, best = c;
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", list[0] ? ", " : "", opt);
       c += m + (c[m] == '|');
     }
-    if (bestd != -1) {
-      char hint[64] = "";
-      if (best && close_enough(bestd, n))
-        snprintf(hint, sizeof hint, "; did you mean '%.*s'?", (int)strcspn(best, "|"), best);
-      show(s, sizeof s, v, n);
-      errat(P, &l, "%s = '%s' is not allowed: choose one of %s%s", q, s, list, hint);
-      return;
-    }
+    char hint[64] = "";
+    if (best && close_enough(bestd, n))
+      snprintf(hint, sizeof hint, "; did you mean '%.*s'?", (int)strcspn(best, "|"), best);
+    show(s, sizeof s, v, n);
+    errat(P, &l, "%s = '%s' is not allowed: choose one of %s%s", q, s, list, hint);
+    return;
   }
-  if (k == key_id(GI_parallel, "shard_scope")) {
+  if (d->type == K_SCOPE) {
     int64_t ranks = 0;
     if (ieq("global", v, n) || ieq("node", v, n)) {
-      for (size_t i = 0; i < n; i++) v[i] = (char)lower((unsigned char)v[i]);
+      *ival(P->cfg, k) = ieq("global", v, n) ? TSR_SHARD_GLOBAL : TSR_SHARD_NODE;
     } else if (parse_int(v, n, &ranks) != 0 || v[0] == '+' || v[0] == '-' || ranks < 1 ||
                ranks > 1073741824) {
       show(s, sizeof s, v, n);
       errat(P, &l, "%s = '%s' is not allowed: use 'global', 'node' or a positive number of ranks "
             "such as '8'", q, s);
-      return;
+    } else {
+      *ival(P->cfg, k) = ranks;
     }
+    return;
   }
   memset(sval(P->cfg, k), 0, d->size);
   memcpy(sval(P->cfg, k), v, n);
@@ -871,7 +910,7 @@ static void parse_override(parser *P, int argn, const char *arg) {
   lexer L = {eq + 1, strlen(eq + 1), 0, 1, (int)(eq - arg) + 2};
   token key = {0};
   key.line = 1, key.col = l.col;
-  if (schema[k].type == K_STRING || schema[k].type == K_CHOICE) {
+  if (schema[k].type == K_STRING || schema[k].type == K_CHOICE || schema[k].type == K_SCOPE) {
     while (peekc(&L, 0) == ' ') adv(&L);
     if (peekc(&L, 0) != '\'' && peekc(&L, 0) != '"') {
       token t = {0};
@@ -995,7 +1034,7 @@ static void cross_checks(parser *P) {
       XERR(ids, "%s does not divide %s%s", REF(0, a), REF(1, b), divides[i].why);
     }
   }
-  if (m->d_model % m->n_head == 0 && !strcmp(m->arch, "llama") && (m->d_model / m->n_head) % 2) {
+  if (m->d_model % m->n_head == 0 && m->arch == TSR_ARCH_LLAMA && (m->d_model / m->n_head) % 2) {
     int ids[] = {n_head, d_model, arch};
     XERR(ids, "head dimension %s / %s = %lld is odd; RoPE (arch 'llama') needs it even",
          REF(0, d_model), REF(1, n_head), (long long)(m->d_model / m->n_head));
@@ -1011,7 +1050,7 @@ static void cross_checks(parser *P) {
     XERR(ids, "%s * %s = %lld does not divide %s", REF(0, pp), REF(1, vs),
          (long long)(pc->pp * pc->virtual_stages), REF(2, n_layer));
   }
-  if (pc->virtual_stages > 1 && strcmp(pc->schedule, "interleaved")) {
+  if (pc->virtual_stages > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED) {
     int ids[] = {vs, sched};
     XERR(ids, "%s needs parallel.schedule = 'interleaved', not %s", REF(0, vs), REF(1, sched));
   }
@@ -1037,8 +1076,8 @@ static void cross_checks(parser *P) {
            REF(0, mbs), REF(1, gb), REF(2, mb), (long long)dp,
            (long long)(c->train.global_batch / per));
     }
-    int64_t n = 0;
-    if (parse_int(pc->shard_scope, strlen(pc->shard_scope), &n) == 0 && n > 0 && dp % n) {
+    const int64_t n = pc->shard_scope;
+    if (n > 0 && dp % n) {
       int ids[] = {scope, tp, pp};
       XERR(ids, "%s does not divide dp = %lld (world size %d / (tp %lld * pp %lld))",
            REF(0, scope), (long long)dp, ws, (long long)pc->tp, (long long)pc->pp);
@@ -1079,6 +1118,8 @@ void tsr_deck_defaults(tsr_config *cfg) {
     case K_INT: *ival(cfg, k) = strtoll(d, NULL, 10); break;
     case K_REAL: *rval(cfg, k) = strtod(d, NULL); break;
     case K_LOGICAL: *lval(cfg, k) = d[1] == 't'; break;
+    case K_CHOICE: *lval(cfg, k) = choice_index(schema[k].choices, d, strlen(d)); break;
+    case K_SCOPE: *ival(cfg, k) = TSR_SHARD_GLOBAL; break; /* every default is 'global' */
     default: snprintf(sval(cfg, k), schema[k].size, "%s", d);
     }
   }
@@ -1199,4 +1240,17 @@ size_t tsr_deck_write(const tsr_config *cfg, char *buf, size_t len) {
   }
   if (buf && len && pos == 0) buf[0] = 0;
   return pos + 1;
+}
+
+const char *tsr_deck_word(const tsr_config *cfg, const void *field) {
+  static char words[N_KEY][8][24]; /* each choice key's words, split once */
+  const size_t off = (size_t)((const char *)field - (const char *)cfg);
+  for (int k = 0; k < N_KEY; k++) {
+    if (schema[k].type != K_CHOICE || schema[k].offset != off) continue;
+    const int i = *(const int *)field;
+    if (i < 0 || i >= 8) return "?";
+    if (!words[k][i][0]) choice_word(schema[k].choices, i, words[k][i], sizeof words[k][i]);
+    return words[k][i][0] ? words[k][i] : "?";
+  }
+  return "?";
 }

@@ -36,6 +36,11 @@ int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **ove
 /* Every key: group, name, type, default, range / choices, help. */
 void tsr_deck_help(FILE *out);
 
+/* The deck's word for the value of a choice key of cfg, given the address of its field:
+ * tsr_deck_word(cfg, &cfg->train.recompute) is "selective" (for logs; "?" for a field
+ * that is not a choice key). */
+const char *tsr_deck_word(const tsr_config *cfg, const void *field);
+
 /* The effective deck in deck syntax (every group, every key), NUL-terminated.
  * Returns the number of bytes needed (like snprintf). */
 size_t tsr_deck_write(const tsr_config *cfg, char *buf, size_t len);

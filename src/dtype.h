@@ -6,7 +6,7 @@
  * device code), so both backends store the same kinds of bits.  In a bf16 or fp16 run the
  * compute copy of the parameters, the activations and the activation gradients are 16-bit
  * arrays; the fp32 master weights, Adam's moments, the parameter gradients and every
- * statistic (norms, softmax, loss) stay fp32 (docs/precision.md).
+ * statistic (norms, softmax, loss) stay fp32 (docs/model.md "Mixed precision").
  *
  * Header only, no dependencies beyond the C library: the CUDA kernels, the CPU kernels,
  * comm and the planner all include it. */

@@ -157,21 +157,19 @@ static int check_layout(tsr_grid *g, const tsr_config *cfg, const tsr_comm *worl
                         g->ranks_per_node / g->tp * g->tp + g->tp - 1, 0, 1);
   g->n_nodes = ws / g->ranks_per_node;
 
-  snprintf(g->shard_scope, sizeof g->shard_scope, "%s", pc->shard_scope);
-  if (!strcmp(pc->shard_scope, "global")) {
+  const int64_t n = pc->shard_scope;
+  g->shard_scope = n;
+  if (n == TSR_SHARD_GLOBAL) {
     g->shard_size = g->dp;
-  } else if (!strcmp(pc->shard_scope, "node")) {
+  } else if (n == TSR_SHARD_NODE) {
     TSR_CALL(node_shard_size(g, &g->shard_size));
   } else {
-    char *end = NULL;
-    long n = strtol(pc->shard_scope, &end, 10);
-    if (!pc->shard_scope[0] || *end || n < 1)
-      return layout_error(rank, "parallel.shard_scope = '%s' is not 'global', 'node' or a "
-                          "positive number of ranks", pc->shard_scope);
+    if (n < 1)
+      return layout_error(rank, "parallel.shard_scope = %lld is not 'global', 'node' or a "
+                          "positive number of ranks", (long long)n);
     if (n > g->dp || g->dp % n)
-      return layout_error(rank, "parallel.shard_scope = '%s' does not divide dp = %d (world "
-                          "size %d / (tp %d x pp %d))", pc->shard_scope, g->dp, ws, g->tp,
-                          g->pp);
+      return layout_error(rank, "parallel.shard_scope = '%lld' does not divide dp = %d (world "
+                          "size %d / (tp %d x pp %d))", (long long)n, g->dp, ws, g->tp, g->pp);
     g->shard_size = (int)n;
   }
   g->replicate_size = g->dp / g->shard_size;
@@ -403,8 +401,9 @@ void tsr_grid_log(const tsr_grid *g) {
   tsr_log("grid: world %d = tp %d x dp %d x pp %d on %d node%s x %d ranks (%s)", g->world_size,
           g->tp, g->dp, g->pp, g->n_nodes, g->n_nodes == 1 ? "" : "s", g->ranks_per_node,
           g->ranks_per_node_from_deck ? "parallel.ranks_per_node" : "detected");
+  char scope[32];
   tsr_log("grid: dp %d = dp_shard %d x dp_replicate %d (shard_scope '%s')", g->dp,
-          g->shard_size, g->replicate_size, g->shard_scope);
+          g->shard_size, g->replicate_size, tsr_shard_scope_text(g->shard_scope, scope, 32));
   tsr_log("grid: %-12s %15s world ranks{…}@node", "group", "groups x size  ");
   for (int kind = 0; kind < N_KINDS; kind++) {
     const int n = group_count(g, kind), shown = n < SHOW_GROUPS ? n : SHOW_GROUPS;

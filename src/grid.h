@@ -31,7 +31,7 @@ typedef struct tsr_grid {
   int node, n_nodes, ranks_per_node, local_rank;
   int ranks_per_node_from_deck; /* 1: &parallel ranks_per_node, 0: detected */
   int shard_size, shard_rank, replicate_size, replicate_rank;
-  char shard_scope[32]; /* as given: "global", "node" or a number */
+  int64_t shard_scope; /* as given: TSR_SHARD_GLOBAL, TSR_SHARD_NODE or a number of ranks */
   tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *dp_shard, *dp_replicate, *node_comm;
 } tsr_grid;
 

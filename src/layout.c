@@ -159,7 +159,7 @@ int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, 
   lay->pp_rank = pp_rank;
   lay->virtual_stages = virtual_stages;
   const int first = pp_rank == 0, last = pp_rank == pp - 1;
-  const int gpt2 = strcmp(m->arch, "gpt2") == 0;
+  const int gpt2 = m->arch == TSR_ARCH_GPT2;
   const int64_t C = m->d_model, V = m->vocab_size, F = m->d_ff;
   const int64_t hd = m->d_model / m->n_head;
   const int64_t q_dim = m->n_head * hd, kv_dim = m->n_kv_head * hd;

@@ -227,10 +227,8 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
                         int layers_per_chunk) {
   const tsr_model_config *mc = &cfg->model;
   memset(s, 0, sizeof *s);
-  s->gpt2 = strcmp(mc->arch, "gpt2") == 0;
-  s->recompute = strcmp(cfg->train.recompute, "full") == 0        ? TSR_RECOMPUTE_FULL
-                 : strcmp(cfg->train.recompute, "selective") == 0 ? TSR_RECOMPUTE_SELECTIVE
-                                                                  : TSR_RECOMPUTE_NONE;
+  s->gpt2 = mc->arch == TSR_ARCH_GPT2;
+  s->recompute = cfg->train.recompute;
   s->first = first;
   s->last = last;
   s->layers_per_chunk = layers_per_chunk;
@@ -322,9 +320,7 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->cfg = *cfg;
   m->lay = lay;
   const tsr_model_config *mc = &cfg->model;
-  m->dt = strcmp(cfg->train.precision, "bf16") == 0   ? TSR_BF16
-          : strcmp(cfg->train.precision, "fp16") == 0 ? TSR_F16
-                                                      : TSR_F32;
+  m->dt = cfg->train.precision;
   m->esz = tsr_dtype_size(m->dt);
   m->tp = tp;
   m->tp_size = tp ? tsr_comm_size(tp) : 1;

@@ -19,7 +19,6 @@
 
 typedef struct tsr_model tsr_model;
 
-typedef enum { TSR_RECOMPUTE_NONE = 0, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
 
 /* Every buffer tsr_model_create_opt allocates besides the parameters and gradients, in
  * elements, for one tp rank of a pipeline stage.  The model sizes its allocations from it

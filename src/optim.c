@@ -10,11 +10,11 @@ double tsr_optim_lr(const tsr_optim_config *o, int64_t max_steps, int64_t step) 
   if (o->warmup_steps > 0 && step <= o->warmup_steps)
     return o->lr * (double)step / (double)o->warmup_steps;
   const int64_t total = o->decay_steps > 0 ? o->decay_steps : max_steps;
-  if (strcmp(o->decay, "constant") == 0 || total <= o->warmup_steps) return o->lr;
+  if (o->decay == TSR_DECAY_CONSTANT || total <= o->warmup_steps) return o->lr;
   double p = (double)(step - o->warmup_steps) / (double)(total - o->warmup_steps);
   p = p < 0 ? 0 : p > 1 ? 1 : p;
-  if (strcmp(o->decay, "linear") == 0) return o->lr + (o->min_lr - o->lr) * p;
-  if (strcmp(o->decay, "wsd") == 0) {
+  if (o->decay == TSR_DECAY_LINEAR) return o->lr + (o->min_lr - o->lr) * p;
+  if (o->decay == TSR_DECAY_WSD) {
     /* warmup-stable-decay: hold lr, then decay linearly over the last fraction of the steps */
     const double start = 1.0 - o->wsd_decay_frac;
     if (p <= start) return o->lr;

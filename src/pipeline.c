@@ -34,18 +34,14 @@
 
 #include "util.h"
 
-enum { KIND_GPIPE, KIND_1F1B, KIND_INTERLEAVED };
+/* for messages, by config.h's tsr_schedule_choice */
 static const char *kind_names[] = {"gpipe", "1f1b", "interleaved"};
 
 /* Times of the ideal clock used to place transfers (backward ~ 2x forward: it computes
  * gradients w.r.t. both inputs and weights). */
 enum { CLOCK_FORWARD = 1, CLOCK_BACKWARD = 2 };
 
-static int parse_kind(const char *kind) {
-  for (int k = 0; k < 3; k++)
-    if (kind && strcmp(kind, kind_names[k]) == 0) return k;
-  return -1;
-}
+static int valid_kind(tsr_schedule_choice kind) { return kind >= 0 && kind <= TSR_SCHEDULE_INTERLEAVED; }
 
 const char *tsr_pp_op_name(tsr_pp_op op) {
   static const char *names[] = {"RECV_ACT", "FORWARD", "SEND_ACT",
@@ -88,7 +84,7 @@ static work nth_work(int pp, int s, int v, int i, int backward) {
 /* Compute order of stage s: 2 m v entries. */
 static void compute_order(int kind, int pp, int s, int m, int v, work *w) {
   int n = m * v, k = 0;
-  if (kind == KIND_GPIPE) {
+  if (kind == TSR_SCHEDULE_GPIPE) {
     /* All forwards, then all backwards in the same (ascending) micro-batch order: the
      * last stage can start backward of mb 0 at once, and gradients flow down in the
      * order activations flowed up.  Either order gives the same bubble. */
@@ -184,20 +180,19 @@ static event make_event(long time, int computation, long id, tsr_pp_op op, int m
   return e;
 }
 
-int tsr_pp_schedule_create(tsr_pp_schedule **out, const char *kind_name, int pp, int stage,
+int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int pp, int stage,
                            int micro_batches, int virtual_stages) {
-  int kind = parse_kind(kind_name), m = micro_batches, v = virtual_stages;
+  int m = micro_batches, v = virtual_stages;
   *out = NULL;
-  TSR_CHECK(kind >= 0, TSR_ERR_INPUT,
-            "pipeline: parallel.schedule = '%s' is not one of 'gpipe', '1f1b', 'interleaved'",
-            kind_name ? kind_name : "(null)");
+  TSR_CHECK(valid_kind(kind), TSR_ERR_INPUT,
+            "pipeline: schedule kind %d is not gpipe, 1f1b or interleaved", (int)kind);
   TSR_CHECK(pp >= 1 && stage >= 0 && stage < pp, TSR_ERR_INPUT,
             "pipeline: stage %d is not in 0..pp-1 with parallel.pp = %d", stage, pp);
   TSR_CHECK(m >= 1, TSR_ERR_INPUT, "pipeline: parallel.micro_batches = %d must be >= 1", m);
   TSR_CHECK(v >= 1, TSR_ERR_INPUT, "pipeline: parallel.virtual_stages = %d must be >= 1", v);
-  TSR_CHECK(v == 1 || kind == KIND_INTERLEAVED, TSR_ERR_INPUT,
+  TSR_CHECK(v == 1 || kind == TSR_SCHEDULE_INTERLEAVED, TSR_ERR_INPUT,
             "pipeline: parallel.virtual_stages = %d needs parallel.schedule = 'interleaved', "
-            "not '%s'", v, kind_name);
+            "not '%s'", v, kind_names[kind]);
   TSR_CHECK(v == 1 || pp >= 2, TSR_ERR_INPUT,
             "pipeline: parallel.virtual_stages = %d needs parallel.pp >= 2 (with one stage "
             "there is no bubble to shrink)", v);
@@ -280,10 +275,9 @@ void tsr_pp_schedule_destroy(tsr_pp_schedule **s) {
  * step is r / (1 + r), which is what an executor can measure, so that is the one here.
  * tests/test_schedule.c replays the generated lists (forward 1 and backward 1 or 2 units)
  * and finds every stage's idle fraction equal to these, exactly, for all three kinds. */
-double tsr_pp_ideal_bubble(const char *kind_name, int pp, int m, int v) {
-  int kind = parse_kind(kind_name);
-  if (kind < 0 || pp < 1 || m < 1 || v < 1) return -1.0;
-  if (kind != KIND_INTERLEAVED) v = 1;
+double tsr_pp_ideal_bubble(tsr_schedule_choice kind, int pp, int m, int v) {
+  if (!valid_kind(kind) || pp < 1 || m < 1 || v < 1) return -1.0;
+  if (kind != TSR_SCHEDULE_INTERLEAVED) v = 1;
   return (double)(pp - 1) / (double)(v * m + pp - 1);
 }
 

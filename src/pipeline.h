@@ -31,6 +31,8 @@
 #ifndef TSR_PIPELINE_H
 #define TSR_PIPELINE_H
 
+#include "config.h" /* tsr_schedule_choice */
+
 typedef enum {
   TSR_PP_RECV_ACT,  /* activation of (mb, chunk - 1) from `peer` */
   TSR_PP_FORWARD,   /* forward of (mb, chunk); the last chunk also computes the loss */
@@ -53,11 +55,11 @@ typedef struct tsr_pp_schedule {
   int stage, pp, m, v; /* m = micro-batches per step, v = virtual stages (chunks per stage) */
 } tsr_pp_schedule;
 
-/* kind: "gpipe", "1f1b" or "interleaved".  virtual_stages must be 1 unless kind is
- * "interleaved"; interleaved with virtual_stages = 1 is 1F1B.  Interleaved with
+/* kind: gpipe, 1f1b or interleaved (config.h).  virtual_stages must be 1 unless kind is
+ * interleaved; interleaved with virtual_stages = 1 is 1F1B.  Interleaved with
  * virtual_stages > 1 needs pp >= 2 and micro_batches % pp == 0 (as Megatron does).
  * Returns TSR_ERR_INPUT with a message naming the offending values. */
-int tsr_pp_schedule_create(tsr_pp_schedule **out, const char *kind, int pp, int stage,
+int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int pp, int stage,
                            int micro_batches, int virtual_stages);
 void tsr_pp_schedule_destroy(tsr_pp_schedule **s);
 
@@ -70,7 +72,7 @@ int tsr_pp_chunk_stage(int pp, int chunk);
  *     gpipe, 1f1b:  (p - 1) / (m + p - 1)
  *     interleaved:  (p - 1) / (v m + p - 1)
  * Negative for an unknown kind.  See pipeline.c for the derivation. */
-double tsr_pp_ideal_bubble(const char *kind, int pp, int m, int v);
+double tsr_pp_ideal_bubble(tsr_schedule_choice kind, int pp, int m, int v);
 
 /* Most (mb, chunk) pairs whose FORWARD has run and BACKWARD has not, i.e. the peak
  * number of activation sets alive on this stage. */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deck.h"
 #include "layout.h"
 #include "model.h"
 #include "pipeline.h"
@@ -27,9 +28,7 @@
 #include "zero.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static int half_precision(const tsr_config *cfg) {
-  return strcmp(cfg->train.precision, "fp32") != 0;
-}
+static int half_precision(const tsr_config *cfg) { return cfg->train.precision != TSR_F32; }
 static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
 
 /* ---------------------------------------------------------------- hardware */
@@ -39,20 +38,18 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
  * CUBLAS_COMPUTE_32F with TF32 off (cuda/gemm.cu).  Links per GPU and direction: NVLink 4
  * (H100, H200) moves 900 GB/s and NVLink 3 (A100) 600 GB/s counting both directions; one
  * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
-static const tsr_hardware builtin[] = {
+static const tsr_hardware builtin[] = { /* in the order of tsr_hw_name */
     /* name  bf16 TFLOP/s  fp32  HBM GB  HBM GB/s  NVLink  network  per node */
     {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
     {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
     {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
+    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 
 int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
-  memset(hw, 0, sizeof *hw);
-  for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
-    if (is(builtin[i].name, d->name)) *hw = builtin[i];
-  TSR_CHECK(hw->name[0] || is(d->name, "custom"), TSR_ERR_INPUT,
-            "hardware.name = '%s' is not one of 'h100', 'h200', 'a100', 'custom'", d->name);
-  snprintf(hw->name, sizeof hw->name, "%s", d->name);
+  TSR_CHECK(d->name >= 0 && d->name <= TSR_HW_CUSTOM, TSR_ERR_INPUT,
+            "hardware.name %d is not one of h100, h200, a100, custom", (int)d->name);
+  *hw = builtin[d->name];
   struct {
     double *dst, src;
     const char *key;
@@ -123,21 +120,21 @@ static void check_model(const tsr_config *cfg, notes *ns) {
     note(ns, "model.n_layer = %lld is not divisible by parallel.pp x parallel.virtual_stages = "
          "%lld x %lld = %lld (every chunk holds the same number of layers)",
          (long long)m->n_layer, pp, v, pp * v);
-  if (v > 1 && !is(cfg->parallel.schedule, "interleaved"))
+  if (v > 1 && cfg->parallel.schedule != TSR_SCHEDULE_INTERLEAVED)
     note(ns, "parallel.virtual_stages = %lld needs parallel.schedule = 'interleaved', not '%s'",
-         v, cfg->parallel.schedule);
+         v, tsr_deck_word(cfg, &cfg->parallel.schedule));
   if (cfg->parallel.sequence_parallel && tp > 1 && m->seq_len % tp)
     note(ns, "model.seq_len = %lld is not divisible by parallel.tp = %lld (sequence_parallel "
          "shards the tokens over tensor-parallel ranks)", (long long)m->seq_len, tp);
 }
 
 /* ZeRO shard group size for shard_scope (grid.c's rule for whole nodes). */
-static int shard_size(const char *scope, int dp, int tp, int rpn, int *S, notes *ns) {
-  if (is(scope, "global")) {
+static int shard_size(int64_t scope, int dp, int tp, int rpn, int *S, notes *ns) {
+  if (scope == TSR_SHARD_GLOBAL) {
     *S = dp;
     return 0;
   }
-  if (is(scope, "node")) {
+  if (scope == TSR_SHARD_NODE) {
     const int stage_ranks = dp * tp;
     *S = rpn % stage_ranks == 0 ? dp : stage_ranks % rpn == 0 ? rpn / tp : 0;
     if (*S) return 0;
@@ -145,11 +142,9 @@ static int shard_size(const char *scope, int dp, int tp, int rpn, int *S, notes 
          "stage and the %d GPUs of a node must divide one another", dp, tp, stage_ranks, rpn);
     return 1;
   }
-  char *end = NULL;
-  const long n = strtol(scope, &end, 10);
-  *S = (int)n;
-  if (scope[0] && !*end && n >= 1 && dp % n == 0) return 0;
-  note(ns, "parallel.shard_scope = '%s' does not divide dp = %d", scope, dp);
+  *S = (int)scope;
+  if (scope >= 1 && dp % scope == 0) return 0;
+  note(ns, "parallel.shard_scope = '%lld' does not divide dp = %d", (long long)scope, dp);
   return 1;
 }
 
@@ -365,9 +360,9 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   return mem;
 }
 
-int tsr_plan_in_flight(const char *schedule, int pp, int stage, int m, int v) {
+int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int m, int v) {
   if (pp == 1) return 1;
-  if (is(schedule, "gpipe")) return m;
+  if (schedule == TSR_SCHEDULE_GPIPE) return m;
   if (v == 1) return m < pp - stage ? m : pp - stage;
   if (m == pp) return m * v;
   const int warm = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
@@ -423,7 +418,8 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
   const double A = d->N * d->C * storage_of(cfg).act, ar = ring_all(tp) * A;
   const double half = ring_half(tp) * A;
   const double norm = ring_all(tp) * d->C * 4 * (d->gpt2 ? 2 : 1);
-  const int full = is(cfg->train.recompute, "full"), sel = is(cfg->train.recompute, "selective");
+  const int full = cfg->train.recompute == TSR_RECOMPUTE_FULL;
+  const int sel = cfg->train.recompute == TSR_RECOMPUTE_SELECTIVE;
   const double L = p->layers;
   if (!d->sp) {
     add(t, TSR_COMM_ALL_REDUCE, k * L * (4 + 2 * full) * ar + k * (p->first + p->last) * ar);
@@ -535,7 +531,7 @@ static double stage_flops(const tsr_config *cfg, const tsr_plan_grid *g, const p
   const double tokens = (double)cfg->train.global_batch * (double)m->seq_len / g->dp;
   const double attn = 6.0 * p->layers * (double)m->seq_len * (double)m->d_model / g->tp;
   double per_token = 6.0 * p->gemm + attn;
-  if (is(cfg->train.recompute, "full")) per_token += 2.0 * p->layer_gemm + attn / 3.0;
+  if (cfg->train.recompute == TSR_RECOMPUTE_FULL) per_token += 2.0 * p->layer_gemm + attn / 3.0;
   return tokens * per_token;
 }
 
@@ -669,6 +665,6 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_
   tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for this "
           "build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 initial copy "
           "(%+.2f%%, %+.2f%% of measured) | planned on a GPU: %.3f MB",
-          in_use / 1e6, peak / 1e6, cfg->train.precision, total / 1e6, top / 1e6,
+          in_use / 1e6, peak / 1e6, tsr_dtype_name(cfg->train.precision), total / 1e6, top / 1e6,
           100 * (total / in_use - 1), 100 * (top / peak - 1), gpu / 1e6);
 }

@@ -90,7 +90,8 @@ int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int sta
                           tsr_plan_backend backend, tsr_plan_memory *out);
 /* Activation sets a stage keeps in flight on the GPU: gpipe m, 1f1b min(m, pp - stage),
  * interleaved min(v m, 2 (pp - stage - 1) + (v - 1) pp + 1) (all of v m when m = pp). */
-int tsr_plan_in_flight(const char *schedule, int pp, int stage, int micro_batches, int v);
+int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int micro_batches,
+                       int v);
 
 /* Traffic of one rank per step in one group, ring convention (comm.h). */
 enum { TSR_PLAN_DP, TSR_PLAN_DP_SHARD, TSR_PLAN_DP_REPLICATE, TSR_PLAN_TP, TSR_PLAN_PP,

@@ -10,6 +10,9 @@
 
 /* ---------------------------------------------------------------- text output */
 
+/* The deck's word for a choice key of cfg (the functions below all have cfg) */
+#define W(field) tsr_deck_word(cfg, &(field))
+
 static const char *link_name(const tsr_plan_traffic *t) {
   return t->size < 2 ? "-" : t->inter_node ? "inter-node" : "intra-node";
 }
@@ -24,20 +27,22 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
           hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
           hw->inter_node_gbps);
   fprintf(out, "model    %s, %lld layers, d_model %lld, %lld heads (%lld KV), d_ff %lld, vocab "
-          "%lld, seq_len %lld: %lld parameters (%.3f B)\n", m->arch, (long long)m->n_layer,
+          "%lld, seq_len %lld: %lld parameters (%.3f B)\n", W(m->arch), (long long)m->n_layer,
           (long long)m->d_model, (long long)m->n_head, (long long)m->n_kv_head,
           (long long)m->d_ff, (long long)m->vocab_size, (long long)m->seq_len,
           (long long)p->n_params, (double)p->n_params / 1e9);
+  char scope[32];
+  tsr_shard_scope_text(cfg->parallel.shard_scope, scope, sizeof scope);
   fprintf(out, "layout   tp %d x dp %d x pp %d, %d chunk(s) per stage, schedule %s%s; ZeRO stage "
           "%lld over %d rank(s) x %d copies (shard_scope '%s')\n", g->tp, g->dp, g->pp, g->v,
-          cfg->parallel.schedule,
+          W(cfg->parallel.schedule),
           cfg->parallel.sequence_parallel && g->tp > 1 ? ", sequence parallel" : "",
-          (long long)cfg->parallel.zero_stage, g->shard, g->replicate, cfg->parallel.shard_scope);
+          (long long)cfg->parallel.zero_stage, g->shard, g->replicate, scope);
   fprintf(out, "batch    %lld sequences per step = %d micro-batch(es) of %lld per dp rank (%.4g M "
           "tokens); precision %s, recompute %s\n", (long long)cfg->train.global_batch,
           g->micro_batches, (long long)cfg->train.micro_batch,
-          (double)cfg->train.global_batch * (double)m->seq_len / 1e6, cfg->train.precision,
-          cfg->train.recompute);
+          (double)cfg->train.global_batch * (double)m->seq_len / 1e6, W(cfg->train.precision),
+          W(cfg->train.recompute));
   fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %lld layers by pp "
           "%d x %d chunks; %lld sequences by micro_batch %lld x dp %d; tp inside a %d-GPU node\n",
           g->tp, (long long)m->n_layer, g->pp, g->v, (long long)cfg->train.global_batch,
@@ -52,7 +57,7 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_memory *g = &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU];
   const tsr_plan_memory *c = &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU];
   char gpu[TSR_STR_SHORT + 8];
-  snprintf(gpu, sizeof gpu, "GPU, %s", cfg->train.precision);
+  snprintf(gpu, sizeof gpu, "GPU, %s", W(cfg->train.precision));
   fprintf(out, "\nmemory per GPU, GB (1e9 bytes)       %12s %14s\n", gpu, "this CPU build");
   fprintf(out, "  %-36s %12d %14d\n", "pipeline stage (the fullest)", p->worst[TSR_PLAN_GPU],
           p->worst[TSR_PLAN_CPU]);
@@ -67,9 +72,9 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   mem_row(out, "workspace", g->workspace, c->workspace);
   mem_row(out, "total in a step", g->total, c->total);
   mem_row(out, "peak with setup transients", g->peak, c->peak);
-  fprintf(out, "  GPU: parameters and stored activations in %s, an fp32 run's weights are its "
-          "master; CPU build: fp32 containers, a separate master, the setup's initial copy\n",
-          strcmp(cfg->train.precision, "fp32") ? "bf16" : "fp32");
+  fprintf(out, "  parameters, activations and their gradients stored in %s on both; GPU: an fp32 "
+          "run's weights are its master; CPU build: a separate master, the setup's initial "
+          "copy\n", W(cfg->train.precision));
   fprintf(out, "  fits: %s (%.2f GB + %.1f GB runtime reserve against %.0f GB of HBM)\n",
           p->fits ? "yes" : "NO", g->total / 1e9, p->hw.reserved_gb, p->hw.hbm_gb);
 }
@@ -84,10 +89,9 @@ static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           p->attention_flops / 1e15);
   fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs (GEMMs and attention, recompute '%s'; "
           "lookups cost none), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
-          cfg->train.recompute,
-          p->stages[p->critical].flops / 1e12, p->critical);
+          W(cfg->train.recompute), p->stages[p->critical].flops / 1e12, p->critical);
   fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: (p-1)/(v m + p-1), p %d, m %d, "
-          "v %d)\n", p->bubble, g->pp > 1 ? cfg->parallel.schedule : "none", g->pp,
+          "v %d)\n", p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", g->pp,
           g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
 }
 
@@ -178,14 +182,14 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
           hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb);
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
-          "\"recompute\": \"%s\"},\n", cfg->model.arch, (long long)p->n_params,
-          cfg->train.precision, cfg->train.recompute);
+          "\"recompute\": \"%s\"},\n", W(cfg->model.arch), (long long)p->n_params,
+          W(cfg->train.precision), W(cfg->train.recompute));
   fprintf(out, "  \"layout\": {\"tp\": %d, \"dp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
           "\"zero_stage\": %lld, \"shard\": %d, \"replicate\": %d, \"micro_batch\": %lld, "
           "\"micro_batches\": %d, \"schedule\": \"%s\", \"sequence_parallel\": %s},\n", g->tp,
           g->dp,
           g->pp, g->v, (long long)cfg->parallel.zero_stage, g->shard, g->replicate,
-          (long long)cfg->train.micro_batch, g->micro_batches, cfg->parallel.schedule,
+          (long long)cfg->train.micro_batch, g->micro_batches, W(cfg->parallel.schedule),
           cfg->parallel.sequence_parallel && g->tp > 1 ? "true" : "false");
   fprintf(out, "  \"memory\": {\"gpu_stage\": %d, \"gpu\": ", p->worst[TSR_PLAN_GPU]);
   json_memory(out, &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU]);
@@ -218,7 +222,7 @@ typedef struct {
   int n, cap, divide;
 } candidates;
 
-static const char *const recompute_modes[] = {"none", "selective", "full"};
+static const char *const recompute_modes[] = {"none", "selective", "full"}; /* by tsr_recompute */
 
 static int keep(candidates *cs, const candidate *c) {
   if (cs->n == cs->cap) {
@@ -240,8 +244,7 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
   tsr_plan p;
   const int rc = tsr_plan_make(&p, c, hw, g, 0);
   if (!rc) {
-    int r = 0;
-    while (r < 2 && strcmp(recompute_modes[r], c->train.recompute)) r++;
+    const int r = (int)c->train.recompute;
     *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total, p.t_step, p.mfu,
@@ -272,9 +275,8 @@ static int search_inner(tsr_config *c, const tsr_hardware *hw, int world, candid
       for (int r = 0; r < 3; r++)
         for (int64_t mb = 1; mb <= 64 && mb * dp <= c->train.global_batch; mb *= 2) {
           c->parallel.zero_stage = zs;
-          snprintf(c->parallel.shard_scope, sizeof c->parallel.shard_scope, "%s",
-                   node ? "node" : "global");
-          snprintf(c->train.recompute, sizeof c->train.recompute, "%s", recompute_modes[r]);
+          c->parallel.shard_scope = node ? TSR_SHARD_NODE : TSR_SHARD_GLOBAL;
+          c->train.recompute = (tsr_recompute)r;
           c->train.micro_batch = mb;
           TSR_CALL(try_layout(c, hw, world, node, cs));
         }
@@ -293,8 +295,7 @@ static int search_all(const tsr_config *cfg, const tsr_hardware *hw, int world, 
         c.parallel.pp = pp;
         c.parallel.virtual_stages = v;
         c.parallel.sequence_parallel = tp > 1;
-        snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s",
-                 v > 1 ? "interleaved" : "1f1b");
+        c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
         TSR_CALL(search_inner(&c, hw, world, cs));
       }
     }

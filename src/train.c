@@ -21,6 +21,7 @@
 #include "comm_dev.h"
 #include "comm_mpi.h"
 #include "data.h"
+#include "deck.h"
 #include "grid.h"
 #include "layout.h"
 #include "metrics.h"
@@ -140,16 +141,16 @@ static void trainer_destroy(trainer *t) {
 
 /* run.device: install the device backend before anything allocates op memory. */
 static int open_device(trainer *t, const tsr_config *cfg, MPI_Comm world) {
-  const char *mode = cfg->run.device;
-  if (!strcmp(mode, "cpu")) return 0;
+  if (cfg->run.device == TSR_DEVICE_CPU) return 0;
   if (!tsr_ops_cuda_open) {
-    TSR_CHECK(strcmp(mode, "cuda") != 0, TSR_ERR_INPUT,
+    TSR_CHECK(cfg->run.device != TSR_DEVICE_CUDA, TSR_ERR_INPUT,
               "run.device = 'cuda' but this tessera was built without CUDA (configure found no "
               "CUDA toolkit, or --without-cuda): rebuild with ./configure --with-cuda, or set "
               "run.device = 'cpu'");
     return 0;
   }
-  TSR_CALL(tsr_ops_cuda_open(&world, mode, cfg->run.gpu_share, &t->dev));
+  TSR_CALL(tsr_ops_cuda_open(&world, tsr_deck_word(cfg, &cfg->run.device), cfg->run.gpu_share,
+                             &t->dev));
   if (t->dev) tsr_ops_set_backend(t->dev);
   return 0;
 }
@@ -164,12 +165,12 @@ static int open_device(trainer *t, const tsr_config *cfg, MPI_Comm world) {
 static int attach_gpu_comm(trainer *t) {
   if (!t->dev) return 0;
   const tsr_parallel_config *pc = &t->cfg->parallel;
-  const int across = !strcmp(pc->inter_node, "nccl");
+  const int across = pc->inter_node == TSR_INTER_NODE_NCCL;
   /* every rank takes the same path (attaching is collective): CUDA-aware only if all are */
   int aware = tsr_comm_mpi_cuda_aware();
   TSR_CALL(tsr_comm_all_reduce_int(t->grid->world, &aware, 1, TSR_COMM_MIN));
   const int staged = tsr_comm_staged_transport &&
-                     (!strcmp(pc->mpi_gpu, "staged") || (!strcmp(pc->mpi_gpu, "auto") && aware != 1));
+                     (pc->mpi_gpu == TSR_MPI_GPU_STAGED || (pc->mpi_gpu == TSR_MPI_GPU_AUTO && aware != 1));
   /* the groups ZeRO moves device memory over (zero.c): all of dp at stage 0, else the
    * shard and replicate halves; an NCCL communicator holds GPU memory, so no more; and
    * the pipeline's send/recv (NCCL has none here: staged MPI or MPI) */
@@ -198,8 +199,8 @@ static int attach_gpu_comm(trainer *t) {
                                spans ? " (across nodes)" : "");
   }
   if (t->rank == 0 && used)
-    tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line, pc->inter_node,
-            pc->mpi_gpu,
+    tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line,
+            tsr_deck_word(t->cfg, &pc->inter_node), tsr_deck_word(t->cfg, &pc->mpi_gpu),
             aware == 1 ? "is CUDA-aware" : aware == 0 ? "is not CUDA-aware" : "cannot say if it is CUDA-aware");
   return 0;
 }
@@ -317,7 +318,7 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   MPI_Comm_rank(world, &t->rank);
   MPI_Comm_size(world, &t->world_size);
   const tsr_train_config *tc = &cfg->train;
-  t->fp16 = strcmp(tc->precision, "fp16") == 0;
+  t->fp16 = tc->precision == TSR_F16;
   tsr_comm *w;
   TSR_CALL(tsr_comm_create(&w, world, "world"));
   const int rc = tsr_grid_create(&t->grid, cfg, w);
@@ -374,7 +375,9 @@ static int trainer_setup(trainer *t, const tsr_config *cfg, MPI_Comm world, int 
   if (need_train) { /* MFU's denominator: the slowest rank's, so MFU <= 1 for all */
     int n, in, out;
     probe_shape(&n, &in, &out);
-    const tsr_dtype dt = tsr_model_dtype(t->model);
+    /* a GPU's peak is its tensor cores' for 16-bit storage; a CPU computes in fp32 FMA
+     * whatever the storage, so its peak is the fp32 GEMM's */
+    const tsr_dtype dt = t->dev ? tsr_model_dtype(t->model) : TSR_F32;
     t->peak_flops = measure_gemm_rate(n, in, out, dt);
     MPI_Allreduce(MPI_IN_PLACE, &t->peak_flops, 1, MPI_DOUBLE, MPI_MIN, world);
     if (t->rank == 0)
@@ -627,7 +630,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   tsr_log("effective deck:\n%s", deck_text);
   tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.3f MB for "
           "micro-batches of %lld x %lld tokens",
-          cfg->model.arch, (long long)t.lay->n_params, (double)t.lay->n_params / 1e6,
+          tsr_deck_word(cfg, &cfg->model.arch), (long long)t.lay->n_params, (double)t.lay->n_params / 1e6,
           t.lay->n_tensors, (double)tsr_model_activation_bytes(t.model) / 1e6,
           (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
   tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
@@ -638,11 +641,13 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; "
           "precision %s, recompute %s",
           (long long)cfg->train.global_batch, (long long)t.grad_accum_steps,
-          (long long)cfg->train.micro_batch, t.dp, cfg->train.precision, cfg->train.recompute);
+          (long long)cfg->train.micro_batch, t.dp, tsr_deck_word(cfg, &cfg->train.precision),
+          tsr_deck_word(cfg, &cfg->train.recompute));
   tsr_grid_log(t.grid);
   if (t.sched)
     tsr_log("pipeline: schedule %s, %d micro-batches per step, %d chunk(s) per stage; stage "
-            "%d keeps %d activation slot(s): %.2f MB (rank 0)", cfg->parallel.schedule,
+            "%d keeps %d activation slot(s): %.2f MB (rank 0)",
+            tsr_deck_word(cfg, &cfg->parallel.schedule),
             t.sched->m, t.sched->v, t.grid->pp_rank, tsr_model_n_slots(t.model),
             (double)tsr_model_activation_bytes(t.model) / 1e6);
   const tsr_zero_memory zm = tsr_zero_memory_of(t.zero);
@@ -730,7 +735,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
         for (int i = 0; i < t.grid->pp && used < sizeof line; i++)
           used += (size_t)snprintf(line + used, sizeof line - used, " %.3f", t.bubble[i]);
         tsr_log("pipeline bubble (measured idle / step time, stages 0..%d):%s | theory %s "
-                "%.3f (p %d, m %d, v %d)", t.grid->pp - 1, line, cfg->parallel.schedule,
+                "%.3f (p %d, m %d, v %d)", t.grid->pp - 1, line,
+                tsr_deck_word(cfg, &cfg->parallel.schedule),
                 tsr_pp_ideal_bubble(cfg->parallel.schedule, t.grid->pp, t.sched->m, t.sched->v),
                 t.grid->pp, t.sched->m, t.sched->v);
       }

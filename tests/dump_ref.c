@@ -102,7 +102,7 @@ static int attr_string(hid_t obj, const char *name, const char *value) {
 static int write_config(hid_t file, const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
   const tsr_optim_config *o = &cfg->optim;
-  TSR_CALL(attr_string(file, "arch", m->arch));
+  TSR_CALL(attr_string(file, "arch", tsr_deck_word(cfg, &m->arch)));
   TSR_CALL(attr_int(file, "n_layer", m->n_layer));
   TSR_CALL(attr_int(file, "d_model", m->d_model));
   TSR_CALL(attr_int(file, "n_head", m->n_head));
@@ -114,8 +114,8 @@ static int write_config(hid_t file, const tsr_config *cfg) {
   TSR_CALL(attr_double(file, "norm_eps", m->norm_eps));
   TSR_CALL(attr_int(file, "tie_embeddings", m->tie_embeddings));
   TSR_CALL(attr_int(file, "micro_batch", cfg->train.micro_batch));
-  TSR_CALL(attr_string(file, "precision", cfg->train.precision));
-  TSR_CALL(attr_string(file, "recompute", cfg->train.recompute));
+  TSR_CALL(attr_string(file, "precision", tsr_deck_word(cfg, &cfg->train.precision)));
+  TSR_CALL(attr_string(file, "recompute", tsr_deck_word(cfg, &cfg->train.recompute)));
   TSR_CALL(attr_double(file, "grad_clip", cfg->train.grad_clip));
   TSR_CALL(attr_double(file, "beta1", o->beta1));
   TSR_CALL(attr_double(file, "beta2", o->beta2));
@@ -202,7 +202,7 @@ static int run(const char *out_path, int n_overrides, char **overrides) {
   H5_CALL(H5Fclose(file));
 
   printf("dump_ref: %s arch=%s params=%lld loss=%.9f grad_norm=%.6e lr=%.6e loss_after=%.9f\n",
-         out_path, cfg.model.arch, (long long)lay->n_params, loss, grad_norm, lr, loss_after);
+         out_path, tsr_deck_word(&cfg, &cfg.model.arch), (long long)lay->n_params, loss, grad_norm, lr, loss_after);
 
   tsr_model_destroy(&model);
   tsr_free(&targets);

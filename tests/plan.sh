@@ -7,15 +7,18 @@
 #     recompute) and pp 2 (gpt2: ZeRO 2 with the tied head's copy), and logs the memory it
 #     measured after step 1 (bytes held through tsr_calloc, in use and peak since start,
 #     the most on any rank).  `tessera plan` for the same deck, overrides and number of
-#     ranks (--nodes 1 --gpus-per-node NP), this build's figure (fp32 containers), must be
-#     within 10% of both (measured: within 0.2%; the rest is communicator and data-reader
+#     ranks (--nodes 1 --gpus-per-node NP), this build's figure, must be within 10% of both (measured: within 0.2%; the rest is communicator and data-reader
 #     bookkeeping the planner does not count).  Rank 0's bytes per group and kind in step 1
 #     (the trainer's "comm per step" line, MB to 3 decimals) must equal the plan's traffic
 #     of stage 0.
+#     The same for the tiny deck in bf16 and fp16 (1 rank, tp 2, pp 2; gpt2_124m is bf16
+#     already: fp16 on tp 2 and fp32 on 1 rank), and on the
+#     tiny deck as shipped a bf16 step holds at most 0.65x the fp32 step's bytes and within
+#     10% of the plan's GPU figure.
 #  2. --json parses (python3 -m json.tool) for llm70b on 64 x 8 and for the search.
 #  3. --search ranks layouts of llm70b on 64 nodes x 8 GPUs that fit in memory.
-#  4. With bf16 'fast' GEMMs and TSR_CUDA_ATTENTION=cudnn the GPU workspace grows by
-#     cuDNN attention's staging where it is larger than the GEMMs' (exact bytes).
+#  4. With TSR_CUDA_ATTENTION=cudnn in bf16 the GPU workspace grows by cuDNN attention's
+#     workspace (exact bytes).
 #  5. A layout that does not divide fails with exit 2 and names the keys and numbers; so
 #     does a machine of more than INT_MAX GPUs (nodes x GPUs per node in 64 bits).
 set -u
@@ -94,8 +97,36 @@ layout gpt2_dp2_zero3 gpt2_124m 2 "${GPT2[@]}" parallel.zero_stage=3
 layout gpt2_tp2_sp gpt2_124m 2 "${GPT2[@]}" parallel.zero_stage=0 parallel.tp=2 \
   parallel.sequence_parallel=.true. train.recompute=selective
 layout gpt2_pp2_zero2 gpt2_124m 2 "${GPT2[@]}" parallel.pp=2 parallel.zero_stage=2
+layout tiny_1rank_bf16 tiny 1 "${TINY[@]}" train.precision=bf16
+layout tiny_tp2_bf16 tiny 2 "${TINY[@]}" parallel.tp=2 train.precision=bf16
+layout tiny_pp2_fp16 tiny 2 "${TINY[@]}" parallel.pp=2 train.precision=fp16
+layout gpt2_tp2_fp16 gpt2_124m 2 "${GPT2[@]}" parallel.tp=2 train.precision=fp16
+layout gpt2_1rank_fp32 gpt2_124m 1 "${GPT2[@]}" train.precision=fp32
 echo "  layout               planned MB measured MB   diff    plan peak  meas. peak   diff"
 cat "$ROWS"
+
+# 16-bit storage on the tiny deck as shipped (one step, one rank): the bf16 run holds at
+# most 0.65x the fp32 run's bytes (mem_bytes of metrics.jsonl), and its measured memory is
+# within 10% of what the planner gives for a GPU (the same storage: 2-byte parameters,
+# activations and activation gradients; fp32 gradients, master and Adam)
+for p in fp32 bf16; do
+  timeout 120 "$TESSERA" "$top_srcdir/input/tiny.nml" "${T[@]}" train.precision=$p \
+    run.out_dir="$SCRATCH/mem_$p" >"$SCRATCH/mem_$p.log" 2>&1 || bad "tiny $p: the trainer failed"
+  "$TESSERA" plan "$top_srcdir/input/tiny.nml" --nodes 1 --gpus-per-node 1 --json "${T[@]}" \
+    train.precision=$p >"$SCRATCH/mem_$p.json" 2>&1 || bad "tiny $p: tessera plan failed"
+done
+check "tiny deck: bf16 memory <= 0.65 x fp32's, and within 10% of the plan's GPU figure" \
+  "$PYTHON_REF" - "$SCRATCH" <<'PY'
+import json, sys
+d = sys.argv[1]
+mem = {p: [json.loads(l) for l in open(f"{d}/mem_{p}/metrics.jsonl") if '"loss"' in l][0]["mem_bytes"]
+       for p in ("fp32", "bf16")}
+gpu = json.load(open(f"{d}/mem_bf16.json"))["stages"][0]["memory_gpu"]["total"]
+ratio, off = mem["bf16"] / mem["fp32"], mem["bf16"] / gpu - 1
+print(f"    mem_bytes fp32 {mem['fp32']/1e6:.2f} MB, bf16 {mem['bf16']/1e6:.2f} MB: {ratio:.3f}x; "
+      f"planned on a GPU {gpu/1e6:.2f} MB ({100*off:+.2f}%)")
+sys.exit(0 if ratio <= 0.65 and abs(off) <= 0.10 else 1)
+PY
 
 # --json and --search on the shipped 70B deck
 big="$top_srcdir/input/llm70b.nml"
@@ -117,26 +148,27 @@ import json, sys
 d = json.load(open(sys.argv[1]))['search']
 sys.exit(0 if d['layouts'] and all(l['fits'] for l in d['layouts']) else 1)" "$SCRATCH/search.json"
 
-# bf16 with the 'fast' GEMMs: the GPU workspace counts the bf16 staging, and with
-# TSR_CUDA_ATTENTION=cudnn cuDNN attention's copies and workspace where they are larger
-# (src/ops.h: 1024 + 6 B T (H+KV) hd + 4 B H T + B H T'^2 elements, T' = T rounded up to
-# 128).  gpt2 narrowed to a 256-token vocabulary, so attention's staging is the larger:
-# N = 128 rows, the widest GEMM output 256 and weight 256 x 64 give the GEMMs
-# 2 * 128 * 256 + 16384 = 81920 elements; attention 1024 + 6 * 2 * 64 * 8 * 16 +
-# 4 * 2 * 4 * 64 + 2 * 4 * 128^2 = 232448: 2 x 150528 bytes more.
+# With TSR_CUDA_ATTENTION=cudnn in bf16 the GPU workspace counts cuDNN attention's
+# workspace (src/ops.h, tsr_ops_cudnn_attention_workspace_bytes: its deterministic
+# backward's dP, 2 B H T'^2 bytes with T' = T rounded up to 128, an fp32 dq accumulator,
+# 4 B H T hd, two floats per query row, 8 B H T, and 1024): gpt2 narrowed to B 2, H 4,
+# T 64, hd 16 gives 2*8*128^2 + 4*512*16 + 8*512 + 1024 = 300032 bytes more.
 NARROW=(model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4 model.d_ff=256
   model.vocab_size=256 model.seq_len=64 train.micro_batch=2 train.global_batch=8
-  train.precision=bf16 train.gpu_gemm=fast)
+  train.precision=bf16)
 for a in wmma cudnn; do
   TSR_CUDA_ATTENTION=$a "$TESSERA" plan "$top_srcdir/input/gpt2_124m.nml" --nodes 1 \
     --gpus-per-node 1 --json "${NARROW[@]}" >"$SCRATCH/ws_$a.json" 2>&1
 done
-check "plan: TSR_CUDA_ATTENTION=cudnn adds cuDNN attention's larger staging (301056 bytes here)" \
+check "plan: TSR_CUDA_ATTENTION=cudnn adds cuDNN attention's workspace (300032 bytes here)" \
   "$PYTHON_REF" -c "
 import json, sys
 w = [json.load(open(f))['stages'][0]['memory_gpu']['workspace'] for f in sys.argv[1:3]]
 print('    GPU workspace: wmma', w[0], 'cudnn', w[1], 'bytes')
-sys.exit(0 if w[1] - w[0] == 301056 else 1)" "$SCRATCH/ws_wmma.json" "$SCRATCH/ws_cudnn.json"
+B, H, T, hd = 2, 4, 64, 16
+Tp = (T + 127) // 128 * 128
+sys.exit(0 if w[1] - w[0] == 2 * B * H * Tp * Tp + 4 * B * H * T * hd + 8 * B * H * T + 1024 else 1)" \
+  "$SCRATCH/ws_wmma.json" "$SCRATCH/ws_cudnn.json"
 
 # layouts that do not divide: exit 2, naming the keys and their values
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=16 >"$SCRATCH/bad.txt" 2>&1

@@ -67,7 +67,7 @@ static const char *cap_end(void) {
 /* ---- fixtures ---- */
 static void make_cfg(tsr_config *cfg, const char *arch, int64_t d_model) {
   memset(cfg, 0, sizeof *cfg);
-  snprintf(cfg->model.arch, sizeof cfg->model.arch, "%s", arch);
+  cfg->model.arch = strcmp(arch, "gpt2") == 0 ? TSR_ARCH_GPT2 : TSR_ARCH_LLAMA;
   cfg->model.n_layer = 2;
   cfg->model.d_model = d_model;
   cfg->model.n_head = 4;

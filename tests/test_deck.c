@@ -192,11 +192,11 @@ static void test_overrides(void) {
                         "model.arch=GPT2", "checkpoint.resume=none", "parallel.shard_scope=4",
                         "checkpoint.dir=", "run.out_dir=\"a \"\"b\"\"\"", "train.micro_batch=2"};
   int rc = parse(&c, "&model\n  n_layer = 2\n/\n&data shuffle = F /", 12, (char **)good, 4);
-  int ok = rc == 0 && !strcmp(c.parallel.schedule, "gpipe") &&
+  int ok = rc == 0 && c.parallel.schedule == TSR_SCHEDULE_GPIPE &&
            !strcmp(c.data.train, "data/x_*.bin") && !strcmp(c.run.name, "it's") &&
            c.model.n_layer == 6 && c.optim.lr == 1.0e-3 && c.data.shuffle == 1 &&
-           !strcmp(c.model.arch, "gpt2") && !strcmp(c.checkpoint.resume, "none") &&
-           !strcmp(c.parallel.shard_scope, "4") && c.checkpoint.dir[0] == 0 &&
+           c.model.arch == TSR_ARCH_GPT2 && !strcmp(c.checkpoint.resume, "none") &&
+           c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
            !strcmp(c.run.out_dir, "a \"b\"");
   result(ok, "good overrides: bare words, quotes, spaces, d exponent, later wins over the deck", errbuf);
 }
@@ -227,13 +227,13 @@ static void test_good_syntax(void) {
            c.run.max_steps == 7 && c.model.n_layer == 2 && c.model.d_model == 64 &&
            c.model.n_head == 2 && c.model.n_kv_head == 1 && c.model.tie_embeddings == 1 &&
            c.model.rope_theta == 1.0e4 && c.model.norm_eps == 1e-6 && c.model.init_std == 0.05 &&
-           !strcmp(c.model.arch, "llama") && c.optim.lr == 1.5e-3 && c.optim.min_lr == 0 &&
+           c.model.arch == TSR_ARCH_LLAMA && c.optim.lr == 1.5e-3 && c.optim.min_lr == 0 &&
            c.optim.beta1 == 0.9 && c.optim.eps == 1e-8 && c.optim.weight_decay == 1.0 &&
            c.data.shuffle == 1 && !strcmp(c.data.train, "a/b\"c!d") && c.data.valid[0] == 0 &&
            c.checkpoint.save_initial == 1 && !strcmp(c.checkpoint.resume, "none") &&
-           c.checkpoint.every_minutes == 2.5 && !strcmp(c.train.precision, "bf16") &&
-           !strcmp(c.train.recompute, "full") && c.train.grad_clip == 0.0 &&
-           !strcmp(c.parallel.schedule, "gpipe") && c.model.vocab_size == 2048 /* default */;
+           c.checkpoint.every_minutes == 2.5 && c.train.precision == TSR_BF16 &&
+           c.train.recompute == TSR_RECOMPUTE_FULL && c.train.grad_clip == 0.0 &&
+           c.parallel.schedule == TSR_SCHEDULE_GPIPE && c.model.vocab_size == 2048 /* default */;
   result(ok, "good deck: comments, case, d exponents, T/.t., quotes, commas, spanning lines, &end",
          errbuf);
 
@@ -242,14 +242,15 @@ static void test_good_syntax(void) {
   memset(&d, 0, sizeof d);
   tsr_deck_defaults(&d);
   ok = rc == 0 && !memcmp(&c, &d, sizeof c) && c.run.seed == 1234 && c.model.n_kv_head == 4 &&
-       c.optim.lr == 3e-4 && !strcmp(c.parallel.shard_scope, "global") &&
+       c.optim.lr == 3e-4 && c.parallel.shard_scope == TSR_SHARD_GLOBAL &&
        !strcmp(c.checkpoint.resume, "auto") && c.optim.wsd_decay_frac == 0.2;
   result(ok, "empty deck gives the documented defaults, and they pass every check", errbuf);
 
   rc = parse(&c, "&model arch = 'gpt2', d_model = 132, n_head = 4 /", 0, NULL, 1);
   result(rc == 0, "odd head dimension is fine for gpt2 (no RoPE)", errbuf);
   rc = parse(&c, "&train precision = 'fp16' / &parallel shard_scope = 'node' /", 0, NULL, 1);
-  result(rc == 0 && !strcmp(c.train.precision, "fp16"), "fp16 and shard_scope 'node' accepted", errbuf);
+  result(rc == 0 && c.train.precision == TSR_F16 && c.parallel.shard_scope == TSR_SHARD_NODE,
+         "fp16 and shard_scope 'node' accepted", errbuf);
 }
 
 /* ---------------------------------------------------------------- round trip */
@@ -281,7 +282,8 @@ static void test_round_trip(void) {
 typedef struct {
   const char *key;
   size_t off, size;
-  char type; /* i int64, r double, l logical (value T or F: a default's opposite), s string */
+  char type; /* i int64, r double, l logical (value T or F: a default's opposite), s string,
+              * c choice (a word other than the default), n shard_scope 'node' */
   const char *value;
 } field;
 #define F(g, f, t, v) {#g "." #f, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f), t, v}
@@ -289,23 +291,23 @@ static const field fields[] = {
     F(run, name, 's', "zz"), F(run, out_dir, 's', "zz"), F(run, seed, 'i', "2"),
     F(run, max_steps, 'i', "2"), F(run, log_every, 'i', "2"), F(run, eval_every, 'i', "2"),
     F(run, eval_steps, 'i', "2"), F(run, step_timeout_s, 'r', "0.5"),
-    F(run, device, 's', "cuda"), F(run, gpu_share, 'l', "T"),
-    F(model, arch, 's', "gpt2"), F(model, n_layer, 'i', "2"), F(model, d_model, 'i', "2"),
+    F(run, device, 'c', "cuda"), F(run, gpu_share, 'l', "T"),
+    F(model, arch, 'c', "gpt2"), F(model, n_layer, 'i', "2"), F(model, d_model, 'i', "2"),
     F(model, n_head, 'i', "2"), F(model, n_kv_head, 'i', "2"), F(model, d_ff, 'i', "2"),
     F(model, vocab_size, 'i', "2"), F(model, seq_len, 'i', "2"), F(model, rope_theta, 'r', "0.5"),
     F(model, norm_eps, 'r', "0.5"), F(model, tie_embeddings, 'l', "T"),
     F(model, init_std, 'r', "0.5"), F(parallel, tp, 'i', "2"), F(parallel, pp, 'i', "2"),
-    F(parallel, zero_stage, 'i', "2"), F(parallel, shard_scope, 's', "node"),
-    F(parallel, ranks_per_node, 'i', "2"), F(parallel, schedule, 's', "gpipe"),
+    F(parallel, zero_stage, 'i', "2"), F(parallel, shard_scope, 'n', "node"),
+    F(parallel, ranks_per_node, 'i', "2"), F(parallel, schedule, 'c', "gpipe"),
     F(parallel, micro_batches, 'i', "2"), F(parallel, virtual_stages, 'i', "2"),
-    F(parallel, sequence_parallel, 'l', "T"), F(parallel, inter_node, 's', "nccl"),
-    F(parallel, mpi_gpu, 's', "staged"),
+    F(parallel, sequence_parallel, 'l', "T"), F(parallel, inter_node, 'c', "nccl"),
+    F(parallel, mpi_gpu, 'c', "staged"),
     F(train, deterministic, 'l', "F"), F(train, micro_batch, 'i', "2"),
-    F(train, global_batch, 'i', "2"), F(train, precision, 's', "bf16"),
-    F(train, recompute, 's', "full"), F(train, grad_clip, 'r', "0.5"), F(optim, lr, 'r', "0.5"),
+    F(train, global_batch, 'i', "2"), F(train, precision, 'c', "bf16"),
+    F(train, recompute, 'c', "full"), F(train, grad_clip, 'r', "0.5"), F(optim, lr, 'r', "0.5"),
     F(train, loss_scale, 'r', "0.5"), F(train, loss_scale_window, 'i', "2"),
     F(train, min_loss_scale, 'r', "0.5"),
-    F(optim, min_lr, 'r', "0.5"), F(optim, warmup_steps, 'i', "2"), F(optim, decay, 's', "wsd"),
+    F(optim, min_lr, 'r', "0.5"), F(optim, warmup_steps, 'i', "2"), F(optim, decay, 'c', "wsd"),
     F(optim, decay_steps, 'i', "2"), F(optim, wsd_decay_frac, 'r', "0.5"),
     F(optim, beta1, 'r', "0.5"), F(optim, beta2, 'r', "0.5"), F(optim, eps, 'r', "0.5"),
     F(optim, weight_decay, 'r', "0.5"), F(data, train, 's', "zz"), F(data, valid, 's', "zz"),
@@ -313,7 +315,7 @@ static const field fields[] = {
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
     F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
-    F(hardware, name, 's', "a100"), F(hardware, peak_tflops, 'r', "0.5"),
+    F(hardware, name, 'c', "a100"), F(hardware, peak_tflops, 'r', "0.5"),
     F(hardware, peak_fp32_tflops, 'r', "0.5"),
     F(hardware, hbm_gb, 'r', "0.5"), F(hardware, hbm_gbps, 'r', "0.5"),
     F(hardware, intra_node_gbps, 'r', "0.5"), F(hardware, inter_node_gbps, 'r', "0.5"),
@@ -355,6 +357,10 @@ static void test_schema_covers_config(void) {
     int got = fields[i].type == 'i'   ? *(const int64_t *)p == 2
               : fields[i].type == 'r' ? *(const double *)p == 0.5
               : fields[i].type == 'l' ? *(const int *)p == (fields[i].value[0] == 'T')
+              : fields[i].type == 'c' ? *(const int *)p != *(const int *)((const char *)&dflt +
+                                                                            fields[i].off) &&
+                                            !strcmp(tsr_deck_word(&c, p), fields[i].value)
+              : fields[i].type == 'n' ? *(const int64_t *)p == TSR_SHARD_NODE
                                       : !strcmp(p, fields[i].value);
     /* and nothing else moved */
     memcpy((char *)&c + fields[i].off, (const char *)&dflt + fields[i].off, fields[i].size);
@@ -403,7 +409,7 @@ static void test_shipped_decks(void) {
     if (rc == 0 && !strcmp(decks[i].name, "llm70b")) {
       int ok = c.model.n_layer == 80 && c.model.d_model == 8192 && c.model.n_kv_head == 8 &&
                c.parallel.tp == 4 && c.parallel.pp == 8 && c.parallel.virtual_stages == 2 &&
-               c.parallel.sequence_parallel && !strcmp(c.parallel.shard_scope, "global") &&
+               c.parallel.sequence_parallel && c.parallel.shard_scope == TSR_SHARD_GLOBAL &&
                c.optim.lr == 1.5e-4 && c.checkpoint.every_steps == 250;
       result(ok, "input/llm70b.nml has the LLaMA-2 70B shapes and layout", NULL);
     }

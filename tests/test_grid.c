@@ -84,7 +84,7 @@ static void log_fake(int ws, int tp, int pp, int rpn, int shard) {
   g.ranks_per_node_from_deck = 1;
   g.shard_size = shard;
   g.replicate_size = g.dp / shard;
-  snprintf(g.shard_scope, sizeof g.shard_scope, "%d", shard);
+  g.shard_scope = shard;
   tsr_grid_log(&g);
 }
 
@@ -100,8 +100,10 @@ int main(int argc, char **argv) {
   cfg.parallel.tp = atoi(arg(argc, argv, "tp", "1"));
   cfg.parallel.pp = atoi(arg(argc, argv, "pp", "1"));
   cfg.parallel.ranks_per_node = atoi(arg(argc, argv, "rpn", "0"));
-  snprintf(cfg.parallel.shard_scope, sizeof cfg.parallel.shard_scope, "%s",
-           arg(argc, argv, "scope", "global"));
+  const char *scope = arg(argc, argv, "scope", "global");
+  cfg.parallel.shard_scope = !strcmp(scope, "global") ? TSR_SHARD_GLOBAL
+                             : !strcmp(scope, "node") ? TSR_SHARD_NODE
+                                                      : atoi(scope);
   cfg.train.micro_batch = atoi(arg(argc, argv, "mb", "1"));
   cfg.train.global_batch = atoi(arg(argc, argv, "gb", "16"));
   const int expect_rc = atoi(arg(argc, argv, "expect_rc", "0"));
@@ -118,7 +120,7 @@ int main(int argc, char **argv) {
     printf("test_grid: %d ranks, tp %lld pp %lld ranks_per_node %lld shard_scope '%s' "
            "micro_batch %lld global_batch %lld\n", ws, (long long)cfg.parallel.tp,
            (long long)cfg.parallel.pp, (long long)cfg.parallel.ranks_per_node,
-           cfg.parallel.shard_scope, (long long)cfg.train.micro_batch,
+           scope, (long long)cfg.train.micro_batch,
            (long long)cfg.train.global_batch);
 
   tsr_comm *world = NULL;
@@ -145,7 +147,6 @@ int main(int argc, char **argv) {
   const int t = w % tp, d = (w / tp) % dp, p = w / (tp * dp);
   const int rpn = cfg.parallel.ranks_per_node > 0 ? (int)cfg.parallel.ranks_per_node : ws;
   const int n_nodes = atoi(arg(argc, argv, "nodes", "1"));
-  const char *scope = cfg.parallel.shard_scope;
   const int S = !strcmp(scope, "global") ? dp
                 : !strcmp(scope, "node") ? atoi(arg(argc, argv, "shard", "0"))
                                          : atoi(scope);

@@ -18,7 +18,7 @@ static tsr_model_config model(const char *arch, int L, int tied) {
   tsr_config c;
   tsr_deck_defaults(&c);
   tsr_model_config m = c.model;
-  snprintf(m.arch, sizeof m.arch, "%s", arch);
+  m.arch = strcmp(arch, "gpt2") == 0 ? TSR_ARCH_GPT2 : TSR_ARCH_LLAMA;
   m.n_layer = L;
   m.d_model = 64;
   m.n_head = 4;
@@ -102,7 +102,7 @@ static void grid_case(const tsr_model_config *m, int T, int pp, int v, int S, in
   if (!ok) {
     (*bad_cases)++;
     printf("  grid case %s L=%lld kv=%lld tied=%d: tp %d pp %d v %d shards %d pad %d copies %d "
-           "FAILS\n", m->arch, (long long)m->n_layer, (long long)m->n_kv_head, m->tie_embeddings,
+           "FAILS\n", m->arch == TSR_ARCH_GPT2 ? "gpt2" : "llama", (long long)m->n_layer, (long long)m->n_kv_head, m->tie_embeddings,
            T, pp, v, S, pad, R);
   }
   (*n_cases)++;

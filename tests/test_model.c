@@ -21,7 +21,7 @@ static tsr_config config(const char *arch, int micro_batch, const char *recomput
                          const char *precision) {
   tsr_config c;
   tsr_deck_defaults(&c);
-  snprintf(c.model.arch, sizeof c.model.arch, "%s", arch);
+  c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
   c.model.n_layer = 2;
   c.model.d_model = 32;
   c.model.n_head = 4;
@@ -31,8 +31,8 @@ static tsr_config config(const char *arch, int micro_batch, const char *recomput
   c.model.seq_len = 12;
   c.model.tie_embeddings = strcmp(arch, "gpt2") == 0;
   c.train.micro_batch = micro_batch;
-  snprintf(c.train.recompute, sizeof c.train.recompute, "%s", recompute);
-  snprintf(c.train.precision, sizeof c.train.precision, "%s", precision);
+  c.train.recompute = (tsr_recompute)tu_word("none|selective|full", recompute);
+  c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision);
   return c;
 }
 

@@ -78,7 +78,7 @@ static void test_llm7b_state(void) {
   tsr_config c = deck("llm7b");
   c.parallel.tp = 1;
   c.parallel.sequence_parallel = 0;
-  snprintf(c.train.precision, sizeof c.train.precision, "fp32");
+  c.train.precision = TSR_F32;
   const double L = 32, C = 4096, F = 11008, V = 32000;
   const double N = L * (4 * C * C + 3 * C * F + 2 * C) + 2 * V * C + C; /* by hand */
   for (int z = 0; z <= 3; z++) {
@@ -135,7 +135,7 @@ static void test_divisibility(void) {
   TU_CHECK(n == 1 && says(msg, "train.global_batch = 1024 is not divisible by train.micro_batch "
                                "x dp = 3 x 8 = 24"), "micro_batch 3: the batch split named");
   c.train.micro_batch = 1;
-  snprintf(c.parallel.shard_scope, sizeof c.parallel.shard_scope, "node");
+  c.parallel.shard_scope = TSR_SHARD_NODE;
   n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
   TU_CHECK(n == 0 && g.dp == 8 && g.shard == 1 && g.replicate == 8 && g.micro_batches == 128,
            "llm7b on 8 x 8 with shard_scope 'node': dp %d = shard %d x %d copies, %d micro-batches",
@@ -150,7 +150,7 @@ static void test_hardware(void) {
   const struct { const char *name; double tflops, fp32, gb, gbps; } want[] = {
       {"h100", 989, 67, 80, 3350}, {"h200", 989, 67, 141, 4800}, {"a100", 312, 19.5, 80, 2039}};
   for (int i = 0; i < 3; i++) {
-    snprintf(c.hardware.name, sizeof c.hardware.name, "%s", want[i].name);
+    c.hardware.name = (tsr_hw_name)tu_word("h100|h200|a100|custom", want[i].name);
     const int rc = tsr_plan_hardware(&c.hardware, &hw);
     TU_CHECK(rc == 0 && hw.peak_tflops == want[i].tflops && hw.peak_fp32_tflops == want[i].fp32 &&
                  hw.hbm_gb == want[i].gb && hw.hbm_gbps == want[i].gbps && hw.gpus_per_node == 8,
@@ -161,7 +161,7 @@ static void test_hardware(void) {
   c.hardware.hbm_gb = 96;
   TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.hbm_gb == 96 && hw.peak_tflops == 312,
            "a deck figure overrides the table's (a100 with hbm_gb = 96)");
-  snprintf(c.hardware.name, sizeof c.hardware.name, "custom");
+  c.hardware.name = TSR_HW_CUSTOM;
   TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == TSR_ERR_INPUT,
            "'custom' without every figure is refused (bad input)");
   c.hardware.peak_tflops = 100, c.hardware.hbm_gbps = 1000, c.hardware.intra_node_gbps = 100;
@@ -183,12 +183,12 @@ static void test_in_flight(void) {
         for (int v = 1; v <= (k == 2 ? 3 : 1); v++)
           for (int s = 0; s < pp; s++) {
             tsr_pp_schedule *sc;
-            if (tsr_pp_schedule_create(&sc, kinds[k], pp, s, m, v)) {
+            if (tsr_pp_schedule_create(&sc, (tsr_schedule_choice)k, pp, s, m, v)) {
               bad++;
               continue;
             }
             const int want = tsr_pp_peak_in_flight(sc);
-            const int got = tsr_plan_in_flight(kinds[k], pp, s, m, v);
+            const int got = tsr_plan_in_flight((tsr_schedule_choice)k, pp, s, m, v);
             if (got != want) {
               printf("    %s pp %d m %d v %d stage %d: closed form %d, schedule %d\n", kinds[k],
                      pp, m, v, s, got, want);
@@ -206,16 +206,16 @@ static void model_case(const char *arch, const char *recompute, const char *prec
                        int v, int stage, int zero, int tied) {
   tsr_config c;
   tsr_deck_defaults(&c);
-  snprintf(c.model.arch, sizeof c.model.arch, "%s", arch);
+  c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
   c.model.n_layer = 4, c.model.d_model = 64, c.model.n_head = 4;
   c.model.n_kv_head = strcmp(arch, "gpt2") ? 2 : 4;
   c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
   c.model.tie_embeddings = tied;
   c.parallel.pp = pp, c.parallel.virtual_stages = v, c.parallel.zero_stage = zero;
-  snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", v > 1 ? "interleaved" : "1f1b");
+  c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
   c.train.micro_batch = 2, c.train.global_batch = 2 * 2 * pp;
-  snprintf(c.train.recompute, sizeof c.train.recompute, "%s", recompute);
-  snprintf(c.train.precision, sizeof c.train.precision, "%s", precision);
+  c.train.recompute = (tsr_recompute)tu_word("none|selective|full", recompute);
+  c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision);
   tsr_plan_grid g;
   tsr_plan_memory plan;
   if (tsr_plan_layout(&c, pp, pp, &g, NULL, 0) ||
@@ -333,8 +333,8 @@ static void test_compute_peak(void) {
   double t[2] = {0, 0};
   for (int i = 0; i < 2; i++) {
     tsr_config c = deck("llm7b");
-    snprintf(c.hardware.name, sizeof c.hardware.name, "h100");
-    snprintf(c.train.precision, sizeof c.train.precision, "%s", precision[i]);
+    c.hardware.name = TSR_HW_H100;
+    c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision[i]);
     tsr_hardware hw;
     tsr_plan_grid g;
     tsr_plan p;

@@ -207,11 +207,17 @@ static void run_replay(tsr_pp_schedule **S, int pp, int m, int v, double t_f, do
 
 /* ---- the sweep ---------------------------------------------------------------------- */
 
-static const char *kinds[] = {"gpipe", "1f1b", "interleaved"};
+static const char *kinds[] = {"gpipe", "1f1b", "interleaved"}; /* tsr_schedule_choice order */
+/* The kind of a name; an unknown name gives a value outside the enum (refused). */
+static tsr_schedule_choice K(const char *kind) {
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(kind, kinds[k])) return (tsr_schedule_choice)k;
+  return (tsr_schedule_choice)7;
+}
 
 static int build(tsr_pp_schedule **S, const char *kind, int pp, int m, int v) {
   for (int s = 0; s < pp; s++) S[s] = NULL;
-  for (int s = 0; s < pp; s++) TSR_CALL(tsr_pp_schedule_create(&S[s], kind, pp, s, m, v));
+  for (int s = 0; s < pp; s++) TSR_CALL(tsr_pp_schedule_create(&S[s], K(kind), pp, s, m, v));
   return 0;
 }
 
@@ -252,7 +258,7 @@ static void check_config(const char *kind, int pp, int m, int v) {
   /* Bubble: with fixed F and B per chunk and free transfers the formula is exact
    * (pipeline.c): every stage idles (p - 1)(F + B) / v.  F = B = 1 and B = 2F are small
    * integers, so the replay's times are exact and the comparison is to rounding only. */
-  double ideal = tsr_pp_ideal_bubble(kind, pp, m, v), worst = 0, worst12 = 0;
+  double ideal = tsr_pp_ideal_bubble(K(kind), pp, m, v), worst = 0, worst12 = 0;
   for (int s = 0; s < pp; s++) {
     double d = fabs(eager.idle[s] / eager.makespan - ideal);
     double d12 = fabs(eager12.idle[s] / eager12.makespan - ideal);
@@ -344,7 +350,7 @@ static void check_replay_detects_deadlock(const char *kind, int pp, int m, int v
 
 static int fails(const char *kind, int pp, int stage, int m, int v) {
   tsr_pp_schedule *s = NULL;
-  int rc = tsr_pp_schedule_create(&s, kind, pp, stage, m, v);
+  int rc = tsr_pp_schedule_create(&s, K(kind), pp, stage, m, v);
   int ok = rc == TSR_ERR_INPUT && s == NULL;
   tsr_pp_schedule_destroy(&s);
   return ok;
@@ -383,8 +389,8 @@ int main(void) {
 
   /* Memory: what 1F1B buys over GPipe on the stage that holds the most. */
   tsr_pp_schedule *g = NULL, *f = NULL;
-  int rc = tsr_pp_schedule_create(&g, "gpipe", 4, 0, 8, 1);
-  if (rc == 0) rc = tsr_pp_schedule_create(&f, "1f1b", 4, 0, 8, 1);
+  int rc = tsr_pp_schedule_create(&g, TSR_SCHEDULE_GPIPE, 4, 0, 8, 1);
+  if (rc == 0) rc = tsr_pp_schedule_create(&f, TSR_SCHEDULE_1F1B, 4, 0, 8, 1);
   int peak_g = rc ? -1 : tsr_pp_peak_in_flight(g), peak_f = rc ? -1 : tsr_pp_peak_in_flight(f);
   TU_CHECK(!rc && peak_f < peak_g && peak_f == 4 && peak_g == 8,
            "pp=4 m=8 stage 0: 1F1B holds %d micro-batches of activations, GPipe %d", peak_f,
@@ -406,10 +412,10 @@ int main(void) {
            "26 layers over pp * v = 8 chunks rejected with TSR_ERR_INPUT");
 
   /* The formula itself, against hand values. */
-  TU_CHECK(fabs(tsr_pp_ideal_bubble("1f1b", 4, 8, 1) - 3.0 / 11) < 1e-15 &&
-               fabs(tsr_pp_ideal_bubble("interleaved", 4, 8, 2) - 3.0 / 19) < 1e-15 &&
-               tsr_pp_ideal_bubble("gpipe", 1, 5, 1) == 0 && tsr_pp_ideal_bubble("x", 4, 8, 1) < 0,
+  TU_CHECK(fabs(tsr_pp_ideal_bubble(K("1f1b"), 4, 8, 1) - 3.0 / 11) < 1e-15 &&
+               fabs(tsr_pp_ideal_bubble(K("interleaved"), 4, 8, 2) - 3.0 / 19) < 1e-15 &&
+               tsr_pp_ideal_bubble(K("gpipe"), 1, 5, 1) == 0 && tsr_pp_ideal_bubble(K("x"), 4, 8, 1) < 0,
            "ideal bubble: 1f1b pp=4 m=8 %.4f (3/11), interleaved v=2 %.4f (3/19)",
-           tsr_pp_ideal_bubble("1f1b", 4, 8, 1), tsr_pp_ideal_bubble("interleaved", 4, 8, 2));
+           tsr_pp_ideal_bubble(K("1f1b"), 4, 8, 1), tsr_pp_ideal_bubble(K("interleaved"), 4, 8, 2));
   return tu_summary("test_schedule");
 }

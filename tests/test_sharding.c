@@ -61,7 +61,7 @@ static int check_all(int ok, const char *fmt, ...) {
 
 static void model_of(tsr_model_config *m, const char *arch) {
   memset(m, 0, sizeof *m);
-  snprintf(m->arch, sizeof m->arch, "%s", arch);
+  m->arch = strcmp(arch, "gpt2") == 0 ? TSR_ARCH_GPT2 : TSR_ARCH_LLAMA;
   const int gpt2 = strcmp(arch, "gpt2") == 0;
   m->n_layer = 4;
   m->d_model = 24; /* rows of 24, 12, 6 floats: shard cuts land mid-row */

@@ -63,7 +63,7 @@ static double max_rel(const float *a, const float *b, int64_t n) {
 static void run_case(int stage, const char *scope) {
   tsr_config cfg;
   tsr_deck_defaults(&cfg);
-  snprintf(cfg.model.arch, sizeof cfg.model.arch, "llama");
+  cfg.model.arch = TSR_ARCH_LLAMA;
   cfg.model.n_layer = 3;
   cfg.model.d_model = 32;
   cfg.model.n_head = 4;
@@ -73,7 +73,9 @@ static void run_case(int stage, const char *scope) {
   cfg.model.seq_len = 8;
   cfg.model.init_std = 0.1;
   cfg.parallel.zero_stage = stage;
-  snprintf(cfg.parallel.shard_scope, sizeof cfg.parallel.shard_scope, "%s", scope);
+  cfg.parallel.shard_scope = !strcmp(scope, "global") ? TSR_SHARD_GLOBAL
+                             : !strcmp(scope, "node") ? TSR_SHARD_NODE
+                                                      : atoi(scope);
   cfg.parallel.ranks_per_node = strcmp(scope, "node") == 0 ? 2 : 0;
   const int k = 2; /* micro-batches per rank per step */
   cfg.train.micro_batch = 2;

@@ -4,6 +4,7 @@
 #define TSR_TESTUTIL_H
 
 #include <stdio.h>
+#include <string.h>
 
 static int tu_pass = 0, tu_fail = 0;
 
@@ -20,6 +21,18 @@ static int tu_pass = 0, tu_fail = 0;
     printf("\n");                              \
     fflush(stdout);                            \
   } while (0)
+
+/* The index of word w in a list "a|b|c" (-1: not there): a choice key's value from the word
+ * the deck would take, e.g. tu_word("none|selective|full", "full") is TSR_RECOMPUTE_FULL. */
+static inline int tu_word(const char *list, const char *w) {
+  const size_t n = strlen(w);
+  for (int i = 0; *list; i++) {
+    const size_t m = strcspn(list, "|");
+    if (m == n && !strncmp(list, w, n)) return i;
+    list += m + (list[m] == '|');
+  }
+  return -1;
+}
 
 /* The sum of squares of x[0..n) in double, through the op that the gradient norm uses. */
 #define TU_SUMSQ(x, n) tsr_ops_sumsq_ranges((x), (const int64_t[]){0, (int64_t)(n)}, 1)
