@@ -14,6 +14,7 @@
  * rank adds up the elements it holds, so any layout verifies any file. */
 #include "ckpt_internal.h"
 #include "deck.h"
+#include "fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -239,20 +240,20 @@ static void log_hints(hid_t file, const char *hints) {
   tsr_log("checkpoint: MPI-IO hints as the MPI-IO layer reports them: %s", line);
 }
 
-/* Test hook (tests/ckpt_failures.sh): with TSR_FAULT_CKPT_SLEEP=<seconds> every rank sleeps
- * while saving the checkpoint of step TSR_FAULT_CKPT_STEP (default: every step), so a test
- * can act on the ranks at that moment reliably: half-way through writing, with the .tmp
- * file open (default), or with TSR_FAULT_CKPT_WHERE=start before anything is checked. */
+/* Test hook (tests/ckpt_failures.sh; fault.h): with TSR_FAULT ckpt_sleep=<seconds> every
+ * rank sleeps while saving the checkpoint of step ckpt_step (default: every step), so a
+ * test can act on the ranks at that moment reliably: half-way through writing, with the
+ * .tmp file open (default), or with ckpt_where=start before anything is checked. */
 static void fault_ckpt_sleep(int64_t step, const char *where, const char *tmp) {
-  const char *secs = getenv("TSR_FAULT_CKPT_SLEEP"), *at = getenv("TSR_FAULT_CKPT_STEP");
-  const char *want = getenv("TSR_FAULT_CKPT_WHERE");
-  if (!secs || atof(secs) <= 0 || (at && *at && atoll(at) != step)) return;
-  if (strcmp(want && *want ? want : "half", where) != 0) return;
-  tsr_log("fault injection: sleeping %s s %s writing %s", secs,
+  const double secs = atof(tsr_fault_str("ckpt_sleep", "0"));
+  const long long at = tsr_fault_int("ckpt_step", -1);
+  if (secs <= 0 || (at >= 0 && at != step)) return;
+  if (strcmp(tsr_fault_str("ckpt_where", "half"), where) != 0) return;
+  tsr_log("fault injection: sleeping %g s %s writing %s", secs,
           strcmp(where, "start") ? "half-way through" : "before", tmp);
   fflush(stdout);
   fflush(stderr);
-  usleep((useconds_t)(atof(secs) * 1e6));
+  usleep((useconds_t)(secs * 1e6));
 }
 
 static int write_tensor(hid_t group, const tsr_tensor *t, const piece *p, const float *src,

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_dev.h"
 #include "comm_mpi.h"
+#include "deck.h"
 #include "util.h"
 
 /* One message from rank 0; every rank returns TSR_ERR_INPUT. */
@@ -215,6 +217,20 @@ static int build(tsr_grid *g, const tsr_comm *world) {
   return 0;
 }
 
+/* The pair of first and last stage that holds the two copies of a tied embedding. */
+static int build_tied(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
+  if (!cfg->model.tie_embeddings || g->pp == 1) return 0;
+  const int ends = g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+  MPI_Comm c;
+  TSR_MPI_CALL(MPI_Comm_split(tsr_comm_mpi(world),
+                              ends ? g->dp_rank * g->tp + g->tp_rank : MPI_UNDEFINED, g->pp_rank,
+                              &c));
+  if (!ends) return 0;
+  const int rc = tsr_comm_create(&g->embed_tied, c, "embed_tied");
+  MPI_Comm_free(&c);
+  return rc;
+}
+
 /* Each group has the size and this rank the position the formulas say.  A mismatch is a
  * bug, not bad input; the ranks agree on the verdict so none is left in a collective. */
 static int verify(const tsr_grid *g, const tsr_comm *world) {
@@ -238,6 +254,7 @@ int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world
   int rc = check_layout(g, cfg, world);
   if (!rc) rc = build(g, world);
   if (!rc) rc = verify(g, world);
+  if (!rc) rc = build_tied(g, cfg, world);
   if (rc) {
     tsr_grid_destroy(&g);
     return rc;
@@ -249,6 +266,7 @@ int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world
 void tsr_grid_destroy(tsr_grid **gp) {
   if (!gp || !*gp) return;
   tsr_grid *g = *gp;
+  tsr_comm_destroy(&g->embed_tied);
   tsr_comm_destroy(&g->node_comm);
   tsr_comm_destroy(&g->dp_replicate);
   tsr_comm_destroy(&g->dp_shard);
@@ -256,7 +274,90 @@ void tsr_grid_destroy(tsr_grid **gp) {
   tsr_comm_destroy(&g->pp_comm);
   tsr_comm_destroy(&g->tp_comm);
   tsr_comm_destroy(&g->world);
+  /* after every group that used them */
+  if (g->nccl_used) tsr_comm_gpu_transport->close();
+  if (g->staged_used) tsr_comm_staged_transport->close();
   tsr_free(gp);
+}
+
+int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *zero_groups,
+                           int n_zero) {
+  const tsr_parallel_config *pc = &cfg->parallel;
+  const int across = pc->inter_node == TSR_INTER_NODE_NCCL;
+  /* every rank takes the same path (attaching is collective): CUDA-aware only if all are */
+  int aware = tsr_comm_mpi_cuda_aware();
+  TSR_CALL(tsr_comm_all_reduce_int(g->world, &aware, 1, TSR_COMM_MIN));
+  const int staged = tsr_comm_staged_transport &&
+                     (pc->mpi_gpu == TSR_MPI_GPU_STAGED ||
+                      (pc->mpi_gpu == TSR_MPI_GPU_AUTO && aware != 1));
+  tsr_comm *grp[8] = {g->tp_comm};
+  int n = 1;
+  for (int i = 0; i < n_zero && n < 6; i++) grp[n++] = zero_groups[i];
+  grp[n++] = g->embed_tied;
+  const int pp = n; /* the pipeline's send/recv last */
+  grp[n++] = g->pp_comm;
+  char line[512] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0, spans = 0;
+    for (int j = 0; j < i; j++) seen |= grp[j] == grp[i];
+    if (!grp[i] || seen || tsr_comm_size(grp[i]) == 1) continue;
+    TSR_CALL(tsr_grid_spans_nodes(g, grp[i], &spans));
+    if (tsr_comm_gpu_transport && i != pp && (!spans || across)) {
+      TSR_CALL(tsr_comm_attach_device(grp[i], tsr_comm_gpu_transport));
+      g->nccl_used = 1;
+    }
+    if (staged && !strcmp(tsr_comm_backend(grp[i]), "mpi")) {
+      TSR_CALL(tsr_comm_attach_device(grp[i], tsr_comm_staged_transport));
+      g->staged_used = 1;
+    }
+    if (used < sizeof line)
+      used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s%s", used ? ", " : "",
+                               tsr_comm_name(grp[i]), tsr_comm_backend(grp[i]),
+                               spans ? " (across nodes)" : "");
+  }
+  if (used)
+    tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line,
+            tsr_deck_word(cfg, &pc->inter_node), tsr_deck_word(cfg, &pc->mpi_gpu),
+            aware == 1   ? "is CUDA-aware"
+            : aware == 0 ? "is not CUDA-aware"
+                         : "cannot say if it is CUDA-aware");
+  return 0;
+}
+
+/* The groups whose traffic is logged, in a fixed order. */
+enum { N_LOGGED = 6 };
+static void logged_groups(const tsr_grid *g, tsr_comm *out[N_LOGGED]) {
+  out[0] = g->dp_comm, out[1] = g->dp_shard, out[2] = g->dp_replicate;
+  out[3] = g->tp_comm, out[4] = g->pp_comm, out[5] = g->world;
+}
+
+void tsr_grid_reset_traffic(tsr_grid *g) {
+  tsr_comm *c[N_LOGGED];
+  logged_groups(g, c);
+  for (int i = 0; i < N_LOGGED; i++) tsr_comm_reset_counters(c[i]);
+}
+
+void tsr_grid_describe_traffic(const tsr_grid *g, char *buf, size_t len) {
+  tsr_comm *c[N_LOGGED];
+  logged_groups(g, c);
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < N_LOGGED && used < len; i++) {
+    if (tsr_comm_bytes(c[i]) <= 0 || (i > 0 && c[i] == c[0])) continue;
+    used += (size_t)snprintf(buf + used, len - used, "%s%s %.3f MB (", used ? "; " : "",
+                             tsr_comm_name(c[i]), tsr_comm_bytes(c[i]) / 1e6);
+    int first = 1;
+    for (int k = 0; k < TSR_COMM_N_KINDS && used < len; k++) {
+      const double b = tsr_comm_bytes_of(c[i], (tsr_comm_kind)k);
+      if (b <= 0) continue;
+      used += (size_t)snprintf(buf + used, len - used, "%s%s %.3f", first ? "" : ", ",
+                               tsr_comm_kind_name((tsr_comm_kind)k), b / 1e6);
+      first = 0;
+    }
+    if (used < len) used += (size_t)snprintf(buf + used, len - used, ")");
+  }
+  if (!buf[0]) snprintf(buf, len, "none");
 }
 
 /* ------------------------------------------------------------------ the layout table */

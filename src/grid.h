@@ -33,6 +33,10 @@ typedef struct tsr_grid {
   int shard_size, shard_rank, replicate_size, replicate_rank;
   int64_t shard_scope; /* as given: TSR_SHARD_GLOBAL, TSR_SHARD_NODE or a number of ranks */
   tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *dp_shard, *dp_replicate, *node_comm;
+  /* tied embeddings across a pipeline (model.tie_embeddings, pp > 1): the first and the
+   * last stage of this rank's (dp, tp) column; NULL on the other stages and otherwise */
+  tsr_comm *embed_tied;
+  int nccl_used, staged_used; /* device transports attached (tsr_grid_attach_device) */
 } tsr_grid;
 
 /* Collective over `world`.  Checks the layout (every rank reaches the same verdict from
@@ -47,7 +51,24 @@ int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world
  * Reads only the integer fields, so it needs no communication. */
 void tsr_grid_log(const tsr_grid *g);
 
-void tsr_grid_destroy(tsr_grid **g); /* collective; NULLs *g */
+/* collective; NULLs *g; after its groups, closes the device transports they used */
+void tsr_grid_destroy(tsr_grid **g);
+
+/* On a GPU, the groups that move device memory get a device transport (comm_dev.h): the
+ * tp group, `n_zero` groups ZeRO names (tsr_zero_device_groups), the tied-embedding pair,
+ * and the pipeline's send/recv.  NCCL for those inside a node always, for those across
+ * nodes only under parallel.inter_node = 'nccl' (never the pipeline's: NCCL has no
+ * send/recv here).  What stays on MPI goes through pinned host buffers when MPI cannot
+ * take GPU memory itself (parallel.mpi_gpu: 'auto' asks MPIX_Query_cuda_support), else
+ * straight to MPI.  Collective over the world; rank 0 logs what each group uses. */
+int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *zero_groups,
+                           int n_zero);
+
+/* Traffic counters of the logged groups (dp, dp_shard, dp_replicate, tp, pp, world):
+ * reset them, or describe what they moved as "dp_shard 1.23 MB (reduce_scatter 0.61,
+ * all_gather 0.61); ..." ("none" when nothing moved). */
+void tsr_grid_reset_traffic(tsr_grid *g);
+void tsr_grid_describe_traffic(const tsr_grid *g, char *buf, size_t len);
 
 /* *spans = 1 when the ranks of c (one of the grid's groups, or another group of its
  * ranks) are on more than one node.  Collective over c; 0 for a group of one rank. */

@@ -17,6 +17,7 @@
 #include "deck.h"
 #include "ops.h"
 #include "plan.h"
+#include "runctl.h"
 #include "train.h"
 #include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
   tsr_comm_gpu_transport = &tsr_cuda_nccl_transport;
 #endif
 #endif
-  tsr_train_install_signals();
+  tsr_run_install_signals();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);

@@ -7,13 +7,9 @@
 
 #include "config.h"
 
-/* SIGUSR1 / SIGTERM set a flag; the loop checkpoints at the next step boundary and
- * returns TSR_ERR_SIGNAL (exit code 3: requeue me). */
-void tsr_train_install_signals(void);
-
 /* Train per the config.  deck_text is the effective deck (logged, stored in checkpoints).
- * Returns 0 when max_steps is reached, TSR_ERR_SIGNAL after a stop-on-signal checkpoint,
- * or an error code. */
+ * Returns 0 when max_steps is reached, TSR_ERR_SIGNAL after a stop-on-signal checkpoint
+ * (SIGUSR1 / SIGTERM: runctl.h), or an error code. */
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world);
 
 /* Load checkpoint.resume and report the validation loss (eval_steps batches). */

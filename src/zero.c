@@ -82,6 +82,21 @@ void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid 
   lay->n_flat = tsr_zero_padded_length(lay->n_params, S);
 }
 
+void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads) {
+  *own_params = cfg->parallel.zero_stage < 3;
+  *own_grads = cfg->parallel.zero_stage < 2;
+}
+
+int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]) {
+  if (cfg->parallel.zero_stage == 0) {
+    out[0] = grid->dp_comm;
+    return 1;
+  }
+  out[0] = grid->dp_shard;
+  out[1] = grid->dp_replicate;
+  return 2;
+}
+
 int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
   const int64_t q = 64 * shard;
   return (n_params + q - 1) / q * q;

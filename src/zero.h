@@ -39,8 +39,14 @@ typedef struct {
   size_t unit_bufs;  /* stage 2-3 per-unit gathering / reduction buffers */
 } tsr_zero_memory;
 
-/* The model must have been created with tsr_model_create_ext(own_params = stage < 3,
- * own_grads = stage < 2); the layout padded with tsr_zero_pad_layout first. */
+/* What the model must own for this config's stage: its full parameter buffer below
+ * stage 3, its full gradient buffer below stage 2 (the rest ZeRO provides through the
+ * model's hooks).  Create the model with these options; pad the layout with
+ * tsr_zero_pad_layout first. */
+void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads);
+/* The groups ZeRO moves device memory over: the whole dp group at stage 0, else the shard
+ * and replicate halves.  Returns how many (written to out). */
+int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]);
 int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
                     tsr_model *model, const tsr_grid *grid);
 void tsr_zero_destroy(tsr_zero **z);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_failures.sh — checkpoints when things go wrong (every run under a timeout):
 #  (a) kill -9 of one rank while a checkpoint is being written: the test hook
-#      TSR_FAULT_CKPT_SLEEP (src/ckpt.c) makes every rank pause half-way through writing
+#      TSR_FAULT=ckpt_sleep=... (src/fault.h) makes every rank pause half-way through writing
 #      step 4 with step_00000004.h5.tmp open; one rank is killed there.  The job dies
 #      (nonzero), `latest` still names step 3, the next start (resume auto) resumes from
 #      step 3 ignoring the partial .tmp, rewrites step 4 and finishes; its losses equal an
@@ -30,7 +30,7 @@ complete() { # complete FILE: opens and carries complete = 1
 mpi 120 2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=none run.out_dir="$SCRATCH/ref" \
   >"$SCRATCH/ref.out" 2>&1
 check "(a) reference: 8 uninterrupted steps (exit $?)" test $? -eq 0
-TSR_FAULT_CKPT_SLEEP=60 TSR_FAULT_CKPT_STEP=4 mpi 120 2 run.max_steps=8 parallel.zero_stage=1 \
+TSR_FAULT=ckpt_sleep=60,ckpt_step=4 mpi 120 2 run.max_steps=8 parallel.zero_stage=1 \
   checkpoint.resume=none run.out_dir="$SCRATCH/kill" >"$SCRATCH/kill.out" 2>&1 &
 job=$!
 victim=
@@ -78,7 +78,7 @@ check "(a)   ... and every step's loss equals the uninterrupted run's bitwise" t
 # must log them as applied to the read.
 mpi 120 2 run.max_steps=2 checkpoint.resume=none run.out_dir="$SCRATCH/fsize" >"$SCRATCH/fsize1.out" 2>&1
 check "(c) two steps saved without a limit (exit $?)" test $? -eq 0
-TSR_FAULT_CKPT_SLEEP=3 TSR_FAULT_CKPT_STEP=3 TSR_FAULT_CKPT_WHERE=start mpi 120 2 run.max_steps=4 checkpoint.resume=auto \
+TSR_FAULT=ckpt_sleep=3,ckpt_step=3,ckpt_where=start mpi 120 2 run.max_steps=4 checkpoint.resume=auto \
   run.out_dir="$SCRATCH/fsize" "checkpoint.mpiio_hints='cb_nodes=1'" >"$SCRATCH/fsize2.out" 2>&1 &
 job=$!
 limited=0

@@ -19,7 +19,7 @@ C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_
 mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
 
 start=$(date +%s)
-TSR_FAULT_HANG_STEP=3 TSR_FAULT_HANG_RANK=1 mpi 90 2 train.global_batch=2 run.max_steps=10 \
+TSR_FAULT=hang_step=3,hang_rank=1 mpi 90 2 train.global_batch=2 run.max_steps=10 \
   run.step_timeout_s=2 run.out_dir="$SCRATCH/dog" >"$SCRATCH/dog.out" 2>&1
 rc=$?
 took=$(($(date +%s) - start))

@@ -98,7 +98,7 @@ badcases=(
   "6 | tp=2 rpn=3 gb=6 | world ranks 2..3 would span nodes 0 and 1"
   "8 | tp=2 scope=3 | parallel.shard_scope = '3' does not divide dp = 4"
   "6 | pp=2 rpn=2 scope=node gb=6 | shard_scope = 'node' needs every dp group spread evenly"
-  "2 | scope=nodes | parallel.shard_scope = 'nodes' is not 'global', 'node' or a positive"
+  "2 | scope=-3 | parallel.shard_scope = -3 is not 'global', 'node' or a positive"
 )
 for case in "${badcases[@]}"; do
   IFS='|' read -r np args want <<<"$case"

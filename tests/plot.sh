@@ -21,7 +21,7 @@ C=(model.vocab_size=256 model.n_layer=2 model.d_model=32 model.n_head=4 model.n_
   "data.train=$SCRATCH/data/train_*.bin" "data.valid=$SCRATCH/data/valid_*.bin"
   checkpoint.every_steps=10 run.out_dir="$R")
 
-TSR_FAULT_HANG_STEP=16 timeout 60 "$MPIRUN" -np 1 "$TESSERA" /dev/null "${C[@]}" \
+TSR_FAULT=hang_step=16 timeout 60 "$MPIRUN" -np 1 "$TESSERA" /dev/null "${C[@]}" \
   run.step_timeout_s=1 >"$SCRATCH/first.out" 2>&1
 check "first run stops in step 16 (watchdog, exit 4)" test $? -eq 4
 timeout 60 "$MPIRUN" -np 1 "$TESSERA" /dev/null "${C[@]}" >"$SCRATCH/second.out" 2>&1

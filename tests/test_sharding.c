@@ -251,7 +251,8 @@ static int file_diff(const char *path, const tsr_model_config *m) {
 /* ---- save and load ---- */
 
 static tsr_train_state state_of(int64_t step) {
-  tsr_train_state st = {step, step * 1000 + 3, step * 16 + 1, 2, 1024.5, 0xABCDEF0123456789ULL};
+  tsr_train_state st = {step, step * 1000 + 3, step * 16 + 1, 2, 1024.5, 17,
+                        0xABCDEF0123456789ULL};
   return st;
 }
 

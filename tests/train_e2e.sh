@@ -75,7 +75,7 @@ evald=$(sed -n 's/.*val loss \([0-9.]*\) over.*/\1/p' "$SCRATCH/eval.out")
 check "eval of step 20 reproduces the logged val loss ($logged vs $evald)" test $? -eq 0
 
 
-TSR_FAULT_NAN_GRAD_STEP=3 "$TESSERA" "$DECK" "${COMMON[@]}" run.out_dir="$SCRATCH/c" \
+TSR_FAULT=nan_grad_step=3 "$TESSERA" "$DECK" "${COMMON[@]}" run.out_dir="$SCRATCH/c" \
   run.max_steps=6 checkpoint.resume=none >"$SCRATCH/c.out" 2>&1
 check "a run with a NaN gradient at step 3 completes" test $? -eq 0
 check "the skipped step is reported" grep -q "step 3: non-finite gradient norm; update skipped" "$SCRATCH/c.out"

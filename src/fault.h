@@ -1,0 +1,25 @@
+/* fault.h — fault injection for the tests: one environment variable, read once.
+ *
+ *   TSR_FAULT="key=value,key=value,..."
+ *
+ * with the keys (unknown keys are refused with a message naming the known ones):
+ *   nan_grad_step=N   rank 0 poisons one reduced gradient with NaN at step N (train.c)
+ *   hang_step=N       one rank stops responding at step N (train.c) ...
+ *   hang_rank=R       ... rank R (default 0)
+ *   ckpt_sleep=S      every rank sleeps S seconds while saving a checkpoint (ckpt.c) ...
+ *   ckpt_step=N       ... of step N (default: every step) ...
+ *   ckpt_where=W      ... half-way through the write ('half', the default) or before
+ *                     anything is checked ('start')
+ * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
+#ifndef TSR_FAULT_H
+#define TSR_FAULT_H
+
+/* Reads and checks TSR_FAULT (once; later calls return the first answer).  0, or
+ * TSR_ERR_INPUT after reporting an unknown key or a malformed list. */
+int tsr_fault_init(void);
+/* The value of a key as an integer (dflt when the key is absent). */
+long long tsr_fault_int(const char *key, long long dflt);
+/* The value of a key as text (dflt when the key is absent). */
+const char *tsr_fault_str(const char *key, const char *dflt);
+
+#endif

@@ -1,0 +1,221 @@
+/* session.c — building, resuming, saving and evaluating the objects of a run (session.h). */
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "deck.h"
+#include "gemm_probe.h"
+#include "ops.h"
+#include "plan.h"
+#include "precision.h"
+#include "util.h"
+#include "watchdog.h"
+
+/* run.device: the device backend, installed before anything allocates op memory. */
+static int open_device(tsr_session *s, const tsr_config *cfg) {
+  if (cfg->run.device == TSR_DEVICE_CPU) return 0;
+  if (!tsr_ops_cuda_open) {
+    TSR_CHECK(cfg->run.device != TSR_DEVICE_CUDA, TSR_ERR_INPUT,
+              "run.device = 'cuda' but this tessera was built without CUDA (configure found no "
+              "CUDA toolkit, or --without-cuda): rebuild with ./configure --with-cuda, or set "
+              "run.device = 'cpu'");
+    return 0;
+  }
+  TSR_CALL(tsr_ops_cuda_open(&s->world, tsr_deck_word(cfg, &cfg->run.device), cfg->run.gpu_share,
+                             &s->dev));
+  if (s->dev) tsr_ops_set_backend(s->dev);
+  return 0;
+}
+
+/* The layout part, the pipeline schedule, the model (with as many activation slots as the
+ * schedule keeps in flight), the backend's scratch for its shapes, ZeRO. */
+static int open_model(tsr_session *s, const tsr_config *cfg) {
+  const tsr_grid *g = s->grid;
+  TSR_CALL(tsr_layout_create_part(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
+                                  (int)cfg->parallel.virtual_stages));
+  tsr_zero_pad_layout(s->lay, cfg, g);
+  tsr_model_options mo = {0, 0, g->tp_comm, 1};
+  tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
+  if (g->pp > 1) {
+    TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
+    mo.n_slots = tsr_pp_slots_needed(s->sched);
+    TSR_CHECK(mo.n_slots > 0, TSR_ERR, "pipeline: bad schedule");
+    s->bubble = tsr_calloc((size_t)g->pp, sizeof(double));
+    TSR_CHECK(s->bubble, TSR_ERR, "out of memory");
+  }
+  TSR_CALL(tsr_model_create_opt(&s->model, cfg, s->lay, &mo));
+  tsr_ops_shapes shapes;
+  tsr_model_ops_shapes(s->model, &shapes);
+  shapes.sumsq_elems = (long)s->lay->n_flat;
+  shapes.deterministic = cfg->train.deterministic;
+  TSR_CALL(tsr_ops_reserve(&shapes));
+  TSR_CALL(tsr_zero_create(&s->zero, cfg, s->lay, s->model, g));
+  if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, cfg, g, s->model, s->zero, s->sched));
+  if (g->embed_tied) { /* the first stage's embed.weight and the last stage's copy */
+    const tsr_tensor *e = tsr_layout_find(s->lay, "embed.weight");
+    TSR_CHECK(e, TSR_ERR, "pipeline: no embed.weight on stage %d", g->pp_rank);
+    TSR_CALL(tsr_zero_set_tied(s->zero, g->embed_tied, e->offset, e->offset + e->numel));
+  }
+  return 0;
+}
+
+/* MFU's denominator: the slowest rank's GEMM rate, so MFU <= 1 for all.  A GPU's peak is
+ * its tensor cores' for 16-bit storage; a CPU computes in fp32 FMA whatever the storage,
+ * so its peak is the fp32 GEMM's. */
+static void measure_peak(tsr_session *s) {
+  const tsr_dtype dt = s->dev ? tsr_model_dtype(s->model) : TSR_F32;
+  s->peak_flops = tsr_gemm_probe_rate(dt);
+  MPI_Allreduce(MPI_IN_PLACE, &s->peak_flops, 1, MPI_DOUBLE, MPI_MIN, s->world);
+  tsr_log("mfu: measured against this %s's GEMM rate (%s storage, fp32 accumulation), "
+          "%.2f GFLOP/s per rank", s->dev ? "GPU" : "CPU", tsr_dtype_name(dt),
+          s->peak_flops / 1e9);
+}
+
+int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
+  memset(s, 0, sizeof *s);
+  s->cfg = cfg;
+  s->world = world;
+  MPI_Comm_rank(world, &s->rank);
+  MPI_Comm_size(world, &s->world_size);
+  tsr_comm *w;
+  TSR_CALL(tsr_comm_create(&w, world, "world"));
+  const int rc = tsr_grid_create(&s->grid, cfg, w);
+  tsr_comm_destroy(&w);
+  if (rc) return rc;
+  TSR_CALL(open_device(s, cfg));
+  s->dp = s->grid->dp;
+  s->dp_rank = s->grid->dp_rank;
+  s->grad_accum_steps = cfg->train.global_batch / (cfg->train.micro_batch * s->dp);
+  TSR_CALL(open_model(s, cfg));
+  if (s->dev) {
+    tsr_comm *zg[2];
+    const int n = tsr_zero_device_groups(cfg, s->grid, zg);
+    TSR_CALL(tsr_grid_attach_device(s->grid, cfg, zg, n));
+  }
+  const size_t ntok = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
+  s->inputs = tsr_calloc(ntok, sizeof(int32_t));
+  s->targets = tsr_calloc(ntok, sizeof(int32_t));
+  s->loss_acc = tsr_ops_alloc(1, sizeof(double));
+  TSR_CHECK(s->inputs && s->targets && s->loss_acc, TSR_ERR, "out of memory for the batch");
+  s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
+  const uint64_t seed = (uint64_t)cfg->run.seed;
+  if (training) {
+    measure_peak(s);
+    TSR_CHECK(cfg->data.train[0], TSR_ERR_INPUT,
+              "&data train is empty: set it to a path or glob of token shards (make them with "
+              "tools/tsr-prepare)");
+    TSR_CALL(tsr_data_open(&s->train_data, cfg->data.train, cfg->model.seq_len,
+                           cfg->model.vocab_size, cfg->data.shuffle, seed));
+  }
+  if (cfg->data.valid[0])
+    TSR_CALL(tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
+                           cfg->model.vocab_size, 0, seed));
+  s->st.seed = seed;
+  tsr_loss_scale_start(&cfg->train, &s->st);
+  return 0;
+}
+
+void tsr_session_close(tsr_session *s) {
+  tsr_metrics_close(&s->metrics);
+  tsr_data_destroy(&s->train_data);
+  tsr_data_destroy(&s->valid_data);
+  tsr_pp_exec_destroy(&s->exec);
+  tsr_pp_schedule_destroy(&s->sched);
+  tsr_free(&s->bubble);
+  tsr_zero_destroy(&s->zero);
+  tsr_model_destroy(&s->model);
+  tsr_free(&s->inputs);
+  tsr_free(&s->targets);
+  tsr_ops_free(&s->loss_acc);
+  tsr_layout_destroy(&s->lay);
+  tsr_grid_destroy(&s->grid); /* and the device transports its groups used */
+  if (s->dev) { /* every buffer of the device is freed by now */
+    tsr_ops_set_backend(NULL);
+    s->dev->close();
+    s->dev = NULL;
+  }
+}
+
+/* What this rank holds, for checkpoint I/O: its (stage, tp) part, its ZeRO shard of that,
+ * and which of the identical copies of the shard it is (dp replicas at zero 0, hybrid
+ * replicas otherwise), so each piece is written once. */
+static tsr_ckpt_view ckpt_view(const tsr_session *s) {
+  tsr_ckpt_view v = {s->lay, tsr_zero_shard_begin(s->zero), tsr_zero_shard_end(s->zero), 0, 1};
+  if (s->cfg->parallel.zero_stage == 0)
+    v.copy_index = s->grid->dp_rank, v.n_copies = s->grid->dp;
+  else
+    v.copy_index = s->grid->replicate_rank, v.n_copies = s->grid->replicate_size;
+  return v;
+}
+
+int tsr_session_load(tsr_session *s, const char *path) {
+  const tsr_ckpt_view view = ckpt_view(s);
+  tsr_ops_sync(); /* the host writes the state */
+  TSR_CALL(tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, tsr_zero_master(s->zero),
+                              tsr_zero_adam_m(s->zero), tsr_zero_adam_v(s->zero), &s->st,
+                              s->world));
+  return tsr_zero_publish_params(s->zero);
+}
+
+int tsr_session_resume(tsr_session *s) {
+  const tsr_config *cfg = s->cfg;
+  char path[TSR_STR_PATH];
+  TSR_CALL(tsr_ckpt_resolve(cfg, path, sizeof path, s->world));
+  if (!path[0]) {
+    /* the whole of this rank's part from the seed, then its shard kept */
+    float *init = tsr_calloc((size_t)s->lay->n_flat, sizeof(float));
+    TSR_CHECK(init, TSR_ERR, "out of memory for %lld parameters", (long long)s->lay->n_flat);
+    tsr_layout_init(s->lay, init, (uint64_t)cfg->run.seed);
+    const int rc = tsr_zero_scatter_state(s->zero, init, NULL, NULL);
+    tsr_free(&init);
+    TSR_CALL(rc);
+    tsr_metrics_event(s->metrics, 0, "start", "initialised from seed");
+    return 0;
+  }
+  TSR_CALL(tsr_session_load(s, path));
+  TSR_CHECK(s->st.seed == (uint64_t)cfg->run.seed, TSR_ERR_INPUT,
+            "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
+            "data order would change: use the same seed or checkpoint.resume = 'none'",
+            path, (unsigned long long)s->st.seed, (long long)cfg->run.seed);
+  tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)s->st.step,
+          (long long)s->st.data_cursor);
+  tsr_loss_scale_resumed(&cfg->train, &s->st);
+  tsr_metrics_event(s->metrics, s->st.step, "resume", path);
+  return 0;
+}
+
+int tsr_session_save(tsr_session *s, const char *deck_text) {
+  const double t0 = tsr_now();
+  tsr_watchdog_activity(s->st.step, "a checkpoint write");
+  const tsr_ckpt_view view = ckpt_view(s);
+  tsr_ops_sync(); /* the update has landed before the host reads the state */
+  TSR_CALL(tsr_ckpt_save_view(s->cfg, &view, tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
+                              tsr_zero_adam_v(s->zero), &s->st, deck_text, s->world));
+  char detail[64];
+  snprintf(detail, sizeof detail, "%.3f s", tsr_now() - t0);
+  tsr_metrics_event(s->metrics, s->st.step, "checkpoint", detail);
+  return 0;
+}
+
+int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches) {
+  const int64_t mb = s->cfg->train.micro_batch;
+  int64_t n_batches = s->cfg->run.eval_steps;
+  const int64_t avail = tsr_data_n_samples(s->valid_data) / mb;
+  if (avail < n_batches) n_batches = avail > 0 ? avail : 1; /* small valid sets wrap */
+  double sum = 0;
+  for (int64_t b = 0; b < n_batches; b++) {
+    double loss;
+    tsr_data_batch(s->valid_data, b * mb, mb, s->inputs, s->targets);
+    if (s->exec)
+      TSR_CALL(tsr_pp_exec_eval(s->exec, s->inputs, s->targets, &loss));
+    else
+      TSR_CALL(tsr_model_forward(s->model, s->inputs, s->targets, &loss));
+    sum += loss;
+  }
+  TSR_CALL(tsr_ops_status());
+  *val_loss = sum / (double)n_batches;
+  if (batches) *batches = n_batches;
+  return 0;
+}

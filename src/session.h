@@ -1,0 +1,68 @@
+/* session.h — the objects of one run, built once and torn down once: the grid and its
+ * communicators, the device backend, this rank's layout part, the model, ZeRO, the
+ * pipeline schedule and executor, the data readers, the checkpointed state.  The
+ * training loop (train.c) and the evaluation both work on a session.
+ *
+ * A session opens in this order, each owner deciding its own part: the grid checks the
+ * layout and makes every communicator (grid.c); the device backend is installed before
+ * anything allocates op memory (run.device); the layout is padded for ZeRO, the model is
+ * created with the buffers ZeRO says it must own (tsr_zero_model_options) and as many
+ * activation slots as the pipeline schedule keeps in flight; the backend reserves its
+ * scratch for the model's shapes; ZeRO becomes the model's parameter and gradient
+ * provider; on a GPU the groups that move device memory get their transports. */
+#ifndef TSR_SESSION_H
+#define TSR_SESSION_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "data.h"
+#include "grid.h"
+#include "layout.h"
+#include "metrics.h"
+#include "model.h"
+#include "ops_backend.h"
+#include "pipeline.h"
+#include "pp_exec.h"
+#include "zero.h"
+
+typedef struct {
+  const tsr_config *cfg;
+  MPI_Comm world;
+  int rank, world_size, dp, dp_rank;
+  int64_t grad_accum_steps; /* micro-batches per step on this dp rank */
+  tsr_grid *grid;
+  tsr_layout *lay;
+  tsr_model *model;
+  tsr_zero *zero;
+  tsr_pp_schedule *sched; /* pp > 1: this stage's schedule and its executor */
+  tsr_pp_exec *exec;
+  double *bubble; /* [pp] measured idle fraction per stage, last step */
+  tsr_data *train_data, *valid_data;
+  int32_t *inputs, *targets; /* one micro-batch */
+  tsr_metrics *metrics;
+  tsr_train_state st;
+  double flops_per_token;
+  double peak_flops; /* per rank, the denominator of MFU (the slowest rank's GEMM rate) */
+  const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
+  double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
+} tsr_session;
+
+/* Build every object of the run (training: also the training data and the GEMM rate).
+ * Returns what every rank returns (a bad layout, deck or data file fails them all). */
+int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training);
+void tsr_session_close(tsr_session *s);
+
+/* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation. */
+int tsr_session_resume(tsr_session *s);
+/* Load one checkpoint file into the state and the parameters. */
+int tsr_session_load(tsr_session *s, const char *path);
+/* Write the checkpoint of the current step (collective; the metrics get an event). */
+int tsr_session_save(tsr_session *s, const char *deck_text);
+/* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
+ * smaller): the first samples of the validation set. */
+int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);
+
+#endif
