@@ -45,7 +45,7 @@ static inline int omp_in_parallel(void) { return 0; }
 /* Attention tiles: query rows per block, keys per chunk. */
 #define ATT_QB 64
 #define ATT_KC 256
-/* Fixed number of partial sums for scalar reductions (sumsq, xent loss): the split
+/* Fixed number of partial sums for scalar reductions (sums of squares, the loss): the split
  * depends on n only, so the result is identical for every thread count. */
 #define N_PARTIAL 64
 /* Element-wise loops shorter than this are not worth waking the thread team. */
@@ -136,7 +136,7 @@ static inline float tanhf_vec(float u) {
 }
 
 /* GELU's derivative at x times d: the one expression both GELU backward paths use (the
- * fused matmul_bwd epilogue for fp32 and 16-bit storage), so they round alike. */
+ * GEMM's fused epilogue for fp32 and for 16-bit storage), so they round alike. */
 static inline float gelu_grad(float d, float xi) {
   const float th = tanhf_vec(GELU_C * (xi + GELU_A * xi * xi * xi));
   const float du = GELU_C * (1.0f + 3.0f * GELU_A * xi * xi);

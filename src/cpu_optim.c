@@ -56,7 +56,7 @@ void tsr_cpu_adamw(float *p, float *m, float *v, const float *g, long n, float l
       const float denom = root[i] / bc2_sqrt + eps;
       pb[i] -= step_size * (mb[i] / denom);
     }
-    /* the refresh, while the block is in cache: bitwise tsr_cpu_cast of p */
+    /* the refresh, while the block is in cache: the same rounding as a cast of p */
     if (out) narrow_row(out_dt, tsr_dtype_at(out, out_dt, i0), pb, len);
   }
 }
