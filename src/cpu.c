@@ -64,8 +64,8 @@ void cpu_buf_need(size_t shared, size_t each) {
 float *cpu_buf_shared(void) { return buf; }
 float *cpu_buf_thread(void) { return buf + buf_shared + (size_t)omp_get_thread_num() * buf_each; }
 
-int tsr_cpu_reserve(const tsr_ops_shapes *s) {
-  if (s->dt == TSR_F32) return 0; /* fp32 storage converts nothing */
+/* The buffers' floats for shapes s: the shared part and one part per thread. */
+static void reserve_floats(const tsr_ops_shapes *s, size_t *shared, size_t *per_thread) {
   const long cols = s->cols > 0 ? s->cols : 1;
   size_t each = cpu_gemm_buf_floats();
   size_t n = cpu_norm_buf_floats((int)cols);
@@ -81,9 +81,29 @@ int tsr_cpu_reserve(const tsr_ops_shapes *s) {
     if (n > each) each = n;
   }
   /* the shared part holds a widened norm weight and bias */
-  cpu_buf_need(2 * (size_t)cols, each);
+  *shared = 2 * (size_t)cols;
+  *per_thread = each;
+}
+
+size_t tsr_cpu_reserve_bytes(const tsr_ops_shapes *s, int threads) {
+  if (s->dt == TSR_F32) return 0;
+  size_t shared, each;
+  reserve_floats(s, &shared, &each);
+  /* as cpu_buf_need rounds them */
+  shared = (shared + 15) / 16 * 16;
+  each = (each + 15) / 16 * 16;
+  return (shared + (size_t)(threads > 0 ? threads : 1) * each) * sizeof(float);
+}
+
+int tsr_cpu_reserve(const tsr_ops_shapes *s) {
+  if (s->dt == TSR_F32) return 0; /* fp32 storage converts nothing */
+  size_t shared, each;
+  reserve_floats(s, &shared, &each);
+  cpu_buf_need(shared, each);
   return 0;
 }
+
+int tsr_cpu_threads(void) { return omp_get_max_threads(); }
 
 /* ---- row conversions ----
  * The branch-free conversions of cpu_internal.h, one compiled copy per x86-64 level; and

@@ -25,5 +25,9 @@ void tsr_cpu_init(int n_threads);
 /* The conversion buffers of 16-bit storage for shapes up to *s (allocated once through
  * tsr_calloc, so the run's memory counts them; grown, never shrunk). */
 int tsr_cpu_reserve(const tsr_ops_shapes *s);
+/* Their bytes for shapes s with `threads` threads (what tessera plan counts), and the
+ * threads this process runs the kernels on. */
+size_t tsr_cpu_reserve_bytes(const tsr_ops_shapes *s, int threads);
+int tsr_cpu_threads(void);
 
 #endif

@@ -22,6 +22,7 @@
 #include "deck.h"
 #include "layout.h"
 #include "model.h"
+#include "ops_cpu.h"
 #include "pipeline.h"
 #include "pp_exec.h"
 #include "util.h"
@@ -335,6 +336,15 @@ static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
   return b;
 }
 
+/* The CPU kernels' conversion buffers of 16-bit storage (src/cpu.c), for this process's
+ * threads. */
+static double cpu_buffers(const tsr_config *cfg, const tsr_model_sizes *d) {
+  tsr_ops_shapes s;
+  tsr_model_ops_shapes_of(d, &s);
+  s.dt = cfg->train.precision;
+  return (double)tsr_cpu_reserve_bytes(&s, tsr_cpu_threads());
+}
+
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                                  int slots, tsr_plan_backend b) {
   const storage st = storage_of(cfg);
@@ -349,8 +359,8 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   const double model_ws = tsr_model_workspace_bytes(&d, st.act);
   const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
   const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
-  mem.workspace =
-      model_ws + batch + books + (b == TSR_PLAN_CPU ? other_books(p, S) : gpu_scratch(cfg, &d));
+  mem.workspace = model_ws + batch + books +
+                  (b == TSR_PLAN_CPU ? other_books(p, S) + cpu_buffers(cfg, &d) : gpu_scratch(cfg, &d));
   mem.model = (zs < 3 ? mem.params : 0) + (zs < 2 ? 4.0 * (double)n : 0) + mem.activations +
               model_ws + books;
   mem.total = mem.params + mem.grads + mem.master + mem.optim + mem.activations + mem.comm +
