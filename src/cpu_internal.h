@@ -200,7 +200,7 @@ static inline uint16_t cvt_f32_f16(float x) {
 }
 
 /* A row of n values of dt widened into fp32, and a row of n fp32 values rounded and
- * stored as dt (dt F32: copied).  Out of line (cpu.c): compiled per x86-64 level, and
+ * stored as dt (dt F32: copied).  Out of line (cpu_buf.c): compiled per x86-64 level, and
  * through the conversion instructions where the CPU has them (F16C, AVX512-BF16). */
 void widen_row(tsr_dtype dt, float *restrict dst, const void *restrict src, long n);
 void narrow_row(tsr_dtype dt, void *restrict dst, const float *restrict src, long n);
@@ -216,7 +216,7 @@ static inline void widen_block(tsr_dtype dt, float *dst, int ldd, const void *sr
     widen_row(dt, dst + (size_t)r * ldd, tsr_dtype_at_c(src, dt, (int64_t)r * lds), cols);
 }
 
-/* ------------------------------------------------- conversion buffers (cpu.c)
+/* ------------------------------------------------- conversion buffers (cpu_buf.c)
  *
  * Each thread has a buffer of fp32 values for its conversions, plus one buffer shared by
  * all (a parameter widened once per call, read by every thread).  An op asks for what it
