@@ -9,7 +9,8 @@ command -v clang >/dev/null || skip "clang not installed"
 scratch
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$top_srcdir/src" -I"$top_builddir/src" -o "$SCRATCH/fuzz_deck" \
-  "$top_srcdir/tests/fuzz_deck.c" "$top_srcdir/src/deck.c" "$top_srcdir/src/util.c" -lm \
+  "$top_srcdir/tests/fuzz_deck.c" "$top_srcdir/src/deck.c" "$top_srcdir/src/deck_schema.c" \
+  "$top_srcdir/src/util.c" -lm \
   >"$SCRATCH/build.log" 2>&1 || { cat "$SCRATCH/build.log"; skip "libFuzzer runtime not available"; }
 mkdir -p "$SCRATCH/corpus"
 cp "$top_srcdir"/input/*.nml "$SCRATCH/corpus/"
