@@ -9,7 +9,7 @@ optimizer as the Tessera run that wrote it, and prints ms/step per phase.  Every
 read from the checkpoint: the weights (/model/<name>) and the effective deck (root
 attribute "deck"), so the two sides cannot drift apart.
 
-The model is the one of DESIGN.md "Model definition" (the structure of
+The model is the one of docs/model.md (the structure of
 tests/torch_ref.py) in float32, written the way one would write it for speed in torch 1.13
 (Debian's python3-torch; no scaled_dot_product_attention there): fused Q|K|V and gate|up
 weights, one GEMM each; explicit causal softmax attention; torch.optim.AdamW with the
@@ -84,7 +84,7 @@ def lr_at(cfg, step):
 # ---------------------------------------------------------------- the data
 
 class Tokens:
-    """The concatenated token stream of a glob of *.bin shards (DESIGN.md "Token shard")."""
+    """The concatenated token stream of a glob of *.bin shards (docs/formats.md "Token shards")."""
 
     def __init__(self, pattern, seq_len):
         parts = []

@@ -1,13 +1,13 @@
-/* ckpt.c — checkpoints as one parallel-HDF5 file of logical tensors (DESIGN.md "ckpt").
+/* ckpt.c — checkpoints as one parallel-HDF5 file of logical tensors (docs/formats.md).
  *
  * Every rank takes part in every collective call and writes or reads only its own
- * pieces of each logical tensor (SHARDING.md §4): its view's (stage, tp) slice of the
+ * pieces of each logical tensor (docs/sharding.md "Checkpoint pieces"): its view's (stage, tp) slice of the
  * tensor intersected with its ZeRO shard, as at most three hyperslab rectangles of the
  * logical dataset (tsr_layout_piece).  Of identical copies (replicated tensors over tp,
  * dp replicas of a shard) one writes (tsr_layout_writes); the tied head's copy never.
  * Loads compute the pieces of the *current* view, so any layout reads any file.
  *
- * Checksum of a logical tensor x with n elements (SHARDING.md §5), stored as the u64
+ * Checksum of a logical tensor x with n elements (docs/formats.md "Checksums"), stored as the u64
  * attribute `checksum` on its dataset:
  *     sum over i in [0, n) of tsr_mix64(i * 0x9E3779B97F4A7C15 ^ bits(x[i]))   mod 2^64
  * with i the row-major logical index and bits() the IEEE-754 binary32 pattern.  Each
@@ -29,7 +29,7 @@
 
 #include "util.h"
 
-/* A rank's piece of one logical tensor (SHARDING.md §4): the local tensor t, its local
+/* A rank's piece of one logical tensor (docs/sharding.md "Checkpoint pieces"): the local tensor t, its local
  * elements [i0, i1) inside the view's shard, as n rectangles of the logical tensor. */
 typedef struct {
   const tsr_tensor *t; /* NULL: this rank holds nothing of the tensor */

@@ -1,13 +1,13 @@
 /* ckpt.h — checkpoints: one HDF5 file per checkpoint, written through the MPI-IO driver.
  *
- * File layout (DESIGN.md): /model/<tensor name> fp32 master weights in the logical
+ * File layout (docs/formats.md "Checkpoint files"): /model/<tensor name> fp32 master weights in the logical
  * shape, /optim/m/<name>, /optim/v/<name>; root attributes step, tokens, data cursor,
  * seed, skipped steps, loss scale, effective deck, layout, format version, and one
- * checksum attribute per dataset (SHARDING.md §5).  Written as step_NNNNNNNN.h5.tmp,
+ * checksum attribute per dataset (docs/formats.md "Checksums").  Written as step_NNNNNNNN.h5.tmp,
  * closed, verified, renamed; `latest` (a text file naming the newest) is replaced
  * atomically; only the newest `keep` are kept.
  *
- * Every rank writes and reads only its own pieces (SHARDING.md §3-§5), described by a
+ * Every rank writes and reads only its own pieces (docs/sharding.md "Checkpoint pieces"), described by a
  * tsr_ckpt_view: its (stage, tp rank) layout and the ZeRO shard of that layout's flat
  * buffer it holds.  A file written under one layout loads under any other. */
 #ifndef TSR_CKPT_H

@@ -1,7 +1,7 @@
 /* data.c — token shards: open a glob of *.bin files, memory-map them, validate every
  * header and token once, and serve global samples from the concatenated token stream.
  *
- * The sample rule (data.h, DESIGN.md "Token shard") is the whole contract with the
+ * The sample rule (data.h, docs/formats.md "Token stream and samples") is the whole contract with the
  * trainer: sample k is stream tokens [j*seq_len, j*seq_len + seq_len] with
  * j = k mod n_samples, or j = perm(seed, epoch)(k mod n_samples) when shuffling.
  * The permutation is a keyed Feistel network over the next even power of two with

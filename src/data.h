@@ -1,6 +1,6 @@
 /* data.h — token shards: memory-mapped reading of a glob of *.bin files.
  *
- * Shard format (DESIGN.md, little-endian): 256-byte header
+ * Shard format (docs/formats.md "Token shard header", little-endian): 256-byte header
  *   0 magic "TSRTOK01" | 8 u32 token_bytes (2|4) | 12 u32 vocab_size | 16 u64 n_tokens |
  *   24 tokenizer name (232 bytes, NUL-terminated)
  * then n_tokens tokens.  The files of a glob are taken in sorted name order and

@@ -1,5 +1,5 @@
 /* layout.c — the table of logical tensors, the local slice a (pipeline stage, tp rank)
- * holds of each, and where it sits in the flat buffer (SHARDING.md §1-§4). */
+ * holds of each, and where it sits in the flat buffer (docs/sharding.md). */
 #include "layout.h"
 
 #include <math.h>

@@ -1,8 +1,8 @@
 /* layout.h — logical tensors of the model and where each lives in a flat buffer.
  *
- * SHARDING.md: every parameter has a logical shape (DESIGN.md's checkpoint table);
- * a (pipeline stage, tp rank) concatenates its local slices in a fixed order into one
- * flat buffer.  This module is that table, for any (pipeline stage, tp rank):
+ * docs/sharding.md: every parameter has a logical shape (docs/model.md "Tensor names and
+ * shapes"); a (pipeline stage, tp rank) concatenates its local slices in a fixed order
+ * into one flat buffer.  This module is that table, for any (pipeline stage, tp rank):
  *
  *   stages   the n_layer layers are cut into pp * virtual_stages chunks of consecutive
  *            layers; chunk c lives on stage c % pp; a stage holds its layers in
@@ -97,7 +97,7 @@ int tsr_layout_stage_of_layer(const tsr_model_config *model, int pp, int virtual
                               int layer);
 /* Row-major logical index of local element i (0 <= i < numel) of t. */
 int64_t tsr_layout_logical_index(const tsr_tensor *t, int64_t i);
-/* The piece of t inside flat range [s0, s1) (SHARDING.md §4): local elements [*i0, *i1)
+/* The piece of t inside flat range [s0, s1) (docs/sharding.md "Checkpoint pieces"): local elements [*i0, *i1)
  * (empty: *i0 == *i1), as at most three rectangles of the logical tensor in row-major
  * order (partial first row, full rows, partial last row).  Returns the count. */
 int tsr_layout_piece(const tsr_tensor *t, int64_t s0, int64_t s1, int64_t *i0, int64_t *i1,

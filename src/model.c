@@ -391,7 +391,8 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->final_w = off_global(lay, "final_norm.weight", head_base);
   m->final_b = off_global(lay, "final_norm.bias", head_base);
   /* Tied head: with one stage the head is unit 0's embed.weight; with a pipeline the last
-   * stage holds its own copy of embed.weight after final_norm (SHARDING.md §1), whose
+   * stage holds its own copy of embed.weight after final_norm (docs/sharding.md "Tied embeddings
+   * across stages"), whose
    * gradient zero.c sums with the first stage's before the data-parallel reduction. */
   const int tied_here = mc->tie_embeddings && lay->pp == 1;
   m->head_unit = tied_here ? 0 : m->L + 1;

@@ -4,7 +4,7 @@
  * gradient buffer and the fp32 statistics, all allocated once at creation for
  * micro-batches of `micro_batch` sequences of seq_len tokens.  It calls only `ops`.
  *
- * Model definition (DESIGN.md): pre-norm blocks x += attn(norm(x)); x += mlp(norm(x));
+ * Model definition (docs/model.md "Block"): pre-norm blocks x += attn(norm(x)); x += mlp(norm(x));
  * final norm; LM head; mean cross-entropy over all B*T targets. */
 #ifndef TSR_MODEL_H
 #define TSR_MODEL_H

@@ -1,6 +1,6 @@
 /* util.h — error propagation, logging and checked allocation shared by every module.
  *
- * Error model (CONVENTIONS.md): a function that can fail returns int, 0 on success,
+ * Error model (docs/conventions.md "Errors"): a function that can fail returns int, 0 on success,
  * otherwise one of the TSR_ERR_* codes (which are also the process exit codes), or a
  * pointer that is NULL on failure.  Callers propagate through TSR_CALL, which adds a
  * "file:line func" trace line; user-facing checks go through TSR_CHECK with a message. */

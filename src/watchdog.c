@@ -2,7 +2,7 @@
  *
  * The shared state is a handful of words written by the main thread and read by the
  * watchdog; they are C11 atomics so a torn read cannot happen.  This is, with the signal
- * flag and the log sink, the process-wide state CONVENTIONS.md allows: a watchdog is
+ * flag and the log sink, the process-wide state the conventions allow (docs/conventions.md "Errors"): a watchdog is
  * by nature one per process. */
 #include "watchdog.h"
 

@@ -1,7 +1,7 @@
 /* zero.h — data parallelism with ZeRO stages 0-3 and hybrid sharding.
  *
  * The flat parameter buffer (layout order, n_flat elements, padded to a multiple of
- * 64 x shard_size) is cut into shard_size contiguous shards (SHARDING.md §3): shard s
+ * 64 x shard_size) is cut into shard_size contiguous shards (docs/sharding.md "ZeRO shards"): shard s
  * owns [s n/S, (s+1) n/S).  The shard group is dp_shard (shard_scope); copies of a
  * shard on other nodes form dp_replicate.
  *

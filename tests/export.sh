@@ -2,7 +2,7 @@
 # export.sh — tools/tsr-export end to end: train 2 steps on 2 ranks (tp 2, so the file was
 # written in pieces), export the checkpoint as fp32 and bf16 safetensors, and read them
 # back with an independent reader (header parsed by hand, bytes turned into tensors by
-# torch.frombuffer): names and shapes are DESIGN.md's /model tensors without the prefix,
+# torch.frombuffer): names and shapes are docs/model.md's /model tensors without the prefix,
 # fp32 values equal h5py's bit for bit, bf16 values equal torch's own fp32 -> bf16
 # conversion (round-to-nearest-even), metadata carries the step.  h5dump -H shows the
 # /model and /optim groups; a missing file is refused with exit code 2.
@@ -76,7 +76,7 @@ for i in range(n_layer):
     for m in ("attn_norm", "attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp_norm", "mlp.w_gate",
               "mlp.w_up", "mlp.w_down"):
         want.append(f"layers.{i:03d}.{m}.weight")
-say(sorted(ref) == sorted(want), f"the checkpoint holds DESIGN.md's {len(want)} llama tensors")
+say(sorted(ref) == sorted(want), f"the checkpoint holds docs/model.md's {len(want)} llama tensors")
 
 for path, dtype in ((f32, "F32"), (f16, "BF16")):
     got, meta, tight, aligned = read(path)

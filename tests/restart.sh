@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# restart.sh — restart equivalence (DESIGN.md correctness ladder, level 5), every case
+# restart.sh — restart equivalence (docs/conventions.md "Correctness ladder", level 5), every case
 # under a timeout.  The LR schedule is fixed (optim.decay_steps = 20) so it does not depend
 # on run.max_steps.  fp32, llama, 4 layers, 4 heads, 2 KV heads: every layout divides.
 #  Same layout, bitwise: 20 steps straight  ==  10 steps, stop, resume (auto) to 20: the

@@ -2,8 +2,8 @@
  * whole-buffer round trip alone under more ranks, where tensor k is written by rank
  * k mod size and every rank reads; tests/test_sharding.c covers sharded layouts).
  *
- * The file is checked with the plain HDF5 API against DESIGN.md's names and shapes and
- * against a checksum computed here from SHARDING.md §5's formula; damage is done with
+ * The file is checked with the plain HDF5 API against docs/model.md's names and shapes
+ * and against a checksum computed here from docs/formats.md "Checksums"; damage is done with
  * truncate(2) and byte flips at H5Dget_offset; stderr is captured to check that warnings
  * and errors name the file and the dataset.  Exit 0 pass, 1 fail. */
 #include <errno.h>
@@ -135,7 +135,7 @@ static int loads_as(const char *path, const tsr_layout *lay, const bufs *want, c
   return ok;
 }
 
-/* SHARDING.md §5, written out again here as the reference. */
+/* docs/formats.md "Checksums", written out again here as the reference. */
 static uint64_t ref_checksum(const float *x, int64_t n) {
   uint64_t s = 0;
   for (int64_t i = 0; i < n; i++) {

@@ -1,7 +1,8 @@
-/* test_layout.c — the tensor table: names and shapes as DESIGN.md's checkpoint table,
+/* test_layout.c — the tensor table: names and shapes of docs/model.md "Tensor names
+ * and shapes",
  * contiguous non-overlapping offsets, fusable weights adjacent, and initialisation
  * that depends only on (seed, tensor name, element index).  Then the parts
- * (SHARDING.md §1-§4, §7): over a grid of (L, tp, pp, virtual stages, shard count, dp
+ * (docs/sharding.md): over a grid of (L, tp, pp, virtual stages, shard count, dp
  * copies), every element of every logical tensor is held by the pieces and written by
  * exactly one; pieces -> rectangles -> elements round-trip; the tied head's copy and
  * GQA's shared KV heads are marked; fused weights stay adjacent in every part; a part
@@ -287,7 +288,7 @@ int main(void) {
                shape_is(lay, "layers.001.mlp.w_down.weight", C, F) &&
                shape_is(lay, "layers.000.attn_norm.weight", C, 1) &&
                shape_is(lay, "final_norm.weight", C, 1),
-           "llama names and [out, in] shapes as DESIGN.md");
+           "llama names and [out, in] shapes as docs/model.md");
   TU_CHECK(!tsr_layout_find(lay, "pos_embed.weight") &&
                !tsr_layout_find(lay, "layers.000.attn.wq.bias") &&
                !tsr_layout_find(lay, "final_norm.bias"),

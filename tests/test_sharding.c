@@ -1,4 +1,4 @@
-/* test_sharding.c — checkpoints by pieces (SHARDING.md §3-§5), any layout to any layout.
+/* test_sharding.c — checkpoints by pieces (docs/sharding.md "Checkpoint pieces"), any layout to any layout.
  * MPI test: runs on 1, 2, 3 or 4 ranks (tests/sharding.sh runs all four).
  *
  * The model state is a pure function of (tensor name, logical element index), so every
@@ -12,7 +12,7 @@
  *     that every copy which must NOT write a tensor (tied copy, non-writing tp / dp
  *     copies) holds wrong values: a write from the wrong copy shows up in the file;
  *   - tsr_ckpt_save_view; the file, read on rank 0 with the plain serial HDF5 API, holds
- *     every logical tensor bitwise, with a checksum equal to SHARDING.md §5's formula
+ *     every logical tensor bitwise, with a checksum equal to docs/formats.md "Checksums"
  *     computed here;
  *   - layouts B (every layout of this rank count, or 7 spread ones when there are more
  *     than 8, and every file an earlier run with another rank count left in the

@@ -12,9 +12,9 @@ checkpoint.save_initial = .true. and checkpoints kept for steps 0 and 1.  Read:
   RUN_DIR/metrics.jsonl          loss, lr and grad_norm of steps 1 and 2;
   the token shards of &data train (or --data GLOB), read with our own header parser.
 Nothing of Tessera's code is used.  The model is tests/torch_ref.py's (written from
-DESIGN.md), run in float64.  Step s (1-based) uses global samples (s-1)*global_batch ..
+docs/model.md), run in float64.  Step s (1-based) uses global samples (s-1)*global_batch ..
 s*global_batch - 1, sample k being stream tokens [k*seq_len, k*seq_len + seq_len]
-(DESIGN.md, "Token shard"); the loss is the mean over all B*T targets of the batch.
+(docs/formats.md, "Token stream and samples"); the loss is the mean over all B*T targets of the batch.
 
 Checks (each prints the measured figure; tolerances explained at TOL in torch_ref.py):
   lr of steps 1, 2      the documented schedule vs metrics "lr"
@@ -158,7 +158,7 @@ def batch(stream, seq_len, first, count):
 
 
 def scheduled_lr(deck, step):
-    """DESIGN.md / optim.h: linear warmup, then decay over decay_steps (0 = max_steps)."""
+    """docs/model.md / optim.h: linear warmup, then decay over decay_steps (0 = max_steps)."""
     lr, min_lr = deck["optim.lr"], deck["optim.min_lr"]
     warmup, decay = deck["optim.warmup_steps"], deck["optim.decay"]
     if warmup > 0 and step <= warmup:
@@ -230,16 +230,16 @@ def main(run_dir, data_glob):
     for tag, groups in (("step 0", c0), ("step 1", c1)):
         for g in (("model",) if tag == "step 0" else ("model", "optim/m", "optim/v")):
             if sorted(groups[g]) != names:
-                print("FAIL: %s /%s names differ from DESIGN.md: missing %s, unexpected %s"
+                print("FAIL: %s /%s names differ from docs/model.md: missing %s, unexpected %s"
                       % (tag, g, sorted(set(names) - set(groups[g])),
                          sorted(set(groups[g]) - set(names))))
                 return 1
             bad = [n for n in names if groups[g][n].shape != expected_shape(cfg, n)]
             if bad:
-                print("FAIL: %s /%s/%s has shape %s, DESIGN.md says %s"
+                print("FAIL: %s /%s/%s has shape %s, docs/model.md says %s"
                       % (tag, g, bad[0], groups[g][bad[0]].shape, expected_shape(cfg, bad[0])))
                 return 1
-    print("PASS: checkpoint tensors: %d names and shapes as in DESIGN.md (steps 0 and 1; "
+    print("PASS: checkpoint tensors: %d names and shapes as in docs/model.md (steps 0 and 1; "
           "attrs step %s, %s)" % (len(names), a0.get("step"), a1.get("step")))
 
     pattern = data_glob or deck["data.train"]
@@ -267,7 +267,7 @@ def main(run_dir, data_glob):
     check("loss step 1 (samples 0..%d)" % (GB - 1), abs(got - float(loss1)) / abs(float(loss1)),
           TOL, "tessera %.12f  torch64 %.12f" % (got, float(loss1)))
 
-    # ---- one AdamW step: torch.optim.AdamW after clip_grad_norm_, as DESIGN.md says
+    # ---- one AdamW step: torch.optim.AdamW after clip_grad_norm_, as docs/model.md says
     norm = adamw_step(cfg, P, lr1)
     after = {n: p.detach().numpy() for n, p in P.items()}
     got = metrics[1]["grad_norm"]

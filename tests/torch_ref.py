@@ -9,7 +9,7 @@ DUMP.h5 comes from tests/dump_ref: /model/<name> (initial fp32 weights), /grad/<
 /batch/inputs and /batch/targets [B, T], and root attributes (loss, loss_after, lr,
 grad_norm, model and optimizer numbers).
 
-The model here is written from DESIGN.md's "Model definition" alone and runs in
+The model here is written from docs/model.md alone and runs in
 float64 (the reference) and float32 (to show how large plain fp32 roundoff is).
 Errors are per tensor: max|tessera - ref| / max|ref| (see ZERO for the exception).
 Exit 0 when every check is within TOL, 1 otherwise.
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 # fp32 carries ~7 digits; a 2-layer model with ~1e5 accumulations per gradient loses one
-# or two of them, so 1e-5 of each tensor's largest value is the fp32 bar (DESIGN.md).
+# or two of them, so 1e-5 of each tensor's largest value is the fp32 bar (docs/conventions.md "Correctness ladder").
 TOL = 1e-5
 # A few gradients are zero by symmetry, not by accident: softmax ignores a constant
 # added to every score of a row, so the key bias (gpt2) gets exactly zero gradient in
@@ -242,7 +242,7 @@ def main(path):
         if sorted(groups[g]) != names:
             missing = sorted(set(names) - set(groups[g]))
             extra = sorted(set(groups[g]) - set(names))
-            print("  FAIL: /%s tensors differ from DESIGN.md's names: missing %s, unexpected %s"
+            print("  FAIL: /%s tensors differ from docs/model.md's names: missing %s, unexpected %s"
                   % (g, missing, extra))
             return 1
         for n in names:

@@ -4,7 +4,7 @@
 #
 # tests/dump_ref (C, Tessera's modules) writes weights, gradients, the batch and the
 # weights after one optimizer step to HDF5; tests/torch_ref.py rebuilds the model from
-# DESIGN.md in float64 and compares.  Skips (77) without Debian's torch/numpy/h5py.
+# docs/model.md in float64 and compares.  Skips (77) without Debian's torch/numpy/h5py.
 set -u
 
 top_builddir=${top_builddir:-.}
