@@ -263,15 +263,15 @@ static int write_tensor(hid_t group, const tsr_tensor *t, const piece *p, const 
   hsize_t dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
   hsize_t n = (hsize_t)(p->i1 - p->i0);
   hsize_t n1 = n ? n : 1;
-  H5_CALL(fspace = H5Screate_simple(t->ndim, dims, NULL));
-  H5_CALL(dcpl = H5Pcreate(H5P_DATASET_CREATE));
-  H5_CALL(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-  H5_CALL(d = H5Dcreate2(group, t->name, H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-  H5_CALL(select_piece(fspace, p));
-  H5_CALL(mspace = H5Screate_simple(1, &n1, NULL));
-  if (!n) H5_CALL(H5Sselect_none(mspace));
-  H5_CALL(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, src));
-  H5_CALL(attr_put(d, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &checksum));
+  TSR_H5_GOTO(fspace = H5Screate_simple(t->ndim, dims, NULL));
+  TSR_H5_GOTO(dcpl = H5Pcreate(H5P_DATASET_CREATE));
+  TSR_H5_GOTO(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+  TSR_H5_GOTO(d = H5Dcreate2(group, t->name, H5T_IEEE_F32LE, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+  TSR_H5_GOTO(select_piece(fspace, p));
+  TSR_H5_GOTO(mspace = H5Screate_simple(1, &n1, NULL));
+  if (!n) TSR_H5_GOTO(H5Sselect_none(mspace));
+  TSR_H5_GOTO(H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, src));
+  TSR_H5_GOTO(attr_put(d, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &checksum));
 done:
   CLOSE(H5Sclose, mspace);
   CLOSE(H5Sclose, fspace);
@@ -291,17 +291,17 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   snprintf(layout, sizeof layout, "world=%d tp=%lld pp=%lld dp=%lld zero=%lld", world,
            (long long)tp, (long long)pp, (long long)(world / (tp * pp)),
            (long long)cfg->parallel.zero_stage);
-  H5_CALL(attr_put_i64(file, "format_version", TSR_CKPT_FORMAT_VERSION));
-  H5_CALL(attr_put_i64(file, "step", st->step));
-  H5_CALL(attr_put_i64(file, "tokens", st->tokens));
-  H5_CALL(attr_put_i64(file, "data_cursor", st->data_cursor));
-  H5_CALL(attr_put_i64(file, "skipped", st->skipped));
-  H5_CALL(attr_put(file, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &st->loss_scale));
-  H5_CALL(attr_put_i64(file, "loss_scale_good_steps", st->scale_good_steps));
-  H5_CALL(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
-  H5_CALL(attr_put_str(file, "deck", deck));
-  H5_CALL(attr_put_str(file, "layout", layout));
-  H5_CALL(attr_put_str(file, "arch", tsr_deck_word(cfg, &mc->arch)));
+  TSR_H5_GOTO(attr_put_i64(file, "format_version", TSR_CKPT_FORMAT_VERSION));
+  TSR_H5_GOTO(attr_put_i64(file, "step", st->step));
+  TSR_H5_GOTO(attr_put_i64(file, "tokens", st->tokens));
+  TSR_H5_GOTO(attr_put_i64(file, "data_cursor", st->data_cursor));
+  TSR_H5_GOTO(attr_put_i64(file, "skipped", st->skipped));
+  TSR_H5_GOTO(attr_put(file, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &st->loss_scale));
+  TSR_H5_GOTO(attr_put_i64(file, "loss_scale_good_steps", st->scale_good_steps));
+  TSR_H5_GOTO(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
+  TSR_H5_GOTO(attr_put_str(file, "deck", deck));
+  TSR_H5_GOTO(attr_put_str(file, "layout", layout));
+  TSR_H5_GOTO(attr_put_str(file, "arch", tsr_deck_word(cfg, &mc->arch)));
   const struct {
     const char *name;
     int64_t value;
@@ -310,19 +310,19 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
               {"d_ff", mc->d_ff},       {"vocab_size", mc->vocab_size},
               {"seq_len", mc->seq_len}, {"tie_embeddings", mc->tie_embeddings}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-    H5_CALL(attr_put_i64(file, dims[i].name, dims[i].value));
+    TSR_H5_GOTO(attr_put_i64(file, dims[i].name, dims[i].value));
 done:
   return rc;
 }
 
 static int create_groups(hid_t file, hid_t groups[3], hid_t *optim, hid_t *dxpl) {
   int rc = 0;
-  H5_CALL(groups[0] = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(*optim = H5Gcreate2(file, "/optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(groups[1] = H5Gcreate2(*optim, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(groups[2] = H5Gcreate2(*optim, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  H5_CALL(*dxpl = H5Pcreate(H5P_DATASET_XFER));
-  H5_CALL(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE));
+  TSR_H5_GOTO(groups[0] = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  TSR_H5_GOTO(*optim = H5Gcreate2(file, "/optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  TSR_H5_GOTO(groups[1] = H5Gcreate2(*optim, "m", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  TSR_H5_GOTO(groups[2] = H5Gcreate2(*optim, "v", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  TSR_H5_GOTO(*dxpl = H5Pcreate(H5P_DATASET_XFER));
+  TSR_H5_GOTO(H5Pset_dxpl_mpio(*dxpl, H5FD_MPIO_COLLECTIVE));
 done:
   return rc;
 }
@@ -351,8 +351,8 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
     for (int k = 0; k < 3; k++)
       sums[k * nt + i] = piece_checksum(&p, bufs[k] ? bufs[k] + piece_at(view, &p) : zeros);
   }
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
   if ((rc = check_coverage(whole, counted, "would write", rank == 0))) goto done;
   phase[0] = MPI_Wtime();
 
@@ -425,7 +425,7 @@ static int check_file_size_limit(const tsr_layout *whole, int deck_len, const ch
     double limit;
     int rank;
   } low = {mine < 0 ? 1e300 : mine, rank};
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm));
   const double need = 12.0 * (double)whole->n_params + deck_len;
   if (need <= low.limit) return 0;
   if (rank == 0)
@@ -454,9 +454,9 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   MPI_Comm_rank(comm, &rank);
   tsr_ckpt_dir(cfg, dir, sizeof dir);
   /* Attribute writes are collective: every rank must pass rank 0's bytes. */
-  MPI_CALL(MPI_Bcast(&st, (int)sizeof st, MPI_BYTE, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(&st, (int)sizeof st, MPI_BYTE, 0, comm));
   int deck_len = rank == 0 && deck_text ? (int)strlen(deck_text) : 0;
-  MPI_CALL(MPI_Bcast(&deck_len, 1, MPI_INT, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(&deck_len, 1, MPI_INT, 0, comm));
   /* Every rank creates every dataset: the whole model's list, from the config all share. */
   rc = check_view(view);
   if (!rc) rc = tsr_layout_create(&whole, &view->lay->model);
@@ -482,10 +482,10 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   if (!deck || !zeros) rc = TSR_ERR;
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   if (rank == 0 && deck_len) memcpy(deck, deck_text, (size_t)deck_len);
-  MPI_CALL(MPI_Bcast(deck, deck_len + 1, MPI_CHAR, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(deck, deck_len + 1, MPI_CHAR, 0, comm));
 
   if (rank == 0) rc = tsr_ckpt_mkdir_p(dir);
-  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
   if (rc) goto done;
   const float *const bufs[3] = {master, m, v};
   double phase[3] = {t0, t0, t0}; /* ends of: checksums, dataset writes, close */
@@ -566,12 +566,12 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
       missing++;
       continue;
     }
-    H5_CALL(g = H5Gopen2(file, kGroups[k], H5P_DEFAULT));
+    TSR_H5_GOTO(g = H5Gopen2(file, kGroups[k], H5P_DEFAULT));
     for (int i = 0; i < lay->n_tensors; i++) {
       const tsr_tensor *t = &lay->tensors[i];
       hsize_t want[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]}, got[2] = {0, 0};
       htri_t has = H5Lexists(g, t->name, H5P_DEFAULT);
-      H5_CALL(has);
+      TSR_H5_GOTO(has);
       if (!has) {
         if (say && m0++ < 5)
           tsr_error("checkpoint %s: %s/%s is missing but the deck's model needs it", path,
@@ -579,14 +579,14 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
         missing++;
         continue;
       }
-      H5_CALL(d = H5Dopen2(g, t->name, H5P_DEFAULT));
-      H5_CALL(space = H5Dget_space(d));
+      TSR_H5_GOTO(d = H5Dopen2(g, t->name, H5P_DEFAULT));
+      TSR_H5_GOTO(space = H5Dget_space(d));
       int ndim = H5Sget_simple_extent_ndims(space);
-      H5_CALL(ndim);
+      TSR_H5_GOTO(ndim);
       if (ndim > 2)
         ndim = 0;
       else
-        H5_CALL(H5Sget_simple_extent_dims(space, got, NULL));
+        TSR_H5_GOTO(H5Sget_simple_extent_dims(space, got, NULL));
       if (ndim != t->ndim || got[0] != want[0] || (ndim == 2 && got[1] != want[1])) {
         char s_got[64] = "[?]", s_want[64];
         if (ndim) shape_str(s_got, sizeof s_got, ndim, got);
@@ -599,10 +599,10 @@ static int check_structure(hid_t file, const char *path, const tsr_layout *lay, 
       CLOSE(H5Sclose, space);
       CLOSE(H5Dclose, d);
     }
-    H5_CALL(H5Gget_info(g, &info));
+    TSR_H5_GOTO(H5Gget_info(g, &info));
     for (hsize_t j = 0; j < info.nlinks; j++) {
       char name[TSR_NAME_MAX * 2];
-      H5_CALL(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, j, name, sizeof name,
+      TSR_H5_GOTO(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, j, name, sizeof name,
                                  H5P_DEFAULT));
       if (!tsr_layout_find(lay, name)) {
         if (say && e0++ < 5)
@@ -637,15 +637,15 @@ static int read_tensor(hid_t file, const char *gname, const tsr_tensor *t, const
   hid_t g = -1, d = -1, fspace = -1, mspace = -1;
   hsize_t n = (hsize_t)(p->i1 - p->i0), n1 = n ? n : 1;
   float dummy = 0;
-  H5_CALL(g = H5Gopen2(file, gname, H5P_DEFAULT));
-  H5_CALL(d = H5Dopen2(g, t->name, H5P_DEFAULT));
-  H5_CALL(fspace = H5Dget_space(d));
-  H5_CALL(select_piece(fspace, p));
-  H5_CALL(mspace = H5Screate_simple(1, &n1, NULL));
-  if (!n) H5_CALL(H5Sselect_none(mspace));
-  H5_CALL(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? dst : &dummy));
+  TSR_H5_GOTO(g = H5Gopen2(file, gname, H5P_DEFAULT));
+  TSR_H5_GOTO(d = H5Dopen2(g, t->name, H5P_DEFAULT));
+  TSR_H5_GOTO(fspace = H5Dget_space(d));
+  TSR_H5_GOTO(select_piece(fspace, p));
+  TSR_H5_GOTO(mspace = H5Screate_simple(1, &n1, NULL));
+  if (!n) TSR_H5_GOTO(H5Sselect_none(mspace));
+  TSR_H5_GOTO(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n ? dst : &dummy));
   int e = tsr_ckpt_attr_get(d, "checksum", H5T_NATIVE_UINT64, stored);
-  H5_CALL(e);
+  TSR_H5_GOTO(e);
   if (e) {
     tsr_error("checkpoint: no checksum attribute on %s/%s; the file is damaged: resume from "
               "another checkpoint", gname, t->name);
@@ -744,8 +744,8 @@ int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
     }
   }
   if (rc) goto done;
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, sums, 3 * nt, MPI_UINT64_T, MPI_SUM, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, counted, nt, MPI_INT64_T, MPI_SUM, comm));
   rc = check_coverage(whole, counted, "would check", rank == 0);
   for (int k = 0, bad = 0; k < 3 && !rc; k++)
     for (int i = 0; i < nt && bufs[k]; i++) {

@@ -224,8 +224,8 @@ static int verify_dataset(hid_t group, const char *gname, const char *name, char
   float *buf = NULL;
   uint64_t stored = 0, sum = 0;
   hsize_t dims[2] = {0, 1};
-  H5_TRY(d = H5Dopen2(group, name, H5P_DEFAULT), "cannot open %s/%s", gname, name);
-  H5_TRY(fspace = H5Dget_space(d), "cannot read the shape of %s/%s", gname, name);
+  TSR_H5_TRY(d = H5Dopen2(group, name, H5P_DEFAULT), "cannot open %s/%s", gname, name);
+  TSR_H5_TRY(fspace = H5Dget_space(d), "cannot read the shape of %s/%s", gname, name);
   int ndim = H5Sget_simple_extent_ndims(fspace);
   if (ndim < 1 || ndim > 2 || H5Sget_simple_extent_dims(fspace, dims, NULL) < 0) {
     snprintf(why, why_len, "%s/%s is not a 1-D or 2-D dataset", gname, name);
@@ -249,9 +249,9 @@ static int verify_dataset(hid_t group, const char *gname, const char *name, char
   for (int64_t r = 0; r < rows; r += block) {
     int64_t nr = rows - r < block ? rows - r : block;
     hsize_t n = (hsize_t)(nr * cols);
-    H5_TRY(tsr_ckpt_select_rect(fspace, r, 0, nr, cols, 1), "cannot select %s/%s", gname, name);
-    H5_TRY(mspace = H5Screate_simple(1, &n, NULL), "cannot create a memory space");
-    H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf), "cannot read %s/%s",
+    TSR_H5_TRY(tsr_ckpt_select_rect(fspace, r, 0, nr, cols, 1), "cannot select %s/%s", gname, name);
+    TSR_H5_TRY(mspace = H5Screate_simple(1, &n, NULL), "cannot create a memory space");
+    TSR_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf), "cannot read %s/%s",
            gname, name);
     CLOSE(H5Sclose, mspace);
     sum += tsr_ckpt_checksum_run(buf, nr * cols, r * cols);
@@ -275,12 +275,12 @@ static int verify_group(hid_t file, const char *gname, int share, int n_shares, 
   int rc = 0;
   hid_t g = -1;
   H5G_info_t info;
-  H5_TRY(g = H5Gopen2(file, gname, H5P_DEFAULT), "no group %s", gname);
-  H5_TRY(H5Gget_info(g, &info), "cannot list %s", gname);
+  TSR_H5_TRY(g = H5Gopen2(file, gname, H5P_DEFAULT), "no group %s", gname);
+  TSR_H5_TRY(H5Gget_info(g, &info), "cannot list %s", gname);
   for (hsize_t k = 0; k < info.nlinks && !rc; k++) {
     if ((*seen)++ % n_shares != share) continue;
     char name[TSR_NAME_MAX * 2];
-    H5_TRY(
+    TSR_H5_TRY(
         H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT),
         "cannot list %s", gname);
     rc = verify_dataset(g, gname, name, why, why_len);
@@ -334,9 +334,9 @@ static int verify_collective(const char *path, int model_only, int rank0_busy, c
   why[0] = '\0';
   if (share >= 0 && share < n) rc = tsr_ckpt_verify_file(path, model_only, share, n, why, why_len);
   int failed = rc ? rank : size;
-  MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MIN, comm));
+  TSR_MPI_GOTO(MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MIN, comm));
   if (failed == size) return 0;
-  MPI_CALL(MPI_Bcast(why, (int)why_len, MPI_CHAR, failed, comm));
+  TSR_MPI_GOTO(MPI_Bcast(why, (int)why_len, MPI_CHAR, failed, comm));
   why[why_len - 1] = '\0';
   return TSR_ERR_INPUT;
 done:
@@ -389,7 +389,7 @@ int tsr_ckpt_publish(const char *dir, const char *tmp, const char *final, const 
     return TSR_ERR;
   }
   if (rank == 0) rc = publish_verified(dir, tmp, final, name, sync_errno);
-  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
 done:
   return rc;
 }
@@ -462,12 +462,12 @@ static int resolve_auto(const char *dir, char *out, size_t len, MPI_Comm comm) {
     rc = list_candidates(dir, &names, &n, &named_latest);
   }
   int hdr[3] = {rc, n, named_latest};
-  MPI_CALL(MPI_Bcast(hdr, 3, MPI_INT, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(hdr, 3, MPI_INT, 0, comm));
   if ((rc = hdr[0]) || (n = hdr[1]) == 0) goto done;
   named_latest = hdr[2];
   if (rank != 0 && !(names = calloc((size_t)n, sizeof *names))) rc = TSR_ERR;
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
-  MPI_CALL(MPI_Bcast(names, n * TSR_CKPT_NAME, MPI_CHAR, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(names, n * TSR_CKPT_NAME, MPI_CHAR, 0, comm));
   for (int i = 0; i < n; i++) {
     snprintf(cand, sizeof cand, "%s/%s", dir, names[i]);
     if (verify_collective(cand, 0, 0, why, sizeof why, comm) == 0) {
@@ -520,8 +520,8 @@ int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm com
       rc = TSR_ERR_INPUT;
     }
   }
-  MPI_CALL(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
-  MPI_CALL(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+  TSR_MPI_GOTO(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, comm));
   if (!rc) snprintf(path, len, "%s", found);
 done:
   tsr_ckpt_quiet_end(&q);

@@ -21,8 +21,9 @@ void tsr_ckpt_h5_describe(char *buf, size_t len);
 int tsr_ckpt_h5_fail(const char *file, int line, const char *func, const char *expr, int err);
 int tsr_ckpt_mpi_fail(const char *file, int line, const char *func, const char *expr, int code);
 
-/* Both need `int rc` and a `done:` label that releases what the function holds. */
-#define H5_CALL(expr)                                           \
+/* The checkpoint code's members of util.h's check-macro family: they need `int rc` and a
+ * `done:` label that releases what the function holds, and jump there on failure. */
+#define TSR_H5_GOTO(expr)                                           \
   do {                                                          \
     errno = 0;                                                  \
     if ((expr) < 0) {                                           \
@@ -31,7 +32,7 @@ int tsr_ckpt_mpi_fail(const char *file, int line, const char *func, const char *
     }                                                           \
   } while (0)
 
-#define MPI_CALL(expr)                                             \
+#define TSR_MPI_GOTO(expr)                                             \
   do {                                                             \
     int mpi_rc_ = (expr);                                          \
     if (mpi_rc_ != MPI_SUCCESS) {                                  \
@@ -41,7 +42,7 @@ int tsr_ckpt_mpi_fail(const char *file, int line, const char *func, const char *
   } while (0)
 
 /* Quiet variant for probing files that may be broken: the reason goes to `why`. */
-#define H5_TRY(expr, ...)                                   \
+#define TSR_H5_TRY(expr, ...)                                   \
   do {                                                      \
     if ((expr) < 0) {                                       \
       char h5m_[768], what_[512];                           \

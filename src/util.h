@@ -1,9 +1,17 @@
 /* util.h — error propagation, logging and checked allocation shared by every module.
  *
- * Error model (docs/conventions.md "Errors"): a function that can fail returns int, 0 on success,
- * otherwise one of the TSR_ERR_* codes (which are also the process exit codes), or a
- * pointer that is NULL on failure.  Callers propagate through TSR_CALL, which adds a
- * "file:line func" trace line; user-facing checks go through TSR_CHECK with a message. */
+ * Error model (docs/conventions.md "Errors"): a function that can fail returns int, 0 on
+ * success, otherwise one of the TSR_ERR_* codes (which are also the process exit codes),
+ * or a pointer that is NULL on failure.  One family of check macros, each reporting
+ * "file:line func" with the failing expression:
+ *   TSR_CALL(expr)           one of our calls: on failure add a trace line and return its code
+ *   TSR_CHECK(cond, code, fmt, ...)   a condition: on failure print the message, return code
+ *   TSR_MPI_CALL(call)       MPI (comm_mpi.h): report the MPI error, return TSR_ERR
+ *   TSR_H5_GOTO(expr), TSR_MPI_GOTO(expr), TSR_H5_TRY(expr, fmt, ...)   HDF5 and MPI in
+ *                            the checkpoint code (ckpt_internal.h): set rc and jump to the
+ *                            function's `done:` cleanup
+ *   TSR_CUDA_CALL, TSR_CUBLAS_CALL, TSR_CUDNN_CALL, TSR_NCCL_CALL   the CUDA backend's
+ *                            libraries (cuda/), the same way. */
 #ifndef TSR_UTIL_H
 #define TSR_UTIL_H
 
