@@ -30,10 +30,10 @@ typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM } tsr_hw_nam
 enum { TSR_SHARD_GLOBAL = 0, TSR_SHARD_NODE = -1 };
 /* shard_scope as the deck writes it: "global", "node" or "8" */
 static inline const char *tsr_shard_scope_text(int64_t v, char *buf, size_t cap) {
-  if (v > 0)
-    snprintf(buf, cap, "%lld", (long long)v);
-  else
+  if (v == TSR_SHARD_GLOBAL || v == TSR_SHARD_NODE)
     snprintf(buf, cap, "%s", v == TSR_SHARD_GLOBAL ? "global" : "node");
+  else
+    snprintf(buf, cap, "%lld", (long long)v);
   return buf;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "deck_schema.h"
+#include "layout_check.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- small helpers */
@@ -755,87 +756,45 @@ static int hints_bad(const char *s, char *buf, size_t cap) {
   return 0;
 }
 
+/* The layout rules (layout_check.c), each reported at the key of it set last, with the
+ * others' places named. */
+typedef struct {
+  const parser *P;
+  int rep; /* the key reported at */
+} key_ctx;
+static void key_ref(void *ctx, const tsr_config *cfg, const char *key, char *buf, size_t len) {
+  const key_ctx *kc = ctx;
+  const char *dot = strchr(key, '.');
+  const int k = deck_find_key(deck_find_group(key, (size_t)(dot - key)), dot + 1, strlen(dot + 1));
+  ref(kc->P, k, kc->rep, buf, len);
+}
+static void layout_checks(parser *P) {
+  tsr_layout_issue is[TSR_LAYOUT_MAX_ISSUES];
+  const int rpn = (int)P->cfg->parallel.ranks_per_node; /* 0: detected at run time */
+  const int n = tsr_layout_check(P->cfg, P->world_size, rpn, is, TSR_LAYOUT_MAX_ISSUES);
+  for (int i = 0; i < n && i < TSR_LAYOUT_MAX_ISSUES; i++) {
+    int ids[TSR_LAYOUT_MAX_KEYS];
+    for (int j = 0; j < is[i].n_keys; j++) {
+      const char *key = is[i].keys[j], *dot = strchr(key, '.');
+      ids[j] = deck_find_key(deck_find_group(key, (size_t)(dot - key)), dot + 1, strlen(dot + 1));
+    }
+    if (any_failed(P, ids, is[i].n_keys)) continue;
+    key_ctx kc = {P, latest(P, ids, is[i].n_keys)};
+    char text[4 * (TSR_STR_PATH + 200)];
+    tsr_layout_issue_text(&is[i], P->cfg, key_ref, &kc, text, sizeof text);
+    loc_t at = {0};
+    if (kc.rep >= 0) at = P->set_at[kc.rep];
+    errat(P, &at, "%s", text);
+  }
+}
+
 static void cross_checks(parser *P) {
   tsr_config *c = P->cfg;
   char r[3][TSR_STR_PATH + 200];
-  int d_model = deck_key_id(GI_model, "d_model"), n_head = deck_key_id(GI_model, "n_head"),
-      n_kv = deck_key_id(GI_model, "n_kv_head"), n_layer = deck_key_id(GI_model, "n_layer"),
-      arch = deck_key_id(GI_model, "arch"),
-      seq_len = deck_key_id(GI_model, "seq_len"), tp = deck_key_id(GI_parallel, "tp"),
-      pp = deck_key_id(GI_parallel, "pp"), vs = deck_key_id(GI_parallel, "virtual_stages"),
-      sched = deck_key_id(GI_parallel, "schedule"), mbs = deck_key_id(GI_parallel, "micro_batches"),
-      scope = deck_key_id(GI_parallel, "shard_scope"), sp = deck_key_id(GI_parallel, "sequence_parallel"),
-      mb = deck_key_id(GI_train, "micro_batch"), gb = deck_key_id(GI_train, "global_batch"),
-      lr = deck_key_id(GI_optim, "lr"), min_lr = deck_key_id(GI_optim, "min_lr"),
-      warm = deck_key_id(GI_optim, "warmup_steps"), dsteps = deck_key_id(GI_optim, "decay_steps");
-  const tsr_model_config *m = &c->model;
-  const tsr_parallel_config *pc = &c->parallel;
-  int ws = P->world_size;
-
-  /* divisor must divide dividend; checked in this order, the first failure per pair only */
-  static const struct { int g1; const char *k1; int g2; const char *k2, *why; } divides[] = {
-      {GI_model, "n_head", GI_model, "d_model", ""},
-      {GI_model, "n_kv_head", GI_model, "n_head", " (query heads are shared out evenly over KV heads)"},
-      {GI_parallel, "tp", GI_model, "n_head", " (attention heads are split over tensor-parallel ranks)"},
-      {GI_parallel, "pp", GI_model, "n_layer", " (every pipeline stage holds the same number of layers)"},
-      {GI_parallel, "tp", GI_model, "vocab_size",
-       " (the embedding and LM head are split by vocabulary; pad vocab_size)"}};
-  for (size_t i = 0; i < sizeof divides / sizeof divides[0]; i++) {
-    int a = deck_key_id(divides[i].g1, divides[i].k1), b = deck_key_id(divides[i].g2, divides[i].k2);
-    if (*deck_ival(c, b) % *deck_ival(c, a)) {
-      int ids[] = {a, b};
-      XERR(ids, "%s does not divide %s%s", REF(0, a), REF(1, b), divides[i].why);
-    }
-  }
-  if (m->d_model % m->n_head == 0 && m->arch == TSR_ARCH_LLAMA && (m->d_model / m->n_head) % 2) {
-    int ids[] = {n_head, d_model, arch};
-    XERR(ids, "head dimension %s / %s = %lld is odd; RoPE (arch 'llama') needs it even",
-         REF(0, d_model), REF(1, n_head), (long long)(m->d_model / m->n_head));
-  }
-  if (m->n_kv_head % pc->tp && pc->tp % m->n_kv_head) {
-    int ids[] = {tp, n_kv};
-    XERR(ids, "%s and %s: one must divide the other (KV heads are split over, or replicated "
-         "across, tensor-parallel ranks)", REF(0, tp), REF(1, n_kv));
-  }
-  if (m->n_layer % pc->pp == 0 && pc->virtual_stages > 1 &&
-      m->n_layer % (pc->pp * pc->virtual_stages)) {
-    int ids[] = {pp, vs, n_layer};
-    XERR(ids, "%s * %s = %lld does not divide %s", REF(0, pp), REF(1, vs),
-         (long long)(pc->pp * pc->virtual_stages), REF(2, n_layer));
-  }
-  if (pc->virtual_stages > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED) {
-    int ids[] = {vs, sched};
-    XERR(ids, "%s needs parallel.schedule = 'interleaved', not %s", REF(0, vs), REF(1, sched));
-  }
-  if (pc->sequence_parallel && m->seq_len % pc->tp) {
-    int ids[] = {tp, seq_len, sp};
-    XERR(ids, "%s does not divide %s (needed by sequence_parallel)", REF(0, tp), REF(1, seq_len));
-  }
-  if (ws % (pc->tp * pc->pp)) {
-    int ids[] = {tp, pp};
-    XERR(ids, "world size %d is not a multiple of %s * %s = %lld", ws, REF(0, tp), REF(1, pp),
-         (long long)(pc->tp * pc->pp));
-  } else {
-    int64_t dp = ws / (pc->tp * pc->pp);
-    int64_t per = c->train.micro_batch > INT64_MAX / dp ? INT64_MAX : c->train.micro_batch * dp;
-    if (c->train.global_batch % per) {
-      int ids[] = {gb, mb, tp, pp};
-      XERR(ids, "%s is not a multiple of %s * dp %lld = %lld (dp = world size %d / (tp %lld * pp "
-           "%lld))", REF(0, gb), REF(1, mb), (long long)dp, (long long)per, ws,
-           (long long)pc->tp, (long long)pc->pp);
-    } else if (pc->micro_batches && pc->micro_batches != c->train.global_batch / per) {
-      int ids[] = {mbs, gb, mb};
-      XERR(ids, "%s does not match %s / (%s * dp %lld) = %lld; set it to 0 to derive it",
-           REF(0, mbs), REF(1, gb), REF(2, mb), (long long)dp,
-           (long long)(c->train.global_batch / per));
-    }
-    const int64_t n = pc->shard_scope;
-    if (n > 0 && dp % n) {
-      int ids[] = {scope, tp, pp};
-      XERR(ids, "%s does not divide dp = %lld (world size %d / (tp %lld * pp %lld))",
-           REF(0, scope), (long long)dp, ws, (long long)pc->tp, (long long)pc->pp);
-    }
-  }
+  const int lr = deck_key_id(GI_optim, "lr"), min_lr = deck_key_id(GI_optim, "min_lr"),
+            warm = deck_key_id(GI_optim, "warmup_steps"),
+            dsteps = deck_key_id(GI_optim, "decay_steps");
+  layout_checks(P);
   if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {
     int ids[] = {deck_key_id(GI_checkpoint, "mpiio_hints")};
     XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "

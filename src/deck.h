@@ -41,6 +41,10 @@ void tsr_deck_help(FILE *out);
  * that is not a choice key). */
 const char *tsr_deck_word(const tsr_config *cfg, const void *field);
 
+/* "group.key = value" for a key named "group.key", the value in deck syntax ("model.arch
+ * = 'gpt2'"); "group.key = ?" for an unknown key. */
+void tsr_deck_key_text(const tsr_config *cfg, const char *key, char *buf, size_t len);
+
 /* The effective deck in deck syntax (every group, every key), NUL-terminated.
  * Returns the number of bytes needed (like snprintf). */
 size_t tsr_deck_write(const tsr_config *cfg, char *buf, size_t len);

@@ -14,6 +14,7 @@
 #include "comm_dev.h"
 #include "comm_mpi.h"
 #include "deck.h"
+#include "layout_check.h"
 #include "util.h"
 
 /* One message from rank 0; every rank returns TSR_ERR_INPUT. */
@@ -109,71 +110,32 @@ static int node_shard_size(const tsr_grid *g, int *shard) {
 
 static int check_layout(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
   const tsr_parallel_config *pc = &cfg->parallel;
-  const tsr_train_config *tc = &cfg->train;
   const int rank = g->world_rank, ws = g->world_size;
-
-  if (pc->tp < 1 || pc->pp < 1)
-    return layout_error(rank, "parallel.tp = %lld and parallel.pp = %lld must be at least 1",
-                        (long long)pc->tp, (long long)pc->pp);
-  if (pc->tp > ws || pc->pp > ws || pc->tp * pc->pp > ws)
-    return layout_error(rank, "world size %d is not divisible by parallel.tp * parallel.pp = "
-                        "%lld (tp %lld x pp %lld): start a multiple of %lld ranks, or change "
-                        "tp / pp", ws, (long long)(pc->tp * pc->pp), (long long)pc->tp,
-                        (long long)pc->pp, (long long)(pc->tp * pc->pp));
-  if (tc->micro_batch < 1 || tc->global_batch < 1)
-    return layout_error(rank, "train.micro_batch = %lld and train.global_batch = %lld must be "
-                        "positive", (long long)tc->micro_batch, (long long)tc->global_batch);
+  g->ranks_per_node_from_deck = pc->ranks_per_node > 0;
+  if (g->ranks_per_node_from_deck)
+    g->ranks_per_node = (int)pc->ranks_per_node;
+  else
+    TSR_CALL(detect_nodes(world, &g->ranks_per_node));
+  /* the rules the deck and the planner apply too (layout_check.c), now with the world size
+   * and the nodes known */
+  tsr_layout_issue is;
+  if (tsr_layout_check(cfg, ws, g->ranks_per_node, &is, 1)) {
+    char text[1024];
+    tsr_layout_issue_text(&is, cfg, NULL, NULL, text, sizeof text);
+    return layout_error(rank, "%s%s", text,
+                        g->ranks_per_node_from_deck ? "" : " (ranks per node as detected)");
+  }
   g->tp = (int)pc->tp;
   g->pp = (int)pc->pp;
-  if (ws % (g->tp * g->pp))
-    return layout_error(rank, "world size %d is not divisible by parallel.tp * parallel.pp = %d "
-                        "(tp %d x pp %d): start a multiple of %d ranks, or change tp / pp",
-                        ws, g->tp * g->pp, g->tp, g->pp, g->tp * g->pp);
   g->dp = ws / (g->tp * g->pp);
-  if (tc->global_batch % (tc->micro_batch * g->dp))
-    return layout_error(rank, "train.global_batch = %lld is not divisible by train.micro_batch "
-                        "* dp = %lld (micro_batch %lld x dp %d; dp = world size %d / (tp %d x "
-                        "pp %d))", (long long)tc->global_batch,
-                        (long long)(tc->micro_batch * g->dp), (long long)tc->micro_batch, g->dp,
-                        ws, g->tp, g->pp);
-
-  if (pc->ranks_per_node > 0) {
-    if (pc->ranks_per_node > ws || ws % pc->ranks_per_node)
-      return layout_error(rank, "parallel.ranks_per_node = %lld does not divide the world size "
-                          "%d", (long long)pc->ranks_per_node, ws);
-    g->ranks_per_node = (int)pc->ranks_per_node;
-    g->ranks_per_node_from_deck = 1;
-  } else {
-    TSR_CALL(detect_nodes(world, &g->ranks_per_node));
-  }
-  const char *from = g->ranks_per_node_from_deck ? "parallel.ranks_per_node" : "detected";
-  if (g->tp > g->ranks_per_node)
-    return layout_error(rank, "parallel.tp = %d is larger than the %d ranks per node (%s): a "
-                        "tensor-parallel group must live inside one node", g->tp,
-                        g->ranks_per_node, from);
-  if (g->ranks_per_node % g->tp)
-    return layout_error(rank, "parallel.tp = %d does not divide the %d ranks per node (%s): "
-                        "the tensor-parallel group of world ranks %d..%d would span nodes %d "
-                        "and %d", g->tp, g->ranks_per_node, from,
-                        g->ranks_per_node / g->tp * g->tp,
-                        g->ranks_per_node / g->tp * g->tp + g->tp - 1, 0, 1);
   g->n_nodes = ws / g->ranks_per_node;
-
-  const int64_t n = pc->shard_scope;
-  g->shard_scope = n;
-  if (n == TSR_SHARD_GLOBAL) {
+  g->shard_scope = pc->shard_scope;
+  if (pc->shard_scope == TSR_SHARD_GLOBAL)
     g->shard_size = g->dp;
-  } else if (n == TSR_SHARD_NODE) {
-    TSR_CALL(node_shard_size(g, &g->shard_size));
-  } else {
-    if (n < 1)
-      return layout_error(rank, "parallel.shard_scope = %lld is not 'global', 'node' or a "
-                          "positive number of ranks", (long long)n);
-    if (n > g->dp || g->dp % n)
-      return layout_error(rank, "parallel.shard_scope = '%lld' does not divide dp = %d (world "
-                          "size %d / (tp %d x pp %d))", (long long)n, g->dp, ws, g->tp, g->pp);
-    g->shard_size = (int)n;
-  }
+  else if (pc->shard_scope == TSR_SHARD_NODE)
+    TSR_CALL(node_shard_size(g, &g->shard_size)); /* from where the ranks of dp groups are */
+  else
+    g->shard_size = (int)pc->shard_scope;
   g->replicate_size = g->dp / g->shard_size;
   return 0;
 }

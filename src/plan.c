@@ -21,6 +21,7 @@
 
 #include "deck.h"
 #include "layout.h"
+#include "layout_check.h"
 #include "model.h"
 #include "ops_cpu.h"
 #include "pipeline.h"
@@ -76,117 +77,33 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
 
 /* ---------------------------------------------------------------- layout checks */
 
-typedef struct {
-  char *buf;
-  size_t len, used;
-  int n;
-} notes;
-
-static void note(notes *ns, const char *fmt, ...) TSR_PRINTF(2, 3);
-static void note(notes *ns, const char *fmt, ...) {
-  ns->n++;
-  if (!ns->buf || ns->used + 2 >= ns->len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  const int w = vsnprintf(ns->buf + ns->used, ns->len - ns->used - 1, fmt, ap);
-  va_end(ap);
-  if (w > 0) ns->used += (size_t)w < ns->len - ns->used - 2 ? (size_t)w : ns->len - ns->used - 2;
-  ns->buf[ns->used++] = '\n';
-  ns->buf[ns->used] = 0;
-}
-
-/* The split rules of layout.c and model.c. */
-static void check_model(const tsr_config *cfg, notes *ns) {
-  const tsr_model_config *m = &cfg->model;
-  const long long tp = cfg->parallel.tp, pp = cfg->parallel.pp, v = cfg->parallel.virtual_stages;
-  const long long C = m->d_model, H = m->n_head, KV = m->n_kv_head;
-  if (C % H) note(ns, "model.d_model = %lld is not divisible by model.n_head = %lld", C, H);
-  if (H % KV)
-    note(ns, "model.n_head = %lld is not divisible by model.n_kv_head = %lld (query heads are "
-         "shared out evenly over KV heads)", H, KV);
-  if (H % tp)
-    note(ns, "model.n_head = %lld is not divisible by parallel.tp = %lld (attention heads are "
-         "split over tensor-parallel ranks)", H, tp);
-  if (KV % tp && tp % KV)
-    note(ns, "model.n_kv_head = %lld and parallel.tp = %lld: neither divides the other (KV "
-         "heads are split over, or shared by, tensor-parallel ranks)", KV, tp);
-  if (m->d_ff % tp)
-    note(ns, "model.d_ff = %lld is not divisible by parallel.tp = %lld (MLP columns are split "
-         "over tensor-parallel ranks)", (long long)m->d_ff, tp);
-  if (m->vocab_size % tp)
-    note(ns, "model.vocab_size = %lld is not divisible by parallel.tp = %lld (embedding and LM "
-         "head rows are split over tensor-parallel ranks; pad the vocabulary)",
-         (long long)m->vocab_size, tp);
-  if (m->n_layer % (pp * v))
-    note(ns, "model.n_layer = %lld is not divisible by parallel.pp x parallel.virtual_stages = "
-         "%lld x %lld = %lld (every chunk holds the same number of layers)",
-         (long long)m->n_layer, pp, v, pp * v);
-  if (v > 1 && cfg->parallel.schedule != TSR_SCHEDULE_INTERLEAVED)
-    note(ns, "parallel.virtual_stages = %lld needs parallel.schedule = 'interleaved', not '%s'",
-         v, tsr_deck_word(cfg, &cfg->parallel.schedule));
-  if (cfg->parallel.sequence_parallel && tp > 1 && m->seq_len % tp)
-    note(ns, "model.seq_len = %lld is not divisible by parallel.tp = %lld (sequence_parallel "
-         "shards the tokens over tensor-parallel ranks)", (long long)m->seq_len, tp);
-}
-
-/* ZeRO shard group size for shard_scope (grid.c's rule for whole nodes). */
-static int shard_size(int64_t scope, int dp, int tp, int rpn, int *S, notes *ns) {
-  if (scope == TSR_SHARD_GLOBAL) {
-    *S = dp;
-    return 0;
-  }
-  if (scope == TSR_SHARD_NODE) {
-    const int stage_ranks = dp * tp;
-    *S = rpn % stage_ranks == 0 ? dp : stage_ranks % rpn == 0 ? rpn / tp : 0;
-    if (*S) return 0;
-    note(ns, "parallel.shard_scope = 'node': the dp x tp = %d x %d = %d ranks of a pipeline "
-         "stage and the %d GPUs of a node must divide one another", dp, tp, stage_ranks, rpn);
-    return 1;
-  }
-  *S = (int)scope;
-  if (scope >= 1 && dp % scope == 0) return 0;
-  note(ns, "parallel.shard_scope = '%lld' does not divide dp = %d", (long long)scope, dp);
-  return 1;
-}
-
-/* The grid on `world` ranks: dp, the batch split, tp inside a node, the shard group. */
-static void check_grid(const tsr_config *cfg, int world, int rpn, tsr_plan_grid *g, notes *ns) {
-  const tsr_parallel_config *pc = &cfg->parallel;
-  const long long tp = pc->tp, pp = pc->pp, mb = cfg->train.micro_batch;
-  const long long gb = cfg->train.global_batch;
-  if (rpn % tp)
-    note(ns, "parallel.tp = %lld does not divide the %d GPUs of a node (a tensor-parallel group "
-         "must live inside one node)", tp, rpn);
-  if (world % (tp * pp)) {
-    note(ns, "world size %d is not divisible by parallel.tp x parallel.pp = %lld x %lld = %lld",
-         world, tp, pp, tp * pp);
-    return;
-  }
-  const long long dp = world / (tp * pp);
-  if (gb % (mb * dp)) {
-    note(ns, "train.global_batch = %lld is not divisible by train.micro_batch x dp = %lld x "
-         "%lld = %lld (dp = world size %d / (tp %lld x pp %lld))", gb, mb, dp, mb * dp, world,
-         tp, pp);
-    return;
-  }
-  const long long m = gb / (mb * dp);
-  if (pc->virtual_stages > 1 && m % pp)
-    note(ns, "parallel.schedule = 'interleaved' needs the micro-batches per step, "
-         "train.global_batch / (train.micro_batch x dp) = %lld / (%lld x %lld) = %lld, "
-         "divisible by parallel.pp = %lld", gb, mb, dp, m, pp);
-  int S = 0;
-  if (shard_size(pc->shard_scope, (int)dp, (int)tp, rpn, &S, ns) || ns->n) return;
-  *g = (tsr_plan_grid){world, (int)tp, (int)pp, (int)dp, (int)pc->virtual_stages, S,
-                       (int)dp / S, rpn, (int)m};
+/* The ZeRO shard group for shard_scope on whole nodes of rpn ranks (grid.c's rule; the
+ * layout checks have refused what does not fit). */
+static int shard_size(int64_t scope, int dp, int tp, int rpn) {
+  if (scope == TSR_SHARD_GLOBAL) return dp;
+  if (scope == TSR_SHARD_NODE) return rpn % (dp * tp) == 0 ? dp : rpn / tp;
+  return (int)scope;
 }
 
 int tsr_plan_layout(const tsr_config *cfg, int world, int ranks_per_node, tsr_plan_grid *g,
                     char *msg, size_t len) {
-  notes ns = {msg, len, 0, 0};
+  tsr_layout_issue is[TSR_LAYOUT_MAX_ISSUES];
+  const int n = tsr_layout_check(cfg, world, ranks_per_node, is, TSR_LAYOUT_MAX_ISSUES);
+  size_t used = 0;
   if (msg && len) msg[0] = 0;
-  check_model(cfg, &ns);
-  check_grid(cfg, world, ranks_per_node, g, &ns);
-  return ns.n;
+  for (int i = 0; i < n && i < TSR_LAYOUT_MAX_ISSUES && msg && used + 2 < len; i++) {
+    tsr_layout_issue_text(&is[i], cfg, NULL, NULL, msg + used, len - used - 1);
+    used += strlen(msg + used);
+    msg[used++] = '\n';
+    msg[used] = 0;
+  }
+  if (n) return n;
+  const tsr_parallel_config *pc = &cfg->parallel;
+  const int tp = (int)pc->tp, pp = (int)pc->pp, dp = world / (tp * pp);
+  const int S = shard_size(pc->shard_scope, dp, tp, ranks_per_node);
+  const int m = (int)(cfg->train.global_batch / (cfg->train.micro_batch * dp));
+  *g = (tsr_plan_grid){world, tp, pp, dp, (int)pc->virtual_stages, S, dp / S, ranks_per_node, m};
+  return 0;
 }
 
 tsr_plan_grid tsr_plan_grid_of(const tsr_config *cfg, const tsr_grid *grid) {

@@ -90,15 +90,15 @@ fi
 # ---- grid: bad layouts fail on every rank with one message and exit 2 ----
 # "NP | arguments | text the message must contain"
 badcases=(
-  "6 | tp=4 | world size 6 is not divisible by parallel.tp * parallel.pp = 4 (tp 4 x pp 1)"
-  "6 | tp=2 pp=2 | world size 6 is not divisible by parallel.tp * parallel.pp = 4 (tp 2 x pp 2)"
-  "4 | tp=1 mb=3 gb=8 | train.global_batch = 8 is not divisible by train.micro_batch * dp = 12"
-  "8 | rpn=3 | parallel.ranks_per_node = 3 does not divide the world size 8"
+  "6 | tp=4 | world size 6 is not a multiple of parallel.tp = 4 * parallel.pp = 1 = 4"
+  "6 | tp=2 pp=2 | world size 6 is not a multiple of parallel.tp = 2 * parallel.pp = 2 = 4"
+  "4 | tp=1 mb=3 gb=8 | train.global_batch = 8 is not a multiple of train.micro_batch = 3 * dp 4 = 12"
+  "8 | rpn=3 | the 3 ranks per node do not divide the world size 8"
   "8 | tp=4 rpn=2 | parallel.tp = 4 is larger than the 2 ranks per node"
-  "6 | tp=2 rpn=3 gb=6 | world ranks 2..3 would span nodes 0 and 1"
+  "6 | tp=2 rpn=3 gb=6 | parallel.tp = 2 does not divide the 3 ranks per node"
   "8 | tp=2 scope=3 | parallel.shard_scope = '3' does not divide dp = 4"
-  "6 | pp=2 rpn=2 scope=node gb=6 | shard_scope = 'node' needs every dp group spread evenly"
-  "2 | scope=-3 | parallel.shard_scope = -3 is not 'global', 'node' or a positive"
+  "6 | pp=2 rpn=2 scope=node gb=6 | the dp x tp = 3 ranks of a pipeline stage and the 2 ranks of a node must divide"
+  "2 | scope=-3 | parallel.shard_scope = '-3' is not 'global', 'node' or a positive"
 )
 for case in "${badcases[@]}"; do
   IFS='|' read -r np args want <<<"$case"

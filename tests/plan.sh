@@ -174,8 +174,8 @@ sys.exit(0 if w[1] - w[0] == 2 * B * H * Tp * Tp + 4 * B * H * T * hd + 8 * B * 
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=16 >"$SCRATCH/bad.txt" 2>&1
 rc=$?
 cat "$SCRATCH/bad.txt"
-check "tp 16 on 8-GPU nodes: exit 2, 'parallel.tp = 16 does not divide the 8 GPUs'" \
-  test $rc -eq 2 -a -n "$(grep 'parallel.tp = 16 does not divide the 8 GPUs' "$SCRATCH/bad.txt")"
+check "tp 16 on 8-GPU nodes: exit 2, 'parallel.tp = 16 is larger than the 8 ranks per node'" \
+  test $rc -eq 2 -a -n "$(grep 'parallel.tp = 16 is larger than the 8 ranks per node' "$SCRATCH/bad.txt")"
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=3 >"$SCRATCH/bad3.txt" 2>&1
 rc=$?
 check "tp 3: exit 2, 'parallel.tp = 3 does not divide model.n_head = 32'" \

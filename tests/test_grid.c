@@ -97,6 +97,9 @@ int main(int argc, char **argv) {
 
   tsr_config cfg;
   tsr_deck_defaults(&cfg);
+  /* a model every grid here divides (up to tp 8, pp 8) */
+  cfg.model.n_layer = 8, cfg.model.d_model = 128, cfg.model.n_head = 8, cfg.model.n_kv_head = 8;
+  cfg.model.d_ff = 256, cfg.model.vocab_size = 256;
   cfg.parallel.tp = atoi(arg(argc, argv, "tp", "1"));
   cfg.parallel.pp = atoi(arg(argc, argv, "pp", "1"));
   cfg.parallel.ranks_per_node = atoi(arg(argc, argv, "rpn", "0"));

@@ -111,29 +111,29 @@ static void test_divisibility(void) {
   c.parallel.tp = 3;
   int n = tsr_plan_layout(&c, 8, 8, &g, msg, sizeof msg);
   printf("%s", msg);
-  TU_CHECK(n == 7 && says(msg, "model.n_head = 32 is not divisible by parallel.tp = 3") &&
-               says(msg, "model.n_kv_head = 32 and parallel.tp = 3") &&
-               says(msg, "model.d_ff = 11008 is not divisible by parallel.tp = 3") &&
-               says(msg, "model.vocab_size = 32000 is not divisible by parallel.tp = 3") &&
-               says(msg, "model.seq_len = 4096 is not divisible by parallel.tp = 3") &&
-               says(msg, "parallel.tp = 3 does not divide the 8 GPUs of a node") &&
-               says(msg, "world size 8 is not divisible by parallel.tp x parallel.pp = 3 x 1 = 3"),
+  TU_CHECK(n == 7 && says(msg, "parallel.tp = 3 does not divide model.n_head = 32") &&
+               says(msg, "parallel.tp = 3 and model.n_kv_head = 32: one must divide the other") &&
+               says(msg, "parallel.tp = 3 does not divide model.d_ff = 11008") &&
+               says(msg, "parallel.tp = 3 does not divide model.vocab_size = 32000") &&
+               says(msg, "parallel.tp = 3 does not divide model.seq_len = 4096") &&
+               says(msg, "parallel.tp = 3 does not divide the 8 ranks per node") &&
+               says(msg, "world size 8 is not a multiple of parallel.tp = 3 * parallel.pp = 1 = 3"),
            "tp 3 on one node of 8: %d problems, each naming the keys and their values", n);
   c = deck("llm7b");
   c.parallel.pp = 5;
   c.train.micro_batch = 3;
   n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
   printf("%s", msg);
-  TU_CHECK(n == 2 && says(msg, "model.n_layer = 32 is not divisible by parallel.pp x "
-                               "parallel.virtual_stages = 5 x 1 = 5") &&
-               says(msg, "world size 64 is not divisible by parallel.tp x parallel.pp = 8 x 5 = "
+  TU_CHECK(n == 2 && says(msg, "parallel.pp = 5 does not divide model.n_layer = 32") &&
+               says(msg, "world size 64 is not a multiple of parallel.tp = 8 * parallel.pp = 5 = "
                          "40"),
            "pp 5 on 64 GPUs: layers and world size named");
   c.parallel.pp = 1;
   n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
   printf("%s", msg);
-  TU_CHECK(n == 1 && says(msg, "train.global_batch = 1024 is not divisible by train.micro_batch "
-                               "x dp = 3 x 8 = 24"), "micro_batch 3: the batch split named");
+  TU_CHECK(n == 1 && says(msg, "train.global_batch = 1024 is not a multiple of "
+                               "train.micro_batch = 3 * dp 8 = 24"),
+           "micro_batch 3: the batch split named");
   c.train.micro_batch = 1;
   c.parallel.shard_scope = TSR_SHARD_NODE;
   n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
