@@ -126,9 +126,9 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
       p = kind == TSR_ATT_MMA ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_WMMA;
   }
   if (tsr_rank() == 0)
-    tsr_log("attention %s B %d T %d H %d KV %d hd %d: %s%s%s", tsr_dtype_name(dt), B, T, H, KV, hd,
-            path_what(p, dt), why[0] ? (p == TSR_ATT_PATH_CUDNN ? ": " : "; not cuDNN: ") : "",
-            why);
+    tsr_log("attention: %s%s%s%s [%s B %d T %d H %d KV %d hd %d]", path_what(p, dt),
+            why[0] ? (p == TSR_ATT_PATH_CUDNN ? " (" : "; not cuDNN: ") : "", why,
+            why[0] && p == TSR_ATT_PATH_CUDNN ? ")" : "", tsr_dtype_name(dt), B, T, H, KV, hd);
   memcpy(choice.key, key, sizeof key);
   choice.valid = 1;
   choice.path = *path = p;
