@@ -363,6 +363,7 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
   memset(c, 0, sizeof *c);
   memset(&mem, 0, sizeof mem);
   c->device = device;
+  c->shapes.deterministic = 1; /* until a reserve says otherwise */
   int rc = 0;
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaStreamCreate(&c->stream);
