@@ -1,0 +1,242 @@
+/* cpu_attention.c — causal grouped-query attention: attention_fwd, attention_bwd.
+ *
+ * Attention works on blocks of ATT_QB query rows against chunks of ATT_KC keys, each
+ * block product a single-threaded sgemm, and never stores a T x T matrix.  The forward
+ * keeps an online softmax per query row and saves only lse.  The backward rebuilds
+ * P = exp(s - lse) block by block; one task per (batch, KV head) owns dk/dv of that head
+ * and dq of its query heads, so nothing is shared between tasks and every sum runs in a
+ * fixed order (key chunks ascending, then heads, then query blocks): the same bits for
+ * every thread count.
+ *
+ * 16-bit storage.  The same loops run on fp32 copies: a task widens its query block
+ * and each key / value chunk (and in the backward the dout and out blocks) into its
+ * buffer before the products that read them, and rounds out, dk and dv once when a row
+ * is final.  dq is summed over key chunks, so the backward keeps the task's dq rows in
+ * fp32 (T x group x head_dim) and rounds them at the end.  The fp32 products see the
+ * widened values, with leading dimension head_dim instead of the qkv stride. */
+#include "cpu_internal.h"
+
+size_t cpu_attention_buf_floats(int T, int group, int hd) {
+  const size_t fwd = (size_t)(ATT_QB + 2 * ATT_KC) * hd;
+  const size_t bwd = (size_t)T * group * hd + (size_t)(3 * ATT_QB + 2 * ATT_KC) * hd;
+  return fwd > bwd ? fwd : bwd;
+}
+
+static float attn_scale(int hd) { return (float)(1.0 / sqrt((double)hd)); }
+
+/* C[M,N] (ldc) = alpha op(A) op(B) + beta C in the calling thread: the attention tiles,
+ * inside a parallel loop (OpenBLAS runs single-threaded there, see tsr_cpu_init). */
+static void tile_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* rows x hd values of a dt tensor (leading dimension ld) as fp32: fp32 storage is read in
+ * place (*ldo = ld), 16-bit storage widened into dst (*ldo = hd). */
+static inline const float *rows_f32(tsr_dtype dt, float *dst, const void *src, size_t ld,
+                                    int rows, int hd, int *ldo) {
+  if (dt == TSR_F32) {
+    *ldo = (int)ld;
+    return src;
+  }
+  widen_block(dt, dst, hd, src, (long)ld, rows, hd);
+  *ldo = hd;
+  return dst;
+}
+
+/* Query rows [i0, i1) of one (batch, head), against keys in chunks of ATT_KC with an
+ * online softmax: q, k, v point at the head's row 0.  Each chunk is two GEMMs, S = Q K^T
+ * and acc += P V; the chunk holding the diagonal computes its masked corner too (at most
+ * ATT_QB^2/2 wasted products per row block) and sets P = 0 there.  buf: the thread's
+ * buffer (16-bit storage). */
+TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, void *out, size_t out_stride, float *lse,
+                                     const void *q, const void *k, const void *v, int stride,
+                                     int hd, int i0, int i1, float scale, float *buf) {
+  const int nq = i1 - i0;
+  float s[ATT_QB * ATT_KC], acc[ATT_QB * hd], m[ATT_QB], l[ATT_QB];
+  float *qw = buf, *kw = qw + ATT_QB * hd, *vw = kw + ATT_KC * hd;
+  int ldq, ldk, ldv;
+  const float *qb = rows_f32(dt, qw, tsr_dtype_at_c(q, dt, (int64_t)i0 * stride), stride, nq,
+                             hd, &ldq);
+  for (int ii = 0; ii < nq; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
+  for (int j0 = 0; j0 < i1; j0 += ATT_KC) {
+    const int nk = i1 - j0 < ATT_KC ? i1 - j0 : ATT_KC;
+    const float *kc = rows_f32(dt, kw, tsr_dtype_at_c(k, dt, (int64_t)j0 * stride), stride, nk,
+                               hd, &ldk);
+    const float *vc = rows_f32(dt, vw, tsr_dtype_at_c(v, dt, (int64_t)j0 * stride), stride, nk,
+                               hd, &ldv);
+    tile_gemm(CblasNoTrans, CblasTrans, nq, nk, hd, scale, qb, ldq, kc, ldk, 0.0f, s, ATT_KC);
+    for (int ii = 0; ii < nq; ii++) {
+      const int jn = i0 + ii - j0 + 1 < nk ? i0 + ii - j0 + 1 : nk; /* keys j <= i */
+      float *sr = s + ii * ATT_KC, *a = acc + ii * hd;
+      float mx = m[ii];
+#pragma omp simd reduction(max : mx)
+      for (int jj = 0; jj < jn; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
+#pragma omp simd
+      for (int jj = 0; jj < jn; jj++) sr[jj] = expf_vec(sr[jj] - mx);
+      for (int jj = jn; jj < nk; jj++) sr[jj] = 0.0f;
+      /* online softmax: rescale what was summed under the old max */
+      const float c = j0 == 0 ? 0.0f : mx > m[ii] ? expf(m[ii] - mx) : 1.0f;
+      if (j0 > 0) {
+#pragma omp simd
+        for (int d = 0; d < hd; d++) a[d] *= c;
+      }
+      l[ii] = l[ii] * c + (float)sum_d(sr, jn);
+      m[ii] = mx;
+    }
+    tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, s, ATT_KC, vc, ldv,
+              j0 == 0 ? 0.0f : 1.0f, acc, hd);
+  }
+  for (int ii = 0; ii < nq; ii++) {
+    float *a = acc + ii * hd;
+    const float inv = 1.0f / l[ii];
+    if (dt == TSR_F32) {
+      float *o = (float *)out + (size_t)(i0 + ii) * out_stride;
+#pragma omp simd
+      for (int d = 0; d < hd; d++) o[d] = a[d] * inv;
+    } else {
+#pragma omp simd
+      for (int d = 0; d < hd; d++) a[d] = a[d] * inv;
+      narrow_row(dt, tsr_dtype_at(out, dt, (int64_t)(i0 + ii) * out_stride), a, hd);
+    }
+    lse[i0 + ii] = m[ii] + logf(l[ii]);
+  }
+}
+
+void tsr_cpu_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
+                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const int group = H / KV, nqb = (T + ATT_QB - 1) / ATT_QB;
+  const float scale = attn_scale(hd);
+  const long ntasks = (long)B * H * nqb;
+  if (dt != TSR_F32) cpu_buf_need(0, cpu_attention_buf_floats(0, 0, hd));
+  /* One task per (b, h, block of query rows); later blocks cost more (causal), hence
+   * dynamic scheduling.  A task's result does not depend on which thread computes it. */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long task = 0; task < ntasks; task++) {
+    const int qb = (int)(task % nqb), h = (int)((task / nqb) % H);
+    const int b = (int)(task / ((long)nqb * H)), g = h / group;
+    const int i0 = qb * ATT_QB, i1 = i0 + ATT_QB < T ? i0 + ATT_QB : T;
+    const size_t base = (size_t)b * T * qkv_stride;
+    attn_fwd_rows(dt, tsr_dtype_at(out, dt, (int64_t)b * T * H * hd + (int64_t)h * hd),
+                  (size_t)H * hd, lse + ((size_t)b * H + h) * T,
+                  tsr_dtype_at_c(q, dt, (int64_t)(base + (size_t)h * hd)),
+                  tsr_dtype_at_c(k, dt, (int64_t)(base + (size_t)g * hd)),
+                  tsr_dtype_at_c(v, dt, (int64_t)(base + (size_t)g * hd)), qkv_stride, hd, i0,
+                  i1, scale, dt == TSR_F32 ? NULL : cpu_buf_thread());
+  }
+}
+
+/* The backward of one (batch, KV head) over its query heads h0 .. h0+group-1.  Pointers
+ * are at the batch's row 0 (q, dq, dout, out: head 0; k, v, dk, dv: this KV head); a
+ * NULL gradient is not computed.  For each chunk of ATT_KC keys, and each query block
+ * at or below it: S = Q K^T, P = exp(scale S - lse), dP = dO V^T, dS = P (dP - D) with
+ * D = rowsum(dO O); then dV += P^T dO, dK += scale dS^T Q (both kept for the chunk and
+ * written after it), dQ += scale dS K (fp32 storage: into dq directly, zeroed first —
+ * this task owns those rows; 16-bit: into an fp32 copy, rounded at the end). */
+TSR_CLONES static void attn_bwd_head(tsr_dtype dt, void *dq, void *dk, void *dv,
+                                     const void *dout, const void *out, size_t out_stride,
+                                     const float *lse, const void *q, const void *k,
+                                     const void *v, int stride, int T, int hd, int h0, int group,
+                                     float scale, float *buf) {
+  float p[ATT_QB * ATT_KC], dp[ATT_QB * ATT_KC], dkl[ATT_KC * hd], dvl[ATT_KC * hd], D[ATT_QB];
+  const int dq_cols = group * hd; /* dq columns of this task's heads, per row */
+  float *dqf = NULL;         /* dq (fp32 storage) or its fp32 copy, at head h0 */
+  int lddq = stride;
+  float *qw = NULL, *gw = NULL, *ow = NULL, *kw = NULL, *vw = NULL;
+  if (dt == TSR_F32) {
+    if (dq) {
+      dqf = (float *)dq + (size_t)h0 * hd;
+      for (int t = 0; t < T; t++)
+        memset(dqf + (size_t)t * stride, 0, (size_t)dq_cols * sizeof(float));
+    }
+  } else {
+    qw = buf, gw = qw + ATT_QB * hd, ow = gw + ATT_QB * hd, kw = ow + ATT_QB * hd;
+    vw = kw + ATT_KC * hd;
+    if (dq) {
+      dqf = vw + ATT_KC * hd;
+      lddq = dq_cols;
+      memset(dqf, 0, (size_t)T * dq_cols * sizeof(float));
+    }
+  }
+  for (int j0 = 0; j0 < T; j0 += ATT_KC) {
+    const int nk = T - j0 < ATT_KC ? T - j0 : ATT_KC;
+    int ldk, ldv, ldq, ldg, ldo;
+    const float *kc = rows_f32(dt, kw, tsr_dtype_at_c(k, dt, (int64_t)j0 * stride), stride, nk,
+                               hd, &ldk);
+    const float *vc = rows_f32(dt, vw, tsr_dtype_at_c(v, dt, (int64_t)j0 * stride), stride, nk,
+                               hd, &ldv);
+    memset(dkl, 0, sizeof dkl);
+    memset(dvl, 0, sizeof dvl);
+    for (int h = h0; h < h0 + group; h++)
+      for (int i0 = j0 / ATT_QB * ATT_QB; i0 < T; i0 += ATT_QB) {
+        const int nq = T - i0 < ATT_QB ? T - i0 : ATT_QB;
+        const int nkb = i0 + nq - j0 < nk ? i0 + nq - j0 : nk; /* keys j < i0 + nq */
+        const float *qb = rows_f32(dt, qw, tsr_dtype_at_c(q, dt, (int64_t)i0 * stride + h * hd),
+                                   stride, nq, hd, &ldq);
+        const int64_t ob_at = (int64_t)i0 * out_stride + h * hd;
+        const float *gb = rows_f32(dt, gw, tsr_dtype_at_c(dout, dt, ob_at), out_stride, nq, hd,
+                                   &ldg);
+        const float *ob = rows_f32(dt, ow, tsr_dtype_at_c(out, dt, ob_at), out_stride, nq, hd,
+                                   &ldo);
+        const float *L = lse + (size_t)h * T + i0;
+        for (int ii = 0; ii < nq; ii++)
+          D[ii] = dotf(gb + (size_t)ii * ldg, ob + (size_t)ii * ldo, hd);
+        tile_gemm(CblasNoTrans, CblasTrans, nq, nkb, hd, scale, qb, ldq, kc, ldk, 0.0f, p, ATT_KC);
+        tile_gemm(CblasNoTrans, CblasTrans, nq, nkb, hd, 1.0f, gb, ldg, vc, ldv, 0.0f, dp, ATT_KC);
+        for (int ii = 0; ii < nq; ii++) {
+          const int i = i0 + ii, jn = i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nkb ? i - j0 + 1 : nkb;
+          float *pr = p + ii * ATT_KC, *dr = dp + ii * ATT_KC;
+          const float Li = L[ii], Di = D[ii];
+#pragma omp simd
+          for (int jj = 0; jj < jn; jj++) {
+            const float pij = expf_vec(pr[jj] - Li);
+            pr[jj] = pij;
+            dr[jj] = pij * (dr[jj] - Di); /* dS / scale */
+          }
+          for (int jj = jn; jj < nkb; jj++) pr[jj] = dr[jj] = 0.0f;
+        }
+        if (dv)
+          tile_gemm(CblasTrans, CblasNoTrans, nkb, hd, nq, 1.0f, p, ATT_KC, gb, ldg, 1.0f, dvl, hd);
+        if (dk)
+          tile_gemm(CblasTrans, CblasNoTrans, nkb, hd, nq, scale, dp, ATT_KC, qb, ldq, 1.0f, dkl,
+                    hd);
+        if (dq)
+          tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nkb, scale, dp, ATT_KC, kc, ldk, 1.0f,
+                    dqf + (size_t)i0 * lddq + (size_t)(h - h0) * hd, lddq);
+      }
+    for (int jj = 0; jj < nk; jj++) { /* the chunk's dk, dv rows are final */
+      const int64_t o = (int64_t)(j0 + jj) * stride;
+      if (dk) narrow_row(dt, tsr_dtype_at(dk, dt, o), dkl + jj * hd, hd);
+      if (dv) narrow_row(dt, tsr_dtype_at(dv, dt, o), dvl + jj * hd, hd);
+    }
+  }
+  if (dq && dt != TSR_F32)
+    for (int t = 0; t < T; t++)
+      narrow_row(dt, tsr_dtype_at(dq, dt, (int64_t)t * stride + (int64_t)h0 * hd),
+                 dqf + (size_t)t * dq_cols, dq_cols);
+}
+
+void tsr_cpu_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                           const void *out, const float *lse, const void *q, const void *k,
+                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const int group = H / KV;
+  const float scale = attn_scale(hd);
+  const size_t out_stride = (size_t)H * hd;
+  const long ntasks = (long)B * KV;
+  if (dt != TSR_F32) cpu_buf_need(0, cpu_attention_buf_floats(T, group, hd));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long task = 0; task < ntasks; task++) {
+    const int g = (int)(task % KV), b = (int)(task / KV);
+    const int64_t base = (int64_t)b * T * qkv_stride, kv = base + (int64_t)g * hd;
+    const int64_t ob = (int64_t)b * T * (int64_t)out_stride;
+    attn_bwd_head(dt, tsr_dtype_at(dq, dt, base), tsr_dtype_at(dk, dt, kv),
+                  tsr_dtype_at(dv, dt, kv), tsr_dtype_at_c(dout, dt, ob),
+                  tsr_dtype_at_c(out, dt, ob), out_stride, lse + (size_t)b * H * T,
+                  tsr_dtype_at_c(q, dt, base), tsr_dtype_at_c(k, dt, kv),
+                  tsr_dtype_at_c(v, dt, kv), qkv_stride, T, hd, g * group, group, scale,
+                  dt == TSR_F32 ? NULL : cpu_buf_thread());
+  }
+}
