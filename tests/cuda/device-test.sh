@@ -61,7 +61,8 @@ for f in src/cpu*.c src/ops.c src/util.c cuda/ops_dev.c; do
   gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c "$f" -o "$B/host_$(basename "$f" .c).o"
   HOST_OBJS+=("$B/host_$(basename "$f" .c).o")
 done
-for f in tests/cuda/test_kernels.c tests/cuda/test_kernels_attention.c bench/cuda_kernels.c; do
+for f in tests/cuda/test_kernels.c tests/cuda/kernels_util.c tests/cuda/test_kernels_attention.c \
+  bench/cuda_kernels.c; do
   gcc "${CFLAGS[@]}" -c "$f" -o "$B/$(basename "$f" .c).o"
 done
 for p in "${pids[@]}"; do wait "$p"; done
@@ -69,7 +70,7 @@ LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -Wl,-rpath,"$CUDA_HOME/lib64" -Wl,
       "${CUDNN_LIB[@]}" -lcublasLt -lcublas -lcudart -lstdc++ -lm)
 CUDA_OBJS=("${KERNELS[@]/#/$B/}")
 CUDA_OBJS=("${CUDA_OBJS[@]/%/.o}" "${CUDNN_OBJ[@]}" "${HOST_OBJS[@]}")
-gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "$B/test_kernels_attention.o" \
+gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "$B/kernels_util.o" "$B/test_kernels_attention.o" \
   "${CUDA_OBJS[@]}" "${BLAS_LIB[@]}" "${LIBS[@]}"
 gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "${BLAS_LIB[@]}" "${LIBS[@]}"
 rc=0

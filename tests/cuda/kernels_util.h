@@ -1,6 +1,6 @@
-/* kernels_util.h — what the parts of tests/cuda/test_kernels share (defined in
- * test_kernels.c): the device backend opened without MPI, random inputs in a storage
- * type, poisoned outputs, and the checks against the CPU kernels.
+/* kernels_util.h — what the parts of tests/cuda/test_kernels share (kernels_util.c): the
+ * device backend opened without MPI, random inputs in a storage type, poisoned outputs,
+ * and the checks against the CPU kernels.
  *
  * A tbuf is one tensor twice: its host copy h (the CPU kernel's operand) and its device
  * copy d (the device op's), both in storage type dt.  Inputs start equal on both sides;
@@ -13,6 +13,8 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "dev.h"
 #include "ops_backend.h"
@@ -31,6 +33,16 @@
 #define TOL_DOUBLE 1e-10
 double tol_of(tsr_dtype dt);
 
+/* A failed runtime call of the test itself ends it. */
+#define CUDA_CK(expr)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (expr);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      printf("FAIL: %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      exit(1);                                                                            \
+    }                                                                                     \
+  } while (0)
+
 /* ---- the backend (cuda/ops_dev.c) ---- */
 extern const tsr_ops_backend *kb;
 /* The backend closed and opened again (a clean context) and reserved for exactly *s
@@ -40,11 +52,18 @@ void kreserve(tsr_ops_shapes s);
 /* The backend's stream drained and its status 0 (a failed op fails the run here). */
 void ksync(const char *after);
 
-/* ---- checks (they count in the summary) ---- */
-void kcheck(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* deterministic, the reserved flag set: what each test reserves from */
+tsr_ops_shapes shapes_of(tsr_dtype dt);
 
-/* ---- random numbers ---- */
+/* ---- checks (they count in the one summary) ---- */
+void kcheck(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ksummary(const char *name); /* the exit status: 0 when every check passed */
+
+/* ---- random numbers: a pure function of (seed, draw number) ---- */
+void kseed(uint64_t seed);
 float urand(float lo, float hi);
+void *hmalloc(size_t bytes); /* exits on failure */
+void *dmalloc(size_t bytes);
 
 /* ---- tensors ---- */
 typedef struct {
@@ -52,6 +71,7 @@ typedef struct {
   long n;
   void *h, *d;
 } tbuf;
+tbuf tb_alloc(tsr_dtype dt, long n);                    /* contents undefined */
 tbuf tb_rand(tsr_dtype dt, long n, float lo, float hi); /* the same random values */
 tbuf tb_from(tsr_dtype dt, const float *x, long n);     /* x rounded to dt, both sides */
 tbuf tb_out(tsr_dtype dt, long n);                      /* poisoned, both sides */
