@@ -51,9 +51,9 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 
 /* D = alpha op(A) op(B) + beta C, column-major, m x n, inner dimension k, C and D the
- * same matrix.  epi: DEFAULT, BIAS (m entries in bias_type) or DGELU (aux: m x n of
+ * same matrix.  epi: DEFAULT, BIAS (m entries in C's type) or DGELU (aux: m x n of
  * aux_type, leading dimension m).  Returns 0, TSR_ERR, or NO_ALGO (silently) when
- * allow_no_algo is set and cuBLASLt has no kernel. */
+ * allow_no_algo is set and cuBLASLt has no kernel (nothing was written then). */
 struct lt_args {
   bool trans_a, trans_b;
   int m, n, k;
@@ -136,9 +136,14 @@ static int lt_matmul(const lt_args &g) {
     goto done;
   }
   TSR_CUBLAS_CHECK(hs);
-  TSR_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, desc, &alpha, g.A, a_layout, g.B, b_layout, &g.beta,
-                                  g.C, c_layout, g.C, c_layout, &heur.algo, ctx->lt_ws,
-                                  ctx->lt_ws_bytes, ctx->stream));
+  hs = cublasLtMatmul(ctx->lt, desc, &alpha, g.A, a_layout, g.B, b_layout, &g.beta, g.C,
+                      c_layout, g.C, c_layout, &heur.algo, ctx->lt_ws, ctx->lt_ws_bytes,
+                      ctx->stream);
+  if (g.allow_no_algo && hs == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused only when run */
+    rc = NO_ALGO;
+    goto done;
+  }
+  TSR_CUBLAS_CHECK(hs);
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (c_layout) cublasLtMatrixLayoutDestroy(c_layout);
