@@ -1,5 +1,5 @@
 /* cuda_common.cuh — what every kernel file of the CUDA backend shares: the checking
- * macros (a failed CUDA call is reported as "file:line func: call: error" and the helper
+ * macros (a failed CUDA call is reported as "file:line func: call: error" and the function
  * returns TSR_ERR, which its op turns into the context's failure, dev.h), the storage
  * types (float, bf16, fp16: compute is fp32, a value is widened exactly on load and
  * rounded once, to nearest even, on store, the bits of dtype.h's conversions), the switch

@@ -1,4 +1,4 @@
-/* kernels_util.c — the helpers of tests/cuda/test_kernels (kernels_util.h): the backend
+/* kernels_util.c — the utilities of tests/cuda/test_kernels (kernels_util.h): the backend
  * opened and reserved per test, tensors on both sides, and the checks, which count into
  * one summary for both of the test's files. */
 #include "kernels_util.h"
