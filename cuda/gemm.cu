@@ -253,7 +253,8 @@ extern "C" void tsr_dev_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbi
                                    const void *x, const void *w, const void *gelu_pre, int n,
                                    int in, int out) {
   TSR_DEV_SKIP();
-  tsr_dev_prof_note(((dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * in * out, "%s %d x %d -> %d%s%s",
-                    tsr_dtype_name(dt), n, in, out, dx ? "" : " (no dx)", gelu_pre ? " +dgelu" : "");
+  const double flops = ((dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * in * out;
+  tsr_dev_prof_note(flops, "%s %d x %d -> %d%s%s", tsr_dtype_name(dt), n, in, out,
+                    dx ? "" : " (no dx)", gelu_pre ? " +dgelu" : "");
   TSR_DEV_RUN(matmul_backward(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out));
 }
