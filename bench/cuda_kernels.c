@@ -1,23 +1,26 @@
-/* cuda_kernels.c — throughput of each CUDA kernel against the device's measured peak.
+/* cuda_kernels.c — throughput of each op of the CUDA backend (tsr_dev_X, cuda/ops_dev.h),
+ * per storage type, against the device's peaks measured in the same run.
  *
- * The references are measured in the same run, on the same device:
+ * The references, measured first, on the same device:
  *   memory:  a device-to-device cudaMemcpy of 1 GiB (bytes read + written per second);
- *   compute: a cuBLASLt GEMM 8192^3 in bf16 (tensor cores) and 4096^3 in fp32 (true
- *            fp32, the peak the SIMT kernels can hope for).
- * Each kernel is timed with CUDA events: 3 warm-up calls, then the median of 21.
- * Memory-bound kernels report GB/s with the bytes each must move at least (stated per
- * row); GEMMs and attention report TFLOP/s (attention counts the causal half:
- * forward 2 * 2*B*H*T*T*hd / 2, backward 2.5x that).  The shapes are those of a
- * LLaMA-7B layer with 4096 tokens per micro-batch.  Prints a table; never fails on time.
- * Exits 77 without a GPU.  Usage: bench/cuda_kernels [tokens (default 4096)] */
+ *   compute: the backend's own GEMM (cuBLASLt) 8192^3 in bf16 and in fp16 (tensor cores)
+ *            and 4096^3 in fp32 (true fp32, the peak the SIMT kernels can hope for).
+ * Each op is timed with CUDA events on the backend's stream: 3 warm-up calls, then the
+ * median of 21.  Memory-bound ops report GB/s with the bytes each must move at least
+ * (stated per row, in the row's storage type); GEMMs and attention report TFLOP/s
+ * (attention counts the causal half: forward 2 * 2*B*H*T*T*hd / 2, backward 2.5x that),
+ * and every row its share of the matching peak (16-bit rows of the tensor-core peak of
+ * their type, fp32 rows of the fp32 one).  The shapes are those of a LLaMA-7B layer with
+ * 4096 tokens per micro-batch.  Prints a table; never fails on time.  Exits 77 without a
+ * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)] */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h" /* tsr_ops_shapes: the staging of cuDNN attention */
-#include "ops_cuda.h"
+#include "dev.h"
+#include "ops_dev.h"
 
 #define WARMUP 3
 #define REPS 21
@@ -30,14 +33,8 @@
       exit(1);                                                                             \
     }                                                                                      \
   } while (0)
-#define OK(expr)                                                                    \
-  do {                                                                              \
-    if ((expr) != 0) {                                                              \
-      fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #expr);             \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
+static const tsr_ops_backend *be;
 static cudaStream_t st;
 static cudaEvent_t ev0, ev1;
 
@@ -45,31 +42,38 @@ static int cmp_float(const void *a, const void *b) {
   const float x = *(const float *)a, y = *(const float *)b;
   return (x > y) - (x < y);
 }
+static void backend_ok(const char *what) {
+  if (be->status() != 0) {
+    fprintf(stderr, "cuda_kernels: %s failed\n", what);
+    exit(1);
+  }
+}
 
-/* median milliseconds of `expr` (an int-returning call) on stream st */
-#define TIME_MS(result, expr)                                     \
+/* median milliseconds of the statements `body` (ops queued on the backend's stream) */
+#define TIME_MS(result, ...)                                      \
   do {                                                            \
     float ms_[REPS];                                              \
-    for (int w_ = 0; w_ < WARMUP; w_++) OK(expr);                 \
+    for (int w_ = 0; w_ < WARMUP; w_++) { __VA_ARGS__; }          \
     for (int r_ = 0; r_ < REPS; r_++) {                           \
       CK(cudaEventRecord(ev0, st));                               \
-      OK(expr);                                                   \
+      __VA_ARGS__;                                                \
       CK(cudaEventRecord(ev1, st));                               \
       CK(cudaEventSynchronize(ev1));                              \
       CK(cudaEventElapsedTime(&ms_[r_], ev0, ev1));               \
     }                                                             \
+    backend_ok(#__VA_ARGS__);                                     \
     qsort(ms_, REPS, sizeof(float), cmp_float);                   \
     (result) = ms_[REPS / 2];                                     \
   } while (0)
 
-static void *dev(size_t bytes) { /* random-ish, finite contents: never zeros */
+/* Device memory of random-ish, finite contents (never zeros): bf16 pairs in
+ * [-0.25, 0.25), which read as finite fp32 and fp16 values too. */
+static void *dev(size_t bytes) {
   void *p;
-  CK(cudaMalloc(&p, bytes));
-  const size_t n = bytes / 4;
-  float *h = malloc(n * 4 > (1 << 24) ? (1 << 24) : n * 4);
-  const size_t chunk = (n * 4 > (1 << 24) ? (1 << 24) : n * 4) / 4;
-  uint32_t s = 12345u;
-  for (size_t i = 0; i < chunk; i++) { /* two bf16 in [-0.25, 0.25): also a finite fp32 */
+  CK(cudaMalloc(&p, bytes ? bytes : 4));
+  const size_t n = bytes / 4, chunk = (n > (1 << 22) ? (1 << 22) : n);
+  uint32_t *h = malloc((chunk ? chunk : 1) * 4), s = 12345u;
+  for (size_t i = 0; i < chunk; i++) {
     uint32_t word = 0;
     for (int half = 0; half < 2; half++) {
       s = s * 1664525u + 1013904223u;
@@ -78,59 +82,26 @@ static void *dev(size_t bytes) { /* random-ish, finite contents: never zeros */
       memcpy(&u, &x, 4);
       word |= half ? (u >> 16) : (u & 0xffff0000u);
     }
-    memcpy(&h[i], &word, 4);
+    h[i] = word & 0xbfffbfffu; /* exponents below the top: finite in fp16 too */
   }
   for (size_t off = 0; off < n; off += chunk)
-    CK(cudaMemcpy((float *)p + off, h, (n - off < chunk ? n - off : chunk) * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy((uint32_t *)p + off, h, (n - off < chunk ? n - off : chunk) * 4,
+                  cudaMemcpyHostToDevice));
   free(h);
   return p;
 }
 
-static double peak_gbs, peak_bf16, peak_f32;
+static void dfree(void *p) { CK(cudaFree(p)); }
 
-/* The trainer's bf16 'fast' GEMMs on its fp32 storage, both ways cuda/ops_dev.c can run
- * them: the inputs copied to bf16 (bx, bw, bdy: the staging) for a bf16 GEMM with fp32
- * output, the copies timed with it; or cuBLASLt rounding the fp32 inputs itself
- * (COMPUTE_32F_FAST_16BF, tsr_cuda_blas_set_inputs(blas, 1) around the call). */
-static int staged_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
-                      tsr_bf16 *bx, tsr_bf16 *bw, int n, int in, int out) {
-  if (tsr_cuda_cast_f32_bf16(bx, x, (long)n * in, st) ||
-      tsr_cuda_cast_f32_bf16(bw, w, (long)out * in, st))
-    return 1;
-  return tsr_cuda_matmul_fwd_bf16(blas, y, TSR_CUDA_F32, bx, bw, NULL, TSR_CUDA_ACT_NONE, NULL, n,
-                                  in, out, st);
-}
-static int staged_bwd(tsr_cuda_blas *blas, float *dx, float *dw, const float *dy, const float *x,
-                      const float *w, tsr_bf16 *bdy, tsr_bf16 *bx, tsr_bf16 *bw, int n, int in,
-                      int out, const tsr_cuda_scratch *ws) {
-  if (tsr_cuda_cast_f32_bf16(bdy, dy, (long)n * out, st) ||
-      tsr_cuda_cast_f32_bf16(bx, x, (long)n * in, st) ||
-      tsr_cuda_cast_f32_bf16(bw, w, (long)out * in, st))
-    return 1;
-  return tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_F32, dw, NULL, bdy, bx, bw, n, in, out, ws,
-                                  st);
-}
-static int fast_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w, int n, int in,
-                    int out) {
-  tsr_cuda_blas_set_inputs(blas, 1);
-  const int rc = tsr_cuda_matmul_fwd(blas, y, x, w, NULL, n, in, out, st);
-  tsr_cuda_blas_set_inputs(blas, 0);
-  return rc;
-}
-static int fast_bwd(tsr_cuda_blas *blas, float *dx, float *dw, const float *dy, const float *x,
-                    const float *w, int n, int in, int out, const tsr_cuda_scratch *ws) {
-  tsr_cuda_blas_set_inputs(blas, 1);
-  const int rc = tsr_cuda_matmul_bwd(blas, dx, dw, NULL, dy, x, w, n, in, out, ws, st);
-  tsr_cuda_blas_set_inputs(blas, 0);
-  return rc;
-}
+static double peak_gbs, peak_tc[3], peak_f32; /* peak_tc by dtype (bf16, fp16) */
+static const tsr_dtype all_dt[3] = {TSR_F32, TSR_BF16, TSR_F16};
 
-static void row(const char *name, const char *shape, double ms, double amount, int is_flops,
-                const char *model) {
+static void row(const char *name, tsr_dtype dt, const char *shape, double ms, double amount,
+                int is_flops, const char *model) {
   const double rate = amount / (ms * 1e-3) / (is_flops ? 1e12 : 1e9);
-  const double peak = is_flops ? (strstr(name, "bf16") ? peak_bf16 : peak_f32) : peak_gbs;
-  printf("%-26s %-28s %9.1f %9.1f %-7s %6.1f%%  %s\n", name, shape, ms * 1e3, rate,
-         is_flops ? "TFLOP/s" : "GB/s", 100.0 * rate / peak, model);
+  const double peak = !is_flops ? peak_gbs : dt == TSR_F32 ? peak_f32 : peak_tc[dt];
+  printf("%-26s %-5s %-28s %9.1f %9.1f %-7s %6.1f%%  %s\n", name, tsr_dtype_name(dt), shape,
+         ms * 1e3, rate, is_flops ? "TFLOP/s" : "GB/s", 100.0 * rate / peak, model);
 }
 
 int main(int argc, char **argv) {
@@ -142,267 +113,208 @@ int main(int argc, char **argv) {
     return 77;
   }
   const int N = argc > 1 ? atoi(argv[1]) : 4096; /* tokens per micro-batch */
+  const int C = 4096, F = 11008, H = 32, KV = 8, V = 32000, T = 2048;
+  const int B = N / T > 0 ? N / T : 1;
+#ifdef TSR_HAVE_CUDNN
+  setenv("TSR_CUDA_ATTENTION", "cudnn", 1); /* its workspace reserved; kinds switched below */
+#endif
+  unsetenv("TSR_CUDA_PROFILE");
+  if (tsr_cuda_ops_open_device(0, &be) != 0) return 1;
+  st = (cudaStream_t)tsr_cuda_ops_stream();
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  CK(cudaStreamCreate(&st));
   CK(cudaEventCreate(&ev0));
   CK(cudaEventCreate(&ev1));
-  tsr_cuda_blas *blas;
-  OK(tsr_cuda_blas_create(&blas, 0));
   float ms;
-  const int C = 4096, F = 11008, H = 32, KV = 8, hd = 128, V = 32000;
-  /* one scratch for every kernel below, sized by the query for the largest shapes */
-  tsr_cuda_scratch ws_buf;
-  const tsr_cuda_scratch *ws = &ws_buf;
-  {
-    const long T = 2048, B = N / T > 0 ? N / T : 1;
-    const tsr_cuda_scratch_dims d = {.rows = N > B * T ? N : B * T, .cols = 2 * F, .vocab_local = V,
-                                     .attn_bht = B * H * T, .sumsq_elems = 100L * 1000 * 1000,
-                                     .attn_part = 2L * B * H * T * 128};
-    OK(tsr_cuda_scratch_bytes(&d, &ws_buf.bytes));
-    ws_buf.base = dev(ws_buf.bytes);
-  }
+  const long SUMSQ = 100L * 1000 * 1000;
 
   /* ---- the references ---- */
-  const size_t big = (size_t)1 << 30;
-  void *a = dev(big), *b = dev(big);
-  TIME_MS(ms, (int)cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, st));
-  peak_gbs = 2.0 * big / (ms * 1e-3) / 1e9;
-  CK(cudaFree(a));
-  CK(cudaFree(b));
   {
-    const int M = 8192;
+    tsr_ops_shapes s = {.dt = TSR_BF16, .deterministic = 1, .rows = 8192, .cols = 8192};
+    if (be->reserve(&s) != 0) return 1;
+    const size_t big = (size_t)1 << 30;
+    void *a = dev(big), *b = dev(big);
+    TIME_MS(ms, CK(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, st)));
+    peak_gbs = 2.0 * big / (ms * 1e-3) / 1e9;
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    const int M = 8192, K = 4096;
     void *x = dev((size_t)M * M * 2), *w = dev((size_t)M * M * 2), *y = dev((size_t)M * M * 2);
-    TIME_MS(ms, tsr_cuda_matmul_fwd_bf16(blas, y, TSR_CUDA_BF16, x, w, NULL, TSR_CUDA_ACT_NONE, NULL, M, M, M, st));
-    peak_bf16 = 2.0 * M * M * (double)M / (ms * 1e-3) / 1e12;
-    CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y));
-    const int K = 4096;
-    float *xf = dev((size_t)K * K * 4), *wf = dev((size_t)K * K * 4), *yf = dev((size_t)K * K * 4);
-    TIME_MS(ms, tsr_cuda_matmul_fwd(blas, yf, xf, wf, NULL, K, K, K, st));
+    for (int d = 1; d < 3; d++) {
+      TIME_MS(ms, tsr_dev_matmul_fwd(all_dt[d], y, x, w, NULL, M, M, M));
+      peak_tc[d] = 2.0 * M * M * (double)M / (ms * 1e-3) / 1e12;
+    }
+    TIME_MS(ms, tsr_dev_matmul_fwd(TSR_F32, y, x, w, NULL, K, K, K));
     peak_f32 = 2.0 * K * K * (double)K / (ms * 1e-3) / 1e12;
-    CK(cudaFree(xf)); CK(cudaFree(wf)); CK(cudaFree(yf));
+    dfree(x), dfree(w), dfree(y);
   }
+  /* every op below fits this reserve (the deterministic kernels) */
+  tsr_ops_shapes s = {.dt = TSR_BF16, .deterministic = 1, .rows = N, .cols = 2L * F,
+                      .vocab_local = V, .attn_bht = (long)B * H * T, .sumsq_elems = SUMSQ,
+                      .attn_part = 2L * B * H * T * 128, .attn_io = (long)B * T * (H + KV) * 128,
+                      .attn_t = T, .attn_hd = 128};
+  if (be->reserve(&s) != 0) return 1;
   printf("device %s (sm_%d%d, %d SMs); %d tokens per micro-batch\n", prop.name, prop.major,
          prop.minor, prop.multiProcessorCount, N);
-  printf("measured peaks: memory %.0f GB/s (D2D copy 1 GiB), bf16 GEMM %.1f TFLOP/s (8192^3), "
-         "fp32 GEMM %.1f TFLOP/s (4096^3)\n\n",
-         peak_gbs, peak_bf16, peak_f32);
-  printf("%-26s %-28s %9s %9s %-7s %7s  %s\n", "kernel", "shape", "us", "achieved", "", "of peak",
-         "counted");
+  printf("measured peaks: memory %.0f GB/s (D2D copy 1 GiB), GEMM bf16 %.1f, fp16 %.1f "
+         "TFLOP/s (8192^3), fp32 %.1f TFLOP/s (4096^3)\n\n",
+         peak_gbs, peak_tc[TSR_BF16], peak_tc[TSR_F16], peak_f32);
+  printf("%-26s %-5s %-28s %9s %9s %-7s %7s  %s\n", "op", "type", "shape", "us", "achieved", "",
+         "of peak", "counted");
 
   char shape[64];
-  /* ---- GEMMs (bf16 tensor cores, fp32 accumulate) ---- */
+  /* ---- GEMMs: 16-bit on the tensor cores (fp32 accumulation), fp32 true fp32 ---- */
   {
-    const int shapes[][2] = {{C, (H + 2 * KV) * hd}, {C, 2 * F}, {F, C}, {C, V}};
+    const int shapes[][2] = {{C, (H + 2 * KV) * 128}, {C, 2 * F}, {F, C}, {C, V}};
     const char *names[] = {"qkv", "gate_up", "down", "lm_head"};
-    for (int i = 0; i < 4; i++) {
-      const int in = shapes[i][0], out = shapes[i][1];
-      void *x = dev((size_t)N * in * 2), *w = dev((size_t)out * in * 2), *y = dev((size_t)N * out * 2);
-      void *dx = dev((size_t)N * in * 2);
-      float *dw = dev((size_t)out * in * 4);
-      snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
-      TIME_MS(ms, tsr_cuda_matmul_fwd_bf16(blas, y, TSR_CUDA_BF16, x, w, NULL, TSR_CUDA_ACT_NONE, NULL, N, in, out, st));
-      row("matmul fwd bf16", shape, ms, 2.0 * N * in * out, 1, "2 n in out");
-      TIME_MS(ms, tsr_cuda_matmul_bwd_bf16(blas, dx, TSR_CUDA_BF16, dw, NULL, y, x, w, N, in, out, ws, st));
-      row("matmul bwd bf16 (dx,dw)", shape, ms, 4.0 * N * in * out, 1, "4 n in out");
-      CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(dx)); CK(cudaFree(dw));
-    }
-    /* the trainer's fp32 storage in bf16 'fast' mode: staged (the default) vs rounded in
-     * cuBLASLt (what runs where a product does not fit the staging) */
-    for (int i = 0; i < 4; i++) {
-      const int in = shapes[i][0], out = shapes[i][1];
-      float *x = dev((size_t)N * in * 4), *w = dev((size_t)out * in * 4);
-      float *y = dev((size_t)N * out * 4), *dx = dev((size_t)N * in * 4);
-      float *dw = dev((size_t)out * in * 4);
-      tsr_bf16 *bx = dev((size_t)N * in * 2), *bw = dev((size_t)out * in * 2);
-      tsr_bf16 *by = dev((size_t)N * out * 2);
-      snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
-      TIME_MS(ms, staged_fwd(blas, y, x, w, bx, bw, N, in, out));
-      row("matmul fwd bf16 staged", shape, ms, 2.0 * N * in * out, 1, "2 n in out, casts in");
-      TIME_MS(ms, fast_fwd(blas, y, x, w, N, in, out));
-      row("matmul fwd bf16 on fp32", shape, ms, 2.0 * N * in * out, 1, "2 n in out");
-      TIME_MS(ms, staged_bwd(blas, dx, dw, y, x, w, by, bx, bw, N, in, out, ws));
-      row("matmul bwd bf16 staged", shape, ms, 4.0 * N * in * out, 1, "4 n in out, casts in");
-      TIME_MS(ms, fast_bwd(blas, dx, dw, y, x, w, N, in, out, ws));
-      row("matmul bwd bf16 on fp32", shape, ms, 4.0 * N * in * out, 1, "4 n in out");
-      CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(dx)); CK(cudaFree(dw));
-      CK(cudaFree(bx)); CK(cudaFree(bw)); CK(cudaFree(by));
-    }
-    float *x = dev((size_t)N * C * 4), *w = dev((size_t)C * C * 4), *y = dev((size_t)N * C * 4);
-    snprintf(shape, sizeof shape, "%dx%d->%d", N, C, C);
-    TIME_MS(ms, tsr_cuda_matmul_fwd(blas, y, x, w, NULL, N, C, C, st));
-    row("matmul fwd fp32", shape, ms, 2.0 * N * C * C, 1, "2 n in out");
-    CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y));
+    for (int i = 0; i < 4; i++)
+      for (int d = 0; d < 3; d++) {
+        const tsr_dtype dt = all_dt[d];
+        const size_t es = tsr_dtype_size(dt);
+        const int in = shapes[i][0], out = shapes[i][1];
+        void *x = dev((size_t)N * in * es), *w = dev((size_t)out * in * es);
+        void *y = dev((size_t)N * out * es), *dx = dev((size_t)N * in * es);
+        float *dw = dev((size_t)out * in * 4);
+        snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
+        TIME_MS(ms, tsr_dev_matmul_fwd(dt, y, x, w, NULL, N, in, out));
+        row("matmul_fwd", dt, shape, ms, 2.0 * N * in * out, 1, "2 n in out");
+        TIME_MS(ms, tsr_dev_matmul_bwd(dt, dx, dw, NULL, y, x, w, NULL, N, in, out));
+        row("matmul_bwd (dx, dw)", dt, shape, ms, 4.0 * N * in * out, 1, "4 n in out");
+        if (i == 2) { /* the MLP's down projection of GPT-2: the GELU's backward fused in */
+          void *pre = dev((size_t)N * in * es);
+          TIME_MS(ms, tsr_dev_matmul_bwd(dt, dx, dw, NULL, y, x, w, pre, N, in, out));
+          row("matmul_bwd +gelu_pre", dt, shape, ms, 4.0 * N * in * out, 1, "4 n in out");
+          CK(cudaFree(pre));
+        }
+        dfree(x), dfree(w), dfree(y), dfree(dx), dfree(dw);
+      }
   }
-  /* ---- attention (our flash-style kernel) ---- */
-  {
-    const int T = 2048, B = N / T > 0 ? N / T : 1;
+  /* ---- attention: each kernel family the storage type has ---- */
+  for (int hd = 128; hd >= 64; hd /= 2) {
     const long rows = (long)B * T, stride = (H + 2 * KV) * hd;
     const double flops = 2.0 * 2.0 * B * H * (double)T * T * hd / 2;
     snprintf(shape, sizeof shape, "B%d T%d H%d KV%d hd%d", B, T, H, KV, hd);
-    for (int bf = 0; bf < 2; bf++) {
-      const size_t es = bf ? 2 : 4;
-      void *qkv = dev(rows * stride * es), *dqkv = dev(rows * stride * es);
+    for (int d = 0; d < 3; d++) {
+      const tsr_dtype dt = all_dt[d];
+      const size_t es = tsr_dtype_size(dt);
+      char *qkv = dev(rows * stride * es), *dqkv = dev(rows * stride * es);
       void *out = dev(rows * H * hd * es), *dout = dev(rows * H * hd * es);
       float *lse = dev(rows * H * 4);
-      const char *q = qkv, *k = (char *)qkv + (size_t)H * hd * es, *v = (char *)qkv + (size_t)(H + KV) * hd * es;
-      char *dq = dqkv, *dk = (char *)dqkv + (size_t)H * hd * es, *dv = (char *)dqkv + (size_t)(H + KV) * hd * es;
-      if (bf) {
-        TIME_MS(ms, tsr_cuda_attention_fwd_bf16(out, lse, (const tsr_bf16 *)q, (const tsr_bf16 *)k,
-                                                (const tsr_bf16 *)v, B, T, H, KV, hd, (int)stride, st));
-        row("attention fwd bf16", shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
-        TIME_MS(ms, tsr_cuda_attention_bwd_bf16((tsr_bf16 *)dq, (tsr_bf16 *)dk, (tsr_bf16 *)dv, dout, out, lse,
-                                                (const tsr_bf16 *)q, (const tsr_bf16 *)k, (const tsr_bf16 *)v,
-                                                B, T, H, KV, hd, (int)stride, ws, st));
-        row("attention bwd bf16", shape, ms, 2.5 * flops, 1, "2.5 x forward");
-      } else {
-        OK(tsr_cuda_attention_fwd(out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, H,
-                                  KV, hd, (int)stride, st)); /* a valid lse for the backward */
-        TIME_MS(ms, tsr_cuda_attention_fwd(out, lse, (const float *)q, (const float *)k, (const float *)v,
-                                           B, T, H, KV, hd, (int)stride, st));
-        row("attention fwd fp32", shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
-        TIME_MS(ms, tsr_cuda_attention_bwd((float *)dq, (float *)dk, (float *)dv, dout, out, lse,
-                                           (const float *)q, (const float *)k, (const float *)v, B, T, H,
-                                           KV, hd, (int)stride, ws, st));
-        row("attention bwd fp32", shape, ms, 2.5 * flops, 1, "2.5 x forward");
-        /* the tensor-core path (fp32 storage, bf16 products), at this head_dim and at 64 */
-        for (int hd2 = hd; hd2 >= 64; hd2 /= 2) {
-          char shape2[64];
-          snprintf(shape2, sizeof shape2, "B%d T%d H%d KV%d hd%d", B, T, H, KV, hd2);
-          const int stride2 = (H + 2 * KV) * hd2;
-          const float *q2 = (const float *)qkv, *k2 = q2 + (size_t)H * hd2, *v2 = q2 + (size_t)(H + KV) * hd2;
-          float *dq2 = (float *)dqkv, *dk2 = dq2 + (size_t)H * hd2, *dv2 = dq2 + (size_t)(H + KV) * hd2;
-          const double flops2 = flops * hd2 / hd;
-          for (int kern = TSR_CUDA_TC_WMMA; kern <= TSR_CUDA_TC_MMA; kern++) {
-            tsr_cuda_attention_tc_use(kern);
-            if (!tsr_cuda_attention_tc_supported(hd2)) continue;
-            TIME_MS(ms, tsr_cuda_attention_tc_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2, stride2, st));
-            row(kern ? "attention fwd tc mma" : "attention fwd tc wmma", shape2, ms, flops2, 1,
-                "causal 4 B H T^2 hd / 2");
-            TIME_MS(ms, tsr_cuda_attention_tc_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T, H,
-                                                  KV, hd2, stride2, ws, st));
-            row(kern ? "attention bwd tc mma" : "attention bwd tc wmma", shape2, ms, 2.5 * flops2,
-                1, "2.5 x forward");
-          }
-          tsr_cuda_attention_tc_use(TSR_CUDA_TC_WMMA);
-#ifdef TSR_HAVE_CUDNN
-          /* cuDNN's fused attention, with the bf16 copies in and out the trainer pays */
-          tsr_ops_shapes sh = {.attn_bht = (long)B * H * T, .attn_io = rows * (H + KV) * hd2,
-                               .attn_t = T};
-          const long n_stage = tsr_ops_cudnn_attention_staging_elems(&sh);
-          char why[600];
-          tsr_bf16 *staging = dev(n_stage * 2);
-          const int rc = tsr_cuda_cudnn_attention_prepare(B, T, H, KV, hd2, n_stage, why, sizeof why);
-          printf("# cuDNN attention %s: %s\n", shape2, why);
-          if (rc == 0) {
-            TIME_MS(ms, tsr_cuda_cudnn_attention_fwd(out, lse, q2, k2, v2, B, T, H, KV, hd2,
-                                                     stride2, staging, n_stage, st));
-            row("attention fwd cudnn", shape2, ms, flops2, 1, "causal 4 B H T^2 hd / 2; casts in");
-            TIME_MS(ms, tsr_cuda_cudnn_attention_bwd(dq2, dk2, dv2, dout, out, lse, q2, k2, v2, B, T,
-                                                     H, KV, hd2, stride2, staging, n_stage, st));
-            row("attention bwd cudnn", shape2, ms, 2.5 * flops2, 1, "2.5 x forward; casts in");
-          }
-          CK(cudaFree(staging));
-#endif
-        }
+      char *q = qkv, *k = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
+      char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
+      const int kinds[] = {TSR_ATT_WMMA, TSR_ATT_MMA, TSR_ATT_CUDNN};
+      for (int ki = 0; ki < (dt == TSR_F32 ? 1 : 3); ki++) {
+        tsr_cuda_attention_use(kinds[ki]);
+        const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride);
+        if (dt != TSR_F32 && path == TSR_ATT_PATH_F32 && ki) continue; /* shown once */
+        if (ki == 2 && path != TSR_ATT_PATH_CUDNN) continue;
+        static const char *const fwd_name[] = {"attention_fwd fp32-arith", "attention_fwd wmma",
+                                               "attention_fwd mma", "attention_fwd cudnn"};
+        static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd wmma",
+                                               "attention_bwd mma", "attention_bwd cudnn"};
+        tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
+        TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
+        row(fwd_name[path], dt, shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
+        TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
+                                          hd, (int)stride));
+        row(bwd_name[path], dt, shape, ms, 2.5 * flops, 1, "2.5 x forward");
       }
-      CK(cudaFree(qkv)); CK(cudaFree(dqkv)); CK(cudaFree(out)); CK(cudaFree(dout)); CK(cudaFree(lse));
+      dfree(qkv), dfree(dqkv), dfree(out), dfree(dout);
+      CK(cudaFree(lse));
     }
   }
-  /* ---- memory-bound kernels (fp32 unless named) ---- */
-  {
-    const long nc = (long)N * C;
-    float *x = dev(nc * 4), *y = dev(nc * 4), *dy = dev(nc * 4), *dx = dev(nc * 4), *w = dev(C * 4);
-    float *dw = dev(C * 4), *rstd = dev(N * 4), *mean = dev(N * 4), *bb = dev(C * 4), *db = dev(C * 4);
+  tsr_cuda_attention_use(TSR_ATT_WMMA);
+  /* ---- memory-bound ops, per storage type (bytes counted in it) ---- */
+  for (int d = 0; d < 3; d++) {
+    const tsr_dtype dt = all_dt[d];
+    const double es = (double)tsr_dtype_size(dt);
+    const long nc = (long)N * C, nf = (long)N * F;
+    void *x = dev(nc * es), *y = dev(nc * es), *h = dev(nc * es), *o = dev(nc * es);
+    void *dy = dev(nc * es), *dx = dev(nc * es), *w = dev(C * es), *bb = dev(C * es);
+    float *dw = dev(C * 4), *db = dev(C * 4), *rstd = dev(N * 4), *mean = dev(N * 4);
     snprintf(shape, sizeof shape, "%dx%d", N, C);
-    TIME_MS(ms, tsr_cuda_rmsnorm_fwd(y, rstd, x, w, N, C, 1e-5f, st));
-    row("rmsnorm fwd", shape, ms, 2.0 * nc * 4, 0, "x in, y out");
-    TIME_MS(ms, tsr_cuda_rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C, ws, st));
-    row("rmsnorm bwd", shape, ms, 4.0 * nc * 4, 0, "dy, x in; dx in+out");
-    TIME_MS(ms, tsr_cuda_rmsnorm_fwd_bf16((tsr_bf16 *)y, rstd, (tsr_bf16 *)x, (tsr_bf16 *)w, N, C, 1e-5f, st));
-    row("rmsnorm fwd bf16", shape, ms, 2.0 * nc * 2, 0, "x in, y out");
-    TIME_MS(ms, tsr_cuda_layernorm_fwd(y, mean, rstd, x, w, bb, N, C, 1e-5f, st));
-    row("layernorm fwd", shape, ms, 2.0 * nc * 4, 0, "x in, y out");
-    TIME_MS(ms, tsr_cuda_layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, N, C, ws, st));
-    row("layernorm bwd", shape, ms, 4.0 * nc * 4, 0, "dy, x in; dx in+out");
-    TIME_MS(ms, tsr_cuda_add(y, x, dy, nc, st));
-    row("add (residual)", shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
-    /* the bf16 trainer's residual add: the branch output and the sum rounded (stored) */
-    TIME_MS(ms, tsr_cuda_round_bf16(dy, dy, nc, st) || tsr_cuda_add(y, x, dy, nc, st) ||
-                    tsr_cuda_round_bf16(y, y, nc, st));
-    row("round, add, round (bf16)", shape, ms, 7.0 * nc * 4, 0, "three passes");
-    TIME_MS(ms, tsr_cuda_residual(y, x, dy, nc, TSR_PREC_BF16, st));
-    row("residual bf16 fused", shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
-    TIME_MS(ms, tsr_cuda_cast_f32_bf16((tsr_bf16 *)y, x, nc, st));
-    row("cast fp32->bf16", shape, ms, 6.0 * nc, 0, "4 in, 2 out bytes");
+    TIME_MS(ms, tsr_dev_rmsnorm_fwd(dt, o, rstd, NULL, x, NULL, w, N, C, 1e-5f));
+    row("rmsnorm_fwd", dt, shape, ms, 2.0 * nc * es, 0, "x in, out out");
+    TIME_MS(ms, tsr_dev_rmsnorm_fwd(dt, o, rstd, h, x, y, w, N, C, 1e-5f));
+    row("rmsnorm_fwd x+y fused", dt, shape, ms, 4.0 * nc * es, 0, "x, y in; h, out out");
+    TIME_MS(ms, tsr_dev_rmsnorm_bwd(dt, dx, dw, dy, x, w, rstd, N, C, 1));
+    row("rmsnorm_bwd (acc)", dt, shape, ms, 4.0 * nc * es, 0, "dy, x in; dx in+out");
+    TIME_MS(ms, tsr_dev_layernorm_fwd(dt, o, mean, rstd, NULL, x, NULL, w, bb, N, C, 1e-5f));
+    row("layernorm_fwd", dt, shape, ms, 2.0 * nc * es, 0, "x in, out out");
+    TIME_MS(ms, tsr_dev_layernorm_bwd(dt, dx, dw, db, dy, x, w, mean, rstd, N, C, 1));
+    row("layernorm_bwd (acc)", dt, shape, ms, 4.0 * nc * es, 0, "dy, x in; dx in+out");
+    TIME_MS(ms, tsr_dev_residual(dt, o, x, y, nc));
+    row("residual", dt, shape, ms, 3.0 * nc * es, 0, "2 in, 1 out");
+    if (dt != TSR_F32) {
+      TIME_MS(ms, tsr_dev_cast(dt, o, TSR_F32, x, nc / 2));
+      row("cast from fp32", dt, shape, ms, (4.0 + es) * nc / 2, 0, "fp32 in, out out");
+    } else {
+      TIME_MS(ms, tsr_dev_add((float *)o, (const float *)x, (const float *)y, nc));
+      row("add", dt, shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
+    }
     int32_t *tok = dev(N * 4);
     { /* spread token ids */
-      int32_t *h = malloc(N * 4);
-      for (int r = 0; r < N; r++) h[r] = (int32_t)((r * 7919u) % V);
-      CK(cudaMemcpy(tok, h, N * 4, cudaMemcpyHostToDevice));
-      free(h);
+      int32_t *t = malloc(N * 4);
+      for (int r = 0; r < N; r++) t[r] = (int32_t)((r * 7919u) % V);
+      CK(cudaMemcpy(tok, t, N * 4, cudaMemcpyHostToDevice));
+      free(t);
     }
-    float *wte = dev((size_t)V * C * 4);
-    TIME_MS(ms, tsr_cuda_embedding_fwd(y, tok, wte, NULL, N, N, C, 0, V, st));
-    row("embedding fwd", shape, ms, 2.0 * nc * 4, 0, "rows in, out");
-    TIME_MS(ms, tsr_cuda_embedding_bwd(wte, NULL, dy, tok, N, N, C, 0, V, ws, st));
-    row("embedding bwd", shape, ms, 3.0 * nc * 4, 0, "dy in; rows in+out");
-    CK(cudaFree(wte)); CK(cudaFree(tok));
-    const long nq = (long)N * (H + 2 * KV) * hd;
-    float *qkv = dev(nq * 4);
-    snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, hd);
-    TIME_MS(ms, tsr_cuda_rope_fwd(qkv, N, N, H, hd, (H + 2 * KV) * hd, 10000.0f, st));
-    row("rope fwd (q)", shape, ms, 2.0 * N * H * hd * 4, 0, "in+out");
+    void *wte = dev((size_t)V * C * es);
+    float *dwte = dev((size_t)V * C * 4);
+    TIME_MS(ms, tsr_dev_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V));
+    row("embedding_fwd", dt, shape, ms, 2.0 * nc * es, 0, "rows in, out");
+    TIME_MS(ms, tsr_dev_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V));
+    row("embedding_bwd", dt, shape, ms, nc * (es + 8.0), 0, "dy in; fp32 rows in+out");
+    dfree(wte), dfree(dwte), dfree(tok);
+    void *qkv = dev((long)N * (H + 2 * KV) * 128 * es);
+    snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, 128);
+    TIME_MS(ms, tsr_dev_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, 10000.0f));
+    row("rope_fwd (q)", dt, shape, ms, 2.0 * N * H * 128 * es, 0, "in+out");
     CK(cudaFree(qkv));
-    CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(dy)); CK(cudaFree(dx)); CK(cudaFree(w)); CK(cudaFree(dw));
-    CK(cudaFree(rstd)); CK(cudaFree(mean)); CK(cudaFree(bb)); CK(cudaFree(db));
-  }
-  {
-    const long nf = (long)N * F;
-    float *gu = dev(2 * nf * 4), *o = dev(nf * 4), *dgu = dev(2 * nf * 4);
+    dfree(x), dfree(y), dfree(h), dfree(o), dfree(dy);
+    dfree(dx), dfree(w), dfree(bb), dfree(dw), dfree(db);
+    dfree(rstd), dfree(mean);
+
+    void *gu = dev(2 * nf * es), *a = dev(nf * es), *dgu = dev(2 * nf * es);
     snprintf(shape, sizeof shape, "%dx%d", N, F);
-    TIME_MS(ms, tsr_cuda_swiglu_fwd(o, gu, N, F, st));
-    row("swiglu fwd", shape, ms, 3.0 * nf * 4, 0, "2F in, F out");
-    TIME_MS(ms, tsr_cuda_swiglu_bwd(dgu, o, gu, N, F, st));
-    row("swiglu bwd", shape, ms, 5.0 * nf * 4, 0, "3F in, 2F out");
-    TIME_MS(ms, tsr_cuda_gelu_fwd(o, gu, (int)nf, st));
-    row("gelu fwd", shape, ms, 2.0 * nf * 4, 0, "in, out");
-    CK(cudaFree(gu)); CK(cudaFree(o)); CK(cudaFree(dgu));
-  }
-  {
-    float *logits = dev((size_t)N * V * 4);
+    TIME_MS(ms, tsr_dev_swiglu_fwd(dt, a, gu, N, F));
+    row("swiglu_fwd", dt, shape, ms, 3.0 * nf * es, 0, "2F in, F out");
+    TIME_MS(ms, tsr_dev_swiglu_bwd(dt, dgu, a, gu, N, F));
+    row("swiglu_bwd", dt, shape, ms, 5.0 * nf * es, 0, "3F in, 2F out");
+    TIME_MS(ms, tsr_dev_gelu_fwd(dt, a, gu, nf));
+    row("gelu_fwd", dt, shape, ms, 2.0 * nf * es, 0, "in, out");
+    dfree(gu), dfree(a), dfree(dgu);
+
+    void *logits = dev((size_t)N * V * es);
     int32_t *tgt = dev(N * 4);
     CK(cudaMemset(tgt, 0, N * 4));
     double *loss = dev(8);
     snprintf(shape, sizeof shape, "%dx%d", N, V);
-    TIME_MS(ms, tsr_cuda_xent_fwd_bwd(loss, logits, tgt, N, V, 1.0f / N, ws, st));
-    row("xent fwd_bwd (fused)", shape, ms, 4.0 * N * V * 4, 0, "3 reads + 1 write");
-    CK(cudaFree(logits)); CK(cudaFree(tgt)); CK(cudaFree(loss));
+    TIME_MS(ms, tsr_dev_xent(dt, loss, 1.0, logits, tgt, N, V, 1.0f / N, 1));
+    row("xent +grad (fused)", dt, shape, ms, 4.0 * N * V * es, 0, "3 reads + 1 write");
+    dfree(logits), dfree(tgt), dfree(loss);
   }
   {
-    const long n = 100L * 1000 * 1000;
+    const long n = SUMSQ;
     float *p = dev(n * 4), *m = dev(n * 4), *v = dev(n * 4), *g = dev(n * 4);
-    double *s = dev(8);
+    void *c = dev(n * 4);
     snprintf(shape, sizeof shape, "%ld", n);
-    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
-                               TSR_PREC_FP32, st));
-    row("adamw", shape, ms, 7.0 * n * 4, 0, "p,m,v,g in; p,m,v out");
-    /* the bf16 parameter refresh: a second pass after AdamW, or fused into it */
-    float *c = dev(n * 4);
-    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
-                               TSR_PREC_FP32, st) ||
-                    tsr_cuda_round_bf16(c, p, n, st));
-    row("adamw, then round_bf16", shape, ms, 9.0 * n * 4, 0, "two passes");
-    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, c,
-                               TSR_PREC_BF16, st));
-    row("adamw + bf16 refresh fused", shape, ms, 8.0 * n * 4, 0, "p,m,v,g in; p,m,v,copy out");
-    CK(cudaFree(c));
-    TIME_MS(ms, tsr_cuda_sumsq(s, g, n, ws, st));
-    row("sumsq", shape, ms, 4.0 * n, 0, "x in");
-    CK(cudaFree(p)); CK(cudaFree(m)); CK(cudaFree(v)); CK(cudaFree(g)); CK(cudaFree(s));
+    TIME_MS(ms, tsr_dev_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+                              TSR_F32));
+    row("adamw", TSR_F32, shape, ms, 7.0 * n * 4, 0, "p,m,v,g in; p,m,v out");
+    for (int d = 1; d < 3; d++) {
+      TIME_MS(ms, tsr_dev_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, c,
+                                all_dt[d]));
+      row("adamw + refresh", all_dt[d], shape, ms, 7.0 * n * 4 + 2.0 * n, 0,
+          "p,m,v,g in; p,m,v, copy out");
+    }
+    const int64_t r[2] = {0, n};
+    double sq = 0;
+    TIME_MS(ms, sq += tsr_dev_sumsq_ranges(g, r, 1));
+    row("sumsq_ranges (1 range)", TSR_F32, shape, ms, 4.0 * n, 0, "x in; + one fetch");
+    dfree(p), dfree(m), dfree(v), dfree(g), dfree(c);
+    if (sq != sq) printf("# sumsq_ranges gave NaN\n");
   }
-  CK(cudaFree(ws_buf.base));
-  tsr_cuda_blas_destroy(&blas);
-  CK(cudaStreamDestroy(st));
+  be->close();
   return 0;
 }

@@ -1,4 +1,6 @@
-/* device.c — device selection and per-device setup (see device.h). */
+/* device.c — device selection and per-device setup (see device.h), and the MPI side of
+ * opening the CUDA backend (ops_dev.h's tsr_cuda_ops_open): every rank picks its GPU and
+ * opens the backend on it (ops_dev.c), and all ranks agree on the outcome. */
 #include "device.h"
 
 #include <cuda_runtime_api.h>
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_dev.h"
 #include "util.h"
 
 #define CUDA_OK(expr, what)                                                                    \
@@ -95,4 +98,32 @@ int tsr_cuda_select_device(MPI_Comm comm, int allow_shared, int *device) {
   if (inited) MPI_Allreduce(&bad, &worst, 1, MPI_INT, MPI_MAX, comm);
   if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
   return worst;
+}
+
+int tsr_cuda_ops_open(const void *comm_p, const char *mode, int share,
+                      const tsr_ops_backend **b) {
+  const MPI_Comm comm = *(const MPI_Comm *)comm_p;
+  *b = NULL;
+  if (!strcmp(mode, "auto")) { /* a GPU on every rank, or the CPU everywhere */
+    const int here = tsr_cuda_device_count(NULL, 0) > 0;
+    int all = here;
+    MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (!all) return 0;
+  }
+  int device = 0;
+  TSR_CALL(tsr_cuda_select_device(comm, share, &device));
+  const tsr_ops_backend *opened = NULL;
+  int rc = tsr_cuda_ops_open_device(device, &opened), worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, comm);
+  if (worst) { /* a rank that opened closes again: every rank stays on the CPU */
+    if (opened) opened->close();
+    return worst;
+  }
+  struct cudaDeviceProp prop;
+  if (tsr_rank() == 0 && cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+    tsr_log("device: cuda, rank 0 on GPU %d (%s, sm_%d%d, %d SMs)%s", device, prop.name,
+            prop.major, prop.minor, prop.multiProcessorCount,
+            share ? "; ranks may share a GPU (run.gpu_share)" : "");
+  *b = opened;
+  return 0;
 }

@@ -1,4 +1,5 @@
-/* device.h — which GPU a rank drives, and the per-device setup the CUDA backend needs.
+/* device.h — which GPU a rank drives, the per-device setup the CUDA backend needs, and
+ * the backend's MPI opener (tsr_cuda_ops_open of ops_dev.h, defined in device.c).
  *
  * One rank per GPU: the rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED)
  * picks the device among those visible to it (so CUDA_VISIBLE_DEVICES and Slurm's

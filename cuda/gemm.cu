@@ -1,20 +1,27 @@
-/* gemm.cu — the linear layers' GEMMs through cuBLASLt, in the row-major [out, in] weight
- * convention of ops.h.
+/* gemm.cu — the linear layers through cuBLASLt, in ops_list.h's row-major [out, in]
+ * weight convention, on fp32, bf16 or fp16 storage.
  *
  * cuBLASLt is column-major; a row-major [r, c] matrix is a column-major [c, r] one, so
  *   y[n,out]  = x[n,in] w[out,in]^T   is  Y^T(out x n)  = op_T(W^T as in x out) X^T(in x n)
- *   dx[n,in] += dy[n,out] w[out,in]   is  dX^T(in x n) += W^T(in x out) dY^T(out x n)
+ *   dx[n,in]  = dy[n,out] w[out,in]   is  dX^T(in x n)  = W^T(in x out) dY^T(out x n)
  *   dw[out,in] += dy^T x              is  dW^T(in x out) += X^T(in x n) op_T(dY^T(out x n))
- * The fp32 path computes in true fp32 (CUBLAS_COMPUTE_32F: no TF32) by default, so it
- * matches the CPU's sgemm to rounding, or on tensor cores with 16-bit inputs when the
- * trainer asks (tsr_cuda_blas_set_inputs: bf16/fp16 training); the bf16 path feeds tensor
- * cores with fp32 accumulation.
- * Bias (and GELU) of the forward ride in the GEMM epilogue; the bias gradient is a
- * deterministic column sum (ops_elem.cu) rather than cuBLASLt's BGRAD epilogue, which
- * overwrites where ops.h accumulates. */
-#include <cublasLt.h>
-
+ * fp32 storage computes in true fp32 (CUBLAS_COMPUTE_32F: no TF32), so it matches the
+ * CPU's sgemm to rounding.  16-bit storage feeds A and B to the tensor cores as they are
+ * stored (no copies), accumulates in fp32 and stores y and dx rounded once to the storage
+ * type; dw is fp32 (C and D fp32, beta 1: it accumulates).  The bias rides in the forward's
+ * epilogue, stored in the storage type as cuBLASLt wants it; the bias gradient is a
+ * deterministic fp32 column sum of dy (cuda_common.cuh) rather than cuBLASLt's BGRAD
+ * epilogue, which overwrites where ops_list.h accumulates.
+ *
+ * gelu_pre: dx = (dy w) * gelu'(gelu_pre).  cuBLASLt's DGELU epilogue where it has an
+ * algorithm for the shape and types (the GELU input as its aux matrix, same layout as
+ * dx); else the product goes to fp32 scratch a block of rows at a time and a kernel
+ * multiplies and stores it, so the result is rounded once either way. */
 #include "cuda_common.cuh"
+
+extern "C" {
+#include "ops_dev.h"
+}
 
 #define TSR_CUBLAS_CHECK(expr)                                                                \
   do {                                                                                        \
@@ -27,66 +34,47 @@
     }                                                                                         \
   } while (0)
 
-/* from ops_elem.cu */
-int tsr_cuda_colsum_(float *dst, const void *src, tsr_cuda_dtype type, int n, int C,
-                     const tsr_cuda_scratch *ws, cudaStream_t stream);
-int tsr_cuda_gelu_any_(void *out, const void *x, tsr_cuda_dtype type, long n, cudaStream_t stream);
+static cudaDataType_t cuda_type(tsr_dtype t) {
+  return t == TSR_BF16 ? CUDA_R_16BF : t == TSR_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
-struct tsr_cuda_blas {
-  cublasLtHandle_t lt;
-  cublasComputeType_t compute; /* of the fp32-storage GEMMs (tsr_cuda_blas_set_inputs) */
-  void *workspace;
-  size_t workspace_bytes;
+#define NO_ALGO (-1) /* cuBLASLt has no kernel for this combination: the caller falls back */
+
+/* The GELU input's gradient factor, tanh form: d/dx 0.5 x (1 + tanh(u)),
+ * u = sqrt(2/pi) (x + 0.044715 x^3). */
+#define GELU_C 0.7978845608028654f
+#define GELU_A 0.044715f
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(GELU_C * (x + GELU_A * x * x * x));
+  const float du = GELU_C * (1.0f + 3.0f * GELU_A * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+/* D = alpha op(A) op(B) + beta C, column-major, m x n, inner dimension k, C and D the
+ * same matrix.  epi: DEFAULT, BIAS (m entries in C's type) or DGELU (aux: m x n of
+ * aux_type, leading dimension m).  Returns 0, TSR_ERR, or NO_ALGO (silently) when
+ * allow_no_algo is set and cuBLASLt has no kernel (nothing was written then). */
+struct lt_args {
+  bool trans_a, trans_b;
+  int m, n, k;
+  const void *A;
+  cudaDataType_t a_type;
+  int lda;
+  const void *B;
+  cudaDataType_t b_type;
+  int ldb;
+  float beta;
+  void *C;
+  cudaDataType_t c_type;
+  int ldc;
+  cublasLtEpilogue_t epi;
+  const void *bias;
+  const void *aux;
+  cudaDataType_t aux_type;
+  bool allow_no_algo;
 };
 
-extern "C" int tsr_cuda_blas_create(tsr_cuda_blas **out, size_t workspace_bytes) {
-  int rc = 0;
-  *out = NULL;
-  tsr_cuda_blas *blas = (tsr_cuda_blas *)tsr_calloc(1, sizeof *blas);
-  if (!blas) return TSR_ERR;
-  blas->workspace_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
-  blas->compute = CUBLAS_COMPUTE_32F;
-  TSR_CUBLAS_CHECK(cublasLtCreate(&blas->lt));
-  if (cudaMalloc(&blas->workspace, blas->workspace_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    tsr_error("%s:%d %s: cannot allocate a %zu-byte cuBLASLt workspace", __FILE__, __LINE__,
-              __func__, blas->workspace_bytes);
-    rc = TSR_ERR;
-    goto done;
-  }
-  *out = blas;
-  return 0;
-done:
-  tsr_cuda_blas_destroy(&blas);
-  return rc;
-}
-
-extern "C" void tsr_cuda_blas_destroy(tsr_cuda_blas **blas) {
-  if (!blas || !*blas) return;
-  if ((*blas)->workspace) cudaFree((*blas)->workspace);
-  if ((*blas)->lt) cublasLtDestroy((*blas)->lt);
-  tsr_free(blas);
-}
-
-extern "C" void tsr_cuda_blas_set_inputs(tsr_cuda_blas *blas, int mode) {
-  blas->compute = mode == 1   ? CUBLAS_COMPUTE_32F_FAST_16BF
-                  : mode == 2 ? CUBLAS_COMPUTE_32F_FAST_16F
-                              : CUBLAS_COMPUTE_32F;
-}
-
-static cudaDataType_t cuda_type(tsr_cuda_dtype t) { return t == TSR_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
-
-#define NO_ALGO (-1) /* cuBLASLt has no kernel for this combination: the caller may fall back */
-
-/* D = C = alpha op(A) op(B) + beta C, column-major, m x n, inner dimension k.
- * epi: CUBLASLT_EPILOGUE_DEFAULT / BIAS / GELU_AUX / GELU_AUX_BIAS (bias: m entries in
- * C's type; aux: m x n, leading dimension m, C's type).  Returns 0, TSR_ERR, or NO_ALGO
- * (silently) when allow_no_algo is set and no kernel exists. */
-static int lt_matmul(tsr_cuda_blas *blas, bool trans_a, bool trans_b, int m, int n, int k,
-                     const void *A, cudaDataType_t a_type, int lda, const void *B,
-                     cudaDataType_t b_type, int ldb, float beta, void *C, cudaDataType_t c_type,
-                     int ldc, cublasLtEpilogue_t epi, const void *bias, void *aux,
-                     bool allow_no_algo, cudaStream_t stream) {
+static int lt_matmul(const lt_args &g) {
   int rc = 0;
   const float alpha = 1.0f;
   cublasLtMatmulDesc_t desc = NULL;
@@ -94,58 +82,68 @@ static int lt_matmul(tsr_cuda_blas *blas, bool trans_a, bool trans_b, int m, int
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t heur;
   int n_algo = 0;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t hs;
+  tsr_dev_context *ctx = &tsr_dev_ctx;
 
-  /* 16-bit storage always runs on tensor cores; fp32 storage as tsr_cuda_blas_set_inputs says */
-  const bool fp32_io = a_type == CUDA_R_32F && b_type == CUDA_R_32F;
-  TSR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, fp32_io ? blas->compute : CUBLAS_COMPUTE_32F,
-                                            CUDA_R_32F));
-  TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-  TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-  if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
-    TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (bias) {
-      const int32_t bias_type = (int32_t)c_type;
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                      sizeof bias_type));
+  TSR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TSR_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  TSR_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  if (g.epi != CUBLASLT_EPILOGUE_DEFAULT) {
+    TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi,
+                                                    sizeof g.epi));
+    if (g.bias) {
+      const int32_t bias_type = (int32_t)g.c_type;
+      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &g.bias, sizeof g.bias));
+      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                      &bias_type, sizeof bias_type));
     }
-    if (aux) {
-      const int64_t aux_ld = m;
-      const int32_t aux_type = (int32_t)c_type;
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                      sizeof aux));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                      sizeof aux_ld));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
-                                                      &aux_type, sizeof aux_type));
+    if (g.aux) {
+      const int64_t aux_ld = g.m;
+      const int32_t aux_type = (int32_t)g.aux_type;
+      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                      &aux_ld, sizeof aux_ld));
+      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof aux_type));
     }
   }
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, a_type, trans_a ? k : m, trans_a ? m : k, lda));
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, b_type, trans_b ? n : k, trans_b ? k : n, ldb));
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout, c_type, m, n, ldc));
+  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, g.a_type, g.trans_a ? g.k : g.m,
+                                              g.trans_a ? g.m : g.k, g.lda));
+  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, g.b_type, g.trans_b ? g.n : g.k,
+                                              g.trans_b ? g.k : g.n, g.ldb));
+  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout, g.c_type, g.m, g.n, g.ldc));
   TSR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  TSR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &blas->workspace_bytes,
-                                                        sizeof blas->workspace_bytes));
-  hs = cublasLtMatmulAlgoGetHeuristic(blas->lt, desc, a_layout, b_layout, c_layout, c_layout, pref, 1,
-                                      &heur, &n_algo);
-  if (allow_no_algo && (hs != CUBLAS_STATUS_SUCCESS || n_algo == 0)) { /* e.g. epilogue refused */
+  TSR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_ws_bytes, sizeof ctx->lt_ws_bytes));
+  hs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, a_layout, b_layout, c_layout, c_layout, pref,
+                                      1, &heur, &n_algo);
+  if (g.allow_no_algo && (hs != CUBLAS_STATUS_SUCCESS || n_algo == 0)) { /* epilogue refused */
     rc = NO_ALGO;
     goto done;
   }
   if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && n_algo == 0)) {
-    tsr_error("%s:%d %s: cuBLASLt has no algorithm for %c%c m=%d n=%d k=%d types %d,%d->%d epilogue %d",
-              __FILE__, __LINE__, __func__, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
-              (int)a_type, (int)b_type, (int)c_type, (int)epi);
+    tsr_error("%s:%d %s: cuBLASLt has no algorithm for %c%c m=%d n=%d k=%d types %d,%d->%d "
+              "epilogue %d",
+              __FILE__, __LINE__, __func__, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.m,
+              g.n, g.k, (int)g.a_type, (int)g.b_type, (int)g.c_type, (int)g.epi);
     rc = TSR_ERR;
     goto done;
   }
   TSR_CUBLAS_CHECK(hs);
-  TSR_CUBLAS_CHECK(cublasLtMatmul(blas->lt, desc, &alpha, A, a_layout, B, b_layout, &beta, C, c_layout, C,
-                                  c_layout, &heur.algo, blas->workspace, blas->workspace_bytes, stream));
+  hs = cublasLtMatmul(ctx->lt, desc, &alpha, g.A, a_layout, g.B, b_layout, &g.beta, g.C,
+                      c_layout, g.C, c_layout, &heur.algo, ctx->lt_ws, ctx->lt_ws_bytes,
+                      ctx->stream);
+  if (g.allow_no_algo && hs == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused only when run */
+    rc = NO_ALGO;
+    goto done;
+  }
+  TSR_CUBLAS_CHECK(hs);
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (c_layout) cublasLtMatrixLayoutDestroy(c_layout);
@@ -155,87 +153,108 @@ done:
   return rc;
 }
 
-/* Row-major y[n,out] (y_type) = x[n,in] w[out,in]^T, with optional bias / GELU epilogue. */
-static int linear_fwd(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type, const void *x,
-                      const void *w, tsr_cuda_dtype in_type, const void *bias, bool gelu,
-                      void *pre_act, int n, int in, int out, cudaStream_t stream) {
-  const cudaDataType_t it = cuda_type(in_type), ot = cuda_type(y_type);
-  if (!gelu)
-    return lt_matmul(blas, true, false, out, n, in, w, it, in, x, it, in, 0.0f, y, ot, out,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, false,
-                     stream);
-  if (out % 8 == 0) { /* cuBLASLt's rule for the GELU input's leading dimension */
-    const int rc = lt_matmul(blas, true, false, out, n, in, w, it, in, x, it, in, 0.0f, y, ot, out,
-                             bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
-                             bias, pre_act, true, stream);
-    if (rc != NO_ALGO) return rc;
+/* dx[r, c] = p[r, c] * gelu'(pre[r, c]) over rows x cols, p fp32 (the product) */
+template <class T>
+__global__ void dgelu_kernel(T *dx, const float *p, const T *pre, long n) {
+  GRID_STRIDE_LOOP(i, n) dx[i] = from_f32<T>(p[i] * gelu_grad(to_f32(pre[i])));
+}
+
+/* Rows of dx the fallback of gelu_pre computes per GEMM: an fp32 block of them must fit
+ * the scratch, which tsr_cuda_scratch_gemm sizes for this many rows of the widest layer. */
+#define DGELU_ROWS 256
+
+/* dx = (dy w) * gelu'(pre) without the epilogue: row blocks through fp32 scratch */
+static int dx_dgelu_unfused(tsr_dtype dt, void *dx, const void *dy, const void *w,
+                            const void *pre, int n, int in, int out) {
+  const size_t es = tsr_dtype_size(dt);
+  const cudaDataType_t t = cuda_type(dt);
+  const int rows = n < DGELU_ROWS ? n : DGELU_ROWS;
+  float *p = NULL;
+  TSR_CUDA_SCRATCH(p, (size_t)rows * in * sizeof(float));
+  for (int r0 = 0; r0 < n; r0 += rows) {
+    const int nr = n - r0 < rows ? n - r0 : rows;
+    lt_args g = {false, false, in, nr, out, w, t, in, (const char *)dy + (size_t)r0 * out * es, t,
+                 out, 0.0f, p, CUDA_R_32F, in, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+                 CUDA_R_32F, false};
+    TSR_CALL(lt_matmul(g));
+    const long m = (long)nr * in;
+    const size_t off = (size_t)r0 * in * es;
+    TSR_DTYPE_SWITCH(dt, T,
+                     LAUNCH_ELEM(dgelu_kernel<T>, m, tsr_dev_ctx.stream, (T *)((char *)dx + off),
+                                 p, (const T *)((const char *)pre + off), m));
   }
-  /* unfused: the GEMM (+ bias) into pre_act, then GELU */
-  TSR_CALL(lt_matmul(blas, true, false, out, n, in, w, it, in, x, it, in, 0.0f, pre_act, ot, out,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, false,
-                     stream));
-  return tsr_cuda_gelu_any_(y, pre_act, y_type, (long)n * out, stream);
-}
-
-/* dx (dx_type) = dy w;  dw (fp32) += dy^T x;  dbias (fp32) += colsum(dy). */
-static int linear_bwd(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type, float *dw,
-                      float *dbias, const void *dy, const void *x, const void *w,
-                      tsr_cuda_dtype in_type, int n, int in, int out,
-                      const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  const cudaDataType_t it = cuda_type(in_type);
-  if (dx)
-    TSR_CALL(lt_matmul(blas, false, false, in, n, out, w, it, in, dy, it, out, 0.0f, dx,
-                       cuda_type(dx_type), in, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, false, stream));
-  if (dw)
-    TSR_CALL(lt_matmul(blas, false, true, in, out, n, x, it, in, dy, it, out, 1.0f, dw, CUDA_R_32F, in,
-                       CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, false, stream));
-  if (dbias) TSR_CALL(tsr_cuda_colsum_(dbias, dy, in_type, n, out, ws, stream));
   return 0;
 }
 
-/* dx = dy w over an empty sum (out = 0): zeros, written as any dx is. */
-static int dx_empty_sum(void *dx, tsr_cuda_dtype dx_type, int n, int in, cudaStream_t stream) {
-  if (!dx) return 0;
-  const size_t elem = dx_type == TSR_CUDA_BF16 ? 2 : 4;
-  TSR_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)n * in * elem, stream));
+static int matmul_forward(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias,
+                          int n, int in, int out) {
+  if (n <= 0 || out <= 0) return 0;
+  TSR_CUDA_ARG(x && w && y && in > 0);
+  const cudaDataType_t t = cuda_type(dt);
+  lt_args g = {true, false, out, n, in, w, t, in, x, t, in, 0.0f, y, t, out,
+               bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, t, false};
+  return lt_matmul(g);
+}
+
+static int matmul_backward(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                           const void *x, const void *w, const void *gelu_pre, int n, int in,
+                           int out) {
+  if (n <= 0 || in <= 0) return 0;
+  const cudaDataType_t t = cuda_type(dt);
+  if (out <= 0) { /* an empty sum: dx = 0 (times gelu', still 0), written */
+    if (dx) TSR_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)n * in * tsr_dtype_size(dt),
+                                           tsr_dev_ctx.stream));
+    return 0;
+  }
+  TSR_CUDA_ARG(dy && (!dx || w) && (!dw || x));
+  if (dx && gelu_pre) {
+    int rc = NO_ALGO;
+    if (in % 8 == 0) { /* cuBLASLt's rule for an aux matrix's leading dimension */
+      lt_args g = {false, false, in, n, out, w, t, in, dy, t, out, 0.0f, dx, t, in,
+                   CUBLASLT_EPILOGUE_DGELU, NULL, gelu_pre, t, true};
+      rc = lt_matmul(g);
+    }
+    if (rc == NO_ALGO) rc = dx_dgelu_unfused(dt, dx, dy, w, gelu_pre, n, in, out);
+    TSR_CALL(rc);
+  } else if (dx) {
+    lt_args g = {false, false, in, n, out, w, t, in, dy, t, out, 0.0f, dx, t, in,
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, t, false};
+    TSR_CALL(lt_matmul(g));
+  }
+  if (dw) {
+    lt_args g = {false, true, in, out, n, x, t, in, dy, t, out, 1.0f, dw, CUDA_R_32F, in,
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, t, false};
+    TSR_CALL(lt_matmul(g));
+  }
+  if (dbias)
+    TSR_DTYPE_SWITCH(dt, T,
+                     TSR_CALL(col_reduce(dbias, ColumnOf<T>{(const T *)dy, out}, n, out,
+                                         tsr_dev_ctx.stream)));
   return 0;
 }
 
-extern "C" int tsr_cuda_matmul_fwd(tsr_cuda_blas *blas, float *y, const float *x, const float *w,
-                                   const float *bias, int n, int in, int out,
-                                   cudaStream_t stream) {
-  if (n <= 0 || out <= 0) return 0;
-  TSR_CUDA_ARG(blas && in > 0);
-  return linear_fwd(blas, y, TSR_CUDA_F32, x, w, TSR_CUDA_F32, bias, false, NULL, n, in, out, stream);
+extern "C" int tsr_cuda_scratch_gemm(const tsr_ops_shapes *s, size_t *bytes) {
+  const long rows = s->rows < DGELU_ROWS ? s->rows : DGELU_ROWS;
+  const size_t dgelu = rows > 0 && s->cols > 0 ? (size_t)rows * s->cols * sizeof(float) : 0;
+  const size_t cols = col_scratch(s->rows, s->cols);
+  *bytes = dgelu > cols ? dgelu : cols;
+  return 0;
 }
 
-extern "C" int tsr_cuda_matmul_bwd(tsr_cuda_blas *blas, float *dx, float *dw, float *dbias,
-                                   const float *dy, const float *x, const float *w, int n, int in,
-                                   int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  if (n <= 0 || in <= 0) return 0;
-  TSR_CUDA_ARG(blas);
-  if (out <= 0) return dx_empty_sum(dx, TSR_CUDA_F32, n, in, stream);
-  return linear_bwd(blas, dx, TSR_CUDA_F32, dw, dbias, dy, x, w, TSR_CUDA_F32, n, in, out, ws,
-                    stream);
+extern "C" void tsr_dev_matmul_fwd(tsr_dtype dt, void *y, const void *x, const void *w,
+                                   const void *bias, int n, int in, int out) {
+  TSR_DEV_SKIP();
+  tsr_dev_prof_note(2.0 * n * in * out, "%s %d x %d -> %d%s", tsr_dtype_name(dt), n, in, out,
+                    bias ? " +bias" : "");
+  TSR_DEV_RUN(matmul_forward(dt, y, x, w, bias, n, in, out));
 }
 
-extern "C" int tsr_cuda_matmul_fwd_bf16(tsr_cuda_blas *blas, void *y, tsr_cuda_dtype y_type,
-                                        const tsr_bf16 *x, const tsr_bf16 *w, const void *bias,
-                                        tsr_cuda_act act, void *pre_act, int n, int in, int out,
-                                        cudaStream_t stream) {
-  if (n <= 0 || out <= 0) return 0;
-  TSR_CUDA_ARG(blas && in > 0);
-  TSR_CUDA_ARG(act == TSR_CUDA_ACT_NONE || pre_act);
-  return linear_fwd(blas, y, y_type, x, w, TSR_CUDA_BF16, bias, act == TSR_CUDA_ACT_GELU, pre_act,
-                    n, in, out, stream);
-}
-
-extern "C" int tsr_cuda_matmul_bwd_bf16(tsr_cuda_blas *blas, void *dx, tsr_cuda_dtype dx_type,
-                                        float *dw, float *dbias, const tsr_bf16 *dy,
-                                        const tsr_bf16 *x, const tsr_bf16 *w, int n, int in,
-                                        int out, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  if (n <= 0 || in <= 0) return 0;
-  TSR_CUDA_ARG(blas);
-  if (out <= 0) return dx_empty_sum(dx, dx_type, n, in, stream);
-  return linear_bwd(blas, dx, dx_type, dw, dbias, dy, x, w, TSR_CUDA_BF16, n, in, out, ws, stream);
+extern "C" void tsr_dev_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                                   const void *x, const void *w, const void *gelu_pre, int n,
+                                   int in, int out) {
+  TSR_DEV_SKIP();
+  const double flops = ((dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * in * out;
+  tsr_dev_prof_note(flops, "%s %d x %d -> %d%s%s", tsr_dtype_name(dt), n, in, out,
+                    dx ? "" : " (no dx)", gelu_pre ? " +dgelu" : "");
+  TSR_DEV_RUN(matmul_backward(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out));
 }

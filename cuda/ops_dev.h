@@ -1,34 +1,53 @@
 /* ops_dev.h — the CUDA backend of ops.h as a device backend table (src/ops_backend.h).
  *
  * Installed by the trainer when run.device is 'cuda' (or 'auto' and every rank sees a
- * GPU): every tsr_ops_X call then runs the tsr_cuda_X kernel of ops_cuda.h on one
- * stream of this rank's GPU, with one cuBLASLt handle and one scratch buffer (in bf16
- * mode also the staging for bf16 copies of the GEMM inputs) sized at setup
- * (tsr_ops_reserve), so nothing is allocated inside a step.
+ * GPU): every tsr_ops_X call then runs tsr_dev_X on one stream of this rank's GPU, with
+ * one cuBLASLt handle and one scratch buffer sized at setup (tsr_ops_reserve), so nothing
+ * is allocated inside a step.  tsr_dev_X has the parameters and the semantics of the
+ * list's entry X (src/ops_list.h), on device memory; each is defined in the .cu file of
+ * its kernel family, next to its kernels, and queues them without waiting, except the
+ * ops that return a value to the host (they fetch it: the only synchronisations besides
+ * tsr_ops_sync).  A failing CUDA call is reported where it happens; from then on the ops
+ * do nothing and the backend's status() returns TSR_ERR (cuda/dev.h).
+ *
+ * Storage: dt = TSR_F32 runs fp32 kernels and true fp32 GEMMs; TSR_BF16 and TSR_F16 run
+ * the same kernels on 2-byte arrays (fp32 arithmetic and statistics, one rounding to
+ * nearest even per stored value) and tensor-core GEMMs reading the 16-bit arrays in place.
  *
  * Memory: tsr_ops_alloc gives CUDA managed memory with the GPU as its preferred
  * location.  Kernels keep it on the GPU; host code that must read it (checkpoint I/O,
  * the loss once per step) calls tsr_ops_sync first and the pages it touches move to the
  * host and back.  Collectives on it go through NCCL (comm_nccl.c), CUDA-aware MPI, or
- * MPI on pinned host copies (comm_stage.c); only &parallel mpi_gpu = 'direct' with an
- * MPI that is not CUDA-aware has MPI fault the pages over (correct, slow).
+ * MPI on pinned host copies (comm_stage.c).
  *
- * Functions returning a value (losses, sums of squares, all_finite) compute it into a
- * device scalar and copy it to the host: these are the only synchronisations besides
- * tsr_ops_sync.  A failing CUDA call is reported where it happens; from then on the ops
- * do nothing and tsr_ops_status() returns TSR_ERR. */
+ * Environment, read when the backend opens: TSR_CUDA_ATTENTION = wmma (default) | mma |
+ * cudnn picks the 16-bit attention (cuda/dev.h); TSR_CUDA_PROFILE=1 times every op and
+ * prints the table on rank 0 when the backend closes. */
 #ifndef TSR_CUDA_OPS_DEV_H
 #define TSR_CUDA_OPS_DEV_H
 
 #include "ops_backend.h"
 
-/* The tsr_ops_device_opener of this build (main.c installs it as tsr_ops_cuda_open). */
+/* The ops: tsr_dev_<name> for each entry of ops_list.h */
+#define TSR_OP(name, params, args) void tsr_dev_##name params;
+#define TSR_OP_RET(type, name, params, args) type tsr_dev_##name params;
+#include "ops_list.h"
+#undef TSR_OP
+#undef TSR_OP_RET
+
+/* The tsr_ops_device_opener of this build (main.c installs it as tsr_ops_cuda_open;
+ * cuda/device.c, collective over the MPI communicator comm points to). */
 int tsr_cuda_ops_open(const void *comm, const char *mode, int share, const tsr_ops_backend **b);
 
-/* The stream the ops run on (a cudaStream_t; NULL before tsr_cuda_ops_open), for the
+/* The same without MPI, on GPU `device` (tests and benchmarks, single processes): the
+ * backend's table in *b, or an error code after reporting why.  The table's close()
+ * ends it (then it may be opened again). */
+int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b);
+
+/* The stream the ops run on (a cudaStream_t; NULL before the backend opens), for the
  * device transport of comm (comm_nccl.c) to order its streams against. */
 void *tsr_cuda_ops_stream(void);
-/* The device this rank drives (valid after tsr_cuda_ops_open). */
+/* The device this rank drives (valid once the backend is open). */
 int tsr_cuda_ops_device(void);
 /* 1 when p (any address inside an allocation) is device or managed memory: what the
  * device transports of comm (comm_nccl.c, comm_stage.c) take. */

@@ -1,19 +1,20 @@
 /* sdpa_cudnn.cpp — causal grouped-query attention through cuDNN's fused scaled-dot-product
  * attention (its flash-attention engines), built with NVIDIA's cuDNN frontend (the
  * header-only C++ graph API over cuDNN's backend descriptors; tools/fetch-cudnn-frontend.sh):
- * the graphs of sdpa_graphs.h, on bf16 tensors.  cuda/sdpa_stage.c makes the bf16 copies of
- * Tessera's fp32 activations and calls these.  Compiled only where configure found cuDNN
- * and the frontend (TSR_HAVE_CUDNN).
+ * the graphs of sdpa_graphs.h on the op's own bf16 or fp16 tensors, read and written in
+ * place (q, k, v and their gradients strided in the fused qkv buffer), and the decision
+ * of cuda/dev.h's tsr_cuda_cudnn_attention_prepare.  Compiled only where configure found
+ * cuDNN and the frontend (TSR_HAVE_CUDNN).
  *
  * cuDNN's Stats is the natural log-sum-exp of the scaled scores of each row, [B,H,T,1]:
- * exactly ops.h's lse, so forward and backward pass it through without a copy.
+ * exactly ops_list.h's lse, so forward and backward pass it through without a copy.
  *
- * One graph per direction and shape, built at the first prepare with that shape (host
- * work and cuDNN's heuristics; later calls only execute) and kept until close.  Host code
- * only (cuDNN launches its own kernels), so the C++ compiler builds it, not nvcc.  The
- * backward asks for cuDNN's deterministic algorithm first, as every other kernel here is
- * deterministic, and takes the other one only where that is not supported or its
- * workspace does not fit (said by prepare). */
+ * One pair of graphs per shape (storage type, B, T, H, KV, hd, row stride), built at the
+ * first prepare with that shape (host work and cuDNN's heuristics; later calls only
+ * execute) and kept until close.  Host code only (cuDNN launches its own kernels), so the
+ * C++ compiler builds it, not nvcc.  The backward is cuDNN's deterministic algorithm
+ * unless the caller allows otherwise (tsr_ops_shapes.deterministic 0): then the other one
+ * is tried first, as the faster, and prepare says which was taken. */
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
@@ -27,11 +28,11 @@
 #include <unordered_map>
 
 #include <cuda_runtime_api.h>
+#include "dev.h"
+#include "sdpa_graphs.h"
 extern "C" {
 #include "util.h"
 }
-#include "ops_cuda.h" /* TSR_CUDA_CUDNN_CANNOT */
-#include "sdpa_graphs.h"
 
 namespace fe = cudnn_frontend;
 
@@ -39,12 +40,20 @@ namespace {
 
 enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
 
-typedef std::tuple<int, int, int, int, int> shape_key; /* B, T, H, KV, hd */
+struct shape {
+  tsr_dtype dt;
+  int B, T, H, KV, hd, stride;
+};
+typedef std::tuple<int, int, int, int, int, int, int> shape_key;
+shape_key key_of(const shape &s) {
+  return shape_key((int)s.dt, s.B, s.T, s.H, s.KV, s.hd, s.stride);
+}
 
 struct plans {
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
   int64_t ws_fwd = 0, ws_bwd = 0; /* bytes of workspace each asks for */
   bool ok = false, deterministic = false;
+  int asked = -1;  /* the deterministic flag these were built for */
   std::string why; /* when !ok: what cuDNN said */
 };
 
@@ -58,9 +67,9 @@ struct target {
   int sm_version = 0, sm_count = 0;
 };
 
-std::shared_ptr<fe::graph::Graph> new_graph(const target &t) {
+std::shared_ptr<fe::graph::Graph> new_graph(const target &t, tsr_dtype dt) {
   auto g = std::make_shared<fe::graph::Graph>();
-  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+  g->set_io_data_type(dt == TSR_F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   if (t.dp) {
@@ -71,24 +80,22 @@ std::shared_ptr<fe::graph::Graph> new_graph(const target &t) {
   return g;
 }
 
-/* [B, heads, T, hd] over compact [B, T, heads, hd] storage */
+/* [B, heads, T, hd] over storage with rows (b, t) of `row` elements, head h at h*hd */
 fe::graph::Tensor_attributes &bthd(fe::graph::Tensor_attributes &t, int64_t uid, int B, int T,
-                                   int heads, int hd) {
-  return t.set_uid(uid)
-      .set_dim({B, heads, T, hd})
-      .set_stride({(int64_t)T * heads * hd, hd, (int64_t)heads * hd, 1});
+                                   int heads, int hd, int64_t row) {
+  return t.set_uid(uid).set_dim({B, heads, T, hd}).set_stride({(int64_t)T * row, hd, row, 1});
 }
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name,
                                                     int64_t uid, int B, int T, int heads,
-                                                    int hd) {
+                                                    int hd, int64_t row) {
   fe::graph::Tensor_attributes t;
   t.set_name(name);
-  return g.tensor(bthd(t, uid, B, T, heads, hd));
+  return g.tensor(bthd(t, uid, B, T, heads, hd, row));
 }
-/* 1/sqrt(hd) formed as ops_cpu.c forms it */
+/* 1/sqrt(hd) formed as the CPU kernels form it */
 float scale_of(int hd) { return (float)(1.0 / sqrt((double)hd)); }
 
-/* Stats [B, H, T, 1] fp32: ops.h's lse */
+/* Stats [B, H, T, 1] fp32: ops_list.h's lse */
 fe::graph::Tensor_attributes &stats(fe::graph::Tensor_attributes &t, int B, int T, int H) {
   return t.set_uid(UID_STATS)
       .set_dim({B, H, T, 1})
@@ -121,58 +128,66 @@ bool finish(fe::graph::Graph &g, const target &t, int64_t &ws, std::string &why)
   return true;
 }
 
-bool build_fwd(plans &p, const target &t, int B, int T, int H, int KV, int hd) {
-  auto g = new_graph(t);
-  auto Q = input(*g, "Q", UID_Q, B, T, H, hd), K = input(*g, "K", UID_K, B, T, KV, hd),
-       V = input(*g, "V", UID_V, B, T, KV, hd);
+bool build_fwd(plans &p, const target &t, const shape &s) {
+  auto g = new_graph(t, s.dt);
+  auto Q = input(*g, "Q", UID_Q, s.B, s.T, s.H, s.hd, s.stride),
+       K = input(*g, "K", UID_K, s.B, s.T, s.KV, s.hd, s.stride),
+       V = input(*g, "V", UID_V, s.B, s.T, s.KV, s.hd, s.stride);
   auto opt = fe::graph::SDPA_attributes()
                  .set_name("tsr_attention")
                  .set_generate_stats(true)
-                 .set_attn_scale(scale_of(hd))
+                 .set_attn_scale(scale_of(s.hd))
                  .set_causal_mask(true);
   auto [O, S] = g->sdpa(Q, K, V, opt);
-  bthd(O->set_output(true), UID_O, B, T, H, hd);
-  stats(S->set_output(true), B, T, H);
+  bthd(O->set_output(true), UID_O, s.B, s.T, s.H, s.hd, (int64_t)s.H * s.hd);
+  stats(S->set_output(true), s.B, s.T, s.H);
   if (!finish(*g, t, p.ws_fwd, p.why)) return false;
   p.fwd = g;
   return true;
 }
 
-bool build_bwd(plans &p, const target &t, int B, int T, int H, int KV, int hd,
-               bool deterministic) {
-  auto g = new_graph(t);
-  auto Q = input(*g, "Q", UID_Q, B, T, H, hd), K = input(*g, "K", UID_K, B, T, KV, hd),
-       V = input(*g, "V", UID_V, B, T, KV, hd), O = input(*g, "O", UID_O, B, T, H, hd),
-       dO = input(*g, "dO", UID_DO, B, T, H, hd);
-  fe::graph::Tensor_attributes s;
-  s.set_name("Stats");
-  auto S = g->tensor(stats(s, B, T, H));
+bool build_bwd(plans &p, const target &t, const shape &s, bool deterministic) {
+  auto g = new_graph(t, s.dt);
+  const int64_t orow = (int64_t)s.H * s.hd;
+  auto Q = input(*g, "Q", UID_Q, s.B, s.T, s.H, s.hd, s.stride),
+       K = input(*g, "K", UID_K, s.B, s.T, s.KV, s.hd, s.stride),
+       V = input(*g, "V", UID_V, s.B, s.T, s.KV, s.hd, s.stride),
+       O = input(*g, "O", UID_O, s.B, s.T, s.H, s.hd, orow),
+       dO = input(*g, "dO", UID_DO, s.B, s.T, s.H, s.hd, orow);
+  fe::graph::Tensor_attributes st;
+  st.set_name("Stats");
+  auto S = g->tensor(stats(st, s.B, s.T, s.H));
   auto opt = fe::graph::SDPA_backward_attributes()
                  .set_name("tsr_attention_backward")
-                 .set_attn_scale(scale_of(hd))
+                 .set_attn_scale(scale_of(s.hd))
                  .set_causal_mask(true)
                  .set_deterministic_algorithm(deterministic);
   auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, S, opt);
-  bthd(dQ->set_output(true), UID_DQ, B, T, H, hd);
-  bthd(dK->set_output(true), UID_DK, B, T, KV, hd);
-  bthd(dV->set_output(true), UID_DV, B, T, KV, hd);
+  bthd(dQ->set_output(true), UID_DQ, s.B, s.T, s.H, s.hd, s.stride);
+  bthd(dK->set_output(true), UID_DK, s.B, s.T, s.KV, s.hd, s.stride);
+  bthd(dV->set_output(true), UID_DV, s.B, s.T, s.KV, s.hd, s.stride);
   if (!finish(*g, t, p.ws_bwd, p.why)) return false;
   p.bwd = g;
   p.deterministic = deterministic;
   return true;
 }
 
-/* Both directions' graphs for a shape (p.ok false with p.why when cuDNN cannot): the
- * backward deterministic where cuDNN has it. */
-void build(plans &p, const target &t, int B, int T, int H, int KV, int hd) {
+/* Both directions' graphs for a shape (p.ok false with p.why when cuDNN cannot).  The
+ * backward: deterministic when asked (there is no other then); otherwise the other
+ * algorithm first, the deterministic one where cuDNN has no other. */
+void build(plans &p, const target &t, const shape &s, bool deterministic) {
+  p = plans();
+  p.asked = deterministic ? 1 : 0;
   try {
-    if (build_fwd(p, t, B, T, H, KV, hd)) {
-      if (build_bwd(p, t, B, T, H, KV, hd, true))
+    if (build_fwd(p, t, s)) {
+      if (build_bwd(p, t, s, deterministic))
         p.ok = true;
+      else if (deterministic)
+        p.why = "no deterministic backward: " + p.why;
       else {
         const std::string first = p.why;
-        p.ok = build_bwd(p, t, B, T, H, KV, hd, false);
-        if (!p.ok) p.why = "deterministic backward: " + first + "; other backward: " + p.why;
+        p.ok = build_bwd(p, t, s, true);
+        if (!p.ok) p.why = "non-deterministic backward: " + first + "; deterministic: " + p.why;
       }
     }
   } catch (const std::exception &e) { /* the frontend's JSON and containers may throw */
@@ -180,16 +195,7 @@ void build(plans &p, const target &t, int B, int T, int H, int KV, int hd) {
     p.why = std::string("exception: ") + e.what();
   }
   if (!p.ok) p.fwd.reset(), p.bwd.reset();
-}
-
-/* The shape's plans on this GPU, built at the first call. */
-plans *plans_for(int B, int T, int H, int KV, int hd) {
-  const shape_key key(B, T, H, KV, hd);
-  auto it = cache.find(key);
-  if (it != cache.end()) return &it->second;
-  plans &p = cache[key];
-  build(p, target(), B, T, H, KV, hd);
-  return &p;
+  p.asked = deterministic ? 1 : 0;
 }
 
 bool execute(const std::shared_ptr<fe::graph::Graph> &g,
@@ -220,47 +226,42 @@ bool execute(const std::shared_ptr<fe::graph::Graph> &g,
     }                                                                                        \
   } while (0)
 
-extern "C" long tsr_sdpa_graphs_version(void) { return (long)cudnnGetVersion(); }
+extern "C" long tsr_cuda_cudnn_version(void) { return (long)cudnnGetVersion(); }
 
-static int prepare(int B, int T, int H, int KV, int hd, long long ws_limit, tsr_sdpa_info *info,
-                   char *why, size_t why_len) {
+static int prepare(const shape &s, int deterministic, long long ws_limit, char *why,
+                   size_t why_len) {
   if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
-  plans *p = plans_for(B, T, H, KV, hd);
-  if (!p->ok) {
+  plans &p = cache[key_of(s)];
+  if (p.asked != (deterministic ? 1 : 0)) build(p, target(), s, deterministic != 0);
+  if (!p.ok) {
     snprintf(why, why_len, "cuDNN %ld cannot run it: %s", (long)cudnnGetVersion(),
-             p->why.c_str());
+             p.why.c_str());
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  std::string note;
-  if (std::max(p->ws_fwd, p->ws_bwd) > ws_limit && p->deterministic) {
-    /* the deterministic backward's workspace does not fit: the other one, where it does */
-    plans q = *p;
-    if (build_bwd(q, target(), B, T, H, KV, hd, false) &&
-        std::max(q.ws_fwd, q.ws_bwd) <= ws_limit) {
-      note = "; the deterministic backward's workspace (" + std::to_string(p->ws_bwd) +
-             " bytes) does not fit";
-      *p = q;
-    }
-  }
-  if (std::max(p->ws_fwd, p->ws_bwd) > ws_limit) {
-    snprintf(why, why_len, "its workspace needs %lld bytes, the staging has %lld beside the copies",
-             (long long)std::max(p->ws_fwd, p->ws_bwd), ws_limit);
+  const long long ws = std::max(p.ws_fwd, p.ws_bwd);
+  if (ws > ws_limit) {
+    snprintf(why, why_len, "its %s backward's workspace needs %lld bytes, %lld were reserved "
+             "(tsr_ops_cudnn_attention_workspace_bytes)",
+             p.deterministic ? "deterministic" : "non-deterministic", ws, ws_limit);
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  *info = tsr_sdpa_info{(long long)p->ws_fwd, (long long)p->ws_bwd, p->deterministic ? 1 : 0};
-  snprintf(why, why_len, "cuDNN %ld, %s backward, workspace %lld + %lld bytes%s",
-           (long)cudnnGetVersion(), p->deterministic ? "deterministic" : "NON-deterministic",
-           (long long)p->ws_fwd, (long long)p->ws_bwd, note.c_str());
+  snprintf(why, why_len, "cuDNN %ld, %s backward%s, workspace %lld + %lld of %lld bytes",
+           (long)cudnnGetVersion(), p.deterministic ? "deterministic" : "NON-deterministic",
+           p.deterministic || deterministic ? "" : " (train.deterministic is off)",
+           (long long)p.ws_fwd, (long long)p.ws_bwd, ws_limit);
   return 0;
 }
 
-extern "C" int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_limit,
-                                       tsr_sdpa_info *info, char *why, size_t why_len) {
-  TSR_CHECK(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && info, TSR_ERR,
-            "cuDNN attention: B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
+extern "C" int tsr_cuda_cudnn_attention_prepare(tsr_dtype dt, int B, int T, int H, int KV,
+                                                int hd, int qkv_stride, int deterministic,
+                                                long long ws_limit, char *why, size_t why_len) {
+  TSR_CHECK(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && qkv_stride >= H * hd &&
+                (dt == TSR_BF16 || dt == TSR_F16),
+            TSR_ERR, "cuDNN attention: %s B %d T %d H %d KV %d hd %d stride %d",
+            tsr_dtype_name(dt), B, T, H, KV, hd, qkv_stride);
   if (why_len) why[0] = 0;
   try {
-    return prepare(B, T, H, KV, hd, ws_limit, info, why, why_len);
+    return prepare(shape{dt, B, T, H, KV, hd, qkv_stride}, deterministic, ws_limit, why, why_len);
   } catch (const std::exception &e) { /* C callers: no exception crosses */
     tsr_error("cuDNN attention: %s", e.what());
     return TSR_ERR;
@@ -268,17 +269,18 @@ extern "C" int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long
 }
 
 /* The plans of a prepared shape, or NULL after reporting it. */
-static const plans *prepared(int B, int T, int H, int KV, int hd) {
-  auto it = cache.find(shape_key(B, T, H, KV, hd));
+static const plans *prepared(const shape &s) {
+  auto it = cache.find(key_of(s));
   if (it != cache.end() && it->second.ok) return &it->second;
-  tsr_error("cuDNN attention: B %d T %d H %d KV %d hd %d was not prepared", B, T, H, KV, hd);
+  tsr_error("cuDNN attention: %s B %d T %d H %d KV %d hd %d stride %d was not prepared",
+            tsr_dtype_name(s.dt), s.B, s.T, s.H, s.KV, s.hd, s.stride);
   return NULL;
 }
 
-extern "C" int tsr_sdpa_graphs_fwd(int B, int T, int H, int KV, int hd, const void *Q,
-                                   const void *K, const void *V, void *O, float *stats, void *ws,
-                                   cudaStream_t stream) {
-  const plans *p = prepared(B, T, H, KV, hd);
+extern "C" int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd,
+                                   int qkv_stride, const void *Q, const void *K, const void *V,
+                                   void *O, float *stats, void *ws, cudaStream_t stream) {
+  const plans *p = prepared(shape{dt, B, T, H, KV, hd, qkv_stride});
   if (!p) return TSR_ERR;
   CUDNN_CHECK(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)Q}, {UID_K, (void *)K},
@@ -287,25 +289,29 @@ extern "C" int tsr_sdpa_graphs_fwd(int B, int T, int H, int KV, int hd, const vo
   return execute(p->fwd, pack, ws, "forward") ? 0 : TSR_ERR;
 }
 
-extern "C" int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const void *Q,
-                                   const void *K, const void *V, const void *O, const void *dO,
-                                   const float *stats, void *dQ, void *dK, void *dV, void *ws,
-                                   cudaStream_t stream) {
-  const plans *p = prepared(B, T, H, KV, hd);
+extern "C" int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd,
+                                   int qkv_stride, const void *Q, const void *K, const void *V,
+                                   const void *O, const void *dO, const float *stats, void *dQ,
+                                   void *dK, void *dV, void *ws, cudaStream_t stream) {
+  const plans *p = prepared(shape{dt, B, T, H, KV, hd, qkv_stride});
   if (!p) return TSR_ERR;
   CUDNN_CHECK(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void *> pack = {
-      {UID_Q, (void *)Q},   {UID_K, (void *)K},         {UID_V, (void *)V},
-      {UID_O, (void *)O},   {UID_DO, (void *)dO},       {UID_STATS, (void *)stats},
-      {UID_DQ, dQ},         {UID_DK, dK},               {UID_DV, dV}};
+      {UID_Q, (void *)Q},   {UID_K, (void *)K},   {UID_V, (void *)V},
+      {UID_O, (void *)O},   {UID_DO, (void *)dO}, {UID_STATS, (void *)stats},
+      {UID_DQ, dQ},         {UID_DK, dK},         {UID_DV, dV}};
   return execute(p->bwd, pack, ws, "backward") ? 0 : TSR_ERR;
 }
 
 extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_version,
-                                                      int sm_count, int B, int T, int H, int KV,
-                                                      int hd, char *why, size_t why_len) {
-  TSR_CHECK(device_json && B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0, TSR_ERR,
-            "cuDNN attention: B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
+                                                      int sm_count, tsr_dtype dt, int B, int T,
+                                                      int H, int KV, int hd, int qkv_stride,
+                                                      int deterministic, char *why,
+                                                      size_t why_len) {
+  TSR_CHECK(device_json && B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 &&
+                qkv_stride >= H * hd && (dt == TSR_BF16 || dt == TSR_F16),
+            TSR_ERR, "cuDNN attention: %s B %d T %d H %d KV %d hd %d stride %d",
+            tsr_dtype_name(dt), B, T, H, KV, hd, qkv_stride);
   if (why_len) why[0] = 0;
   target t;
   t.sm_version = sm_version;
@@ -325,7 +331,7 @@ extern "C" int tsr_cuda_cudnn_attention_check_offline(const char *device_json, i
     return TSR_ERR;
   }
   plans p;
-  build(p, t, B, T, H, KV, hd);
+  build(p, t, shape{dt, B, T, H, KV, hd, qkv_stride}, deterministic != 0);
   snprintf(why, why_len, "cuDNN %ld: %s", (long)cudnnGetVersion(),
            p.ok ? (p.deterministic ? "deterministic backward" : "NON-deterministic backward")
                 : p.why.c_str());

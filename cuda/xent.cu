@@ -1,24 +1,30 @@
-/* xent.cu — cross entropy on the LM head's logits, fused with its gradient: the single-
- * rank form (tsr_ops_xent_fwd_bwd) and the four vocab-parallel passes of ops.h, on fp32
- * or bf16 logits.  One block per row; the row's max in fp32, sums of exp in double, as
- * on the CPU.  Row losses go to scratch and one block sums them in a fixed order. */
+/* xent.cu — cross-entropy on the LM head's logits (fp32, bf16 or fp16), fused with its
+ * gradient: the single-rank form and the four vocab-parallel passes of ops_list.h.  One
+ * block per row: the row's max in fp32, sums of exp in double, as on the CPU.  The loss
+ * is summed into a device double (op memory) on the stream: row losses go to scratch and
+ * one block sums them in a fixed order and adds the sum / div, so the host reads the
+ * loss once per step and a rerun gives the same bits. */
 #include "cuda_common.cuh"
+
+extern "C" {
+#include "ops_dev.h"
+}
 
 #define XENT_THREADS 512
 
-/* Loss of row r into row_loss[r]; with GRAD the row is overwritten by
- * dloss * (softmax - onehot).  A target outside [0, V) (ignore index) gives zero loss
- * and a zero gradient row. */
-template <class T, bool GRAD>
+/* Loss of row r into row_loss[r]; with grad the row is overwritten by
+ * dloss * (softmax - onehot).  A target outside [0, V) is ignored: zero loss and a zero
+ * gradient row. */
+template <class T>
 __global__ void xent_row_kernel(double *row_loss, T *logits, const int32_t *targets, int V,
-                                float dloss) {
+                                float dloss, int grad) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   const size_t r = blockIdx.x;
   T *z = logits + r * V;
   const int target = targets[r];
   if (target < 0 || target >= V) {
-    if (GRAD)
+    if (grad)
       for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = from_f32<T>(0.0f);
     if (threadIdx.x == 0) row_loss[r] = 0.0;
     return;
@@ -31,7 +37,7 @@ __global__ void xent_row_kernel(double *row_loss, T *logits, const int32_t *targ
   for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(z[j]) - m);
   sum = block_sum(sum, dscratch); /* its barriers also order every read above before the writes */
   if (threadIdx.x == 0) row_loss[r] = log(sum) + (double)m - (double)zt;
-  if (GRAD) {
+  if (grad) {
     const float f = (float)(dloss / sum);
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
       float gj = expf(to_f32(z[j]) - m) * f;
@@ -41,36 +47,31 @@ __global__ void xent_row_kernel(double *row_loss, T *logits, const int32_t *targ
   }
 }
 
-size_t tsr_cuda_xent_scratch_(long n) { return n > 0 ? (size_t)n * sizeof(double) : 0; }
-
-template <class T, bool GRAD>
-static int xent(double *loss_sum, T *logits, const int32_t *targets, int n, int V, float dloss,
-                const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  if (n <= 0) {
-    TSR_CUDA_CHECK(cudaMemsetAsync(loss_sum, 0, sizeof(double), stream));
-    return 0;
-  }
-  double *row_loss = NULL;
-  TSR_CUDA_SCRATCH(row_loss, ws, (size_t)n * sizeof(double));
-  xent_row_kernel<T, GRAD><<<n, XENT_THREADS, 0, stream>>>(row_loss, logits, targets, V, dloss);
-  TSR_CUDA_LAUNCHED();
-  TSR_CALL(tsr_cuda_sum_doubles_(loss_sum, row_loss, n, stream));
+extern "C" int tsr_cuda_scratch_crossent(const tsr_ops_shapes *s, size_t *bytes) {
+  *bytes = s->rows > 0 ? (size_t)s->rows * sizeof(double) : 0;
   return 0;
 }
 
-extern "C" int tsr_cuda_xent_fwd_bwd(double *loss_sum, float *logits, const int32_t *targets,
-                                     int n, int V, float dloss, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  return xent<float, true>(loss_sum, logits, targets, n, V, dloss, ws, stream);
+template <class T>
+static int fused(double *loss, double div, T *logits, const int32_t *targets, int n, int V,
+                 float dloss, int grad) {
+  if (n <= 0) return 0;
+  TSR_CUDA_ARG(loss && div != 0.0 && V > 0);
+  const cudaStream_t stream = tsr_dev_ctx.stream;
+  double *row_loss = NULL;
+  TSR_CUDA_SCRATCH(row_loss, (size_t)n * sizeof(double));
+  xent_row_kernel<T><<<n, XENT_THREADS, 0, stream>>>(row_loss, logits, targets, V, dloss, grad);
+  TSR_CUDA_LAUNCHED();
+  sum_doubles_kernel<1><<<1, 1024, 0, stream>>>(loss, row_loss, n, div);
+  TSR_CUDA_LAUNCHED();
+  return 0;
 }
-extern "C" int tsr_cuda_xent_fwd(double *loss_sum, const float *logits, const int32_t *targets,
-                                 int n, int V, const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  /* GRAD=false never writes the logits */
-  return xent<float, false>(loss_sum, (float *)logits, targets, n, V, 0.0f, ws, stream);
-}
-extern "C" int tsr_cuda_xent_fwd_bwd_bf16(double *loss_sum, tsr_bf16 *logits,
-                                          const int32_t *targets, int n, int V, float dloss,
-                                          const tsr_cuda_scratch *ws, cudaStream_t stream) {
-  return xent<bf16, true>(loss_sum, (bf16 *)logits, targets, n, V, dloss, ws, stream);
+
+extern "C" void tsr_dev_xent(tsr_dtype dt, double *loss, double div, void *logits,
+                             const int32_t *targets, int n, int V, float dloss, int grad) {
+  TSR_DEV_SKIP();
+  tsr_dev_prof_note(0, "%s %d x %d%s", tsr_dtype_name(dt), n, V, grad ? " +grad" : "");
+  TSR_DEV_DTYPE(dt, T, fused<T>(loss, div, (T *)logits, targets, n, V, dloss, grad));
 }
 
 /* ---- vocab-parallel passes ---- */
@@ -103,14 +104,15 @@ __global__ void xent_sumexp_kernel(double *sumexp, const T *logits, const double
   if (threadIdx.x == 0) sumexp[r] = sum;
 }
 
-__global__ void xent_rows_kernel(double *loss_sum, const double *row_max, const double *sumexp,
-                                 const double *target_logit, int n) {
+/* loss += (sum over rows of log sumexp + max - target logit) / div, one block */
+__global__ void xent_rows_kernel(double *loss, double div, const double *row_max,
+                                 const double *sumexp, const double *target_logit, int n) {
   __shared__ double scratch[32];
-  double acc = 0.0;
+  double s = 0.0;
   for (int r = threadIdx.x; r < n; r += blockDim.x)
-    acc += log(sumexp[r]) + row_max[r] - target_logit[r];
-  acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) *loss_sum = acc;
+    s += log(sumexp[r]) + row_max[r] - target_logit[r];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) loss[0] += s / div;
 }
 
 template <class T>
@@ -129,70 +131,65 @@ __global__ void xent_grad_kernel(T *logits, const int32_t *targets, const double
 }
 
 template <class T>
-static int xent_local_stats(double *row_max, double *target_logit, const T *logits,
-                            const int32_t *targets, int n, int V, int vocab_start,
-                            cudaStream_t stream) {
+static int local_stats(double *row_max, double *target_logit, const T *logits,
+                       const int32_t *targets, int n, int V, int vocab_start) {
   if (n <= 0) return 0;
-  xent_stats_kernel<T><<<n, XENT_THREADS, 0, stream>>>(row_max, target_logit, logits, targets, V,
-                                                       vocab_start);
+  TSR_CUDA_ARG(V > 0);
+  xent_stats_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(row_max, target_logit, logits,
+                                                                   targets, V, vocab_start);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 template <class T>
-static int xent_local_sumexp(double *sumexp, const T *logits, const double *row_max, int n, int V,
-                             cudaStream_t stream) {
+static int local_sumexp(double *sumexp, const T *logits, const double *row_max, int n, int V) {
   if (n <= 0) return 0;
-  xent_sumexp_kernel<T><<<n, XENT_THREADS, 0, stream>>>(sumexp, logits, row_max, V);
+  TSR_CUDA_ARG(V > 0);
+  xent_sumexp_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(sumexp, logits, row_max, V);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+static int rows_loss(double *loss, double div, const double *row_max, const double *sumexp,
+                     const double *target_logit, int n) {
+  if (n <= 0) return 0;
+  TSR_CUDA_ARG(loss && div != 0.0);
+  xent_rows_kernel<<<1, 1024, 0, tsr_dev_ctx.stream>>>(loss, div, row_max, sumexp, target_logit,
+                                                       n);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 template <class T>
-static int xent_grad(T *logits, const int32_t *targets, const double *row_max,
-                     const double *sumexp, int n, int V, int vocab_start, float dloss,
-                     cudaStream_t stream) {
+static int grad_pass(T *logits, const int32_t *targets, const double *row_max,
+                     const double *sumexp, int n, int V, int vocab_start, float dloss) {
   if (n <= 0) return 0;
-  xent_grad_kernel<T><<<n, XENT_THREADS, 0, stream>>>(logits, targets, row_max, sumexp, V,
-                                                      vocab_start, dloss);
+  TSR_CUDA_ARG(V > 0);
+  xent_grad_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(logits, targets, row_max,
+                                                                  sumexp, V, vocab_start, dloss);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 
-extern "C" int tsr_cuda_xent_local_stats(double *row_max, double *target_logit,
-                                         const float *logits, const int32_t *targets, int n,
-                                         int V, int vocab_start, cudaStream_t stream) {
-  return xent_local_stats<float>(row_max, target_logit, logits, targets, n, V, vocab_start, stream);
+extern "C" void tsr_dev_xent_local_stats(tsr_dtype dt, double *row_max, double *target_logit,
+                                         const void *logits, const int32_t *targets, int n, int V,
+                                         int vocab_start) {
+  TSR_DEV_SKIP();
+  TSR_DEV_DTYPE(dt, T,
+                local_stats<T>(row_max, target_logit, (const T *)logits, targets, n, V,
+                               vocab_start));
 }
-extern "C" int tsr_cuda_xent_local_sumexp(double *sumexp, const float *logits,
-                                          const double *row_max, int n, int V,
-                                          cudaStream_t stream) {
-  return xent_local_sumexp<float>(sumexp, logits, row_max, n, V, stream);
+extern "C" void tsr_dev_xent_local_sumexp(tsr_dtype dt, double *sumexp, const void *logits,
+                                          const double *row_max, int n, int V) {
+  TSR_DEV_SKIP();
+  TSR_DEV_DTYPE(dt, T, local_sumexp<T>(sumexp, (const T *)logits, row_max, n, V));
 }
-extern "C" int tsr_cuda_xent_rows(double *loss_sum, const double *row_max, const double *sumexp,
-                                  const double *target_logit, int n, cudaStream_t stream) {
-  xent_rows_kernel<<<1, 1024, 0, stream>>>(loss_sum, row_max, sumexp, target_logit, n);
-  TSR_CUDA_LAUNCHED();
-  return 0;
+extern "C" void tsr_dev_xent_rows(double *loss, double div, const double *row_max,
+                                  const double *sumexp, const double *target_logit, int n) {
+  TSR_DEV_SKIP();
+  TSR_DEV_RUN(rows_loss(loss, div, row_max, sumexp, target_logit, n));
 }
-extern "C" int tsr_cuda_xent_grad(float *logits, const int32_t *targets, const double *row_max,
-                                  const double *sumexp, int n, int V, int vocab_start,
-                                  float dloss, cudaStream_t stream) {
-  return xent_grad<float>(logits, targets, row_max, sumexp, n, V, vocab_start, dloss, stream);
-}
-extern "C" int tsr_cuda_xent_local_stats_bf16(double *row_max, double *target_logit,
-                                              const tsr_bf16 *logits, const int32_t *targets,
-                                              int n, int V, int vocab_start,
-                                              cudaStream_t stream) {
-  return xent_local_stats<bf16>(row_max, target_logit, (const bf16 *)logits, targets, n, V,
-                                vocab_start, stream);
-}
-extern "C" int tsr_cuda_xent_local_sumexp_bf16(double *sumexp, const tsr_bf16 *logits,
-                                               const double *row_max, int n, int V,
-                                               cudaStream_t stream) {
-  return xent_local_sumexp<bf16>(sumexp, (const bf16 *)logits, row_max, n, V, stream);
-}
-extern "C" int tsr_cuda_xent_grad_bf16(tsr_bf16 *logits, const int32_t *targets,
-                                       const double *row_max, const double *sumexp, int n, int V,
-                                       int vocab_start, float dloss, cudaStream_t stream) {
-  return xent_grad<bf16>((bf16 *)logits, targets, row_max, sumexp, n, V, vocab_start, dloss,
-                         stream);
+extern "C" void tsr_dev_xent_grad(tsr_dtype dt, void *logits, const int32_t *targets,
+                                  const double *row_max, const double *sumexp, int n, int V,
+                                  int vocab_start, float dloss) {
+  TSR_DEV_SKIP();
+  TSR_DEV_DTYPE(dt, T,
+                grad_pass<T>((T *)logits, targets, row_max, sumexp, n, V, vocab_start, dloss));
 }

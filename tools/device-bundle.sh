@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # device-bundle.sh OUT_DIR [TESSERA] — make a CUDA build of tessera runnable on a GPU machine
-# that has the CUDA toolkit but no MPI, HDF5 or OpenBLAS: copies the binary, its own dynamic loader and every shared
-# library it and Open MPI's plugins and launcher need (not the CUDA libraries: the GPU
-# machine's own are used), Open MPI's plugins, help texts and configuration, into OUT_DIR,
-# with a launcher:
+# that has the CUDA toolkit but no MPI, HDF5 or OpenBLAS: copies the binary, its own
+# dynamic loader and every shared library it and Open MPI's plugins and launcher need (not
+# the CUDA libraries: the GPU machine's own are used), Open MPI's plugins, help texts and
+# configuration, into OUT_DIR, with a launcher:
 #
 #   OUT_DIR/run.sh tessera DECK key=value ...      one rank (an MPI singleton, no daemon)
 #   OUT_DIR/run.sh mpirun -np 2 OUT_DIR/run.sh tessera DECK ...   several ranks

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# device-all.sh CARRY OUT [PARTS] — everything a lent GPU session checks, in one call of the
-# `run` tool (../shared/infra/DEVICE.md), each part under its own time limit so that a hang
-# costs that part only:
+# device-all.sh CARRY OUT [PARTS] — everything to check on a lent GPU machine, in one
+# command, each part under its own time limit so that a hang costs that part only:
 #   train    tests/cuda/device-train.sh: the trainer on the GPU against its CPU backend
 #   kernels  tests/cuda/device-test.sh bench: kernel tests and bench/cuda_kernels
 #   torch    bench/torch_gpu_llama.py: PyTorch's throughput for llama1b, the reference

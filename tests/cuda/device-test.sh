@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # device-test.sh — build and run the CUDA kernel tests (and the kernel benchmark) on a
 # GPU machine without autotools, MPI or HDF5: only nvcc, gcc and cuBLAS are needed.
-# The CPU reference is src/ops_cpu.c; where no BLAS is installed it links the naive sgemm
-# in tests/cuda/standalone/.
+# The CPU reference is the CPU kernels (src/cpu*.c); where no BLAS is installed it links
+# the naive sgemm in tests/cuda/standalone/.  The device side is the backend itself
+# (cuda/ops_dev.c and the kernel files), opened without MPI.
 #
 #   tests/cuda/device-test.sh            build, run the tests
 #   tests/cuda/device-test.sh bench      build, run the tests, then bench/cuda_kernels
@@ -33,6 +34,7 @@ else
   BLAS_LIB=("$B/naive_cblas.o")
 fi
 CFLAGS=(-std=gnu11 -O2 -fopenmp -Wall -Isrc -Icuda -Itests -I"$CUDA_HOME/include")
+NVFLAGS=(-O3 -lineinfo $ARCH -Isrc -Icuda)
 pids=()
 # cuDNN: headers and libraries of this machine (the CUDA toolkit's, or a wheel's)
 first() { find "$CUDA_HOME" /usr/local /usr/lib /opt -xdev -name "$1" 2>/dev/null | head -1; }
@@ -42,29 +44,35 @@ if [ -f ext/cudnn-frontend/include/cudnn_frontend.h ] && [ -n "$cudnn_h" ] && [ 
    [ -n "$libnvrtc" ]; then
   echo "device-test: cuDNN attention with $(dirname "$cudnn_h"), $libcudnn, $libnvrtc"
   CFLAGS+=(-DTSR_HAVE_CUDNN -I"$(dirname "$cudnn_h")")
+  NVFLAGS+=(-DTSR_HAVE_CUDNN)
   g++ -std=c++17 -O2 -DTSR_HAVE_CUDNN -Isrc -Icuda -I"$CUDA_HOME/include" -I"$(dirname "$cudnn_h")" \
     -isystem ext/cudnn-frontend/include -c cuda/sdpa_cudnn.cpp -o "$B/sdpa_cudnn.o" & pids+=($!)
-  gcc "${CFLAGS[@]}" -c cuda/sdpa_stage.c -o "$B/sdpa_stage.o"
-  CUDNN_OBJ=("$B/sdpa_cudnn.o" "$B/sdpa_stage.o")
+  CUDNN_OBJ=("$B/sdpa_cudnn.o")
   CUDNN_LIB=("$libcudnn" "$libnvrtc" -Wl,-rpath,"$(dirname "$libcudnn")" -Wl,-rpath,"$(dirname "$libnvrtc")")
 else
   echo "device-test: no cuDNN attention (frontend in ext/: $([ -d ext/cudnn-frontend ] && echo yes || echo no); cudnn_version.h: ${cudnn_h:-none}; libcudnn.so.9: ${libcudnn:-none}; libnvrtc: ${libnvrtc:-none})"
 fi
-for f in ops_elem xent attention gemm; do
-  "$NVCC" -O3 -lineinfo $ARCH -Isrc -Icuda -c "cuda/$f.cu" -o "$B/$f.o" & pids+=($!)
+KERNELS=(gemm embed norm elem xent optim attention attn_f32 attn_wmma attn_mma)
+for f in "${KERNELS[@]}"; do
+  "$NVCC" "${NVFLAGS[@]}" -c "cuda/$f.cu" -o "$B/$f.o" & pids+=($!)
 done
-gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c src/ops_cpu.c -o "$B/ops_cpu.o"
-gcc "${CFLAGS[@]}" -c src/util.c -o "$B/util.o"
-gcc "${CFLAGS[@]}" -c tests/cuda/test_kernels.c -o "$B/test_kernels.o"
-gcc "${CFLAGS[@]}" -c bench/cuda_kernels.c -o "$B/cuda_kernels.o"
+HOST_OBJS=()
+for f in src/cpu*.c src/ops.c src/util.c cuda/ops_dev.c; do
+  gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c "$f" -o "$B/host_$(basename "$f" .c).o"
+  HOST_OBJS+=("$B/host_$(basename "$f" .c).o")
+done
+for f in tests/cuda/test_kernels.c tests/cuda/kernels_util.c tests/cuda/test_kernels_attention.c \
+  bench/cuda_kernels.c; do
+  gcc "${CFLAGS[@]}" -c "$f" -o "$B/$(basename "$f" .c).o"
+done
 for p in "${pids[@]}"; do wait "$p"; done
 LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -Wl,-rpath,"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib"
       "${CUDNN_LIB[@]}" -lcublasLt -lcublas -lcudart -lstdc++ -lm)
-CUDA_OBJS=("$B/ops_elem.o" "$B/xent.o" "$B/attention.o" "$B/gemm.o" "${CUDNN_OBJ[@]}")
-gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
-  "${BLAS_LIB[@]}" "${LIBS[@]}"
-gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "$B/ops_cpu.o" "$B/util.o" \
-  "${BLAS_LIB[@]}" "${LIBS[@]}"
+CUDA_OBJS=("${KERNELS[@]/#/$B/}")
+CUDA_OBJS=("${CUDA_OBJS[@]/%/.o}" "${CUDNN_OBJ[@]}" "${HOST_OBJS[@]}")
+gcc -fopenmp -o "$B/test_kernels" "$B/test_kernels.o" "$B/kernels_util.o" "$B/test_kernels_attention.o" \
+  "${CUDA_OBJS[@]}" "${BLAS_LIB[@]}" "${LIBS[@]}"
+gcc -fopenmp -o "$B/cuda_kernels" "$B/cuda_kernels.o" "${CUDA_OBJS[@]}" "${BLAS_LIB[@]}" "${LIBS[@]}"
 rc=0
 if [ "${1:-}" = sanitize ]; then
   SAN=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}

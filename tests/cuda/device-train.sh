@@ -59,7 +59,7 @@ if want a; then
     check "(a) $prec: the GPU run finishes" grep -q "^done:" "$W/gpu_$prec.out"
     check "(a) $prec: one step on the GPU equals the CPU's to $tol" agree "gpu_$prec" "cpu_$prec" $tol
   done
-  # the tensor-core attention's second kernel set (cuda/attention.cu, mma.sync)
+  # the tensor-core attention's second kernel set (cuda/attn_mma.cu, mma.sync)
   TSR_CUDA_ATTENTION=mma run gpu_bf16_mma run.device=cuda run.max_steps=1 train.precision=bf16
   check "(a) bf16, mma.sync attention: the step ran those kernels" \
     grep -q "attention: tensor cores, mma.sync" "$W/gpu_bf16_mma.out"

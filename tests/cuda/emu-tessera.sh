@@ -35,7 +35,6 @@ emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
 # cuDNN attention's path with stand-in graphs (tests/cuda/emu/sdpa_fake.c)
 $CC "${CFLAGS[@]}" -DTSR_HAVE_CUDNN -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
-$CC "${CFLAGS[@]}" -c "$top/cuda/sdpa_stage.c" -o "$B/sdpa_stage.o"
 $CC "${CFLAGS[@]}" -c "$emu/sdpa_fake.c" -o "$B/sdpa_fake.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_nccl.c" -o "$B/comm_nccl.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_stage.c" -o "$B/comm_stage.o"
@@ -49,6 +48,6 @@ fi
 $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
 $CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
-  "$B/sdpa_stage.o" "$B/sdpa_fake.o" \
+  "$B/sdpa_fake.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

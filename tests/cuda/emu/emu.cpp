@@ -19,6 +19,7 @@
 #include <cmath>
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "cublasLt.h"
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -240,9 +241,22 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (d->aux && d->aux_ld < (int64_t)c->rows) return CUBLAS_STATUS_INVALID_VALUE;
   memset(res, 0, sizeof *res); *count = 1; return CUBLAS_STATUS_SUCCESS;
 }
-static double ld_elem(const void *p, int type, size_t i) { return type == CUDA_R_16BF ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i]; }
-static void st_elem(void *p, int type, size_t i, double v) { if (type == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); else ((float *)p)[i] = (float)v; }
+static double ld_elem(const void *p, int type, size_t i) {
+  if (type == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+  if (type == CUDA_R_16F) return __half2float(((const __half *)p)[i]);
+  return ((const float *)p)[i];
+}
+/* the result rounded once to the output's type (through fp32, as cuBLASLt's epilogue) */
+static void st_elem(void *p, int type, size_t i, double v) {
+  if (type == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
+  else if (type == CUDA_R_16F) ((__half *)p)[i] = __float2half_rn((float)v);
+  else ((float *)p)[i] = (float)v;
+}
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_grad(double x) {
+  const double th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x);
+}
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t ad, const void *B, cublasLtMatrixLayout_t bd, const void *beta, const void *C, cublasLtMatrixLayout_t cd, void *D, cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
   const uint64_t m = cd->rows, n = cd->cols;
   const uint64_t k = d->ta ? ad->rows : ad->cols;
@@ -267,9 +281,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
       if (has_bias) v += ld_elem(d->bias, d->bias_type, i);
       out[i + j * m] = v;
     }
+  const bool is_dgelu = d->epi == CUBLASLT_EPILOGUE_DGELU;
+  if (is_dgelu && !d->aux) { fprintf(stderr, "emu cublasLt: DGELU without its aux input\n"); return CUBLAS_STATUS_INVALID_VALUE; }
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
       double v = out[i + j * m];
+      if (is_dgelu) v *= gelu_grad(ld_elem(d->aux, d->aux_type < 0 ? dd->type : d->aux_type, i + j * d->aux_ld));
       if (is_gelu) {
         if (d->aux) st_elem(d->aux, d->aux_type < 0 ? dd->type : d->aux_type, i + j * d->aux_ld, v);
         v = gelu(v);

@@ -1,13 +1,22 @@
 # kernels.sh (sourced by tests/cuda/emulate.sh and emu-tessera.sh; needs $top, the source
-# tree) — emu_kernels DIR: cuda/*.cu turned into C++ for the CPU emulation (transform.py)
-# and compiled, with emu.cpp, in parallel, into DIR/$EMU_OBJS.
-EMU_OBJS=(ops_elem.o xent.o attention.o gemm.o emu.o nccl.o)
+# tree) — emu_kernels DIR: the kernel files cuda/*.cu and the headers they share
+# (cuda/*.cuh) turned into C++ for the CPU emulation (transform.py), the headers into DIR
+# (where the transformed files find them first) and the kernels compiled, with emu.cpp
+# and the NCCL stand-in, in parallel, into DIR/$EMU_OBJS.  The emulation always has cuDNN
+# attention's stand-in (sdpa_fake.c), so the kernels see TSR_HAVE_CUDNN.
+EMU_KERNELS=(gemm embed norm elem xent optim attention attn_f32 attn_wmma attn_mma)
+EMU_OBJS=("${EMU_KERNELS[@]/%/.o}" emu.o nccl.o)
 emu_kernels() {
-  local dir=$1 emu=$top/tests/cuda/emu f p rc=0 pids=()
-  local flags=(-std=c++17 -O2 -g -w -I"$emu/include" -I"$top/src" -I"$top/cuda")
-  for f in ops_elem xent attention gemm; do
+  local dir=$1 emu=$top/tests/cuda/emu f h p rc=0 pids=()
+  local flags=(-std=c++17 -O2 -g -w -DTSR_HAVE_CUDNN -I"$emu/include" -I"$top/src" -I"$top/cuda")
+  for h in "$top"/cuda/*.cuh; do
+    python3 "$emu/transform.py" "$h" >"$dir/$(basename "$h")" || return 1
+  done
+  for f in "${EMU_KERNELS[@]}"; do
     { python3 "$emu/transform.py" "$top/cuda/$f.cu" >"$dir/$f.cpp" &&
         g++ "${flags[@]}" -c "$dir/$f.cpp" -o "$dir/$f.o"; } & pids+=($!)
+    # two compilers at a time: the emulated attention files take a while each
+    if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}" || rc=1; pids=("${pids[@]:1}"); fi
   done
   g++ "${flags[@]}" -c "$emu/emu.cpp" -o "$dir/emu.o" & pids+=($!)
   g++ "${flags[@]}" -c "$emu/nccl.cpp" -o "$dir/nccl.o" & pids+=($!)

@@ -1,11 +1,13 @@
-/* sdpa_fake.c — a stand-in for cuDNN's attention graphs (cuda/sdpa_graphs.h) in the CPU
- * emulation, where there is no cuDNN: the same results, computed on the host in fp32 from
- * the bf16 copies (emulated device memory is host memory), so that tests/cuda_train_emu.sh
- * runs the trainer through cuda/sdpa_stage.c and cuda/ops_dev.c's cuDNN path (the staging,
- * the casts and their strides, lse passed through, gradients added back, the fallback).
- * It declines what cuDNN 9.19 declines (one-token sequences; head dimensions that are not
- * a multiple of 8, or over 256) and asks for a workspace of an fp32 dq accumulator, which
- * its backward overwrites whole, so that a copy overlapping it shows in the results.
+/* sdpa_fake.c — a stand-in for cuDNN's attention (cuda/sdpa_graphs.h and the prepare of
+ * cuda/dev.h) in the CPU emulation, where there is no cuDNN: the same results, computed
+ * on the host in fp32 from the 16-bit tensors in place (emulated device memory is host
+ * memory), so that tests/cuda/test_kernels and the emulated trainer run attention.cu's
+ * cuDNN path: the decision and its log, the strides of q, k, v and of their gradients in
+ * the fused buffer, lse passed through, the gradients written, the fallback.  It declines
+ * what cuDNN 9.19 declines (one-token sequences; head dimensions that are not a multiple
+ * of 8, or over 256) and asks for a workspace of an fp32 dq accumulator, which its
+ * backward overwrites whole, so that a workspace overlapping anything shows in the
+ * results.  Its "deterministic" backward is the only one it has.
  * What it cannot show is anything of cuDNN itself: tests/cuda_cudnn_offline.sh checks the
  * graphs against cuDNN, tests/cuda/test_kernels their numbers on a GPU. */
 #include <math.h>
@@ -14,29 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_cuda.h"
+#include "dev.h"
 #include "sdpa_graphs.h"
 #include "util.h"
 
-static float from_bf(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static uint16_t to_bf(float x) {
-  const float r = tsr_round_bf16(x);
-  uint32_t u;
-  memcpy(&u, &r, 4);
-  return (uint16_t)(u >> 16);
-}
-
-long tsr_sdpa_graphs_version(void) { return 0; }
+long tsr_cuda_cudnn_version(void) { return 0; }
 
 static long long ws_bytes(int B, int T, int H, int hd) { return 4LL * B * T * H * hd; }
 
-int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_limit,
-                            tsr_sdpa_info *info, char *why, size_t why_len) {
+int tsr_cuda_cudnn_attention_prepare(tsr_dtype dt, int B, int T, int H, int KV, int hd,
+                                     int qkv_stride, int deterministic, long long ws_limit,
+                                     char *why, size_t why_len) {
+  TSR_CHECK(B > 0 && T > 0 && KV > 0 && H % KV == 0 && hd > 0 && qkv_stride >= H * hd &&
+                (dt == TSR_BF16 || dt == TSR_F16),
+            TSR_ERR, "cuDNN attention: %s B %d T %d H %d KV %d hd %d stride %d",
+            tsr_dtype_name(dt), B, T, H, KV, hd, qkv_stride);
   if (T == 1 || hd % 8 || hd > 256) {
     snprintf(why, why_len, "emulated cuDNN cannot run it: %s",
              T == 1 ? "s_q = s_kv = 1 is not supported"
@@ -45,27 +39,31 @@ int tsr_sdpa_graphs_prepare(int B, int T, int H, int KV, int hd, long long ws_li
   }
   const long long ws = ws_bytes(B, T, H, hd);
   if (ws > ws_limit) {
-    snprintf(why, why_len, "its workspace needs %lld bytes, the staging has %lld beside the copies",
-             ws, ws_limit);
+    snprintf(why, why_len, "its deterministic backward's workspace needs %lld bytes, %lld "
+             "were reserved (tsr_ops_cudnn_attention_workspace_bytes)", ws, ws_limit);
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  *info = (tsr_sdpa_info){0, ws, 1};
-  snprintf(why, why_len, "emulated cuDNN (tests/cuda/emu/sdpa_fake.c), deterministic backward, "
-           "workspace 0 + %lld bytes", ws);
+  snprintf(why, why_len, "emulated cuDNN (tests/cuda/emu/sdpa_fake.c), deterministic "
+           "backward%s, workspace 0 + %lld of %lld bytes",
+           deterministic ? "" : " (the only one it has)", ws, ws_limit);
   return 0;
 }
 
-/* element (b, t, head, i) of a compact [B, T, heads, hd] bf16 tensor */
-#define AT(x, heads, b, t, h, i) from_bf((x)[(((size_t)(b) * T + (t)) * (heads) + (h)) * hd + (i)])
+/* element (b, t, head, i) of a [B, T, heads, hd] tensor in rows of `row` elements */
+static float at(tsr_dtype dt, const void *x, long row, int T, int hd, int b, int t, int h, int i) {
+  return tsr_load(dt, x, ((size_t)b * T + t) * row + (size_t)h * hd + i);
+}
+#define Q(b, t, h, i) at(dt, Qp, qkv_stride, T, hd, b, t, h, i)
+#define K(b, t, g, i) at(dt, Kp, qkv_stride, T, hd, b, t, g, i)
+#define V(b, t, g, i) at(dt, Vp, qkv_stride, T, hd, b, t, g, i)
 
-int tsr_sdpa_graphs_fwd(int B, int T, int H, int KV, int hd, const void *Q, const void *K,
-                        const void *V, void *O, float *stats, void *ws, cudaStream_t stream) {
+int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+                        const void *Qp, const void *Kp, const void *Vp, void *O, float *stats,
+                        void *ws, cudaStream_t stream) {
   if (cudaStreamSynchronize(stream) != cudaSuccess) return TSR_ERR;
-  const uint16_t *q = Q, *k = K, *v = V;
-  uint16_t *o = O;
   const float scale = (float)(1.0 / sqrt((double)hd));
-  float *s = malloc((size_t)T * sizeof(float)), *acc = malloc((size_t)hd * sizeof(float));
-  TSR_CHECK(s && acc, TSR_ERR, "out of memory");
+  float *s = malloc((size_t)T * sizeof(float)), *o = malloc((size_t)hd * sizeof(float));
+  TSR_CHECK(s && o, TSR_ERR, "out of memory");
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int g = h / (H / KV);
@@ -73,33 +71,34 @@ int tsr_sdpa_graphs_fwd(int B, int T, int H, int KV, int hd, const void *Q, cons
         float mx = -INFINITY;
         for (int j = 0; j <= t; j++) {
           float d = 0;
-          for (int i = 0; i < hd; i++) d += AT(q, H, b, t, h, i) * AT(k, KV, b, j, g, i);
+          for (int i = 0; i < hd; i++) d += Q(b, t, h, i) * K(b, j, g, i);
           s[j] = d * scale;
           mx = fmaxf(mx, s[j]);
         }
         double sum = 0;
         for (int j = 0; j <= t; j++) sum += exp((double)(s[j] - mx));
-        for (int i = 0; i < hd; i++) acc[i] = 0;
+        for (int i = 0; i < hd; i++) o[i] = 0;
         for (int j = 0; j <= t; j++) {
           const float p = (float)(exp((double)(s[j] - mx)) / sum);
-          for (int i = 0; i < hd; i++) acc[i] += p * AT(v, KV, b, j, g, i);
+          for (int i = 0; i < hd; i++) o[i] += p * V(b, j, g, i);
         }
         for (int i = 0; i < hd; i++)
-          o[(((size_t)b * T + t) * H + h) * hd + i] = to_bf(acc[i]);
+          tsr_store(dt, O, (((size_t)b * T + t) * H + h) * hd + i, o[i]);
         stats[((size_t)b * H + h) * T + t] = mx + (float)log(sum);
       }
     }
-  free(s), free(acc);
+  free(s), free(o);
   (void)ws;
   return 0;
 }
 
-int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const void *Q, const void *K,
-                        const void *V, const void *O, const void *dO, const float *stats,
-                        void *dQ, void *dK, void *dV, void *ws, cudaStream_t stream) {
+int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+                        const void *Qp, const void *Kp, const void *Vp, const void *Op,
+                        const void *dOp, const float *stats, void *dQ, void *dK, void *dV,
+                        void *ws, cudaStream_t stream) {
   if (cudaStreamSynchronize(stream) != cudaSuccess) return TSR_ERR;
-  const uint16_t *q = Q, *k = K, *v = V, *o = O, *dout = dO;
   const float scale = (float)(1.0 / sqrt((double)hd));
+  const long orow = (long)H * hd;
   const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd;
   /* the workspace: the fp32 dq accumulator, overwritten whole */
   float *dqa = ws;
@@ -113,12 +112,13 @@ int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const void *Q, cons
       for (int t = 0; t < T; t++) {
         const float L = stats[((size_t)b * H + h) * T + t];
         float D = 0;
-        for (int i = 0; i < hd; i++) D += AT(dout, H, b, t, h, i) * AT(o, H, b, t, h, i);
+        for (int i = 0; i < hd; i++)
+          D += at(dt, dOp, orow, T, hd, b, t, h, i) * at(dt, Op, orow, T, hd, b, t, h, i);
         for (int j = 0; j <= t; j++) {
           float d = 0, e = 0;
           for (int i = 0; i < hd; i++) {
-            d += AT(q, H, b, t, h, i) * AT(k, KV, b, j, g, i);
-            e += AT(dout, H, b, t, h, i) * AT(v, KV, b, j, g, i);
+            d += Q(b, t, h, i) * K(b, j, g, i);
+            e += at(dt, dOp, orow, T, hd, b, t, h, i) * V(b, j, g, i);
           }
           p[j] = expf(d * scale - L);
           dp[j] = p[j] * (e - D) * scale; /* dS */
@@ -126,15 +126,23 @@ int tsr_sdpa_graphs_bwd(int B, int T, int H, int KV, int hd, const void *Q, cons
         for (int j = 0; j <= t; j++)
           for (int i = 0; i < hd; i++) {
             const size_t kj = (((size_t)b * T + j) * KV + g) * hd + i;
-            dqa[(((size_t)b * T + t) * H + h) * hd + i] += dp[j] * AT(k, KV, b, j, g, i);
-            dka[kj] += dp[j] * AT(q, H, b, t, h, i);
-            dva[kj] += p[j] * AT(dout, H, b, t, h, i);
+            dqa[(((size_t)b * T + t) * H + h) * hd + i] += dp[j] * K(b, j, g, i);
+            dka[kj] += dp[j] * Q(b, t, h, i);
+            dva[kj] += p[j] * at(dt, dOp, orow, T, hd, b, t, h, i);
           }
       }
     }
-  uint16_t *dq = dQ, *dk = dK, *dv = dV;
-  for (size_t i = 0; i < nq; i++) dq[i] = to_bf(dqa[i]);
-  for (size_t i = 0; i < nk; i++) dk[i] = to_bf(dka[i]), dv[i] = to_bf(dva[i]);
+  /* written into the strided gradients, as cuDNN's backward writes them */
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const size_t row = ((size_t)b * T + t) * qkv_stride;
+      for (int e = 0; e < H * hd; e++)
+        tsr_store(dt, dQ, row + e, dqa[((size_t)b * T + t) * H * hd + e]);
+      for (int e = 0; e < KV * hd; e++) {
+        tsr_store(dt, dK, row + e, dka[((size_t)b * T + t) * KV * hd + e]);
+        tsr_store(dt, dV, row + e, dva[((size_t)b * T + t) * KV * hd + e]);
+      }
+    }
   free(dka), free(dva), free(p), free(dp);
   return 0;
 }

@@ -1,0 +1,342 @@
+/* attn_f32.cu — causal grouped-query attention, flash-style, forward and backward, with
+ * fp32 arithmetic on fp32, bf16 or fp16 storage: the attention of fp32 runs, and of 16-bit
+ * runs where no tensor-core kernel takes the head dimension (attention.cu decides).
+ *
+ * Tiles of BQ = 32 queries by BK = 32 keys, 256 threads.  Thread (row = tid/8, sub =
+ * tid%8) owns one query (or key) row of the tile and head dimensions sub, sub+8, ...;
+ * the 8 threads of a row sit in one aligned group of lanes, so row reductions are three
+ * xor shuffles.  Tiles live in shared memory as fp32 with rows padded to hd+1 floats
+ * (conflict-free column access).
+ *
+ * Forward: one block per (query tile, b, h) walks the key tiles up to the diagonal with
+ * an online softmax (running max m, sum l, rescaled output rows).
+ * Backward (D given): one kernel per key tile (b, kv head) sums dk, dv over the group's
+ * query heads and the query tiles at or below the diagonal, one kernel per query tile
+ * (b, h) sums dq over the key tiles; both rebuild P = exp(scale * q.k - lse) and write
+ * their outputs. */
+#include "attn.cuh"
+
+#define BQ 32
+#define BK 32
+#define ATT_THREADS 256
+
+/* Copy rows [row0, row0 + nrows) of one head (columns [col0, col0 + hd)) of a strided
+ * buffer into a padded fp32 tile; rows at or beyond T are zero. */
+template <class T>
+__device__ __forceinline__ void load_tile(float *tile, const T *src, int row0, int nrows, int T_,
+                                          size_t batch_off, int stride, int col0, int hd) {
+  const int ld = hd + 1;
+  for (int idx = threadIdx.x; idx < nrows * hd; idx += ATT_THREADS) {
+    const int rr = idx / hd, d = idx - rr * hd, t = row0 + rr;
+    tile[rr * ld + d] = t < T_ ? to_f32(src[batch_off + (size_t)t * stride + col0 + d]) : 0.0f;
+  }
+}
+
+/* out[j] = a . b_j for the rows b_j = b + j * step (j < N): a is read once for all N. */
+template <int N>
+__device__ __forceinline__ void dot_rows(float (&out)[N], const float *a, const float *b, int step,
+                                         int hd) {
+#pragma unroll
+  for (int j = 0; j < N; j++) out[j] = 0.0f;
+  for (int d = 0; d < hd; d++) {
+    const float x = a[d];
+#pragma unroll
+    for (int j = 0; j < N; j++) out[j] += x * b[j * step + d];
+  }
+}
+
+/* o[i] += sum over the tile's BK rows c of w[c] * tile[c * ld + d], for this thread's
+ * head dims d = sub + 8 i below hd (P V in the forward, dS K for dq). */
+template <int DPT>
+__device__ __forceinline__ void weighted_rows(float (&o)[DPT], const float *w, const float *tile,
+                                              int ld, int sub, int hd) {
+  for (int c = 0; c < BK; c++) {
+    const float x = w[c];
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) o[i] += x * tile[c * ld + d];
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
+__global__ void __launch_bounds__(ATT_THREADS)
+    flash_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
+                     int KV, int hd, int qkv_stride, float scale) {
+  extern __shared__ __align__(32) float smem[];
+  const int ld = hd + 1;
+  float *Qs = smem, *Ks = Qs + BQ * ld, *Vs = Ks + BK * ld, *Ps = Vs + BK * ld; /* Ps: [BQ][BK+1] */
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * BQ;
+  const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
+  const int tq = q0 + row;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
+  float m = -INFINITY, l = 0.0f, o[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) o[i] = 0.0f;
+
+  const int kend = min(q0 + BQ, T_); /* keys this tile's queries can see */
+  for (int k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads(); /* the previous tile's Ks/Vs/Ps are no longer read */
+    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    __syncthreads();
+    float s[BK / 8], tile_max = -INFINITY;
+    dot_rows(s, Qs + row * ld, Ks + sub * ld, 8 * ld, hd); /* keys sub, sub+8, ... */
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const int key = k0 + sub + 8 * j;
+      s[j] = (key <= tq && key < T_) ? scale * s[j] : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+#pragma unroll
+    for (int x = 1; x < 8; x <<= 1)
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, x));
+    const float m_new = fmaxf(m, tile_max);
+    /* every row sees key 0 in the first tile, so m_new is finite; guard anyway */
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float corr = expf(m - m_use);
+    float rowsum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const float p = expf(s[j] - m_use);
+      Ps[row * (BK + 1) + sub + 8 * j] = p;
+      rowsum += p;
+    }
+#pragma unroll
+    for (int x = 1; x < 8; x <<= 1) rowsum += __shfl_xor_sync(0xffffffffu, rowsum, x);
+    l = l * corr + rowsum;
+    m = m_new;
+    __syncthreads(); /* Ps complete */
+#pragma unroll
+    for (int i = 0; i < DPT; i++) o[i] *= corr;
+    weighted_rows(o, Ps + row * (BK + 1), Vs, ld, sub, hd);
+  }
+  if (tq < T_) {
+    T *dst = out + ((size_t)b * T_ + tq) * H * hd + (size_t)h * hd;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) dst[d] = from_f32<T>(o[i] * inv);
+    }
+    if (sub == 0) lse[((size_t)b * H + h) * T_ + tq] = m + logf(l);
+  }
+}
+
+/* --------------------------------------------------------------- backward */
+
+/* The query side of the backward for queries [q0, q0 + BQ) of head h: their Q and dout
+ * tiles and their lse and D statistics (rows past T as zeros). */
+template <class T>
+__device__ __forceinline__ void load_query_side(float *Qs, float *dOs, float *Ls, float *Ds,
+                                                const T *q, const T *dout, const float *lse,
+                                                const float *D, int b, int h, int q0, int T_,
+                                                int H, int hd, int qkv_stride) {
+  load_tile(Qs, q, q0, BQ, T_, (size_t)b * T_ * qkv_stride, qkv_stride, h * hd, hd);
+  load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
+  load_stats<BQ, ATT_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+}
+
+/* dq of one query tile: dq_t = scale * sum_j P_tj (dP_tj - D_t) k_j */
+template <class T, int DPT>
+__global__ void __launch_bounds__(ATT_THREADS)
+    flash_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
+                    const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
+                    float scale) {
+  extern __shared__ __align__(32) float smem[];
+  const int ld = hd + 1;
+  float *Qs = smem, *dOs = Qs + BQ * ld, *Ks = dOs + BQ * ld, *Vs = Ks + BK * ld;
+  float *dSs = Vs + BK * ld, *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / KV);
+  const int q0 = blockIdx.x * BQ;
+  const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
+  const int tq = q0 + row;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
+  float sum[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) sum[i] = 0.0f;
+
+  const int kend = min(q0 + BQ, T_);
+  for (int k0 = 0; k0 < kend; k0 += BK) {
+    __syncthreads();
+    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    __syncthreads();
+    float qk[BK / 8], dp[BK / 8];
+    dot_rows(qk, Qs + row * ld, Ks + sub * ld, 8 * ld, hd);
+    dot_rows(dp, dOs + row * ld, Vs + sub * ld, 8 * ld, hd);
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+      const int c = sub + 8 * j, key = k0 + c;
+      float ds = 0.0f;
+      if (key <= tq && key < T_ && tq < T_) {
+        const float p = expf(scale * qk[j] - Ls[row]);
+        ds = p * (dp[j] - Ds[row]);
+      }
+      dSs[row * (BK + 1) + c] = ds;
+    }
+    __syncthreads();
+    weighted_rows(sum, dSs + row * (BK + 1), Ks, ld, sub, hd);
+  }
+  if (tq < T_) {
+    T *dst = dq + boff + (size_t)tq * qkv_stride + (size_t)h * hd;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) dst[d] = from_f32<T>(scale * sum[i]);
+    }
+  }
+}
+
+/* dk, dv of one key tile of kv head g: sums over the group's query heads (outer) and
+ * the query tiles from the diagonal down (inner), rows in order within a tile.
+ *   dv_j = sum_t P_tj dout_t;   dk_j = scale * sum_t P_tj (dP_tj - D_t) q_t */
+template <class T, int DPT>
+__global__ void __launch_bounds__(ATT_THREADS)
+    flash_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D, const T *q,
+                      const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
+                      float scale) {
+  extern __shared__ __align__(32) float smem[];
+  const int ld = hd + 1;
+  float *Ks = smem, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *dOs = Qs + BQ * ld;
+  float *Ps = dOs + BQ * ld, *dSs = Ps + BQ * (BK + 1), *Ls = dSs + BQ * (BK + 1), *Ds = Ls + BQ;
+  const int group = H / KV;
+  const int b = blockIdx.y / KV, g = blockIdx.y % KV;
+  const int j0 = blockIdx.x * BK;
+  const int col = threadIdx.x >> 3, sub = threadIdx.x & 7; /* col: this thread's key */
+  const int key = j0 + col;
+  const size_t boff = (size_t)b * T_ * qkv_stride;
+
+  load_tile(Ks, k, j0, BK, T_, boff, qkv_stride, g * hd, hd);
+  load_tile(Vs, v, j0, BK, T_, boff, qkv_stride, g * hd, hd);
+  float sk[DPT], sv[DPT];
+#pragma unroll
+  for (int i = 0; i < DPT; i++) sk[i] = sv[i] = 0.0f;
+
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    for (int q0 = j0 / BQ * BQ; q0 < T_; q0 += BQ) {
+      __syncthreads(); /* previous Qs/dOs/Ps/dSs reads are done (first pass: Ks/Vs loaded) */
+      load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
+      __syncthreads();
+      float qk[BQ / 8], dp[BQ / 8];
+      dot_rows(qk, Ks + col * ld, Qs + sub * ld, 8 * ld, hd); /* queries sub, sub+8, ... */
+      dot_rows(dp, Vs + col * ld, dOs + sub * ld, 8 * ld, hd);
+#pragma unroll
+      for (int j = 0; j < BQ / 8; j++) {
+        const int rr = sub + 8 * j, t = q0 + rr;
+        float p = 0.0f, ds = 0.0f;
+        if (t < T_ && key <= t && key < T_) {
+          p = expf(scale * qk[j] - Ls[rr]);
+          ds = p * (dp[j] - Ds[rr]);
+        }
+        Ps[rr * (BK + 1) + col] = p;
+        dSs[rr * (BK + 1) + col] = ds;
+      }
+      __syncthreads();
+      for (int rr = 0; rr < BQ; rr++) {
+        const float p = Ps[rr * (BK + 1) + col], ds = dSs[rr * (BK + 1) + col];
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          const int d = sub + 8 * i;
+          if (d < hd) {
+            sv[i] += p * dOs[rr * ld + d];
+            sk[i] += ds * Qs[rr * ld + d];
+          }
+        }
+      }
+    }
+  }
+  if (key < T_) {
+    const size_t off = boff + (size_t)key * qkv_stride + (size_t)g * hd;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+      const int d = sub + 8 * i;
+      if (d < hd) {
+        if (dk) dk[off + d] = from_f32<T>(scale * sk[i]);
+        if (dv) dv[off + d] = from_f32<T>(sv[i]);
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ drivers */
+
+static size_t fwd_smem(int hd) {
+  return (size_t)((BQ + 2 * BK) * (hd + 1) + BQ * (BK + 1)) * sizeof(float);
+}
+static size_t dq_smem(int hd) {
+  return (size_t)((2 * BQ + 2 * BK) * (hd + 1) + BQ * (BK + 1) + 2 * BQ) * sizeof(float);
+}
+static size_t dkdv_smem(int hd) {
+  return (size_t)((2 * BK + 2 * BQ) * (hd + 1) + 2 * BQ * (BK + 1) + 2 * BQ) * sizeof(float);
+}
+
+template <class T, int DPT>
+static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_, int H,
+                     int KV, int hd, int qkv_stride) {
+  const size_t smem = fwd_smem(hd);
+  TSR_CUDA_CHECK(allow_smem(flash_fwd_kernel<T, DPT>, smem));
+  const dim3 grid((T_ + BQ - 1) / BQ, B * H);
+  flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_dev_ctx.stream>>>(
+      out, lse, q, k, v, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+template <class T, int DPT>
+static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const float *D,
+                     const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
+                     int qkv_stride) {
+  const float scale = (float)(1.0 / sqrt((double)hd));
+  const cudaStream_t stream = tsr_dev_ctx.stream;
+  if (dq) {
+    const size_t smem = dq_smem(hd);
+    TSR_CUDA_CHECK(allow_smem(flash_dq_kernel<T, DPT>, smem));
+    flash_dq_kernel<T, DPT><<<dim3((T_ + BQ - 1) / BQ, B * H), ATT_THREADS, smem, stream>>>(
+        dq, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  if (dk || dv) {
+    const size_t smem = dkdv_smem(hd);
+    TSR_CUDA_CHECK(allow_smem(flash_dkdv_kernel<T, DPT>, smem));
+    flash_dkdv_kernel<T, DPT><<<dim3((T_ + BK - 1) / BK, B * KV), ATT_THREADS, smem, stream>>>(
+        dk, dv, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_LAUNCHED();
+  }
+  return 0;
+}
+
+/* head_dim <= 64 uses 8 sums per thread, up to 128 uses 16 */
+int tsr_attn_f32_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+  TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
+  TSR_DTYPE_SWITCH(dt, S,
+                   return hd <= 64 ? flash_fwd<S, 8>((S *)out, lse, (const S *)q, (const S *)k,
+                                                     (const S *)v, B, T, H, KV, hd, qkv_stride)
+                                   : flash_fwd<S, 16>((S *)out, lse, (const S *)q, (const S *)k,
+                                                      (const S *)v, B, T, H, KV, hd, qkv_stride));
+  return 0;
+}
+
+int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
+                     const float *lse, const float *D, const void *q, const void *k,
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+  TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
+  TSR_DTYPE_SWITCH(dt, S,
+                   return hd <= 64
+                              ? flash_bwd<S, 8>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse, D,
+                                                (const S *)q, (const S *)k, (const S *)v, B, T, H,
+                                                KV, hd, qkv_stride)
+                              : flash_bwd<S, 16>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse,
+                                                 D, (const S *)q, (const S *)k, (const S *)v, B, T,
+                                                 H, KV, hd, qkv_stride));
+  return 0;
+}

@@ -1,0 +1,118 @@
+/* dev.h — what the files of the CUDA backend share, and nothing else: the device context
+ * (one per process: the GPU, its stream, the cuBLASLt handle, the scratch, the result
+ * scalars, the sticky failure flag), how a failed call marks it, the scratch each kernel
+ * family needs, and the cuDNN attention calls the tests reach.  cuda/ops_dev.c owns the
+ * context; every .cu file includes this header (through cuda_common.cuh).
+ *
+ * The op functions tsr_dev_<name> (cuda/ops_dev.h) return nothing, as ops_list.h says: a
+ * failing CUDA or cuBLASLt call is reported where it happens ("file:line func: call:
+ * error"), the op sets tsr_dev_ctx.failed, and from then on every op returns at once and
+ * the backend's status() says TSR_ERR.  Kernel faults are asynchronous: they surface at
+ * the next checked synchronising call.
+ *
+ * Scratch: one device buffer, sized once by the backend's reserve for the largest shapes
+ * (the maximum of the families' needs below), used by the ops in stream order.  An op
+ * whose shapes need more reports both sizes and launches nothing. */
+#ifndef TSR_CUDA_DEV_H
+#define TSR_CUDA_DEV_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "ops.h"
+
+#define TSR_DEV_RESULTS 512 /* device doubles for values the host fetches at once */
+
+/* Which attention TSR_CUDA_ATTENTION asked for (16-bit storage; fp32 runs its own kernel) */
+enum { TSR_ATT_WMMA = 0, TSR_ATT_MMA = 1, TSR_ATT_CUDNN = 2 };
+
+typedef struct {
+  int device;
+  cudaStream_t stream;
+  cublasLtHandle_t lt;  /* the GEMMs' handle and workspace */
+  void *lt_ws;
+  size_t lt_ws_bytes;
+  void *scratch;        /* the kernels' temporaries (reserve) */
+  size_t scratch_bytes;
+  void *attn_ws;        /* cuDNN attention's workspace (reserve, TSR_ATT_CUDNN only) */
+  size_t attn_ws_bytes;
+  double *result;       /* TSR_DEV_RESULTS doubles */
+  int failed;           /* sticky */
+  tsr_ops_shapes shapes; /* as reserved: dt, deterministic, the largest shapes */
+  int attention;        /* TSR_ATT_* */
+  int profile;          /* TSR_CUDA_PROFILE */
+} tsr_dev_context;
+extern tsr_dev_context tsr_dev_ctx;
+
+/* Queue nothing once a call has failed; mark the failure of one that returned nonzero. */
+#define TSR_DEV_SKIP() \
+  if (tsr_dev_ctx.failed) return
+#define TSR_DEV_RUN(call)                          \
+  do {                                             \
+    if ((call) != 0) tsr_dev_ctx.failed = 1;       \
+  } while (0)
+
+/* The scratch when it holds `need` bytes; otherwise NULL after reporting `who` and both
+ * sizes. */
+void *tsr_dev_scratch(size_t need, const char *who);
+
+/* Inside an op under TSR_CUDA_PROFILE: the op's line of the profile gets this detail
+ * (shape, storage type) and counts `flops` for its rate.  Nothing otherwise. */
+void tsr_dev_prof_note(double flops, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Scratch bytes each kernel family needs for shapes up to *s (gemm.cu, embed.cu, norm.cu,
+ * the cross-entropy and optimizer files, attention.cu).  0 on success. */
+int tsr_cuda_scratch_gemm(const tsr_ops_shapes *s, size_t *bytes);
+int tsr_cuda_scratch_embedding(const tsr_ops_shapes *s, size_t *bytes);
+int tsr_cuda_scratch_norms(const tsr_ops_shapes *s, size_t *bytes);
+int tsr_cuda_scratch_crossent(const tsr_ops_shapes *s, size_t *bytes);
+int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes);
+int tsr_cuda_scratch_attention(const tsr_ops_shapes *s, size_t *bytes);
+
+/* ---- attention's paths (attention.cu) ----
+ * For 16-bit storage: cuDNN's fused attention where TSR_ATT_CUDNN asked for it and cuDNN
+ * takes the shape, else the tensor-core kernels of the kind asked (WMMA or mma.sync) where
+ * the head dimension has one on this GPU, else the fp32-arithmetic kernel on the 16-bit
+ * storage; fp32 storage always the fp32 kernel.  Decided once per shape (and said on rank
+ * 0); forward and backward of a shape take the same path. */
+enum { TSR_ATT_PATH_F32 = 0, TSR_ATT_PATH_WMMA, TSR_ATT_PATH_MMA, TSR_ATT_PATH_CUDNN };
+void tsr_cuda_attention_use(int kind); /* TSR_ATT_*: what TSR_CUDA_ATTENTION says */
+int tsr_cuda_attention_path(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride);
+/* Shared memory per block the tensor-core kernels of kind (TSR_ATT_WMMA or _MMA) need at
+ * head_dim hd (0: none for hd), and whether this GPU gives it (and has 16-bit MMA). */
+size_t tsr_cuda_attention_tc_smem(int kind, int hd);
+int tsr_cuda_attention_tc_supported(int kind, int hd);
+
+/* ---- cuDNN's fused attention (sdpa_cudnn.cpp, where configure found cuDNN) ----
+ * The decision of attention.cu, reached by the tests: 0 when cuDNN runs the shape (both
+ * graphs built, deterministic backward unless deterministic is 0, workspace within
+ * ws_limit bytes), TSR_CUDA_CUDNN_CANNOT with the reason in why, TSR_ERR on a failure.
+ * why says which backward was taken. */
+enum { TSR_CUDA_CUDNN_CANNOT = 2 };
+long tsr_cuda_cudnn_version(void); /* cudnnGetVersion() of the library loaded */
+int tsr_cuda_cudnn_attention_prepare(tsr_dtype dt, int B, int T, int H, int KV, int hd,
+                                     int qkv_stride, int deterministic, long long ws_limit,
+                                     char *why, size_t why_len);
+/* Without a GPU: whether cuDNN accepts both graphs for the shape on the GPU device_json
+ * describes (cuDNN's device-property JSON; tests/cuda/cudnn_h100.json) with compute
+ * capability sm_version (90) and sm_count SMs: validation, cuDNN's heuristics and support
+ * checks, all but compiling the kernels (which needs the driver).  Returns as prepare. */
+int tsr_cuda_cudnn_attention_check_offline(const char *device_json, int sm_version,
+                                           int sm_count, tsr_dtype dt, int B, int T, int H,
+                                           int KV, int hd, int qkv_stride, int deterministic,
+                                           char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,120 @@
+/* optim.cu — the optimizer's ops: AdamW over an fp32 shard (refreshing the compute copy in
+ * the same pass, stored as its type), and the sums of squares of the gradient clipping.
+ *
+ * Sums of squares: per range, blocks own contiguous chunks (a block count that depends on
+ * the range's length only, so the result does not depend on the GPU model), each summed in
+ * double in a fixed order, then one block sums the chunks in order into a device scalar.
+ * Every range lands in its own scalar; the host fetches TSR_DEV_RESULTS of them at once and
+ * adds them in range order, as the CPU does. */
+#include "cuda_common.cuh"
+
+extern "C" {
+#include "ops_dev.h"
+}
+
+/* -------------------------------------------------------------------- AdamW */
+
+/* O: the type the refreshed compute copy out[] is stored as (out NULL: none). */
+template <class O>
+__global__ void adamw_kernel(float *p, float *m, float *v, const float *g, long n, float beta1,
+                             float beta2, float eps, float decay, float step_size, float bc2_sqrt,
+                             float one_m_b1, float one_m_b2, float grad_scale, O *out) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float gi = g[i] * grad_scale;
+    const float pi = p[i] * decay;
+    const float mi = m[i] * beta1 + one_m_b1 * gi;
+    const float vi = v[i] * beta2 + one_m_b2 * gi * gi;
+    const float denom = sqrtf(vi) / bc2_sqrt + eps;
+    const float pn = pi - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pn;
+    if (out) out[i] = from_f32<O>(pn);
+  }
+}
+
+template <class O>
+static int adamw_run(float *p, float *m, float *v, const float *g, long n, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, long t, float grad_scale, O *out) {
+  if (n <= 0) return 0;
+  TSR_CUDA_ARG(p && m && v && g && t >= 1);
+  const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
+  LAUNCH_ELEM(adamw_kernel<O>, n, tsr_dev_ctx.stream, p, m, v, g, n, beta1, beta2, eps, s.decay,
+              s.step_size, s.bc2_sqrt, s.one_m_b1, s.one_m_b2, grad_scale, out);
+  return 0;
+}
+
+extern "C" void tsr_dev_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, long t,
+                              float grad_scale, void *out, tsr_dtype out_dt) {
+  TSR_DEV_SKIP();
+  TSR_DEV_DTYPE(out ? out_dt : TSR_F32, O,
+                adamw_run<O>(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
+                             (O *)out));
+}
+
+/* ---------------------------------------------------------- sums of squares */
+
+#define SUMSQ_MAX_BLOCKS 1024
+#define SUMSQ_MIN_CHUNK 8192
+
+__global__ void sumsq_partial_kernel(double *partial, const float *x, long n, long chunk) {
+  __shared__ double scratch[32];
+  const long i0 = blockIdx.x * chunk, i1 = min(n, i0 + chunk);
+  double s = 0.0;
+  for (long i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += (double)x[i] * x[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+static long sumsq_blocks(long n) {
+  const long b = (n + SUMSQ_MIN_CHUNK - 1) / SUMSQ_MIN_CHUNK;
+  return b < SUMSQ_MAX_BLOCKS ? b : SUMSQ_MAX_BLOCKS;
+}
+
+extern "C" int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes) {
+  *bytes = s->sumsq_elems > 0 ? (size_t)sumsq_blocks(s->sumsq_elems) * sizeof(double) : 0;
+  return 0;
+}
+
+/* *out (a device double) = the sum of squares of x[0, n) */
+static int sumsq_into(double *out, const float *x, long n) {
+  const cudaStream_t stream = tsr_dev_ctx.stream;
+  if (n <= 0) {
+    TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    return 0;
+  }
+  const long blocks = sumsq_blocks(n), chunk = (n + blocks - 1) / blocks;
+  double *partial = NULL;
+  TSR_CUDA_SCRATCH(partial, (size_t)blocks * sizeof(double));
+  sumsq_partial_kernel<<<(unsigned)blocks, TSR_CUDA_THREADS, 0, stream>>>(partial, x, n, chunk);
+  TSR_CUDA_LAUNCHED();
+  sum_doubles_kernel<0><<<1, 1024, 0, stream>>>(out, partial, blocks, 1.0);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+/* The ranges k0 .. k0 + k - 1 into the result scalars, fetched: the host's k doubles */
+static int sumsq_batch(double *host, const float *x, const int64_t *r, int k) {
+  tsr_dev_context *c = &tsr_dev_ctx;
+  for (int i = 0; i < k; i++) {
+    TSR_CUDA_ARG(r[2 * i] <= r[2 * i + 1]);
+    TSR_CALL(sumsq_into(c->result + i, x + r[2 * i], (long)(r[2 * i + 1] - r[2 * i])));
+  }
+  TSR_CUDA_CHECK(cudaMemcpyAsync(host, c->result, (size_t)k * sizeof(double),
+                                 cudaMemcpyDeviceToHost, c->stream));
+  TSR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+  return 0;
+}
+
+extern "C" double tsr_dev_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  if (tsr_dev_ctx.failed) return NAN;
+  double s = 0.0, h[TSR_DEV_RESULTS];
+  for (int k0 = 0; k0 < n_ranges; k0 += TSR_DEV_RESULTS) {
+    const int k = n_ranges - k0 < TSR_DEV_RESULTS ? n_ranges - k0 : TSR_DEV_RESULTS;
+    TSR_DEV_RUN(sumsq_batch(h, x, r + 2 * k0, k));
+    if (tsr_dev_ctx.failed) return NAN;
+    for (int i = 0; i < k; i++) s += h[i];
+  }
+  return s;
+}

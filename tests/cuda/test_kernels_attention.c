@@ -1,0 +1,192 @@
+/* test_kernels_attention.c — the attention group of tests/cuda/test_kernels: the forward
+ * and backward of every path (dev.h: fp32 kernel, WMMA and mma.sync tensor cores, the
+ * fp32-arithmetic kernel on 16-bit storage, cuDNN where built) against the CPU kernels,
+ * in fp32, bf16 and fp16, with the path each shape must take checked too.
+ *
+ * q, k, v live in one fused [B*T, (H+2KV)*hd] buffer (the model's layout), or in three
+ * buffers of row stride H*hd.  The backward runs on the CPU's out and lse, so only the
+ * backward is under test; it writes dq, dk, dv (poisoned first) and runs twice, bitwise
+ * alike.  Tolerances: kernels_util.h (the lse of the fp32-arithmetic kernels to 1e-5,
+ * of the tensor cores and cuDNN to the storage type's). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_util.h"
+
+static const char *const path_name[] = {"fp32 kernel", "wmma", "mma", "cudnn"};
+
+static tsr_ops_shapes att_shapes(tsr_dtype dt, int B, int T, int H, int KV, int hd) {
+  tsr_ops_shapes s;
+  memset(&s, 0, sizeof s);
+  s.dt = dt, s.deterministic = 1;
+  s.rows = (long)B * T, s.cols = (long)(H + 2 * KV) * hd;
+  s.attn_bht = (long)B * H * T, s.attn_part = KV < H ? 2L * B * H * T * hd : 0;
+  s.attn_io = (long)B * T * (H + KV) * hd, s.attn_t = T, s.attn_hd = hd;
+  return s;
+}
+
+/* The path a shape must take with attention kind `kind` asked for (cuDNN: where it must
+ * run, see below; -1 where it may run or decline). */
+static int expected_path(tsr_dtype dt, int kind, int T, int hd) {
+  if (dt == TSR_F32) return TSR_ATT_PATH_F32;
+  if (kind == TSR_ATT_CUDNN) {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    /* on sm_90 cuDNN accepts all but one-token sequences and head dimensions that are not
+     * multiples of 8 (tests/cuda/cudnn_offline.c); elsewhere hd 64 and 128 at least */
+    const int must = T > 1 && (major == 9 ? hd % 8 == 0 && hd <= 256
+                                           : major >= 8 && (hd == 64 || hd == 128));
+    if (must) return TSR_ATT_PATH_CUDNN;
+    return -1;
+  }
+  if (!tsr_cuda_attention_tc_supported(kind, hd)) return TSR_ATT_PATH_F32;
+  return kind == TSR_ATT_MMA ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_WMMA;
+}
+
+/* One shape on the attention of `kind` (TSR_ATT_*; ignored for fp32 storage). */
+static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd, int separate,
+                     int deterministic) {
+  char name[200];
+  const int stride = separate ? H * hd : (H + 2 * KV) * hd;
+  const long rows = (long)B * T, nqkv = rows * stride, nout = rows * H * hd, nl = (long)B * H * T;
+  const long nbuf = separate ? 3 * nqkv : nqkv;
+  const long qo = 0, ko = separate ? nqkv : H * hd, vo = separate ? 2 * nqkv : (H + KV) * hd;
+  if (kind == TSR_ATT_CUDNN) setenv("TSR_CUDA_ATTENTION", "cudnn", 1);
+  tsr_ops_shapes s = att_shapes(dt, B, T, H, KV, hd);
+  s.deterministic = deterministic;
+  kreserve(s);
+  unsetenv("TSR_CUDA_ATTENTION");
+  if (kind != TSR_ATT_CUDNN) tsr_cuda_attention_use(kind);
+  const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, stride);
+  const int want = expected_path(dt, kind, T, hd);
+  snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
+           separate ? " (separate q,k,v)" : "");
+  if (want >= 0)
+    kcheck(path == want, "%s %s takes the %s path (%s)", name, tsr_dtype_name(dt),
+           path >= 0 ? path_name[path] : "no", path_name[want]);
+  else if (path != TSR_ATT_PATH_CUDNN)
+    printf("      %s %s: cuDNN declined, the %s path runs\n", name, tsr_dtype_name(dt),
+           path >= 0 ? path_name[path] : "no");
+  if (path < 0) return;
+  const int tc = path != TSR_ATT_PATH_F32;
+  const double tol = tol_of(dt), tol_lse = tc ? tol_of(dt) : TOL_F32;
+
+  tbuf buf = tb_rand(dt, nbuf, -2, 2), out = tb_out(dt, nout), lse = tb_out(TSR_F32, nl);
+  tsr_cpu_attention_fwd(dt, out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko), tb_hat(&buf, vo), B,
+                        T, H, KV, hd, stride);
+  tsr_dev_attention_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B,
+                        T, H, KV, hd, stride);
+  ksync("attention_fwd");
+  char full[240];
+  snprintf(full, sizeof full, "%s fwd [%s]", name, path_name[path]);
+  check_close(full, &out, tol);
+  check_lse("  ... lse (fp32)", &lse, tol_lse);
+
+  /* the backward on the CPU's out and lse */
+  tb_upload(&out), tb_upload(&lse);
+  tbuf dout = tb_rand(dt, nout, -1, 1), dbuf = tb_out(dt, nbuf), dbuf2 = tb_out(dt, nbuf);
+  tsr_cpu_attention_bwd(dt, tb_hat(&dbuf, qo), tb_hat(&dbuf, ko), tb_hat(&dbuf, vo), dout.h,
+                        out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko), tb_hat(&buf, vo), B, T,
+                        H, KV, hd, stride);
+  for (int run = 0; run < 2; run++) {
+    const tbuf *d = run ? &dbuf2 : &dbuf;
+    tsr_dev_attention_bwd(dt, tb_dat(d, qo), tb_dat(d, ko), tb_dat(d, vo), dout.d, out.d, lse.d,
+                          tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H, KV, hd,
+                          stride);
+  }
+  ksync("attention_bwd");
+  snprintf(full, sizeof full, "%s bwd dq, dk, dv (written) [%s]", name, path_name[path]);
+  check_close(full, &dbuf, tol);
+  if (deterministic)
+    check_same_runs("  ... attention bwd", &dbuf, &dbuf2);
+  else
+    printf("      (deterministic off: cuDNN's backward may differ run to run, not compared)\n");
+
+  if (tc && KV < H && path != TSR_ATT_PATH_CUDNN && kind != TSR_ATT_CUDNN && !separate &&
+      hd == 64) {
+    /* grouped: without the partials' scratch the tensor-core backward refuses, launching
+     * nothing, and the backend stays failed */
+    s.attn_part = 0;
+    kreserve(s);
+    tsr_cuda_attention_use(kind);
+    tbuf d3 = tb_out(dt, nbuf);
+    printf("      (an error about scratch is expected next)\n");
+    fflush(stdout);
+    tsr_dev_attention_bwd(dt, tb_dat(&d3, qo), tb_dat(&d3, ko), tb_dat(&d3, vo), dout.d, out.d,
+                          lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H,
+                          KV, hd, stride);
+    kb->sync();
+    kcheck(kb->status() != 0, "attention %s bwd (KV < H) refuses a scratch without attn_part",
+           path_name[path]);
+    tbuf poison = tb_out(dt, nbuf);
+    const tbuf same = {dt, nbuf, poison.h, d3.d};
+    check_bits("  ... and left its outputs alone", &same);
+    tb_free(&d3), tb_free(&poison);
+  }
+  tb_free(&buf), tb_free(&out), tb_free(&lse), tb_free(&dout), tb_free(&dbuf), tb_free(&dbuf2);
+}
+
+/* Which head dimensions the tensor-core kinds take on this GPU, and why. */
+static void check_tc_table(void) {
+  int dev = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  for (int kind = TSR_ATT_WMMA; kind <= TSR_ATT_MMA; kind++)
+    for (int hd = 16; hd <= 144; hd += 16) {
+      const size_t need = tsr_cuda_attention_tc_smem(kind, hd);
+      const int ok = tsr_cuda_attention_tc_supported(kind, hd);
+      kcheck(ok == (need > 0 && need <= (size_t)optin) &&
+                 (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
+             "attention tc (%s): head_dim %d %s (needs %zu bytes of shared memory, the GPU "
+             "gives %d)",
+             path_name[1 + kind], hd, ok ? "offered" : "not offered", need, optin);
+    }
+}
+
+void test_attention_group(void) {
+  static const tsr_dtype dts[3] = {TSR_F32, TSR_BF16, TSR_F16};
+  const int att[][5] = {{1, 1, 1, 1, 8},    {2, 33, 4, 2, 16},  {1, 100, 6, 3, 20},
+                        {1, 70, 2, 1, 128}, {2, 130, 4, 4, 64}, {1, 257, 8, 2, 72},
+                        {1, 64, 3, 1, 96},  {1, 31, 2, 2, 32},  {2, 65, 4, 1, 64}};
+  const int n_att = (int)(sizeof att / sizeof att[0]);
+  kreserve(att_shapes(TSR_BF16, 1, 1, 1, 1, 8));
+  check_tc_table();
+  for (int d = 0; d < 3; d++) {
+    const tsr_dtype dt = dts[d];
+    const int kinds = dt == TSR_F32 ? 1 : 2; /* fp32 storage has the one kernel */
+    for (int kind = TSR_ATT_WMMA; kind < kinds; kind++) {
+      for (int i = 0; i < n_att; i++)
+        run_case(dt, kind, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0, 1);
+      run_case(dt, kind, 2, 45, 4, 2, 64, 1, 1);
+    }
+  }
+#ifdef TSR_HAVE_CUDNN
+  if (!getenv("TSR_TEST_NO_CUDNN")) { /* device-test.sh sanitize: our kernels, not cuDNN's */
+    for (int d = 1; d < 3; d++) {
+      for (int i = 0; i < n_att; i++)
+        run_case(dts[d], TSR_ATT_CUDNN, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0,
+                 1);
+      run_case(dts[d], TSR_ATT_CUDNN, 2, 45, 4, 2, 64, 1, 1);
+      run_case(dts[d], TSR_ATT_CUDNN, 2, 130, 4, 2, 64, 0, 0); /* deterministic off */
+    }
+    /* a workspace reserved too small (none at all here): cuDNN declines, saying so, and
+     * the shape runs on our kernels */
+    setenv("TSR_CUDA_ATTENTION", "cudnn", 1);
+    tsr_ops_shapes s = att_shapes(TSR_BF16, 1, 64, 2, 1, 64);
+    s.attn_t = 0;
+    kreserve(s);
+    unsetenv("TSR_CUDA_ATTENTION");
+    char why[600];
+    const int rc = tsr_cuda_cudnn_attention_prepare(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64, 1, 0, why,
+                                                    sizeof why);
+    kcheck(rc == TSR_CUDA_CUDNN_CANNOT && strstr(why, "workspace"),
+           "cuDNN attention declines a workspace of 0 bytes (%s)", why);
+    const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
+    kcheck(path == TSR_ATT_PATH_WMMA || path == TSR_ATT_PATH_F32,
+           "  ... and the shape runs on our kernels (%s)", path >= 0 ? path_name[path] : "none");
+  }
+#endif
+}
