@@ -195,13 +195,13 @@ static storage storage_of(const tsr_config *cfg) {
   return (storage){half ? 2 : 4, half ? 2 : 4};
 }
 
-tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half, tsr_plan_backend b) {
+tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half) {
   tsr_plan_memory mem;
   memset(&mem, 0, sizeof mem);
   const double len = n / S, own = stage == 0 ? n : len;
   mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
   mem.grads = (stage < 2 ? n : len) * 4;
-  mem.master = b == TSR_PLAN_CPU || half ? 4 * own : 0; /* fp32 GPU: the weights are it */
+  mem.master = half ? 4 * own : 0; /* fp32: the weights are it (zero.c) */
   mem.optim = 8 * own;
   mem.total = mem.peak = mem.params + mem.grads + mem.master + mem.optim;
   return mem;
@@ -268,7 +268,7 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   const int zs = (int)cfg->parallel.zero_stage;
   const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
   const tsr_model_sizes d = sizes_of(cfg, g, p);
-  tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg), b);
+  tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg));
   mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
   mem.comm = zero_buffers(cfg, g, p, &st);
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
@@ -575,8 +575,8 @@ void tsr_plan_destroy(tsr_plan *p) {
 
 /* ---------------------------------------------------------------- the trainer's check */
 
-void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_use,
-                         double peak) {
+void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
+                         double in_use, double peak) {
   if (tsr_rank() != 0) return;
   const tsr_plan_grid g = tsr_plan_grid_of(cfg, grid);
   double total = 0, top = 0, gpu = 0;
@@ -589,9 +589,15 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_
     top = fmax(top, cpu.peak);
     gpu = fmax(gpu, dev.total);
   }
-  tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for this "
-          "build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 initial copy "
-          "(%+.2f%%, %+.2f%% of measured) | planned on a GPU: %.3f MB",
-          in_use / 1e6, peak / 1e6, tsr_dtype_name(cfg->train.precision), total / 1e6, top / 1e6,
-          100 * (total / in_use - 1), 100 * (top / peak - 1), gpu / 1e6);
+  const char *dt = tsr_dtype_name(cfg->train.precision);
+  if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
+    tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned on a "
+            "GPU (%s storage): %.3f MB (%+.2f%% of measured)",
+            in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1));
+  else
+    tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for "
+            "this build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 "
+            "initial copy (%+.2f%%, %+.2f%% of measured) | planned on a GPU: %.3f MB",
+            in_use / 1e6, peak / 1e6, dt, total / 1e6, top / 1e6, 100 * (total / in_use - 1),
+            100 * (top / peak - 1), gpu / 1e6);
 }

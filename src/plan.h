@@ -81,10 +81,10 @@ typedef struct {
   int in_flight;      /* activation sets kept (micro-batch chunks) */
 } tsr_plan_memory;
 
-/* Model state of `elems` parameters at a ZeRO stage with shard group `shard`: the
- * arithmetic of the seeds (params, grads, master, optim and total filled). */
-tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half,
-                               tsr_plan_backend backend);
+/* Model state of `elems` parameters at a ZeRO stage with shard group `shard` (params,
+ * grads, master, optim and total filled): 16 bytes per parameter in fp32, where the weights
+ * are the master (zero.c); 2-byte weights and a separate fp32 master in bf16 and fp16. */
+tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half);
 /* Memory of pipeline stage `stage` (its tp rank 0; tp ranks hold equal amounts). */
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend backend, tsr_plan_memory *out);
@@ -149,8 +149,9 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
 int tsr_plan_main(int argc, char **argv);
 
 /* The trainer, after step 1: logs the measured memory (max over ranks) next to the
- * planned figures for this build and for the deck's GPU. */
-void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, double in_use,
-                         double peak);
+ * planned figures of the backend that ran (`ran`: a GPU's device memory, or this build's
+ * host memory with the GPU's figure beside it). */
+void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
+                         double in_use, double peak);
 
 #endif

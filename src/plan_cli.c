@@ -72,9 +72,9 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   mem_row(out, "workspace", g->workspace, c->workspace);
   mem_row(out, "total in a step", g->total, c->total);
   mem_row(out, "peak with setup transients", g->peak, c->peak);
-  fprintf(out, "  parameters, activations and their gradients stored in %s on both; GPU: an fp32 "
-          "run's weights are its master; CPU build: a separate master, the setup's initial "
-          "copy\n", W(cfg->train.precision));
+  fprintf(out, "  parameters, activations and their gradients stored in %s on both (an fp32 "
+          "run's weights are its master); the CPU build adds its host tables, conversion "
+          "buffers and the setup's initial copy\n", W(cfg->train.precision));
   fprintf(out, "  fits: %s (%.2f GB + %.1f GB runtime reserve against %.0f GB of HBM)\n",
           p->fits ? "yes" : "NO", g->total / 1e9, p->hw.reserved_gb, p->hw.hbm_gb);
 }

@@ -50,6 +50,7 @@ struct tsr_zero {
   int64_t age;
 
   float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
+  int master_is_compute;           /* fp32: the master is the compute copy itself */
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
@@ -75,6 +76,7 @@ static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
   *b = min64(z->units[u].end, z->s1);
 }
 
+static void *compute_shard(tsr_zero *z);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid) {
@@ -313,10 +315,7 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
-  if (!(z->master = tsr_ops_alloc(own, F)) || !(z->adam_m = tsr_ops_alloc(own, F)) ||
-      !(z->adam_v = tsr_ops_alloc(own, F)))
-    goto fail;
-  z->mem.master = own * F;
+  if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) goto fail;
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
@@ -343,6 +342,16 @@ int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay
       (z->stage < 2) != (tsr_model_grads(model) != NULL)) {
     tsr_error("zero: the model's own buffers do not match stage %d", z->stage);
     goto fail;
+  }
+  /* In fp32 the compute copy of this rank's shard already holds the master values: the
+   * master is that memory (16 bytes per parameter with Adam, not 20); in bf16 and fp16 a
+   * separate fp32 master. */
+  z->master_is_compute = z->dt == TSR_F32;
+  if (z->master_is_compute) {
+    z->master = compute_shard(z);
+  } else {
+    if (!(z->master = tsr_ops_alloc(own, F))) goto fail;
+    z->mem.master = own * F;
   }
   z->deferred = -1;
   tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
@@ -372,7 +381,10 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_free(&z->norm_ranges);
   tsr_free(&z->units);
   tsr_free(&z->counts);
-  tsr_ops_free(&z->master);
+  if (z->master_is_compute)
+    z->master = NULL; /* the model's or param_shard's memory */
+  else
+    tsr_ops_free(&z->master);
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -491,7 +503,7 @@ static int gather_params(tsr_zero *z) {
 int tsr_zero_publish_params(tsr_zero *z) {
   void *c = compute_shard(z);
   const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
-  if (c) tsr_model_to_compute(z->model, c, z->master, len);
+  if (c && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, len);
   return gather_params(z);
 }
 
@@ -500,7 +512,7 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
   const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
   /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
   tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
-                        grad_scale, compute_shard(z), z->dt);
+                        grad_scale, z->master_is_compute ? NULL : compute_shard(z), z->dt);
   return gather_params(z);
 }
 
