@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "dtype.h"
 #include "ops.h"
 #include "util.h"
 
@@ -29,18 +30,13 @@ static void probe_shape(int *n, int *in, int *out) {
   *in = *out = dev ? *n : 2 * *n;
 }
 
-/* Values i % period * 0.01 stored in dt at op memory dst (through a host fp32 copy). */
+/* Values i % period * 0.01 stored in dt at op memory dst (rounded on the host, copied). */
 static void probe_fill(void *dst, tsr_dtype dt, size_t n, int period) {
-  float *h = malloc(n * sizeof(float));
+  void *h = malloc(n * tsr_dtype_size(dt));
   if (!h) return;
-  for (size_t i = 0; i < n; i++) h[i] = (float)(i % (size_t)period) * 0.01f;
-  void *d = tsr_ops_on_device() ? tsr_ops_alloc(n, sizeof(float)) : h;
-  if (d) {
-    if (d != h) tsr_ops_copy(d, h, n * sizeof(float));
-    tsr_ops_cast(dt, dst, TSR_F32, d, (long)n);
-    tsr_ops_sync();
-  }
-  if (d && d != h) tsr_ops_free(&d);
+  for (size_t i = 0; i < n; i++) tsr_store(dt, h, i, (float)(i % (size_t)period) * 0.01f);
+  if (h != dst) tsr_ops_copy(dst, h, n * tsr_dtype_size(dt));
+  tsr_ops_sync();
   free(h);
 }
 

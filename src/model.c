@@ -393,10 +393,6 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
     m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
 }
 
-void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64_t n) {
-  tsr_ops_cast(m->dt, dst, TSR_F32, src, (long)n);
-}
-
 tsr_dtype tsr_model_dtype(const tsr_model *m) { return m->dt; }
 
 void tsr_model_set_params(tsr_model *m, const float *master) {
@@ -472,9 +468,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   const void *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
   const void *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
   if (!ph || !pw) return TSR_ERR;
-  TSR_CALL(model_norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, NULL, resid(m, sl, Lc),
-                    NULL, m->final_w, m->final_b));
-  tsr_ops_matmul_fwd(m->dt, sl->logits, sl->final_norm, PC(m, pw, m->head), NULL, N, C, m->V);
+  TSR_CALL(model_head_fwd(m, sl, ph, pw, resid(m, sl, Lc)));
   if (m->head_unit == 0) REL(m->hooks.params_release(hc, 0));
   REL(m->hooks.params_release(hc, head));
   /* mean loss; with grad, the logits now hold d(dloss * mean loss)/d logits */
@@ -497,13 +491,7 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_ou
     float *gh = grads_acquire(m, head);
     ge = tied ? grads_acquire(m, 0) : NULL;
     if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-    tsr_ops_matmul_bwd(m->dt, m->d_nc, P(tied ? ge : gh, m->head), NULL, sl->logits,
-                       sl->final_norm, PC(m, pw, m->head), NULL, N, C, m->V);
-    void *dn = model_tp_grad_rows(m, m->d_nc);
-    if (!dn) return TSR_ERR;
-    /* the residual stream's gradient starts here: written, not added */
-    TSR_CALL(model_norm_bwd(m, ph, gh, m->d_resid, dn, resid(m, sl, Lc), sl->final_mean,
-                      sl->final_rstd, m->final_w, m->final_b, 0));
+    TSR_CALL(model_head_bwd(m, sl, ph, pw, gh, tied ? ge : gh, resid(m, sl, Lc)));
     if (tied) REL(m->hooks.params_release(hc, 0));
     REL(m->hooks.params_release(hc, head));
     REL(m->hooks.grads_release(hc, head));

@@ -126,6 +126,11 @@ const void *model_tp_bias(const tsr_model *m, const void *b);
 int model_layer_fwd(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a, void *out);
 int model_layer_recompute(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a);
 int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *x, layer_acts *a);
+/* The last chunk's head: final norm and LM head, forward from x and backward (see there). */
+int model_head_fwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
+                   const void *x);
+int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw, float *gh,
+                   float *gw, const void *x);
 /* *acc += the mean row loss of the (vocab-parallel) logits; with grad the logits become
  * dloss * d(loss sum)/d(logits). */
 int model_loss_and_grad(tsr_model *m, void *logits, const int32_t *targets, float dloss, int grad,

@@ -1,7 +1,10 @@
-/* model_layer.c — one transformer layer of model.c's stage: forward, the recomputation
- * of what the recompute mode did not keep, backward, with the tensor-parallel sums and
- * the sequence-parallel gathers around them; and the loss on the (vocab-parallel)
- * logits.  The model's header comment (model.c) describes the block and the layouts. */
+/* model_layer.c — the model's math, which model.c drives: one transformer layer of its
+ * stage (forward, the recomputation of what the recompute mode did not keep, backward),
+ * with the tensor-parallel sums and the sequence-parallel gathers around them; the head
+ * (final norm, LM head) and the loss on the (vocab-parallel) logits; the master's
+ * rounding into the compute copy.  Every op the model calls is called here (but the
+ * embedding's, in model.c).  The model's header comment (model.c) describes the block
+ * and the layouts. */
 #include "model_internal.h"
 
 #include "util.h"
@@ -224,6 +227,33 @@ int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *
   TSR_CALL(model_norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b,
                     1));
   return 0;
+}
+
+void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64_t n) {
+  tsr_ops_cast(m->dt, dst, TSR_F32, src, (long)n);
+}
+
+/* The head of the last chunk: final norm of x, then the logits [N, V] = norm · W^T (pw:
+ * the unit holding W, the embedding's when tied). */
+int model_head_fwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
+                   const void *x) {
+  TSR_CALL(model_norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, NULL, x, NULL,
+                          m->final_w, m->final_b));
+  tsr_ops_matmul_fwd(m->dt, sl->logits, sl->final_norm, PC(m, pw, m->head), NULL, m->N, m->C,
+                     m->V);
+  return 0;
+}
+
+/* Its backward from the logits' gradient: W's gradient into gw, the final norm's into gh,
+ * and m->d_resid written with the gradient of x (the residual stream's starts here). */
+int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw, float *gh,
+                   float *gw, const void *x) {
+  tsr_ops_matmul_bwd(m->dt, m->d_nc, P(gw, m->head), NULL, sl->logits, sl->final_norm,
+                     PC(m, pw, m->head), NULL, m->N, m->C, m->V);
+  void *dn = model_tp_grad_rows(m, m->d_nc);
+  if (!dn) return TSR_ERR;
+  return model_norm_bwd(m, ph, gh, m->d_resid, dn, x, sl->final_mean, sl->final_rstd,
+                        m->final_w, m->final_b, 0);
 }
 
 /* *acc (op memory) += the mean row loss from the (vocab-parallel) logits; with grad the

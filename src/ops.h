@@ -53,7 +53,7 @@ typedef struct {
   long cols;         /* widest norm or GEMM output or input (C, qkv, fc, the vocab slice) */
   long vocab_local;  /* embedding rows held by this rank */
   long attn_bht;     /* B * H * T of the attention */
-  long sumsq_elems;  /* longest tsr_ops_sumsq_ranges range */
+  long sumsq_elems;  /* longest range of a sum of squares over ranges */
   long attn_part;    /* grouped-query attention (KV < H): 2 * B * H * T * hd, else 0 */
   long attn_io;      /* B * T * (H + KV) * hd: the attention's q-sized plus k-sized elements */
   long attn_t;       /* T of the attention */
