@@ -1,7 +1,7 @@
 /* dev.h — what the files of the CUDA backend share, and nothing else: the device context
  * (one per process: the GPU, its stream, the cuBLASLt handle, the scratch, the result
  * scalars, the sticky failure flag), how a failed call marks it, the scratch each kernel
- * family needs, and the cuDNN attention calls the tests reach.  cuda/ops_dev.c owns the
+ * family needs, and the cuDNN attention calls the tests reach.  cuda/dev.c defines the
  * context; every .cu file includes this header (through cuda_common.cuh).
  *
  * The op functions tsr_dev_<name> (cuda/ops_dev.h) return nothing, as ops_list.h says: a
@@ -60,6 +60,19 @@ extern tsr_dev_context tsr_dev_ctx;
 /* The scratch when it holds `need` bytes; otherwise NULL after reporting `who` and both
  * sizes. */
 void *tsr_dev_scratch(size_t need, const char *who);
+
+/* The op profile (TSR_CUDA_PROFILE): a profiled op opens a scope named after it, which
+ * waits for the stream, and closes it, which waits again and adds the time to the line of
+ * its name (and detail); print writes the table on rank 0, longest first, and empties it
+ * (t_open: when the device opened). */
+typedef struct {
+  char name[72];
+  double t0, flops;
+  int open;
+} tsr_dev_prof_scope;
+void tsr_dev_prof_begin(tsr_dev_prof_scope *sc, const char *op);
+void tsr_dev_prof_end(tsr_dev_prof_scope *sc);
+void tsr_dev_prof_print(double t_open);
 
 /* Inside an op under TSR_CUDA_PROFILE: the op's line of the profile gets this detail
  * (shape, storage type) and counts `flops` for its rate.  Nothing otherwise. */

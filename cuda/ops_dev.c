@@ -1,7 +1,7 @@
 /* ops_dev.c — the CUDA device backend (ops_dev.h): its memory, the reserve of scratch,
- * opening and closing it, the op profile, and the backend table generated from
- * ops_list.h.  The ops themselves live in the .cu files, one kernel family each; the
- * device context they share is declared in dev.h and defined here. */
+ * opening and closing it, and the backend tables generated from ops_list.h (plain, and
+ * profiled).  The ops themselves live in the .cu files, one kernel family each; the device
+ * context they share and the profiler are dev.c's. */
 #include "ops_dev.h"
 
 #include <cuda_runtime_api.h>
@@ -18,8 +18,6 @@
 #endif
 #include "util.h"
 
-tsr_dev_context tsr_dev_ctx;
-
 static struct {
   size_t live_bytes, peak_bytes; /* managed memory handed out */
   struct alloc_rec {
@@ -29,92 +27,6 @@ static struct {
   int n_allocs, cap_allocs;
   double t_open;
 } mem;
-
-/* ---------------------------------------------------------------- op profile
- * With TSR_CUDA_PROFILE=1 the table of profiled wrappers is installed: each op waits for
- * the stream before and after its kernels and adds the time to the line of its name,
- * plus the detail the op gives (tsr_dev_prof_note: GEMMs one line per shape and type,
- * with their rate); rank 0 prints the table, longest first, when the backend closes.  The
- * waits serialise host and device, so steps run slower than without: the shares are what
- * it is for. */
-#define N_PROF 96
-static struct prof_rec {
-  char name[72];
-  double s, flops;
-  long calls;
-} prof[N_PROF];
-static int n_prof;
-typedef struct {
-  char name[72];
-  double t0, flops;
-  int open;
-} prof_scope;
-static prof_scope *prof_current; /* the scope of the op running now */
-
-static void prof_begin(prof_scope *sc, const char *op) {
-  memset(sc, 0, sizeof *sc);
-  if (tsr_dev_ctx.failed) return;
-  snprintf(sc->name, sizeof sc->name, "%s", op);
-  cudaStreamSynchronize(tsr_dev_ctx.stream);
-  sc->t0 = tsr_now();
-  sc->open = 1;
-  prof_current = sc;
-}
-
-void tsr_dev_prof_note(double flops, const char *fmt, ...) {
-  prof_scope *sc = prof_current;
-  if (!sc || !sc->open) return;
-  const size_t len = strlen(sc->name);
-  if (len + 2 < sizeof sc->name) {
-    sc->name[len] = ' ';
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sc->name + len + 1, sizeof sc->name - len - 1, fmt, ap);
-    va_end(ap);
-  }
-  sc->flops = flops;
-}
-
-static void prof_end(prof_scope *sc) {
-  prof_current = NULL;
-  if (!sc->open) return;
-  cudaStreamSynchronize(tsr_dev_ctx.stream);
-  const double dt = tsr_now() - sc->t0;
-  int k = 0;
-  while (k < n_prof && strcmp(prof[k].name, sc->name)) k++;
-  if (k == n_prof) { /* a new line; the last one takes every op that finds no room */
-    if (n_prof < N_PROF - 1) {
-      snprintf(prof[n_prof++].name, sizeof prof[k].name, "%s", sc->name);
-    } else {
-      k = N_PROF - 1;
-      if (n_prof < N_PROF) snprintf(prof[n_prof++].name, sizeof prof[k].name, "(other ops)");
-    }
-  }
-  prof[k].s += dt;
-  prof[k].flops += k == N_PROF - 1 ? 0 : sc->flops; /* no rate for a mix of ops */
-  prof[k].calls++;
-}
-
-static int prof_cmp(const void *a, const void *b) {
-  const double x = ((const struct prof_rec *)a)->s, y = ((const struct prof_rec *)b)->s;
-  return (x < y) - (x > y);
-}
-static void prof_print(void) {
-  if (!n_prof || tsr_rank() != 0) return;
-  double total = 0;
-  for (int k = 0; k < n_prof; k++) total += prof[k].s;
-  qsort(prof, (size_t)n_prof, sizeof prof[0], prof_cmp);
-  tsr_log("cuda profile (TSR_CUDA_PROFILE): %.3f s in ops of %.3f s since the device opened",
-          total, tsr_now() - mem.t_open);
-  tsr_log("  %-56s %8s %10s %6s %9s", "op", "calls", "ms", "share", "TFLOP/s");
-  for (int k = 0; k < n_prof; k++) {
-    char rate[16] = "";
-    if (prof[k].flops > 0) snprintf(rate, sizeof rate, "%9.1f", prof[k].flops / prof[k].s / 1e12);
-    tsr_log("  %-56s %8ld %10.2f %5.1f%% %9s", prof[k].name, prof[k].calls, prof[k].s * 1e3,
-            100 * prof[k].s / total, rate);
-  }
-  n_prof = 0;
-}
 
 /* A failed runtime call of this file is reported here and fails the backend. */
 static void fail_rt(cudaError_t e, const char *call, int line) {
@@ -127,14 +39,6 @@ static void fail_rt(cudaError_t e, const char *call, int line) {
     cudaError_t rt_e_ = (expr);                                \
     if (rt_e_ != cudaSuccess) fail_rt(rt_e_, #expr, __LINE__); \
   } while (0)
-
-void *tsr_dev_scratch(size_t need, const char *who) {
-  if (tsr_dev_ctx.scratch && need <= tsr_dev_ctx.scratch_bytes) return tsr_dev_ctx.scratch;
-  tsr_error("cuda: %s needs %zu bytes of scratch, the backend reserved %zu (tsr_ops_reserve "
-            "was given smaller shapes than this call's)",
-            who, need, tsr_dev_ctx.scratch_bytes);
-  return NULL;
-}
 
 /* ---------------------------------------------------------------- memory */
 
@@ -264,7 +168,7 @@ static int d_reserve(const tsr_ops_shapes *s) {
 static void d_close(void) {
   tsr_dev_context *c = &tsr_dev_ctx;
   if (c->stream) cudaStreamSynchronize(c->stream);
-  prof_print();
+  tsr_dev_prof_print(mem.t_open);
 #ifdef TSR_HAVE_CUDNN
   tsr_sdpa_graphs_close();
 #endif
@@ -284,17 +188,17 @@ static void d_close(void) {
 /* the profiled forms of the ops: the op's name is its line's name */
 #define TSR_OP(name, params, args) \
   static void prof_##name params { \
-    prof_scope sc;                 \
-    prof_begin(&sc, #name);        \
+    tsr_dev_prof_scope sc;         \
+    tsr_dev_prof_begin(&sc, #name); \
     tsr_dev_##name args;           \
-    prof_end(&sc);                 \
+    tsr_dev_prof_end(&sc);         \
   }
 #define TSR_OP_RET(type, name, params, args) \
   static type prof_##name params {           \
-    prof_scope sc;                           \
-    prof_begin(&sc, #name);                  \
+    tsr_dev_prof_scope sc;                   \
+    tsr_dev_prof_begin(&sc, #name);          \
     const type r_ = tsr_dev_##name args;     \
-    prof_end(&sc);                           \
+    tsr_dev_prof_end(&sc);                   \
     return r_;                               \
   }
 #include "ops_list.h"
@@ -302,16 +206,16 @@ static void d_close(void) {
 #undef TSR_OP_RET
 
 static void prof_copy(void *dst, const void *src, size_t bytes) {
-  prof_scope sc;
-  prof_begin(&sc, "copy");
+  tsr_dev_prof_scope sc;
+  tsr_dev_prof_begin(&sc, "copy");
   d_copy(dst, src, bytes);
-  prof_end(&sc);
+  tsr_dev_prof_end(&sc);
 }
 static void prof_zero(void *dst, size_t bytes) {
-  prof_scope sc;
-  prof_begin(&sc, "zero");
+  tsr_dev_prof_scope sc;
+  tsr_dev_prof_begin(&sc, "zero");
   d_zero(dst, bytes);
-  prof_end(&sc);
+  tsr_dev_prof_end(&sc);
 }
 
 #define BACKEND_MEMORY                                                                      \

@@ -57,7 +57,7 @@ for f in "${KERNELS[@]}"; do
   "$NVCC" "${NVFLAGS[@]}" -c "cuda/$f.cu" -o "$B/$f.o" & pids+=($!)
 done
 HOST_OBJS=()
-for f in src/cpu*.c src/ops.c src/util.c cuda/ops_dev.c; do
+for f in src/cpu*.c src/ops.c src/util.c cuda/dev.c cuda/ops_dev.c; do
   gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c "$f" -o "$B/host_$(basename "$f" .c).o"
   HOST_OBJS+=("$B/host_$(basename "$f" .c).o")
 done

@@ -33,6 +33,7 @@ CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bl
 . "$emu/kernels.sh"
 emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/dev.c" -o "$B/dev.o"
 # cuDNN attention's path with stand-in graphs (tests/cuda/emu/sdpa_fake.c)
 $CC "${CFLAGS[@]}" -DTSR_HAVE_CUDNN -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
 $CC "${CFLAGS[@]}" -c "$emu/sdpa_fake.c" -o "$B/sdpa_fake.o"
@@ -47,7 +48,7 @@ else
 fi
 $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
-$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
+$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "$B/sdpa_fake.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

@@ -38,14 +38,14 @@ for f in "$top"/src/cpu*.c "$top/src/ops.c" "$top/src/util.c"; do
   CPU_OBJS+=("$o")
 done
 HOST_OBJS=()
-for f in cuda/ops_dev.c tests/cuda/emu/sdpa_fake.c tests/cuda/test_kernels.c \
+for f in cuda/dev.c cuda/ops_dev.c tests/cuda/emu/sdpa_fake.c tests/cuda/test_kernels.c \
   tests/cuda/kernels_util.c tests/cuda/test_kernels_attention.c; do
   o=$B/host_$(basename "$f" .c).o
   gcc "${CFLAGS[@]}" -c "$top/$f" -o "$o"
   HOST_OBJS+=("$o")
 done
 wait "$kernels"
-DEV_OBJS=("${EMU_OBJS[@]/#/$B/}" "$B/host_ops_dev.o" "$B/host_sdpa_fake.o")
+DEV_OBJS=("${EMU_OBJS[@]/#/$B/}" "$B/host_dev.o" "$B/host_ops_dev.o" "$B/host_sdpa_fake.o")
 g++ -fopenmp -o "$B/test_kernels" "$B/host_test_kernels.o" "$B/host_kernels_util.o" \
   "$B/host_test_kernels_attention.o" \
   "${DEV_OBJS[@]}" "${CPU_OBJS[@]}" "${BLAS_LIB[@]}" -lm
