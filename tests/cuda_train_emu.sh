@@ -3,24 +3,23 @@
 # without a GPU: tests/cuda/emu-tessera.sh links tessera with the CUDA kernels run on the
 # CPU emulation (tests/cuda/emu/), so every op, copy, fill, scratch use and device-scalar
 # fetch of the device path runs, against the CPU backend from the same seed:
-#  (a) llama fp32, bf16 and fp16 (loss scaling): the loss and gradient norm of every step
-#      agree with run.device = 'cpu' (losses: fp32 to 2e-6 relative, measured 2e-9; bf16
-#      and fp16 with fp32 GEMMs (train.gpu_gemm = 'exact') to 1e-4, measured 2e-7 and 2e-6:
-#      a different summation order flips some roundings to 16 bits; gradient norms to 10x
-#      that); bf16 and fp16 with tensor-core GEMMs (the default, 'fast': bf16 copies the
-#      GEMM inputs into the staging of cuda/ops_dev.c for bf16 GEMMs, and the log's count
-#      says every product ran so; fp16 has the emulated cuBLASLt round them) to 1e-2.
-#      bf16 'fast' differs from 'exact' (activation gradients are fp32 values, rounded on
-#      the way into the backward GEMMs); fp16 'fast' equals 'exact' bitwise (fp16 stores
-#      activation gradients in fp16 too, so every GEMM input already is an fp16 value: the
-#      tensor cores lose nothing); at head_dim 32 the attention runs on the tensor cores,
-#      with the WMMA and the mma.sync kernels (TSR_CUDA_ATTENTION), each to 1e-2, and an
-#      unknown TSR_CUDA_ATTENTION is refused;
+#  (a) llama in fp32, bf16 and fp16 (loss scaling), each stored natively on the device
+#      (2-byte activations, gradients of activations and weights in bf16 and fp16): the
+#      loss and gradient norm of every step agree with run.device = 'cpu' (fp32 to 2e-6,
+#      measured 2.4e-9; bf16 and fp16 to 2e-4 on losses and 2e-3 on gradient norms,
+#      measured 3.6e-5 / 1.7e-4 and 8.7e-7 / 1.9e-5: the two backends round the same
+#      fp32 values once on store, but sum in different orders, so some roundings to 16
+#      bits flip); the activations reserved in bf16 are half those of fp32, and the device
+#      memory measured after step 1 is within 5% of tessera plan's GPU figure (measured
+#      -1.3%); at head_dim 32 the attention runs on the tensor cores, with the WMMA and
+#      the mma.sync kernels (TSR_CUDA_ATTENTION), and on the emulation's stand-in for
+#      cuDNN's graphs, in bf16 and fp16, each to 2e-4 (measured at most 3.3e-5, gradient
+#      norms 4.2e-4); a shape cuDNN declines takes our kernel, saying why; an unknown
+#      TSR_CUDA_ATTENTION is refused;
 #  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
-#      with a validation pass: training and validation losses agree; in bf16 with staged
-#      GEMMs too (biases in the epilogue, their gradients summed from the fp32 dy), to
-#      1e-3 (measured 1e-5 on losses, 1.1e-4 on gradient norms; dropping the bias
-#      gradients of the staged path is 42% off on the gradient norm);
+#      with a validation pass, in fp32, bf16 and fp16: training and validation losses
+#      agree (fp32 2e-6, measured 3.2e-9; 16-bit 2e-4, measured 6.6e-6, gradient norms
+#      1.0e-4);
 #  (c) 2 ranks sharing the one emulated GPU (run.gpu_share): dp 2 at ZeRO-3, tp 2 with
 #      sequence parallelism, pp 2 on 1F1B give the CPU's losses (NCCL cannot put two ranks
 #      on one GPU, and the log says so; Debian's Open MPI is not CUDA-aware, so the groups
@@ -60,64 +59,59 @@ agree() { agree_runs "$SCRATCH/$1" "$SCRATCH/$2" "$3" 2; }
 rc_is() { [ "$(cat "$SCRATCH/$1.rc")" = "$2" ] || { tail -5 "$SCRATCH/$1.out"; return 1; }; }
 
 # ---- (a) llama in fp32, bf16, fp16 ----
+tol_of() { [ "$1" = fp32 ] && echo 2e-6 || echo 2e-4; }
 for prec in fp32 bf16 fp16; do
-  tol=2e-6
-  [ $prec != fp32 ] && tol=1e-4
+  tol=$(tol_of $prec)
   run "cpu_$prec" cpu 1 run.max_steps=3 train.precision=$prec
-  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec train.gpu_gemm=exact
+  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
   check "(a) $prec: the device run finishes (exit $(cat "$SCRATCH/gpu_$prec.rc"))" rc_is "gpu_$prec" 0
   check "(a) $prec: device and CPU agree to $tol" agree "gpu_$prec" "cpu_$prec" $tol
-  [ $prec = fp32 ] && continue
-  run "fast_$prec" cuda 1 run.max_steps=3 train.precision=$prec
-  check "(a) $prec, tensor-core GEMMs: finishes, saying so" grep -q "^gemm: $prec inputs on tensor cores" \
-    "$SCRATCH/fast_$prec.out"
-  check "(a) $prec, tensor-core GEMMs: device and CPU agree to 1e-2" agree "fast_$prec" "cpu_$prec" 1e-2
-  if [ $prec = bf16 ]; then
-    check "(a) bf16, tensor-core GEMMs: every product ran on bf16 copies in the staging" \
-      grep -Eq "^gemm: ([0-9]+) of \1 products ran on bf16 copies of their inputs$" \
-      "$SCRATCH/fast_bf16.out"
-  fi
-  want=differ
-  [ $prec = fp16 ] && want=equal
-  check "(a) $prec, tensor-core GEMMs: losses and norms $want those of fp32 GEMMs" \
-    "$PYTHON_REF" -c 'import json, sys
-m = [[(d["loss"], d["grad_norm"]) for d in map(json.loads, open(p)) if "loss" in d] for p in sys.argv[2:]]
-print("    gradient norms, fast vs exact:", [(a[1], b[1]) for a, b in zip(*m)])
-sys.exit(0 if len(m[0]) == 3 and (m[0] == m[1]) == (sys.argv[1] == "equal") else 1)' $want \
-    "$SCRATCH/fast_$prec/metrics.jsonl" "$SCRATCH/gpu_$prec/metrics.jsonl"
+  check "(a) $prec: device memory after step 1 within 5% of tessera plan's GPU figure" \
+    "$PYTHON_REF" -c 'import re, sys
+m = re.search(r"in use ([0-9.]+) MB, .*planned on a GPU \((\w+) storage\): ([0-9.]+) MB",
+              open(sys.argv[1]).read())
+print("    measured %s MB, planned %s MB (%s)" % (m.group(1), m.group(3), m.group(2)))
+sys.exit(0 if m.group(2) == sys.argv[2] and abs(float(m.group(3)) / float(m.group(1)) - 1) <= 0.05 else 1)' \
+    "$SCRATCH/gpu_$prec.out" $prec
 done
-# head_dim 32 (2 heads, 1 KV head): attention on the tensor cores, both kernel sets
-run cpu_hd32 cpu 1 run.max_steps=3 train.precision=bf16 model.n_head=2 model.n_kv_head=1
-for k in wmma mma; do
-  TSR_CUDA_ATTENTION=$k run "fast_hd32_$k" cuda 1 run.max_steps=3 train.precision=bf16 \
-    model.n_head=2 model.n_kv_head=1
-  check "(a) bf16, head_dim 32: attention ran the $k tensor-core kernels" \
-    grep -qi "^attention: tensor cores, $k" "$SCRATCH/fast_hd32_$k.out"
-  check "(a) ... device and CPU agree to 1e-2" agree "fast_hd32_$k" cpu_hd32 1e-2
+act_mb() { sed -n 's/^model: .* activations \([0-9.]*\) MB for .*/\1/p' "$SCRATCH/$1.out"; }
+# (the fp32 row statistics of the norms, attention and the loss stay: 0.503x measured)
+check "(a) bf16 activations on the device: about half of fp32's ($(act_mb gpu_bf16) vs $(act_mb gpu_fp32) MB)" \
+  "$PYTHON_REF" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if 0.49 <= a / b <= 0.52 else 1)' \
+  "$(act_mb gpu_bf16)" "$(act_mb gpu_fp32)"
+check "(a) fp32 attention runs the fp32 kernel" grep -q "^attention: fp32 kernel \[fp32" \
+  "$SCRATCH/gpu_fp32.out"
+check "(a) bf16 attention at head_dim 16 runs the fp32-arithmetic kernel on 16-bit storage" \
+  grep -q "^attention: fp32-arithmetic kernel on the 16-bit storage .*\[bf16 B 2 T 32 H 4 KV 2 hd 16\]" \
+  "$SCRATCH/gpu_bf16.out"
+# head_dim 32 (2 heads, 1 KV head): attention on the tensor cores, both kernel families,
+# and on the emulation's stand-in for cuDNN's graphs (tests/cuda/emu/sdpa_fake.c)
+for prec in bf16 fp16; do
+  run "cpu_hd32_$prec" cpu 1 run.max_steps=3 train.precision=$prec model.n_head=2 model.n_kv_head=1
+  for k in wmma mma cudnn; do
+    TSR_CUDA_ATTENTION=$k run "hd32_${k}_$prec" cuda 1 run.max_steps=3 train.precision=$prec \
+      model.n_head=2 model.n_kv_head=1
+    case $k in
+      wmma) what="tensor cores, WMMA kernels ($prec products" ;;
+      mma) what="tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; $prec products" ;;
+      cudnn) what="cuDNN fused flash attention on q, k, v in place (emulated cuDNN" ;;
+    esac
+    check "(a) $prec, head_dim 32, TSR_CUDA_ATTENTION=$k: the log names the path" \
+      grep -qF "attention: $what" "$SCRATCH/hd32_${k}_$prec.out"
+    check "(a) ... device and CPU agree to 2e-4" agree "hd32_${k}_$prec" "cpu_hd32_$prec" 2e-4
+  done
 done
+check "(a) cuDNN's backward is the deterministic one (train.deterministic's default)" \
+  grep -q "^attention: cuDNN .*deterministic backward" "$SCRATCH/hd32_cudnn_bf16.out"
 TSR_CUDA_ATTENTION=flash run bad_attention_kernel cuda 1 run.max_steps=1
 check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices" \
   grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default), 'mma' or 'cudnn'" \
   "$SCRATCH/bad_attention_kernel.out"
-# cuDNN attention's path (cuda/ops_dev.c, cuda/sdpa_stage.c: staging, casts, lse, the
-# gradients added back) with the emulation's stand-in for cuDNN's graphs
-# (tests/cuda/emu/sdpa_fake.c): head_dim 16 and 32, grouped (4 heads over 2) and not.
-# To 1e-3 (grad norms 1e-2): measured 5.9e-6 and 4.9e-5 (norms 4e-4, 1e-3), while K and V
-# swapped in sdpa_stage.c's forward gave 4.0e-3 (9.8e-2) at head_dim 16, inside 1e-2.
-TSR_CUDA_ATTENTION=cudnn run fast_cudnn cuda 1 run.max_steps=3 train.precision=bf16
-check "(a) bf16, TSR_CUDA_ATTENTION=cudnn: attention ran the cuDNN path" \
-  grep -q "^attention: cuDNN fused flash attention on bf16 copies of q, k, v (emulated cuDNN" \
-  "$SCRATCH/fast_cudnn.out"
-check "(a) ... device and CPU agree to 1e-3" agree fast_cudnn cpu_bf16 1e-3
-TSR_CUDA_ATTENTION=cudnn run fast_hd32_cudnn cuda 1 run.max_steps=3 train.precision=bf16 \
-  model.n_head=2 model.n_kv_head=1
-check "(a) bf16, head_dim 32, cuDNN path: device and CPU agree to 1e-3" \
-  agree fast_hd32_cudnn cpu_hd32 1e-3
-# a shape cuDNN declines (head_dim 4): our kernels instead, saying why
+# a shape cuDNN declines (head_dim 4): our kernel instead, saying why
 TSR_CUDA_ATTENTION=cudnn run cudnn_declines cuda 1 run.max_steps=1 train.precision=bf16 \
   model.n_head=16 model.n_kv_head=8
-check "(a) bf16, head_dim 4, TSR_CUDA_ATTENTION=cudnn: our fp32 kernel, saying why not cuDNN" \
-  grep -q "^attention: fp32 kernel .*; not cuDNN: emulated cuDNN cannot run it: hidden_dim" \
+check "(a) bf16, head_dim 4, TSR_CUDA_ATTENTION=cudnn: our kernel, saying why not cuDNN" \
+  grep -q "^attention: fp32-arithmetic kernel .*; not cuDNN: emulated cuDNN cannot run it: hidden_dim" \
   "$SCRATCH/cudnn_declines.out"
 check "(a) ... and the run finishes" rc_is cudnn_declines 0
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
@@ -127,20 +121,14 @@ check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$S
 # ---- (b) gpt2, full recompute, evaluation ----
 G=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. train.recompute=full
   run.max_steps=2 run.eval_every=2)
-run cpu_gpt2 cpu 1 "${G[@]}"
-run gpu_gpt2 cuda 1 "${G[@]}"
-check "(b) gpt2 on the device finishes" rc_is gpu_gpt2 0
-check "(b) gpt2: device and CPU agree, validation included" agree gpu_gpt2 cpu_gpt2 2e-6
-run cpu_gpt2_bf16 cpu 1 "${G[@]}" train.precision=bf16
-run fast_gpt2_bf16 cuda 1 "${G[@]}" train.precision=bf16
-check "(b) gpt2 in bf16, staged bf16 GEMMs: every product on bf16 copies" \
-  grep -Eq "^gemm: ([0-9]+) of \1 products ran on bf16 copies of their inputs$" \
-  "$SCRATCH/fast_gpt2_bf16.out"
-check "(b) ... device and CPU agree to 1e-3, validation included" agree fast_gpt2_bf16 \
-  cpu_gpt2_bf16 1e-3
-no_staging() { local f; for f; do [ -s "$f" ] && ! grep -q "bf16 GEMM staging" "$f" || return 1; done; }
-check "(a, b) 'exact', fp32 and fp16 runs reserve no bf16 staging" no_staging \
-  "$SCRATCH"/gpu_{fp32,bf16,fp16}.out "$SCRATCH/fast_fp16.out" "$SCRATCH/gpu_gpt2.out"
+for prec in fp32 bf16 fp16; do
+  tol=$(tol_of $prec)
+  run "cpu_gpt2_$prec" cpu 1 "${G[@]}" train.precision=$prec
+  run "gpu_gpt2_$prec" cuda 1 "${G[@]}" train.precision=$prec
+  check "(b) gpt2 in $prec on the device finishes" rc_is "gpu_gpt2_$prec" 0
+  check "(b) ... device and CPU agree to $tol, validation included" \
+    agree "gpu_gpt2_$prec" "cpu_gpt2_$prec" $tol
+done
 
 # ---- (c) two ranks on one GPU: dp (ZeRO-3), tp (sequence parallel), pp (1F1B) ----
 for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel=.true." \
