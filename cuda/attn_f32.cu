@@ -283,7 +283,7 @@ template <class T, int DPT>
 static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_, int H,
                      int KV, int hd, int qkv_stride) {
   const size_t smem = fwd_smem(hd);
-  TSR_CUDA_CHECK(allow_smem(flash_fwd_kernel<T, DPT>, smem));
+  TSR_CUDA_CALL(allow_smem(flash_fwd_kernel<T, DPT>, smem));
   const dim3 grid((T_ + BQ - 1) / BQ, B * H);
   flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_dev_ctx.stream>>>(
       out, lse, q, k, v, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
@@ -299,14 +299,14 @@ static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const
   const cudaStream_t stream = tsr_dev_ctx.stream;
   if (dq) {
     const size_t smem = dq_smem(hd);
-    TSR_CUDA_CHECK(allow_smem(flash_dq_kernel<T, DPT>, smem));
+    TSR_CUDA_CALL(allow_smem(flash_dq_kernel<T, DPT>, smem));
     flash_dq_kernel<T, DPT><<<dim3((T_ + BQ - 1) / BQ, B * H), ATT_THREADS, smem, stream>>>(
         dq, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
     const size_t smem = dkdv_smem(hd);
-    TSR_CUDA_CHECK(allow_smem(flash_dkdv_kernel<T, DPT>, smem));
+    TSR_CUDA_CALL(allow_smem(flash_dkdv_kernel<T, DPT>, smem));
     flash_dkdv_kernel<T, DPT><<<dim3((T_ + BK - 1) / BK, B * KV), ATT_THREADS, smem, stream>>>(
         dk, dv, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();

@@ -475,7 +475,7 @@ static int mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B
   const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
   const float scale = (float)(1.0 / sqrt((double)HD));
   const size_t smem = mm_dims<HD>::FWD;
-  TSR_CUDA_CHECK(allow_smem(mma_fwd_kernel<T, HD>, smem));
+  TSR_CUDA_CALL(allow_smem(mma_fwd_kernel<T, HD>, smem));
   mma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, tsr_dev_ctx.stream>>>(
       out, lse, q, k, v, T_, H, KV, qkv_stride, scale * LOG2E_F);
   TSR_CUDA_LAUNCHED();
@@ -492,14 +492,14 @@ static int mma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float 
   const cudaStream_t stream = tsr_dev_ctx.stream;
   if (dq) {
     const size_t smem = mm_dims<HD>::DQ;
-    TSR_CUDA_CHECK(allow_smem(mma_dq_kernel<T, HD>, smem));
+    TSR_CUDA_CALL(allow_smem(mma_dq_kernel<T, HD>, smem));
     mma_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(dq, dout, lse, D, q, k, v, T_, H, KV,
                                                              qkv_stride, scale_log2, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
     const size_t smem = mm_dims<HD>::DKDV;
-    TSR_CUDA_CHECK(allow_smem(mma_dkdv_kernel<T, HD>, smem));
+    TSR_CUDA_CALL(allow_smem(mma_dkdv_kernel<T, HD>, smem));
     mma_dkdv_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
         dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2,
         scale);

@@ -334,7 +334,7 @@ static int wmma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int 
                     int KV, int qkv_stride) {
   const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
   const size_t smem = fwd_smem<HD>();
-  TSR_CUDA_CHECK(allow_smem(wmma_fwd_kernel<T, HD>, smem));
+  TSR_CUDA_CALL(allow_smem(wmma_fwd_kernel<T, HD>, smem));
   wmma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, tsr_dev_ctx.stream>>>(
       out, lse, q, k, v, T_, H, KV, qkv_stride, (float)(1.0 / sqrt((double)HD)));
   TSR_CUDA_LAUNCHED();
@@ -351,13 +351,13 @@ static int wmma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float
   const size_t smem = bwd_smem<HD>();
   const cudaStream_t stream = tsr_dev_ctx.stream;
   if (dq) {
-    TSR_CUDA_CHECK(allow_smem(wmma_dq_kernel<T, HD>, smem));
+    TSR_CUDA_CALL(allow_smem(wmma_dq_kernel<T, HD>, smem));
     wmma_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(dq, dout, lse, D, q, k, v, T_, H,
                                                               KV, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
-    TSR_CUDA_CHECK(allow_smem(wmma_dkdv_kernel<T, HD>, smem));
+    TSR_CUDA_CALL(allow_smem(wmma_dkdv_kernel<T, HD>, smem));
     wmma_dkdv_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
         dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();

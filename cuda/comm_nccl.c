@@ -22,17 +22,6 @@ struct tsr_comm_dev_event {
 };
 static struct tsr_comm_dev_event *pool;
 
-#define NCCL_OK(d, expr)                                                                      \
-  do {                                                                                        \
-    ncclResult_t r_ = (expr);                                                                 \
-    if (r_ != ncclSuccess) {                                                                  \
-      tsr_error("%s:%d %s: %s on '%s': NCCL error %d: %s (%s)", __FILE__, __LINE__, __func__, \
-                #expr, (d)->name, (int)r_, ncclGetErrorString(r_),                            \
-                ncclGetLastError((d)->nccl));                                                 \
-      return TSR_ERR;                                                                         \
-    }                                                                                         \
-  } while (0)
-
 /* ---------------------------------------------------------------- the communicator */
 
 static void nc_destroy(tsr_comm_dev **dp) {
@@ -120,8 +109,8 @@ static int nc_create(tsr_comm_dev **out, const void *mpi_comm, const char *name)
 
 /* The group's stream waits for the compute work queued so far (which wrote the buffers). */
 static int enter(tsr_comm_dev *d) {
-  CUDA_OK(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
-  CUDA_OK(cudaStreamWaitEvent(d->stream, d->ready, 0));
+  TSR_CUDA_CALL(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
+  TSR_CUDA_CALL(cudaStreamWaitEvent(d->stream, d->ready, 0));
   return 0;
 }
 
@@ -142,7 +131,7 @@ static size_t type_size(tsr_comm_dev_type t) {
 
 static int nc_all_reduce(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type t, int op) {
   TSR_CALL(enter(d));
-  NCCL_OK(d, ncclAllReduce(buf, buf, count, nccl_type(t), red_op(op), d->nccl, d->stream));
+  TSR_NCCL_CALL(d, ncclAllReduce(buf, buf, count, nccl_type(t), red_op(op), d->nccl, d->stream));
   return 0;
 }
 
@@ -158,11 +147,11 @@ static int nc_reduce_scatter(tsr_comm_dev *d, const void *send, void *recv, cons
   TSR_CALL(enter(d));
   const ncclDataType_t nt = nccl_type(t);
   if (even(d, counts)) {
-    NCCL_OK(d, ncclReduceScatter(send, recv, counts[0], nt, ncclSum, d->nccl, d->stream));
+    TSR_NCCL_CALL(d, ncclReduceScatter(send, recv, counts[0], nt, ncclSum, d->nccl, d->stream));
     return 0;
   }
   const size_t es = type_size(t);
-  NCCL_OK(d, ncclGroupStart());
+  TSR_NCCL_CALL(d, ncclGroupStart());
   size_t off = 0;
   ncclResult_t first = ncclSuccess;
   for (int r = 0; r < d->size; off += counts[r], r++) {
@@ -171,8 +160,8 @@ static int nc_reduce_scatter(tsr_comm_dev *d, const void *send, void *recv, cons
                                 d->nccl, d->stream);
     if (e != ncclSuccess && first == ncclSuccess) first = e;
   }
-  NCCL_OK(d, ncclGroupEnd());
-  NCCL_OK(d, first);
+  TSR_NCCL_CALL(d, ncclGroupEnd());
+  TSR_NCCL_CALL(d, first);
   return 0;
 }
 
@@ -183,11 +172,11 @@ static int nc_all_gather(tsr_comm_dev *d, const void *send, void *recv, const si
   TSR_CALL(enter(d));
   const ncclDataType_t nt = nccl_type(t);
   if (even(d, counts)) {
-    NCCL_OK(d, ncclAllGather(send, recv, counts[0], nt, d->nccl, d->stream));
+    TSR_NCCL_CALL(d, ncclAllGather(send, recv, counts[0], nt, d->nccl, d->stream));
     return 0;
   }
   const size_t es = type_size(t);
-  NCCL_OK(d, ncclGroupStart());
+  TSR_NCCL_CALL(d, ncclGroupStart());
   size_t off = 0;
   ncclResult_t first = ncclSuccess;
   for (int r = 0; r < d->size; off += counts[r], r++) {
@@ -197,14 +186,14 @@ static int nc_all_gather(tsr_comm_dev *d, const void *send, void *recv, const si
                                    d->stream);
     if (e != ncclSuccess && first == ncclSuccess) first = e;
   }
-  NCCL_OK(d, ncclGroupEnd());
-  NCCL_OK(d, first);
+  TSR_NCCL_CALL(d, ncclGroupEnd());
+  TSR_NCCL_CALL(d, first);
   return 0;
 }
 
 static int nc_broadcast(tsr_comm_dev *d, void *buf, size_t bytes, int root) {
   TSR_CALL(enter(d));
-  NCCL_OK(d, ncclBroadcast(buf, buf, bytes, ncclUint8, root, d->nccl, d->stream));
+  TSR_NCCL_CALL(d, ncclBroadcast(buf, buf, bytes, ncclUint8, root, d->nccl, d->stream));
   return 0;
 }
 
@@ -226,7 +215,7 @@ static int nc_record(tsr_comm_dev *d, tsr_comm_dev_event **out) {
     }
   }
   *out = e;
-  CUDA_OK(cudaEventRecord(e->ev, d->stream));
+  TSR_CUDA_CALL(cudaEventRecord(e->ev, d->stream));
   return 0;
 }
 
@@ -237,7 +226,7 @@ static int nc_wait(tsr_comm_dev_event **ep) {
   cudaError_t ce = cudaStreamWaitEvent(tsr_cuda_compute_stream(), e->ev, 0);
   e->next = pool;
   pool = e;
-  CUDA_OK(ce);
+  TSR_CUDA_CALL(ce);
   return 0;
 }
 
@@ -248,7 +237,7 @@ static int nc_query(tsr_comm_dev_event *e, int *done) {
     cudaGetLastError(); /* not an error: still running */
     return 0;
   }
-  CUDA_OK(ce);
+  TSR_CUDA_CALL(ce);
   return 0;
 }
 

@@ -183,11 +183,11 @@ static int stage_in_(tsr_comm_dev *d, struct tsr_comm_dev_event *e, size_t off,
   /* the copy stream waits for the compute work queued so far: the copy in reads what it
    * wrote, and the copy back (queued later on the same stream) must not overwrite what
    * it still reads */
-  CUDA_OK(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
-  CUDA_OK(cudaStreamWaitEvent(d->stream, d->ready, 0));
+  TSR_CUDA_CALL(cudaEventRecord(d->ready, tsr_cuda_compute_stream()));
+  TSR_CUDA_CALL(cudaStreamWaitEvent(d->stream, d->ready, 0));
   if (!bytes) return 0;
-  CUDA_OK(cudaMemcpyAsync(e->host + off, src, bytes, cudaMemcpyDefault, d->stream));
-  CUDA_OK(cudaStreamSynchronize(d->stream));
+  TSR_CUDA_CALL(cudaMemcpyAsync(e->host + off, src, bytes, cudaMemcpyDefault, d->stream));
+  TSR_CUDA_CALL(cudaStreamSynchronize(d->stream));
   return 0;
 }
 

@@ -1,10 +1,12 @@
-/* cuda_common.cuh — what every kernel file of the CUDA backend shares: the checking
- * macros (a failed CUDA call is reported as "file:line func: call: error" and the function
- * returns TSR_ERR, which its op turns into the context's failure, dev.h), the storage
+/* cuda_common.cuh — what every kernel file of the CUDA backend shares: the check macros
+ * (check.h: a failed CUDA call is reported as "file:line func: call: error" and the
+ * function returns TSR_ERR, which its op turns into the context's failure, dev.h), the storage
  * types (float, bf16, fp16: compute is fp32, a value is widened exactly on load and
  * rounded once, to nearest even, on store, the bits of dtype.h's conversions), the switch
  * from a tsr_dtype to the type, deterministic reductions, launch geometry and the column
  * sums of the weight and bias gradients.
+ *
+ * The check macros are cuda/check.h's.
  *
  * Device code here is C++ (kernels templated on the storage type); what the op files
  * export is extern "C". */
@@ -17,38 +19,11 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "check.h"
 #include "dev.h"
-extern "C" {
-#include "util.h"
-}
 
 typedef __nv_bfloat16 bf16;
 typedef __half f16;
-
-#define TSR_CUDA_CHECK(expr)                                                                  \
-  do {                                                                                        \
-    cudaError_t tsr_e_ = (expr);                                                              \
-    if (tsr_e_ != cudaSuccess) {                                                              \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: %s: CUDA error %s: %s", __FILE__, \
-                    __LINE__, __func__, #expr, cudaGetErrorName(tsr_e_),                      \
-                    cudaGetErrorString(tsr_e_));                                              \
-      return TSR_ERR;                                                                         \
-    }                                                                                         \
-  } while (0)
-
-/* After a kernel launch: catches bad launch configurations (asynchronous faults show up
- * at the next synchronising call, which is checked as well). */
-#define TSR_CUDA_LAUNCHED() TSR_CUDA_CHECK(cudaGetLastError())
-
-/* Argument checks (programming errors of the caller). */
-#define TSR_CUDA_ARG(cond)                                                                 \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: invalid argument: %s", __FILE__, \
-                    __LINE__, __func__, #cond);                                            \
-      return TSR_ERR;                                                                      \
-    }                                                                                      \
-  } while (0)
 
 /* ptr = the context's scratch, which must hold `need` bytes (else TSR_ERR, reported). */
 #define TSR_CUDA_SCRATCH(ptr, need)                                 \

@@ -9,19 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "ops_dev.h"
-#include "util.h"
-
-#define CUDA_OK(expr, what)                                                                    \
-  do {                                                                                         \
-    cudaError_t e_ = (expr);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: %s: CUDA error %s: %s (%s)",      \
-                    __FILE__, __LINE__, __func__, #expr, cudaGetErrorName(e_),                 \
-                    cudaGetErrorString(e_), what);                                             \
-      return TSR_ERR;                                                                          \
-    }                                                                                          \
-  } while (0)
 
 int tsr_cuda_device_count(char *why, size_t why_len) {
   int n = 0;
@@ -37,12 +26,11 @@ int tsr_cuda_device_count(char *why, size_t why_len) {
 }
 
 int tsr_cuda_device_setup(int device) {
-  CUDA_OK(cudaSetDevice(device), "selecting the device");
+  TSR_CUDA_CALL(cudaSetDevice(device));
   cudaMemPool_t pool;
-  CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, device), "the device's memory pool");
+  TSR_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device));
   uint64_t keep = UINT64_MAX;
-  CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
-          "keeping the memory pool's memory");
+  TSR_CUDA_CALL(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   return 0;
 }
 

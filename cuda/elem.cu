@@ -176,7 +176,7 @@ static int convert(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *sr
   if (n <= 0) return 0;
   if (dst_dt == src_dt) {
     if (dst != src)
-      TSR_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * tsr_dtype_size(dst_dt),
+      TSR_CUDA_CALL(cudaMemcpyAsync(dst, src, (size_t)n * tsr_dtype_size(dst_dt),
                                      cudaMemcpyDefault, tsr_dev_ctx.stream));
     return 0;
   }

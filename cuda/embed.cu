@@ -73,7 +73,7 @@ static int key_bits(long vocab_local) {
 static int sort_scratch(long n, long vocab_local, size_t *need, size_t *sort_bytes) {
   *need = *sort_bytes = 0;
   if (n <= 0 || vocab_local <= 0) return 0;
-  TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *sort_bytes, (const int *)NULL,
+  TSR_CUDA_CALL(cub::DeviceRadixSort::SortPairs(NULL, *sort_bytes, (const int *)NULL,
                                                  (int *)NULL, (const int *)NULL, (int *)NULL,
                                                  (int)n, 0, key_bits(vocab_local),
                                                  (cudaStream_t)0));
@@ -113,7 +113,7 @@ static int embedding_backward(float *dwte, float *dwpe, const T *dout, const int
     int *keys_sorted = (int *)(scratch + 2 * idx_bytes);
     int *rows_sorted = (int *)(scratch + 3 * idx_bytes);
     LAUNCH_ELEM(embedding_keys_kernel, n, stream, keys, rows, tokens, n, vocab_start, vocab_local);
-    TSR_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch + 4 * idx_bytes, sort_bytes, keys,
+    TSR_CUDA_CALL(cub::DeviceRadixSort::SortPairs(scratch + 4 * idx_bytes, sort_bytes, keys,
                                                    keys_sorted, rows, rows_sorted, n, 0, bits,
                                                    stream));
     embedding_dwte_kernel<T><<<dim3(n, (C + 255) / 256), 256, 0, stream>>>(

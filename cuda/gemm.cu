@@ -23,17 +23,6 @@ extern "C" {
 #include "ops_dev.h"
 }
 
-#define TSR_CUBLAS_CHECK(expr)                                                                \
-  do {                                                                                        \
-    cublasStatus_t tsr_s_ = (expr);                                                           \
-    if (tsr_s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: %s: cuBLAS error %d: %s", __FILE__, \
-                    __LINE__, __func__, #expr, (int)tsr_s_, cublasGetStatusString(tsr_s_));   \
-      rc = TSR_ERR;                                                                           \
-      goto done;                                                                              \
-    }                                                                                         \
-  } while (0)
-
 static cudaDataType_t cuda_type(tsr_dtype t) {
   return t == TSR_BF16 ? CUDA_R_16BF : t == TSR_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
@@ -87,39 +76,39 @@ static int lt_matmul(const lt_args &g) {
   cublasStatus_t hs;
   tsr_dev_context *ctx = &tsr_dev_ctx;
 
-  TSR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  TSR_CUBLAS_CHECK(
+  TSR_CUBLAS_GOTO(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TSR_CUBLAS_GOTO(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-  TSR_CUBLAS_CHECK(
+  TSR_CUBLAS_GOTO(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   if (g.epi != CUBLASLT_EPILOGUE_DEFAULT) {
-    TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi,
+    TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epi,
                                                     sizeof g.epi));
     if (g.bias) {
       const int32_t bias_type = (int32_t)g.c_type;
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+      TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &g.bias, sizeof g.bias));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+      TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                       &bias_type, sizeof bias_type));
     }
     if (g.aux) {
       const int64_t aux_ld = g.m;
       const int32_t aux_type = (int32_t)g.aux_type;
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(
           desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+      TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                       &aux_ld, sizeof aux_ld));
-      TSR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      TSR_CUBLAS_GOTO(cublasLtMatmulDescSetAttribute(
           desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof aux_type));
     }
   }
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout, g.a_type, g.trans_a ? g.k : g.m,
+  TSR_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&a_layout, g.a_type, g.trans_a ? g.k : g.m,
                                               g.trans_a ? g.m : g.k, g.lda));
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout, g.b_type, g.trans_b ? g.n : g.k,
+  TSR_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&b_layout, g.b_type, g.trans_b ? g.n : g.k,
                                               g.trans_b ? g.k : g.n, g.ldb));
-  TSR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout, g.c_type, g.m, g.n, g.ldc));
-  TSR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  TSR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  TSR_CUBLAS_GOTO(cublasLtMatrixLayoutCreate(&c_layout, g.c_type, g.m, g.n, g.ldc));
+  TSR_CUBLAS_GOTO(cublasLtMatmulPreferenceCreate(&pref));
+  TSR_CUBLAS_GOTO(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->lt_ws_bytes, sizeof ctx->lt_ws_bytes));
   hs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, a_layout, b_layout, c_layout, c_layout, pref,
                                       1, &heur, &n_algo);
@@ -135,7 +124,7 @@ static int lt_matmul(const lt_args &g) {
     rc = TSR_ERR;
     goto done;
   }
-  TSR_CUBLAS_CHECK(hs);
+  TSR_CUBLAS_GOTO(hs);
   hs = cublasLtMatmul(ctx->lt, desc, &alpha, g.A, a_layout, g.B, b_layout, &g.beta, g.C,
                       c_layout, g.C, c_layout, &heur.algo, ctx->lt_ws, ctx->lt_ws_bytes,
                       ctx->stream);
@@ -143,7 +132,7 @@ static int lt_matmul(const lt_args &g) {
     rc = NO_ALGO;
     goto done;
   }
-  TSR_CUBLAS_CHECK(hs);
+  TSR_CUBLAS_GOTO(hs);
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (c_layout) cublasLtMatrixLayoutDestroy(c_layout);
@@ -202,7 +191,7 @@ static int matmul_backward(tsr_dtype dt, void *dx, float *dw, float *dbias, cons
   if (n <= 0 || in <= 0) return 0;
   const cudaDataType_t t = cuda_type(dt);
   if (out <= 0) { /* an empty sum: dx = 0 (times gelu', still 0), written */
-    if (dx) TSR_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)n * in * tsr_dtype_size(dt),
+    if (dx) TSR_CUDA_CALL(cudaMemsetAsync(dx, 0, (size_t)n * in * tsr_dtype_size(dt),
                                            tsr_dev_ctx.stream));
     return 0;
   }

@@ -81,7 +81,7 @@ extern "C" int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes) {
 static int sumsq_into(double *out, const float *x, long n) {
   const cudaStream_t stream = tsr_dev_ctx.stream;
   if (n <= 0) {
-    TSR_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    TSR_CUDA_CALL(cudaMemsetAsync(out, 0, sizeof(double), stream));
     return 0;
   }
   const long blocks = sumsq_blocks(n), chunk = (n + blocks - 1) / blocks;
@@ -101,9 +101,9 @@ static int sumsq_batch(double *host, const float *x, const int64_t *r, int k) {
     TSR_CUDA_ARG(r[2 * i] <= r[2 * i + 1]);
     TSR_CALL(sumsq_into(c->result + i, x + r[2 * i], (long)(r[2 * i + 1] - r[2 * i])));
   }
-  TSR_CUDA_CHECK(cudaMemcpyAsync(host, c->result, (size_t)k * sizeof(double),
+  TSR_CUDA_CALL(cudaMemcpyAsync(host, c->result, (size_t)k * sizeof(double),
                                  cudaMemcpyDeviceToHost, c->stream));
-  TSR_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+  TSR_CUDA_CALL(cudaStreamSynchronize(c->stream));
   return 0;
 }
 

@@ -28,11 +28,10 @@
 #include <unordered_map>
 
 #include <cuda_runtime_api.h>
+
+#include "check.h"
 #include "dev.h"
 #include "sdpa_graphs.h"
-extern "C" {
-#include "util.h"
-}
 
 namespace fe = cudnn_frontend;
 
@@ -103,7 +102,9 @@ fe::graph::Tensor_attributes &stats(fe::graph::Tensor_attributes &t, int B, int 
       .set_data_type(fe::DataType_t::FLOAT);
 }
 
-#define FE_TRY(what, expr)                                                                   \
+/* A step of cuDNN's frontend that declines the graph: its message becomes the reason (why)
+ * and the caller answers false; not an error (check.h). */
+#define TSR_CUDNN_FE_WHY(what, expr)                                                         \
   do {                                                                                       \
     auto fe_e_ = (expr);                                                                     \
     if (fe_e_.is_bad()) {                                                                    \
@@ -115,16 +116,16 @@ fe::graph::Tensor_attributes &stats(fe::graph::Tensor_attributes &t, int B, int 
 /* Validates the graph, has cuDNN's heuristics pick engines and check them; then, for this
  * process's GPU, builds the plans (compiling the kernels) and reads their workspace. */
 bool finish(fe::graph::Graph &g, const target &t, int64_t &ws, std::string &why) {
-  FE_TRY("validate", g.validate());
+  TSR_CUDNN_FE_WHY("validate", g.validate());
   if (t.dp)
-    FE_TRY("build_operation_graph", g.build_operation_graph());
+    TSR_CUDNN_FE_WHY("build_operation_graph", g.build_operation_graph());
   else
-    FE_TRY("build_operation_graph", g.build_operation_graph(handle));
-  FE_TRY("create_execution_plans", g.create_execution_plans({fe::HeurMode_t::A}));
-  FE_TRY("check_support", g.check_support());
+    TSR_CUDNN_FE_WHY("build_operation_graph", g.build_operation_graph(handle));
+  TSR_CUDNN_FE_WHY("create_execution_plans", g.create_execution_plans({fe::HeurMode_t::A}));
+  TSR_CUDNN_FE_WHY("check_support", g.check_support());
   if (t.dp) return true; /* the kernels' compilation needs the driver */
-  FE_TRY("build_plans", g.build_plans());
-  FE_TRY("get_workspace_size", g.get_workspace_size(ws));
+  TSR_CUDNN_FE_WHY("build_plans", g.build_plans());
+  TSR_CUDNN_FE_WHY("get_workspace_size", g.get_workspace_size(ws));
   return true;
 }
 
@@ -216,21 +217,11 @@ bool execute(const std::shared_ptr<fe::graph::Graph> &g,
 
 } // namespace
 
-#define CUDNN_CHECK(expr)                                                                    \
-  do {                                                                                       \
-    cudnnStatus_t st_ = (expr);                                                              \
-    if (st_ != CUDNN_STATUS_SUCCESS) {                                                       \
-      tsr_errorf_at(__FILE__, __LINE__, __func__, "%s:%d %s: %s: %s", __FILE__, __LINE__,     \
-                    __func__, #expr, cudnnGetErrorString(st_));                               \
-      return TSR_ERR;                                                                        \
-    }                                                                                        \
-  } while (0)
-
 extern "C" long tsr_cuda_cudnn_version(void) { return (long)cudnnGetVersion(); }
 
 static int prepare(const shape &s, int deterministic, long long ws_limit, char *why,
                    size_t why_len) {
-  if (!handle) CUDNN_CHECK(cudnnCreate(&handle));
+  if (!handle) TSR_CUDNN_CALL(cudnnCreate(&handle));
   plans &p = cache[key_of(s)];
   if (p.asked != (deterministic ? 1 : 0)) build(p, target(), s, deterministic != 0);
   if (!p.ok) {
@@ -282,7 +273,7 @@ extern "C" int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, in
                                    void *O, float *stats, void *ws, cudaStream_t stream) {
   const plans *p = prepared(shape{dt, B, T, H, KV, hd, qkv_stride});
   if (!p) return TSR_ERR;
-  CUDNN_CHECK(cudnnSetStream(handle, stream));
+  TSR_CUDNN_CALL(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)Q}, {UID_K, (void *)K},
                                               {UID_V, (void *)V}, {UID_O, O},
                                               {UID_STATS, stats}};
@@ -295,7 +286,7 @@ extern "C" int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, in
                                    void *dK, void *dV, void *ws, cudaStream_t stream) {
   const plans *p = prepared(shape{dt, B, T, H, KV, hd, qkv_stride});
   if (!p) return TSR_ERR;
-  CUDNN_CHECK(cudnnSetStream(handle, stream));
+  TSR_CUDNN_CALL(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void *> pack = {
       {UID_Q, (void *)Q},   {UID_K, (void *)K},   {UID_V, (void *)V},
       {UID_O, (void *)O},   {UID_DO, (void *)dO}, {UID_STATS, (void *)stats},

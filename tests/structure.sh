@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # structure.sh — the shape of the code, checked on the sources and the built objects:
-#  1. no two objects of the library use symbols the other defines (nm on src/*.o and, in a
-#     CUDA build, cuda/*.o): the modules call each other in one direction only;
+#  1. no two objects of the libraries use symbols the other defines (nm on the members of
+#     src/libtessera.a and, in a CUDA build, cuda/libtessera_cuda.a): the modules call each
+#     other in one direction only;
 #  2. no cycle among the headers' #include "..." lines;
 #  3. every op of src/ops_list.h is named (its entry there; tsr_ops_<name>, tsr_cpu_<name>
 #     or tsr_dev_<name> elsewhere) under src/ and cuda/ only in the list, one CPU kernel
@@ -18,28 +19,31 @@ command -v nm >/dev/null || skip "no nm"
 command -v python3 >/dev/null || skip "no python3"
 src=$top_srcdir bld=$top_builddir
 scratch
-ls "$bld"/src/*.o >/dev/null 2>&1 || skip "no objects in $bld/src (build first)"
+[ -f "$bld/src/libtessera.a" ] || skip "no $bld/src/libtessera.a (build first)"
 
-objs=("$bld"/src/*.o)
-ls "$bld"/cuda/*.o >/dev/null 2>&1 && objs+=("$bld"/cuda/*.o)
-python3 - "${objs[@]}" >"$SCRATCH/circles.txt" 2>&1 <<'PY'
+libs=("$bld/src/libtessera.a")
+[ -f "$bld/cuda/libtessera_cuda.a" ] && libs+=("$bld/cuda/libtessera_cuda.a")
+python3 - "${libs[@]}" >"$SCRATCH/circles.txt" 2>&1 <<'PY'
 import itertools, subprocess, sys
 defs, uses = {}, {}
-for o in sys.argv[1:]:
-    d, u = set(), set()
-    for line in subprocess.run(["nm", "-g", o], capture_output=True, text=True).stdout.splitlines():
-        p = line.split()
+for lib in sys.argv[1:]:
+    # nm -A: "archive:member: [address] type symbol" for each member object of the library
+    for line in subprocess.run(["nm", "-g", "-A", lib], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) < 3:
+            continue
+        o, p = parts[1], parts[2].split()
+        d, u = defs.setdefault(o, set()), uses.setdefault(o, set())
         if len(p) >= 2 and p[-2] == "U":
             u.add(p[-1])
-        elif len(p) >= 3 and p[-2] in "TDBRCVW":
+        elif len(p) >= 2 and p[-2] in "TDBRCVW":
             d.add(p[-1])
-    defs[o], uses[o] = d, u
-bad = [(a, b) for a, b in itertools.combinations(sys.argv[1:], 2)
-       if uses[a] & defs[b] and uses[b] & defs[a]]
+objs = sorted(defs)
+bad = [(a, b) for a, b in itertools.combinations(objs, 2) if uses[a] & defs[b] and uses[b] & defs[a]]
 for a, b in bad:
     print(f"    {a} <-> {b}: {sorted(uses[a] & defs[b])[:2]} / {sorted(uses[b] & defs[a])[:2]}")
-print(f"    {len(sys.argv) - 1} objects, {len(bad)} pairs that use each other")
-sys.exit(1 if bad else 0)
+print(f"    {len(objs)} objects in {len(sys.argv) - 1} libraries, {len(bad)} pairs that use each other")
+sys.exit(1 if bad or len(objs) < 10 else 0)
 PY
 rc=$?
 cat "$SCRATCH/circles.txt"
