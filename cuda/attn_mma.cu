@@ -24,7 +24,7 @@
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
 
-/* D += A B for the calling warp (m16n8k16; layouts in tests/cuda/emu/include/mma.h, which
+/* D += A B for the calling warp (m16n8k16; layouts in emu/include/mma.h, which
  * stands in for the instruction on the CPU emulation). */
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],

@@ -5,7 +5,7 @@
  * 1/sqrt(hd); the backward writes dQ, dK, dV (dK, dV summed over each query group).  A
  * shape is run only once tsr_cuda_cudnn_attention_prepare (cuda/dev.h) has accepted it
  * with the same deterministic flag; the workspace is the caller's, of the size prepare
- * checked.  The CPU emulation links tests/cuda/emu/sdpa_fake.c instead, which computes the
+ * checked.  The CPU emulation links emu/sdpa_fake.c instead, which computes the
  * same on the host. */
 #ifndef TSR_SDPA_GRAPHS_H
 #define TSR_SDPA_GRAPHS_H

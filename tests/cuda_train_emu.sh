@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cuda_train_emu.sh — the trainer on its CUDA backend (run.device = 'cuda', cuda/ops_dev.c)
-# without a GPU: tests/cuda/emu-tessera.sh links tessera with the CUDA kernels run on the
-# CPU emulation (tests/cuda/emu/), so every op, copy, fill, scratch use and device-scalar
+# without a GPU: emu/emu-tessera.sh links tessera with the CUDA kernels run on the
+# CPU emulation (emu/), so every op, copy, fill, scratch use and device-scalar
 # fetch of the device path runs, against the CPU backend from the same seed:
 #  (a) llama in fp32, bf16 and fp16 (loss scaling), each stored natively on the device
 #      (2-byte activations, gradients of activations and weights in bf16 and fp16): the
@@ -85,7 +85,7 @@ check "(a) bf16 attention at head_dim 16 runs the fp32-arithmetic kernel on 16-b
   grep -q "^attention: fp32-arithmetic kernel on the 16-bit storage .*\[bf16 B 2 T 32 H 4 KV 2 hd 16\]" \
   "$SCRATCH/gpu_bf16.out"
 # head_dim 32 (2 heads, 1 KV head): attention on the tensor cores, both kernel families,
-# and on the emulation's stand-in for cuDNN's graphs (tests/cuda/emu/sdpa_fake.c)
+# and on the emulation's stand-in for cuDNN's graphs (emu/sdpa_fake.c)
 for prec in bf16 fp16; do
   run "cpu_hd32_$prec" cpu 1 run.max_steps=3 train.precision=$prec model.n_head=2 model.n_kv_head=1
   for k in wmma mma cudnn; do

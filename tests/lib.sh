@@ -51,14 +51,14 @@ bytes_corpus() {
 }
 
 # emu_link WHAT OUT [PROGRAM.c CPPFLAG...]: link tessera (or PROGRAM.c) with the CUDA
-# backend on the CPU emulation (tests/cuda/emu-tessera.sh) into OUT; skips without g++ or
+# backend on the CPU emulation (emu/emu-tessera.sh) into OUT; skips without g++ or
 # python3, stops the test with the build log if the link fails, passes "WHAT linked ...".
 emu_link() {
   local what=$1
   shift
   command -v g++ >/dev/null || skip "no g++"
   command -v python3 >/dev/null || skip "no python3"
-  bash "$top_srcdir/tests/cuda/emu-tessera.sh" "$@" >"$SCRATCH/build.log" 2>&1 ||
+  bash "$top_srcdir/emu/emu-tessera.sh" "$@" >"$SCRATCH/build.log" 2>&1 ||
     { cat "$SCRATCH/build.log"; bad "linking $what on the emulated GPU"; finish; }
   ok "$what linked with the CUDA backend and NCCL on the emulated GPU"
 }

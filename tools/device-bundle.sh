@@ -11,9 +11,9 @@
 # run.sh starts the program through the bundled loader with only the bundled libraries
 # (and the CUDA ones from CUDA_HOME, default: nvcc's toolkit or /usr/local/cuda), so the
 # GPU machine's C library does not matter.  TSR_EXTRA_LIBS: more library folders, searched
-# last (where NCCL or cuBLAS live outside CUDA_HOME, e.g. in Python wheels).  About 90 MB, over the `run` tool's 64 MiB of
-# carried paths: carry `tar cJf OUT_DIR.tar.xz OUT_DIR` (about 20 MB, a minute to pack) and
-# unpack it there.  TESSERA: default src/tessera of the build in the current directory.
+# last (where NCCL or cuBLAS live outside CUDA_HOME, e.g. in Python wheels).  About 90 MB;
+# `tar cJf OUT_DIR.tar.xz OUT_DIR` packs it into about 20 MB (a minute) to copy over and
+# unpack there.  TESSERA: default src/tessera of the build in the current directory.
 set -euo pipefail
 out=${1:?usage: device-bundle.sh OUT_DIR [TESSERA]}
 bin=${2:-src/tessera}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # comm_emu.sh — comm's device transports without a GPU: tests/test_comm.c built with
 # -DTEST_COMM_DEVICE against the CPU emulation of the CUDA runtime and of NCCL
-# (tests/cuda/emu/; NCCL between the ranks' processes in shared memory) runs every check
+# (emu/; NCCL between the ranks' processes in shared memory) runs every check
 # of test_comm, on fp32, bf16 and fp16 data, with each rank on its own emulated device,
 # on op memory, through NCCL: all-reduce, reduce-scatter and all-gather (even, uneven
 # with an empty block, in place), 16-bit sums that round (within the bound, exactly
@@ -31,7 +31,7 @@ scratch
 mkvar() { sed -n "s/^$1 = //p" "$top_builddir/Makefile" | head -1; }
 CC=$(mkvar CC)
 read -r -a OMP <<<"$(mkvar OPENMP_CFLAGS)"
-emu=$top_srcdir/tests/cuda/emu
+emu=$top_srcdir/emu
 BIN="$SCRATCH/test_comm_dev"
 build() {
   local cflags=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -Wextra -Wno-unused-parameter

@@ -2,7 +2,7 @@
 # emulate.sh — tests/cuda/test_kernels with the CUDA kernels executed on the CPU, for
 # machines without a GPU (no CUDA toolkit needed either).
 #
-# tests/cuda/emu/ stands in for the CUDA runtime, cuBLASLt, CUB, the bf16 and fp16 types
+# emu/ stands in for the CUDA runtime, cuBLASLt, CUB, the bf16 and fp16 types
 # and the tensor-core instructions: every CUDA thread is a fiber, __syncthreads and warp
 # shuffles are real barriers (threads waiting at different barriers abort as a deadlock),
 # cuBLASLt is a naive loop with the documented semantics, and cuDNN's attention a host
@@ -18,7 +18,7 @@
 #   tests/cuda/emulate.sh                 (TSR_TEST_ONLY=attention,xent  TSR_TEST_SEED=N)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
-emu=$top/tests/cuda/emu
+emu=$top/emu
 B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-cuda-emu.XXXXXX")
 trap 'rm -rf "$B"' EXIT
 CFLAGS=(-std=gnu11 -O2 -g -fopenmp -Wall -I"$emu/include" -I"$top/src" -I"$top/cuda" -I"$top/tests"
@@ -38,7 +38,7 @@ for f in "$top"/src/cpu*.c "$top/src/ops.c" "$top/src/util.c"; do
   CPU_OBJS+=("$o")
 done
 HOST_OBJS=()
-for f in cuda/dev.c cuda/ops_dev.c tests/cuda/emu/sdpa_fake.c tests/cuda/test_kernels.c \
+for f in cuda/dev.c cuda/ops_dev.c emu/sdpa_fake.c tests/cuda/test_kernels.c \
   tests/cuda/kernels_util.c tests/cuda/test_kernels_attention.c; do
   o=$B/host_$(basename "$f" .c).o
   gcc "${CFLAGS[@]}" -c "$top/$f" -o "$o"

@@ -1,4 +1,4 @@
-/* test_device.c — device selection (cuda/device.c) on emulated devices (tests/cuda/emu,
+/* test_device.c — device selection (cuda/device.c) on emulated devices (emu,
  * EMU_DEVICES = visible GPUs), 2 MPI ranks on one node: every rank must get the same
  * verdict, never hang in a collective.  Run by tests/cuda/emulate.sh. */
 #include <mpi.h>

@@ -1,6 +1,6 @@
 /* cblas.h — the part of the CBLAS interface the CPU kernels (src/cpu*.c) use, for building
- * the CUDA kernel tests where no BLAS is installed (tests/cuda/device-test.sh on a lent GPU
- * machine).
+ * the CUDA kernel tests where no BLAS is installed (tools/gpu/device-test.sh on a GPU
+ * machine without one).
  * naive_cblas.c implements it with plain loops: slow, but exact fp32 and enough for the
  * test shapes.  Never used by the application build. */
 #ifndef TSR_NAIVE_CBLAS_H

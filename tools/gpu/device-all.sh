@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# device-all.sh CARRY OUT [PARTS] — everything to check on a lent GPU machine, in one
-# command, each part under its own time limit so that a hang costs that part only:
-#   train    tests/cuda/device-train.sh: the trainer on the GPU against its CPU backend
-#   kernels  tests/cuda/device-test.sh bench: kernel tests and bench/cuda_kernels
+# device-all.sh IN OUT [PARTS] — everything to check on a GPU machine (the CUDA toolkit and
+# PyTorch, no MPI or HDF5 needed) in one command, each part under its own time limit so that a hang costs that part only:
+#   train    tools/gpu/device-train.sh: the trainer on the GPU against its CPU backend
+#   kernels  tools/gpu/device-test.sh bench: kernel tests and bench/cuda_kernels
 #   torch    bench/torch_gpu_llama.py: PyTorch's throughput for llama1b, the reference
 #            (eager, then torch.compile)
 #   profile  llama1b (4 steps; again with TSR_CUDA_ATTENTION=mma, =cudnn) and the tiny deck (20
@@ -11,15 +11,15 @@
 #   ksanitize compute-sanitizer over the kernel tests (device-test.sh sanitize: memcheck
 #            over all, racecheck over attention), into ksanitize.log
 # PARTS: a comma-separated subset, default all four in that order.
-# CARRY holds bundle.tar.xz (tools/device-bundle.sh's folder, packed with tar cJf) and
-# data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin); carry
-# ext/ as well (tools/fetch-cudnn-frontend.sh) for cuDNN attention in the kernel tests.  Logs
-# go to OUT (at most 8 files come back): gpu.txt, train.log, train.tgz (every run's
+# IN holds bundle.tar.xz (tools/device-bundle.sh's folder, packed with tar cJf) and
+# data/ (token shards, e.g. tests/corpus-fortunes' train_000.bin and valid_000.bin); copy
+# ext/ over as well (tools/fetch-cudnn-frontend.sh) for cuDNN attention in the kernel tests.  Logs
+# go to OUT: gpu.txt, train.log, train.tgz (every run's
 # output and metrics), kernels.log, torch.log, profile.log.  Part limits: TRAIN_S,
 # KERNELS_S, TORCH_S (eager), TORCH_COMPILE_S, PROFILE_S, KSANITIZE_S.
 set -u
-C=$(cd "${1:?usage: device-all.sh CARRY OUT [PARTS]}" && pwd)
-OUT=${2:?usage: device-all.sh CARRY OUT [PARTS]}
+C=$(cd "${1:?usage: device-all.sh IN OUT [PARTS]}" && pwd)
+OUT=${2:?usage: device-all.sh IN OUT [PARTS]}
 PARTS=,${3:-train,kernels,torch,profile},
 cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
@@ -40,7 +40,7 @@ if [[ $PARTS == *,train,* || $PARTS == *,profile,* || $PARTS == *,sanitize,* ]];
   tar xJf "$C/bundle.tar.xz" -C /tmp/tsr-bundle --strip-components=1
 fi
 if [[ $PARTS == *,train,* ]]; then
-  TMPDIR=/tmp/tsr-work timeout "${TRAIN_S:-330}" bash tests/cuda/device-train.sh /tmp/tsr-bundle \
+  TMPDIR=/tmp/tsr-work timeout "${TRAIN_S:-330}" bash tools/gpu/device-train.sh /tmp/tsr-bundle \
     "$C/data" >"$OUT/train.log" 2>&1
   echo "device-train exit $?" >>"$OUT/train.log"
   (cd /tmp/tsr-work && find . \( -name '*.out' -o -name metrics.jsonl \) -print0 |
@@ -48,17 +48,17 @@ if [[ $PARTS == *,train,* ]]; then
 fi
 if [[ $PARTS == *,sanitize,* && $PARTS != *,train,* ]]; then
   TMPDIR=/tmp/tsr-work DEVICE_TRAIN_ONLY=d timeout "${TRAIN_S:-330}" bash \
-    tests/cuda/device-train.sh /tmp/tsr-bundle "$C/data" >"$OUT/train.log" 2>&1
+    tools/gpu/device-train.sh /tmp/tsr-bundle "$C/data" >"$OUT/train.log" 2>&1
   echo "device-train (sanitize) exit $?" >>"$OUT/train.log"
 fi
 if [[ $PARTS == *,kernels,* ]]; then
   # (cuDNN compiles its runtime attention engines with NVRTC at the first call of each
   # test shape: time not measured yet, hence the longer default)
-  timeout "${KERNELS_S:-300}" bash tests/cuda/device-test.sh bench >"$OUT/kernels.log" 2>&1
+  timeout "${KERNELS_S:-300}" bash tools/gpu/device-test.sh bench >"$OUT/kernels.log" 2>&1
   echo "device-test exit $?" >>"$OUT/kernels.log"
 fi
 if [[ $PARTS == *,ksanitize,* ]]; then
-  timeout "${KSANITIZE_S:-400}" bash tests/cuda/device-test.sh sanitize >"$OUT/ksanitize.log" 2>&1
+  timeout "${KSANITIZE_S:-400}" bash tools/gpu/device-test.sh sanitize >"$OUT/ksanitize.log" 2>&1
   echo "device-test sanitize exit $?" >>"$OUT/ksanitize.log"
 fi
 if [[ $PARTS == *,torch,* ]]; then

@@ -5,13 +5,13 @@
 # the naive sgemm in tests/cuda/standalone/.  The device side is the backend itself
 # (cuda/ops_dev.c and the kernel files), opened without MPI.
 #
-#   tests/cuda/device-test.sh            build, run the tests
-#   tests/cuda/device-test.sh bench      build, run the tests, then bench/cuda_kernels
-#   tests/cuda/device-test.sh sanitize   build, run the tests under compute-sanitizer:
+#   tools/gpu/device-test.sh            build, run the tests
+#   tools/gpu/device-test.sh bench      build, run the tests, then bench/cuda_kernels
+#   tools/gpu/device-test.sh sanitize   build, run the tests under compute-sanitizer:
 #                                        memcheck over all of them, racecheck (shared
 #                                        memory) over the attention group
 # cuDNN attention (cuda/sdpa_cudnn.cpp) is built and tested too where the frontend headers
-# are in ext/cudnn-frontend (tools/fetch-cudnn-frontend.sh here; carry `ext`) and the machine
+# are in ext/cudnn-frontend (tools/fetch-cudnn-frontend.sh; copy `ext` over) and the machine
 # has cuDNN 9 (cudnn.h and libcudnn.so.9, in CUDA_HOME or a Python wheel) and NVRTC.
 # Environment: CUDA_ARCH (default -arch=native: the GPU present), BUILD (build folder,
 # default $TMPDIR/tsr-cuda-standalone), TSR_TEST_SEED / TSR_TEST_ONLY (see test_kernels.c).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device-train.sh BUNDLE DATA — the whole trainer on a real GPU against its CPU backend, on
-# the lent GPU machine (no MPI or HDF5 there: BUNDLE is tools/device-bundle.sh's output,
+# a GPU machine (no MPI or HDF5 needed there: BUNDLE is tools/device-bundle.sh's output,
 # DATA a folder of token shards, e.g. the fortunes corpus of tools/fortunes-corpus.sh).
 # The same comparisons as tests/cuda_train_emu.sh, plus what only a GPU shows:
 #  (a) the tiny deck, one step from the same seed on 'cuda' and 'cpu' in fp32, bf16, fp16:

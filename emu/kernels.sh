@@ -7,7 +7,7 @@
 EMU_KERNELS=(gemm embed norm elem xent optim attention attn_f32 attn_wmma attn_mma)
 EMU_OBJS=("${EMU_KERNELS[@]/%/.o}" emu.o nccl.o)
 emu_kernels() {
-  local dir=$1 emu=$top/tests/cuda/emu f h p rc=0 pids=()
+  local dir=$1 emu=$top/emu f h p rc=0 pids=()
   local flags=(-std=c++17 -O2 -g -w -DTSR_HAVE_CUDNN -I"$emu/include" -I"$top/src" -I"$top/cuda")
   for h in "$top"/cuda/*.cuh; do
     python3 "$emu/transform.py" "$h" >"$dir/$(basename "$h")" || return 1

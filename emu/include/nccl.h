@@ -1,4 +1,4 @@
-/* nccl.h (CPU emulation, tests/cuda/emu/nccl.cpp): the NCCL subset cuda/comm_nccl.c uses,
+/* nccl.h (CPU emulation, emu/nccl.cpp): the NCCL subset cuda/comm_nccl.c uses,
  * between processes of one machine through POSIX shared memory.  Names, values and
  * signatures follow NCCL 2.x. */
 #ifndef EMU_NCCL_H

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # emu-tessera.sh OUT [PROGRAM.c CPPFLAG...] — link the whole trainer with its CUDA backend (cuda/ops_dev.c, the
-# kernels of cuda/*.cu, cuda/device.c) on the CPU emulation of tests/cuda/emu/ instead of
+# kernels of cuda/*.cu, cuda/device.c) on the CPU emulation of emu/ instead of
 # the CUDA runtime: `OUT run.device=cuda ...` then trains with every op going through
 # the device backend (managed memory, the stream, scratch, results fetched from "device"
 # scalars), kernels run as CPU fibers and cuBLASLt as plain loops, and NCCL
@@ -18,7 +18,7 @@ prog=${2:-}
 shift $(($# > 1 ? 2 : 1))
 top=${top_srcdir:?}
 bld=${top_builddir:?}
-emu=$top/tests/cuda/emu
+emu=$top/emu
 B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-emu-tessera.XXXXXX")
 trap 'rm -rf "$B"' EXIT
 mkvar() { sed -n "s/^$1 = //p" "$bld/Makefile" | head -1; }
@@ -34,7 +34,7 @@ CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bl
 emu_kernels "$B" & kernels=$!
 $CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/dev.c" -o "$B/dev.o"
-# cuDNN attention's path with stand-in graphs (tests/cuda/emu/sdpa_fake.c)
+# cuDNN attention's path with stand-in graphs (emu/sdpa_fake.c)
 $CC "${CFLAGS[@]}" -DTSR_HAVE_CUDNN -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
 $CC "${CFLAGS[@]}" -c "$emu/sdpa_fake.c" -o "$B/sdpa_fake.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_nccl.c" -o "$B/comm_nccl.o"

@@ -43,7 +43,7 @@ int tsr_cuda_cudnn_attention_prepare(tsr_dtype dt, int B, int T, int H, int KV, 
              "were reserved (tsr_ops_cudnn_attention_workspace_bytes)", ws, ws_limit);
     return TSR_CUDA_CUDNN_CANNOT;
   }
-  snprintf(why, why_len, "emulated cuDNN (tests/cuda/emu/sdpa_fake.c), deterministic "
+  snprintf(why, why_len, "emulated cuDNN (emu/sdpa_fake.c), deterministic "
            "backward%s, workspace 0 + %lld of %lld bytes",
            deterministic ? "" : " (the only one it has)", ws, ws_limit);
   return 0;
