@@ -156,7 +156,7 @@ void *tsr_model_input_grad(tsr_model *m);
 /* The largest shapes this model calls the ops with (tsr_ops_reserve); sumsq_elems is
  * left 0: the optimizer's caller knows its longest range. */
 void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s);
-/* The same from the sizes alone (what tessera plan counts the device's staging by). */
+/* The same from the sizes alone (what tessera plan sizes the device's scratch by). */
 void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s);
 
 /* Bytes of activation buffers allocated (for logs and, later, the planner). */

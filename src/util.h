@@ -101,12 +101,6 @@ uint64_t tsr_hash_str(const char *s); /* FNV-1a 64 */
 double tsr_rand_uniform(uint64_t key, uint64_t index);  /* in (0, 1) */
 double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
 
-/* Storage roundings as float -> float: the value a bf16 / fp16 store keeps (dtype.h's
- * conversions, shared with the CUDA kernels so both round bit for bit alike).  NaN stays a
- * quiet NaN, inf stays inf; fp16 magnitudes from 65520 up become inf. */
-TSR_HOST_DEVICE static inline float tsr_round_bf16(float x) { return tsr_round_to(TSR_BF16, x); }
-TSR_HOST_DEVICE static inline float tsr_round_fp16(float x) { return tsr_round_to(TSR_F16, x); }
-
 double tsr_now(void); /* monotonic seconds */
 
 #endif
