@@ -129,30 +129,42 @@ static inline const float *cols_f32(tsr_dtype dt, float *tmp, const void *p, int
   return tmp;
 }
 
+static void layernorm_dx_row(float *restrict d, const float *restrict xr,
+                             const float *restrict g, const float *restrict w, float m, float rs,
+                             int C, int acc);
+
+/* dx of either norm (mean NULL: RMSNorm), row blocks over the threads; 16-bit rows are
+ * widened into the thread's buffer, computed in fp32 and narrowed once. */
+static void norm_dx(tsr_dtype dt, void *dx, const void *dout, const void *x, const void *w,
+                    const float *mean, const float *rstd, int n, int C, int acc) {
+  const float *wf = w;
+  const int R = block_rows(dt, C), nblk = (n + R - 1) / R;
+  if (dt != TSR_F32) {
+    cpu_buf_need((size_t)C, cpu_norm_buf_floats(C));
+    wf = param_f32(dt, cpu_buf_shared(), w, C);
+  }
+#pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
+  for (int blk = 0; blk < nblk; blk++) {
+    const int r0 = blk * R, rows = n - r0 < R ? n - r0 : R;
+    const float *xr, *g;
+    float *d;
+    bwd_rows(dt, dt == TSR_F32 ? NULL : cpu_buf_thread(), &xr, &g, &d, dx, x, dout, r0, rows,
+             C, acc);
+    for (int i = 0; i < rows; i++) {
+      const size_t o = (size_t)i * C;
+      if (mean)
+        layernorm_dx_row(d + o, xr + o, g + o, wf, mean[r0 + i], rstd[r0 + i], C, acc);
+      else
+        rmsnorm_dx_row(d + o, xr + o, g + o, wf, rstd[r0 + i], C, acc);
+    }
+    if (dt != TSR_F32) narrow_row(dt, tsr_dtype_at(dx, dt, (int64_t)r0 * C), d, (long)rows * C);
+  }
+}
+
 void tsr_cpu_rmsnorm_bwd(tsr_dtype dt, void *dx, float *dw, const void *dout, const void *x,
                          const void *w, const float *rstd, int n, int C, int acc) {
   if (n <= 0 || C <= 0) return;
-  if (dx) {
-    const float *wf = w;
-    const int R = block_rows(dt, C), nblk = (n + R - 1) / R;
-    if (dt != TSR_F32) {
-      cpu_buf_need((size_t)C, cpu_norm_buf_floats(C));
-      wf = param_f32(dt, cpu_buf_shared(), w, C);
-    }
-#pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
-    for (int blk = 0; blk < nblk; blk++) {
-      const int r0 = blk * R, rows = n - r0 < R ? n - r0 : R;
-      const float *xr, *g;
-      float *d;
-      bwd_rows(dt, dt == TSR_F32 ? NULL : cpu_buf_thread(), &xr, &g, &d, dx, x, dout, r0, rows,
-               C, acc);
-      for (int i = 0; i < rows; i++) {
-        const size_t o = (size_t)i * C;
-        rmsnorm_dx_row(d + o, xr + o, g + o, wf, rstd[r0 + i], C, acc);
-      }
-      if (dt != TSR_F32) narrow_row(dt, tsr_dtype_at(dx, dt, (int64_t)r0 * C), d, (long)rows * C);
-    }
-  }
+  if (dx) norm_dx(dt, dx, dout, x, w, NULL, rstd, n, C, acc);
   if (dw) {
     const int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
@@ -247,27 +259,7 @@ void tsr_cpu_layernorm_bwd(tsr_dtype dt, void *dx, float *dw, float *db, const v
                            const void *x, const void *w, const float *mean, const float *rstd,
                            int n, int C, int acc) {
   if (n <= 0 || C <= 0) return;
-  if (dx) {
-    const float *wf = w;
-    const int R = block_rows(dt, C), nblk = (n + R - 1) / R;
-    if (dt != TSR_F32) {
-      cpu_buf_need((size_t)C, cpu_norm_buf_floats(C));
-      wf = param_f32(dt, cpu_buf_shared(), w, C);
-    }
-#pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
-    for (int blk = 0; blk < nblk; blk++) {
-      const int r0 = blk * R, rows = n - r0 < R ? n - r0 : R;
-      const float *xr, *g;
-      float *d;
-      bwd_rows(dt, dt == TSR_F32 ? NULL : cpu_buf_thread(), &xr, &g, &d, dx, x, dout, r0, rows,
-               C, acc);
-      for (int i = 0; i < rows; i++) {
-        const size_t o = (size_t)i * C;
-        layernorm_dx_row(d + o, xr + o, g + o, wf, mean[r0 + i], rstd[r0 + i], C, acc);
-      }
-      if (dt != TSR_F32) narrow_row(dt, tsr_dtype_at(dx, dt, (int64_t)r0 * C), d, (long)rows * C);
-    }
-  }
+  if (dx) norm_dx(dt, dx, dout, x, w, mean, rstd, n, C, acc);
   if (dw || db) {
     const int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
