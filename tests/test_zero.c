@@ -116,8 +116,8 @@ static void run_case(int stage, const char *scope) {
   tsr_zero_memory want = {0};
   want.params = stage < 3 ? full : shard;
   want.grads = stage == 0 ? full : stage == 1 ? full + shard : shard;
-  want.master = stage == 0 ? full : shard;
-  want.adam = 2 * want.master;
+  want.master = 0; /* fp32: the compute copy of the shard is the master (zero.c) */
+  want.adam = 2 * (stage == 0 ? full : shard);
   want.unit_bufs = stage == 2 ? shard + 3 * F * (size_t)umax
                    : stage == 3 ? shard + 7 * F * (size_t)umax : 0;
   tsr_zero_memory got = tsr_zero_memory_of(z);
@@ -125,6 +125,11 @@ static void run_case(int stage, const char *scope) {
             "stage %d %s: memory per rank params %zu grads %zu master %zu adam %zu bufs %zu "
             "match the formulas (Psi %lld, S %d)", stage, scope, got.params, got.grads, got.master,
             got.adam, got.unit_bufs, (long long)psi, S);
+  if (stage < 3)
+    CHECK_ALL((const float *)tsr_zero_master(z) ==
+                  (const float *)tsr_model_params(model) + tsr_zero_shard_begin(z),
+              "stage %d %s: in fp32 the master is the model's parameters at the shard", stage,
+              scope);
   /* the zero object allocates its share (everything but the model-owned params/grads) */
   const size_t zero_owned = got.master + got.adam + got.unit_bufs +
                             (stage >= 1 ? shard : 0) + (stage == 3 ? shard : 0);
