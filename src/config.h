@@ -1,6 +1,6 @@
 /* config.h — the run configuration: one plain struct per deck group.
  *
- * The deck schema in deck.c maps every `&group key` to exactly one field here
+ * The deck schema in deck_schema.c maps every `&group key` to exactly one field here
  * (same words).  The struct is plain data with fixed-size strings so that rank 0
  * can parse the deck and broadcast the bytes to every other rank. */
 #ifndef TSR_CONFIG_H
@@ -12,7 +12,7 @@
 
 #include "dtype.h" /* train.precision */
 
-/* The choice keys hold the index of their word in the deck's list (deck.c): these enums,
+/* The choice keys hold the index of their word in the deck's list (deck_schema.c): these enums,
  * in the same order.  tsr_deck_word (deck.h) gives the word back for logs. */
 typedef enum { TSR_DEVICE_AUTO, TSR_DEVICE_CPU, TSR_DEVICE_CUDA } tsr_device_choice;
 typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;

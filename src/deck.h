@@ -5,7 +5,7 @@
  * numbers with e/E/d/D exponents (1.0d-4), separators comma / space / newline,
  * arrays `a = 1, 2, 3` and repeats `3*0.5`.
  *
- * One typed schema (in deck.c) is the single source of truth for parsing, validation,
+ * One typed schema (in deck_schema.c) is the single source of truth for parsing, validation,
  * --help-deck and the effective deck written to the log and to every checkpoint.
  * Every error reads `file:line:col: message`. */
 #ifndef TSR_DECK_H

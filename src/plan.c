@@ -7,7 +7,7 @@
  * owns; activation slots, the recompute target and gradient scratch sized by
  * tsr_model_sizes_of, the function model.c allocates them by), zero.c (master, Adam,
  * shard and unit buffers; its padding and slot counts from zero.h), pp_exec.c
- * (send/receive slots of tsr_model_sizes.act_elems) and train.c (the batch, the initial
+ * (send/receive slots of tsr_model_sizes.act_elems) and session.c (the batch, the initial
  * copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
  * counted as comm.c counts them.  The time model is a stated estimate, not a measurement:
  * compute at compute_efficiency of peak, tensor-parallel and pipeline transfers on the
@@ -282,7 +282,7 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
               model_ws + books;
   mem.total = mem.params + mem.grads + mem.master + mem.optim + mem.activations + mem.comm +
               mem.workspace;
-  mem.peak = mem.total + (b == TSR_PLAN_CPU ? 4.0 * (double)n : 0); /* train.c's initial copy */
+  mem.peak = mem.total + (b == TSR_PLAN_CPU ? 4.0 * (double)n : 0); /* session.c's initial copy */
   mem.in_flight = slots;
   return mem;
 }

@@ -10,7 +10,7 @@
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
  * (model.h), by which model.c allocates them and pp_exec.c its activation messages, the
  * flat padding and unit slots of zero.h; the remaining items of zero.c, pp_exec.c and
- * train.c follow their allocations.  Parameters' compute copy, stored activations and
+ * session.c follow their allocations.  Parameters' compute copy, stored activations and
  * activation gradients take the deck's precision (bf16, fp16: 2 bytes), on the CPU as on a
  * GPU; gradients, Adam m and v and the master weights are fp32.  Two columns:
  *   TSR_PLAN_GPU  the target GPU: an fp32 run keeps one fp32 copy of the weights, which

@@ -10,8 +10,9 @@
  *   TSR_H5_GOTO(expr), TSR_MPI_GOTO(expr), TSR_H5_TRY(expr, fmt, ...)   HDF5 and MPI in
  *                            the checkpoint code (ckpt_internal.h): set rc and jump to the
  *                            function's `done:` cleanup
- *   TSR_CUDA_CALL, TSR_CUBLAS_CALL, TSR_CUDNN_CALL, TSR_NCCL_CALL   the CUDA backend's
- *                            libraries (cuda/), the same way. */
+ *   TSR_CUDA_CALL, TSR_CUDA_LAUNCHED, TSR_CUDA_ARG, TSR_CUBLAS_GOTO, TSR_CUDNN_CALL,
+ *   TSR_NCCL_CALL            the CUDA backend's calls, launches, arguments and libraries
+ *                            (cuda/check.h), each reporting file:line the same way. */
 #ifndef TSR_UTIL_H
 #define TSR_UTIL_H
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fp16.sh — precision = 'fp16' with dynamic loss scaling (src/train.c, src/model.c):
+# fp16.sh — precision = 'fp16' with dynamic loss scaling (src/precision.c, src/model.c):
 #  (a) 20 steps on one rank track the fp32 run (fp16 parameters, activations and
 #      activation gradients; fp32 master weights, Adam and parameter gradients);
 #  (b) a loss scale far too large (2^40) on dp 2: the gradients overflow, every rank skips
