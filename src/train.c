@@ -204,26 +204,32 @@ static void log_step(const tsr_session *s, const step_result *r, double dt, doub
                       mem[1]);
 }
 
-static int open_outputs(tsr_session *s) {
-  const tsr_config *cfg = s->cfg;
+/* tessera.log opens before the session, so that what setting up the device, the grid and
+ * the transports logs is in the file too; metrics.jsonl is rank 0's, once it has a session. */
+static int open_log(const tsr_config *cfg) {
   char path[TSR_STR_PATH + 32];
   TSR_CALL(tsr_run_make_dirs(cfg->run.out_dir));
   snprintf(path, sizeof path, "%s/tessera.log", cfg->run.out_dir);
-  TSR_CALL(tsr_log_open(path));
-  if (s->rank == 0) {
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run.out_dir);
-    TSR_CALL(tsr_metrics_open(&s->metrics, path));
-  }
-  return 0;
+  return tsr_log_open(path);
+}
+
+static int open_metrics(tsr_session *s) {
+  if (s->rank != 0) return 0;
+  char path[TSR_STR_PATH + 32];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", s->cfg->run.out_dir);
+  return tsr_metrics_open(&s->metrics, path);
 }
 
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   tsr_session s;
-  int rc = tsr_session_open(&s, cfg, world, 1);
+  int rc = tsr_run_agree(world, open_log(cfg));
+  if (rc) return rc;
+  rc = tsr_session_open(&s, cfg, world, 1);
   if (!rc) rc = tsr_fault_init();
-  if (!rc) rc = open_outputs(&s);
+  if (!rc) rc = open_metrics(&s);
   if ((rc = tsr_run_agree(world, rc)) != 0) {
     tsr_session_close(&s);
+    tsr_log_close();
     return rc;
   }
   /* GO: an error every rank shares (checkpoint I/O); GO_ALONE: one that may be this
