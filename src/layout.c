@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layout_check.h"
 #include "util.h"
 
 /* How a tensor is cut over tp ranks: the split kinds of layout.h, with KV rows apart. */
@@ -110,35 +111,26 @@ int tsr_layout_stage_of_layer(const tsr_model_config *m, int pp, int virtual_sta
 /* The divisibility the split rules need, named by deck key. */
 static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, int pp_rank,
                       int v) {
-  const long long T = tp;
   TSR_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, TSR_ERR_INPUT,
             "layout: tp rank %d is not in [0, parallel.tp = %d)", tp_rank, tp);
   TSR_CHECK(pp >= 1 && pp_rank >= 0 && pp_rank < pp, TSR_ERR_INPUT,
             "layout: pipeline stage %d is not in [0, parallel.pp = %d)", pp_rank, pp);
   TSR_CHECK(v >= 1, TSR_ERR_INPUT, "layout: parallel.virtual_stages = %d must be >= 1", v);
-  TSR_CHECK(m->n_head > 0 && m->n_kv_head > 0 && m->d_model % m->n_head == 0, TSR_ERR_INPUT,
-            "layout: model.d_model = %lld must be a multiple of model.n_head = %lld",
-            (long long)m->d_model, (long long)m->n_head);
-  TSR_CHECK(m->n_layer % ((int64_t)pp * v) == 0, TSR_ERR_INPUT,
-            "layout: model.n_layer = %lld is not divisible by parallel.pp x "
-            "parallel.virtual_stages = %d x %d (each stage chunk needs the same layer count)",
-            (long long)m->n_layer, pp, v);
-  TSR_CHECK(m->n_head % T == 0, TSR_ERR_INPUT,
-            "layout: model.n_head = %lld is not divisible by parallel.tp = %lld (attention "
-            "heads are split over tensor-parallel ranks)",
-            (long long)m->n_head, T);
-  TSR_CHECK(m->vocab_size % T == 0, TSR_ERR_INPUT,
-            "layout: model.vocab_size = %lld is not divisible by parallel.tp = %lld (embedding "
-            "and LM head rows are split over tensor-parallel ranks); pad the vocabulary",
-            (long long)m->vocab_size, T);
-  TSR_CHECK(m->d_ff % T == 0, TSR_ERR_INPUT,
-            "layout: model.d_ff = %lld is not divisible by parallel.tp = %lld (MLP columns are "
-            "split over tensor-parallel ranks)",
-            (long long)m->d_ff, T);
-  TSR_CHECK(m->n_kv_head % T == 0 || T % m->n_kv_head == 0, TSR_ERR_INPUT,
-            "layout: model.n_kv_head = %lld and parallel.tp = %lld must divide one another "
-            "(KV heads are split over, or shared by, tensor-parallel ranks)",
-            (long long)m->n_kv_head, T);
+  /* the model's divisibility rules are layout_check's, on a layout of just tp, pp and v */
+  tsr_config c; /* zeroed: no world, no sequence parallelism, shard_scope 'global' */
+  memset(&c, 0, sizeof c);
+  c.model = *m;
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  c.parallel.virtual_stages = v;
+  c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+  tsr_layout_issue is;
+  if (tsr_layout_check(&c, 0, 0, &is, 1) > 0) {
+    char text[1024];
+    tsr_layout_issue_text(&is, &c, NULL, NULL, text, sizeof text);
+    tsr_error("layout: %s", text);
+    return TSR_ERR_INPUT;
+  }
   return 0;
 }
 
