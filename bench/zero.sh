@@ -57,6 +57,6 @@ print(f"{dp:<4} {st:<5} {tps:10.0f} {ms:10.2f} {vs} {moved:14.0f} {minimum:14.0f
 with open(out + ".tps", "w") as f:
     f.write(f"{tps}")
 PY
-    [ -z "$ref" ] && ref=$(cat "$out.tps")
+    if [ -z "$ref" ]; then ref=$(cat "$out.tps"); fi
   done
 done
