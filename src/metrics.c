@@ -30,6 +30,13 @@ void tsr_metrics_close(tsr_metrics **mt) {
   tsr_free(mt);
 }
 
+/* Every record opens with its step and the wall-clock time (UTC, ISO 8601). */
+static void stamp(FILE *f, int64_t step) {
+  char when[40];
+  tsr_iso_time(when, sizeof when);
+  fprintf(f, "{\"step\":%lld,\"time\":\"%s\",", (long long)step, when);
+}
+
 /* JSON has no NaN or Infinity: write null for them. */
 static void num(FILE *f, const char *key, double x, int last) {
   if (isfinite(x))
@@ -41,7 +48,7 @@ static void num(FILE *f, const char *key, double x, int last) {
 void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   if (!mt) return;
   FILE *f = mt->f;
-  fprintf(f, "{\"step\":%lld,", (long long)s->step);
+  stamp(f, s->step);
   num(f, "loss", s->loss, 0);
   num(f, "lr", s->lr, 0);
   num(f, "grad_norm", s->grad_norm, 0);
@@ -60,7 +67,7 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
 
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
   if (!mt) return;
-  fprintf(mt->f, "{\"step\":%lld,", (long long)step);
+  stamp(mt->f, step);
   num(mt->f, "val_loss", val_loss, 1);
   fprintf(mt->f, "}\n");
   fflush(mt->f);
@@ -68,7 +75,8 @@ void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
 
 void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
   if (!mt) return;
-  fprintf(mt->f, "{\"step\":%lld,\"event\":\"%s\",\"detail\":\"", (long long)step, what);
+  stamp(mt->f, step);
+  fprintf(mt->f, "\"event\":\"%s\",\"detail\":\"", what);
   for (const char *c = detail; *c; c++) { /* JSON string escape */
     if (*c == '"' || *c == '\\')
       fprintf(mt->f, "\\%c", *c);
