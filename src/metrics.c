@@ -30,11 +30,13 @@ void tsr_metrics_close(tsr_metrics **mt) {
   tsr_free(mt);
 }
 
-/* Every record opens with its step and the wall-clock time (UTC, ISO 8601). */
-static void stamp(FILE *f, int64_t step) {
+/* Every record ends with the wall-clock time it was written (UTC, ISO 8601), after the
+ * fields it always had, so that readers matching a record's start see no change. */
+static void end_record(FILE *f) {
   char when[40];
   tsr_iso_time(when, sizeof when);
-  fprintf(f, "{\"step\":%lld,\"time\":\"%s\",", (long long)step, when);
+  fprintf(f, "\"time\":\"%s\"}\n", when);
+  fflush(f);
 }
 
 /* JSON has no NaN or Infinity: write null for them. */
@@ -48,7 +50,7 @@ static void num(FILE *f, const char *key, double x, int last) {
 void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   if (!mt) return;
   FILE *f = mt->f;
-  stamp(f, s->step);
+  fprintf(f, "{\"step\":%lld,", (long long)s->step);
   num(f, "loss", s->loss, 0);
   num(f, "lr", s->lr, 0);
   num(f, "grad_norm", s->grad_norm, 0);
@@ -61,22 +63,20 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "backward_ms", s->backward_ms, 0);
   num(f, "optimizer_ms", s->optimizer_ms, 0);
   if (s->loss_scale > 0) num(f, "loss_scale", s->loss_scale, 0);
-  fprintf(f, "\"skipped\":%lld}\n", (long long)s->skipped);
-  fflush(f);
+  fprintf(f, "\"skipped\":%lld,", (long long)s->skipped);
+  end_record(f);
 }
 
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
   if (!mt) return;
-  stamp(mt->f, step);
-  num(mt->f, "val_loss", val_loss, 1);
-  fprintf(mt->f, "}\n");
-  fflush(mt->f);
+  fprintf(mt->f, "{\"step\":%lld,", (long long)step);
+  num(mt->f, "val_loss", val_loss, 0);
+  end_record(mt->f);
 }
 
 void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
   if (!mt) return;
-  stamp(mt->f, step);
-  fprintf(mt->f, "\"event\":\"%s\",\"detail\":\"", what);
+  fprintf(mt->f, "{\"step\":%lld,\"event\":\"%s\",\"detail\":\"", (long long)step, what);
   for (const char *c = detail; *c; c++) { /* JSON string escape */
     if (*c == '"' || *c == '\\')
       fprintf(mt->f, "\\%c", *c);
@@ -85,6 +85,6 @@ void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const ch
     else
       fputc(*c, mt->f);
   }
-  fprintf(mt->f, "\"}\n");
-  fflush(mt->f);
+  fprintf(mt->f, "\",");
+  end_record(mt->f);
 }
