@@ -300,6 +300,7 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   TSR_H5_GOTO(attr_put_i64(file, "loss_scale_good_steps", st->scale_good_steps));
   TSR_H5_GOTO(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
   TSR_H5_GOTO(attr_put_str(file, "deck", deck));
+  if (st->tokenizer[0]) TSR_H5_GOTO(attr_put_str(file, "tokenizer", st->tokenizer));
   TSR_H5_GOTO(attr_put_str(file, "layout", layout));
   TSR_H5_GOTO(attr_put_str(file, "arch", tsr_deck_word(cfg, &mc->arch)));
   const struct {
@@ -659,6 +660,80 @@ done:
   return rc;
 }
 
+/* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
+static int read_str(hid_t obj, const char *name, char *buf, size_t len) {
+  htri_t has = H5Aexists(obj, name);
+  if (has <= 0) return has < 0 ? -1 : 1;
+  int rc = -1;
+  char *tmp = NULL;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), type = a >= 0 ? H5Aget_type(a) : -1;
+  const size_t n = type >= 0 && H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)
+                       ? H5Tget_size(type)
+                       : 0;
+  if (n > 0 && (tmp = calloc(n + 1, 1)) != NULL && H5Aread(a, type, tmp) >= 0) {
+    snprintf(buf, len, "%s", tmp);
+    rc = 0;
+  }
+  free(tmp);
+  if (type >= 0) H5Tclose(type);
+  if (a >= 0) H5Aclose(a);
+  return rc;
+}
+
+int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
+                       MPI_Comm comm) {
+  int rank, rc = 0;
+  long long len = 0;
+  char *deck = NULL, layout[160] = "";
+  MPI_Comm_rank(comm, &rank);
+  *text = NULL;
+  *world = 0;
+  *step = 0;
+  if (rank == 0) {
+    tsr_ckpt_quiet q;
+    tsr_ckpt_quiet_begin(&q);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+      tsr_error("checkpoint %s: cannot open it to read its deck", path);
+      rc = TSR_ERR_INPUT;
+    } else {
+      hid_t a = H5Aexists(file, "deck") > 0 ? H5Aopen(file, "deck", H5P_DEFAULT) : -1;
+      hid_t type = a >= 0 ? H5Aget_type(a) : -1;
+      len = type >= 0 && H5Tget_class(type) == H5T_STRING ? (long long)H5Tget_size(type) : 0;
+      if (type >= 0) H5Tclose(type);
+      if (a >= 0) H5Aclose(a);
+      deck = tsr_calloc((size_t)len + 1, 1);
+      if (!len || !deck || read_str(file, "deck", deck, (size_t)len + 1) != 0 ||
+          read_str(file, "layout", layout, sizeof layout) != 0 ||
+          tsr_ckpt_attr_get(file, "step", H5T_NATIVE_INT64, step) != 0) {
+        tsr_error("checkpoint %s: cannot read the deck it was written with", path);
+        rc = TSR_ERR_INPUT;
+      }
+      H5Fclose(file);
+      const char *w = strstr(layout, "world=");
+      if (w) *world = atoi(w + 6);
+    }
+    tsr_ckpt_quiet_end(&q);
+    if (rc) len = 0;
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+  MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm);
+  MPI_Bcast(world, 1, MPI_INT, 0, comm);
+  MPI_Bcast(step, 1, MPI_INT64_T, 0, comm);
+  if (rc) {
+    tsr_free(&deck);
+    return rc;
+  }
+  if (rank != 0 && !(deck = tsr_calloc((size_t)len + 1, 1))) rc = TSR_ERR;
+  if ((rc = tsr_ckpt_agree(rc, comm))) {
+    tsr_free(&deck);
+    return rc;
+  }
+  MPI_Bcast(deck, (int)len + 1, MPI_CHAR, 0, comm);
+  *text = deck;
+  return 0;
+}
+
 static int read_state(hid_t file, const char *path, tsr_train_state *st) {
   struct {
     const char *name;
@@ -677,6 +752,12 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
                 f[i].name);
       return TSR_ERR_INPUT;
     }
+  }
+  /* written since checkpoints name their tokenizer; "" (unknown) before */
+  st->tokenizer[0] = 0;
+  if (read_str(file, "tokenizer", st->tokenizer, sizeof st->tokenizer) < 0) {
+    tsr_error("checkpoint %s: cannot read the root attribute 'tokenizer'", path);
+    return TSR_ERR_INPUT;
   }
   /* written since fp16 training; older checkpoints come from fp32 / bf16 runs */
   if (tsr_ckpt_attr_get(file, "loss_scale_good_steps", H5T_NATIVE_INT64, &st->scale_good_steps))

@@ -30,6 +30,7 @@ typedef struct {
   double loss_scale;   /* fp16 dynamic loss scale (1 otherwise) */
   int64_t scale_good_steps; /* fp16: steps since the scale last changed; -1: not an fp16 run */
   uint64_t seed;       /* run.seed: init and shuffle keys */
+  char tokenizer[232]; /* the training data's tokenizer ("bytes", "spm:NAME"); "": unknown */
 } tsr_train_state;
 
 /* What one rank holds.  master, m, v passed with a view hold exactly the flat range
@@ -75,6 +76,12 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
  * verified checkpoint in the directory (falling back past bad ones with a warning),
  * or "" if there is none; otherwise the given path (must exist).  Collective. */
 int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm comm);
+
+/* The effective deck the checkpoint at path was written with, the world size of the job
+ * that wrote it and its step, read on rank 0 and broadcast (*text: tsr_calloc'ed, the
+ * caller frees it).  TSR_ERR_INPUT when the file cannot be read.  Collective. */
+int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
+                       MPI_Comm comm);
 
 /* Read the checkpoint into whole flat buffers of `lay` on every rank (tsr_ckpt_load_view
  * with the whole buffer).  Collective. */

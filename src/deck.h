@@ -41,6 +41,9 @@ void tsr_deck_help(FILE *out);
  * that is not a choice key). */
 const char *tsr_deck_word(const tsr_config *cfg, const void *field);
 
+/* The value of `key` ("group.key") as the effective deck writes it ("352", "'cosine'");
+ * "?" for an unknown key. */
+void tsr_deck_value_text(const tsr_config *cfg, const char *key, char *buf, size_t len);
 /* "group.key = value" for a key named "group.key", the value in deck syntax ("model.arch
  * = 'gpt2'"); "group.key = ?" for an unknown key. */
 void tsr_deck_key_text(const tsr_config *cfg, const char *key, char *buf, size_t len);

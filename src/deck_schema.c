@@ -340,11 +340,17 @@ const char *tsr_deck_word(const tsr_config *cfg, const void *field) {
   return "?";
 }
 
-void tsr_deck_key_text(const tsr_config *cfg, const char *key, char *buf, size_t len) {
+void tsr_deck_value_text(const tsr_config *cfg, const char *key, char *buf, size_t len) {
   const char *dot = strchr(key, '.');
   const int g = dot ? deck_find_group(key, (size_t)(dot - key)) : -1;
   const int k = g >= 0 ? deck_find_key(g, dot + 1, strlen(dot + 1)) : -1;
   char v[VALBUF] = "?";
   if (k >= 0) deck_fmt_value(cfg, k, v, sizeof v);
+  snprintf(buf, len, "%s", v);
+}
+
+void tsr_deck_key_text(const tsr_config *cfg, const char *key, char *buf, size_t len) {
+  char v[VALBUF];
+  tsr_deck_value_text(cfg, key, v, sizeof v);
   snprintf(buf, len, "%s = %.100s", key, v);
 }

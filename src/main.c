@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   tsr_set_rank(rank);
+  tsr_run_set_command(argc, argv);
 
   int rc = 0;
   const char *mode = "train";

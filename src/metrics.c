@@ -30,6 +30,15 @@ void tsr_metrics_close(tsr_metrics **mt) {
   tsr_free(mt);
 }
 
+/* Every record ends with the wall-clock time it was written (UTC, ISO 8601), after the
+ * fields it always had, so that readers matching a record's start see no change. */
+static void end_record(FILE *f) {
+  char when[40];
+  tsr_iso_time(when, sizeof when);
+  fprintf(f, "\"time\":\"%s\"}\n", when);
+  fflush(f);
+}
+
 /* JSON has no NaN or Infinity: write null for them. */
 static void num(FILE *f, const char *key, double x, int last) {
   if (isfinite(x))
@@ -54,16 +63,15 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "backward_ms", s->backward_ms, 0);
   num(f, "optimizer_ms", s->optimizer_ms, 0);
   if (s->loss_scale > 0) num(f, "loss_scale", s->loss_scale, 0);
-  fprintf(f, "\"skipped\":%lld}\n", (long long)s->skipped);
-  fflush(f);
+  fprintf(f, "\"skipped\":%lld,", (long long)s->skipped);
+  end_record(f);
 }
 
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
   if (!mt) return;
   fprintf(mt->f, "{\"step\":%lld,", (long long)step);
-  num(mt->f, "val_loss", val_loss, 1);
-  fprintf(mt->f, "}\n");
-  fflush(mt->f);
+  num(mt->f, "val_loss", val_loss, 0);
+  end_record(mt->f);
 }
 
 void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
@@ -77,6 +85,6 @@ void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const ch
     else
       fputc(*c, mt->f);
   }
-  fprintf(mt->f, "\"}\n");
-  fflush(mt->f);
+  fprintf(mt->f, "\",");
+  end_record(mt->f);
 }

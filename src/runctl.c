@@ -7,13 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "util.h"
 
 static volatile sig_atomic_t stop_signal = 0;
 
-static void on_signal(int sig) { stop_signal = sig; }
+/* A second SIGINT (Ctrl-C while the checkpoint of the first is being written, or the
+ * step before it) means "now": the default action, which ends the process at once. */
+static void on_signal(int sig) {
+  if (sig == SIGINT && stop_signal == SIGINT) {
+    static const char msg[] = "second interrupt: stopping now, without a checkpoint\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing more to do */
+    }
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+    return;
+  }
+  stop_signal = sig;
+}
 
 void tsr_run_install_signals(void) {
   struct sigaction sa;
@@ -22,8 +35,25 @@ void tsr_run_install_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
   signal(SIGXFSZ, SIG_IGN);
 }
+
+static char command[2048];
+
+void tsr_run_set_command(int argc, char **argv) {
+  size_t o = 0;
+  command[0] = 0;
+  for (int i = 0; i < argc && o + 1 < sizeof command; i++) {
+    const char *a = argv[i];
+    const int quote = !*a || strpbrk(a, " \t'\"$*?;&|<>()") != NULL;
+    o += (size_t)snprintf(command + o, sizeof command - o, quote ? "%s'%s'" : "%s%s",
+                          i ? " " : "", a);
+  }
+  if (o >= sizeof command) snprintf(command + sizeof command - 5, 5, "...");
+}
+
+const char *tsr_run_command(void) { return command; }
 
 int tsr_run_stop_signal(void) { return (int)stop_signal; }
 

@@ -11,11 +11,16 @@
 
 #include <mpi.h>
 
-/* SIGUSR1 / SIGTERM only record the signal (the loop checkpoints at the next step
- * boundary and exits with TSR_ERR_SIGNAL); SIGXFSZ is ignored, so a file-size limit makes
- * a checkpoint write fail with EFBIG instead of killing the process. */
+/* SIGUSR1, SIGTERM and SIGINT only record the signal (the loop checkpoints at the next
+ * step boundary and exits with TSR_ERR_SIGNAL); a second SIGINT ends the process at once,
+ * without a checkpoint.  SIGXFSZ is ignored, so a file-size limit makes a checkpoint write
+ * fail with EFBIG instead of killing the process. */
 void tsr_run_install_signals(void);
 int tsr_run_stop_signal(void); /* the signal received, 0 when none */
+
+/* The command line, kept for the log (arguments with spaces or shell characters quoted). */
+void tsr_run_set_command(int argc, char **argv);
+const char *tsr_run_command(void);
 
 /* mkdir -p; TSR_ERR_INPUT with the reason on failure. */
 int tsr_run_make_dirs(const char *path);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_compat.h"
 #include "comm_mpi.h"
 #include "deck.h"
 #include "gemm_probe.h"
@@ -73,6 +74,19 @@ static void measure_peak(tsr_session *s) {
           s->peak_flops / 1e9);
 }
 
+/* Train and valid shards made with different tokenizers would train happily and evaluate
+ * nonsense: refuse them.  The data's tokenizer goes into every checkpoint. */
+static int same_tokenizer(tsr_session *s) {
+  const char *train = s->train_data ? tsr_data_tokenizer(s->train_data) : NULL;
+  const char *valid = s->valid_data ? tsr_data_tokenizer(s->valid_data) : NULL;
+  TSR_CHECK(!train || !valid || !strcmp(train, valid), TSR_ERR_INPUT,
+            "data: the train shards (%s) were made with tokenizer '%s' but the valid shards "
+            "(%s) with '%s': prepare both with the same tokenizer (tools/tsr-prepare)",
+            s->cfg->data.train, train, s->cfg->data.valid, valid);
+  snprintf(s->st.tokenizer, sizeof s->st.tokenizer, "%s", train ? train : valid ? valid : "");
+  return 0;
+}
+
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
   s->cfg = cfg;
@@ -112,6 +126,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   if (cfg->data.valid[0])
     TSR_CALL(tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
                            cfg->model.vocab_size, 0, seed));
+  TSR_CALL(same_tokenizer(s));
   s->st.seed = seed;
   tsr_loss_scale_start(&cfg->train, &s->st);
   return 0;
@@ -151,11 +166,20 @@ static tsr_ckpt_view ckpt_view(const tsr_session *s) {
 }
 
 int tsr_session_load(tsr_session *s, const char *path) {
+  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->world));
   const tsr_ckpt_view view = ckpt_view(s);
+  char data_tokenizer[sizeof s->st.tokenizer];
+  memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);
   tsr_ops_sync(); /* the host writes the state */
   TSR_CALL(tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, tsr_zero_master(s->zero),
                               tsr_zero_adam_m(s->zero), tsr_zero_adam_v(s->zero), &s->st,
                               s->world));
+  /* a checkpoint from before checkpoints named their tokenizer takes the data's */
+  if (!s->st.tokenizer[0]) memcpy(s->st.tokenizer, data_tokenizer, sizeof data_tokenizer);
+  TSR_CHECK(!data_tokenizer[0] || !strcmp(data_tokenizer, s->st.tokenizer), TSR_ERR_INPUT,
+            "checkpoint %s was trained on tokens of tokenizer '%s', but the deck's data was "
+            "made with '%s': the token ids would mean other text", path, s->st.tokenizer,
+            data_tokenizer);
   return tsr_zero_publish_params(s->zero);
 }
 
@@ -179,9 +203,14 @@ int tsr_session_resume(tsr_session *s) {
             "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
             "data order would change: use the same seed or checkpoint.resume = 'none'",
             path, (unsigned long long)s->st.seed, (long long)cfg->run.seed);
+  tsr_loss_scale_resumed(&cfg->train, &s->st);
+  if (s->st.step >= cfg->run.max_steps) { /* nothing to do: nothing written */
+    tsr_log("checkpoint %s is at step %lld: run.max_steps = %lld is reached, nothing to train",
+            path, (long long)s->st.step, (long long)cfg->run.max_steps);
+    return 0;
+  }
   tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)s->st.step,
           (long long)s->st.data_cursor);
-  tsr_loss_scale_resumed(&cfg->train, &s->st);
   tsr_metrics_event(s->metrics, s->st.step, "resume", path);
   return 0;
 }

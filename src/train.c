@@ -21,6 +21,7 @@
 #include "precision.h"
 #include "runctl.h"
 #include "session.h"
+#include "tsr_build.h" /* PACKAGE_VERSION */
 #include "util.h"
 #include "watchdog.h"
 
@@ -129,11 +130,19 @@ static void fmt_eta(char *buf, size_t len, double seconds) {
 /* What the run is, once, after the effective deck. */
 static void log_setup(const tsr_session *s) {
   const tsr_config *cfg = s->cfg;
-  tsr_log("model: %s, %lld parameters (%.2f M), %d tensors; activations %.3f MB for "
-          "micro-batches of %lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch),
-          (long long)s->lay->n_params, (double)s->lay->n_params / 1e6, s->lay->n_tensors,
-          (double)tsr_model_activation_bytes(s->model) / 1e6, (long long)cfg->train.micro_batch,
-          (long long)cfg->model.seq_len);
+  tsr_layout *whole = NULL; /* the whole model, for its parameter count */
+  const int64_t total = tsr_layout_create(&whole, &cfg->model) ? -1 : whole->n_params;
+  tsr_layout_destroy(&whole);
+  char part[160] = "";
+  if (s->grid->tp > 1 || s->grid->pp > 1)
+    snprintf(part, sizeof part, "; this rank's part (stage %d of %d, tp rank %d of %d): %lld "
+             "(%.2f M) in %d tensors", s->grid->pp_rank, s->grid->pp, s->grid->tp_rank,
+             s->grid->tp, (long long)s->lay->n_params, (double)s->lay->n_params / 1e6,
+             s->lay->n_tensors);
+  tsr_log("model: %s, %lld parameters (%.2f M)%s; activations %.3f MB for micro-batches of "
+          "%lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
+          (double)total / 1e6, part, (double)tsr_model_activation_bytes(s->model) / 1e6,
+          (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
   tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
           cfg->data.train, tsr_data_n_files(s->train_data),
           (long long)tsr_data_n_tokens(s->train_data), (long long)tsr_data_n_samples(s->train_data),
@@ -204,6 +213,17 @@ static void log_step(const tsr_session *s, const step_result *r, double dt, doub
                       mem[1]);
 }
 
+/* Who runs what, where: the first lines of every run in tessera.log. */
+static void log_start(MPI_Comm world) {
+  int n;
+  MPI_Comm_size(world, &n);
+  char host[256] = "?", when[40];
+  gethostname(host, sizeof host - 1);
+  tsr_iso_time(when, sizeof when);
+  tsr_log("tessera %s started %s on %s (rank 0 of %d)", PACKAGE_VERSION, when, host, n);
+  tsr_log("command: %s", tsr_run_command());
+}
+
 /* tessera.log opens before the session, so that what setting up the device, the grid and
  * the transports logs is in the file too; metrics.jsonl is rank 0's, once it has a session. */
 static int open_log(const tsr_config *cfg) {
@@ -224,6 +244,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   tsr_session s;
   int rc = tsr_run_agree(world, open_log(cfg));
   if (rc) return rc;
+  log_start(world);
   rc = tsr_session_open(&s, cfg, world, 1);
   if (!rc) rc = tsr_fault_init();
   if (!rc) rc = open_metrics(&s);
@@ -348,8 +369,9 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
   if (rc == 0) {
     tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
             (long long)s.st.step, vl, (long long)batches, (long long)cfg->train.micro_batch);
+    /* its own file: the training run's metrics.jsonl holds the training run only */
     char mpath[TSR_STR_PATH + 32];
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->run.out_dir);
+    snprintf(mpath, sizeof mpath, "%s/eval.jsonl", cfg->run.out_dir);
     if (s.rank == 0 && tsr_run_make_dirs(cfg->run.out_dir) == 0 &&
         tsr_metrics_open(&s.metrics, mpath) == 0)
       tsr_metrics_eval(s.metrics, s.st.step, vl);

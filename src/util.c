@@ -30,6 +30,16 @@ void tsr_log_close(void) {
   g_logfile = NULL;
 }
 
+void tsr_iso_time(char *buf, size_t len) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  char sec[32];
+  strftime(sec, sizeof sec, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf, len, "%s.%03ldZ", sec, ts.tv_nsec / 1000000);
+}
+
 static void vlog(FILE *stream, const char *prefix, int all_ranks, const char *fmt, va_list ap) {
   char buf[8192];
   vsnprintf(buf, sizeof buf, fmt, ap);
@@ -41,7 +51,9 @@ static void vlog(FILE *stream, const char *prefix, int all_ranks, const char *fm
     fprintf(stream, "%s%s%s", prefix, buf, nl);
   fflush(stream);
   if (g_logfile && g_rank == 0) {
-    fprintf(g_logfile, "%s%s%s", prefix, buf, nl);
+    char when[40];
+    tsr_iso_time(when, sizeof when);
+    fprintf(g_logfile, "%s %s%s%s", when, prefix, buf, nl);
     fflush(g_logfile);
   }
 }

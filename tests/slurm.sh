@@ -170,7 +170,7 @@ echo "    A: $(($(date +%s) - t)) s"
 check "A: COMPLETED, exit code 0, not requeued" job_is "$JOB" COMPLETED 0:0 0 || show_out A
 check "A: the job script says training finished" grep -q 'step exit code 0,.*: done' "$SCRATCH/A.out"
 check "A: a step line for each of 40 steps in tessera.log" \
-  test "$(grep -cE '^step +[0-9]+/40 \| loss' "$SCRATCH/A/tessera.log" 2>/dev/null)" = 40
+  test "$(grep -cE '^[0-9TZ:.-]+ step +[0-9]+/40 \| loss' "$SCRATCH/A/tessera.log" 2>/dev/null)" = 40
 check "A: one metrics line for each of 40 steps" metrics_py once "$SCRATCH/A" 1 40
 check "A: ran on 2 nodes x 2 ranks, tp 2 x dp 2" \
   grep -q 'start: restart 0, 2 nodes (n\[1-2\]), 4 tasks' "$SCRATCH/A.out"
