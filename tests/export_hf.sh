@@ -22,7 +22,8 @@ TSR=$(abs "$TESSERA")
 EXPORT=$(abs "$top_srcdir/tools/tsr-export")
 FORWARD=$(abs "$top_srcdir/tests/hf_forward.py")
 DECK=$(abs "$top_srcdir/input/tiny.nml")
-ln -s "$(abs "$CORPUS")" "$SCRATCH/data"
+CORPUS=$(abs "$CORPUS")
+ln -s "$CORPUS" "$SCRATCH/data"
 COMMON=(model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=160 model.seq_len=64
   model.init_std=0.1 train.micro_batch=4 train.global_batch=4 optim.lr=1e-2
   optim.warmup_steps=0 run.max_steps=4 run.eval_every=0 run.eval_steps=3
