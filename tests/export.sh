@@ -4,7 +4,8 @@
 # back with an independent reader (header parsed by hand, bytes turned into tensors by
 # torch.frombuffer): names and shapes are docs/model.md's /model tensors without the prefix,
 # fp32 values equal h5py's bit for bit, bf16 values equal torch's own fp32 -> bf16
-# conversion (round-to-nearest-even), metadata carries the step.  h5dump -H shows the
+# conversion (round-to-nearest-even), metadata carries the step, the model's dimensions,
+# the deck and the shards' tokenizer (bytes).  tests/export_hf.sh covers --hf.  h5dump -H shows the
 # /model and /optim groups; a missing file is refused with exit code 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -70,6 +71,10 @@ with h5py.File(ck, "r") as f:
     ref = {k: np.asarray(v[...]) for k, v in f["model"].items()}
     step = int(f.attrs["step"])
     n_layer = int(f.attrs["n_layer"])
+    dims = {k: int(f.attrs[k]) for k in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff",
+                                         "vocab_size", "seq_len")}
+    deck = f.attrs["deck"]
+    deck = deck.decode() if isinstance(deck, bytes) else str(deck)
 
 want = ["embed.weight", "final_norm.weight", "lm_head.weight"]
 for i in range(n_layer):
@@ -86,7 +91,12 @@ for path, dtype in ((f32, "F32"), (f16, "BF16")):
     say(all(got[k][0] == dtype for k in got), f"{dtype}: every dtype is {dtype}")
     say(tight and aligned, f"{dtype}: data offsets cover the data exactly, header 8-byte aligned")
     say(meta.get("step") == str(step) and meta.get("format") == "pt",
-        f"{dtype}: __metadata__ has step {step} and format pt ({meta})")
+        f"{dtype}: __metadata__ has step {step} and format pt")
+    say(all(meta.get(k) == str(v) for k, v in dims.items()) and meta.get("arch") == "llama"
+        and meta.get("tie_embeddings") == "false" and meta.get("deck") == deck,
+        f"{dtype}: __metadata__ has the checkpoint's arch, dimensions and deck")
+    say(meta.get("tokenizer") == "bytes" and meta.get("tokenizer_vocab_size") == "256",
+        f"{dtype}: __metadata__ names the shards' tokenizer ({meta.get('tokenizer')!r})")
     if dtype == "F32":
         ok = all(np.array_equal(got[k][1].numpy().view(np.uint32), ref[k].view(np.uint32))
                  for k in ref)
