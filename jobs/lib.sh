@@ -52,6 +52,40 @@ tsr_job_failed_node() {
 
 tsr_job_log() { echo "$(date '+%F %T') [job ${SLURM_JOB_ID:-none}] $*"; }
 
+# Where `make install` put the trainer: the installed copy of this file
+# ($(pkgdatadir)/jobs/lib.sh) has the directory written in; in a source tree it stays a
+# placeholder.
+tsr_job_bindir='@tsr_bindir@'
+# The directory this file is in (a batch script itself runs from Slurm's spool directory,
+# but it sources this file from where it lies).
+tsr_job_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# tsr_job_find_tessera — set TESSERA to the trainer this job runs, and say which:
+#   $TESSERA when it is set;
+#   else, for the installed scripts, the installed binary ($(bindir)/tessera);
+#   else the source tree's src/tessera.
+# The scripts of a source tree also look up deck names (DECK=llm7b) in that tree's input/
+# (TESSERA_DATADIR, unless it is set), so that they run the decks they came with.
+# Returns 1 with a message when the trainer is not there.
+tsr_job_find_tessera() {
+  local from=TESSERA top
+  top=$(dirname "$tsr_job_dir")
+  case $tsr_job_bindir in
+    @*@) export TESSERA_DATADIR=${TESSERA_DATADIR:-$top} ;;
+  esac
+  if [ -z "${TESSERA:-}" ]; then
+    case $tsr_job_bindir in
+      @*@) TESSERA=$top/src/tessera from='the source tree' ;;
+      *) TESSERA=$tsr_job_bindir/tessera from=installed ;;
+    esac
+  fi
+  if [ ! -x "$TESSERA" ]; then
+    tsr_job_log "error: no trainer at $TESSERA ($from): build it, or set TESSERA=/path/to/tessera"
+    return 1
+  fi
+  tsr_job_log "trainer: $TESSERA ($from)"
+}
+
 # Set by the signal traps, read by tsr_job_run.
 tsr_job_child=
 tsr_job_signalled=0
@@ -74,9 +108,16 @@ tsr_job_forward() { # tsr_job_forward SIGNAL: pass it on to the running step
 # the step itself has ended.  srun passes SIGUSR1 on to every task; on SIGTERM it ends
 # the step itself, so SIGTERM only helps if the trainer manages to checkpoint before
 # Slurm's KillWait runs out — the early SIGUSR1 from --signal is what makes it safe.
+#
+# With TSR_JOB_DRY_RUN=1 it prints COMMAND and ends the script with exit 0 instead: a check
+# of what a job would run (the trainer found, the deck, the overrides), without Slurm.
 tsr_job_run() {
   local errfile=$1 fd tee_pid
   shift
+  if [ "${TSR_JOB_DRY_RUN:-0}" = 1 ]; then
+    tsr_job_log "dry run (TSR_JOB_DRY_RUN=1), not started: $(printf '%q ' "$@")"
+    exit 0
+  fi
   # shellcheck disable=SC2034 # the job scripts read it
   TSR_JOB_RC=1
   tsr_job_signalled=0

@@ -4,10 +4,12 @@
  *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
  *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time
  *   tessera --help-deck                         every deck key
+ * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/deckpath.h).
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
  * signal after a checkpoint (requeue me), 4 watchdog. */
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 
 #include "config.h"
 #include "deck.h"
+#include "deckpath.h"
 #include "ops.h"
 #include "plan.h"
 #include "runctl.h"
@@ -44,6 +47,7 @@ static void usage(FILE *out) {
           "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
           "4 watchdog\n",
           tsr_embedded_deck_name);
+  tsr_deck_path_usage(out);
 }
 
 /* Threads per rank: the cores of this node shared among its ranks, unless the user set
@@ -68,7 +72,9 @@ static int load_config(tsr_config *cfg, const char *deck, int n_over, char **ove
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) {
     if (deck) {
-      rc = tsr_deck_load(cfg, deck, n_over, over, world);
+      char path[PATH_MAX];
+      rc = tsr_deck_path(deck, path, sizeof path);
+      if (!rc) rc = tsr_deck_load(cfg, path, n_over, over, world);
     } else {
       char err[8192];
       rc = tsr_deck_parse(cfg, tsr_embedded_deck, strlen(tsr_embedded_deck),
@@ -113,7 +119,9 @@ int main(int argc, char **argv) {
     a = 2;
   }
   if (!strcmp(mode, "plan")) { /* serial: rank 0 plans, every rank exits with its code */
-    if (rank == 0) rc = tsr_plan_main(argc - a, argv + a);
+    char path[PATH_MAX]; /* the deck found by name replaces it in argv */
+    if (rank == 0) rc = tsr_deck_path_args(argc - a, argv + a, path, sizeof path);
+    if (rank == 0 && !rc) rc = tsr_plan_main(argc - a, argv + a);
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     goto out;
   }

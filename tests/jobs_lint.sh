@@ -133,4 +133,33 @@ check "finish EXCLUDE_FAILED_NODE=0: no update" test "$(cat "$FOUT/scontrol")" =
 finish_case giveup 1 5 5 1 /dev/null
 check "finish after MAX_RESTARTS failures: exit 1, no requeue" test "$FRC" = 1 -a ! -s "$FOUT/scontrol"
 
+# Which trainer a job runs (tsr_job_find_tessera), on a copy of the scripts in a stand-in
+# source tree; the installed copies are tests/install.sh's.
+T=$SCRATCH/tree
+mkdir -p "$T/jobs" "$T/src" "$SCRATCH/elsewhere"
+cp jobs/lib.sh jobs/smoke.slurm "$T/jobs/"
+printf '#!/bin/sh\nexit 0\n' >"$T/src/tessera"
+chmod +x "$T/src/tessera"
+found() { # found [VAR=value...]: "TESSERA TESSERA_DATADIR" after tsr_job_find_tessera
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  env -u TESSERA -u TESSERA_DATADIR "$@" bash -c \
+    '. "$1/jobs/lib.sh" && tsr_job_find_tessera >/dev/null && echo "$TESSERA $TESSERA_DATADIR"' _ "$T"
+}
+check "trainer: the source tree's src/tessera, deck names from its input/" \
+  test "$(found)" = "$T/src/tessera $T"
+check "trainer: \$TESSERA when set" test "$(found TESSERA=/bin/true)" = "/bin/true $T"
+check "trainer: a TESSERA_DATADIR that is set is kept" \
+  test "$(found TESSERA_DATADIR=/d)" = "$T/src/tessera /d"
+check "trainer: none there is an error" \
+  sh -c "! env -u TESSERA bash -c '. \"$T/jobs/lib.sh\"; TESSERA=$T/none tsr_job_find_tessera' >/dev/null"
+# A dry run from another directory: lib.sh beside the script, the command printed, no srun.
+mkdir -p "$SCRATCH/fake-bin"
+printf '#!/bin/sh\ntouch "%s/srun-ran"\n' "$SCRATCH" >"$SCRATCH/fake-bin/srun"
+chmod +x "$SCRATCH/fake-bin/srun"
+(cd "$SCRATCH/elsewhere" && env -u TESSERA -u SLURM_SUBMIT_DIR PATH="$SCRATCH/fake-bin:$PATH" \
+  TSR_JOB_DRY_RUN=1 bash "$T/jobs/smoke.slurm" >"$SCRATCH/dry.out" 2>&1)
+rc=$?
+check "dry run of smoke.slurm from elsewhere: exit 0 (got $rc), prints the step, starts nothing" \
+  sh -c "[ $rc -eq 0 ] && grep -q 'not started: srun .* $T/src/tessera tiny ' '$SCRATCH/dry.out' && [ ! -e '$SCRATCH/srun-ran' ]"
+
 finish

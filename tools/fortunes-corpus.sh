@@ -6,8 +6,9 @@
 # Collects the English fortune files (top level of $FORTUNES_DIR, default
 # /usr/share/games/fortunes; *.dat index files, *.u8 links and subdirectories such as
 # off/ are skipped), concatenates them into OUTDIR/fortunes.txt with a '%' line between
-# entries as in the sources, and runs tools/tsr-prepare with a SentencePiece BPE of
-# vocab_size pieces: OUTDIR/train_*.bin, OUTDIR/valid_*.bin, OUTDIR/fortunes.model.
+# entries as in the sources, and runs tsr-prepare with a SentencePiece BPE of vocab_size
+# pieces: OUTDIR/train_*.bin, OUTDIR/valid_*.bin, OUTDIR/fortunes.model.  The tsr-prepare
+# is the one beside this script: tools/ of the source tree, or the bin/ it was installed in.
 # Does nothing when those outputs are newer than every input and were made with the
 # same vocab_size.
 set -euo pipefail
