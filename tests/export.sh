@@ -128,4 +128,16 @@ say(np.array_equal(mine[~nan], theirs[~nan]) and np.isnan(
 sys.exit(1 if fails else 0)
 PY
 check "the exported files read back correctly (see above)" test $? -eq 0
+
+# Without the shards, the checkpoint's own tokenizer attribute names the tokenizer.
+mv "$SCRATCH/data" "$SCRATCH/data.away"
+"$EXPORT" "$CK" "$SCRATCH/noshards.safetensors" >"$SCRATCH/enoshards.out" 2>&1
+check "tsr-export without the shards (exit $?)" test $? -eq 0
+check "  ... names the checkpoint's tokenizer, bytes" "$PYTHON_REF" -c '
+import json, struct, sys
+blob = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", blob[:8])
+assert json.loads(blob[8:8 + n])["__metadata__"]["tokenizer"] == "bytes"
+' "$SCRATCH/noshards.safetensors"
+mv "$SCRATCH/data.away" "$SCRATCH/data"
 finish

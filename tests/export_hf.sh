@@ -8,7 +8,7 @@
 # definition and the tokenizer, found from the deck's shards even when exporting from
 # elsewhere; a run directory, ckpt/latest and the .h5 give the same file; a damaged newest
 # checkpoint is skipped in a run directory exactly as `tessera eval` skips it, and refused
-# (exit 2) when named; a moved checkpoint names no tokenizer unless given
+# (exit 2) when named; a moved checkpoint names its stored tokenizer but copies no model unless given
 # --tokenizer-model; gpt2 with grouped-query attention is refused for --hf (exit 2).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -52,7 +52,7 @@ for name in llama gpt2; do
   spec=$(printf '%s\n' "${cases[@]}" | grep "^$name:")
   run_case "$name" eval >"$SCRATCH/$name.eval" 2>&1
   check "$name: tessera eval (exit $?)" test $? -eq 0
-  eval "VAL_$name=\$(val_loss \"\$SCRATCH/runs/$name/metrics.jsonl\")"
+  eval "VAL_$name=\$(val_loss \"\$SCRATCH/runs/$name/eval.jsonl\")"
 done
 RUN=$SCRATCH/runs/llama
 
@@ -151,9 +151,9 @@ mkdir "$SCRATCH/moved"
 cp "$RUN/ckpt/step_00000002.h5" "$SCRATCH/moved/"
 (cd / && "$EXPORT" "$SCRATCH/moved/step_00000002.h5" --hf "$SCRATCH/hf_moved") >"$SCRATCH/m1.out" 2>&1
 rc=$?
-check "a moved checkpoint exports (exit $rc) with a warning that no tokenizer was found" \
-  sh -c "test $rc -eq 0 && grep -q 'warning: .*names no tokenizer' '$SCRATCH/m1.out' &&
-         test ! -e '$SCRATCH/hf_moved/tokenizer.model'"
+check "a moved checkpoint exports (exit $rc), naming its stored tokenizer, with a warning that the model file was not found" \
+  sh -c "test $rc -eq 0 && grep -q \"warning: the checkpoint names tokenizer 'spm:fortunes' but its shards are not found\" '$SCRATCH/m1.out' &&
+         grep -q 'tokenizer spm:fortunes' '$SCRATCH/m1.out' && test ! -e '$SCRATCH/hf_moved/tokenizer.model'"
 (cd / && "$EXPORT" "$SCRATCH/moved/step_00000002.h5" --hf "$SCRATCH/hf_moved" \
   --tokenizer-model "$CORPUS/fortunes.model") >"$SCRATCH/m2.out" 2>&1
 rc=$?
