@@ -184,7 +184,7 @@ tsr_slurm_wait "$JOB" 120
 echo "    F: $(($(date +%s) - t)) s"
 check "F: COMPLETED, exit code 0" job_is "$JOB" COMPLETED 0:0 0 || show_out F
 check "F: resumed from A's step-30 checkpoint" \
-  grep -q "^{\"step\":30,\"event\":\"resume\",\"detail\":\"$SCRATCH/A/ckpt/step_00000030.h5\"}" \
+  grep -q "^{\"step\":30,\"event\":\"resume\",\"detail\":\"$SCRATCH/A/ckpt/step_00000030.h5\",\"time\":" \
   "$SCRATCH/F/metrics.jsonl"
 check "F: trained steps 31..40" metrics_py once "$SCRATCH/F" 31 40
 check "F: losses equal A's to the last bit" metrics_py equal "$SCRATCH/A" "$SCRATCH/F" 31 40
