@@ -284,6 +284,9 @@ for mode in paragraphs lines tokens:300; do
     cat "$tmp/out.txt" "$tmp/split.txt"; fail "--split-by $mode"
   fi
 done
+grep -q "warning: the valid split has only [0-9]* tokens" "$tmp/out.txt" &&
+  pass "a valid split of 1024 tokens or fewer gets a warning" ||
+  { cat "$tmp/out.txt"; fail "no warning about a short valid split"; }
 if run --out "$tmp/s_spm" --tokenizer spm --vocab-size 400 --split-by tokens:256 \
   --valid-fraction 0.05 "$tmp/book.txt" && split_ok "$tmp/s_spm" tokens:256 0.05; then
   pass "spm --split-by tokens:256, pieces of the encoded text: $(cut -c1-60 "$tmp/split.txt")"
