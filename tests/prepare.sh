@@ -2,6 +2,8 @@
 # prepare.sh — tools/tsr-prepare end to end: bytes and spm shards from a small sample of
 # fortunes plus a plain text file, checked by an independent reader (inline Python):
 # headers, token counts, exact byte round trip of every document, spm ids and spm_decode.
+# --split-by cuts one file into paragraphs, lines or pieces of N tokens (checked the same
+# way), deterministically, and too few documents for a split is an error.
 # Exit 0 pass, 1 fail, 77 skip (no spm_train or no fortunes package).
 set -u
 top_srcdir=${top_srcdir:-.}
@@ -198,6 +200,155 @@ else
   grep -q "apt-get install sentencepiece" "$tmp/out.txt" && pass "no spm_train: $(cat "$tmp/out.txt")" ||
     fail "no spm_train message: $(cat "$tmp/out.txt")"
 fi
+
+# ---- --split-by: one file cut into documents ----
+# A single plain file: fortune entries as paragraphs (blank lines, some of them only
+# spaces, between them), a leading blank line and no newline at the end.
+{
+  printf '\n'
+  awk '/^%$/ { n++; print (n % 7 == 0 ? "   " : ""); next } n < 200' "$fortunes"
+  printf 'the last paragraph\nhas no newline at the end'
+} >"$tmp/book.txt"
+cat >"$tmp/split_check.py" <<'EOF'
+# split_check.py DIR MODE FILE [FRACTION]: the shards in DIR hold FILE cut into documents by
+# MODE (paragraphs, lines or tokens:N, cut here independently of the tool), in order, each
+# followed by one end-of-document token, spread over train and valid.  Prints the valid
+# documents' indices.  bytes: exact bytes; spm (a model in DIR): tokens:N pieces of the
+# ids spm_encode gives the file.
+import glob, itertools, os, re, struct, subprocess, sys
+
+def read_split(d, split):
+    toks = []
+    for n in sorted(glob.glob(os.path.join(d, split + "_*.bin"))):
+        raw = open(n, "rb").read()
+        tb, vocab, count = struct.unpack("<IIQ", raw[8:24])
+        assert raw[:8] == b"TSRTOK01" and len(raw) == 256 + count * tb, n
+        toks += struct.unpack("<%d%s" % (count, "H" if tb == 2 else "I"), raw[256:])
+    return toks
+
+def split_on(toks, sep):
+    out, cur = [], []
+    for t in toks:
+        if t == sep: out.append(tuple(cur)); cur = []
+        else: cur.append(t)
+    assert not cur, "stream does not end with an end-of-document token"
+    return out
+
+d, mode, path = sys.argv[1], sys.argv[2], sys.argv[3]
+frac = float(sys.argv[4]) if len(sys.argv) > 4 else 0.01
+data = open(path, "rb").read()
+lines = re.findall(rb"[^\n]*\n|[^\n]+$", data)
+models = glob.glob(os.path.join(d, "*.model"))
+if models:
+    n = int(mode.split(":")[1])
+    vocab = [l.split("\t")[0] for l in open(models[0][:-6] + ".vocab", encoding="utf-8")]
+    sep, nl = vocab.index("</s>"), vocab.index("<0x0A>")
+    r = subprocess.run(["spm_encode", "--model=" + models[0], "--output_format=id"],
+                       input=data, stdout=subprocess.PIPE, check=True)
+    ids = []
+    for i, line in enumerate(r.stdout.decode().split("\n")[:-1]):
+        ids += ([nl] if i else []) + [int(t) for t in line.split()]
+    if data.endswith(b"\n"):
+        ids.append(nl)
+    docs = [tuple(ids[k:k + n]) for k in range(0, len(ids), n)]
+else:
+    sep = 0
+    if mode == "lines":
+        docs = [l for l in lines if l.strip()]
+    elif mode == "paragraphs":
+        docs = [b"".join(g) for blank, g in itertools.groupby(lines, lambda l: not l.strip())
+                if not blank]
+    else:
+        n = int(mode.split(":")[1])
+        docs = [data[k:k + n] for k in range(0, len(data), n)]
+    docs = [tuple(x) for x in docs]
+train, valid = split_on(read_split(d, "train"), sep), split_on(read_split(d, "valid"), sep)
+labels, i, j = [], 0, 0
+for x in docs:  # an order-preserving merge of train and valid
+    if i < len(train) and train[i] == x: i += 1; labels.append("t")
+    elif j < len(valid) and valid[j] == x: j += 1; labels.append("v")
+    else: sys.exit(f"document {len(labels)} of {len(docs)} ({mode}) not found in order")
+assert i == len(train) and j == len(valid), (i, len(train), j, len(valid))
+assert 1 <= len(valid) <= frac * len(docs) + 1, (len(valid), len(docs))
+print(f"{mode}: {len(docs)} documents, valid: "
+      + " ".join(str(k) for k, l in enumerate(labels) if l == "v"))
+EOF
+split_ok() { # split_ok DIR MODE [FRACTION]: the check; its output goes to $tmp/split.txt
+  "$py" "$tmp/split_check.py" "$1" "$2" "$tmp/book.txt" ${3:+"$3"} >"$tmp/split.txt" 2>&1
+}
+for mode in paragraphs lines tokens:300; do
+  if run --out "$tmp/s_$mode" --tokenizer bytes --split-by "$mode" --valid-fraction 0.05 \
+    "$tmp/book.txt" && split_ok "$tmp/s_$mode" "$mode" 0.05; then
+    pass "--split-by $mode: $(cut -c1-90 "$tmp/split.txt")"
+  else
+    cat "$tmp/out.txt" "$tmp/split.txt"; fail "--split-by $mode"
+  fi
+done
+grep -q "warning: the valid split has only [0-9]* tokens" "$tmp/out.txt" &&
+  pass "a valid split of 1024 tokens or fewer gets a warning" ||
+  { cat "$tmp/out.txt"; fail "no warning about a short valid split"; }
+if run --out "$tmp/s_spm" --tokenizer spm --vocab-size 400 --split-by tokens:256 \
+  --valid-fraction 0.05 "$tmp/book.txt" && split_ok "$tmp/s_spm" tokens:256 0.05; then
+  pass "spm --split-by tokens:256, pieces of the encoded text: $(cut -c1-60 "$tmp/split.txt")"
+else
+  cat "$tmp/out.txt" "$tmp/split.txt"; fail "spm --split-by tokens:256"
+fi
+
+# The default for one plain file is paragraphs, and the tool says so; a file with no
+# blank line falls back to lines.
+if run --out "$tmp/s_auto" --tokenizer bytes "$tmp/book.txt" && split_ok "$tmp/s_auto" paragraphs &&
+  grep -q "one document per paragraph" "$tmp/out.txt" && grep -q "split by paragraphs" "$tmp/out.txt"; then
+  pass "one file, no --split-by: $(head -n 1 "$tmp/out.txt")"
+else
+  cat "$tmp/out.txt" "$tmp/split.txt"; fail "default split of one file"
+fi
+grep -v '^ *$' "$tmp/book.txt" >"$tmp/lines.txt"
+if run --out "$tmp/s_auto2" --tokenizer bytes "$tmp/lines.txt" &&
+  grep -q "one document per line" "$tmp/out.txt" && grep -q "split by lines" "$tmp/out.txt"; then
+  pass "one file without blank lines: one document per line"
+else
+  cat "$tmp/out.txt"; fail "default split of a file without blank lines"
+fi
+
+# Deterministic: the same seed gives the same files, another seed another split.
+split_ok "$tmp/s_paragraphs" paragraphs 0.05
+v1=$(cat "$tmp/split.txt")
+sum1=$(cd "$tmp/s_paragraphs" && md5sum train_*.bin valid_*.bin)
+run --out "$tmp/s_paragraphs" --tokenizer bytes --split-by paragraphs --valid-fraction 0.05 "$tmp/book.txt"
+sum2=$(cd "$tmp/s_paragraphs" && md5sum train_*.bin valid_*.bin)
+[ "$sum1" = "$sum2" ] && pass "--split-by paragraphs: a second run gives identical shards" ||
+  fail "--split-by paragraphs is not deterministic"
+run --out "$tmp/s_seed" --tokenizer bytes --split-by paragraphs --valid-fraction 0.05 --seed 7 \
+  "$tmp/book.txt"
+if split_ok "$tmp/s_seed" paragraphs 0.05 && [ "$(cat "$tmp/split.txt")" != "$v1" ]; then
+  pass "--seed 7 picks other valid documents ($(cut -c1-60 "$tmp/split.txt"))"
+else
+  cat "$tmp/out.txt" "$tmp/split.txt"; fail "--seed does not change the split ($v1)"
+fi
+
+# Errors: too few documents for a split, or a bad mode: exit 2 with a message.
+printf 'a single line, one document however it is cut\n' >"$tmp/one.txt"
+for mode in auto paragraphs lines tokens:1000; do
+  run --out "$tmp/err" --tokenizer bytes --split-by "$mode" "$tmp/one.txt"
+  rc=$?
+  if [ $rc = 2 ] && grep -q "error: .*one.txt gives 1 document.*needs at least 2" "$tmp/out.txt"; then
+    pass "one document, --split-by $mode: exit 2"
+  else
+    cat "$tmp/out.txt"; fail "one document, --split-by $mode: exit $rc"
+  fi
+done
+echo "    $(cat "$tmp/out.txt")"
+run --out "$tmp/err" --tokenizer bytes --split-by tokens:1000 --valid-fraction 0 "$tmp/one.txt" &&
+  pass "one document with --valid-fraction 0: train only" || fail "--valid-fraction 0 on one document"
+for bad in tokens:0 tokens:x words; do
+  run --out "$tmp/err" --tokenizer bytes --split-by "$bad" "$tmp/book.txt"
+  rc=$?
+  if [ $rc = 2 ] && grep -q "error: argument --split-by: '$bad'" "$tmp/out.txt"; then
+    pass "--split-by $bad: exit 2"
+  else
+    cat "$tmp/out.txt"; fail "--split-by $bad: exit $rc"
+  fi
+done
 
 echo "prepare.sh: $failed failed"
 [ "$failed" = 0 ]
