@@ -134,15 +134,27 @@ static int gemm_weight(const tsr_tensor *t, const tsr_model_config *m, int pp) {
   return t->tied_copy || (m->tie_embeddings && pp == 1); /* the tied head; else a lookup */
 }
 
-static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, part *p) {
+/* Parts of recently planned layouts.  A search plans every ZeRO stage, recompute mode and
+ * micro-batch of one (tp, pp, v) in a row, and building the tensor table is most of the
+ * time of a plan; a part depends only on the model's shapes and where the rank sits.  The
+ * planner runs on one thread (rank 0 of `tessera plan`, of the trainer's memory line). */
+enum { PART_MEMO = 8 };
+static struct {
+  tsr_model_config model;
+  int tp, pp, v, stage, used;
+  part p;
+} memo[PART_MEMO];
+static int memo_next;
+
+static int build_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
   tsr_layout *lay;
-  TSR_CALL(tsr_layout_create_part(&lay, &cfg->model, tp, 0, pp, stage, v));
+  TSR_CALL(tsr_layout_create_part(&lay, m, tp, 0, pp, stage, v));
   memset(p, 0, sizeof *p);
   int64_t begin = 0, end = 0;
   int cur = -1;
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
-    if (gemm_weight(t, &cfg->model, pp)) {
+    if (gemm_weight(t, m, pp)) {
       p->gemm += (double)t->numel;
       if (t->layer >= 0) p->layer_gemm += (double)t->numel;
     }
@@ -163,6 +175,22 @@ static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, pa
   p->first = stage == 0;
   p->last = stage == pp - 1;
   tsr_layout_destroy(&lay);
+  return 0;
+}
+
+static int make_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
+  for (int i = 0; i < PART_MEMO; i++)
+    if (memo[i].used && memo[i].tp == tp && memo[i].pp == pp && memo[i].v == v &&
+        memo[i].stage == stage && !memcmp(&memo[i].model, m, sizeof *m)) {
+      *p = memo[i].p;
+      return 0;
+    }
+  TSR_CALL(build_part(m, tp, pp, v, stage, p));
+  memcpy(&memo[memo_next].model, m, sizeof *m); /* compared bytewise */
+  memo[memo_next].tp = tp, memo[memo_next].pp = pp, memo[memo_next].v = v;
+  memo[memo_next].stage = stage, memo[memo_next].used = 1;
+  memo[memo_next].p = *p;
+  memo_next = (memo_next + 1) % PART_MEMO;
   return 0;
 }
 
@@ -317,7 +345,7 @@ static int slots_for(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend b, tsr_plan_memory *out) {
   part p;
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
   *out = memory_of(cfg, g, &p, slots, b);
@@ -433,7 +461,7 @@ static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]) {
   part p;
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
   traffic_of(cfg, g, &p, stage, out);
   return 0;
 }
@@ -553,9 +581,9 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
   p->stages = tsr_calloc((size_t)g->pp, sizeof *p->stages);
   TSR_CHECK(p->stages, TSR_ERR, "out of memory");
   part kinds[3]; /* stage 0, a middle stage, the last stage: middle stages hold the same */
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 0, &kinds[0]));
-  if (g->pp > 2) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 1, &kinds[1]));
-  if (g->pp > 1) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 0, &kinds[0]));
+  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 1, &kinds[1]));
+  if (g->pp > 1) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
   for (int s = 0; s < g->pp; s++) {
     if (!all_stages && s > 1 && s < g->pp - 1) continue;
     const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
