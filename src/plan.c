@@ -1,7 +1,7 @@
 /* plan.c — the planner (plan.h): layout checks, memory per rank by kind for the GPU and
  * for this CPU build, FLOPs, pipeline bubble, traffic per process group, predicted step
- * time and MFU, and the trainer's planned-vs-measured memory line.  The command around
- * it (output, search, options) is plan_cli.c.
+ * time and MFU, and the trainer's planned-vs-measured memory line and FLOP count.  The
+ * command around it (output, search, options) is plan_cli.c.
  *
  * Memory follows the allocations buffer by buffer: model.c (parameters and gradients it
  * owns; activation slots, the recompute target and gradient scratch sized by
@@ -468,26 +468,38 @@ int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int st
 
 /* ---------------------------------------------------------------- FLOPs and time */
 
-double tsr_plan_flops_per_token(const tsr_model_config *m) {
-  tsr_layout *whole;
-  if (tsr_layout_create(&whole, m)) return 0.0;
-  double n = (double)whole->n_params;
-  const tsr_tensor *pos = tsr_layout_find(whole, "pos_embed.weight");
-  if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
-  tsr_layout_destroy(&whole);
-  return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
+/* The causal attention core's forward per token and layer on all heads: QK^T and PV, each
+ * query row against T / 2 keys on average, 2 FLOPs per multiply-add: 2 T d. */
+static double attention_core(const tsr_model_config *m) {
+  return 2.0 * (double)m->seq_len * (double)m->d_model;
 }
 
-/* What one GPU of the stage computes per step: 2 FLOPs per GEMM weight and token forward,
- * 4 backward; its heads' share of causal attention; a second forward of the layers with
- * recompute = 'full' (selective recomputes element-wise work only). */
-static double stage_flops(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  const tsr_model_config *m = &cfg->model;
-  const double tokens = (double)cfg->train.global_batch * (double)m->seq_len / g->dp;
-  const double attn = 6.0 * p->layers * (double)m->seq_len * (double)m->d_model / g->tp;
-  double per_token = 6.0 * p->gemm + attn;
-  if (cfg->train.recompute == TSR_RECOMPUTE_FULL) per_token += 2.0 * p->layer_gemm + attn / 3.0;
-  return tokens * per_token;
+double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
+  part whole;
+  if (make_part(m, 1, 1, 1, 0, &whole)) return 0.0;
+  return 2.0 * whole.gemm + (double)m->n_layer * attention_core(m);
+}
+
+double tsr_plan_flops_per_token(const tsr_model_config *m) {
+  return 3.0 * tsr_plan_forward_flops_per_token(m);
+}
+
+/* What one GPU of the stage computes per token of its dp rank's share: the forward of
+ * its GEMM weights (a KV head replicated over tp ranks counts on each) and of its heads'
+ * share of the attention core, three times (backward twice forward), plus what
+ * recomputation runs again.  recompute = 'full' reruns the forward of the stage's layers
+ * (model_layer_recompute; not the embedding, the head or the loss); 'selective' rebuilds
+ * the norm outputs and the MLP activation, element-wise work, which this count leaves out
+ * like every element-wise op, the lookups and the loss. */
+static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
+}
+static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return 0.0;
+  return 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
+}
+static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
+  return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;
 }
 
 /* bf16 runs on the tensor cores; fp32 runs true fp32 (no TF32), at the fp32 peak. */
@@ -539,7 +551,9 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
     const double send = t->bytes[TSR_COMM_SEND], recv = t->bytes[TSR_COMM_RECV];
     t->seconds = link_time(&p->hw, t, t->total - send - recv + fmax(send, recv));
   }
-  st->flops = stage_flops(cfg, &p->grid, pt);
+  const double tokens = stage_tokens(cfg, &p->grid);
+  st->recompute_flops = tokens * stage_recompute(cfg, &p->grid, pt);
+  st->flops = tokens * 3.0 * stage_forward(cfg, &p->grid, pt) + st->recompute_flops;
   stage_times(cfg, &p->hw, &p->grid, st);
   st->done = 1;
   return 0;
@@ -550,14 +564,16 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
   const tsr_plan_grid *g = &p->grid;
   const double tokens = (double)cfg->train.global_batch * (double)m->seq_len;
-  p->model_flops = tsr_plan_flops_per_token(m) * tokens;
-  p->attention_flops = 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model * tokens;
+  p->forward_flops = tsr_plan_forward_flops_per_token(m) * tokens;
+  p->model_flops = 3.0 * p->forward_flops;
+  p->attention_flops = 3.0 * (double)m->n_layer * attention_core(m) * tokens;
   p->bubble =
       g->pp > 1 ? tsr_pp_ideal_bubble(cfg->parallel.schedule, g->pp, g->micro_batches, g->v) : 0;
   double busy = 0, tail = 0;
   for (int s = 0; s < g->pp; s++) {
     const tsr_plan_stage *st = p->stages[s].done ? &p->stages[s] : &p->stages[1]; /* alike */
     p->executed_flops += st->flops * g->tp * g->dp;
+    p->recompute_flops += st->recompute_flops * g->tp * g->dp;
     if (st->t_compute + st->t_tp + st->t_pp > busy) p->critical = p->stages[s].done ? s : 1;
     busy = fmax(busy, st->t_compute + st->t_tp + st->t_pp);
     tail = fmax(tail, st->t_dp + st->t_optimizer);
@@ -589,10 +605,10 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
     const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
     TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
   }
-  tsr_layout *whole;
-  TSR_CALL(tsr_layout_create(&whole, &cfg->model));
-  p->n_params = whole->n_params;
-  tsr_layout_destroy(&whole);
+  part whole;
+  TSR_CALL(make_part(&cfg->model, 1, 1, 1, 0, &whole));
+  p->n_params = whole.n_params;
+  p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);
   return 0;
 }

@@ -107,14 +107,21 @@ typedef struct {
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]);
 
-/* FLOPs per token of the whole model as the trainer counts them: 6 N (every parameter
- * but learned positions) + 6 n_layer seq_len d_model (causal attention). */
+/* Forward FLOPs per token of the whole model: 2 per weight that takes part in a GEMM (every
+ * 2-D weight but the lookups: the input embedding, unless it is also the tied LM head, and
+ * learned positions) and the causal attention core, 2 seq_len d_model per layer (QK^T and
+ * PV against seq_len / 2 keys on average).  Norms, biases, activations, the softmax and the
+ * loss are element-wise and left out. */
+double tsr_plan_forward_flops_per_token(const tsr_model_config *m);
+/* Model FLOPs per token: 3 x forward (the backward twice the forward), whatever
+ * train.recompute is.  The trainer's GFLOP/s and MFU count with it. */
 double tsr_plan_flops_per_token(const tsr_model_config *m);
 
 typedef struct {
   tsr_plan_memory mem[TSR_PLAN_N_BACKENDS];
   tsr_plan_traffic comm[TSR_PLAN_N_GROUPS];
   double flops;       /* executed per step on one GPU of the stage (recompute included) */
+  double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
   double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only) */
 } tsr_plan_stage;
@@ -123,9 +130,13 @@ typedef struct {
   tsr_plan_grid grid;
   tsr_hardware hw;
   int64_t n_params;
-  double model_flops;     /* per step, whole job: flops_per_token x tokens */
-  double attention_flops; /* of which causal attention */
-  double executed_flops;  /* summed over GPUs, with recomputation */
+  int64_t n_gemm;         /* of which weights in GEMMs (tsr_plan_forward_flops_per_token) */
+  double model_flops;     /* per step, whole job: flops_per_token x tokens = 3 x forward */
+  double forward_flops;   /* the forward of one step */
+  double attention_flops; /* of model_flops, the causal attention core's */
+  double recompute_flops; /* summed over GPUs: what recomputation runs again */
+  double executed_flops;  /* summed over GPUs: model FLOPs (a KV head replicated over tp
+                             ranks counted on each), plus recompute_flops */
   double bubble;          /* ideal idle fraction of the step (pipeline.h) */
   tsr_plan_stage *stages; /* [pp] */
   int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */

@@ -83,13 +83,21 @@ static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_grid *g = &p->grid;
   const double tokens = (double)cfg->train.global_batch * (double)cfg->model.seq_len;
   fprintf(out, "\ncompute per step (%.4g M tokens)\n", tokens / 1e6);
-  fprintf(out, "  model FLOPs       %.4g PFLOP = 6 N tokens %.4g + attention %.4g (the "
-          "trainer's count: N = parameters but learned positions, attention 6 L T d per token)\n",
-          p->model_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
-          p->attention_flops / 1e15);
-  fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs (GEMMs and attention, recompute '%s'; "
-          "lookups cost none), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
-          W(cfg->train.recompute), p->stages[p->critical].flops / 1e12, p->critical);
+  fprintf(out, "  model FLOPs       %.4g PFLOP = 3 x forward %.4g: GEMMs 6 N tokens %.4g + causal "
+          "attention %.4g (N = %.4g B weights in GEMMs; lookups, norms, biases and other "
+          "element-wise work count none; attention 6 L T d per token); the trainer's MFU "
+          "count, the same for every recompute mode\n", p->model_flops / 1e15,
+          p->forward_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
+          p->attention_flops / 1e15, (double)p->n_gemm / 1e9);
+  fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs = model + recompute %.4g (recompute "
+          "'%s': %s), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
+          p->recompute_flops / 1e15, W(cfg->train.recompute),
+          cfg->train.recompute == TSR_RECOMPUTE_FULL
+              ? "the layers' forward again"
+              : cfg->train.recompute == TSR_RECOMPUTE_SELECTIVE
+                    ? "norm outputs and the MLP activation again, element-wise"
+                    : "nothing",
+          p->stages[p->critical].flops / 1e12, p->critical);
   fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: (p-1)/(v m + p-1), p %d, m %d, "
           "v %d)\n", p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", g->pp,
           g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
@@ -164,7 +172,8 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   json_memory(out, &st->mem[TSR_PLAN_GPU]);
   fprintf(out, ", \"memory_cpu_build\": ");
   json_memory(out, &st->mem[TSR_PLAN_CPU]);
-  fprintf(out, ",\n     \"flops\": %.6g, \"traffic\": ", st->flops);
+  fprintf(out, ",\n     \"flops\": %.17g, \"recompute_flops\": %.17g, \"traffic\": ", st->flops,
+          st->recompute_flops);
   json_traffic(out, st->comm);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"pp\": %.6g, "
           "\"dp_exposed\": %.6g, \"optimizer\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
@@ -196,8 +205,10 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   fprintf(out, ",\n             \"cpu_build_stage\": %d, \"cpu_build\": ", p->worst[TSR_PLAN_CPU]);
   json_memory(out, &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU]);
   fprintf(out, ", \"fits\": %s},\n", p->fits ? "true" : "false");
-  fprintf(out, "  \"flops\": {\"model\": %.6g, \"attention\": %.6g, \"executed\": %.6g},\n",
-          p->model_flops, p->attention_flops, p->executed_flops);
+  fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
+          "\"recompute\": %.17g, \"executed\": %.17g, \"gemm_weights\": %lld},\n",
+          p->model_flops, p->forward_flops, p->attention_flops, p->recompute_flops,
+          p->executed_flops, (long long)p->n_gemm);
   fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
           "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g},\n  \"stages\": [\n",
           p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu);

@@ -21,6 +21,9 @@
 #     workspace (exact bytes).
 #  5. A layout that does not divide fails with exit 2 and names the keys and numbers; so
 #     does a machine of more than INT_MAX GPUs (nodes x GPUs per node in 64 bits).
+#  6. FLOPs in the JSON: model FLOPs the same for every recompute mode and equal to the
+#     executed FLOPs without recomputation; selective adds none (it rebuilds element-wise
+#     work only); full adds the layers' forward, counted by hand from llm70b's shapes.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -188,4 +191,31 @@ cat "$SCRATCH/huge.txt"
 check "1e6 nodes x 4096 GPUs: exit 2, names --nodes and --gpus-per-node and 4096000000 GPUs" \
   test $rc -eq 2 -a -n "$(grep -e '--nodes 1000000 x --gpus-per-node 4096 .* = 4096000000 GPUs' \
   "$SCRATCH/huge.txt")"
+# ---- 6. FLOPs: model = 3 x forward in every recompute mode; executed = model + recompute
+for r in none selective full; do
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --json train.recompute=$r \
+    >"$SCRATCH/flops_$r.json" 2>&1
+done
+check "llm70b FLOPs: model the same in every mode = executed('none'); selective adds 0; full the layers' forward" \
+  "$PYTHON_REF" -c "
+import json, sys
+f = {r: json.load(open(f'{sys.argv[1]}/flops_{r}.json'))['flops'] for r in ('none', 'selective', 'full')}
+L, C, H, KV, hd, F, V, T, tokens = 80, 8192, 64, 8, 128, 28672, 32000, 4096, 1024 * 4096
+layer = C * (H + 2 * KV) * hd + H * hd * C + 3 * C * F      # wqkv, wo, gate, up, down
+core = 2 * T * C                                          # causal QK^T and PV forward, per token
+forward = (2 * (L * layer + V * C) + L * core) * tokens   # the embedding lookup costs none
+layers_fwd = (2 * L * layer + L * core) * tokens
+close = lambda a, b: abs(a - b) <= 1e-9 * abs(b)
+for r, x in f.items():
+    print(f'    {r:9}: model {x[\"model\"]/1e15:.2f}, executed {x[\"executed\"]/1e15:.2f}, recompute '
+          f'{x[\"recompute\"]/1e15:.2f} PFLOP')
+print(f'    by hand: model {3*forward/1e15:.2f}, the layers forward {layers_fwd/1e15:.2f} PFLOP')
+ok = all(close(x['model'], 3 * forward) and close(x['forward'], forward) and
+         close(x['attention'], 3 * L * core * tokens) for x in f.values())
+ok &= close(f['none']['executed'], f['none']['model']) and f['none']['recompute'] == 0
+ok &= f['selective']['executed'] == f['none']['executed'] and f['selective']['recompute'] == 0
+ok &= close(f['full']['executed'] - f['none']['executed'], layers_fwd)
+ok &= close(f['full']['recompute'], layers_fwd)
+sys.exit(0 if ok else 1)" "$SCRATCH"
+
 finish
