@@ -152,6 +152,14 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
                   const tsr_plan_grid *g, int all_stages);
 void tsr_plan_destroy(tsr_plan *p);
 
+/* plan_search.c: `tessera plan --search` on o->nodes nodes of hw: the o->top fastest
+ * layouts that fit, then the deck's own. */
+typedef struct {
+  int nodes, top, json;
+} tsr_plan_search_opts;
+int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw,
+                    const tsr_plan_search_opts *o);
+
 /* plan_cli.c: the command.  Readable tables or JSON of a plan; */
 void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
 void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
