@@ -1,7 +1,7 @@
 /* plan.c — the planner (plan.h): layout checks, memory per rank by kind for the GPU and
  * for this CPU build, FLOPs, pipeline bubble, traffic per process group, predicted step
- * time and MFU, and the trainer's planned-vs-measured memory line and FLOP count.  The
- * command around it (output, search, options) is plan_cli.c.
+ * time and MFU, whether it fits, and the trainer's planned-vs-measured memory line and
+ * FLOP count.  The command around it is plan_cli.c (output, options) and plan_search.c.
  *
  * Memory follows the allocations buffer by buffer: model.c (parameters and gradients it
  * owns; activation slots, the recompute target and gradient scratch sized by
@@ -42,10 +42,10 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
  * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
 static const tsr_hardware builtin[] = { /* in the order of tsr_hw_name */
     /* name  bf16 TFLOP/s  fp32  HBM GB  HBM GB/s  NVLink  network  per node */
-    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
-    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0, 1},
+    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0, 1},
+    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0, 1},
+    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
 };
 
 int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
@@ -72,6 +72,7 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
   hw->compute_efficiency = d->compute_efficiency;
   hw->comm_efficiency = d->comm_efficiency;
   hw->reserved_gb = d->reserved_gb;
+  hw->max_mem_frac = 1.0;
   return 0;
 }
 
@@ -585,8 +586,8 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   p->t_step = p->t_pipeline + tail;
   p->tokens_per_s = tokens / p->t_step;
   p->mfu = p->model_flops / (p->t_step * g->world * peak_flops(&p->hw, cfg));
-  const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total;
-  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.hbm_gb * 1e9;
+  const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak;
+  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.max_mem_frac * p->hw.hbm_gb * 1e9;
 }
 
 int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,

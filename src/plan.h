@@ -3,8 +3,9 @@
  * From a deck and a machine (nodes x GPUs per node, the &hardware figures) it works out,
  * without allocating the model: whether the layout divides, per-GPU memory by kind, FLOPs
  * per step, the pipeline bubble, the bytes each process group moves per step (the ring
- * convention of comm.h, counted exactly as comm.c counts them), and a predicted step time
- * and MFU.  `tessera plan --search` ranks the layouts that fit.
+ * convention of comm.h, counted exactly as comm.c counts them), a predicted step time and
+ * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
+ * --search` ranks the layouts that fit.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
@@ -43,6 +44,8 @@ typedef struct {
   double inter_node_gbps;
   int gpus_per_node;
   double compute_efficiency, comm_efficiency, reserved_gb;
+  double max_mem_frac; /* headroom: a plan fits when the GPU's peak plus reserved_gb is at
+                          most this fraction of hbm_gb (1; `tessera plan --max-mem-frac`) */
 } tsr_hardware;
 
 /* TSR_ERR_INPUT with a message naming the hardware.* key for an unknown name or a
@@ -142,7 +145,7 @@ typedef struct {
   int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */
   int critical;           /* the stage with the most compute and transfer time */
   double t_pipeline, t_step, tokens_per_s, mfu;
-  int fits;               /* worst GPU total + reserved_gb <= hbm_gb */
+  int fits;               /* worst GPU peak + reserved_gb <= max_mem_frac x hbm_gb */
 } tsr_plan;
 
 /* Everything for one layout.  all_stages = 0 evaluates stages 0, 1, pp - 1 and the GPU
@@ -152,19 +155,24 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
                   const tsr_plan_grid *g, int all_stages);
 void tsr_plan_destroy(tsr_plan *p);
 
-/* plan_search.c: `tessera plan --search` on o->nodes nodes of hw: the o->top fastest
- * layouts that fit, then the deck's own. */
+/* plan_search.c: `tessera plan --search` on o->nodes nodes of hw (its GPUs per node and
+ * headroom): the o->top fastest layouts that fit, then the deck's own.  *any_fit: some
+ * layout fits. */
 typedef struct {
   int nodes, top, json;
 } tsr_plan_search_opts;
-int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw,
-                    const tsr_plan_search_opts *o);
+int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                    int *any_fit);
 
 /* plan_cli.c: the command.  Readable tables or JSON of a plan; */
 void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
 void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
-/* `tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]
- * [--search [--top K]] [group.key=value ...]`; returns the exit code. */
+/* Exit code of `tessera plan --require-fit` when the plan, or with --search every layout,
+ * does not fit. */
+enum { TSR_PLAN_NO_FIT = 3 };
+/* `tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--max-mem-frac F]
+ * [--require-fit] [--json] [--search [--top K]] [group.key=value ...]`; returns the exit
+ * code. */
 int tsr_plan_main(int argc, char **argv);
 
 /* The trainer, after step 1: logs the measured memory (max over ranks) next to the

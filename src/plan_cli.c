@@ -1,6 +1,6 @@
 /* plan_cli.c — the `tessera plan` command around the planner (plan.h): readable tables and
- * JSON of one plan, the options; the layout search is plan_search.c.  Rank 0 runs it; it
- * trains nothing. */
+ * JSON of one plan, the options, the exit code (--require-fit); the layout search is
+ * plan_search.c.  Rank 0 runs it; it trains nothing. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +76,14 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   fprintf(out, "  parameters, activations and their gradients stored in %s on both (an fp32 "
           "run's weights are its master); the CPU build adds its host tables, conversion "
           "buffers and the setup's initial copy\n", W(cfg->train.precision));
-  fprintf(out, "  fits: %s (%.2f GB + %.1f GB runtime reserve against %.0f GB of HBM)\n",
-          p->fits ? "yes" : "NO", g->total / 1e9, p->hw.reserved_gb, p->hw.hbm_gb);
+  char room[96];
+  if (p->hw.max_mem_frac < 1)
+    snprintf(room, sizeof room, "%.3g x %.4g GB = %.4g GB of HBM (--max-mem-frac)",
+             p->hw.max_mem_frac, p->hw.hbm_gb, p->hw.max_mem_frac * p->hw.hbm_gb);
+  else
+    snprintf(room, sizeof room, "%.4g GB of HBM", p->hw.hbm_gb);
+  fprintf(out, "  fits: %s (peak %.2f GB + %.1f GB runtime reserve against %s)\n",
+          p->fits ? "yes" : "NO", g->peak / 1e9, p->hw.reserved_gb, room);
 }
 
 static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
@@ -188,9 +194,10 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"peak_fp32_tflops\": %.6g, "
           "\"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, \"intra_node_gbps\": %.6g, "
           "\"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, \"comm_efficiency\": %.6g, "
-          "\"reserved_gb\": %.6g},\n", nodes, g->ranks_per_node, g->world, hw->name,
-          hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
-          hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb);
+          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g},\n", nodes, g->ranks_per_node,
+          g->world, hw->name, hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps,
+          hw->intra_node_gbps, hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency,
+          hw->reserved_gb, hw->max_mem_frac);
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
           "\"recompute\": \"%s\"},\n", W(cfg->model.arch), (long long)p->n_params,
           W(cfg->train.precision), W(cfg->train.recompute));
@@ -225,17 +232,28 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
 
 typedef struct {
   const char *deck;
-  int nodes, json, search, top, help;
+  int nodes, json, search, top, help, require_fit;
+  double max_mem_frac; /* --max-mem-frac: (0, 1], default 1 */
   char extra[2][TSR_STR_SHORT + 32]; /* --hardware / --gpus-per-node as deck overrides */
   int n_over;
   char **over;
 } plan_args;
 
 static void plan_usage(FILE *out) {
-  fprintf(out, "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|"
-          "a100|custom] [--json] [--search [--top K]] [group.key=value ...]\n"
-          "  plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware "
-          "gpus_per_node, else 8); --search ranks every layout that fits\n");
+  fprintf(out,
+          "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|a100|"
+          "custom]\n"
+          "                    [--max-mem-frac F] [--require-fit] [--json] [--search [--top K]]\n"
+          "                    [group.key=value ...]\n"
+          "  Plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware\n"
+          "  gpus_per_node, else 8): memory per GPU, FLOPs, traffic, predicted step time.\n"
+          "  --search        rank every layout that fits (the K fastest, default 10)\n"
+          "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
+          "                  most F x hardware.hbm_gb (0 < F <= 1, default 1)\n"
+          "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
+          "                  layout fits); without it a plan exits 0 either way\n"
+          "  exit codes: 0 planned, 2 bad input or a layout that does not divide, 3 does not\n"
+          "  fit (--require-fit only)\n");
 }
 
 static int bad_usage(const char *what, const char *arg) {
@@ -257,11 +275,21 @@ static int parse_option(int argc, char **argv, int *i, plan_args *a) {
 #define OPT(name) (n == strlen(name) && !strncmp(arg, name, n))
   if (OPT("--json")) return a->json = 1, 0;
   if (OPT("--search")) return a->search = 1, 0;
+  if (OPT("--require-fit")) return a->require_fit = 1, 0;
   if (OPT("--help") || OPT("-h")) return a->help = 1, 0;
-  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") || OPT("--hardware")
+  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") ||
+                          OPT("--hardware") || OPT("--max-mem-frac")
                       ? option_value(argc, argv, i) : NULL;
   if (!v) return bad_usage("unknown option or missing value:", arg);
   char *end = NULL;
+  if (OPT("--max-mem-frac")) {
+    const double f = strtod(v, &end);
+    if (!v[0] || *end || !(f > 0 && f <= 1))
+      return bad_usage("--max-mem-frac takes a fraction of the GPU's memory, 0 < F <= 1, not",
+                       v);
+    a->max_mem_frac = f;
+    return 0;
+  }
   const long num = strtol(v, &end, 10);
   if (OPT("--hardware")) {
     snprintf(a->extra[0], sizeof a->extra[0], "hardware.name=%s", v);
@@ -280,6 +308,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   memset(a, 0, sizeof *a);
   a->nodes = 1;
   a->top = 10;
+  a->max_mem_frac = 1;
   a->over = tsr_calloc((size_t)argc + 2, sizeof *a->over);
   TSR_CHECK(a->over, TSR_ERR, "out of memory");
   for (int i = 0; i < argc; i++) {
@@ -352,8 +381,9 @@ static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *worl
   return rc;
 }
 
+/* One plan; *fits: whether it fits. */
 static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int world,
-                    int json) {
+                    int json, int *fits) {
   char msg[8192];
   tsr_plan_grid g;
   const int bad = tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, msg, sizeof msg);
@@ -366,6 +396,7 @@ static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, in
   const int rc = tsr_plan_make(&p, cfg, hw, &g, 1);
   if (!rc && json) tsr_plan_print_json(stdout, &p, cfg, nodes);
   if (!rc && !json) tsr_plan_print(stdout, &p, cfg, nodes);
+  *fits = !rc && p.fits;
   tsr_plan_destroy(&p);
   return rc;
 }
@@ -377,11 +408,17 @@ int tsr_plan_main(int argc, char **argv) {
   if (!rc && !a.help) {
     tsr_config cfg;
     tsr_hardware hw;
-    int world = 0;
+    int world = 0, fits = 0;
     rc = load(&a, &cfg, &hw, &world);
+    hw.max_mem_frac = a.max_mem_frac;
     const tsr_plan_search_opts o = {a.nodes, a.top, a.json};
-    if (!rc) rc = a.search ? tsr_plan_search(&cfg, &hw, &o)
-                           : plan_one(&cfg, &hw, a.nodes, world, a.json);
+    if (!rc) rc = a.search ? tsr_plan_search(&cfg, &hw, &o, &fits)
+                           : plan_one(&cfg, &hw, a.nodes, world, a.json, &fits);
+    if (!rc && a.require_fit && !fits) {
+      fprintf(stderr, "tessera plan: %s (--require-fit): exit %d\n",
+              a.search ? "no layout fits" : "the plan does not fit", TSR_PLAN_NO_FIT);
+      rc = TSR_PLAN_NO_FIT;
+    }
   }
   tsr_free(&a.over);
   fflush(stdout);

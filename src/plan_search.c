@@ -44,7 +44,7 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
     const int r = (int)c->train.recompute;
     *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
-                     p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total, p.t_step, p.mfu,
+                     p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
                      p.tokens_per_s, p.fits};
   }
   tsr_plan_destroy(&p);
@@ -145,8 +145,17 @@ static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int
   print_candidate(stdout, rank, &k, 0);
 }
 
-int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw,
-                    const tsr_plan_search_opts *o) {
+/* "80 GB" or "0.9 x 80 GB = 72 GB" */
+static void fit_room(char *buf, size_t len, const tsr_hardware *hw) {
+  if (hw->max_mem_frac < 1)
+    snprintf(buf, len, "%.3g x %.4g GB = %.4g GB", hw->max_mem_frac, hw->hbm_gb,
+             hw->max_mem_frac * hw->hbm_gb);
+  else
+    snprintf(buf, len, "%.4g GB", hw->hbm_gb);
+}
+
+int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                    int *any_fit) {
   const int nodes = o->nodes, world = o->nodes * hw->gpus_per_node, top = o->top, json = o->json;
   candidates cs = {NULL, 0, 0, 0};
   int rc = search_all(cfg, hw, world, &cs);
@@ -154,9 +163,12 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw,
   int fit = 0;
   for (int i = 0; i < cs.n; i++) fit += cs.c[i].fits;
   const int shown = fit < top ? fit : top;
+  char room[96];
+  fit_room(room, sizeof room, hw);
   if (!rc && json) {
     printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
-           "\"divide\": %d, \"fit\": %d,\n  ", nodes, hw->gpus_per_node, hw->name, cs.divide, fit);
+           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d,\n  ", nodes, hw->gpus_per_node,
+           hw->name, hw->max_mem_frac, cs.divide, fit);
     print_deck_layout(cfg, hw, world, &cs, 1);
     printf(",\n  \"layouts\": [\n");
     for (int i = 0; i < shown; i++) {
@@ -165,15 +177,16 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw,
     }
     printf("\n]}}\n");
   } else if (!rc) {
-    printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %.0f GB with %.1f "
-           "GB reserved; the %d fastest (predicted):\n", nodes, hw->gpus_per_node, hw->name,
-           cs.divide, fit, hw->hbm_gb, hw->reserved_gb, shown);
+    printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %s with %.1f GB "
+           "reserved; the %d fastest (predicted):\n", nodes, hw->gpus_per_node, hw->name,
+           cs.divide, fit, room, hw->reserved_gb, shown);
     printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
            "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
            "MFU");
     for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
     print_deck_layout(cfg, hw, world, &cs, 0);
   }
+  *any_fit = fit > 0;
   tsr_free(&cs.c);
   return rc;
 }

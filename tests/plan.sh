@@ -24,6 +24,10 @@
 #  6. FLOPs in the JSON: model FLOPs the same for every recompute mode and equal to the
 #     executed FLOPs without recomputation; selective adds none (it rebuilds element-wise
 #     work only); full adds the layers' forward, counted by hand from llm70b's shapes.
+#  7. Sizing: --require-fit exits 3 when the plan does not fit and 0 when it does (0 either
+#     way without it); --max-mem-frac turns llm70b's own layout (41.5 GB with the reserve)
+#     from fitting in 80 GB to not fitting in 0.5 x 80 GB, as peak + reserve against
+#     F x HBM from the JSON says; bad fractions exit 2.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -217,5 +221,43 @@ ok &= f['selective']['executed'] == f['none']['executed'] and f['selective']['re
 ok &= close(f['full']['executed'] - f['none']['executed'], layers_fwd)
 ok &= close(f['full']['recompute'], layers_fwd)
 sys.exit(0 if ok else 1)" "$SCRATCH"
+
+# ---- 7. --require-fit and --max-mem-frac
+for args in "1 fit" "0.5 nofit"; do
+  set -- $args
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --max-mem-frac $1 --json \
+    >"$SCRATCH/$2.json" 2>/dev/null
+  echo $? >"$SCRATCH/$2.rc"
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --max-mem-frac $1 --require-fit \
+    >"$SCRATCH/$2.txt" 2>&1
+  echo $? >"$SCRATCH/$2.rc_req"
+done
+grep "fits:" "$SCRATCH/fit.txt" "$SCRATCH/nofit.txt"
+codes=$(cat "$SCRATCH"/fit.rc_req "$SCRATCH"/nofit.rc_req "$SCRATCH"/fit.rc "$SCRATCH"/nofit.rc)
+check "llm70b 64 x 8: --require-fit exits 0 when it fits, 3 at --max-mem-frac 0.5; 0 without it" \
+  test "$(echo $codes)" = "0 3 0 0"
+check "  ... and the tables say 'fits: yes' and 'fits: NO' (against 0.5 x 80 GB = 40 GB)" \
+  grep -q "fits: NO (peak .* against 0.5 x 80 GB = 40 GB" "$SCRATCH/nofit.txt"
+check "  ... and the verdicts are peak + reserve <= F x HBM of the JSON, and they differ" \
+  "$PYTHON_REF" -c "
+import json, sys
+v = []
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    m, mem = d['machine'], d['memory']
+    need = mem['gpu']['peak'] + m['reserved_gb'] * 1e9
+    room = m['max_mem_frac'] * m['hbm_gb'] * 1e9
+    print(f'    {f.split(\"/\")[-1]}: {need/1e9:.2f} GB against {room/1e9:.1f} GB: fits {mem[\"fits\"]}')
+    if mem['fits'] != (need <= room): sys.exit(1)
+    v.append(mem['fits'])
+sys.exit(0 if v == [True, False] else 1)" "$SCRATCH/fit.json" "$SCRATCH/nofit.json"
+badfrac=""
+for f in 0 1.5 -0.2 abc ""; do
+  "$TESSERA" plan "$big" --nodes 64 --max-mem-frac="$f" >"$SCRATCH/frac.txt" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "max-mem-frac" "$SCRATCH/frac.txt" || badfrac="$badfrac '$f':$rc"
+done
+check "--max-mem-frac 0, 1.5, -0.2, abc, empty: exit 2 naming the option${badfrac:+ (not:$badfrac)}" \
+  test -z "$badfrac"
 
 finish

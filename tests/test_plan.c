@@ -399,6 +399,35 @@ static void test_flop_identities(void) {
   tsr_plan_destroy(&p);
 }
 
+/* --max-mem-frac: a layout fits when the GPU's peak plus the reserve is at most the
+ * fraction of HBM; just above and just below that point. */
+static void test_headroom(void) {
+  tsr_config c = deck("llm70b");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
+  if (rc || hw.max_mem_frac != 1) {
+    TU_CHECK(0, "llm70b on 64 x 8: no plan, or a default headroom other than 1");
+    return;
+  }
+  int fits[3];
+  double need = 0;
+  for (int i = 0; i < 3; i++) {
+    hw.max_mem_frac = i == 0 ? 1 : need / (hw.hbm_gb * 1e9) * (i == 1 ? 1 + 1e-9 : 1 - 1e-9);
+    rc |= tsr_plan_make(&p, &c, &hw, &g, 0);
+    if (i == 0)
+      need = p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak + hw.reserved_gb * 1e9;
+    fits[i] = p.fits;
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(rc == 0 && fits[0] && fits[1] && !fits[2],
+           "llm70b: peak + reserve %.3f GB fits in 80 GB (%d), in %.10f x 80 GB (%d), not in "
+           "%.10f x 80 GB (%d)", need / 1e9, fits[0], need / 80e9 * (1 + 1e-9), fits[1],
+           need / 80e9 * (1 - 1e-9), fits[2]);
+}
+
 /* Compute time of the first stage against its FLOPs at compute_efficiency of the datasheet
  * peak for the precision: 989 TFLOP/s bf16 on an H100, 67 TFLOP/s fp32 (no TF32). */
 static void test_compute_peak(void) {
@@ -443,6 +472,7 @@ int main(void) {
   test_traffic();
   test_flops_and_bubble();
   test_flop_identities();
+  test_headroom();
   test_compute_peak();
   return tu_summary("test_plan");
 }
