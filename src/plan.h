@@ -5,7 +5,7 @@
  * per step, the pipeline bubble, the bytes each process group moves per step (the ring
  * convention of comm.h, counted exactly as comm.c counts them), a predicted step time and
  * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
- * --search` ranks the layouts that fit.
+ * --search` ranks the layouts that fit, holding the keys the command line gives.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
@@ -155,12 +155,22 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
                   const tsr_plan_grid *g, int all_stages);
 void tsr_plan_destroy(tsr_plan *p);
 
-/* plan_search.c: `tessera plan --search` on o->nodes nodes of hw (its GPUs per node and
- * headroom): the o->top fastest layouts that fit, then the deck's own.  *any_fit: some
- * layout fits. */
+/* plan_search.c: the layout search.  The keys it varies, in this order: */
+enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_PP, TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
+       TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
+       TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
+       TSR_PLAN_N_SEARCHED };
+/* The searched keys that `group.key=value` overrides name (bit k: key k), matched as the
+ * deck matches keys, whatever their case; the search holds those at the deck's value. */
+unsigned tsr_plan_search_fixed(int n, char *const *overrides);
+
 typedef struct {
   int nodes, top, json;
+  unsigned fixed;   /* tsr_plan_search_fixed */
+  int deck_invalid; /* the deck's own layout is not valid with the overrides: no row for it */
 } tsr_plan_search_opts;
+/* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
+ * o->top fastest that fit, then the deck's own layout.  *any_fit: some layout fits. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

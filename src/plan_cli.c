@@ -234,6 +234,8 @@ typedef struct {
   const char *deck;
   int nodes, json, search, top, help, require_fit;
   double max_mem_frac; /* --max-mem-frac: (0, 1], default 1 */
+  unsigned fixed;      /* the searched keys the overrides hold (tsr_plan_search_fixed) */
+  int deck_invalid;    /* --search: the deck's own layout does not go with the held keys */
   char extra[2][TSR_STR_SHORT + 32]; /* --hardware / --gpus-per-node as deck overrides */
   int n_over;
   char **over;
@@ -247,7 +249,11 @@ static void plan_usage(FILE *out) {
           "                    [group.key=value ...]\n"
           "  Plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware\n"
           "  gpus_per_node, else 8): memory per GPU, FLOPs, traffic, predicted step time.\n"
-          "  --search        rank every layout that fits (the K fastest, default 10)\n"
+          "  --search        rank every layout that fits (the K fastest, default 10).  A\n"
+          "                  group.key=value of a key it varies holds that key:\n"
+          "                  parallel.{tp, pp, virtual_stages, schedule, sequence_parallel,\n"
+          "                  zero_stage, shard_scope, micro_batches},\n"
+          "                  train.{micro_batch, recompute}\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
           "                  most F x hardware.hbm_gb (0 < F <= 1, default 1)\n"
           "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
@@ -322,6 +328,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       return bad_usage("a second deck?", argv[i]);
     }
   }
+  a->fixed = tsr_plan_search_fixed(a->n_over, a->over); /* the user's, not the extras */
   for (int k = 0; k < 2; k++)
     if (a->extra[k][0]) a->over[a->n_over++] = a->extra[k];
   if (!a->deck && !a->help) return bad_usage("no deck given", "");
@@ -357,10 +364,43 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
   return 0;
 }
 
+/* What a search puts in place of the deck's values of the searched keys the command line
+ * does not hold, when those do not go with the held ones (parallel.pp=16 against the
+ * deck's 2 chunks of 80 layers): by TSR_PLAN_FIX_*, NULL for keys no check involves. */
+static const char *const neutral[TSR_PLAN_N_SEARCHED] = {
+    "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=interleaved",
+    "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
+    "parallel.micro_batches=0", NULL};
+
+/* The deck with neutral[] before the command line's overrides, on the held tp x pp ranks
+ * (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
+ * world size: it is checked as 0 and put back. */
+static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
+  char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
+  TSR_CHECK(over, TSR_ERR, "out of memory");
+  char err[16384];
+  int n = 0;
+  for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++)
+    if (neutral[k] && !(a->fixed & (1u << k))) over[n++] = (char *)neutral[k];
+  for (int i = 0; i < a->n_over; i++) over[n++] = a->over[i];
+  const int64_t micro_batches = cfg->parallel.micro_batches;
+  if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
+    over[n++] = (char *)neutral[TSR_PLAN_FIX_MICRO_BATCHES];
+  const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  const int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
+  int rc = TSR_ERR_INPUT;
+  if (tp >= 1 && pp >= 1 && tp * pp <= INT_MAX)
+    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  if (!rc) cfg->parallel.micro_batches = micro_batches;
+  tsr_free(&over);
+  return rc;
+}
+
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
- * layout, so it only needs the deck to be valid on its own tp x pp ranks. */
-static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
+ * layout, so it only needs the deck to be valid on its own tp x pp ranks, or else with the
+ * keys it varies and the command line does not hold set aside (*deck_invalid). */
+static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   size_t len = 0;
   char *text = read_text(a->deck, &len), err[16384];
   if (!text) {
@@ -375,6 +415,7 @@ static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *worl
     rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, *world, err, sizeof err);
     if (rc && a->search && own > 0)
       rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, own, err, sizeof err);
+    if (rc && a->search && !parse_neutral(a, text, len, cfg)) rc = 0, a->deck_invalid = 1;
     if (rc) fputs(err, stderr);
   }
   free(text);
@@ -411,9 +452,12 @@ int tsr_plan_main(int argc, char **argv) {
     int world = 0, fits = 0;
     rc = load(&a, &cfg, &hw, &world);
     hw.max_mem_frac = a.max_mem_frac;
-    const tsr_plan_search_opts o = {a.nodes, a.top, a.json};
-    if (!rc) rc = a.search ? tsr_plan_search(&cfg, &hw, &o, &fits)
-                           : plan_one(&cfg, &hw, a.nodes, world, a.json, &fits);
+    if (!rc && a.search) {
+      const tsr_plan_search_opts o = {a.nodes, a.top, a.json, a.fixed, a.deck_invalid};
+      rc = tsr_plan_search(&cfg, &hw, &o, &fits);
+    } else if (!rc) {
+      rc = plan_one(&cfg, &hw, a.nodes, world, a.json, &fits);
+    }
     if (!rc && a.require_fit && !fits) {
       fprintf(stderr, "tessera plan: %s (--require-fit): exit %d\n",
               a.search ? "no layout fits" : "the plan does not fit", TSR_PLAN_NO_FIT);

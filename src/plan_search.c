@@ -1,12 +1,40 @@
 /* plan_search.c — `tessera plan --search` (plan.h): every layout of the deck's model on the
  * machine, planned and ranked by predicted step time among those that fit, then the deck's
- * own layout.  plan_cli.c parses the options and calls tsr_plan_search. */
+ * own layout.  A key given on the command line that the search would vary is held at its
+ * value.  plan_cli.c parses the options and calls tsr_plan_search. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "deck.h"
 #include "plan.h"
 #include "util.h"
+
+/* ---------------------------------------------------------------- the keys it varies */
+
+static const char *const searched[TSR_PLAN_N_SEARCHED] = {
+    "parallel.tp",         "parallel.pp",       "parallel.virtual_stages",
+    "parallel.schedule",   "parallel.sequence_parallel", "parallel.zero_stage",
+    "parallel.shard_scope", "train.micro_batch", "parallel.micro_batches",
+    "train.recompute"};
+
+unsigned tsr_plan_search_fixed(int n, char *const *overrides) {
+  unsigned fixed = 0;
+  for (int i = 0; i < n; i++) {
+    const char *a = overrides[i], *eq = strchr(a, '=');
+    if (!eq) continue;
+    while (*a == ' ') a++;
+    size_t len = eq > a ? (size_t)(eq - a) : 0;
+    while (len && a[len - 1] == ' ') len--;
+    for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++) /* deck keys ignore case, as the deck does */
+      if (strlen(searched[k]) == len && !strncasecmp(searched[k], a, len)) fixed |= 1u << k;
+  }
+  return fixed;
+}
+
+#define FIXED(k) (o->fixed & (1u << TSR_PLAN_FIX_##k))
+
+/* ---------------------------------------------------------------- candidates */
 
 typedef struct {
   int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
@@ -16,10 +44,10 @@ typedef struct {
 
 typedef struct {
   candidate *c;
-  int n, cap, divide;
+  int n, cap, divide, fit;
 } candidates;
 
-static const char *const recompute_modes[] = {"none", "selective", "full"}; /* by tsr_recompute */
+static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
 
 static int keep(candidates *cs, const candidate *c) {
   if (cs->n == cs->cap) {
@@ -61,39 +89,71 @@ static int try_layout(const tsr_config *c, const tsr_hardware *hw, int world, in
   if (node_scope && g.shard == g.dp) return 0; /* the same as shard_scope 'global' */
   cs->divide++;
   TSR_CALL(candidate_of(c, hw, &g, &k));
+  cs->fit += k.fits;
   return keep(cs, &k);
 }
 
+/* A short list of values one key takes in the search. */
+typedef struct {
+  int64_t v[16];
+  int n;
+} values;
+
+static values one(int64_t x) { return (values){{x}, 1}; }
+
 /* For one (tp, pp, v): every ZeRO stage and shard scope, recompute mode, micro-batch. */
-static int search_inner(tsr_config *c, const tsr_hardware *hw, int world, candidates *cs) {
-  const int64_t dp = world / (c->parallel.tp * c->parallel.pp);
-  for (int zs = 0; zs <= 3; zs++)
-    for (int node = 0; node <= (zs > 0); node++)
-      for (int r = 0; r < 3; r++)
-        for (int64_t mb = 1; mb <= 64 && mb * dp <= c->train.global_batch; mb *= 2) {
-          c->parallel.zero_stage = zs;
-          c->parallel.shard_scope = node ? TSR_SHARD_NODE : TSR_SHARD_GLOBAL;
-          c->train.recompute = (tsr_recompute)r;
-          c->train.micro_batch = mb;
+static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardware *hw,
+                        int world, const tsr_plan_search_opts *o, candidates *cs) {
+  const int64_t dp = world / (c->parallel.tp * c->parallel.pp), gb = c->train.global_batch;
+  values zs = {{0, 1, 2, 3}, 4}, rs = {{0, 1, 2}, 3}, mbs = {{0}, 0};
+  if (FIXED(ZERO)) zs = one(deck->parallel.zero_stage);
+  if (FIXED(RECOMPUTE)) rs = one((int64_t)deck->train.recompute);
+  if (FIXED(MICRO_BATCH)) mbs = one(deck->train.micro_batch);
+  for (int64_t mb = 1; !FIXED(MICRO_BATCH) && mb <= 64 && mb * dp <= gb; mb *= 2)
+    mbs.v[mbs.n++] = mb;
+  for (int z = 0; z < zs.n; z++) {
+    values scopes = {{TSR_SHARD_GLOBAL, TSR_SHARD_NODE}, zs.v[z] > 0 ? 2 : 1};
+    if (FIXED(SHARD_SCOPE)) scopes = one(deck->parallel.shard_scope);
+    for (int s = 0; s < scopes.n; s++)
+      for (int r = 0; r < rs.n; r++)
+        for (int b = 0; b < mbs.n; b++) {
+          c->parallel.zero_stage = zs.v[z];
+          c->parallel.shard_scope = scopes.v[s];
+          c->train.recompute = (tsr_recompute)rs.v[r];
+          c->train.micro_batch = mbs.v[b];
+          const int node = !FIXED(SHARD_SCOPE) && scopes.v[s] == TSR_SHARD_NODE;
           TSR_CALL(try_layout(c, hw, world, node, cs));
         }
+  }
   return 0;
 }
 
-static int search_all(const tsr_config *cfg, const tsr_hardware *hw, int world, candidates *cs) {
-  tsr_config c = *cfg;
-  c.parallel.micro_batches = 0;
-  for (int tp = 1; tp <= hw->gpus_per_node; tp++) {
-    if (hw->gpus_per_node % tp) continue;
-    for (int pp = 1; pp <= cfg->model.n_layer && tp * pp <= world; pp++) {
-      if (cfg->model.n_layer % pp || world % (tp * pp)) continue;
-      for (int v = 1; v <= (pp > 1 ? 2 : 1); v++) {
+/* tp dividing the node, pp dividing the layers, 1F1B or interleaved with 2 chunks (with
+ * pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
+static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
+                      const tsr_plan_search_opts *o, candidates *cs) {
+  tsr_config c = *deck;
+  if (!FIXED(MICRO_BATCHES)) c.parallel.micro_batches = 0;
+  const int64_t G = hw->gpus_per_node, L = deck->model.n_layer;
+  const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
+  const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
+  for (int64_t tp = FIXED(TP) ? tp_max : 1; tp <= tp_max; tp++) {
+    if (!FIXED(TP) && G % tp) continue;
+    for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
+      if (!FIXED(PP) && (L % pp || tp * pp > world || world % (tp * pp))) continue;
+      values vs = pp > 1 ? (values){{1, 2}, 2} : one(1);
+      if (FIXED(VIRTUAL_STAGES)) vs = one(deck->parallel.virtual_stages);
+      for (int i = 0; i < vs.n; i++) {
+        if (pp == 1 && vs.v[i] > 1) continue; /* chunks without a pipeline: never proposed */
         c.parallel.tp = tp;
         c.parallel.pp = pp;
-        c.parallel.virtual_stages = v;
+        c.parallel.virtual_stages = vs.v[i];
         c.parallel.sequence_parallel = tp > 1;
-        c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
-        TSR_CALL(search_inner(&c, hw, world, cs));
+        if (FIXED(SEQUENCE_PARALLEL))
+          c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
+        c.parallel.schedule = vs.v[i] > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+        if (FIXED(SCHEDULE)) c.parallel.schedule = deck->parallel.schedule;
+        TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
       }
     }
   }
@@ -106,9 +166,20 @@ static int by_fit_then_time(const void *a, const void *b) {
   return (x->step > y->step) - (x->step < y->step);
 }
 
+/* The search on `nodes` nodes, ranked (fitting first, then by predicted step time). */
+static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
+                     const tsr_plan_search_opts *o, candidates *cs) {
+  *cs = (candidates){NULL, 0, 0, 0, 0};
+  const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
+  if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- output */
+
 static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
   if (json) {
-    fprintf(out, "    {\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, "
+    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, "
             "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
             "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
@@ -123,11 +194,21 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
           k->tokens_per_s, k->mfu);
 }
 
+static void print_table_head(void) {
+  printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
+         "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
+         "MFU");
+}
+
 /* The deck's own layout among the candidates: its row and how many that fit are faster. */
 static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int world,
-                              const candidates *cs, int json) {
+                              const candidates *cs, int json, int invalid) {
   tsr_plan_grid g;
   candidate k;
+  if (invalid) {
+    printf(json ? "\"deck\": null" : "the deck's own layout is not valid with these overrides\n");
+    return;
+  }
   if (tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, NULL, 0) ||
       candidate_of(cfg, hw, &g, &k)) {
     printf(json ? "\"deck\": null" : "the deck's own layout does not divide on these GPUs\n");
@@ -136,7 +217,7 @@ static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int
   int rank = 1;
   for (int i = 0; i < cs->n; i++) rank += cs->c[i].fits && cs->c[i].step < k.step;
   if (json) {
-    printf("\"deck\": \n");
+    printf("\"deck\": ");
     print_candidate(stdout, rank, &k, 1);
     return;
   }
@@ -145,7 +226,31 @@ static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int
   print_candidate(stdout, rank, &k, 0);
 }
 
-/* "80 GB" or "0.9 x 80 GB = 72 GB" */
+/* The keys held: "parallel.tp = 8, train.recompute = 'full'" (text) or a JSON object of
+ * key: value (the deck's word, unquoted). */
+static void print_fixed(const tsr_config *cfg, unsigned fixed, int json) {
+  int first = 1;
+  if (json) printf("\"fixed\": {");
+  for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++) {
+    if (!(fixed & (1u << k))) continue;
+    char text[TSR_STR_PATH + 160];
+    tsr_deck_key_text(cfg, searched[k], text, sizeof text);
+    const char *value = strstr(text, " = ");
+    value = value ? value + 3 : "?";
+    if (json) {
+      const size_t n = strlen(value);
+      const int quoted = n >= 2 && value[0] == '\'' && value[n - 1] == '\'';
+      printf("%s\"%s\": \"%.*s\"", first ? "" : ", ", searched[k], (int)(quoted ? n - 2 : n),
+             value + quoted);
+    } else {
+      printf("%s%s", first ? "held fixed by the command line: " : ", ", text);
+    }
+    first = 0;
+  }
+  printf(json ? "}" : first ? "" : "\n");
+}
+
+/* "in 80 GB" or "in 0.9 x 80 GB = 72 GB" */
 static void fit_room(char *buf, size_t len, const tsr_hardware *hw) {
   if (hw->max_mem_frac < 1)
     snprintf(buf, len, "%.3g x %.4g GB = %.4g GB", hw->max_mem_frac, hw->hbm_gb,
@@ -156,37 +261,40 @@ static void fit_room(char *buf, size_t len, const tsr_hardware *hw) {
 
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit) {
-  const int nodes = o->nodes, world = o->nodes * hw->gpus_per_node, top = o->top, json = o->json;
-  candidates cs = {NULL, 0, 0, 0};
-  int rc = search_all(cfg, hw, world, &cs);
-  if (!rc) qsort(cs.c, (size_t)cs.n, sizeof *cs.c, by_fit_then_time);
-  int fit = 0;
-  for (int i = 0; i < cs.n; i++) fit += cs.c[i].fits;
-  const int shown = fit < top ? fit : top;
+  candidates cs;
+  const int world = o->nodes * hw->gpus_per_node;
+  int rc = search_on(cfg, hw, o->nodes, o, &cs);
+  const int shown = cs.fit < o->top ? cs.fit : o->top;
   char room[96];
   fit_room(room, sizeof room, hw);
-  if (!rc && json) {
+  if (!rc && o->json) {
     printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
-           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d,\n  ", nodes, hw->gpus_per_node,
-           hw->name, hw->max_mem_frac, cs.divide, fit);
-    print_deck_layout(cfg, hw, world, &cs, 1);
-    printf(",\n  \"layouts\": [\n");
+           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d,\n  ", o->nodes,
+           hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit);
+    print_fixed(cfg, o->fixed, 1);
+    printf(",\n  ");
+    print_deck_layout(cfg, hw, world, &cs, 1, o->deck_invalid);
+    printf(",\n  \"layouts\": [");
     for (int i = 0; i < shown; i++) {
-      printf("%s", i ? ",\n" : "");
+      printf("%s\n    ", i ? "," : "");
       print_candidate(stdout, i + 1, &cs.c[i], 1);
     }
-    printf("\n]}}\n");
+    printf("%s]", shown ? "\n  " : "");
+    printf("}}\n");
   } else if (!rc) {
     printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %s with %.1f GB "
-           "reserved; the %d fastest (predicted):\n", nodes, hw->gpus_per_node, hw->name,
-           cs.divide, fit, room, hw->reserved_gb, shown);
-    printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
-           "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
-           "MFU");
+           "reserved", o->nodes, hw->gpus_per_node, hw->name, cs.divide, cs.fit, room,
+           hw->reserved_gb);
+    if (shown)
+      printf("; the %d fastest (predicted):\n", shown);
+    else
+      printf("\n");
+    print_fixed(cfg, o->fixed, 0);
+    if (shown) print_table_head();
     for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
-    print_deck_layout(cfg, hw, world, &cs, 0);
+    print_deck_layout(cfg, hw, world, &cs, 0, o->deck_invalid);
   }
-  *any_fit = fit > 0;
+  *any_fit = cs.fit > 0;
   tsr_free(&cs.c);
   return rc;
 }

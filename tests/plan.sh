@@ -28,6 +28,12 @@
 #     way without it); --max-mem-frac turns llm70b's own layout (41.5 GB with the reserve)
 #     from fitting in 80 GB to not fitting in 0.5 x 80 GB, as peak + reserve against
 #     F x HBM from the JSON says; bad fractions exit 2.
+#  8. Keys given on the command line hold the search: with parallel.tp=8,
+#     train.recompute=full and parallel.zero_stage=3 every listed layout has them, the
+#     output names them, and the layouts are exactly the unconstrained search's fitting
+#     layouts with those values; a value the search would not try (virtual_stages 4) is
+#     honoured too, and one the deck's own layout does not go with (pp 16 against its 2
+#     chunks of 80 layers) still gives a search.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -259,5 +265,51 @@ for f in 0 1.5 -0.2 abc ""; do
 done
 check "--max-mem-frac 0, 1.5, -0.2, abc, empty: exit 2 naming the option${badfrac:+ (not:$badfrac)}" \
   test -z "$badfrac"
+
+# ---- 8. command-line keys hold the search
+FIX=(parallel.tp=8 train.recompute=full parallel.zero_stage=3)
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 \
+  >"$SCRATCH/all.json" 2>&1
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 "${FIX[@]}" \
+  >"$SCRATCH/held.json" 2>&1
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --top 3 "${FIX[@]}" \
+  >"$SCRATCH/held.txt" 2>&1
+head -n 3 "$SCRATCH/held.txt"
+check "search with ${FIX[*]}: every layout has them, and they are the unconstrained search's" \
+  "$PYTHON_REF" -c "
+import json, sys
+a, h = (json.load(open(f))['search'] for f in sys.argv[1:3])
+want = {'parallel.tp': '8', 'train.recompute': 'full', 'parallel.zero_stage': '3'}
+row = lambda l: tuple(l[k] for k in ('tp', 'pp', 'virtual_stages', 'dp', 'zero_stage', 'shard',
+                                     'micro_batch', 'recompute', 'memory_gb', 'step_s'))
+held = sorted(map(row, h['layouts']))
+free = sorted(row(l) for l in a['layouts']
+              if l['tp'] == 8 and l['recompute'] == 'full' and l['zero_stage'] == 3)
+other = sum(l['tp'] != 8 or l['recompute'] != 'full' or l['zero_stage'] != 3 for l in a['layouts'])
+print(f'    held: {len(held)} layouts fit of {h[\"divide\"]}; unconstrained: {len(a[\"layouts\"])} '
+      f'fit, {len(free)} with those values, {other} others')
+sys.exit(0 if h['fixed'] == want and held and held == free and other > 0 and
+         len(held) == h['fit'] else 1)" "$SCRATCH/all.json" "$SCRATCH/held.json"
+check "  ... the table names them: 'held fixed by the command line: parallel.tp = 8, ...'" \
+  grep -q "^held fixed by the command line: parallel.tp = 8, parallel.zero_stage = 3, train.recompute = 'full'" \
+  "$SCRATCH/held.txt"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 \
+  parallel.virtual_stages=4 >"$SCRATCH/v4.json" 2>&1
+check "search with parallel.virtual_stages=4 (the search tries 1 and 2): every layout has 4" \
+  "$PYTHON_REF" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['search']
+print(f'    {d[\"fit\"]} fit, pp', sorted({l['pp'] for l in d['layouts']}))
+sys.exit(0 if d['layouts'] and all(l['virtual_stages'] == 4 and l['pp'] > 1
+                                   for l in d['layouts']) else 1)" "$SCRATCH/v4.json"
+# the deck's 2 chunks of 80 layers do not go with 16 stages: the search still runs
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --top 100000 parallel.pp=16 \
+  >"$SCRATCH/pp16.txt" 2>&1
+rc=$?
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$SCRATCH/pp16.txt")
+other=$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$SCRATCH/pp16.txt" | awk '$3 != 16' | wc -l)
+check "search with parallel.pp=16 against the deck's virtual_stages 2: exit 0, $rows layouts, all pp 16" \
+  test $rc -eq 0 -a "$rows" -gt 0 -a "$other" -eq 0 -a \
+  -n "$(grep "the deck's own layout is not valid with these overrides" "$SCRATCH/pp16.txt")"
 
 finish

@@ -428,6 +428,19 @@ static void test_headroom(void) {
            need / 80e9 * (1 - 1e-9), fits[2]);
 }
 
+/* The search holds the searched keys that the command line names, matched as the deck
+ * matches keys (whatever the case, spaces around the name). */
+static void test_search_fixed(void) {
+  char *over[] = {"parallel.tp=8", " TRAIN.Recompute = full", "model.n_layer=4",
+                  "parallel.tpx=1", "train.micro_batch=2", "hardware.gpus_per_node=4"};
+  const unsigned got = tsr_plan_search_fixed(6, over);
+  const unsigned want = 1u << TSR_PLAN_FIX_TP | 1u << TSR_PLAN_FIX_RECOMPUTE |
+                        1u << TSR_PLAN_FIX_MICRO_BATCH;
+  TU_CHECK(got == want,
+           "overrides of parallel.tp, train.recompute (any case) and train.micro_batch hold "
+           "those keys, model.n_layer and hardware keys none: bits %#x (want %#x)", got, want);
+}
+
 /* Compute time of the first stage against its FLOPs at compute_efficiency of the datasheet
  * peak for the precision: 989 TFLOP/s bf16 on an H100, 67 TFLOP/s fp32 (no TF32). */
 static void test_compute_peak(void) {
@@ -473,6 +486,7 @@ int main(void) {
   test_flops_and_bubble();
   test_flop_identities();
   test_headroom();
+  test_search_fixed();
   test_compute_peak();
   return tu_summary("test_plan");
 }
