@@ -5,7 +5,8 @@
  * per step, the pipeline bubble, the bytes each process group moves per step (the ring
  * convention of comm.h, counted exactly as comm.c counts them), a predicted step time and
  * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
- * --search` ranks the layouts that fit, holding the keys the command line gives.
+ * --search` ranks the layouts that fit, holding the keys the command line gives, and names
+ * the smallest larger node count that fits when none does.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
@@ -170,7 +171,9 @@ typedef struct {
   int deck_invalid; /* the deck's own layout is not valid with the overrides: no row for it */
 } tsr_plan_search_opts;
 /* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
- * o->top fastest that fit, then the deck's own layout.  *any_fit: some layout fits. */
+ * o->top fastest that fit, then the deck's own layout; when none fits, the smallest larger
+ * node count (up to 65536) with a layout that fits, and its fastest.  *any_fit: some
+ * layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

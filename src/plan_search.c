@@ -1,7 +1,10 @@
 /* plan_search.c — `tessera plan --search` (plan.h): every layout of the deck's model on the
- * machine, planned and ranked by predicted step time among those that fit, then the deck's
- * own layout.  A key given on the command line that the search would vary is held at its
- * value.  plan_cli.c parses the options and calls tsr_plan_search. */
+ * machine, planned and ranked by predicted step time among those that fit.  A key given on
+ * the command line that the search would vary is held at its value.  When nothing fits,
+ * the larger node counts (same GPUs per node) are tried in increasing order, and the
+ * smallest at which a layout fits is reported with its fastest layout.  plan_cli.c parses
+ * the options and calls tsr_plan_search. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -45,6 +48,7 @@ typedef struct {
 typedef struct {
   candidate *c;
   int n, cap, divide, fit;
+  int first_fit; /* stop at the first layout that fits (probing a larger node count) */
 } candidates;
 
 static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
@@ -123,6 +127,7 @@ static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardwar
           c->train.micro_batch = mbs.v[b];
           const int node = !FIXED(SHARD_SCOPE) && scopes.v[s] == TSR_SHARD_NODE;
           TSR_CALL(try_layout(c, hw, world, node, cs));
+          if (cs->first_fit && cs->fit) return 0;
         }
   }
   return 0;
@@ -154,6 +159,7 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
         c.parallel.schedule = vs.v[i] > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
         if (FIXED(SCHEDULE)) c.parallel.schedule = deck->parallel.schedule;
         TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
+        if (cs->first_fit && cs->fit) return 0;
       }
     }
   }
@@ -169,9 +175,106 @@ static int by_fit_then_time(const void *a, const void *b) {
 /* The search on `nodes` nodes, ranked (fitting first, then by predicted step time). */
 static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
                      const tsr_plan_search_opts *o, candidates *cs) {
-  *cs = (candidates){NULL, 0, 0, 0, 0};
+  *cs = (candidates){NULL, 0, 0, 0, 0, 0};
   const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
   if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- more nodes */
+
+/* The most nodes the scan for a fitting node count goes to. */
+enum { MAX_NODES = 65536 };
+
+static int add_count(int **list, int *n, int *cap, int count) {
+  if (*n == *cap) {
+    const int grown_cap = *cap ? 2 * *cap : 64;
+    int *grown = tsr_calloc((size_t)grown_cap, sizeof *grown);
+    TSR_CHECK(grown, TSR_ERR, "out of memory");
+    if (*list) memcpy(grown, *list, (size_t)*n * sizeof *grown);
+    tsr_free(list);
+    *list = grown;
+    *cap = grown_cap;
+  }
+  (*list)[(*n)++] = count;
+  return 0;
+}
+
+static int by_value(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* The node counts in (nodes, bound] at which some layout the search tries could divide:
+ * tp x pp x dp ranks on whole nodes, dp dividing global_batch / micro_batch.  Ascending,
+ * each once; *beyond: some count past the bound. */
+static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nodes, int bound,
+                         const tsr_plan_search_opts *o, int **list, int *n, int *beyond) {
+  int cap = 0;
+  *list = NULL, *n = 0, *beyond = 0;
+  const int64_t G = hw->gpus_per_node, L = deck->model.n_layer, gb = deck->train.global_batch;
+  const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
+  const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
+  values mbs = {{0}, 0};
+  if (FIXED(MICRO_BATCH)) mbs = one(deck->train.micro_batch);
+  for (int64_t mb = 1; !FIXED(MICRO_BATCH) && mb <= 64 && mb <= gb; mb *= 2) mbs.v[mbs.n++] = mb;
+  for (int64_t tp = FIXED(TP) ? tp_max : 1; tp <= tp_max; tp++) {
+    if (!FIXED(TP) && G % tp) continue;
+    for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
+      if (!FIXED(PP) && L % pp) continue;
+      for (int b = 0; b < mbs.n; b++) {
+        if (gb % mbs.v[b]) continue;
+        const int64_t q = gb / mbs.v[b]; /* dp divides q */
+        for (int64_t d = 1; d <= q / d; d++) {
+          if (q % d) continue;
+          const int64_t dps[2] = {d, q / d};
+          for (int j = 0; j < 2; j++) {
+            const int64_t dp = dps[j];
+            if (tp * pp > INT64_MAX / dp || (tp * pp * dp) % G) continue;
+            const int64_t count = tp * pp * dp / G;
+            if (count > bound) *beyond = 1;
+            if (count > nodes && count <= bound) TSR_CALL(add_count(list, n, &cap, (int)count));
+          }
+        }
+      }
+    }
+  }
+  if (*n) qsort(*list, (size_t)*n, sizeof **list, by_value);
+  int u = 0;
+  for (int i = 0; i < *n; i++)
+    if (!u || (*list)[u - 1] != (*list)[i]) (*list)[u++] = (*list)[i];
+  *n = u;
+  return 0;
+}
+
+/* What the scan above `nodes` found: the smallest node count with a layout that fits (0:
+ * none up to `up_to`; `cut`: the scan stopped at MAX_NODES, not where layouts stop
+ * dividing), and there the ranked search. */
+typedef struct {
+  int count, up_to, cut;
+  candidates there;
+} larger;
+
+static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
+                       const tsr_plan_search_opts *o, larger *out) {
+  const int bound = (int)(INT_MAX / hw->gpus_per_node < MAX_NODES ? INT_MAX / hw->gpus_per_node
+                                                                   : MAX_NODES);
+  int *list = NULL, n = 0;
+  memset(out, 0, sizeof *out);
+  TSR_CALL(larger_counts(deck, hw, o->nodes, bound, o, &list, &n, &out->cut));
+  out->up_to = out->cut ? bound : n ? list[n - 1] : o->nodes;
+  if (!o->json && n)
+    fprintf(stderr, "tessera plan: nothing fits on %d node(s); trying %d larger node count(s) "
+            "up to %d ...\n", o->nodes, n, list[n - 1]);
+  int rc = 0;
+  for (int i = 0; i < n && !rc && !out->count; i++) {
+    candidates probe = {NULL, 0, 0, 0, 0, 1};
+    rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
+    if (!rc && probe.fit) out->count = list[i];
+    tsr_free(&probe.c);
+  }
+  tsr_free(&list);
+  if (!rc && out->count) rc = search_on(deck, hw, out->count, o, &out->there);
   return rc;
 }
 
@@ -259,11 +362,44 @@ static void fit_room(char *buf, size_t len, const tsr_hardware *hw) {
     snprintf(buf, len, "%.4g GB", hw->hbm_gb);
 }
 
+static void print_larger_text(const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                              const larger *l) {
+  printf("nothing fits on %d node(s) x %d GPUs", o->nodes, hw->gpus_per_node);
+  if (!l->count) {
+    if (l->up_to <= o->nodes)
+      printf(", and no layout divides on more nodes\n");
+    else
+      printf(", nor on any node count up to %d (%s)\n", l->up_to,
+             l->cut ? "the scan's bound" : "beyond it no layout divides");
+    return;
+  }
+  printf("; the smallest node count that fits is %d (%d x %d = %d GPUs, %d layout(s) fit); "
+         "the fastest there:\n", l->count, l->count, hw->gpus_per_node,
+         l->count * hw->gpus_per_node, l->there.fit);
+  print_table_head();
+  print_candidate(stdout, 1, &l->there.c[0], 0);
+}
+
+static void print_larger_json(const tsr_plan_search_opts *o, const larger *l) {
+  printf(",\n  \"larger\": {\"from_nodes\": %d, \"up_to_nodes\": %d, \"bound_reached\": %s, "
+         "\"smallest_nodes\": ", o->nodes, l->up_to, l->cut ? "true" : "false");
+  if (!l->count) {
+    printf("null, \"fit\": 0, \"fastest\": null}");
+    return;
+  }
+  printf("%d, \"fit\": %d, \"fastest\": ", l->count, l->there.fit);
+  print_candidate(stdout, 1, &l->there.c[0], 1);
+  printf("}");
+}
+
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit) {
   candidates cs;
+  larger more;
+  memset(&more, 0, sizeof more);
   const int world = o->nodes * hw->gpus_per_node;
   int rc = search_on(cfg, hw, o->nodes, o, &cs);
+  if (!rc && !cs.fit) rc = scan_larger(cfg, hw, o, &more);
   const int shown = cs.fit < o->top ? cs.fit : o->top;
   char room[96];
   fit_room(room, sizeof room, hw);
@@ -280,6 +416,7 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
       print_candidate(stdout, i + 1, &cs.c[i], 1);
     }
     printf("%s]", shown ? "\n  " : "");
+    if (!cs.fit) print_larger_json(o, &more);
     printf("}}\n");
   } else if (!rc) {
     printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %s with %.1f GB "
@@ -292,9 +429,11 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
     print_fixed(cfg, o->fixed, 0);
     if (shown) print_table_head();
     for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
+    if (!cs.fit) print_larger_text(hw, o, &more);
     print_deck_layout(cfg, hw, world, &cs, 0, o->deck_invalid);
   }
   *any_fit = cs.fit > 0;
   tsr_free(&cs.c);
+  tsr_free(&more.there.c);
   return rc;
 }

@@ -34,6 +34,14 @@
 #     layouts with those values; a value the search would not try (virtual_stages 4) is
 #     honoured too, and one the deck's own layout does not go with (pp 16 against its 2
 #     chunks of 80 layers) still gives a search.
+#  9. When nothing fits: a constructed case (the tiny deck with 6 layers on 1-GPU nodes of
+#     12 MB) names the smallest node count that fits, equal to the first count with a
+#     fitting layout found by searching each count in turn.  Memory does not fall
+#     steadily with more nodes there (the least on 3 nodes is 14.2 MB, on 4 15.7, on 6
+#     11.5, on 8 13.1, on 16 11.9; on 5 nothing divides), so doubling the node count and
+#     halving back would answer 12, not 6.  A GPU too small for any count says so up to
+#     where layouts stop dividing, or up to the scan's bound of 65536 nodes;
+#     --search --require-fit exits 3 then.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -201,6 +209,7 @@ cat "$SCRATCH/huge.txt"
 check "1e6 nodes x 4096 GPUs: exit 2, names --nodes and --gpus-per-node and 4096000000 GPUs" \
   test $rc -eq 2 -a -n "$(grep -e '--nodes 1000000 x --gpus-per-node 4096 .* = 4096000000 GPUs' \
   "$SCRATCH/huge.txt")"
+
 # ---- 6. FLOPs: model = 3 x forward in every recompute mode; executed = model + recompute
 for r in none selective full; do
   "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --json train.recompute=$r \
@@ -312,4 +321,53 @@ check "search with parallel.pp=16 against the deck's virtual_stages 2: exit 0, $
   test $rc -eq 0 -a "$rows" -gt 0 -a "$other" -eq 0 -a \
   -n "$(grep "the deck's own layout is not valid with these overrides" "$SCRATCH/pp16.txt")"
 
+# ---- 9. nothing fits: the smallest node count that does
+HW=(--hardware custom hardware.peak_tflops=100 hardware.peak_fp32_tflops=10 hardware.hbm_gbps=1000
+  hardware.intra_node_gbps=100 hardware.inter_node_gbps=10 hardware.gpus_per_node=1
+  hardware.reserved_gb=0)
+tiny="$top_srcdir/input/tiny.nml"
+SIX=("${HW[@]}" hardware.hbm_gb=0.012 model.n_layer=6)
+fits_on() { # fits_on NODES: how many layouts the search finds fitting ("" on failure)
+  "$TESSERA" plan "$tiny" --nodes "$1" --search --json "${SIX[@]}" 2>/dev/null |
+    "$PYTHON_REF" -c "import json, sys; print(json.load(sys.stdin)['search']['fit'])"
+}
+"$TESSERA" plan "$tiny" --search "${SIX[@]}" >"$SCRATCH/small.txt" 2>&1
+rc=$?
+"$TESSERA" plan "$tiny" --search --require-fit "${SIX[@]}" >/dev/null 2>&1
+rc_req=$?
+"$TESSERA" plan "$tiny" --search --json "${SIX[@]}" >"$SCRATCH/small.json" 2>&1
+cat "$SCRATCH/small.txt"
+first=0 counts=""
+for n in $(seq 2 16); do # each node count in turn, independently
+  f=$(fits_on $n)
+  counts="$counts $n:$f"
+  [ "${f:-0}" -gt 0 ] && { first=$n; break; }
+done
+echo "    layouts that fit by node count:$counts"
+check "tiny, 6 layers, on 1-GPU nodes of 12 MB: nothing fits on 1; the smallest count that fits is $first" \
+  grep -q "^nothing fits on 1 node(s) x 1 GPUs; the smallest node count that fits is $first (" \
+  "$SCRATCH/small.txt"
+check "  ... the JSON says the same, with a fitting layout there; exit 0, 3 with --require-fit" \
+  "$PYTHON_REF" -c "
+import json, sys
+l = json.load(open(sys.argv[1]))['search']['larger']
+sys.exit(0 if l['smallest_nodes'] == int(sys.argv[2]) > 1 and l['fastest']['fits'] and
+         l['fit'] > 0 and sys.argv[3:] == ['0', '3'] else 1)" "$SCRATCH/small.json" "$first" $rc $rc_req
+"$TESSERA" plan "$tiny" --search --require-fit "${HW[@]}" hardware.hbm_gb=0.005 >"$SCRATCH/none.txt" 2>&1
+rc=$?
+grep "^nothing fits" "$SCRATCH/none.txt"
+none="nothing fits on 1 node(s) x 1 GPUs, nor on any node count up to 64 (beyond it no layout"
+check "tiny on 5 MB GPUs: nothing fits up to 64 nodes, beyond which no layout divides; exit 3" \
+  test $rc -eq 3 -a -n "$(grep "^$none divides)" "$SCRATCH/none.txt")"
+check "  ... and on 64 nodes some layout divides, on 128 none" "$PYTHON_REF" -c "
+import json, subprocess, sys
+d = [json.loads(subprocess.run(sys.argv[1:] + ['--nodes', n], capture_output=True, text=True).stdout)
+     ['search']['divide'] for n in ('64', '128')]
+print('    layouts that divide on 64 and 128 nodes:', d)
+sys.exit(0 if d[0] > 0 and d[1] == 0 else 1)" "$TESSERA" plan "$tiny" --search --json "${HW[@]}" hardware.hbm_gb=0.005
+"$TESSERA" plan "$tiny" --search "${HW[@]}" hardware.hbm_gb=0.001 train.global_batch=1048576 \
+  >"$SCRATCH/bound.txt" 2>&1
+grep "^nothing fits" "$SCRATCH/bound.txt"
+check "with 2^20 sequences a batch, the scan stops at its bound: 'up to 65536 (the scan's bound)'" \
+  grep -q "nor on any node count up to 65536 (the scan's bound)" "$SCRATCH/bound.txt"
 finish
