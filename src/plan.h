@@ -6,7 +6,8 @@
  * convention of comm.h, counted exactly as comm.c counts them), a predicted step time and
  * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
  * --search` ranks the layouts that fit, holding the keys the command line gives, and names
- * the smallest larger node count that fits when none does.
+ * the smallest larger node count that fits when none does.  docs/architecture.md "The
+ * planner" defines the FLOP count, the fit rule and the search.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
