@@ -2,13 +2,15 @@
  *
  *   tessera [DECK] [group.key=value ...]        train (no DECK: the embedded input/tiny.nml)
  *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
- *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time
+ *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time,
+ *                                               whether it fits, the layout search
  *   tessera --help-deck                         every deck key
  * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/deckpath.h).
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
- * signal after a checkpoint (requeue me), 4 watchdog. */
+ * signal after a checkpoint (requeue me), 4 watchdog; `tessera plan --require-fit` exits
+ * 3 when the plan does not fit (TSR_PLAN_NO_FIT). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -41,11 +43,13 @@ static void usage(FILE *out) {
           "usage: tessera [DECK] [group.key=value ...]       train (no DECK: built-in copy of %s)\n"
           "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
           "       tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]\n"
-          "                    [--search [--top K]] [group.key=value ...]   plan a run, no training\n"
+          "                    [--max-mem-frac F] [--require-fit] [--search [--top K]]\n"
+          "                    [group.key=value ...]   plan a run, no training (plan --help)\n"
           "       tessera --help-deck                         list every deck key\n"
           "       tessera --version\n"
           "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
-          "4 watchdog\n",
+          "4 watchdog;\n"
+          "            tessera plan --require-fit: 3 when it does not fit\n",
           tsr_embedded_deck_name);
   tsr_deck_path_usage(out);
 }

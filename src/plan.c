@@ -1,7 +1,7 @@
 /* plan.c — the planner (plan.h): layout checks, memory per rank by kind for the GPU and
  * for this CPU build, FLOPs, pipeline bubble, traffic per process group, predicted step
- * time and MFU, and the trainer's planned-vs-measured memory line.  The command around
- * it (output, search, options) is plan_cli.c.
+ * time and MFU, whether it fits, and the trainer's planned-vs-measured memory line and
+ * FLOP count.  The command around it is plan_cli.c (output, options) and plan_search.c.
  *
  * Memory follows the allocations buffer by buffer: model.c (parameters and gradients it
  * owns; activation slots, the recompute target and gradient scratch sized by
@@ -42,10 +42,10 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
  * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
 static const tsr_hardware builtin[] = { /* in the order of tsr_hw_name */
     /* name  bf16 TFLOP/s  fp32  HBM GB  HBM GB/s  NVLink  network  per node */
-    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0},
-    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0},
-    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0, 1},
+    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0, 1},
+    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0, 1},
+    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
 };
 
 int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
@@ -72,6 +72,7 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
   hw->compute_efficiency = d->compute_efficiency;
   hw->comm_efficiency = d->comm_efficiency;
   hw->reserved_gb = d->reserved_gb;
+  hw->max_mem_frac = 1.0;
   return 0;
 }
 
@@ -134,15 +135,27 @@ static int gemm_weight(const tsr_tensor *t, const tsr_model_config *m, int pp) {
   return t->tied_copy || (m->tie_embeddings && pp == 1); /* the tied head; else a lookup */
 }
 
-static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, part *p) {
+/* Parts of recently planned layouts.  A search plans every ZeRO stage, recompute mode and
+ * micro-batch of one (tp, pp, v) in a row, and building the tensor table is most of the
+ * time of a plan; a part depends only on the model's shapes and where the rank sits.  The
+ * planner runs on one thread (rank 0 of `tessera plan`, of the trainer's memory line). */
+enum { PART_MEMO = 8 };
+static struct {
+  tsr_model_config model;
+  int tp, pp, v, stage, used;
+  part p;
+} memo[PART_MEMO];
+static int memo_next;
+
+static int build_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
   tsr_layout *lay;
-  TSR_CALL(tsr_layout_create_part(&lay, &cfg->model, tp, 0, pp, stage, v));
+  TSR_CALL(tsr_layout_create_part(&lay, m, tp, 0, pp, stage, v));
   memset(p, 0, sizeof *p);
   int64_t begin = 0, end = 0;
   int cur = -1;
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
-    if (gemm_weight(t, &cfg->model, pp)) {
+    if (gemm_weight(t, m, pp)) {
       p->gemm += (double)t->numel;
       if (t->layer >= 0) p->layer_gemm += (double)t->numel;
     }
@@ -163,6 +176,22 @@ static int make_part(const tsr_config *cfg, int tp, int pp, int v, int stage, pa
   p->first = stage == 0;
   p->last = stage == pp - 1;
   tsr_layout_destroy(&lay);
+  return 0;
+}
+
+static int make_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
+  for (int i = 0; i < PART_MEMO; i++)
+    if (memo[i].used && memo[i].tp == tp && memo[i].pp == pp && memo[i].v == v &&
+        memo[i].stage == stage && !memcmp(&memo[i].model, m, sizeof *m)) {
+      *p = memo[i].p;
+      return 0;
+    }
+  TSR_CALL(build_part(m, tp, pp, v, stage, p));
+  memcpy(&memo[memo_next].model, m, sizeof *m); /* compared bytewise */
+  memo[memo_next].tp = tp, memo[memo_next].pp = pp, memo[memo_next].v = v;
+  memo[memo_next].stage = stage, memo[memo_next].used = 1;
+  memo[memo_next].p = *p;
+  memo_next = (memo_next + 1) % PART_MEMO;
   return 0;
 }
 
@@ -317,7 +346,7 @@ static int slots_for(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend b, tsr_plan_memory *out) {
   part p;
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
   *out = memory_of(cfg, g, &p, slots, b);
@@ -433,33 +462,45 @@ static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]) {
   part p;
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
   traffic_of(cfg, g, &p, stage, out);
   return 0;
 }
 
 /* ---------------------------------------------------------------- FLOPs and time */
 
-double tsr_plan_flops_per_token(const tsr_model_config *m) {
-  tsr_layout *whole;
-  if (tsr_layout_create(&whole, m)) return 0.0;
-  double n = (double)whole->n_params;
-  const tsr_tensor *pos = tsr_layout_find(whole, "pos_embed.weight");
-  if (pos) n -= (double)pos->numel; /* lookups, not matmuls */
-  tsr_layout_destroy(&whole);
-  return 6.0 * n + 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model;
+/* The causal attention core's forward per token and layer on all heads: QK^T and PV, each
+ * query row against T / 2 keys on average, 2 FLOPs per multiply-add: 2 T d. */
+static double attention_core(const tsr_model_config *m) {
+  return 2.0 * (double)m->seq_len * (double)m->d_model;
 }
 
-/* What one GPU of the stage computes per step: 2 FLOPs per GEMM weight and token forward,
- * 4 backward; its heads' share of causal attention; a second forward of the layers with
- * recompute = 'full' (selective recomputes element-wise work only). */
-static double stage_flops(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  const tsr_model_config *m = &cfg->model;
-  const double tokens = (double)cfg->train.global_batch * (double)m->seq_len / g->dp;
-  const double attn = 6.0 * p->layers * (double)m->seq_len * (double)m->d_model / g->tp;
-  double per_token = 6.0 * p->gemm + attn;
-  if (cfg->train.recompute == TSR_RECOMPUTE_FULL) per_token += 2.0 * p->layer_gemm + attn / 3.0;
-  return tokens * per_token;
+double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
+  part whole;
+  if (make_part(m, 1, 1, 1, 0, &whole)) return 0.0;
+  return 2.0 * whole.gemm + (double)m->n_layer * attention_core(m);
+}
+
+double tsr_plan_flops_per_token(const tsr_model_config *m) {
+  return 3.0 * tsr_plan_forward_flops_per_token(m);
+}
+
+/* What one GPU of the stage computes per token of its dp rank's share: the forward of
+ * its GEMM weights (a KV head replicated over tp ranks counts on each) and of its heads'
+ * share of the attention core, three times (backward twice forward), plus what
+ * recomputation runs again.  recompute = 'full' reruns the forward of the stage's layers
+ * (model_layer_recompute; not the embedding, the head or the loss); 'selective' rebuilds
+ * the norm outputs and the MLP activation, element-wise work, which this count leaves out
+ * like every element-wise op, the lookups and the loss. */
+static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
+}
+static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return 0.0;
+  return 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
+}
+static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
+  return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;
 }
 
 /* bf16 runs on the tensor cores; fp32 runs true fp32 (no TF32), at the fp32 peak. */
@@ -511,7 +552,9 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
     const double send = t->bytes[TSR_COMM_SEND], recv = t->bytes[TSR_COMM_RECV];
     t->seconds = link_time(&p->hw, t, t->total - send - recv + fmax(send, recv));
   }
-  st->flops = stage_flops(cfg, &p->grid, pt);
+  const double tokens = stage_tokens(cfg, &p->grid);
+  st->recompute_flops = tokens * stage_recompute(cfg, &p->grid, pt);
+  st->flops = tokens * 3.0 * stage_forward(cfg, &p->grid, pt) + st->recompute_flops;
   stage_times(cfg, &p->hw, &p->grid, st);
   st->done = 1;
   return 0;
@@ -522,14 +565,16 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
   const tsr_plan_grid *g = &p->grid;
   const double tokens = (double)cfg->train.global_batch * (double)m->seq_len;
-  p->model_flops = tsr_plan_flops_per_token(m) * tokens;
-  p->attention_flops = 6.0 * (double)m->n_layer * (double)m->seq_len * (double)m->d_model * tokens;
+  p->forward_flops = tsr_plan_forward_flops_per_token(m) * tokens;
+  p->model_flops = 3.0 * p->forward_flops;
+  p->attention_flops = 3.0 * (double)m->n_layer * attention_core(m) * tokens;
   p->bubble =
       g->pp > 1 ? tsr_pp_ideal_bubble(cfg->parallel.schedule, g->pp, g->micro_batches, g->v) : 0;
   double busy = 0, tail = 0;
   for (int s = 0; s < g->pp; s++) {
     const tsr_plan_stage *st = p->stages[s].done ? &p->stages[s] : &p->stages[1]; /* alike */
     p->executed_flops += st->flops * g->tp * g->dp;
+    p->recompute_flops += st->recompute_flops * g->tp * g->dp;
     if (st->t_compute + st->t_tp + st->t_pp > busy) p->critical = p->stages[s].done ? s : 1;
     busy = fmax(busy, st->t_compute + st->t_tp + st->t_pp);
     tail = fmax(tail, st->t_dp + st->t_optimizer);
@@ -541,8 +586,8 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   p->t_step = p->t_pipeline + tail;
   p->tokens_per_s = tokens / p->t_step;
   p->mfu = p->model_flops / (p->t_step * g->world * peak_flops(&p->hw, cfg));
-  const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total;
-  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.hbm_gb * 1e9;
+  const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak;
+  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.max_mem_frac * p->hw.hbm_gb * 1e9;
 }
 
 int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
@@ -553,18 +598,18 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
   p->stages = tsr_calloc((size_t)g->pp, sizeof *p->stages);
   TSR_CHECK(p->stages, TSR_ERR, "out of memory");
   part kinds[3]; /* stage 0, a middle stage, the last stage: middle stages hold the same */
-  TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 0, &kinds[0]));
-  if (g->pp > 2) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, 1, &kinds[1]));
-  if (g->pp > 1) TSR_CALL(make_part(cfg, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
+  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 0, &kinds[0]));
+  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 1, &kinds[1]));
+  if (g->pp > 1) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
   for (int s = 0; s < g->pp; s++) {
     if (!all_stages && s > 1 && s < g->pp - 1) continue;
     const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
     TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
   }
-  tsr_layout *whole;
-  TSR_CALL(tsr_layout_create(&whole, &cfg->model));
-  p->n_params = whole->n_params;
-  tsr_layout_destroy(&whole);
+  part whole;
+  TSR_CALL(make_part(&cfg->model, 1, 1, 1, 0, &whole));
+  p->n_params = whole.n_params;
+  p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);
   return 0;
 }

@@ -3,8 +3,11 @@
  * From a deck and a machine (nodes x GPUs per node, the &hardware figures) it works out,
  * without allocating the model: whether the layout divides, per-GPU memory by kind, FLOPs
  * per step, the pipeline bubble, the bytes each process group moves per step (the ring
- * convention of comm.h, counted exactly as comm.c counts them), and a predicted step time
- * and MFU.  `tessera plan --search` ranks the layouts that fit.
+ * convention of comm.h, counted exactly as comm.c counts them), a predicted step time and
+ * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
+ * --search` ranks the layouts that fit, holding the keys the command line gives, and names
+ * the smallest larger node count that fits when none does.  docs/architecture.md "The
+ * planner" defines the FLOP count, the fit rule and the search.
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
@@ -43,6 +46,8 @@ typedef struct {
   double inter_node_gbps;
   int gpus_per_node;
   double compute_efficiency, comm_efficiency, reserved_gb;
+  double max_mem_frac; /* headroom: a plan fits when the GPU's peak plus reserved_gb is at
+                          most this fraction of hbm_gb (1; `tessera plan --max-mem-frac`) */
 } tsr_hardware;
 
 /* TSR_ERR_INPUT with a message naming the hardware.* key for an unknown name or a
@@ -107,14 +112,21 @@ typedef struct {
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]);
 
-/* FLOPs per token of the whole model as the trainer counts them: 6 N (every parameter
- * but learned positions) + 6 n_layer seq_len d_model (causal attention). */
+/* Forward FLOPs per token of the whole model: 2 per weight that takes part in a GEMM (every
+ * 2-D weight but the lookups: the input embedding, unless it is also the tied LM head, and
+ * learned positions) and the causal attention core, 2 seq_len d_model per layer (QK^T and
+ * PV against seq_len / 2 keys on average).  Norms, biases, activations, the softmax and the
+ * loss are element-wise and left out. */
+double tsr_plan_forward_flops_per_token(const tsr_model_config *m);
+/* Model FLOPs per token: 3 x forward (the backward twice the forward), whatever
+ * train.recompute is.  The trainer's GFLOP/s and MFU count with it. */
 double tsr_plan_flops_per_token(const tsr_model_config *m);
 
 typedef struct {
   tsr_plan_memory mem[TSR_PLAN_N_BACKENDS];
   tsr_plan_traffic comm[TSR_PLAN_N_GROUPS];
   double flops;       /* executed per step on one GPU of the stage (recompute included) */
+  double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
   double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only) */
 } tsr_plan_stage;
@@ -123,15 +135,19 @@ typedef struct {
   tsr_plan_grid grid;
   tsr_hardware hw;
   int64_t n_params;
-  double model_flops;     /* per step, whole job: flops_per_token x tokens */
-  double attention_flops; /* of which causal attention */
-  double executed_flops;  /* summed over GPUs, with recomputation */
+  int64_t n_gemm;         /* of which weights in GEMMs (tsr_plan_forward_flops_per_token) */
+  double model_flops;     /* per step, whole job: flops_per_token x tokens = 3 x forward */
+  double forward_flops;   /* the forward of one step */
+  double attention_flops; /* of model_flops, the causal attention core's */
+  double recompute_flops; /* summed over GPUs: what recomputation runs again */
+  double executed_flops;  /* summed over GPUs: model FLOPs (a KV head replicated over tp
+                             ranks counted on each), plus recompute_flops */
   double bubble;          /* ideal idle fraction of the step (pipeline.h) */
   tsr_plan_stage *stages; /* [pp] */
   int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */
   int critical;           /* the stage with the most compute and transfer time */
   double t_pipeline, t_step, tokens_per_s, mfu;
-  int fits;               /* worst GPU total + reserved_gb <= hbm_gb */
+  int fits;               /* worst GPU peak + reserved_gb <= max_mem_frac x hbm_gb */
 } tsr_plan;
 
 /* Everything for one layout.  all_stages = 0 evaluates stages 0, 1, pp - 1 and the GPU
@@ -141,11 +157,36 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
                   const tsr_plan_grid *g, int all_stages);
 void tsr_plan_destroy(tsr_plan *p);
 
+/* plan_search.c: the layout search.  The keys it varies, in this order: */
+enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_PP, TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
+       TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
+       TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
+       TSR_PLAN_N_SEARCHED };
+/* The searched keys that `group.key=value` overrides name (bit k: key k), matched as the
+ * deck matches keys, whatever their case; the search holds those at the deck's value. */
+unsigned tsr_plan_search_fixed(int n, char *const *overrides);
+
+typedef struct {
+  int nodes, top, json;
+  unsigned fixed;   /* tsr_plan_search_fixed */
+  int deck_invalid; /* the deck's own layout is not valid with the overrides: no row for it */
+} tsr_plan_search_opts;
+/* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
+ * o->top fastest that fit, then the deck's own layout; when none fits, the smallest larger
+ * node count (up to 65536) with a layout that fits, and its fastest.  *any_fit: some
+ * layout fits on o->nodes. */
+int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                    int *any_fit);
+
 /* plan_cli.c: the command.  Readable tables or JSON of a plan; */
 void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
 void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);
-/* `tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]
- * [--search [--top K]] [group.key=value ...]`; returns the exit code. */
+/* Exit code of `tessera plan --require-fit` when the plan, or with --search every layout,
+ * does not fit. */
+enum { TSR_PLAN_NO_FIT = 3 };
+/* `tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--max-mem-frac F]
+ * [--require-fit] [--json] [--search [--top K]] [group.key=value ...]`; returns the exit
+ * code. */
 int tsr_plan_main(int argc, char **argv);
 
 /* The trainer, after step 1: logs the measured memory (max over ranks) next to the

@@ -1,5 +1,6 @@
 /* plan_cli.c — the `tessera plan` command around the planner (plan.h): readable tables and
- * JSON of one plan, the layout search, the options.  Rank 0 runs it; it trains nothing. */
+ * JSON of one plan, the options, the exit code (--require-fit); the layout search is
+ * plan_search.c.  Rank 0 runs it; it trains nothing. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,21 +76,35 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   fprintf(out, "  parameters, activations and their gradients stored in %s on both (an fp32 "
           "run's weights are its master); the CPU build adds its host tables, conversion "
           "buffers and the setup's initial copy\n", W(cfg->train.precision));
-  fprintf(out, "  fits: %s (%.2f GB + %.1f GB runtime reserve against %.0f GB of HBM)\n",
-          p->fits ? "yes" : "NO", g->total / 1e9, p->hw.reserved_gb, p->hw.hbm_gb);
+  char room[96];
+  if (p->hw.max_mem_frac < 1)
+    snprintf(room, sizeof room, "%.3g x %.4g GB = %.4g GB of HBM (--max-mem-frac)",
+             p->hw.max_mem_frac, p->hw.hbm_gb, p->hw.max_mem_frac * p->hw.hbm_gb);
+  else
+    snprintf(room, sizeof room, "%.4g GB of HBM", p->hw.hbm_gb);
+  fprintf(out, "  fits: %s (peak %.2f GB + %.1f GB runtime reserve against %s)\n",
+          p->fits ? "yes" : "NO", g->peak / 1e9, p->hw.reserved_gb, room);
 }
 
 static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_grid *g = &p->grid;
   const double tokens = (double)cfg->train.global_batch * (double)cfg->model.seq_len;
   fprintf(out, "\ncompute per step (%.4g M tokens)\n", tokens / 1e6);
-  fprintf(out, "  model FLOPs       %.4g PFLOP = 6 N tokens %.4g + attention %.4g (the "
-          "trainer's count: N = parameters but learned positions, attention 6 L T d per token)\n",
-          p->model_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
-          p->attention_flops / 1e15);
-  fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs (GEMMs and attention, recompute '%s'; "
-          "lookups cost none), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
-          W(cfg->train.recompute), p->stages[p->critical].flops / 1e12, p->critical);
+  fprintf(out, "  model FLOPs       %.4g PFLOP = 3 x forward %.4g: GEMMs 6 N tokens %.4g + causal "
+          "attention %.4g (N = %.4g B weights in GEMMs; lookups, norms, biases and other "
+          "element-wise work count none; attention 6 L T d per token); the trainer's MFU "
+          "count, the same for every recompute mode\n", p->model_flops / 1e15,
+          p->forward_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
+          p->attention_flops / 1e15, (double)p->n_gemm / 1e9);
+  fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs = model + recompute %.4g (recompute "
+          "'%s': %s), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
+          p->recompute_flops / 1e15, W(cfg->train.recompute),
+          cfg->train.recompute == TSR_RECOMPUTE_FULL
+              ? "the layers' forward again"
+              : cfg->train.recompute == TSR_RECOMPUTE_SELECTIVE
+                    ? "norm outputs and the MLP activation again, element-wise"
+                    : "nothing",
+          p->stages[p->critical].flops / 1e12, p->critical);
   fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: (p-1)/(v m + p-1), p %d, m %d, "
           "v %d)\n", p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", g->pp,
           g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
@@ -164,7 +179,8 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   json_memory(out, &st->mem[TSR_PLAN_GPU]);
   fprintf(out, ", \"memory_cpu_build\": ");
   json_memory(out, &st->mem[TSR_PLAN_CPU]);
-  fprintf(out, ",\n     \"flops\": %.6g, \"traffic\": ", st->flops);
+  fprintf(out, ",\n     \"flops\": %.17g, \"recompute_flops\": %.17g, \"traffic\": ", st->flops,
+          st->recompute_flops);
   json_traffic(out, st->comm);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"pp\": %.6g, "
           "\"dp_exposed\": %.6g, \"optimizer\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
@@ -178,9 +194,10 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"peak_fp32_tflops\": %.6g, "
           "\"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, \"intra_node_gbps\": %.6g, "
           "\"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, \"comm_efficiency\": %.6g, "
-          "\"reserved_gb\": %.6g},\n", nodes, g->ranks_per_node, g->world, hw->name,
-          hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps,
-          hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb);
+          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g},\n", nodes, g->ranks_per_node,
+          g->world, hw->name, hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps,
+          hw->intra_node_gbps, hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency,
+          hw->reserved_gb, hw->max_mem_frac);
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
           "\"recompute\": \"%s\"},\n", W(cfg->model.arch), (long long)p->n_params,
           W(cfg->train.precision), W(cfg->train.recompute));
@@ -196,8 +213,10 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   fprintf(out, ",\n             \"cpu_build_stage\": %d, \"cpu_build\": ", p->worst[TSR_PLAN_CPU]);
   json_memory(out, &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU]);
   fprintf(out, ", \"fits\": %s},\n", p->fits ? "true" : "false");
-  fprintf(out, "  \"flops\": {\"model\": %.6g, \"attention\": %.6g, \"executed\": %.6g},\n",
-          p->model_flops, p->attention_flops, p->executed_flops);
+  fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
+          "\"recompute\": %.17g, \"executed\": %.17g, \"gemm_weights\": %lld},\n",
+          p->model_flops, p->forward_flops, p->attention_flops, p->recompute_flops,
+          p->executed_flops, (long long)p->n_gemm);
   fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
           "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g},\n  \"stages\": [\n",
           p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu);
@@ -209,192 +228,39 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   fprintf(out, "  ]\n}\n");
 }
 
-/* ---------------------------------------------------------------- search */
-
-typedef struct {
-  int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
-  double mem, step, mfu, tokens_per_s;
-  int fits;
-} candidate;
-
-typedef struct {
-  candidate *c;
-  int n, cap, divide;
-} candidates;
-
-static const char *const recompute_modes[] = {"none", "selective", "full"}; /* by tsr_recompute */
-
-static int keep(candidates *cs, const candidate *c) {
-  if (cs->n == cs->cap) {
-    const int cap = cs->cap ? 2 * cs->cap : 256;
-    candidate *grown = tsr_calloc((size_t)cap, sizeof *grown);
-    TSR_CHECK(grown, TSR_ERR, "out of memory");
-    if (cs->c) memcpy(grown, cs->c, (size_t)cs->n * sizeof *grown);
-    tsr_free(&cs->c);
-    cs->c = grown;
-    cs->cap = cap;
-  }
-  cs->c[cs->n++] = *c;
-  return 0;
-}
-
-/* The plan of one layout, as a row of the search. */
-static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_plan_grid *g,
-                        candidate *k) {
-  tsr_plan p;
-  const int rc = tsr_plan_make(&p, c, hw, g, 0);
-  if (!rc) {
-    const int r = (int)c->train.recompute;
-    *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
-                     (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
-                     p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total, p.t_step, p.mfu,
-                     p.tokens_per_s, p.fits};
-  }
-  tsr_plan_destroy(&p);
-  return rc;
-}
-
-/* Plan one layout (c's parallel and train keys) and keep it when it divides; with
- * `node_scope`, only when the node-wide shard group differs from the whole dp group. */
-static int try_layout(const tsr_config *c, const tsr_hardware *hw, int world, int node_scope,
-                      candidates *cs) {
-  tsr_plan_grid g;
-  candidate k;
-  if (tsr_plan_layout(c, world, hw->gpus_per_node, &g, NULL, 0)) return 0;
-  if (node_scope && g.shard == g.dp) return 0; /* the same as shard_scope 'global' */
-  cs->divide++;
-  TSR_CALL(candidate_of(c, hw, &g, &k));
-  return keep(cs, &k);
-}
-
-/* For one (tp, pp, v): every ZeRO stage and shard scope, recompute mode, micro-batch. */
-static int search_inner(tsr_config *c, const tsr_hardware *hw, int world, candidates *cs) {
-  const int64_t dp = world / (c->parallel.tp * c->parallel.pp);
-  for (int zs = 0; zs <= 3; zs++)
-    for (int node = 0; node <= (zs > 0); node++)
-      for (int r = 0; r < 3; r++)
-        for (int64_t mb = 1; mb <= 64 && mb * dp <= c->train.global_batch; mb *= 2) {
-          c->parallel.zero_stage = zs;
-          c->parallel.shard_scope = node ? TSR_SHARD_NODE : TSR_SHARD_GLOBAL;
-          c->train.recompute = (tsr_recompute)r;
-          c->train.micro_batch = mb;
-          TSR_CALL(try_layout(c, hw, world, node, cs));
-        }
-  return 0;
-}
-
-static int search_all(const tsr_config *cfg, const tsr_hardware *hw, int world, candidates *cs) {
-  tsr_config c = *cfg;
-  c.parallel.micro_batches = 0;
-  for (int tp = 1; tp <= hw->gpus_per_node; tp++) {
-    if (hw->gpus_per_node % tp) continue;
-    for (int pp = 1; pp <= cfg->model.n_layer && tp * pp <= world; pp++) {
-      if (cfg->model.n_layer % pp || world % (tp * pp)) continue;
-      for (int v = 1; v <= (pp > 1 ? 2 : 1); v++) {
-        c.parallel.tp = tp;
-        c.parallel.pp = pp;
-        c.parallel.virtual_stages = v;
-        c.parallel.sequence_parallel = tp > 1;
-        c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
-        TSR_CALL(search_inner(&c, hw, world, cs));
-      }
-    }
-  }
-  return 0;
-}
-
-static int by_fit_then_time(const void *a, const void *b) {
-  const candidate *x = a, *y = b;
-  if (x->fits != y->fits) return y->fits - x->fits;
-  return (x->step > y->step) - (x->step < y->step);
-}
-
-static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
-  if (json) {
-    fprintf(out, "    {\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, "
-            "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
-            "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
-            "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
-            k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
-            recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
-            k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
-    return;
-  }
-  fprintf(out, "  %4d %3d %3d %2d %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n", rank,
-          k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
-          recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
-          k->tokens_per_s, k->mfu);
-}
-
-/* The deck's own layout among the candidates: its row and how many that fit are faster. */
-static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int world,
-                              const candidates *cs, int json) {
-  tsr_plan_grid g;
-  candidate k;
-  if (tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, NULL, 0) ||
-      candidate_of(cfg, hw, &g, &k)) {
-    printf(json ? "\"deck\": null" : "the deck's own layout does not divide on these GPUs\n");
-    return;
-  }
-  int rank = 1;
-  for (int i = 0; i < cs->n; i++) rank += cs->c[i].fits && cs->c[i].step < k.step;
-  if (json) {
-    printf("\"deck\": \n");
-    print_candidate(stdout, rank, &k, 1);
-    return;
-  }
-  printf("the deck's own layout (%s, %s):\n", k.fits ? "fits" : "does NOT fit",
-         k.fits ? "ranked among those that fit" : "ranked as if it did");
-  print_candidate(stdout, rank, &k, 0);
-}
-
-static int search(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int world, int top,
-                  int json) {
-  candidates cs = {NULL, 0, 0, 0};
-  int rc = search_all(cfg, hw, world, &cs);
-  if (!rc) qsort(cs.c, (size_t)cs.n, sizeof *cs.c, by_fit_then_time);
-  int fit = 0;
-  for (int i = 0; i < cs.n; i++) fit += cs.c[i].fits;
-  const int shown = fit < top ? fit : top;
-  if (!rc && json) {
-    printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
-           "\"divide\": %d, \"fit\": %d,\n  ", nodes, hw->gpus_per_node, hw->name, cs.divide, fit);
-    print_deck_layout(cfg, hw, world, &cs, 1);
-    printf(",\n  \"layouts\": [\n");
-    for (int i = 0; i < shown; i++) {
-      printf("%s", i ? ",\n" : "");
-      print_candidate(stdout, i + 1, &cs.c[i], 1);
-    }
-    printf("\n]}}\n");
-  } else if (!rc) {
-    printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %.0f GB with %.1f "
-           "GB reserved; the %d fastest (predicted):\n", nodes, hw->gpus_per_node, hw->name,
-           cs.divide, fit, hw->hbm_gb, hw->reserved_gb, shown);
-    printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
-           "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
-           "MFU");
-    for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
-    print_deck_layout(cfg, hw, world, &cs, 0);
-  }
-  tsr_free(&cs.c);
-  return rc;
-}
-
 /* ---------------------------------------------------------------- the command */
 
 typedef struct {
   const char *deck;
-  int nodes, json, search, top, help;
+  int nodes, json, search, top, help, require_fit;
+  double max_mem_frac; /* --max-mem-frac: (0, 1], default 1 */
+  unsigned fixed;      /* the searched keys the overrides hold (tsr_plan_search_fixed) */
+  int deck_invalid;    /* --search: the deck's own layout does not go with the held keys */
   char extra[2][TSR_STR_SHORT + 32]; /* --hardware / --gpus-per-node as deck overrides */
   int n_over;
   char **over;
 } plan_args;
 
 static void plan_usage(FILE *out) {
-  fprintf(out, "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|"
-          "a100|custom] [--json] [--search [--top K]] [group.key=value ...]\n"
-          "  plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware "
-          "gpus_per_node, else 8); --search ranks every layout that fits\n");
+  fprintf(out,
+          "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|a100|"
+          "custom]\n"
+          "                    [--max-mem-frac F] [--require-fit] [--json] [--search [--top K]]\n"
+          "                    [group.key=value ...]\n"
+          "  Plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware\n"
+          "  gpus_per_node, else 8): memory per GPU, FLOPs, traffic, predicted step time.\n"
+          "  --search        rank every layout that fits (the K fastest, default 10).  A\n"
+          "                  group.key=value of a key it varies holds that key:\n"
+          "                  parallel.{tp, pp, virtual_stages, schedule, sequence_parallel,\n"
+          "                  zero_stage, shard_scope, micro_batches},\n"
+          "                  train.{micro_batch, recompute}.  When nothing fits, it names\n"
+          "                  the smallest larger node count at which a layout does\n"
+          "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
+          "                  most F x hardware.hbm_gb (0 < F <= 1, default 1)\n"
+          "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
+          "                  layout fits); without it a plan exits 0 either way\n"
+          "  exit codes: 0 planned, 2 bad input or a layout that does not divide, 3 does not\n"
+          "  fit (--require-fit only)\n");
 }
 
 static int bad_usage(const char *what, const char *arg) {
@@ -416,11 +282,21 @@ static int parse_option(int argc, char **argv, int *i, plan_args *a) {
 #define OPT(name) (n == strlen(name) && !strncmp(arg, name, n))
   if (OPT("--json")) return a->json = 1, 0;
   if (OPT("--search")) return a->search = 1, 0;
+  if (OPT("--require-fit")) return a->require_fit = 1, 0;
   if (OPT("--help") || OPT("-h")) return a->help = 1, 0;
-  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") || OPT("--hardware")
+  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") ||
+                          OPT("--hardware") || OPT("--max-mem-frac")
                       ? option_value(argc, argv, i) : NULL;
   if (!v) return bad_usage("unknown option or missing value:", arg);
   char *end = NULL;
+  if (OPT("--max-mem-frac")) {
+    const double f = strtod(v, &end);
+    if (!v[0] || *end || !(f > 0 && f <= 1))
+      return bad_usage("--max-mem-frac takes a fraction of the GPU's memory, 0 < F <= 1, not",
+                       v);
+    a->max_mem_frac = f;
+    return 0;
+  }
   const long num = strtol(v, &end, 10);
   if (OPT("--hardware")) {
     snprintf(a->extra[0], sizeof a->extra[0], "hardware.name=%s", v);
@@ -439,6 +315,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   memset(a, 0, sizeof *a);
   a->nodes = 1;
   a->top = 10;
+  a->max_mem_frac = 1;
   a->over = tsr_calloc((size_t)argc + 2, sizeof *a->over);
   TSR_CHECK(a->over, TSR_ERR, "out of memory");
   for (int i = 0; i < argc; i++) {
@@ -452,6 +329,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       return bad_usage("a second deck?", argv[i]);
     }
   }
+  a->fixed = tsr_plan_search_fixed(a->n_over, a->over); /* the user's, not the extras */
   for (int k = 0; k < 2; k++)
     if (a->extra[k][0]) a->over[a->n_over++] = a->extra[k];
   if (!a->deck && !a->help) return bad_usage("no deck given", "");
@@ -487,10 +365,43 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
   return 0;
 }
 
+/* What a search puts in place of the deck's values of the searched keys the command line
+ * does not hold, when those do not go with the held ones (parallel.pp=16 against the
+ * deck's 2 chunks of 80 layers): by TSR_PLAN_FIX_*, NULL for keys no check involves. */
+static const char *const neutral[TSR_PLAN_N_SEARCHED] = {
+    "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=interleaved",
+    "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
+    "parallel.micro_batches=0", NULL};
+
+/* The deck with neutral[] before the command line's overrides, on the held tp x pp ranks
+ * (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
+ * world size: it is checked as 0 and put back. */
+static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
+  char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
+  TSR_CHECK(over, TSR_ERR, "out of memory");
+  char err[16384];
+  int n = 0;
+  for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++)
+    if (neutral[k] && !(a->fixed & (1u << k))) over[n++] = (char *)neutral[k];
+  for (int i = 0; i < a->n_over; i++) over[n++] = a->over[i];
+  const int64_t micro_batches = cfg->parallel.micro_batches;
+  if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
+    over[n++] = (char *)neutral[TSR_PLAN_FIX_MICRO_BATCHES];
+  const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  const int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
+  int rc = TSR_ERR_INPUT;
+  if (tp >= 1 && pp >= 1 && tp * pp <= INT_MAX)
+    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  if (!rc) cfg->parallel.micro_batches = micro_batches;
+  tsr_free(&over);
+  return rc;
+}
+
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
- * layout, so it only needs the deck to be valid on its own tp x pp ranks. */
-static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
+ * layout, so it only needs the deck to be valid on its own tp x pp ranks, or else with the
+ * keys it varies and the command line does not hold set aside (*deck_invalid). */
+static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   size_t len = 0;
   char *text = read_text(a->deck, &len), err[16384];
   if (!text) {
@@ -505,14 +416,16 @@ static int load(const plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *worl
     rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, *world, err, sizeof err);
     if (rc && a->search && own > 0)
       rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, own, err, sizeof err);
+    if (rc && a->search && !parse_neutral(a, text, len, cfg)) rc = 0, a->deck_invalid = 1;
     if (rc) fputs(err, stderr);
   }
   free(text);
   return rc;
 }
 
+/* One plan; *fits: whether it fits. */
 static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, int world,
-                    int json) {
+                    int json, int *fits) {
   char msg[8192];
   tsr_plan_grid g;
   const int bad = tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, msg, sizeof msg);
@@ -525,6 +438,7 @@ static int plan_one(const tsr_config *cfg, const tsr_hardware *hw, int nodes, in
   const int rc = tsr_plan_make(&p, cfg, hw, &g, 1);
   if (!rc && json) tsr_plan_print_json(stdout, &p, cfg, nodes);
   if (!rc && !json) tsr_plan_print(stdout, &p, cfg, nodes);
+  *fits = !rc && p.fits;
   tsr_plan_destroy(&p);
   return rc;
 }
@@ -536,10 +450,20 @@ int tsr_plan_main(int argc, char **argv) {
   if (!rc && !a.help) {
     tsr_config cfg;
     tsr_hardware hw;
-    int world = 0;
+    int world = 0, fits = 0;
     rc = load(&a, &cfg, &hw, &world);
-    if (!rc) rc = a.search ? search(&cfg, &hw, a.nodes, world, a.top, a.json)
-                           : plan_one(&cfg, &hw, a.nodes, world, a.json);
+    hw.max_mem_frac = a.max_mem_frac;
+    if (!rc && a.search) {
+      const tsr_plan_search_opts o = {a.nodes, a.top, a.json, a.fixed, a.deck_invalid};
+      rc = tsr_plan_search(&cfg, &hw, &o, &fits);
+    } else if (!rc) {
+      rc = plan_one(&cfg, &hw, a.nodes, world, a.json, &fits);
+    }
+    if (!rc && a.require_fit && !fits) {
+      fprintf(stderr, "tessera plan: %s (--require-fit): exit %d\n",
+              a.search ? "no layout fits" : "the plan does not fit", TSR_PLAN_NO_FIT);
+      rc = TSR_PLAN_NO_FIT;
+    }
   }
   tsr_free(&a.over);
   fflush(stdout);

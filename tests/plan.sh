@@ -21,6 +21,27 @@
 #     workspace (exact bytes).
 #  5. A layout that does not divide fails with exit 2 and names the keys and numbers; so
 #     does a machine of more than INT_MAX GPUs (nodes x GPUs per node in 64 bits).
+#  6. FLOPs in the JSON: model FLOPs the same for every recompute mode and equal to the
+#     executed FLOPs without recomputation; selective adds none (it rebuilds element-wise
+#     work only); full adds the layers' forward, counted by hand from llm70b's shapes.
+#  7. Sizing: --require-fit exits 3 when the plan does not fit and 0 when it does (0 either
+#     way without it); --max-mem-frac turns llm70b's own layout (41.5 GB with the reserve)
+#     from fitting in 80 GB to not fitting in 0.5 x 80 GB, as peak + reserve against
+#     F x HBM from the JSON says; bad fractions exit 2.
+#  8. Keys given on the command line hold the search: with parallel.tp=8,
+#     train.recompute=full and parallel.zero_stage=3 every listed layout has them, the
+#     output names them, and the layouts are exactly the unconstrained search's fitting
+#     layouts with those values; a value the search would not try (virtual_stages 4) is
+#     honoured too, and one the deck's own layout does not go with (pp 16 against its 2
+#     chunks of 80 layers) still gives a search.
+#  9. When nothing fits: a constructed case (the tiny deck with 6 layers on 1-GPU nodes of
+#     12 MB) names the smallest node count that fits, equal to the first count with a
+#     fitting layout found by searching each count in turn.  Memory does not fall
+#     steadily with more nodes there (the least on 3 nodes is 14.2 MB, on 4 15.7, on 6
+#     11.5, on 8 13.1, on 16 11.9; on 5 nothing divides), so doubling the node count and
+#     halving back would answer 12, not 6.  A GPU too small for any count says so up to
+#     where layouts stop dividing, or up to the scan's bound of 65536 nodes;
+#     --search --require-fit exits 3 then.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -188,4 +209,165 @@ cat "$SCRATCH/huge.txt"
 check "1e6 nodes x 4096 GPUs: exit 2, names --nodes and --gpus-per-node and 4096000000 GPUs" \
   test $rc -eq 2 -a -n "$(grep -e '--nodes 1000000 x --gpus-per-node 4096 .* = 4096000000 GPUs' \
   "$SCRATCH/huge.txt")"
+
+# ---- 6. FLOPs: model = 3 x forward in every recompute mode; executed = model + recompute
+for r in none selective full; do
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --json train.recompute=$r \
+    >"$SCRATCH/flops_$r.json" 2>&1
+done
+check "llm70b FLOPs: model the same in every mode = executed('none'); selective adds 0; full the layers' forward" \
+  "$PYTHON_REF" -c "
+import json, sys
+f = {r: json.load(open(f'{sys.argv[1]}/flops_{r}.json'))['flops'] for r in ('none', 'selective', 'full')}
+L, C, H, KV, hd, F, V, T, tokens = 80, 8192, 64, 8, 128, 28672, 32000, 4096, 1024 * 4096
+layer = C * (H + 2 * KV) * hd + H * hd * C + 3 * C * F      # wqkv, wo, gate, up, down
+core = 2 * T * C                                          # causal QK^T and PV forward, per token
+forward = (2 * (L * layer + V * C) + L * core) * tokens   # the embedding lookup costs none
+layers_fwd = (2 * L * layer + L * core) * tokens
+close = lambda a, b: abs(a - b) <= 1e-9 * abs(b)
+for r, x in f.items():
+    print(f'    {r:9}: model {x[\"model\"]/1e15:.2f}, executed {x[\"executed\"]/1e15:.2f}, recompute '
+          f'{x[\"recompute\"]/1e15:.2f} PFLOP')
+print(f'    by hand: model {3*forward/1e15:.2f}, the layers forward {layers_fwd/1e15:.2f} PFLOP')
+ok = all(close(x['model'], 3 * forward) and close(x['forward'], forward) and
+         close(x['attention'], 3 * L * core * tokens) for x in f.values())
+ok &= close(f['none']['executed'], f['none']['model']) and f['none']['recompute'] == 0
+ok &= f['selective']['executed'] == f['none']['executed'] and f['selective']['recompute'] == 0
+ok &= close(f['full']['executed'] - f['none']['executed'], layers_fwd)
+ok &= close(f['full']['recompute'], layers_fwd)
+sys.exit(0 if ok else 1)" "$SCRATCH"
+
+# ---- 7. --require-fit and --max-mem-frac
+for args in "1 fit" "0.5 nofit"; do
+  set -- $args
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --max-mem-frac $1 --json \
+    >"$SCRATCH/$2.json" 2>/dev/null
+  echo $? >"$SCRATCH/$2.rc"
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --max-mem-frac $1 --require-fit \
+    >"$SCRATCH/$2.txt" 2>&1
+  echo $? >"$SCRATCH/$2.rc_req"
+done
+grep "fits:" "$SCRATCH/fit.txt" "$SCRATCH/nofit.txt"
+codes=$(cat "$SCRATCH"/fit.rc_req "$SCRATCH"/nofit.rc_req "$SCRATCH"/fit.rc "$SCRATCH"/nofit.rc)
+check "llm70b 64 x 8: --require-fit exits 0 when it fits, 3 at --max-mem-frac 0.5; 0 without it" \
+  test "$(echo $codes)" = "0 3 0 0"
+check "  ... and the tables say 'fits: yes' and 'fits: NO' (against 0.5 x 80 GB = 40 GB)" \
+  grep -q "fits: NO (peak .* against 0.5 x 80 GB = 40 GB" "$SCRATCH/nofit.txt"
+check "  ... and the verdicts are peak + reserve <= F x HBM of the JSON, and they differ" \
+  "$PYTHON_REF" -c "
+import json, sys
+v = []
+for f in sys.argv[1:]:
+    d = json.load(open(f))
+    m, mem = d['machine'], d['memory']
+    need = mem['gpu']['peak'] + m['reserved_gb'] * 1e9
+    room = m['max_mem_frac'] * m['hbm_gb'] * 1e9
+    print(f'    {f.split(\"/\")[-1]}: {need/1e9:.2f} GB against {room/1e9:.1f} GB: fits {mem[\"fits\"]}')
+    if mem['fits'] != (need <= room): sys.exit(1)
+    v.append(mem['fits'])
+sys.exit(0 if v == [True, False] else 1)" "$SCRATCH/fit.json" "$SCRATCH/nofit.json"
+badfrac=""
+for f in 0 1.5 -0.2 abc ""; do
+  "$TESSERA" plan "$big" --nodes 64 --max-mem-frac="$f" >"$SCRATCH/frac.txt" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "max-mem-frac" "$SCRATCH/frac.txt" || badfrac="$badfrac '$f':$rc"
+done
+check "--max-mem-frac 0, 1.5, -0.2, abc, empty: exit 2 naming the option${badfrac:+ (not:$badfrac)}" \
+  test -z "$badfrac"
+
+# ---- 8. command-line keys hold the search
+FIX=(parallel.tp=8 train.recompute=full parallel.zero_stage=3)
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 \
+  >"$SCRATCH/all.json" 2>&1
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 "${FIX[@]}" \
+  >"$SCRATCH/held.json" 2>&1
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --top 3 "${FIX[@]}" \
+  >"$SCRATCH/held.txt" 2>&1
+head -n 3 "$SCRATCH/held.txt"
+check "search with ${FIX[*]}: every layout has them, and they are the unconstrained search's" \
+  "$PYTHON_REF" -c "
+import json, sys
+a, h = (json.load(open(f))['search'] for f in sys.argv[1:3])
+want = {'parallel.tp': '8', 'train.recompute': 'full', 'parallel.zero_stage': '3'}
+row = lambda l: tuple(l[k] for k in ('tp', 'pp', 'virtual_stages', 'dp', 'zero_stage', 'shard',
+                                     'micro_batch', 'recompute', 'memory_gb', 'step_s'))
+held = sorted(map(row, h['layouts']))
+free = sorted(row(l) for l in a['layouts']
+              if l['tp'] == 8 and l['recompute'] == 'full' and l['zero_stage'] == 3)
+other = sum(l['tp'] != 8 or l['recompute'] != 'full' or l['zero_stage'] != 3 for l in a['layouts'])
+print(f'    held: {len(held)} layouts fit of {h[\"divide\"]}; unconstrained: {len(a[\"layouts\"])} '
+      f'fit, {len(free)} with those values, {other} others')
+sys.exit(0 if h['fixed'] == want and held and held == free and other > 0 and
+         len(held) == h['fit'] else 1)" "$SCRATCH/all.json" "$SCRATCH/held.json"
+check "  ... the table names them: 'held fixed by the command line: parallel.tp = 8, ...'" \
+  grep -q "^held fixed by the command line: parallel.tp = 8, parallel.zero_stage = 3, train.recompute = 'full'" \
+  "$SCRATCH/held.txt"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 \
+  parallel.virtual_stages=4 >"$SCRATCH/v4.json" 2>&1
+check "search with parallel.virtual_stages=4 (the search tries 1 and 2): every layout has 4" \
+  "$PYTHON_REF" -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['search']
+print(f'    {d[\"fit\"]} fit, pp', sorted({l['pp'] for l in d['layouts']}))
+sys.exit(0 if d['layouts'] and all(l['virtual_stages'] == 4 and l['pp'] > 1
+                                   for l in d['layouts']) else 1)" "$SCRATCH/v4.json"
+# the deck's 2 chunks of 80 layers do not go with 16 stages: the search still runs
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --top 100000 parallel.pp=16 \
+  >"$SCRATCH/pp16.txt" 2>&1
+rc=$?
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$SCRATCH/pp16.txt")
+other=$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ ' "$SCRATCH/pp16.txt" | awk '$3 != 16' | wc -l)
+check "search with parallel.pp=16 against the deck's virtual_stages 2: exit 0, $rows layouts, all pp 16" \
+  test $rc -eq 0 -a "$rows" -gt 0 -a "$other" -eq 0 -a \
+  -n "$(grep "the deck's own layout is not valid with these overrides" "$SCRATCH/pp16.txt")"
+
+# ---- 9. nothing fits: the smallest node count that does
+HW=(--hardware custom hardware.peak_tflops=100 hardware.peak_fp32_tflops=10 hardware.hbm_gbps=1000
+  hardware.intra_node_gbps=100 hardware.inter_node_gbps=10 hardware.gpus_per_node=1
+  hardware.reserved_gb=0)
+tiny="$top_srcdir/input/tiny.nml"
+SIX=("${HW[@]}" hardware.hbm_gb=0.012 model.n_layer=6)
+fits_on() { # fits_on NODES: how many layouts the search finds fitting ("" on failure)
+  "$TESSERA" plan "$tiny" --nodes "$1" --search --json "${SIX[@]}" 2>/dev/null |
+    "$PYTHON_REF" -c "import json, sys; print(json.load(sys.stdin)['search']['fit'])"
+}
+"$TESSERA" plan "$tiny" --search "${SIX[@]}" >"$SCRATCH/small.txt" 2>&1
+rc=$?
+"$TESSERA" plan "$tiny" --search --require-fit "${SIX[@]}" >/dev/null 2>&1
+rc_req=$?
+"$TESSERA" plan "$tiny" --search --json "${SIX[@]}" >"$SCRATCH/small.json" 2>&1
+cat "$SCRATCH/small.txt"
+first=0 counts=""
+for n in $(seq 2 16); do # each node count in turn, independently
+  f=$(fits_on $n)
+  counts="$counts $n:$f"
+  [ "${f:-0}" -gt 0 ] && { first=$n; break; }
+done
+echo "    layouts that fit by node count:$counts"
+check "tiny, 6 layers, on 1-GPU nodes of 12 MB: nothing fits on 1; the smallest count that fits is $first" \
+  grep -q "^nothing fits on 1 node(s) x 1 GPUs; the smallest node count that fits is $first (" \
+  "$SCRATCH/small.txt"
+check "  ... the JSON says the same, with a fitting layout there; exit 0, 3 with --require-fit" \
+  "$PYTHON_REF" -c "
+import json, sys
+l = json.load(open(sys.argv[1]))['search']['larger']
+sys.exit(0 if l['smallest_nodes'] == int(sys.argv[2]) > 1 and l['fastest']['fits'] and
+         l['fit'] > 0 and sys.argv[3:] == ['0', '3'] else 1)" "$SCRATCH/small.json" "$first" $rc $rc_req
+"$TESSERA" plan "$tiny" --search --require-fit "${HW[@]}" hardware.hbm_gb=0.005 >"$SCRATCH/none.txt" 2>&1
+rc=$?
+grep "^nothing fits" "$SCRATCH/none.txt"
+none="nothing fits on 1 node(s) x 1 GPUs, nor on any node count up to 64 (beyond it no layout"
+check "tiny on 5 MB GPUs: nothing fits up to 64 nodes, beyond which no layout divides; exit 3" \
+  test $rc -eq 3 -a -n "$(grep "^$none divides)" "$SCRATCH/none.txt")"
+check "  ... and on 64 nodes some layout divides, on 128 none" "$PYTHON_REF" -c "
+import json, subprocess, sys
+d = [json.loads(subprocess.run(sys.argv[1:] + ['--nodes', n], capture_output=True, text=True).stdout)
+     ['search']['divide'] for n in ('64', '128')]
+print('    layouts that divide on 64 and 128 nodes:', d)
+sys.exit(0 if d[0] > 0 and d[1] == 0 else 1)" "$TESSERA" plan "$tiny" --search --json "${HW[@]}" hardware.hbm_gb=0.005
+"$TESSERA" plan "$tiny" --search "${HW[@]}" hardware.hbm_gb=0.001 train.global_batch=1048576 \
+  >"$SCRATCH/bound.txt" 2>&1
+grep "^nothing fits" "$SCRATCH/bound.txt"
+check "with 2^20 sequences a batch, the scan stops at its bound: 'up to 65536 (the scan's bound)'" \
+  grep -q "nor on any node count up to 65536 (the scan's bound)" "$SCRATCH/bound.txt"
 finish

@@ -56,7 +56,8 @@ static void test_seed_arithmetic(void) {
   TU_CHECK(m.total == 126 * GB, "7B bf16 with Adam: %.0f GB = 18 B/param", m.total / GB);
 }
 
-static tsr_config deck(const char *name) {
+/* Deck `name` as checked for `world` ranks. */
+static tsr_config deck_on(const char *name, int world) {
   tsr_config c;
   char path[1024], err[4096];
   const char *top = getenv("top_srcdir") ? getenv("top_srcdir") : ".";
@@ -66,10 +67,11 @@ static tsr_config deck(const char *name) {
   const size_t n = f ? fread(text, 1, sizeof text, f) : 0;
   if (f) fclose(f);
   tsr_deck_defaults(&c);
-  if (!n || tsr_deck_parse(&c, text, n, path, 0, NULL, 512, err, sizeof err))
+  if (!n || tsr_deck_parse(&c, text, n, path, 0, NULL, world, err, sizeof err))
     printf("    could not read %s: %s\n", path, err);
   return c;
 }
+static tsr_config deck(const char *name) { return deck_on(name, 512); }
 
 /* The state of the real 7B shapes on 1 and 4 GPUs (fp32, tp = pp = 1). */
 static void test_llm7b_state(void) {
@@ -299,10 +301,19 @@ static void test_traffic(void) {
 static void test_flops_and_bubble(void) {
   tsr_config c = deck("llm7b");
   const double L = 32, C = 4096, F = 11008, V = 32000, T = 4096;
-  const double N = L * (4 * C * C + 3 * C * F + 2 * C) + 2 * V * C + C;
+  const double N = L * (4 * C * C + 3 * C * F) + V * C; /* GEMM weights: layers, the head */
   const double got = tsr_plan_flops_per_token(&c.model);
   TU_CHECK(close_to(got, 6 * N + 6 * L * T * C, 1e-12),
-           "llm7b FLOPs per token %.6g = 6 N + 6 L T d = %.6g", got, 6 * N + 6 * L * T * C);
+           "llm7b FLOPs per token %.6g = 6 N + 6 L T d = %.6g (N = %.6g weights in GEMMs: not "
+           "the embedding lookup, the norms)", got, 6 * N + 6 * L * T * C, N);
+  c = deck_on("gpt2_124m", 4);
+  const double L2 = 12, C2 = 768, F2 = 3072, V2 = 50304, T2 = 1024;
+  const double N2 = L2 * (4 * C2 * C2 + 2 * C2 * F2) + V2 * C2; /* the tied head once */
+  const double got2 = tsr_plan_flops_per_token(&c.model);
+  TU_CHECK(close_to(got2, 6 * N2 + 6 * L2 * T2 * C2, 1e-12),
+           "gpt2_124m FLOPs per token %.6g = 6 N + 6 L T d = %.6g (N = %.6g: the tied "
+           "embedding once, as the head; no positions, biases or norms)", got2,
+           6 * N2 + 6 * L2 * T2 * C2, N2);
   c = deck("llm70b");
   tsr_hardware hw;
   tsr_plan_grid g;
@@ -321,6 +332,113 @@ static void test_flops_and_bubble(void) {
            rc ? 0 : p.stages[7].mem[TSR_PLAN_GPU].in_flight,
            p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total / 1e9, p.t_step, p.mfu);
   tsr_plan_destroy(&p);
+}
+
+/* One plan of deck `name` on `world` GPUs (8 per node) with recompute mode `r`; tp and pp
+ * as given (0: the deck's). */
+static int plan_of(const char *name, int world, int tp, int pp, const char *r, tsr_plan *p) {
+  tsr_config c = deck_on(name, world);
+  if (tp) c.parallel.tp = tp;
+  if (pp) c.parallel.pp = pp;
+  c.train.recompute = (tsr_recompute)tu_word("none|selective|full", r);
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  memset(p, 0, sizeof *p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, world, world < 8 ? world : 8, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(p, &c, &hw, &g, 1);
+  return rc;
+}
+
+/* Model FLOPs = 3 x forward whatever the recompute mode; executed FLOPs = model FLOPs (no
+ * lookup, one head) plus what recomputation runs again: 'selective' only element-wise
+ * work (no FLOPs counted), 'full' the forward of every layer (model_layer_recompute: not
+ * the head).  All by hand from llm70b's shapes on its own layout (tp 4, pp 8 with 2
+ * chunks, 2 of its 8 KV heads per tp rank, so no replicated KV weights). */
+static void test_flop_identities(void) {
+  const double L = 80, C = 8192, H = 64, KV = 8, hd = 128, F = 28672, V = 32000, T = 4096;
+  const double tokens = 1024 * T;
+  const double layer = C * (H + 2 * KV) * hd + H * hd * C + 3 * C * F; /* wqkv, wo, MLP */
+  const double core = 2 * T * C; /* causal QK^T and PV forward per token and layer */
+  const double fwd = 2 * (L * layer + V * C) + L * core, layers_fwd = 2 * L * layer + L * core;
+  const char *modes[3] = {"none", "selective", "full"};
+  double model[3], exec[3], rec[3];
+  int ok = 1;
+  for (int i = 0; i < 3; i++) {
+    tsr_plan p;
+    ok &= plan_of("llm70b", 512, 0, 0, modes[i], &p) == 0;
+    model[i] = p.model_flops, exec[i] = p.executed_flops, rec[i] = p.recompute_flops;
+    ok &= close_to(p.forward_flops * 3, p.model_flops, 1e-15);
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(ok && close_to(model[0], 3 * fwd * tokens, 1e-12) && model[1] == model[0] &&
+               model[2] == model[0],
+           "llm70b model FLOPs %.6g = 3 x forward by hand %.6g, in every recompute mode (%.6g, "
+           "%.6g)", model[0], 3 * fwd * tokens, model[1], model[2]);
+  TU_CHECK(close_to(exec[0], model[0], 1e-12) && rec[0] == 0,
+           "recompute 'none': executed %.6g = model %.6g (the embedding lookup counted in "
+           "neither)", exec[0], model[0]);
+  TU_CHECK(close_to(exec[1], exec[0], 1e-12) && rec[1] == 0,
+           "recompute 'selective': executed - none = %.6g (rebuilds norm outputs and the MLP "
+           "activation only: element-wise)", exec[1] - exec[0]);
+  TU_CHECK(close_to(exec[2] - exec[0], layers_fwd * tokens, 1e-9) &&
+               close_to(rec[2], layers_fwd * tokens, 1e-12),
+           "recompute 'full': executed - none = %.6g = the layers' forward by hand %.6g = model "
+           "forward %.6g less the head's %.6g", exec[2] - exec[0], layers_fwd * tokens,
+           fwd * tokens, 2 * V * C * tokens);
+  /* gpt2 on tp 2 x pp 2: the tied embedding is a lookup on stage 0 and a GEMM (its copy)
+   * on the last stage; biases, positions and LayerNorms count none */
+  tsr_plan p;
+  const int rc = plan_of("gpt2_124m", 4, 2, 2, "none", &p);
+  tsr_config c = deck_on("gpt2_124m", 4);
+  const double want = tsr_plan_flops_per_token(&c.model) * (double)c.train.global_batch * 1024;
+  TU_CHECK(rc == 0 && p.grid.tp == 2 && p.grid.pp == 2 && close_to(p.executed_flops, want, 1e-12) &&
+               close_to(p.model_flops, want, 1e-12),
+           "gpt2_124m on tp %d x pp %d: executed %.6g = model %.6g = flops per token x tokens "
+           "%.6g", p.grid.tp, p.grid.pp, p.executed_flops, p.model_flops, want);
+  tsr_plan_destroy(&p);
+}
+
+/* --max-mem-frac: a layout fits when the GPU's peak plus the reserve is at most the
+ * fraction of HBM; just above and just below that point. */
+static void test_headroom(void) {
+  tsr_config c = deck("llm70b");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
+  if (rc || hw.max_mem_frac != 1) {
+    TU_CHECK(0, "llm70b on 64 x 8: no plan, or a default headroom other than 1");
+    return;
+  }
+  int fits[3];
+  double need = 0;
+  for (int i = 0; i < 3; i++) {
+    hw.max_mem_frac = i == 0 ? 1 : need / (hw.hbm_gb * 1e9) * (i == 1 ? 1 + 1e-9 : 1 - 1e-9);
+    rc |= tsr_plan_make(&p, &c, &hw, &g, 0);
+    if (i == 0)
+      need = p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak + hw.reserved_gb * 1e9;
+    fits[i] = p.fits;
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(rc == 0 && fits[0] && fits[1] && !fits[2],
+           "llm70b: peak + reserve %.3f GB fits in 80 GB (%d), in %.10f x 80 GB (%d), not in "
+           "%.10f x 80 GB (%d)", need / 1e9, fits[0], need / 80e9 * (1 + 1e-9), fits[1],
+           need / 80e9 * (1 - 1e-9), fits[2]);
+}
+
+/* The search holds the searched keys that the command line names, matched as the deck
+ * matches keys (whatever the case, spaces around the name). */
+static void test_search_fixed(void) {
+  char *over[] = {"parallel.tp=8", " TRAIN.Recompute = full", "model.n_layer=4",
+                  "parallel.tpx=1", "train.micro_batch=2", "hardware.gpus_per_node=4"};
+  const unsigned got = tsr_plan_search_fixed(6, over);
+  const unsigned want = 1u << TSR_PLAN_FIX_TP | 1u << TSR_PLAN_FIX_RECOMPUTE |
+                        1u << TSR_PLAN_FIX_MICRO_BATCH;
+  TU_CHECK(got == want,
+           "overrides of parallel.tp, train.recompute (any case) and train.micro_batch hold "
+           "those keys, model.n_layer and hardware keys none: bits %#x (want %#x)", got, want);
 }
 
 /* Compute time of the first stage against its FLOPs at compute_efficiency of the datasheet
@@ -366,6 +484,9 @@ int main(void) {
   test_model_bytes();
   test_traffic();
   test_flops_and_bubble();
+  test_flop_identities();
+  test_headroom();
+  test_search_fixed();
   test_compute_peak();
   return tu_summary("test_plan");
 }
