@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "plan.h" /* tsr_plan_valued_options */
 #include "util.h"
 
 /* Makefile.am passes the configured directories; a build without them looks up deck
@@ -170,13 +171,11 @@ int tsr_deck_path(const char *arg, char *out, size_t cap) {
 }
 
 int tsr_deck_path_args(int argc, char **argv, char *out, size_t cap) {
-  /* plan's options that take their value as the next argument (src/plan_cli.c) */
-  static const char *const valued[] = {"--nodes", "--gpus-per-node", "--hardware", "--top"};
   int first = -1;
   for (int i = 0; i < argc; i++) {
-    if (argv[i][0] == '-') {
-      for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
-        if (!strcmp(argv[i], valued[k])) i++; /* "--nodes 4": skip the 4 */
+    if (argv[i][0] == '-') { /* plan's options: "--nodes 4" skips the 4 */
+      for (const char *const *o = tsr_plan_valued_options; *o; o++)
+        if (!strcmp(argv[i], *o)) i++;
       continue;
     }
     if (strchr(argv[i], '=')) continue;

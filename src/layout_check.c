@@ -84,6 +84,9 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
+  if (v > 1 && pp == 1)
+    add(is, "parallel.virtual_stages parallel.pp",
+        "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
   if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED)
     add(is, "parallel.virtual_stages parallel.schedule",
         "%%0 needs parallel.schedule = 'interleaved', not %%1");

@@ -188,6 +188,9 @@ enum { TSR_PLAN_NO_FIT = 3 };
  * [--require-fit] [--json] [--search [--top K]] [group.key=value ...]`; returns the exit
  * code. */
 int tsr_plan_main(int argc, char **argv);
+/* The options of `tessera plan` that take a value ("--nodes 4"), NULL-terminated: how the
+ * command line is read here, and how main finds the deck among the arguments. */
+extern const char *const tsr_plan_valued_options[];
 
 /* The trainer, after step 1: logs the measured memory (max over ranks) next to the
  * planned figures of the backend that ran (`ran`: a GPU's device memory, or this build's

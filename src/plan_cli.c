@@ -276,6 +276,15 @@ static const char *option_value(int argc, char **argv, int *i) {
   return *i + 1 < argc ? argv[++*i] : NULL;
 }
 
+const char *const tsr_plan_valued_options[] = {"--nodes", "--top", "--gpus-per-node",
+                                               "--hardware", "--max-mem-frac", NULL};
+
+static int valued(const char *arg, size_t n) {
+  for (const char *const *o = tsr_plan_valued_options; *o; o++)
+    if (n == strlen(*o) && !strncmp(arg, *o, n)) return 1;
+  return 0;
+}
+
 static int parse_option(int argc, char **argv, int *i, plan_args *a) {
   const char *arg = argv[*i];
   const size_t n = strcspn(arg, "=");
@@ -284,9 +293,7 @@ static int parse_option(int argc, char **argv, int *i, plan_args *a) {
   if (OPT("--search")) return a->search = 1, 0;
   if (OPT("--require-fit")) return a->require_fit = 1, 0;
   if (OPT("--help") || OPT("-h")) return a->help = 1, 0;
-  const char *v = OPT("--nodes") || OPT("--top") || OPT("--gpus-per-node") ||
-                          OPT("--hardware") || OPT("--max-mem-frac")
-                      ? option_value(argc, argv, i) : NULL;
+  const char *v = valued(arg, n) ? option_value(argc, argv, i) : NULL;
   if (!v) return bad_usage("unknown option or missing value:", arg);
   char *end = NULL;
   if (OPT("--max-mem-frac")) {
