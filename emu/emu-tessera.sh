@@ -44,11 +44,14 @@ if [ -n "$prog" ]; then
   : >"$B/embedded_deck.c"
 else
   $CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -DTSR_HAVE_NCCL -c "$top/src/main.c" -o "$B/main.o"
+  $CC "${CFLAGS[@]}" -c "$top/src/deckpath.c" -o "$B/deckpath.o" # decks by name, no prefix
   cp "$bld/src/embedded_deck.c" "$B/embedded_deck.c"
 fi
 $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
-$CC "${OMP[@]}" -o "$out" "$B/main.o" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
+MAIN_OBJS=()
+[ -n "$prog" ] || MAIN_OBJS=("$B/deckpath.o")
+$CC "${OMP[@]}" -o "$out" "$B/main.o" "${MAIN_OBJS[@]}" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "$B/sdpa_fake.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

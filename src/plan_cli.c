@@ -386,19 +386,29 @@ static const char *const neutral[TSR_PLAN_N_SEARCHED] = {
 static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
   char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
   TSR_CHECK(over, TSR_ERR, "out of memory");
-  char err[16384];
-  int n = 0;
+  char err[16384], pp_over[48];
+  int n = 0, pp_at = -1;
   for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++)
-    if (neutral[k] && !(a->fixed & (1u << k))) over[n++] = (char *)neutral[k];
+    if (neutral[k] && !(a->fixed & (1u << k))) {
+      if (k == TSR_PLAN_FIX_PP) pp_at = n;
+      over[n++] = (char *)neutral[k];
+    }
   for (int i = 0; i < a->n_over; i++) over[n++] = a->over[i];
   const int64_t micro_batches = cfg->parallel.micro_batches;
   if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
     over[n++] = (char *)neutral[TSR_PLAN_FIX_MICRO_BATCHES];
   const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
-  const int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
+  int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
   int rc = TSR_ERR_INPUT;
   if (tp >= 1 && pp >= 1 && tp * pp <= INT_MAX)
     rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  /* pp not held: a held virtual_stages > 1 needs a pipeline, so try the first pp that
+   * goes with it */
+  for (pp = 2; rc && pp_at >= 0 && pp <= 1024 && tp * pp <= INT_MAX; pp++) {
+    snprintf(pp_over, sizeof pp_over, "parallel.pp=%lld", (long long)pp);
+    over[pp_at] = pp_over;
+    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  }
   if (!rc) cfg->parallel.micro_batches = micro_batches;
   tsr_free(&over);
   return rc;
