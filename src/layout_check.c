@@ -84,9 +84,6 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
-  if (v > 1 && pp == 1)
-    add(is, "parallel.virtual_stages parallel.pp",
-        "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
   if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED)
     add(is, "parallel.virtual_stages parallel.schedule",
         "%%0 needs parallel.schedule = 'interleaved', not %%1");
@@ -107,6 +104,11 @@ static void check_world(const tsr_config *c, int world, issues *is) {
         "or change tp / pp", world, tp * pp, tp * pp);
     return;
   }
+  /* a layout table may hold several chunks on one stage (layout.c asks without a world);
+   * a run cannot: the interleaved schedule needs stages to pass the chunks between */
+  if (pc->virtual_stages > 1 && pp == 1)
+    add(is, "parallel.virtual_stages parallel.pp",
+        "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
   const long long dp = world / (tp * pp), mb = c->train.micro_batch, gb = c->train.global_batch;
   const long long per = mb > INT64_MAX / dp ? INT64_MAX : mb * dp;
   if (gb % per) {

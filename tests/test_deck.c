@@ -132,6 +132,8 @@ static const bad_case bad[] = {
      "optim.warmup_steps = 100 (set at t.nml:1:8) is larger than optim.decay_steps = 50"},
     {"&parallel virtual_stages = 2 /", 1, "1:11",
      "parallel.virtual_stages = 2 needs parallel.schedule = 'interleaved', not parallel.schedule = '1f1b'"},
+    {"&parallel virtual_stages = 2, schedule = 'interleaved' /", 1, "1:11",
+     "parallel.virtual_stages = 2 needs a pipeline: parallel.pp = 1 must be at least 2"},
     {"&parallel micro_batches = 3 /", 1, "1:11", "parallel.micro_batches = 3 does not match"},
     {"&parallel shard_scope = '3' /", 2, "1:11", "parallel.shard_scope = '3' does not divide dp = 2"},
 };
