@@ -328,6 +328,25 @@ int tsr_data_open(tsr_data **out, const char *pattern, int64_t seq_len, int64_t 
   return 0;
 }
 
+int tsr_data_peek(const char *pattern, int64_t vocab_size, char *tokenizer, size_t tlen,
+                  char *first_path, size_t plen) {
+  TSR_CHECK(pattern && pattern[0], TSR_ERR_INPUT,
+            "empty data path; set &data train (or valid) to a shard file or glob");
+  char **paths = NULL;
+  int n_paths = 0;
+  TSR_CALL(expand_pattern(pattern, &paths, &n_paths));
+  shard s = {.path = paths[0]};
+  int rc = map_shard(&s, vocab_size);
+  if (rc == 0) {
+    snprintf(tokenizer, tlen, "%s", (const char *)s.map + 24);
+    snprintf(first_path, plen, "%s", s.path);
+  }
+  if (s.map) munmap((void *)s.map, s.map_bytes);
+  for (int i = 0; i < n_paths; i++) tsr_free(&paths[i]);
+  tsr_free(&paths);
+  return rc;
+}
+
 void tsr_data_destroy(tsr_data **dp) {
   if (!dp || !*dp) return;
   tsr_data *d = *dp;

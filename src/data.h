@@ -14,6 +14,7 @@
 #ifndef TSR_DATA_H
 #define TSR_DATA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct tsr_data tsr_data;
@@ -24,6 +25,12 @@ typedef struct tsr_data tsr_data;
 int tsr_data_open(tsr_data **out, const char *pattern, int64_t seq_len, int64_t vocab_size,
                   int shuffle, uint64_t seed);
 void tsr_data_destroy(tsr_data **d);
+
+/* The tokenizer name in the header of the first file of `pattern` (sorted order) and that
+ * file's path, from its header alone (no token is read): how tessera generate and the
+ * trainer's sample line find the tokenizer.  Errors as tsr_data_open's. */
+int tsr_data_peek(const char *pattern, int64_t vocab_size, char *tokenizer, size_t tlen,
+                  char *first_path, size_t plen);
 
 int64_t tsr_data_n_samples(const tsr_data *d);  /* per epoch */
 int64_t tsr_data_n_tokens(const tsr_data *d);
