@@ -9,6 +9,7 @@
 
 static int g_rank = 0;
 static FILE *g_logfile = NULL;
+static FILE *g_logstream = NULL; /* tsr_log's stream; NULL: stdout */
 static size_t g_mem = 0, g_mem_peak = 0;
 
 void tsr_set_rank(int rank) { g_rank = rank; }
@@ -24,6 +25,8 @@ int tsr_log_open(const char *path) {
   }
   return 0;
 }
+
+void tsr_log_to(FILE *stream) { g_logstream = stream; }
 
 void tsr_log_close(void) {
   if (g_logfile) fclose(g_logfile);
@@ -62,7 +65,7 @@ void tsr_log(const char *fmt, ...) {
   if (g_rank != 0) return;
   va_list ap;
   va_start(ap, fmt);
-  vlog(stdout, "", 0, fmt, ap);
+  vlog(g_logstream ? g_logstream : stdout, "", 0, fmt, ap);
   va_end(ap);
 }
 

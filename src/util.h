@@ -55,6 +55,9 @@ int tsr_rank(void);
 /* Log sink: rank 0 writes to stdout and, once opened, to <out_dir>/tessera.log. */
 int tsr_log_open(const char *path);
 void tsr_log_close(void);
+/* The stream tsr_log writes to: stdout (NULL) unless a command keeps stdout for its own
+ * output (tessera generate sends the log to stderr). */
+void tsr_log_to(FILE *stream);
 void tsr_log(const char *fmt, ...) TSR_PRINTF(1, 2);       /* rank 0 only */
 void tsr_warn(const char *fmt, ...) TSR_PRINTF(1, 2);      /* any rank, "warning:" */
 void tsr_error(const char *fmt, ...) TSR_PRINTF(1, 2);     /* any rank, "error:" */
