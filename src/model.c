@@ -428,6 +428,11 @@ const void *tsr_model_chunk_output(const tsr_model *m, int slot) {
   return resid(m, &m->slots[slot], m->Lc);
 }
 
+const void *tsr_model_logits(const tsr_model *m, int slot, int *first, int *count) {
+  *first = m->vocab_start, *count = m->V;
+  return m->last ? m->slots[slot].logits : NULL;
+}
+
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
                             const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc) {

@@ -147,6 +147,11 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
                             double *loss_acc);
 int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out);
 const void *tsr_model_chunk_output(const tsr_model *m, int slot);
+/* The logits of the last chunk's forward in `slot` (the last stage only; NULL elsewhere):
+ * [micro_batch * seq_len, *count] in tsr_model_dtype, this tp rank's vocabulary ids
+ * [*first, *first + *count).  Op memory: read after tsr_ops_sync.  A forward without
+ * grad leaves them as the head computed them (tessera generate reads them). */
+const void *tsr_model_logits(const tsr_model *m, int slot, int *first, int *count);
 /* Elements (of tsr_model_dtype) in a chunk's input/output activation and in its gradient:
  * micro_batch * seq_len * d_model, or 1/tp of it with sequence parallelism (each tp rank
  * sends its own rows). */
