@@ -25,6 +25,7 @@ mkvar() { sed -n "s/^$1 = //p" "$bld/Makefile" | head -1; }
 read -r -a HDF5_CFLAGS <<< "$(mkvar HDF5_CFLAGS)"
 read -r -a HDF5_LIBS <<< "$(mkvar HDF5_LIBS)"
 read -r -a BLAS_LIBS <<< "$(mkvar OPENBLAS_LIBS)"
+read -r -a SPM_LIBS <<< "$(mkvar SPM_LIBS)"
 read -r -a OMP <<< "$(mkvar OPENMP_CFLAGS)"
 CC=$(mkvar CC)
 make -C "$bld" src/libtessera.a src/embedded_deck.c >/dev/null
@@ -54,4 +55,4 @@ MAIN_OBJS=()
 $CC "${OMP[@]}" -o "$out" "$B/main.o" "${MAIN_OBJS[@]}" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "$B/sdpa_fake.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
-  "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm
+  "${SPM_LIBS[@]}" "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

@@ -10,6 +10,7 @@ PKGS=(
   libopenblas-dev                                         # CPU GEMMs
   fortunes fortune-mod                                    # the demo corpus
   sentencepiece                                           # BPE tokenizer (spm_train, spm_encode)
+  libsentencepiece-dev                                    # its library: tessera generate on spm shards
   python3 python3-numpy python3-h5py python3-torch        # independent reference tests
   python3-matplotlib                                      # tools/tsr-plot (metrics.jsonl -> PNG)
   clang libclang-rt-dev                                   # libFuzzer for the deck fuzz test
