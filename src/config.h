@@ -51,6 +51,8 @@ typedef struct {
   double step_timeout_s;
   tsr_device_choice device;  /* auto | cpu | cuda */
   int gpu_share;              /* logical: several ranks per GPU allowed */
+  int64_t sample_every;       /* a greedy sample line every N steps; 0 = never */
+  char sample_prompt[256];    /* the text it continues; "" = a new document */
 } tsr_run_config;
 
 typedef struct {

@@ -44,6 +44,10 @@ const key_def deck_schema[] = {
     CHOICE(run, device, "auto", "auto|cpu|cuda",
            "where the ops run: cuda = a GPU per rank, cpu, auto = cuda when built with it and every rank sees a GPU"),
     LOGI(run, gpu_share, ".false.", "allow several ranks of a node on one GPU (tests; not for speed)"),
+    INT(run, sample_every, "0", 0, 0, LO,
+        "log 'sample: <text>', 32 greedy tokens continuing sample_prompt, every N steps (0 = "
+        "never; skipped with pp > 1)"),
+    STR(run, sample_prompt, "", NULL, "text the sample line continues ('' = a new document)"),
     CHOICE(model, arch, "llama", "llama|gpt2", "llama: RMSNorm, RoPE, SwiGLU; gpt2: LayerNorm, GELU"),
     INT(model, n_layer, "4", 1, 1024, LO | HI, "transformer blocks"),
     INT(model, d_model, "128", 1, 65536, LO | HI, "hidden size"),

@@ -2,6 +2,7 @@
  *
  *   tessera [DECK] [group.key=value ...]        train (no DECK: the embedded input/tiny.nml)
  *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
+ *   tessera generate DECK [--prompt TEXT ...]   text sampled from checkpoint.resume
  *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time,
  *                                               whether it fits, the layout search
  *   tessera --help-deck                         every deck key
@@ -20,6 +21,7 @@
 #include "config.h"
 #include "deck.h"
 #include "deckpath.h"
+#include "generate.h"
 #include "ops.h"
 #include "plan.h"
 #include "runctl.h"
@@ -42,6 +44,8 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: tessera [DECK] [group.key=value ...]       train (no DECK: built-in copy of %s)\n"
           "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
+          "       tessera generate DECK [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
+          "                    [--seed S] [--ids] [group.key=value ...]   text from checkpoint.resume\n"
           "       tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]\n"
           "                    [--max-mem-frac F] [--require-fit] [--search [--top K]]\n"
           "                    [group.key=value ...]   plan a run, no training (plan --help)\n"
@@ -52,6 +56,17 @@ static void usage(FILE *out) {
           "            tessera plan --require-fit: 3 when it does not fit\n",
           tsr_embedded_deck_name);
   tsr_deck_path_usage(out);
+}
+
+/* The device backend's opener and transports, in a build linked with one. */
+static void link_device(void) {
+#ifdef TSR_LINK_CUDA
+  tsr_ops_cuda_open = tsr_cuda_ops_open;
+  tsr_comm_staged_transport = &tsr_cuda_staged_transport;
+#ifdef TSR_HAVE_NCCL
+  tsr_comm_gpu_transport = &tsr_cuda_nccl_transport;
+#endif
+#endif
 }
 
 /* Threads per rank: the cores of this node shared among its ranks, unless the user set
@@ -118,9 +133,15 @@ int main(int argc, char **argv) {
     if (rank == 0) tsr_deck_help(stdout);
     goto out;
   }
-  if (argc > 1 && (!strcmp(argv[1], "eval") || !strcmp(argv[1], "plan"))) {
+  if (argc > 1 && (!strcmp(argv[1], "eval") || !strcmp(argv[1], "plan") ||
+                   !strcmp(argv[1], "generate"))) {
     mode = argv[1];
     a = 2;
+  }
+  if (!strcmp(mode, "generate")) { /* generate.c: its own options; rank 0 generates */
+    link_device();
+    rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD);
+    goto out;
   }
   if (!strcmp(mode, "plan")) { /* serial: rank 0 plans, every rank exits with its code */
     char path[PATH_MAX]; /* the deck found by name replaces it in argv */
@@ -154,13 +175,7 @@ int main(int argc, char **argv) {
   static char deck_text[1 << 16];
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
   tsr_ops_init(threads_per_rank());
-#ifdef TSR_LINK_CUDA
-  tsr_ops_cuda_open = tsr_cuda_ops_open;
-  tsr_comm_staged_transport = &tsr_cuda_staged_transport;
-#ifdef TSR_HAVE_NCCL
-  tsr_comm_gpu_transport = &tsr_cuda_nccl_transport;
-#endif
-#endif
+  link_device();
   tsr_run_install_signals();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)

@@ -15,6 +15,7 @@
 
 #include "deck.h"
 #include "fault.h"
+#include "generate.h"
 #include "ops.h"
 #include "optim.h"
 #include "plan.h"
@@ -330,6 +331,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
       tsr_metrics_eval(s.metrics, step, vl);
     }
+    if (cfg->run.sample_every > 0 && step % cfg->run.sample_every == 0) /* generate.c */
+      GO_ALONE(tsr_generate_train_sample(&s));
     if ((cfg->checkpoint.every_steps > 0 && step % cfg->checkpoint.every_steps == 0) || last) {
       GO(tsr_session_save(&s, deck_text));
       t_last_ckpt = tsr_now();
