@@ -124,8 +124,9 @@ def mlp(cfg, P, prefix, x):
     return linear(P, prefix + ".w_down", F.silu(gate) * up)
 
 
-def loss_fn(cfg, P, inputs, targets):
-    B, T = inputs.shape
+def logits_fn(cfg, P, inputs):
+    """The logits [B, T, V] of inputs [B, T]."""
+    T = inputs.shape[1]
     x = P["embed.weight"][inputs]
     if cfg["arch"] == "gpt2":
         x = x + P["pos_embed.weight"][:T][None]
@@ -135,7 +136,12 @@ def loss_fn(cfg, P, inputs, targets):
         x = x + mlp(cfg, P, p + "mlp", norm(cfg, P, p + "mlp_norm", x))
     x = norm(cfg, P, "final_norm", x)
     head = P["embed.weight"] if cfg["tie_embeddings"] else P["lm_head.weight"]
-    logits = F.linear(x, head)
+    return F.linear(x, head)
+
+
+def loss_fn(cfg, P, inputs, targets):
+    B, T = inputs.shape
+    logits = logits_fn(cfg, P, inputs)
     return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T))
 
 
