@@ -19,6 +19,8 @@ set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
 corpus
+grep -q '^#define TSR_HAVE_SENTENCEPIECE 1' "$top_builddir/src/tsr_build.h" ||
+  skip "tessera was built without SentencePiece (apt-get install libsentencepiece-dev, ./configure)"
 "$PYTHON_REF" -c 'import torch, numpy, h5py' >/dev/null 2>&1 ||
   skip "$PYTHON_REF cannot import torch, numpy and h5py"
 DECK="$top_srcdir/input/tiny.nml"
@@ -53,7 +55,8 @@ check "spm: 8 steps with run.sample_every=4 (exit $rc)" test $rc -eq 0
 n=$(grep -c '^sample: Q: What' "$SCRATCH/spm/tessera.log")
 check "spm: tessera.log has the sample lines of steps 4 and 8 ($n)" test "$n" -eq 2
 G=("${SPM[@]}" run.out_dir="$SCRATCH/spm")
-gen "${G[@]}" --prompt "Q: What" --tokens 32 --temperature 0 >"$SCRATCH/greedy.txt" 2>"$SCRATCH/greedy.err"
+gen "${G[@]}" --prompt "Q: What" --tokens 32 --temperature 0 >"$SCRATCH/greedy.txt" \
+  2>"$SCRATCH/greedy.err"
 rc=$?
 check "spm: generate --temperature 0 exits 0 ($rc)" test $rc -eq 0
 check "spm: the step-8 sample line is generate's greedy text from the step-8 checkpoint" \
@@ -63,8 +66,10 @@ for s in 11a 11b 12; do
     2>"$SCRATCH/seed$s.err" || bad "spm: generate --seed ${s%[ab]} exits 0"
 done
 check "spm: --seed 11 printed some text" test -s "$SCRATCH/seed11a.txt"
-check "spm: --seed 11 twice gives the same text" cmp -s "$SCRATCH/seed11a.txt" "$SCRATCH/seed11b.txt"
-check "spm: --seed 12 gives another text" test "$(cat "$SCRATCH/seed11a.txt")" != "$(cat "$SCRATCH/seed12.txt")"
+check "spm: --seed 11 twice gives the same text" \
+  cmp -s "$SCRATCH/seed11a.txt" "$SCRATCH/seed11b.txt"
+check "spm: --seed 12 gives another text" \
+  test "$(cat "$SCRATCH/seed11a.txt")" != "$(cat "$SCRATCH/seed12.txt")"
 check "spm: stdout holds no log line" \
   test -z "$(grep -E '^(generate|checkpoint): ' "$SCRATCH/seed11a.txt")"
 check "spm: stderr says what was loaded and generated" \
@@ -116,7 +121,8 @@ sys.exit(0 if len(i) == 32 and min(i) < 1024 <= max(i) else 1)' "$SCRATCH/spm_tp
 check "spm tp 2: the step-8 sample line is generate's greedy text on one rank" \
   same_as_sample "$SCRATCH/spm_tp/tessera.log" "$SCRATCH/spm_tp.txt" "Q: What"
 check "bytes pp 2: the log says once that a pipeline makes no sample line" \
-  test "$(grep -c '^sample: none in this run: run.sample_every needs' "$SCRATCH/pp/tessera.log")" -eq 1
+  test "$(grep -c '^sample: none in this run: run.sample_every needs' \
+    "$SCRATCH/pp/tessera.log")" -eq 1
 
 # ---- bad inputs: exit 2, an error, nothing on stdout
 expect_input_error() { # expect_input_error WHAT PATTERN ARGS...
@@ -124,7 +130,8 @@ expect_input_error() { # expect_input_error WHAT PATTERN ARGS...
   shift 2
   gen "$@" >"$SCRATCH/bad.out" 2>"$SCRATCH/bad.err"
   local rc=$?
-  if [ $rc -eq 2 ] && grep -q "^error: .*$pattern" "$SCRATCH/bad.err" && [ ! -s "$SCRATCH/bad.out" ]; then
+  if [ $rc -eq 2 ] && grep -q "^error: .*$pattern" "$SCRATCH/bad.err" &&
+    [ ! -s "$SCRATCH/bad.out" ]; then
     ok "$what: exit 2, '$pattern'"
   else
     bad "$what: exit $rc (want 2), stderr: $(head -c 300 "$SCRATCH/bad.err")"
@@ -132,7 +139,8 @@ expect_input_error() { # expect_input_error WHAT PATTERN ARGS...
 }
 expect_input_error "no checkpoint in the directory" "no complete checkpoint in" "${SPM[@]}" \
   run.out_dir="$SCRATCH/empty"
-expect_input_error "checkpoint.resume = 'none'" "names no checkpoint" "${G[@]}" checkpoint.resume=none
+expect_input_error "checkpoint.resume = 'none'" "names no checkpoint" "${G[@]}" \
+  checkpoint.resume=none
 expect_input_error "--tokens 0" "--tokens '0'" "${G[@]}" --tokens 0
 expect_input_error "--tokens ten" "--tokens 'ten'" "${G[@]}" --tokens ten
 expect_input_error "--temperature -1" "--temperature '-1'" "${G[@]}" --temperature -1
@@ -145,7 +153,9 @@ cp "$CORPUS"/train_*.bin "$SCRATCH/nomodel/"
 expect_input_error "spm shards without their model file" "fortunes.model is missing" \
   "data.train=$SCRATCH/nomodel/train_*.bin" run.out_dir="$SCRATCH/spm"
 "$TESSERA" generate >"$SCRATCH/bad.out" 2>&1
-check "no deck: exit 2 with the usage" test $? -eq 2 -a -n "$(grep 'usage: tessera generate' "$SCRATCH/bad.out")"
+rc=$?
+check "no deck: exit 2 ($rc) with the usage" \
+  test $rc -eq 2 -a -n "$(grep 'usage: tessera generate' "$SCRATCH/bad.out")"
 
 # ---- the device path: tessera linked with the CUDA backend on the emulated GPU
 # (emu/emu-tessera.sh) generates the CPU's tokens from the tp 2 checkpoint
