@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "ckpt.h"
+#include "ckpt_compat.h"
 #include "comm.h"
 #include "deck.h"
 #include "layout.h"
@@ -211,18 +212,21 @@ static int parse_options(int argc, char **argv, options *o) {
 
 /* The deck with the user's overrides, then one rank's layout: generation runs one
  * sequence on one rank whatever layout the run had. */
-static int load_deck(tsr_config *cfg, const options *o) {
+static int load_deck(tsr_config *cfg, const options *o, tsr_deck_finder find_deck) {
   static char *one_rank[] = {"parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1",
                              "parallel.zero_stage=0", "parallel.shard_scope='global'",
                              "parallel.ranks_per_node=0", "parallel.micro_batches=0",
                              "parallel.sequence_parallel=.false.", "train.micro_batch=1",
                              "train.global_batch=1"};
   const int n_fixed = (int)(sizeof one_rank / sizeof one_rank[0]);
+  char path[TSR_STR_PATH];
+  snprintf(path, sizeof path, "%s", o->deck);
+  if (find_deck) TSR_CALL(find_deck(o->deck, path, sizeof path));
   char **all = tsr_calloc((size_t)(o->n_over + n_fixed), sizeof *all);
   if (!all) return TSR_ERR;
   for (int i = 0; i < o->n_over; i++) all[i] = o->over[i];
   for (int i = 0; i < n_fixed; i++) all[o->n_over + i] = one_rank[i];
-  const int rc = tsr_deck_load(cfg, o->deck, o->n_over + n_fixed, all, 1);
+  const int rc = tsr_deck_load(cfg, path, o->n_over + n_fixed, all, 1);
   tsr_free(&all);
   return rc;
 }
@@ -286,6 +290,8 @@ static int open_device(gen_state *g, const tsr_config *cfg) {
 /* One rank's whole model with the checkpoint's weights (fp32 master rounded into the
  * compute copy); m and v are not read. */
 static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int64_t *step) {
+  /* a deck whose model differs is named key by key before any tensor is read */
+  TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
   TSR_CALL(tsr_model_create_opt(&g->model, cfg, g->lay, &mo));
@@ -304,7 +310,14 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
     *step = st.step;
   }
   tsr_ops_free(&master);
-  return rc;
+  TSR_CALL(rc);
+  /* checkpoints name the tokenizer of the data they were trained on (older ones: "") */
+  const char *tok = tsr_tokenizer_name(g->tok);
+  TSR_CHECK(!st.tokenizer[0] || !strcmp(st.tokenizer, tok), TSR_ERR_INPUT,
+            "checkpoint %s was trained on tokens of tokenizer '%s', but the deck's data was "
+            "made with '%s': the ids would mean other text; set &data train to the shards it "
+            "was trained on", path, st.tokenizer, tok);
+  return 0;
 }
 
 static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
@@ -382,12 +395,12 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
 }
 
 /* Rank 0's whole command: options, deck, generation; the log on stderr. */
-static int generate_command(int argc, char **argv, int world_size) {
+static int generate_command(int argc, char **argv, int world_size, tsr_deck_finder find_deck) {
   options o;
   int rc = parse_options(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   tsr_config cfg;
-  TSR_CALL(load_deck(&cfg, &o));
+  TSR_CALL(load_deck(&cfg, &o, find_deck));
   tsr_log_to(stderr);
   tsr_ops_init(0); /* every core: the other ranks, if any, only wait */
   if (world_size > 1)
@@ -399,11 +412,11 @@ static int generate_command(int argc, char **argv, int world_size) {
   return rc;
 }
 
-int tsr_generate_main(int argc, char **argv, MPI_Comm world) {
+int tsr_generate_main(int argc, char **argv, MPI_Comm world, tsr_deck_finder find_deck) {
   int rank, size, rc = 0;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
-  if (rank == 0) rc = generate_command(argc, argv, size);
+  if (rank == 0) rc = generate_command(argc, argv, size, find_deck);
   /* the others sleep rather than spin in a blocking broadcast while rank 0 computes */
   MPI_Request req;
   MPI_Ibcast(&rc, 1, MPI_INT, 0, world, &req);

@@ -13,14 +13,20 @@
 #define TSR_GENERATE_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 #include "session.h"
 
+/* The file behind a deck argument (a path, or an installed deck's name): the driver's
+ * tsr_deck_path (deckpath.h); 0 or TSR_ERR_INPUT after saying why. */
+typedef int (*tsr_deck_finder)(const char *arg, char *path, size_t cap);
+
 /* tessera generate DECK [options] [group.key=value ...] (argv[0] is the first argument
- * after the word "generate").  Rank 0 of world loads checkpoint.resume (any layout) into
- * one rank's model (tp = pp = dp = 1, one sequence) and prints the text; the other ranks
- * wait, sleeping, for its exit code, which every rank returns. */
-int tsr_generate_main(int argc, char **argv, MPI_Comm world);
+ * after the word "generate"; find_deck may be NULL: DECK is a path).  Rank 0 of world loads
+ * checkpoint.resume (any layout) into one rank's model (tp = pp = dp = 1, one sequence)
+ * and prints the text; the other ranks wait, sleeping, for its exit code, which every
+ * rank returns. */
+int tsr_generate_main(int argc, char **argv, MPI_Comm world, tsr_deck_finder find_deck);
 
 /* run.sample_every: 32 greedy tokens continuing run.sample_prompt on the session's model,
  * logged by rank 0 as one line "sample: <text>" (the prompt and the continuation, control

@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "generate")) { /* generate.c: its own options; rank 0 generates */
     link_device();
-    rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD);
+    rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD, tsr_deck_path);
     goto out;
   }
   if (!strcmp(mode, "plan")) { /* serial: rank 0 plans, every rank exits with its code */

@@ -11,8 +11,9 @@
 #    greedily from the same file; the pp 2 run says once that it makes no sample line;
 #  - a tp 2 run's sample line (the vocabulary split over the ranks) equals one-rank
 #    generate's greedy text from its checkpoint;
-#  - bad inputs (no checkpoint, bad options, a deck that does not fit the checkpoint, a
-#    missing SentencePiece model) exit 2 with an error and print nothing on stdout;
+#  - bad inputs (no checkpoint, bad options, a deck that does not fit the checkpoint, shards
+#    of another tokenizer, a missing SentencePiece model) exit 2 with an error and print
+#    nothing on stdout;
 #  - tessera linked with the CUDA backend on the emulated GPU draws the CPU's tokens in
 #    fp32 and bf16 (run.device = 'cuda').
 set -u
@@ -34,9 +35,11 @@ gen() { "$TESSERA" generate "$DECK" "${SMALL[@]}" "$@"; }
 # the text generate printed in TEXT (its final newline dropped), escaped as the log does.
 same_as_sample() {
   "$PYTHON_REF" - "$@" <<'PY'
-import sys
+import re, sys
 log, text, prompt = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3].encode()
-lines = [l for l in open(log, "rb").read().split(b"\n") if l.startswith(b"sample: ")]
+# tessera.log stamps every line with the time: "2026-11-24T15:40:01.123Z sample: ..."
+lines = [re.sub(rb"^\d{4}-\d\d-\d\dT\S+ ", b"", l) for l in open(log, "rb").read().split(b"\n")]
+lines = [l for l in lines if l.startswith(b"sample: ")]
 def esc(b):
     names = {10: b"\\n", 9: b"\\t", 92: b"\\\\"}
     return b"".join(names.get(c, b"\\x%02x" % c if c < 32 or c == 127 else bytes([c])) for c in b)
@@ -52,7 +55,7 @@ PY
 rc=$?
 check "spm: 8 steps with run.sample_every=4 (exit $rc)" test $rc -eq 0
 [ $rc -eq 0 ] || { tail -20 "$SCRATCH/spm.out"; finish; }
-n=$(grep -c '^sample: Q: What' "$SCRATCH/spm/tessera.log")
+n=$(grep -Ec '^[^ ]+ sample: Q: What' "$SCRATCH/spm/tessera.log")
 check "spm: tessera.log has the sample lines of steps 4 and 8 ($n)" test "$n" -eq 2
 G=("${SPM[@]}" run.out_dir="$SCRATCH/spm")
 gen "${G[@]}" --prompt "Q: What" --tokens 32 --temperature 0 >"$SCRATCH/greedy.txt" \
@@ -110,7 +113,7 @@ done
   >"$SCRATCH/spm_tp.out" 2>&1
 rc=$?
 check "spm tp 2: 8 steps on 2 ranks with run.sample_every=4 (exit $rc)" test $rc -eq 0
-n=$(grep -c '^sample: Q: What' "$SCRATCH/spm_tp/tessera.log")
+n=$(grep -Ec '^[^ ]+ sample: Q: What' "$SCRATCH/spm_tp/tessera.log")
 check "spm tp 2: tessera.log has the sample lines of steps 4 and 8 ($n)" test "$n" -eq 2
 T=("${SPM[@]}" run.out_dir="$SCRATCH/spm_tp" --prompt "Q: What" --tokens 32 --temperature 0)
 gen "${T[@]}" >"$SCRATCH/spm_tp.txt" 2>/dev/null
@@ -121,7 +124,7 @@ sys.exit(0 if len(i) == 32 and min(i) < 1024 <= max(i) else 1)' "$SCRATCH/spm_tp
 check "spm tp 2: the step-8 sample line is generate's greedy text on one rank" \
   same_as_sample "$SCRATCH/spm_tp/tessera.log" "$SCRATCH/spm_tp.txt" "Q: What"
 check "bytes pp 2: the log says once that a pipeline makes no sample line" \
-  test "$(grep -c '^sample: none in this run: run.sample_every needs' \
+  test "$(grep -Ec '^[^ ]+ sample: none in this run: run.sample_every needs' \
     "$SCRATCH/pp/tessera.log")" -eq 1
 
 # ---- bad inputs: exit 2, an error, nothing on stdout
@@ -147,7 +150,10 @@ expect_input_error "--temperature -1" "--temperature '-1'" "${G[@]}" --temperatu
 expect_input_error "--top-k without a value" "--top-k needs a value" "${G[@]}" --top-k
 expect_input_error "an unknown option" "unknown option '--topk'" "${G[@]}" --topk 3
 expect_input_error "a deck whose model differs from the checkpoint's" \
-  "has shape \\[160, 64\\] but the deck's model needs \\[128, 64\\]" "${G[@]}" model.d_ff=128
+  "model.d_ff: checkpoint 160, deck 128" "${G[@]}" model.d_ff=128
+expect_input_error "shards of another tokenizer than the checkpoint's" \
+  "tokenizer 'spm:fortunes', but the deck's data was made with 'bytes'" \
+  run.out_dir="$SCRATCH/spm" "data.train=$SCRATCH/data/train_*.bin"
 mkdir -p "$SCRATCH/nomodel"
 cp "$CORPUS"/train_*.bin "$SCRATCH/nomodel/"
 expect_input_error "spm shards without their model file" "fortunes.model is missing" \
