@@ -60,7 +60,8 @@ int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
       (cfg->model.arch == TSR_ARCH_GPT2 && differ(ck, cfg, (const char *const[]){"model.seq_len"},
                                                    1, diff, sizeof diff))) {
     tsr_error("checkpoint %s was written for another model: %s.  Use the deck it was written "
-              "with, or checkpoint.resume = 'none' to start afresh", path, diff);
+              "with%s", path, diff, training ? ", or checkpoint.resume = 'none' to start afresh"
+                                            : "");
     rc = TSR_ERR_INPUT;
     goto done;
   }
