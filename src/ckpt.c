@@ -158,7 +158,6 @@ static herr_t attr_put_str(hid_t obj, const char *name, const char *s) {
 
 /* ---- save ---- */
 
-static const char *const kGroups[3] = {"/model", "/optim/m", "/optim/v"};
 
 /* checkpoint.mpiio_hints ("key=value,key=value", checked by the deck) as an MPI_Info;
  * MPI_INFO_NULL when there are none.  -1 if MPI refuses it. */
@@ -375,7 +374,7 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
       const float *src = !p.t ? zeros : bufs[k] ? bufs[k] + piece_at(view, &p) : zeros;
       if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, "half", tmp);
       rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
-      if (rc) tsr_error("cannot write %s/%s to '%s'", kGroups[k], t->name, tmp);
+      if (rc) tsr_error("cannot write %s/%s to '%s'", kCkptGroups[k], t->name, tmp);
       rc = tsr_ckpt_agree(rc, comm);
     }
   if (!rc) rc = tsr_ckpt_agree(attr_put_i64(file, "complete", 1) < 0 ? TSR_ERR : 0, comm);
@@ -544,92 +543,6 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
 
 /* ---- load ---- */
 
-static void shape_str(char *buf, size_t len, int ndim, const hsize_t *dims) {
-  if (ndim == 1)
-    snprintf(buf, len, "[%llu]", (unsigned long long)dims[0]);
-  else
-    snprintf(buf, len, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
-}
-
-/* Collective and identical on all ranks: every tensor present with its logical shape,
- * nothing extra.  Rank 0 names the first few problems of each kind in the first group
- * that has any (the optimizer groups repeat the model's). */
-static int check_structure(hid_t file, const char *path, const tsr_layout *lay, int groups,
-                           int loud) {
-  int rc = 0, missing = 0, shape = 0, extra = 0;
-  hid_t g = -1, d = -1, space = -1;
-  for (int k = 0; k < groups; k++) {
-    H5G_info_t info;
-    const int say = loud && missing + shape + extra == 0;
-    int m0 = 0, s0 = 0, e0 = 0; /* problems named in this group */
-    if (H5Lexists(file, kGroups[k], H5P_DEFAULT) <= 0) {
-      if (say) tsr_error("checkpoint %s: group %s is missing", path, kGroups[k]);
-      missing++;
-      continue;
-    }
-    TSR_H5_GOTO(g = H5Gopen2(file, kGroups[k], H5P_DEFAULT));
-    for (int i = 0; i < lay->n_tensors; i++) {
-      const tsr_tensor *t = &lay->tensors[i];
-      hsize_t want[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]}, got[2] = {0, 0};
-      htri_t has = H5Lexists(g, t->name, H5P_DEFAULT);
-      TSR_H5_GOTO(has);
-      if (!has) {
-        if (say && m0++ < 5)
-          tsr_error("checkpoint %s: %s/%s is missing but the deck's model needs it", path,
-                    kGroups[k], t->name);
-        missing++;
-        continue;
-      }
-      TSR_H5_GOTO(d = H5Dopen2(g, t->name, H5P_DEFAULT));
-      TSR_H5_GOTO(space = H5Dget_space(d));
-      int ndim = H5Sget_simple_extent_ndims(space);
-      TSR_H5_GOTO(ndim);
-      if (ndim > 2)
-        ndim = 0;
-      else
-        TSR_H5_GOTO(H5Sget_simple_extent_dims(space, got, NULL));
-      if (ndim != t->ndim || got[0] != want[0] || (ndim == 2 && got[1] != want[1])) {
-        char s_got[64] = "[?]", s_want[64];
-        if (ndim) shape_str(s_got, sizeof s_got, ndim, got);
-        shape_str(s_want, sizeof s_want, t->ndim, want);
-        if (say && s0++ < 5)
-          tsr_error("checkpoint %s: %s/%s has shape %s but the deck's model needs %s", path,
-                    kGroups[k], t->name, s_got, s_want);
-        shape++;
-      }
-      CLOSE(H5Sclose, space);
-      CLOSE(H5Dclose, d);
-    }
-    TSR_H5_GOTO(H5Gget_info(g, &info));
-    for (hsize_t j = 0; j < info.nlinks; j++) {
-      char name[TSR_NAME_MAX * 2];
-      TSR_H5_GOTO(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, j, name, sizeof name,
-                                 H5P_DEFAULT));
-      if (!tsr_layout_find(lay, name)) {
-        if (say && e0++ < 5)
-          tsr_error("checkpoint %s: %s/%s is not a tensor of the deck's model", path, kGroups[k],
-                    name);
-        extra++;
-      }
-    }
-    CLOSE(H5Gclose, g);
-  }
-  if (missing + shape + extra) {
-    if (loud)
-      tsr_error(
-          "checkpoint %s does not fit the deck's model: %d dataset(s) missing, %d with "
-          "another shape, %d not in the model; resume with the &model settings that "
-          "wrote it (its root attributes arch, d_model, n_layer, ... list them)",
-          path, missing, shape, extra);
-    rc = TSR_ERR_INPUT;
-  }
-done:
-  CLOSE(H5Sclose, space);
-  CLOSE(H5Dclose, d);
-  CLOSE(H5Gclose, g);
-  return rc;
-}
-
 /* Collective: this rank's piece of /gname/t->name into dst (the piece's place in the
  * view's buffer; unused when the piece is empty) and the stored checksum. */
 static int read_tensor(hid_t file, const char *gname, const tsr_tensor *t, const piece *p,
@@ -660,26 +573,6 @@ done:
   return rc;
 }
 
-/* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
-static int read_str(hid_t obj, const char *name, char *buf, size_t len) {
-  htri_t has = H5Aexists(obj, name);
-  if (has <= 0) return has < 0 ? -1 : 1;
-  int rc = -1;
-  char *tmp = NULL;
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), type = a >= 0 ? H5Aget_type(a) : -1;
-  const size_t n = type >= 0 && H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)
-                       ? H5Tget_size(type)
-                       : 0;
-  if (n > 0 && (tmp = calloc(n + 1, 1)) != NULL && H5Aread(a, type, tmp) >= 0) {
-    snprintf(buf, len, "%s", tmp);
-    rc = 0;
-  }
-  free(tmp);
-  if (type >= 0) H5Tclose(type);
-  if (a >= 0) H5Aclose(a);
-  return rc;
-}
-
 int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
                        MPI_Comm comm) {
   int rank, rc = 0;
@@ -703,8 +596,8 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
       if (type >= 0) H5Tclose(type);
       if (a >= 0) H5Aclose(a);
       deck = tsr_calloc((size_t)len + 1, 1);
-      if (!len || !deck || read_str(file, "deck", deck, (size_t)len + 1) != 0 ||
-          read_str(file, "layout", layout, sizeof layout) != 0 ||
+      if (!len || !deck || tsr_ckpt_attr_str(file, "deck", deck, (size_t)len + 1) != 0 ||
+          tsr_ckpt_attr_str(file, "layout", layout, sizeof layout) != 0 ||
           tsr_ckpt_attr_get(file, "step", H5T_NATIVE_INT64, step) != 0) {
         tsr_error("checkpoint %s: cannot read the deck it was written with", path);
         rc = TSR_ERR_INPUT;
@@ -755,7 +648,7 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
   }
   /* written since checkpoints name their tokenizer; "" (unknown) before */
   st->tokenizer[0] = 0;
-  if (read_str(file, "tokenizer", st->tokenizer, sizeof st->tokenizer) < 0) {
+  if (tsr_ckpt_attr_str(file, "tokenizer", st->tokenizer, sizeof st->tokenizer) < 0) {
     tsr_error("checkpoint %s: cannot read the root attribute 'tokenizer'", path);
     return TSR_ERR_INPUT;
   }
@@ -807,7 +700,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
   if (rank == 0 && cc) log_hints(file, cc->mpiio_hints);
   rc = tsr_ckpt_check_header(file, why, sizeof why);
   if (rc && rank == 0) tsr_error("checkpoint %s: %s", path, why);
-  if (!rc) rc = check_structure(file, path, whole, (m || v) ? 3 : 1, rank == 0);
+  if (!rc) rc = tsr_ckpt_check_structure(file, path, whole, (m || v) ? 3 : 1, rank == 0, NULL, 0);
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   /* Each rank reads what it holds; each element is counted for the checksum by one reader,
    * the one that would write it under this view. */
@@ -818,8 +711,8 @@ int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
     for (int k = 0; k < 3 && !rc; k++) {
       if (!bufs[k]) continue;
       float *dst = p.t ? bufs[k] + piece_at(view, &p) : NULL;
-      rc = read_tensor(file, kGroups[k], &whole->tensors[i], &p, dst, &stored[k * nt + i], dxpl);
-      if (rc) tsr_error("checkpoint %s: cannot read %s/%s", path, kGroups[k], whole->tensors[i].name);
+      rc = read_tensor(file, kCkptGroups[k], &whole->tensors[i], &p, dst, &stored[k * nt + i], dxpl);
+      if (rc) tsr_error("checkpoint %s: cannot read %s/%s", path, kCkptGroups[k], whole->tensors[i].name);
       if (!rc && counts) sums[k * nt + i] = piece_checksum(&p, dst);
       rc = tsr_ckpt_agree(rc, comm);
     }
@@ -833,7 +726,7 @@ int tsr_ckpt_load_view(const char *path, const tsr_checkpoint_config *cc,
       if (sums[k * nt + i] == stored[k * nt + i]) continue;
       if (rank == 0 && bad++ < 5)
         tsr_error("checkpoint %s: checksum mismatch in %s/%s; the file is damaged: resume from "
-                  "another checkpoint", path, kGroups[k], whole->tensors[i].name);
+                  "another checkpoint", path, kCkptGroups[k], whole->tensors[i].name);
       rc = TSR_ERR_INPUT;
     }
   if (!rc && st) rc = tsr_ckpt_agree(read_state(file, path, st), comm);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "deck.h"
 #include "util.h"
 
 /* ---- error checking: every HDF5 / MPI call goes through one of these ---- */
@@ -102,6 +103,26 @@ int tsr_ckpt_attr_get(hid_t obj, const char *name, hid_t mem_type, void *val) {
   herr_t e = H5Aread(a, mem_type, val);
   H5Aclose(a);
   return e < 0 ? -1 : 0;
+}
+
+/* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
+int tsr_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+  htri_t has = H5Aexists(obj, name);
+  if (has <= 0) return has < 0 ? -1 : 1;
+  int rc = -1;
+  char *tmp = NULL;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), type = a >= 0 ? H5Aget_type(a) : -1;
+  const size_t n = type >= 0 && H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)
+                       ? H5Tget_size(type)
+                       : 0;
+  if (n > 0 && (tmp = calloc(n + 1, 1)) != NULL && H5Aread(a, type, tmp) >= 0) {
+    snprintf(buf, len, "%s", tmp);
+    rc = 0;
+  }
+  free(tmp);
+  if (type >= 0) H5Tclose(type);
+  if (a >= 0) H5Aclose(a);
+  return rc;
 }
 
 int tsr_ckpt_check_header(hid_t file, char *why, size_t why_len) {
@@ -290,6 +311,134 @@ done:
   return rc;
 }
 
+const char *const kCkptGroups[3] = {"/model", "/optim/m", "/optim/v"};
+
+/* ---- structure ---- */
+
+static void shape_str(char *buf, size_t len, int ndim, const hsize_t *dims) {
+  if (ndim == 1)
+    snprintf(buf, len, "[%llu]", (unsigned long long)dims[0]);
+  else
+    snprintf(buf, len, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+}
+
+/* Collective and identical on all ranks: every tensor present with its logical shape,
+ * nothing extra.  Rank 0 names the first few problems of each kind in the first group
+ * that has any (the optimizer groups repeat the model's). */
+int tsr_ckpt_check_structure(hid_t file, const char *path, const tsr_layout *lay, int groups,
+                             int loud, char *why, size_t why_len) {
+  int rc = 0, missing = 0, shape = 0, extra = 0;
+  if (why && why_len) why[0] = 0;
+#define WHY(...) \
+  if (why && why_len && !why[0]) snprintf(why, why_len, __VA_ARGS__)
+  hid_t g = -1, d = -1, space = -1;
+  for (int k = 0; k < groups; k++) {
+    H5G_info_t info;
+    const int say = loud && missing + shape + extra == 0;
+    int m0 = 0, s0 = 0, e0 = 0; /* problems named in this group */
+    if (H5Lexists(file, kCkptGroups[k], H5P_DEFAULT) <= 0) {
+      if (say) tsr_error("checkpoint %s: group %s is missing", path, kCkptGroups[k]);
+      WHY("group %s is missing", kCkptGroups[k]);
+      missing++;
+      continue;
+    }
+    TSR_H5_GOTO(g = H5Gopen2(file, kCkptGroups[k], H5P_DEFAULT));
+    for (int i = 0; i < lay->n_tensors; i++) {
+      const tsr_tensor *t = &lay->tensors[i];
+      hsize_t want[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]}, got[2] = {0, 0};
+      htri_t has = H5Lexists(g, t->name, H5P_DEFAULT);
+      TSR_H5_GOTO(has);
+      if (!has) {
+        if (say && m0++ < 5)
+          tsr_error("checkpoint %s: %s/%s is missing but the deck's model needs it", path,
+                    kCkptGroups[k], t->name);
+        WHY("%s/%s is missing", kCkptGroups[k], t->name);
+        missing++;
+        continue;
+      }
+      TSR_H5_GOTO(d = H5Dopen2(g, t->name, H5P_DEFAULT));
+      TSR_H5_GOTO(space = H5Dget_space(d));
+      int ndim = H5Sget_simple_extent_ndims(space);
+      TSR_H5_GOTO(ndim);
+      if (ndim > 2)
+        ndim = 0;
+      else
+        TSR_H5_GOTO(H5Sget_simple_extent_dims(space, got, NULL));
+      if (ndim != t->ndim || got[0] != want[0] || (ndim == 2 && got[1] != want[1])) {
+        char s_got[64] = "[?]", s_want[64];
+        if (ndim) shape_str(s_got, sizeof s_got, ndim, got);
+        shape_str(s_want, sizeof s_want, t->ndim, want);
+        if (say && s0++ < 5)
+          tsr_error("checkpoint %s: %s/%s has shape %s but the deck's model needs %s", path,
+                    kCkptGroups[k], t->name, s_got, s_want);
+        WHY("%s/%s has shape %s, its model needs %s", kCkptGroups[k], t->name, s_got, s_want);
+        shape++;
+      }
+      CLOSE(H5Sclose, space);
+      CLOSE(H5Dclose, d);
+    }
+    TSR_H5_GOTO(H5Gget_info(g, &info));
+    for (hsize_t j = 0; j < info.nlinks; j++) {
+      char name[TSR_NAME_MAX * 2];
+      TSR_H5_GOTO(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, j, name, sizeof name,
+                                 H5P_DEFAULT));
+      if (!tsr_layout_find(lay, name)) {
+        if (say && e0++ < 5)
+          tsr_error("checkpoint %s: %s/%s is not a tensor of the deck's model", path, kCkptGroups[k],
+                    name);
+        WHY("%s/%s is not a tensor of its model", kCkptGroups[k], name);
+        extra++;
+      }
+    }
+    CLOSE(H5Gclose, g);
+  }
+  if (missing + shape + extra) {
+    if (loud)
+      tsr_error(
+          "checkpoint %s does not fit the deck's model: %d dataset(s) missing, %d with "
+          "another shape, %d not in the model; resume with the &model settings that "
+          "wrote it (its root attributes arch, d_model, n_layer, ... list them)",
+          path, missing, shape, extra);
+    rc = TSR_ERR_INPUT;
+  }
+done:
+#undef WHY
+  CLOSE(H5Sclose, space);
+  CLOSE(H5Dclose, d);
+  CLOSE(H5Gclose, g);
+  return rc;
+}
+
+
+/* The file holds every tensor of the model its own root attributes describe (arch and the
+ * sizes), in its shape, and nothing else: a file missing a tensor is damaged like one
+ * failing a checksum.  Attributes this version cannot read as a model are not held against
+ * the file (the load checks the structure against the deck's model anyway). */
+static int check_own_model(hid_t file, const char *path, char *why, size_t why_len) {
+  static const char *const dims[] = {"n_layer", "d_model",    "n_head",  "n_kv_head",
+                                     "d_ff",    "vocab_size", "seq_len", "tie_embeddings"};
+  char arch[32] = "", text[512], err[2048];
+  int64_t v[8];
+  if (tsr_ckpt_attr_str(file, "arch", arch, sizeof arch) != 0 || strchr(arch, '\'')) return 0;
+  for (int i = 0; i < 8; i++)
+    if (tsr_ckpt_attr_get(file, dims[i], H5T_NATIVE_INT64, &v[i]) != 0) return 0;
+  /* the deck's own parser turns the attributes into a model */
+  snprintf(text, sizeof text,
+           "&model arch = '%s', n_layer = %lld, d_model = %lld, n_head = %lld, n_kv_head = "
+           "%lld, d_ff = %lld, vocab_size = %lld, seq_len = %lld, tie_embeddings = %s /",
+           arch, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+           (long long)v[4], (long long)v[5], (long long)v[6], v[7] ? ".true." : ".false.");
+  tsr_config *cfg = calloc(1, sizeof *cfg);
+  tsr_layout *lay = NULL;
+  int rc = 0;
+  if (cfg && tsr_deck_parse(cfg, text, strlen(text), path, 0, NULL, 1, err, sizeof err) == 0 &&
+      tsr_layout_create(&lay, &cfg->model) == 0)
+    rc = tsr_ckpt_check_structure(file, path, lay, 3, 0, why, why_len);
+  tsr_layout_destroy(&lay);
+  free(cfg);
+  return rc;
+}
+
 int tsr_ckpt_verify_file(const char *path, int model_only, int share, int n_shares, char *why,
                          size_t why_len) {
   int rc = 0, seen = 0;
@@ -309,6 +458,7 @@ int tsr_ckpt_verify_file(const char *path, int model_only, int share, int n_shar
     return TSR_ERR_INPUT;
   }
   rc = tsr_ckpt_check_header(file, why, why_len);
+  if (!rc && share == 0) rc = check_own_model(file, path, why, why_len);
   if (!rc) rc = verify_group(file, "/model", share, n_shares, &seen, why, why_len);
   if (!rc && !model_only) rc = verify_group(file, "/optim/m", share, n_shares, &seen, why, why_len);
   if (!rc && !model_only) rc = verify_group(file, "/optim/v", share, n_shares, &seen, why, why_len);
@@ -435,6 +585,12 @@ static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *
     if (!fgets(latest, sizeof latest, f)) latest[0] = '\0';
     fclose(f);
     latest[strcspn(latest, "\r\n")] = '\0';
+  }
+  int64_t latest_step;
+  if (latest[0] && !parse_step_name(latest, &latest_step)) { /* '../x.h5', '/abs/x.h5' */
+    tsr_warn("'%s' names '%s', which is not a checkpoint file of this directory "
+             "(step_NNNNNNNN.h5): ignored, the step files are tried instead", path, latest);
+    latest[0] = '\0';
   }
   *names = calloc((size_t)nf + 1, sizeof **names);
   if (!*names) {

@@ -82,6 +82,16 @@ herr_t tsr_ckpt_select_rect(hid_t space, int64_t r, int64_t c, int64_t nr, int64
 /* Scalar attribute read with conversion to mem_type; 1 = absent, -1 = error. */
 int tsr_ckpt_attr_get(hid_t obj, const char *name, hid_t mem_type, void *val);
 /* format_version and complete, the two things that make a file usable at all. */
+/* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
+int tsr_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
+/* The checkpoint's groups: /model, /optim/m, /optim/v. */
+extern const char *const kCkptGroups[3];
+/* Collective-safe (no communication; the same verdict wherever it runs): the first
+ * `groups` groups hold every tensor of lay in its logical shape, and nothing else.  loud:
+ * name the first problems as errors (and a summary); why (may be NULL): the first problem
+ * in a few words. */
+int tsr_ckpt_check_structure(hid_t file, const char *path, const tsr_layout *lay, int groups,
+                             int loud, char *why, size_t why_len);
 int tsr_ckpt_check_header(hid_t file, char *why, size_t why_len);
 
 /* ---- files ---- */

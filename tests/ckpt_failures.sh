@@ -12,6 +12,9 @@
 #  (c) a file-size limit (ulimit -f, set by prlimit) below the checkpoint's size: the save
 #      is refused with a message naming the limit; and the resume's read uses the deck's
 #      MPI-IO hints.
+#  (d) a newest checkpoint that lacks a tensor is skipped like a damaged one (the resume
+#      falls back to the one before), and a `latest` naming a file outside the checkpoint
+#      directory is ignored.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -150,4 +153,24 @@ RCFILE="$SCRATCH/full2.rc" full run.max_steps=3 checkpoint.resume=auto run.out_d
 check "(b) with room made, a run resumes from that directory (both ranks exit 0)" \
   ranks_exit "$SCRATCH/full2.rc" 0
 check "(b)   ... at step 2" grep -q "resumed from .*step_00000002.h5 at step 2 " "$SCRATCH/full2.out"
+
+# ---- (d) a newest checkpoint missing a tensor, and a `latest` pointing out of the dir ----
+D="$SCRATCH/ref/ckpt"
+cp "$D/step_00000008.h5" "$SCRATCH/step8.keep"
+"$PYTHON_REF" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); del f['model/final_norm.weight']" \
+  "$D/step_00000008.h5"
+mpi 120 2 run.max_steps=9 parallel.zero_stage=1 run.out_dir="$SCRATCH/ref" >"$SCRATCH/miss.out" 2>&1
+check "(d) the newest checkpoint lacking a tensor: the resume falls back (exit $?)" test $? -eq 0
+check "(d)   ... naming the missing tensor" \
+  grep -q "step_00000008.h5' (named by 'latest') is unusable: /model/final_norm.weight is missing; falling back" \
+  "$SCRATCH/miss.out"
+check "(d)   ... to step 7" grep -q "resumed from .*step_00000007.h5 at step 7 " "$SCRATCH/miss.out"
+cp "$SCRATCH/step8.keep" "$SCRATCH/outside.h5"
+echo "../../outside.h5" >"$D/latest"
+mpi 120 2 run.max_steps=10 parallel.zero_stage=1 run.out_dir="$SCRATCH/ref" >"$SCRATCH/out.out" 2>&1
+check "(d) 'latest' naming a file outside the directory is ignored (exit $?)" test $? -eq 0
+check "(d)   ... with a warning" grep -q "names '../../outside.h5', which is not a checkpoint file of this directory" \
+  "$SCRATCH/out.out"
+check "(d)   ... and the newest step file in the directory is used" \
+  grep -q "resumed from .*ref/ckpt/step_00000009.h5 at step 9 " "$SCRATCH/out.out"
 finish
