@@ -138,6 +138,10 @@ int main(int argc, char **argv) {
     mode = argv[1];
     a = 2;
   }
+  /* Training: before the deck is read and the backend set up, so that a stop signal from
+   * here on is a clean stop at the first step boundary, not the default action.  The other
+   * commands keep the default actions (Ctrl-C ends them at once). */
+  if (!strcmp(mode, "train")) tsr_run_install_signals();
   if (!strcmp(mode, "generate")) { /* generate.c: its own options; rank 0 generates */
     link_device();
     rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD, tsr_deck_path);
@@ -176,7 +180,6 @@ int main(int argc, char **argv) {
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
   tsr_ops_init(threads_per_rank());
   link_device();
-  tsr_run_install_signals();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);

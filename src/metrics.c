@@ -63,7 +63,7 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "backward_ms", s->backward_ms, 0);
   num(f, "optimizer_ms", s->optimizer_ms, 0);
   if (s->loss_scale > 0) num(f, "loss_scale", s->loss_scale, 0);
-  fprintf(f, "\"skipped\":%lld,", (long long)s->skipped);
+  fprintf(f, "\"skipped\":%lld,\"step_skipped\":%d,", (long long)s->skipped, s->step_skipped);
   end_record(f);
 }
 

@@ -17,6 +17,7 @@ typedef struct {
   int64_t skipped;
   double forward_ms, backward_ms, optimizer_ms; /* phases of the step; NAN: not separable */
   double loss_scale; /* fp16: the dynamic loss scale the step ran at; 0: not written */
+  int step_skipped;  /* 1: this step's update was skipped (skipped counts them all) */
 } tsr_step_metrics;
 
 int tsr_metrics_open(tsr_metrics **out, const char *path);

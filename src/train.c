@@ -284,6 +284,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
               tsr_run_stop_signal(), (long long)s.st.step);
       GO(tsr_session_save(&s, deck_text));
+      tsr_log("stopped cleanly at step %lld with its checkpoint written: exit 3 (requeue, or "
+              "run again, to go on from there)", (long long)s.st.step);
       rc = TSR_ERR_SIGNAL;
       goto done;
     }
@@ -308,7 +310,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
                                                   s.peak_flops
                                             : -1.0,
                            (int64_t)tsr_ops_mem_bytes(), dt * 1e3, s.st.skipped,
-                           r.phase_s[0] * 1e3, r.phase_s[1] * 1e3, r.phase_s[2] * 1e3, r.scale};
+                           r.phase_s[0] * 1e3, r.phase_s[1] * 1e3, r.phase_s[2] * 1e3, r.scale,
+                           r.skipped};
     tsr_metrics_step(s.metrics, &sm);
     if (r.skipped && r.scale > 0) /* expected now and then: the scale searches for its level */
       tsr_log("step %lld: fp16 gradients overflowed at loss scale %g: update skipped, scale "

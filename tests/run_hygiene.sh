@@ -9,7 +9,9 @@
 #  - a checkpoint of another model is refused naming the key (exit 2);
 #  - train and valid shards of different tokenizers, and a checkpoint trained on another
 #    tokenizer than the deck's data, are refused (exit 2);
-#  - SIGINT stops like SIGTERM (checkpoint, exit 3); a second SIGINT stops at once.
+#  - SIGINT stops like SIGTERM (checkpoint, a line saying so, exit 3); a second SIGINT
+#    stops at once;
+#  - metrics.jsonl's step_skipped marks the skipped step, skipped counts them.
 . "$(dirname "$0")/lib.sh"
 mpi_test_setup
 bytes_corpus art computers
@@ -69,6 +71,15 @@ check "the model line gives the whole model's $NP parameters" \
 check "on tp 2 the model line gives the whole count and this rank's part" \
   grep -qE "^model: llama, $NP parameters \([0-9.]+ M\); this rank's part \(stage 0 of 1, tp rank 0 of 2\): [0-9]+" "$SCRATCH/tp.out"
 
+TSR_FAULT=nan_grad_step=2 run run.out_dir="$SCRATCH/nan" run.max_steps=3 >"$SCRATCH/nan.out" 2>&1
+check "a run with a non-finite gradient at step 2 exits 0" test $? -eq 0
+check "step_skipped marks that step alone; skipped counts" "$PYTHON_REF" -c '
+import json, sys
+r = {x["step"]: x for x in map(json.loads, open(sys.argv[1])) if "loss" in x}
+assert [r[s]["step_skipped"] for s in (1, 2, 3)] == [0, 1, 0], r
+assert [r[s]["skipped"] for s in (1, 2, 3)] == [0, 1, 1], r
+' "$SCRATCH/nan/metrics.jsonl"
+
 lines() { wc -l <"$A/metrics.jsonl"; }
 n0=$(lines)
 "$TESSERA" eval "$top_srcdir/input/tiny.nml" "${T[@]}" run.out_dir="$A" >"$SCRATCH/eval.out" 2>&1
@@ -117,6 +128,7 @@ kill -INT $pid
 reap $pid 120
 check "SIGINT stops the run with exit 3" test $? -eq 3
 check "... saying so" grep -q "signal 2 received: writing a checkpoint at step [0-9]* and stopping" "$SCRATCH/int.out"
+check "... and that it stopped cleanly" grep -q "stopped cleanly at step [0-9]* with its checkpoint written: exit 3" "$SCRATCH/int.out"
 check "... after writing a checkpoint" test -e "$S/ckpt/latest"
 # the second SIGINT while the first one's checkpoint is being written (held 20 s open)
 S2="$SCRATCH/int2"
