@@ -19,7 +19,9 @@ typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;
 typedef enum {
   TSR_SCHEDULE_GPIPE,
   TSR_SCHEDULE_1F1B,
-  TSR_SCHEDULE_INTERLEAVED
+  TSR_SCHEDULE_INTERLEAVED,
+  TSR_SCHEDULE_ZB_H1, /* zero-bubble schedules (pipeline.h); no deck word yet */
+  TSR_SCHEDULE_ZB_V
 } tsr_schedule_choice;
 typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
 typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;

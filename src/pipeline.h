@@ -2,20 +2,35 @@
  * computations and point-to-point transfers an executor runs.  No MPI, no model here.
  *
  * Chunks.  The model's n_layer layers are cut into pp * v equal chunks (v = virtual
- * stages, 1 except for 'interleaved').  Chunk c holds layers [c L/(pp v), (c+1) L/(pp v))
- * and lives on stage c % pp, so stage s holds chunks s, s + pp, s + 2 pp, ... (Megatron's
- * interleaving).  The embedding belongs to chunk 0, the final norm, head and loss to the
- * last chunk pp v - 1.  Uneven (explicit) splits are not supported yet.
+ * stages: 1, except 'interleaved' (any v) and 'zb_v' (v = 2)).  Chunk c holds layers
+ * [c L/(pp v), (c+1) L/(pp v)).  Which stage holds it depends on the schedule, and
+ * tsr_pp_chunk_owner says: chunk c % pp for all kinds but zb_v, so stage s holds chunks
+ * s, s + pp, s + 2 pp, ... (Megatron's interleaving); zb_v folds the chunks into a V,
+ * stage s holding chunks s and 2 pp - 1 - s, so the first and the last chunk are both
+ * on stage 0 and chunks pp - 1 and pp both on stage pp - 1.  A stage's own chunks, in
+ * ascending order, are its local chunks 0 .. v - 1.  The embedding belongs to chunk 0,
+ * the final norm, head and loss to the last chunk pp v - 1.  Uneven (explicit) splits
+ * are not supported yet.
  *
  * Actions.  `chunk` is always a chunk this stage owns; `peer` the stage at the other end
  * of a transfer.  A message is identified by (direction, micro_batch, chunk) and matches:
- *     SEND_ACT  (mb, c) on stage(c)    <->  RECV_ACT  (mb, c + 1) on stage(c + 1)
- *     SEND_GRAD (mb, c) on stage(c)    <->  RECV_GRAD (mb, c - 1) on stage(c - 1)
- * so a tag built from (direction, mb, receiving chunk) is unique within a step.
+ *     SEND_ACT  (mb, c) on owner(c)    <->  RECV_ACT  (mb, c + 1) on owner(c + 1)
+ *     SEND_GRAD (mb, c) on owner(c)    <->  RECV_GRAD (mb, c - 1) on owner(c - 1)
+ * so a tag built from (direction, mb, receiving chunk) is unique within a step.  When
+ * chunks c and c + 1 are on the same stage (zb_v's bend, chunks pp - 1 and pp) there is
+ * no transfer between them: the forward of c + 1 reads the output of the forward of c,
+ * and the backward (B) of c reads the input gradient the backward (B) of c + 1 made.
  * FORWARD (mb, c) with c > 0 is preceded by its RECV_ACT and, unless c is the last chunk,
  * followed by its SEND_ACT; BACKWARD (mb, c) is preceded by RECV_GRAD unless c is the
  * last chunk (whose backward starts from the loss computed by its own forward) and
- * followed by SEND_GRAD unless c = 0.
+ * followed by SEND_GRAD unless c = 0 (transfers only between different stages).
+ *
+ * Split backward (zb_h1, zb_v).  These schedules run a chunk's backward as two actions:
+ * BACKWARD_B, the gradient w.r.t. the chunk's input (what SEND_GRAD sends; it takes the
+ * place of BACKWARD in the rules above), and later BACKWARD_W, the gradients w.r.t. the
+ * chunk's weights, on the same stage.  Only B is on the path between stages; W can wait,
+ * and filling idle time with delayed W's is what shrinks the bubble.  The other kinds
+ * emit BACKWARD (B and W together) and never B or W.
  *
  * Posting order.  Every stage's list is the projection of ONE global sequence of events
  * (see pipeline.c), so the lists are deadlock-free even when executed with synchronous
@@ -23,11 +38,13 @@
  * intended executor is weaker still: post each RECV where it appears (early) and wait
  * for it just before the computation that consumes it; post each SEND non-blocking
  * where it appears and complete it before its buffer is reused.  Activations of
- * (mb, chunk) live from FORWARD to BACKWARD of that pair and are freed right after.
+ * (mb, chunk) live from FORWARD to BACKWARD (or to BACKWARD_W when split) of that pair
+ * and are freed right after.
  *
  * Bubble.  A stage's bubble fraction is its idle time over the step time:
  *     bubble = (step time - time in FORWARD/BACKWARD) / step time,
- * measured from the step's start to the moment the LAST stage finishes.  */
+ * measured from the step's start to the moment the LAST stage finishes; "time in
+ * FORWARD/BACKWARD" includes BACKWARD_B and BACKWARD_W.  */
 #ifndef TSR_PIPELINE_H
 #define TSR_PIPELINE_H
 
@@ -39,43 +56,61 @@ typedef enum {
   TSR_PP_SEND_ACT,  /* output activation of (mb, chunk) to `peer` */
   TSR_PP_RECV_GRAD, /* gradient w.r.t. this chunk's output from `peer` */
   TSR_PP_BACKWARD,  /* backward of (mb, chunk); its activations can be freed after */
-  TSR_PP_SEND_GRAD  /* gradient w.r.t. this chunk's input to `peer` */
+  TSR_PP_SEND_GRAD, /* gradient w.r.t. this chunk's input to `peer` */
+  TSR_PP_BACKWARD_B, /* split backward, part 1: gradient w.r.t. the chunk's input */
+  TSR_PP_BACKWARD_W  /* split backward, part 2: weight gradients; activations freed after */
 } tsr_pp_op;
 
 typedef struct {
   tsr_pp_op op;
   int micro_batch;
   int chunk; /* global chunk index, 0 .. pp v - 1, owned by this stage */
-  int peer;  /* stage sent to / received from; -1 for FORWARD and BACKWARD */
+  int peer;  /* stage sent to / received from; -1 for the computations */
 } tsr_pp_action;
 
 typedef struct tsr_pp_schedule {
   int n;            /* number of actions */
   tsr_pp_action *a; /* in execution order */
   int stage, pp, m, v; /* m = micro-batches per step, v = virtual stages (chunks per stage) */
+  tsr_schedule_choice kind; /* decides the chunk placement: tsr_pp_chunk_owner */
 } tsr_pp_schedule;
 
-/* kind: gpipe, 1f1b or interleaved (config.h).  virtual_stages must be 1 unless kind is
- * interleaved; interleaved with virtual_stages = 1 is 1F1B.  Interleaved with
- * virtual_stages > 1 needs pp >= 2 and micro_batches % pp == 0 (as Megatron does).
- * Returns TSR_ERR_INPUT with a message naming the offending values. */
+/* kind: gpipe, 1f1b, interleaved, zb_h1 or zb_v (config.h).  virtual_stages must be 1
+ * for gpipe, 1f1b and zb_h1, and exactly 2 for zb_v; interleaved with virtual_stages = 1
+ * is 1F1B.  Interleaved with virtual_stages > 1 needs pp >= 2 and micro_batches % pp == 0
+ * (as Megatron does); zb_v needs pp >= 2 and takes any micro_batches >= 1.
+ *   zb_h1: 1F1B's warm-up, then the weight-gradient passes (W) held back so that every
+ *          stage keeps min(m, pp) micro-batches in flight (1F1B's most, on stage 0), and
+ *          spent in the cool-down, where 1F1B idles: a third of 1F1B's bubble for m >= pp.
+ *   zb_v:  the V placement (two chunks per stage) with split backward; with m >= 2 pp - 1
+ *          every stage idles only pp - 1 chunk passes per step, at 1F1B's activation
+ *          memory (2 min(m, pp) half-size chunks in flight at most).
+ * Both follow the handcrafted schedules of Qi et al., "Zero Bubble Pipeline Parallelism"
+ * (ICLR 2024).  Returns TSR_ERR_INPUT with a message naming the offending values. */
 int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int pp, int stage,
                            int micro_batches, int virtual_stages);
 void tsr_pp_schedule_destroy(tsr_pp_schedule **s);
 
 /* Layers [*first, *first + *count) of `chunk`; TSR_ERR_INPUT unless n_layer % (pp v) == 0. */
 int tsr_pp_chunk_layers(int n_layer, int pp, int v, int chunk, int *first, int *count);
+/* The stage that holds `chunk` under schedule `kind` with pp stages and v chunks per
+ * stage (see Chunks above); -1 for arguments out of range.  tsr_pp_chunk_stage is the
+ * placement of every kind but zb_v, kept for callers that know the kind is not zb_v. */
+int tsr_pp_chunk_owner(tsr_schedule_choice kind, int pp, int v, int chunk);
 int tsr_pp_chunk_stage(int pp, int chunk);
 
 /* Ideal bubble fraction (idle time over step time, as defined above) when forward and
  * backward of a chunk take fixed times and transfers are free:
  *     gpipe, 1f1b:  (p - 1) / (m + p - 1)
  *     interleaved:  (p - 1) / (v m + p - 1)
- * Negative for an unknown kind.  See pipeline.c for the derivation. */
+ * and, for the split kinds, when F, B and W of a chunk take equal times:
+ *     zb_h1:  I / (3 m + I),  I = p - 1 + max(0, p - m)
+ *     zb_v:   I / (6 m + I),  I = max(p - 1, 4 p - 2 - 2 m)   (v is 2 whatever is passed)
+ * Negative for an unknown kind.  See pipeline.c for the derivations. */
 double tsr_pp_ideal_bubble(tsr_schedule_choice kind, int pp, int m, int v);
 
-/* Most (mb, chunk) pairs whose FORWARD has run and BACKWARD has not, i.e. the peak
- * number of activation sets alive on this stage. */
+/* Most (mb, chunk) pairs whose FORWARD has run and BACKWARD (BACKWARD_W when split) has
+ * not, i.e. the peak number of activation sets alive on this stage. */
 int tsr_pp_peak_in_flight(const tsr_pp_schedule *s);
 
 const char *tsr_pp_op_name(tsr_pp_op op);
