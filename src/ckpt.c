@@ -574,7 +574,7 @@ done:
 }
 
 int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
-                       MPI_Comm comm) {
+                       char tokenizer[232], MPI_Comm comm) {
   int rank, rc = 0;
   long long len = 0;
   char *deck = NULL, layout[160] = "";
@@ -582,6 +582,7 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
   *text = NULL;
   *world = 0;
   *step = 0;
+  tokenizer[0] = 0;
   if (rank == 0) {
     tsr_ckpt_quiet q;
     tsr_ckpt_quiet_begin(&q);
@@ -598,7 +599,8 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
       deck = tsr_calloc((size_t)len + 1, 1);
       if (!len || !deck || tsr_ckpt_attr_str(file, "deck", deck, (size_t)len + 1) != 0 ||
           tsr_ckpt_attr_str(file, "layout", layout, sizeof layout) != 0 ||
-          tsr_ckpt_attr_get(file, "step", H5T_NATIVE_INT64, step) != 0) {
+          tsr_ckpt_attr_get(file, "step", H5T_NATIVE_INT64, step) != 0 ||
+          tsr_ckpt_attr_str(file, "tokenizer", tokenizer, 232) < 0) {
         tsr_error("checkpoint %s: cannot read the deck it was written with", path);
         rc = TSR_ERR_INPUT;
       }
@@ -613,6 +615,7 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
   MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm);
   MPI_Bcast(world, 1, MPI_INT, 0, comm);
   MPI_Bcast(step, 1, MPI_INT64_T, 0, comm);
+  MPI_Bcast(tokenizer, 232, MPI_CHAR, 0, comm);
   if (rc) {
     tsr_free(&deck);
     return rc;

@@ -78,10 +78,11 @@ int tsr_ckpt_save(const tsr_config *cfg, const tsr_layout *lay, const float *mas
 int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm comm);
 
 /* The effective deck the checkpoint at path was written with, the world size of the job
- * that wrote it and its step, read on rank 0 and broadcast (*text: tsr_calloc'ed, the
+ * that wrote it, its step and its tokenizer ("" when it names none), read on rank 0 and
+ * broadcast (*text: tsr_calloc'ed, the
  * caller frees it).  TSR_ERR_INPUT when the file cannot be read.  Collective. */
 int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
-                       MPI_Comm comm);
+                       char tokenizer[232], MPI_Comm comm);
 
 /* Read the checkpoint into whole flat buffers of `lay` on every rank (tsr_ckpt_load_view
  * with the whole buffer).  Collective. */

@@ -39,27 +39,39 @@ static int differ(const tsr_config *ck, const tsr_config *cfg, const char *const
 }
 
 int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
-                          MPI_Comm world) {
-  char *text = NULL;
-  int written_world = 0;
+                          const char *data_tokenizer, MPI_Comm world) {
+  char *text = NULL, tokenizer[232];
+  int written_world = 0, rank;
   int64_t step = 0;
-  TSR_CALL(tsr_ckpt_read_deck(path, &text, &written_world, &step, world));
+  MPI_Comm_rank(world, &rank);
+  TSR_CALL(tsr_ckpt_read_deck(path, &text, &written_world, &step, tokenizer, world));
   tsr_config *ck = tsr_calloc(1, sizeof *ck);
   char *err = tsr_calloc(8192, 1);
   int rc = ck && err ? 0 : TSR_ERR;
-  /* every rank parses the same bytes and comes to the same verdict */
-  if (!rc && tsr_deck_parse(ck, text, strlen(text), path, 0, NULL, written_world, err, 8192)) {
-    tsr_warn("checkpoint %s: its stored deck does not parse with this version, so it is not "
-             "compared with this deck key by key (tensor shapes are still checked):\n%s",
-             path, err);
+  /* every rank takes the same path from here: the same bytes, the same verdicts */
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, world);
+  if (rc) goto done;
+  if (data_tokenizer && data_tokenizer[0] && tokenizer[0] && strcmp(tokenizer, data_tokenizer)) {
+    if (rank == 0)
+      tsr_error("checkpoint %s was trained on tokens of tokenizer '%s', but the deck's data "
+                "was made with '%s': the token ids would mean other text", path, tokenizer,
+                data_tokenizer);
+    rc = TSR_ERR_INPUT;
     goto done;
   }
-  if (rc) goto done;
+  if (tsr_deck_parse(ck, text, strlen(text), path, 0, NULL, written_world, err, 8192)) {
+    if (rank == 0)
+      tsr_warn("checkpoint %s: its stored deck does not parse with this version, so it is "
+               "not compared with this deck key by key (tensor shapes are still checked):\n%s",
+               path, err);
+    goto done;
+  }
   char diff[4096] = "";
   if (differ(ck, cfg, kShape, (int)(sizeof kShape / sizeof *kShape), diff, sizeof diff) ||
       (cfg->model.arch == TSR_ARCH_GPT2 && differ(ck, cfg, (const char *const[]){"model.seq_len"},
                                                    1, diff, sizeof diff))) {
-    tsr_error("checkpoint %s was written for another model: %s.  Use the deck it was written "
+    if (rank == 0)
+      tsr_error("checkpoint %s was written for another model: %s.  Use the deck it was written "
               "with%s", path, diff, training ? ", or checkpoint.resume = 'none' to start afresh"
                                             : "");
     rc = TSR_ERR_INPUT;
@@ -67,13 +79,13 @@ int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
   }
   diff[0] = 0;
   if (differ(ck, cfg, kFunction, (int)(sizeof kFunction / sizeof *kFunction), diff,
-             sizeof diff))
+             sizeof diff) && rank == 0)
     tsr_warn("checkpoint %s: the model computes differently from the one it was trained as: "
              "%s", path, diff);
   if (!training) goto done;
   diff[0] = 0;
   if (differ(ck, cfg, kSchedule, (int)(sizeof kSchedule / sizeof *kSchedule), diff,
-             sizeof diff) && step < cfg->run.max_steps) {
+             sizeof diff) && step < cfg->run.max_steps && rank == 0) {
     const double was = tsr_optim_lr(&ck->optim, ck->run.max_steps, step + 1);
     const double now = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step + 1);
     char keep[160] = "";

@@ -10,7 +10,9 @@
  *   - for a training run, the learning-rate schedule (run.max_steps, the optim schedule
  *     keys): a warning naming the old and new values and the learning rate of the next
  *     step under each, when the run still has steps to go.
- * A stored deck this version cannot parse is reported and skipped (shapes are still checked
+ * The checkpoint's tokenizer must be the data's (data_tokenizer; NULL or "": not
+ * checked; a checkpoint that names none passes): TSR_ERR_INPUT otherwise.  Messages come
+ * from rank 0.  A stored deck this version cannot parse is reported and skipped (shapes are still checked
  * by the load).  Collective over world. */
 #ifndef TSR_CKPT_COMPAT_H
 #define TSR_CKPT_COMPAT_H
@@ -20,6 +22,6 @@
 #include "config.h"
 
 int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
-                          MPI_Comm world);
+                          const char *data_tokenizer, MPI_Comm world);
 
 #endif

@@ -291,7 +291,7 @@ static int open_device(gen_state *g, const tsr_config *cfg) {
  * compute copy); m and v are not read. */
 static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int64_t *step) {
   /* a deck whose model differs is named key by key before any tensor is read */
-  TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, MPI_COMM_SELF));
+  TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, tsr_tokenizer_name(g->tok), MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
   TSR_CALL(tsr_model_create_opt(&g->model, cfg, g->lay, &mo));
@@ -514,13 +514,17 @@ int tsr_generate_train_sample(tsr_session *s) {
     n++;
   }
   if (rc == 0 && n > 0 && s->rank == 0) {
+    /* rank 0 alone: a line that cannot be decoded or formatted costs the line, never the
+     * run (a failure here would abort every rank) */
     char *text = NULL, *line = NULL;
     size_t len = 0;
-    rc = tsr_tokenizer_decode(tok, ctx + 1, n - 1, &text, &len);
-    if (rc == 0 && !(line = tsr_calloc(4 * len + 8, 1))) rc = TSR_ERR;
-    if (rc == 0) {
+    if (tsr_tokenizer_decode(tok, ctx + 1, n - 1, &text, &len) == 0 &&
+        (line = tsr_calloc(4 * len + 8, 1)) != NULL) {
       escape(text, len, line, 4 * len + 8);
       tsr_log("sample: %s", line);
+    } else {
+      tsr_warn("sample at step %lld: the tokens could not be turned into text; training goes on",
+               (long long)s->st.step);
     }
     tsr_free(&text);
     tsr_free(&line);

@@ -225,6 +225,11 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
                               tag(ex, DIR_GRAD, a->chunk - 1), &p->send_grad));
       p->mb = -1; /* free once the send completes (take_slot waits for it) */
       break;
+    case TSR_PP_BACKWARD_B: /* the zero-bubble kinds: the model has no B/W split yet */
+    case TSR_PP_BACKWARD_W:
+      tsr_error("pp_exec: schedule '%s' splits the backward into B and W, which this "
+                "executor does not run yet", a->op == TSR_PP_BACKWARD_B ? "B" : "W");
+      return TSR_ERR;
     }
   }
   for (int i = 0; i < ex->n_slots; i++) { /* the step ends with nothing in flight */

@@ -46,9 +46,18 @@ void tsr_run_set_command(int argc, char **argv) {
   command[0] = 0;
   for (int i = 0; i < argc && o + 1 < sizeof command; i++) {
     const char *a = argv[i];
-    const int quote = !*a || strpbrk(a, " \t'\"$*?;&|<>()") != NULL;
-    o += (size_t)snprintf(command + o, sizeof command - o, quote ? "%s'%s'" : "%s%s",
-                          i ? " " : "", a);
+    const int quote = !*a || strpbrk(a, " \t'\"$*?;&|<>()[]{}~\\") != NULL;
+    o += (size_t)snprintf(command + o, sizeof command - o, "%s%s", i ? " " : "", quote ? "'" : "");
+    for (; *a && o + 5 < sizeof command; a++) { /* a ' inside the quotes: '\'' */
+      if (*a == '\'' && quote) {
+        memcpy(command + o, "'\\''", 4);
+        o += 4;
+      } else {
+        command[o++] = *a;
+      }
+    }
+    if (quote && o + 1 < sizeof command) command[o++] = '\'';
+    command[o < sizeof command ? o : sizeof command - 1] = 0;
   }
   if (o >= sizeof command) snprintf(command + sizeof command - 5, 5, "...");
 }

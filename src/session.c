@@ -166,7 +166,8 @@ static tsr_ckpt_view ckpt_view(const tsr_session *s) {
 }
 
 int tsr_session_load(tsr_session *s, const char *path) {
-  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->world));
+  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->st.tokenizer,
+                                  s->world));
   const tsr_ckpt_view view = ckpt_view(s);
   char data_tokenizer[sizeof s->st.tokenizer];
   memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);

@@ -104,8 +104,10 @@ int32_t tsr_tokenizer_start(const tsr_tokenizer *t) { return t->eod >= 0 ? t->eo
 int tsr_tokenizer_encode(const tsr_tokenizer *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n) {
   *n = 0;
-  /* bytes: one id per byte; spm: never more ids than bytes plus the newlines' pieces */
-  *ids = tsr_calloc(len + 1, sizeof(int32_t));
+  /* bytes: one id per byte; spm: usually fewer, but a dummy-prefix piece, byte fallback
+   * or a normalisation can make more: the buffer grows as pieces arrive */
+  int64_t cap = (int64_t)len + 1;
+  *ids = tsr_calloc((size_t)cap, sizeof(int32_t));
   if (!*ids) return TSR_ERR;
   if (t->bytes) {
     for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
@@ -123,10 +125,18 @@ int tsr_tokenizer_encode(const tsr_tokenizer *t, const char *text, size_t len, i
       TSR_CHECK(0, TSR_ERR, "SentencePiece could not encode the text '%.*s'", (int)(end - at),
                 text + at);
     }
-    if (*n + k + 1 > (int64_t)len + 1) { /* cannot happen: a piece covers at least a byte */
-      free(line);
+    if (*n + k + 1 > cap) {
+      const int64_t want = 2 * (*n + k + 1);
+      int32_t *more = tsr_calloc((size_t)want, sizeof(int32_t));
+      if (!more) {
+        free(line);
+        tsr_free(ids);
+        return TSR_ERR;
+      }
+      memcpy(more, *ids, (size_t)*n * sizeof(int32_t));
       tsr_free(ids);
-      TSR_CHECK(0, TSR_ERR, "SentencePiece made more ids than the text has bytes");
+      *ids = more;
+      cap = want;
     }
     for (int64_t i = 0; i < k; i++) (*ids)[(*n)++] = line[i];
     free(line);

@@ -280,6 +280,15 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
                     s.rank == 0 && cfg->checkpoint.every_minutes > 0 && s.st.step > first_step &&
                         tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes};
     GO_ALONE(tsr_comm_all_reduce_int(s.grid->world, flags, 2, TSR_COMM_MAX));
+    if (flags[0] && s.st.step == first_step) {
+      /* before this run's first step: its state is the checkpoint it resumed from, or the
+       * seed's (save_initial wrote it if wanted); writing it again would only cost time */
+      tsr_log("signal %d received before the first step of this run: stopping without a new "
+              "checkpoint (the state is the one it started from): exit 3",
+              tsr_run_stop_signal());
+      rc = TSR_ERR_SIGNAL;
+      goto done;
+    }
     if (flags[0]) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
               tsr_run_stop_signal(), (long long)s.st.step);

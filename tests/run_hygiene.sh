@@ -41,7 +41,7 @@ reap() {
 }
 
 A="$SCRATCH/a"
-run run.out_dir="$A" >"$SCRATCH/a.out" 2>&1
+run run.out_dir="$A" "run.name='it''s'" >"$SCRATCH/a.out" 2>&1
 check "a 4-step run exits 0" test $? -eq 0
 ISO='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z'
 check "every tessera.log line that starts a message starts with an ISO time" \
@@ -50,6 +50,11 @@ check "the log names the version and host" \
   grep -qE "^$ISO tessera [0-9.]+ started $ISO on $(hostname | sed 's/[.]/[.]/g')" "$A/tessera.log"
 check "the log has the command line, quoting the glob" \
   grep -qF "command: $TESSERA $top_srcdir/input/tiny.nml run.max_steps=4 run.log_every=1 'data.train=$D/train_*.bin'" "$A/tessera.log"
+# the logged command line, read back by a shell, gives the same arguments
+logged=$(sed -n 's/^[^ ]* command: //p' "$A/tessera.log" | head -1)
+eval "set -- $logged"
+check "the logged command line reads back as the same arguments, quotes included" \
+  test "$#" -eq $((${#T[@]} + 4)) -a "$3" = "${T[0]}" -a "${!#}" = "run.name='it''s'"
 check "every metrics.jsonl record has a time" "$PYTHON_REF" -c '
 import json, re, sys, datetime
 rows = [json.loads(l) for l in open(sys.argv[1])]
