@@ -438,6 +438,54 @@ done:
   return rc;
 }
 
+int tsr_ckpt_preflight(const tsr_config *cfg, size_t deck_len, MPI_Comm comm) {
+  int rc = 0, rank;
+  char dir[TSR_STR_PATH], probe[TSR_STR_PATH + 48];
+  tsr_layout *whole = NULL;
+  MPI_Comm_rank(comm, &rank);
+  tsr_ckpt_dir(cfg, dir, sizeof dir);
+  if (rank == 0 && tsr_ckpt_mkdir_p(dir)) rc = TSR_ERR_INPUT; /* a deck's path: bad input */
+  if ((rc = tsr_ckpt_agree(rc, comm))) return rc;
+  /* every rank writes its pieces: every rank must be able to create a file there */
+  snprintf(probe, sizeof probe, "%s/.preflight.%d", dir, rank);
+  const int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    tsr_error("checkpoint directory '%s' is not writable from this rank: %s (found before "
+              "the first step; set &checkpoint dir to a directory every rank can write)",
+              dir, strerror(errno));
+    rc = TSR_ERR_INPUT;
+  } else {
+    close(fd);
+    unlink(probe);
+  }
+  if ((rc = tsr_ckpt_agree(rc, comm))) return rc;
+  rc = tsr_layout_create(&whole, &cfg->model);
+  if (!rc) rc = check_file_size_limit(whole, (int)deck_len, dir, comm);
+  if (!rc && rank == 0) {
+    /* room for the checkpoints this run will hold at once beyond those already there */
+    const double size = 12.0 * (double)whole->n_params + (double)deck_len;
+    tsr_ckpt_step_file *files = NULL;
+    int have = 0;
+    if (tsr_ckpt_list_steps(dir, &files, &have) != 0) have = 0;
+    free(files);
+    const int64_t keep = cfg->checkpoint.keep;
+    const int64_t more = keep > 0 && keep + 1 - have > 1 ? keep + 1 - have : 1;
+    struct statvfs fs;
+    const double free_b = statvfs(dir, &fs) == 0 ? (double)fs.f_bavail * (double)fs.f_frsize : -1;
+    if (free_b >= 0 && free_b < (double)more * size) {
+      tsr_error("checkpoint directory '%s' has %.1f MB free, but this run needs %.1f MB: "
+                "%lld more checkpoint(s) of %.1f MB (checkpoint.keep = %lld, %d there now, "
+                "and one being written); free space, lower checkpoint.keep or set &checkpoint "
+                "dir elsewhere",
+                dir, free_b / 1e6, (double)more * size / 1e6, (long long)more, size / 1e6,
+                (long long)keep, have);
+      rc = TSR_ERR_INPUT;
+    }
+  }
+  tsr_layout_destroy(&whole);
+  return tsr_ckpt_agree(rc, comm);
+}
+
 int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const float *master,
                        const float *m, const float *v, const tsr_train_state *st_in,
                        const char *deck_text, MPI_Comm comm) {

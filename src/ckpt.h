@@ -47,6 +47,13 @@ typedef struct {
 /* The directory checkpoints go to: checkpoint.dir, or <out_dir>/ckpt. */
 void tsr_ckpt_dir(const tsr_config *cfg, char *dir, size_t len);
 
+/* Before the first step: the checkpoint directory exists and every rank can create a file
+ * in it, no rank's file-size limit is below a checkpoint, and there is free space for the
+ * checkpoints the run will hold at once (checkpoint.keep + 1 less those there now, at
+ * least one; 12 bytes per parameter plus the deck).  TSR_ERR_INPUT naming the problem.
+ * Collective. */
+int tsr_ckpt_preflight(const tsr_config *cfg, size_t deck_len, MPI_Comm comm);
+
 /* Write the checkpoint for st->step (rank 0's st and deck_text are stored), each rank
  * writing its view's pieces; m and v may be NULL for step 0 (written as zeros).  The
  * views of all ranks of comm must cover every logical element exactly once (checked:

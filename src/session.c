@@ -11,6 +11,7 @@
 #include "ops.h"
 #include "plan.h"
 #include "precision.h"
+#include "runctl.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -184,7 +185,17 @@ int tsr_session_load(tsr_session *s, const char *path) {
   return tsr_zero_publish_params(s->zero);
 }
 
+static int resume_state(tsr_session *s);
+
 int tsr_session_resume(tsr_session *s) {
+  TSR_CALL(tsr_run_agree(s->world, resume_state(s)));
+  /* a run that will write checkpoints finds out now, not at the first one, whether it can
+   * (the deck's few kB are left out of the size) */
+  if (s->st.step < s->cfg->run.max_steps) TSR_CALL(tsr_ckpt_preflight(s->cfg, 0, s->world));
+  return 0;
+}
+
+static int resume_state(tsr_session *s) {
   const tsr_config *cfg = s->cfg;
   char path[TSR_STR_PATH];
   TSR_CALL(tsr_ckpt_resolve(cfg, path, sizeof path, s->world));

@@ -55,7 +55,9 @@ typedef struct {
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training);
 void tsr_session_close(tsr_session *s);
 
-/* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation. */
+/* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation; then,
+ * when steps are left to train, the checkpoint directory's pre-flight check
+ * (tsr_ckpt_preflight).  Collective; the same outcome on every rank. */
 int tsr_session_resume(tsr_session *s);
 /* Load one checkpoint file into the state and the parameters. */
 int tsr_session_load(tsr_session *s, const char *path);

@@ -147,12 +147,30 @@ check "(b)   ... no step_00000003.h5(.tmp) is left" \
 check "(b)   ... latest still names step 2" grep -qx "step_00000002.h5" "$FS/latest"
 complete "$FS/step_00000001.h5" && complete "$FS/step_00000002.h5"
 check "(b)   ... steps 1 and 2 are intact and complete" test $? -eq 0
+# pre-flight: keep = 3 wants room for 4 checkpoints in a fresh directory of this tmpfs
+mkdir -p "$FS/pre"
+RCFILE="$SCRATCH/pre.rc" full run.max_steps=3 checkpoint.keep=3 checkpoint.resume=none \
+  checkpoint.dir="$FS/pre" run.out_dir="$SCRATCH/pre" >"$SCRATCH/pre.out" 2>&1
+check "(b) pre-flight: too little room for keep + 1 checkpoints: both ranks exit 2 before step 1" \
+  ranks_exit "$SCRATCH/pre.rc" 2
+check "(b)   ... saying how much is free and needed" \
+  grep -q "checkpoint directory '$FS/pre' has [0-9.]* MB free, but this run needs [0-9.]* MB: 4 more checkpoint" \
+  "$SCRATCH/pre.out"
+check "(b)   ... and trains no step" test ! -s "$SCRATCH/pre/metrics.jsonl" -o \
+  "$(grep -c '"loss"' "$SCRATCH/pre/metrics.jsonl" 2>/dev/null)" = 0
 rm -f "$FS/step_00000001.h5" # room to write again
 RCFILE="$SCRATCH/full2.rc" full run.max_steps=3 checkpoint.resume=auto run.out_dir="$SCRATCH/full2" \
   >"$SCRATCH/full2.out" 2>&1
 check "(b) with room made, a run resumes from that directory (both ranks exit 0)" \
   ranks_exit "$SCRATCH/full2.rc" 0
 check "(b)   ... at step 2" grep -q "resumed from .*step_00000002.h5 at step 2 " "$SCRATCH/full2.out"
+
+# ---- pre-flight: a checkpoint directory that cannot be made is found before step 1 ----
+mpi 60 2 run.max_steps=3 checkpoint.resume=none checkpoint.dir=/proc/no/such/dir \
+  run.out_dir="$SCRATCH/nodir" >"$SCRATCH/nodir.out" 2>&1
+check "(d) an unwritable checkpoint directory: exit 2 before step 1 (got $?)" test $? -eq 2
+check "(d)   ... naming it, with no step trained" \
+  sh -c "grep -q \"cannot create .*/proc/no/such/dir\" '$SCRATCH/nodir.out' && ! grep -q '\"loss\"' '$SCRATCH/nodir/metrics.jsonl'"
 
 # ---- (d) a newest checkpoint missing a tensor, and a `latest` pointing out of the dir ----
 D="$SCRATCH/ref/ckpt"
