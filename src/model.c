@@ -84,6 +84,39 @@ static float *alloc_f(tsr_model *m, size_t n) {
   return p;
 }
 
+/* Split backward: what each B pass of a slot leaves for its W pass (model_sizes.c). */
+static int alloc_wstash(tsr_model *m, struct act_slot *sl) {
+  const tsr_model_sizes *sz = &m->sz;
+  const size_t N = (size_t)sz->N, C = (size_t)sz->C;
+  if (!(sl->w = tsr_calloc((size_t)m->Lc, sizeof *sl->w))) return TSR_ERR;
+  for (int q = 0; q < m->Lc; q++) {
+    layer_wstash *w = &sl->w[q];
+    if (!(w->d_down = alloc_a(m, N * C)) || !(w->d_o = alloc_a(m, N * C)) ||
+        !(w->d_fc = alloc_a(m, N * (size_t)sz->fc_dim)) ||
+        !(w->d_qkv = alloc_a(m, N * (size_t)sz->qkv_dim)) || !(w->norm_w = alloc_f(m, 2 * C)) ||
+        !(w->norm_b = alloc_f(m, 2 * C)))
+      return TSR_ERR;
+  }
+  if (sz->w_embed && !(sl->w_embed = alloc_a(m, (size_t)sz->w_embed))) return TSR_ERR;
+  if (sz->w_head && !(sl->w_head = alloc_f(m, (size_t)sz->w_head))) return TSR_ERR;
+  return 0;
+}
+
+static void free_wstash(tsr_model *m, struct act_slot *sl) {
+  for (int q = 0; sl->w && q < m->Lc; q++) {
+    layer_wstash *w = &sl->w[q];
+    tsr_ops_free(&w->d_down);
+    tsr_ops_free(&w->d_o);
+    tsr_ops_free(&w->d_fc);
+    tsr_ops_free(&w->d_qkv);
+    tsr_ops_free(&w->norm_w);
+    tsr_ops_free(&w->norm_b);
+  }
+  tsr_free(&sl->w);
+  tsr_ops_free(&sl->w_embed);
+  tsr_ops_free(&sl->w_head);
+}
+
 /* Allocate one layer's activation set; `which` selects the buffers to allocate. */
 static int alloc_acts(tsr_model *m, layer_acts *a, int which) {
   const tsr_model_layer_sizes *n = &m->sz.layer;
@@ -289,6 +322,7 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
                     !(sl->final_rstd = alloc_f(m, (size_t)sz->final_rstd)) ||
                     !(sl->logits = alloc_a(m, (size_t)sz->logits))))
       return TSR_ERR;
+    if (sz->split && alloc_wstash(m, sl)) return TSR_ERR;
   }
   if (!(m->tmp_nc = alloc_a(m, (size_t)sz->tmp_nc)) ||
       !(m->d_resid = alloc_a(m, (size_t)sz->d_resid)) ||
@@ -348,6 +382,7 @@ void tsr_model_destroy(tsr_model **mp) {
       tsr_ops_free(&sl->final_mean);
       tsr_ops_free(&sl->final_rstd);
       tsr_ops_free(&sl->logits);
+      free_wstash(m, sl);
     }
   tsr_free(&m->slots);
   free_acts(&m->scratch, A_ALL & ~own);
@@ -482,7 +517,9 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   return 0;
 }
 
-int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out) {
+/* The backward of a chunk: whole (split 0), or its B pass (split 1: input gradients only,
+ * no gradient unit acquired; what the W pass needs stays in the slot). */
+static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, int split) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
   void *hc = m->hooks.ctx;
@@ -493,13 +530,18 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_ou
      * 0's, which stays acquired for gradients until the embedding's backward. */
     const void *ph = params_acquire(m, head, tied ? 0 : L);
     const void *pw = tied ? params_acquire(m, 0, L) : ph;
-    float *gh = grads_acquire(m, head);
-    ge = tied ? grads_acquire(m, 0) : NULL;
-    if (!ph || !pw || !gh || (tied && !ge)) return TSR_ERR;
-    TSR_CALL(model_head_bwd(m, sl, ph, pw, gh, tied ? ge : gh, resid(m, sl, Lc)));
+    if (!ph || !pw) return TSR_ERR;
+    if (split) {
+      TSR_CALL(model_head_bwd_b(m, sl, ph, pw, resid(m, sl, Lc)));
+    } else {
+      float *gh = grads_acquire(m, head);
+      ge = tied ? grads_acquire(m, 0) : NULL;
+      if (!gh || (tied && !ge)) return TSR_ERR;
+      TSR_CALL(model_head_bwd(m, sl, ph, pw, gh, tied ? ge : gh, resid(m, sl, Lc)));
+    }
     if (tied) REL(m->hooks.params_release(hc, 0));
     REL(m->hooks.params_release(hc, head));
-    REL(m->hooks.grads_release(hc, head));
+    if (!split) REL(m->hooks.grads_release(hc, head));
   } else {
     TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
     tsr_ops_copy(m->d_resid, d_out, (size_t)m->Ns * C * m->esz);
@@ -507,19 +549,67 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_ou
   for (int q = Lc - 1; q >= 0; q--) {
     const int i = chunk * Lc + q;
     const void *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
-    float *gr = grads_acquire(m, 1 + i);
-    if (!pr || !gr) return TSR_ERR;
+    float *gr = split ? NULL : grads_acquire(m, 1 + i);
+    if (!pr || (!split && !gr)) return TSR_ERR;
     TSR_CALL(model_layer_recompute(m, i, pr, resid(m, sl, q), &sl->acts[q]));
-    TSR_CALL(model_layer_bwd(m, i, pr, gr, resid(m, sl, q), &sl->acts[q]));
+    TSR_CALL(model_layer_bwd(m, i, pr, gr, resid(m, sl, q), &sl->acts[q],
+                             split ? &sl->w[q] : NULL));
     REL(m->hooks.params_release(hc, 1 + i));
-    REL(m->hooks.grads_release(hc, 1 + i));
+    if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) return 0; /* m->d_resid: the gradient of this chunk's input */
-  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   const void *dfull = model_tp_gather_rows(m, m->d_resid);
   if (!dfull) return TSR_ERR;
+  if (split) { /* the embedding's gradient is W's */
+    tsr_ops_copy(sl->w_embed, dfull, (size_t)N * C * m->esz);
+    return 0;
+  }
+  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T,
                         C, m->vocab_start, m->V);
+  REL(m->hooks.grads_release(hc, 0));
+  return 0;
+}
+
+int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out) {
+  return chunk_backward(m, chunk, slot, d_out, 0);
+}
+
+int tsr_model_chunk_backward_input(tsr_model *m, int chunk, int slot, const void *d_out) {
+  TSR_CHECK(m->sz.split, TSR_ERR, "model: a split backward needs a zero-bubble schedule's buffers");
+  TSR_CHECK(m->recompute == TSR_RECOMPUTE_NONE, TSR_ERR,
+            "model: a split backward keeps every activation until W: train.recompute = 'none'");
+  return chunk_backward(m, chunk, slot, d_out, 1);
+}
+
+/* The W pass: every weight gradient of the chunk from what its B pass left in the slot,
+ * the units acquired and released in the whole backward's order (head, layers last to
+ * first, embedding), so ZeRO reduces each once, after its last micro-batch's W. */
+int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
+  const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
+  const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  void *hc = m->hooks.ctx;
+  struct act_slot *sl = &m->slots[slot];
+  TSR_CHECK(m->sz.split, TSR_ERR, "model: a split backward needs a zero-bubble schedule's buffers");
+  float *ge = NULL;
+  if (heads) {
+    float *gh = grads_acquire(m, head);
+    ge = tied ? grads_acquire(m, 0) : NULL;
+    if (!gh || (tied && !ge)) return TSR_ERR;
+    model_head_bwd_w(m, sl, gh, tied ? ge : gh);
+    REL(m->hooks.grads_release(hc, head));
+  }
+  for (int q = Lc - 1; q >= 0; q--) {
+    const int i = chunk * Lc + q;
+    float *gr = grads_acquire(m, 1 + i);
+    if (!gr) return TSR_ERR;
+    TSR_CALL(model_layer_bwd_w(m, i, gr, &sl->acts[q], &sl->w[q]));
+    REL(m->hooks.grads_release(hc, 1 + i));
+  }
+  if (!embeds) return 0;
+  if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
+  tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), sl->w_embed, sl->tokens, N,
+                        m->T, C, m->vocab_start, m->V);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

@@ -44,6 +44,11 @@ typedef struct {
   int64_t d_full, tmp_s, d_shard, norm_dw, norm_db;
   int64_t xent;      /* each of the three loss statistics (double) */
   int64_t act_elems; /* a chunk's input/output activation (tsr_model_act_elems) */
+  /* split backward (the zero-bubble schedules, whose W pass comes after B): what B leaves
+   * for W, per slot: each layer's GEMM output gradients (stored) and norm weight and bias
+   * gradients (fp32), the embedding's input gradient, the final norm's weight gradients */
+  int split;
+  int64_t w_dy, w_norm, w_embed, w_head;
 } tsr_model_sizes;
 
 /* The sizes for `cfg` on a tp rank of a tp-way group, on a stage that is the first and/or
@@ -146,6 +151,13 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
                             const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc);
 int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out);
+/* The same backward in two passes, for the zero-bubble schedules (parallel.schedule
+ * 'zb_h1' / 'zb_v': the model then keeps, per slot, what B leaves for W; recompute
+ * 'none').  B: the input gradients only (tsr_model_input_grad after it, as after the whole
+ * backward); no parameter gradient is touched.  W, later, on the same slot: every weight
+ * gradient of the chunk.  B then W gives the whole backward's gradients. */
+int tsr_model_chunk_backward_input(tsr_model *m, int chunk, int slot, const void *d_out);
+int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot);
 const void *tsr_model_chunk_output(const tsr_model *m, int slot);
 /* The logits of the last chunk's forward in `slot` (the last stage only; NULL elsewhere):
  * [micro_batch * seq_len, *count] in tsr_model_dtype, this tp rank's vocabulary ids

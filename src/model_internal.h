@@ -27,6 +27,13 @@ typedef struct { /* one layer's activations (pointers may alias shared scratch) 
   void *act; /* [N, F] */
 } layer_acts;
 
+typedef struct { /* what one layer's B pass leaves for its W pass (split backward) */
+  void *d_down, *d_o;     /* [N,C] the MLP's and attention's output gradients (rows gathered) */
+  void *d_fc;             /* [N, fc_dim] the up projection's output gradient */
+  void *d_qkv;            /* [N, qkv_dim] the QKV projection's output gradient */
+  float *norm_w, *norm_b; /* [2C] each: norm1's then norm2's weight (and bias) gradients */
+} layer_wstash;
+
 struct tsr_model {
   tsr_config cfg;
   const tsr_layout *lay;
@@ -81,6 +88,9 @@ struct tsr_model {
     float *final_mean, *final_rstd;
     void *logits; /* [N, V]: the logits, then their gradient */
     int32_t *tokens;  /* first stage: the inputs (for the embedding backward) */
+    layer_wstash *w;  /* [Lc], split backward only */
+    void *w_embed;    /* [N,C] split backward, first chunk: the embedding's output gradient */
+    float *w_head;    /* [2C] split backward, last chunk: the final norm's w (and b) gradient */
   } *slots;
   layer_acts scratch; /* recompute target */
   void *tmp_nc;       /* [N,C] projection outputs */
@@ -112,10 +122,11 @@ static inline void *A(const tsr_model *m, void *base, int64_t i) { return tsr_dt
 /* Norm of this rank's rows into the full-size output (fused residual add with y). */
 int model_norm_fwd(tsr_model *m, const void *pr, void *out, float *mean, float *rstd, void *h,
                    const void *x, const void *y, int64_t w, int64_t b);
-/* Its backward: dx gets (acc: += ) the gradient of x; weight gradients into gr. */
+/* Its backward: dx gets (acc: += ) the gradient of x; the weight (and bias) gradients are
+ * added into gr, or with sw != NULL written to sw (and sb) instead (split backward). */
 int model_norm_bwd(tsr_model *m, const void *pr, float *gr, void *dx, const void *dout,
                    const void *x, const float *mean, const float *rstd, int64_t w, int64_t b,
-                   int acc);
+                   int acc, float *sw, float *sb);
 /* The tensor-parallel sums of model_layer.c (see there). */
 void *model_tp_rows(tsr_model *m, void *partial);
 const void *model_tp_gather_rows(tsr_model *m, const void *D);
@@ -125,12 +136,23 @@ const void *model_tp_bias(const tsr_model *m, const void *b);
  * and the backward (m->d_resid: d(out) in, d(x) out). */
 int model_layer_fwd(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a, void *out);
 int model_layer_recompute(tsr_model *m, int l, const void *pr, const void *x, layer_acts *a);
-int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *x, layer_acts *a);
+/* ws == NULL: the whole backward of layer l.  ws != NULL: its B pass, input gradients only,
+ * leaving in ws what model_layer_bwd_w needs for the weight gradients (no gr is touched). */
+int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *x, layer_acts *a,
+                    layer_wstash *ws);
+/* The W pass of layer l: its weight and bias gradients into gr from ws and a. */
+int model_layer_bwd_w(tsr_model *m, int l, float *gr, layer_acts *a, const layer_wstash *ws);
 /* The last chunk's head: final norm and LM head, forward from x and backward (see there). */
 int model_head_fwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
                    const void *x);
 int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw, float *gh,
                    float *gw, const void *x);
+/* Split backward: the head's B pass (input gradient into m->d_resid, the final norm's
+ * weight gradients into sl->w_head) and its W pass (the LM head's weight gradient into gw
+ * from the logits' gradient, the final norm's into gh). */
+int model_head_bwd_b(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
+                     const void *x);
+void model_head_bwd_w(tsr_model *m, struct act_slot *sl, float *gh, float *gw);
 /* *acc += the mean row loss of the (vocab-parallel) logits; with grad the logits become
  * dloss * d(loss sum)/d(logits). */
 int model_loss_and_grad(tsr_model *m, void *logits, const int32_t *targets, float dloss, int grad,

@@ -31,12 +31,16 @@ int model_norm_fwd(tsr_model *m, const void *pr, void *out, float *mean, float *
  * formed apart and summed over tp before joining the accumulated gradient. */
 int model_norm_bwd(tsr_model *m, const void *pr, float *gr, void *dx, const void *dout,
                     const void *x, const float *mean, const float *rstd, int64_t w, int64_t b,
-                    int acc) {
+                    int acc, float *sw, float *sb) {
   const int C = m->C;
-  float *dw = m->sp ? m->norm_dw : P(gr, w), *db = m->sp ? m->norm_db : P(gr, b);
+  float *dw = m->sp ? m->norm_dw : sw ? sw : P(gr, w);
+  float *db = m->sp ? m->norm_db : sw ? sb : P(gr, b);
   if (m->sp) {
     tsr_ops_zero(m->norm_dw, (size_t)C * sizeof(float));
     tsr_ops_zero(m->norm_db, (size_t)C * sizeof(float));
+  } else if (sw) {
+    tsr_ops_zero(sw, (size_t)C * sizeof(float));
+    tsr_ops_zero(sb, (size_t)C * sizeof(float));
   }
   if (m->gpt2)
     tsr_ops_layernorm_bwd(m->dt, dx, dw, b >= 0 ? db : NULL, dout, x, PC(m, pr, w), mean, rstd,
@@ -45,10 +49,16 @@ int model_norm_bwd(tsr_model *m, const void *pr, float *gr, void *dx, const void
     tsr_ops_rmsnorm_bwd(m->dt, dx, dw, dout, x, PC(m, pr, w), rstd, m->Ns, C, acc);
   if (!m->sp) return 0;
   TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_dw, (size_t)C, TSR_F32));
-  tsr_ops_acc(P(gr, w), m->norm_dw, C);
+  if (sw)
+    tsr_ops_copy(sw, m->norm_dw, (size_t)C * sizeof(float));
+  else
+    tsr_ops_acc(P(gr, w), m->norm_dw, C);
   if (b >= 0) {
     TSR_CALL(tsr_comm_all_reduce(m->tp, m->norm_db, (size_t)C, TSR_F32));
-    tsr_ops_acc(P(gr, b), m->norm_db, C);
+    if (sw)
+      tsr_ops_copy(sb, m->norm_db, (size_t)C * sizeof(float));
+    else
+      tsr_ops_acc(P(gr, b), m->norm_db, C);
   }
   return 0;
 }
@@ -184,48 +194,81 @@ static int kv_reduce(tsr_model *m, const layer_params *p, float *gr) {
 
 /* Backward of layer l (parameters pr, gradients gr of its unit): m->d_resid holds
  * d(out) and becomes d(x).  The GEMMs, the activations and the attention write their
- * input gradients; the norms add theirs to the residual stream's. */
+ * input gradients; the norms add theirs to the residual stream's.  With ws (the B pass of
+ * a split backward) no weight gradient is formed: each GEMM's output gradient is kept in
+ * ws (written there directly, or copied where the buffer is the residual stream's) and
+ * the norms' weight gradients go to ws too; gr is not touched. */
 int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *x,
-                     layer_acts *a) {
+                    layer_acts *a, layer_wstash *ws) {
   const layer_params *p = &m->lp[l];
   const int N = m->N, C = m->C, qd = m->H * m->hd, kvd = m->KV * m->hd;
   const tsr_dtype dt = m->dt;
+  const size_t nc_bytes = (size_t)N * C * m->esz;
   void *D = m->d_resid; /* [Ns, C] */
+  void *d_fc = ws ? ws->d_fc : m->d_fc, *d_qkv = ws ? ws->d_qkv : m->d_qkv;
+#define GW(o) (ws ? NULL : P(gr, (o))) /* a weight (bias) gradient, or none in B */
   /* MLP branch */
   const void *Dfull = model_tp_gather_rows(m, D);
   if (!Dfull) return TSR_ERR;
+  if (ws) tsr_ops_copy(ws->d_down, Dfull, nc_bytes);
   if (m->gpt2) { /* the GELU's backward rides in the down-projection's */
-    tsr_ops_matmul_bwd(dt, m->d_fc, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act,
+    tsr_ops_matmul_bwd(dt, d_fc, GW(p->wdown), GW(p->bdown), Dfull, a->act,
                        PC(m, pr, p->wdown), a->fc, N, m->F, C);
   } else {
-    tsr_ops_matmul_bwd(dt, m->d_act, P(gr, p->wdown), P(gr, p->bdown), Dfull, a->act,
+    tsr_ops_matmul_bwd(dt, m->d_act, GW(p->wdown), GW(p->bdown), Dfull, a->act,
                        PC(m, pr, p->wdown), NULL, N, m->F, C);
-    tsr_ops_swiglu_bwd(dt, m->d_fc, m->d_act, a->fc, N, m->F);
+    tsr_ops_swiglu_bwd(dt, d_fc, m->d_act, a->fc, N, m->F);
   }
-  tsr_ops_matmul_bwd(dt, m->d_nc, P(gr, p->wfc), P(gr, p->bfc), m->d_fc, a->norm2,
-                     PC(m, pr, p->wfc), NULL, N, C, m->fc_dim);
+  tsr_ops_matmul_bwd(dt, m->d_nc, GW(p->wfc), GW(p->bfc), d_fc, a->norm2, PC(m, pr, p->wfc),
+                     NULL, N, C, m->fc_dim);
   void *dn = model_tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
-  TSR_CALL(model_norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w, p->norm2_b,
-                    1));
+  TSR_CALL(model_norm_bwd(m, pr, gr, D, dn, a->h, a->norm2_mean, a->norm2_rstd, p->norm2_w,
+                          p->norm2_b, 1, ws ? ws->norm_w + C : NULL,
+                          ws ? ws->norm_b + C : NULL));
   /* attention branch */
   if (!(Dfull = model_tp_gather_rows(m, D))) return TSR_ERR;
-  tsr_ops_matmul_bwd(dt, m->d_atty, P(gr, p->wo), P(gr, p->bo), Dfull, a->atty, PC(m, pr, p->wo),
+  if (ws) tsr_ops_copy(ws->d_o, Dfull, nc_bytes);
+  tsr_ops_matmul_bwd(dt, m->d_atty, GW(p->wo), GW(p->bo), Dfull, a->atty, PC(m, pr, p->wo),
                      NULL, N, qd, C);
-  tsr_ops_attention_bwd(dt, m->d_qkv, A(m, m->d_qkv, qd), A(m, m->d_qkv, qd + kvd), m->d_atty,
-                        a->atty, a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd), m->B,
-                        m->T, m->H, m->KV, m->hd, m->qkv_dim);
+  tsr_ops_attention_bwd(dt, d_qkv, A(m, d_qkv, qd), A(m, d_qkv, qd + kvd), m->d_atty, a->atty,
+                        a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd), m->B, m->T,
+                        m->H, m->KV, m->hd, m->qkv_dim);
   if (!m->gpt2) {
-    tsr_ops_rope_bwd(dt, m->d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
-    tsr_ops_rope_bwd(dt, A(m, m->d_qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_bwd(dt, d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->theta);
+    tsr_ops_rope_bwd(dt, A(m, d_qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->theta);
   }
-  if (m->kv_shared) kv_set_aside(m, p, gr);
-  tsr_ops_matmul_bwd(dt, m->d_nc, P(gr, p->wqkv), P(gr, p->bqkv), m->d_qkv, a->norm1,
+  if (m->kv_shared && !ws) kv_set_aside(m, p, gr);
+  tsr_ops_matmul_bwd(dt, m->d_nc, GW(p->wqkv), GW(p->bqkv), d_qkv, a->norm1,
                      PC(m, pr, p->wqkv), NULL, N, C, m->qkv_dim);
-  if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
+  if (m->kv_shared && !ws) TSR_CALL(kv_reduce(m, p, gr));
   if (!(dn = model_tp_grad_rows(m, m->d_nc))) return TSR_ERR;
-  TSR_CALL(model_norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w, p->norm1_b,
-                    1));
+  TSR_CALL(model_norm_bwd(m, pr, gr, D, dn, x, a->norm1_mean, a->norm1_rstd, p->norm1_w,
+                          p->norm1_b, 1, ws ? ws->norm_w : NULL, ws ? ws->norm_b : NULL));
+#undef GW
+  return 0;
+}
+
+/* The W pass: the four GEMMs' weight (and bias) gradients from the output gradients B
+ * kept and the inputs the layer kept, in the whole backward's order, then the norms'. */
+int model_layer_bwd_w(tsr_model *m, int l, float *gr, layer_acts *a, const layer_wstash *ws) {
+  const layer_params *p = &m->lp[l];
+  const int N = m->N, C = m->C, qd = m->H * m->hd;
+  const tsr_dtype dt = m->dt;
+  tsr_ops_matmul_bwd(dt, NULL, P(gr, p->wdown), P(gr, p->bdown), ws->d_down, a->act, NULL,
+                     NULL, N, m->F, C);
+  tsr_ops_matmul_bwd(dt, NULL, P(gr, p->wfc), P(gr, p->bfc), ws->d_fc, a->norm2, NULL, NULL, N,
+                     C, m->fc_dim);
+  tsr_ops_acc(P(gr, p->norm2_w), ws->norm_w + C, C);
+  if (p->norm2_b >= 0) tsr_ops_acc(P(gr, p->norm2_b), ws->norm_b + C, C);
+  tsr_ops_matmul_bwd(dt, NULL, P(gr, p->wo), P(gr, p->bo), ws->d_o, a->atty, NULL, NULL, N, qd,
+                     C);
+  if (m->kv_shared) kv_set_aside(m, p, gr);
+  tsr_ops_matmul_bwd(dt, NULL, P(gr, p->wqkv), P(gr, p->bqkv), ws->d_qkv, a->norm1, NULL, NULL,
+                     N, C, m->qkv_dim);
+  if (m->kv_shared) TSR_CALL(kv_reduce(m, p, gr));
+  tsr_ops_acc(P(gr, p->norm1_w), ws->norm_w, C);
+  if (p->norm1_b >= 0) tsr_ops_acc(P(gr, p->norm1_b), ws->norm_b, C);
   return 0;
 }
 
@@ -253,7 +296,24 @@ int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void
   void *dn = model_tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
   return model_norm_bwd(m, ph, gh, m->d_resid, dn, x, sl->final_mean, sl->final_rstd,
-                        m->final_w, m->final_b, 0);
+                        m->final_w, m->final_b, 0, NULL, NULL);
+}
+
+int model_head_bwd_b(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
+                     const void *x) {
+  tsr_ops_matmul_bwd(m->dt, m->d_nc, NULL, NULL, sl->logits, sl->final_norm,
+                     PC(m, pw, m->head), NULL, m->N, m->C, m->V);
+  void *dn = model_tp_grad_rows(m, m->d_nc);
+  if (!dn) return TSR_ERR;
+  return model_norm_bwd(m, ph, NULL, m->d_resid, dn, x, sl->final_mean, sl->final_rstd,
+                        m->final_w, m->final_b, 0, sl->w_head, sl->w_head + m->C);
+}
+
+void model_head_bwd_w(tsr_model *m, struct act_slot *sl, float *gh, float *gw) {
+  tsr_ops_matmul_bwd(m->dt, NULL, P(gw, m->head), NULL, sl->logits, sl->final_norm, NULL, NULL,
+                     m->N, m->C, m->V);
+  tsr_ops_acc(P(gh, m->final_w), sl->w_head, m->C);
+  if (m->final_b >= 0) tsr_ops_acc(P(gh, m->final_b), sl->w_head + m->C, m->C);
 }
 
 /* *acc (op memory) += the mean row loss from the (vocab-parallel) logits; with grad the

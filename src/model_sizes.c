@@ -47,6 +47,14 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
   if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
   s->xent = N;
   s->act_elems = Ns * C;
+  s->split = cfg->parallel.schedule == TSR_SCHEDULE_ZB_H1 ||
+             cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
+  if (s->split) {
+    s->w_dy = 2 * N * C + N * s->fc_dim + N * s->qkv_dim; /* down, o, fc, qkv */
+    s->w_norm = 4 * C;                                    /* two norms' w and b */
+    s->w_embed = first ? N * C : 0;
+    s->w_head = last ? 2 * C : 0;
+  }
 }
 
 /* Bytes of the groups `which` of one layer's activation set: the norm statistics and lse
@@ -65,7 +73,9 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
 /* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
  * and its statistics, the logits (stored: they become their own gradient). */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
-  return s->layers_per_chunk * set_bytes(s, owned_mask(s->recompute), ab) +
+  return s->layers_per_chunk * (set_bytes(s, owned_mask(s->recompute), ab) +
+                                 (double)s->w_dy * ab + (double)s->w_norm * 4) +
+         (double)s->w_embed * ab + (double)s->w_head * 4 +
          (double)s->resid * ab + (double)s->tokens * 4 + (double)(s->final_norm + s->logits) * ab +
          (double)(s->final_mean + s->final_rstd) * 4;
 }
