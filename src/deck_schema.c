@@ -67,7 +67,10 @@ const key_def deck_schema[] = {
     SCOPE(parallel, shard_scope, "global", "global|node|<N>",
         "ZeRO shard group: all dp ranks, the ranks of a node, or N ranks"),
     INT(parallel, ranks_per_node, "0", 0, 65536, LO | HI, "0 = detect; set to test multi-node"),
-    CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved", "pipeline schedule"),
+    CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved|zb_h1",
+           "pipeline schedule; zb_h1: 1F1B with the backward split into B (input gradients) "
+           "and W (weight gradients), W delayed into the bubble (needs pp >= 2 and recompute "
+           "'none')"),
     INT(parallel, micro_batches, "0", 0, 0, LO,
         "micro-batches per step (0 = global_batch / (micro_batch*dp))"),
     INT(parallel, virtual_stages, "1", 1, 1024, LO | HI, "model chunks per stage (interleaved)"),

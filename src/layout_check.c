@@ -84,6 +84,11 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
+  if (pc->schedule == TSR_SCHEDULE_ZB_H1 && pp < 2)
+    add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least 2");
+  if (pc->schedule == TSR_SCHEDULE_ZB_H1 && c->train.recompute != TSR_RECOMPUTE_NONE)
+    add(is, "parallel.schedule train.recompute",
+        "%%0 keeps every activation until its W pass: %%1 must be 'none'");
   if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED)
     add(is, "parallel.virtual_stages parallel.schedule",
         "%%0 needs parallel.schedule = 'interleaved', not %%1");

@@ -27,6 +27,8 @@ enum { DIR_ACT = 0, DIR_GRAD = 1 };
 
 typedef struct {
   int mb, chunk; /* owner, or mb = -1 when free */
+  int w_pending; /* split backward: B has run, W has not (the activations are still needed) */
+  int sent;      /* split backward: its input gradient has been sent (SEND_GRAD before W) */
   void *act_in, *grad_in, *grad_out; /* the model's storage type */
   tsr_comm_handle recv_act, recv_grad, send_act, send_grad;
 } pslot;
@@ -51,11 +53,17 @@ static int slot_of(tsr_pp_exec *ex, int mb, int chunk) {
   return -1;
 }
 
-/* Simulate the slot use of the action list: the number of slots needed. */
+/* Simulate the slot use of the action list: the number of slots needed.  A slot is taken
+ * by its first RECV_ACT or FORWARD and freed once its backward is done (the whole one, or
+ * W after B) and, unless it is chunk 0, its input gradient sent. */
 int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
   const int total = s->m * s->pp * s->v;
-  char *live = tsr_calloc((size_t)total, 1);
-  if (!live) return -1;
+  char *live = tsr_calloc((size_t)total, 1), *done = tsr_calloc((size_t)total, 1);
+  char *sent = tsr_calloc((size_t)total, 1);
+  if (!live || !done || !sent) {
+    tsr_free(&live), tsr_free(&done), tsr_free(&sent);
+    return -1;
+  }
   int now = 0, peak = 0;
   for (int i = 0; i < s->n; i++) {
     const tsr_pp_action *a = &s->a[i];
@@ -64,13 +72,16 @@ int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
       live[key] = 1;
       peak = ++now > peak ? now : peak;
     }
-    const int chunk0 = a->chunk == 0;
-    if ((a->op == TSR_PP_SEND_GRAD) || (a->op == TSR_PP_BACKWARD && chunk0)) {
+    if (a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_W) done[key] = 1;
+    if (a->op == TSR_PP_SEND_GRAD) sent[key] = 1;
+    if (live[key] && done[key] && (sent[key] || a->chunk == 0)) {
       live[key] = 0;
       now--;
     }
   }
   tsr_free(&live);
+  tsr_free(&done);
+  tsr_free(&sent);
   return peak;
 }
 
@@ -156,6 +167,7 @@ static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
   *idle += tsr_now() - t0;
   p->mb = mb;
   p->chunk = chunk;
+  p->w_pending = p->sent = 0;
   return i;
 }
 
@@ -223,13 +235,25 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
     case TSR_PP_SEND_GRAD:
       TSR_CALL(tsr_comm_isend(pp, p->grad_out, bytes, a->peer,
                               tag(ex, DIR_GRAD, a->chunk - 1), &p->send_grad));
-      p->mb = -1; /* free once the send completes (take_slot waits for it) */
+      if (p->w_pending)
+        p->sent = 1; /* W still needs the slot's activations */
+      else
+        p->mb = -1; /* free once the send completes (take_slot waits for it) */
       break;
-    case TSR_PP_BACKWARD_B: /* the zero-bubble kinds: the model has no B/W split yet */
+    case TSR_PP_BACKWARD_B: /* the zero-bubble kinds: input gradients now, W later */
+      TSR_CALL(wait_timed(&p->recv_grad, &stats->idle_s));
+      TSR_CALL(tsr_model_chunk_backward_input(ex->model, local, si,
+                                              a->chunk == last_chunk ? NULL : p->grad_in));
+      p->w_pending = 1;
+      if (a->chunk != 0) tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
+      break;
     case TSR_PP_BACKWARD_W:
-      tsr_error("pp_exec: schedule '%s' splits the backward into B and W, which this "
-                "executor does not run yet", a->op == TSR_PP_BACKWARD_B ? "B" : "W");
-      return TSR_ERR;
+      /* ZeRO reduces a unit's gradient after its last micro-batch's W */
+      TSR_CALL(tsr_zero_begin_micro(ex->zero, a->micro_batch == ex->m - 1));
+      TSR_CALL(tsr_model_chunk_backward_weight(ex->model, local, si));
+      p->w_pending = 0;
+      if (a->chunk == 0 || p->sent) p->mb = -1;
+      break;
     }
   }
   for (int i = 0; i < ex->n_slots; i++) { /* the step ends with nothing in flight */

@@ -11,7 +11,10 @@
 # summed with the first stage's): gpt2 tied on pp 2, pp 4 and dp 2 x tp 2 x pp 2 zero 3,
 # and the copies stay equal (the checkpoint of each run resumes on one rank).  In bf16 and
 # fp16 (against the single rank of the same precision): 1F1B, interleaved, GPipe with full
-# recompute (1e-5), dp 2 x pp 2 with zero 1 and 3 (1e-4).
+# recompute (1e-5), dp 2 x pp 2 with zero 1 and 3 (1e-4).  The zero-bubble zb_h1 (the
+# backward split into B and W): pp 2 and 4, tp 2 x pp 2, dp 2 x pp 2 with zero 1 and 3, gpt2
+# tied, bf16 and fp16, all against the single rank; bitwise resume under zb_h1; checkpoints
+# crossing between zb_h1 and 1F1B.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -50,6 +53,16 @@ case_ "dp 2 x tp 2 x pp 2, zero 3 (8 ranks)" ref d2t2p2 8 parallel.pp=2 parallel
   parallel.zero_stage=3
 case_ "gpt2 (biases, learned positions) on pp 2" refg g2 2 model.arch=gpt2 model.n_kv_head=4 \
   parallel.pp=2
+# zero bubble (ZB-H1): the backward split into B and W, W delayed into the cool-down
+case_ "pp 2, zb_h1" ref zb2 2 parallel.pp=2 parallel.schedule=zb_h1
+case_ "pp 4, zb_h1" ref zb4 4 parallel.pp=4 parallel.schedule=zb_h1
+case_ "tp 2 x pp 2, zb_h1" ref zbt2 4 parallel.tp=2 parallel.pp=2 parallel.schedule=zb_h1
+case_ "dp 2 x pp 2, zero 1, zb_h1" ref zbd1 4 parallel.pp=2 parallel.zero_stage=1 \
+  parallel.schedule=zb_h1
+case_ "dp 2 x pp 2, zero 3, zb_h1" ref zbd3 4 parallel.pp=2 parallel.zero_stage=3 \
+  parallel.schedule=zb_h1
+case_ "gpt2 tied on pp 2, zb_h1" reft zbg 2 model.arch=gpt2 model.n_kv_head=4 \
+  model.tie_embeddings=.true. parallel.pp=2 parallel.schedule=zb_h1
 
 # 16-bit storage: the stages send the stored values themselves, so pipelining alone
 # changes no rounding (1e-5: bitwise equal to the single rank of the same precision); dp
@@ -68,6 +81,8 @@ TOL=1e-4 case_ "fp16 dp 2 x pp 2, zero 1" reff d2p2f 4 parallel.pp=2 parallel.ze
   train.precision=fp16
 TOL=1e-4 case_ "bf16 dp 2 x pp 2, zero 3" refb d2p2b 4 parallel.pp=2 parallel.zero_stage=3 \
   train.precision=bf16
+case_ "bf16 pp 2, zb_h1" refb zbb 2 parallel.pp=2 parallel.schedule=zb_h1 train.precision=bf16
+case_ "fp16 pp 2, zb_h1" reff zbf 2 parallel.pp=2 parallel.schedule=zb_h1 train.precision=fp16
 
 slots() { sed -n 's/.*stage 0 keeps \([0-9]*\) activation slot(s): \([0-9.]*\) MB.*/\1 \2/p' "$SCRATCH/$1.out"; }
 read -r s1 mb1 <<<"$(slots pp2)"
@@ -86,6 +101,29 @@ run half 2 parallel.pp=1 run.max_steps=12 checkpoint.resume=auto
 check "pp 1 x dp 2 resumed the pp 2 checkpoint of step 6" grep -q "resumed from .*step_00000006.h5 at step 6" "$SCRATCH/half.out"
 same_losses ref half 1e-5
 check "  ... and continues the single-rank losses" test $? -eq 0
+
+# zb_h1: a resume under zb_h1 repeats the uninterrupted zb_h1 run bitwise; a zb_h1
+# checkpoint resumes under 1F1B and a 1F1B one under zb_h1
+bitwise() { "$PYTHON_REF" -c '
+import json, sys
+l = lambda p: {d["step"]: d["loss"] for d in map(json.loads, open(p)) if "loss" in d}
+a, b = l(sys.argv[1]), l(sys.argv[2])
+s = [k for k in b if k > 6]
+sys.exit(0 if len(s) == 6 and all(a[k] == b[k] for k in s) else 1)' "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl"; }
+run zbr 2 parallel.pp=2 parallel.schedule=zb_h1 run.max_steps=6
+run zbr 2 parallel.pp=2 parallel.schedule=zb_h1 run.max_steps=12 checkpoint.resume=auto
+check "zb_h1 resumed at step 6" grep -q 'resumed from .*step_00000006.h5 at step 6' "$SCRATCH/zbr.out"
+check "  ... repeats the uninterrupted zb_h1 run's steps 7-12 bitwise" bitwise zb2 zbr
+run zbto1 2 parallel.pp=2 parallel.schedule=zb_h1 run.max_steps=6
+run zbto1 2 parallel.pp=2 parallel.schedule=1f1b run.max_steps=12 checkpoint.resume=auto
+same_losses ref zbto1 1e-5
+check "a zb_h1 checkpoint resumes under 1F1B and continues the single-rank losses" test $? -eq 0
+run oneto 2 parallel.pp=2 run.max_steps=6
+run oneto 2 parallel.pp=2 parallel.schedule=zb_h1 run.max_steps=12 checkpoint.resume=auto
+same_losses ref oneto 1e-5
+check "a 1F1B checkpoint resumes under zb_h1 and continues the single-rank losses" test $? -eq 0
+check "zb_h1 keeps min(m, pp) = 2 activation slots on stage 0 and logs its theory" \
+  sh -c "grep -q 'stage 0 keeps 2 activation slot' '$SCRATCH/zb2.out' && grep -q 'theory zb_h1 0.040 (p 2, m 8, v 1)' '$SCRATCH/zb2.out'"
 
 T=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.)
 case_ "gpt2 tied embeddings on pp 2" reft tied2 2 "${T[@]}" parallel.pp=2
