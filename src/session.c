@@ -35,8 +35,9 @@ static int open_device(tsr_session *s, const tsr_config *cfg) {
  * schedule keeps in flight), the backend's scratch for its shapes, ZeRO. */
 static int open_model(tsr_session *s, const tsr_config *cfg) {
   const tsr_grid *g = s->grid;
-  TSR_CALL(tsr_layout_create_part(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
-                                  (int)cfg->parallel.virtual_stages));
+  TSR_CALL(tsr_layout_create_split(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
+                                   (int)cfg->parallel.virtual_stages,
+                                   cfg->parallel.stage_layers));
   tsr_zero_pad_layout(s->lay, cfg, g);
   tsr_model_options mo = {0, 0, g->tp_comm, 1};
   tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
