@@ -191,6 +191,28 @@ int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spe
   return -1;
 }
 
+int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
+                      size_t cap) {
+  int counts[TSR_PP_MAX_CHUNKS];
+  char why[256];
+  if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return TSR_ERR_INPUT;
+  if (!spec) spec = "";
+  size_t o = (size_t)snprintf(buf, cap, "%s split of the layers (parallel.stage_layers = '%s'): ",
+                              !spec[0] ? "equal" : strcmp(spec, "auto") ? "explicit" : "balanced",
+                              spec);
+  for (int st = 0; st < pp && o < cap; st++) {
+    o += (size_t)snprintf(buf + o, cap - o, st ? ", stage %d layers" : "stage %d holds layers", st);
+    for (int c = st; c < pp * v && o < cap; c += pp) {
+      int first = 0;
+      for (int k = 0; k < c; k++) first += counts[k];
+      o += (size_t)snprintf(buf + o, cap - o, counts[c] > 1 ? " %d..%d" : " %d", first,
+                            first + counts[c] - 1);
+    }
+  }
+  if (o >= cap && cap > 4) strcpy(buf + cap - 4, "...");
+  return 0;
+}
+
 int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
                            int stage) {
   int counts[TSR_PP_MAX_CHUNKS], most = 0;

@@ -117,6 +117,11 @@ int tsr_pp_chunk_layers(const tsr_model_config *m, int pp, int v, const char *sp
                         int *first, int *count);
 /* The chunk holding `layer` under the split (tsr_pp_chunk_layers); -1 for a bad split. */
 int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spec, int layer);
+/* The split in words for the log: "explicit split of the layers (parallel.stage_layers =
+ * '4,3'): stage 0 holds layers 0..3, stage 1 layers 4..6" (an interleaved stage lists each
+ * of its chunks); cut with "..." to fit cap.  TSR_ERR_INPUT for a bad split. */
+int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
+                      size_t cap);
 /* The most layers any chunk of stage `stage` holds; -1 for a bad split. */
 int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
                            int stage);

@@ -130,29 +130,6 @@ static void fmt_eta(char *buf, size_t len, double seconds) {
 }
 
 /* What the run is, once, after the effective deck. */
-/* The layers of every pipeline stage (parallel.stage_layers, pipeline.c's split):
- * "stage 0 holds layers 0..3, stage 1 layers 4..6"; interleaved stages list each chunk. */
-static void log_split(const tsr_config *cfg, int pp, int v) {
-  char line[2048];
-  size_t o = 0;
-  for (int st = 0; st < pp && o < sizeof line; st++) {
-    o += (size_t)snprintf(line + o, sizeof line - o, "%s", st ? ", stage " : "stage ");
-    if (o < sizeof line)
-      o += (size_t)snprintf(line + o, sizeof line - o, st ? "%d layers" : "%d holds layers", st);
-    for (int c = st; c < pp * v && o < sizeof line; c += pp) {
-      int first, count;
-      if (tsr_pp_chunk_layers(&cfg->model, pp, v, cfg->parallel.stage_layers, c, &first, &count))
-        return;
-      o += (size_t)snprintf(line + o, sizeof line - o, count > 1 ? " %d..%d" : " %d", first,
-                            first + count - 1);
-    }
-  }
-  if (o >= sizeof line) strcpy(line + sizeof line - 4, "...");
-  const char *split = cfg->parallel.stage_layers;
-  tsr_log("pipeline: %s split of the layers (parallel.stage_layers = '%s'): %s",
-          !split[0] ? "equal" : strcmp(split, "auto") ? "explicit" : "balanced", split, line);
-}
-
 static void log_setup(const tsr_session *s) {
   const tsr_config *cfg = s->cfg;
   tsr_layout *whole = NULL; /* the whole model, for its parameter count */
@@ -184,7 +161,10 @@ static void log_setup(const tsr_session *s) {
             tsr_deck_word(cfg, &cfg->parallel.schedule), s->sched->m, s->sched->v,
             s->grid->pp_rank, tsr_model_n_slots(s->model),
             (double)tsr_model_activation_bytes(s->model) / 1e6);
-  if (s->sched) log_split(cfg, s->sched->pp, s->sched->v);
+  char split[1024];
+  if (s->sched && !tsr_pp_split_text(&cfg->model, s->sched->pp, s->sched->v,
+                                     cfg->parallel.stage_layers, split, sizeof split))
+    tsr_log("pipeline: %s", split);
   const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
   tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
           "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",

@@ -656,8 +656,12 @@ int main(void) {
                tsr_pp_stage_max_chunk(&lm, 2, 2, "2,2,2,1", 1) == 2 &&
                tsr_pp_stage_max_chunk(&lm, 3, 1, "3,2,2", 0) == 3,
            "7 layers as '2,2,2,1': chunks [0,2) [2,4) [4,6) [6,7)");
-  char why[256];
+  char why[256], text[160];
   int counts[TSR_PP_MAX_CHUNKS];
+  text[0] = 0;
+  TU_CHECK(!tsr_pp_split_text(&lm, 2, 2, "2,2,2,1", text, sizeof text) && !strcmp(text, "explicit split of the layers (parallel.stage_layers = '2,2,2,1'): "
+                         "stage 0 holds layers 0..1 4..5, stage 1 layers 2..3 6"),
+           "the split in words: %s", text);
   static const char *bad[] = {"4,4", "4,2", "4,3,0", "4,-3", "4,,3", "4,3,", "four", "3,4,0"};
   int bad_ok = 1;
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
