@@ -140,7 +140,7 @@ static int gemm_weight(const tsr_tensor *t, const tsr_model_config *m, int pp) {
  * micro-batch of one (tp, pp, v) in a row, and building the tensor table is most of the
  * time of a plan; a part depends only on the model's shapes and where the rank sits.  The
  * planner runs on one thread (rank 0 of `tessera plan`, of the trainer's memory line). */
-enum { PART_MEMO = 8 };
+enum { PART_MEMO = 64 }; /* every stage of an uneven split of up to 64 stages */
 static struct {
   tsr_model_config model;
   char split[TSR_STR_PATH];
