@@ -7,7 +7,8 @@
 # step 6 on pp 2 split 3+4 resumes on one rank (an even layout) and continues the
 # single-rank losses to 1e-5; one written on one rank resumes on pp 3 split 2,3,2.  Bad
 # lists (wrong count, wrong sum, a zero) and a 7-layer model without a split on pp 2 exit
-# 2 naming the key; the 'auto' split is logged.
+# 2 naming the key; the 'auto' split is logged.  tessera plan takes 126 layers on pp 16
+# with 'auto' (7 + 14 x 8 + 7) and names the fullest stage; without a split it refuses.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -71,4 +72,17 @@ run bad 2 parallel.pp=2
 rc=$?
 check "7 layers on pp 2 without a split: exit 2 (got $rc), pointing at stage_layers" \
   test $rc -eq 2 -a -n "$(grep "parallel.pp = 2 does not divide model.n_layer = 7.*parallel.stage_layers" "$SCRATCH/bad.out")"
+# the planner: Llama 3 405B's depth (126 layers) on llm70b's widths over 16 stages
+big=(--nodes 16 model.n_layer=126 parallel.pp=16 parallel.virtual_stages=1 parallel.schedule=1f1b)
+"$TESSERA" plan "${top_srcdir:-.}/input/llm70b.nml" "${big[@]}" parallel.stage_layers=auto \
+  >"$SCRATCH/plan.out" 2>&1
+rc=$?
+check "plan, 126 layers on pp 16 with 'auto': exit 0 (got $rc)" test $rc -eq 0
+check "  ... 7 layers on the first and the last stage, 8 on the others" \
+  grep -q "stage_layers 'auto': layers per chunk 7,8,8,8,8,8,8,8,8,8,8,8,8,8,8,7;" "$SCRATCH/plan.out"
+check "  ... the fullest stage named (stage 1, 8 layers), and planned for memory" \
+  grep -q "the fullest stage is 1 with 8 layers" "$SCRATCH/plan.out"
+"$TESSERA" plan "${top_srcdir:-.}/input/llm70b.nml" "${big[@]}" >"$SCRATCH/plan.out" 2>&1
+rc=$?
+check "plan, 126 layers on pp 16 without a split: exit 2 (got $rc)" test $rc -eq 2
 finish
