@@ -43,6 +43,10 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
   tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
   if (g->pp > 1) {
     TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
+    char split[1024]; /* which layers every stage holds */
+    if (!tsr_pp_split_text(&cfg->model, g->pp, (int)cfg->parallel.virtual_stages,
+                           cfg->parallel.stage_layers, split, sizeof split))
+      tsr_log("pipeline: %s", split);
     mo.n_slots = tsr_pp_slots_needed(s->sched);
     TSR_CHECK(mo.n_slots > 0, TSR_ERR, "pipeline: bad schedule");
     s->bubble = tsr_calloc((size_t)g->pp, sizeof(double));

@@ -17,7 +17,6 @@
 #include "fault.h"
 #include "generate.h"
 #include "ops.h"
-#include "pipeline.h"
 #include "optim.h"
 #include "plan.h"
 #include "precision.h"
@@ -161,10 +160,6 @@ static void log_setup(const tsr_session *s) {
             tsr_deck_word(cfg, &cfg->parallel.schedule), s->sched->m, s->sched->v,
             s->grid->pp_rank, tsr_model_n_slots(s->model),
             (double)tsr_model_activation_bytes(s->model) / 1e6);
-  char split[1024];
-  if (s->sched && !tsr_pp_split_text(&cfg->model, s->sched->pp, s->sched->v,
-                                     cfg->parallel.stage_layers, split, sizeof split))
-    tsr_log("pipeline: %s", split);
   const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
   tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
           "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
