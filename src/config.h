@@ -84,6 +84,7 @@ typedef struct {
   int sequence_parallel;
   tsr_inter_node inter_node;       /* GPU collectives of groups that span nodes: mpi | nccl */
   tsr_mpi_gpu mpi_gpu;             /* GPU memory through MPI: auto | direct | staged */
+  char stage_layers[TSR_STR_PATH]; /* layers per chunk: "" equal | "auto" | "4,3,..." */
 } tsr_parallel_config;
 
 typedef struct {

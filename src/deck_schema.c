@@ -74,6 +74,11 @@ const key_def deck_schema[] = {
     INT(parallel, micro_batches, "0", 0, 0, LO,
         "micro-batches per step (0 = global_batch / (micro_batch*dp))"),
     INT(parallel, virtual_stages, "1", 1, 1024, LO | HI, "model chunks per stage (interleaved)"),
+    STR(parallel, stage_layers, "", "auto|<n,n,...>",
+        "layers of each of the pp*virtual_stages chunks in chunk order (chunk c on stage c % "
+        "pp): '' equal chunks, 'auto' balanced by FLOPs with the embedding on the first and "
+        "the LM head on the last chunk, or a list such as '4,3' (each >= 1, summing to "
+        "model.n_layer)"),
     LOGI(parallel, sequence_parallel, ".false.", "shard norm/dropout activations over tp"),
     CHOICE(parallel, inter_node, "mpi", "mpi|nccl",
            "GPU collectives of groups spanning nodes (those inside a node use NCCL)"),

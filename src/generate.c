@@ -214,6 +214,7 @@ static int parse_options(int argc, char **argv, options *o) {
  * sequence on one rank whatever layout the run had. */
 static int load_deck(tsr_config *cfg, const options *o, tsr_deck_finder find_deck) {
   static char *one_rank[] = {"parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1",
+                             "parallel.stage_layers=''",
                              "parallel.zero_stage=0", "parallel.shard_scope='global'",
                              "parallel.ranks_per_node=0", "parallel.micro_batches=0",
                              "parallel.sequence_parallel=.false.", "train.micro_batch=1",

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "layout_check.h"
+#include "pipeline.h"
 #include "util.h"
 
 /* How a tensor is cut over tp ranks: the split kinds of layout.h, with KV rows apart. */
@@ -102,15 +103,15 @@ static int add_norm(builder *b, const char *prefix, int layer, int64_t C, int la
   return 0;
 }
 
-int tsr_layout_stage_of_layer(const tsr_model_config *m, int pp, int virtual_stages, int layer) {
-  const int64_t chunks = (int64_t)pp * virtual_stages;
-  const int64_t per_chunk = chunks > 0 && m->n_layer >= chunks ? m->n_layer / chunks : 1;
-  return (int)((layer / per_chunk) % pp);
+int tsr_layout_stage_of_layer(const tsr_model_config *m, int pp, int virtual_stages,
+                              const char *split, int layer) {
+  const int c = tsr_pp_layer_chunk(m, pp, virtual_stages, split, layer);
+  return c < 0 ? -1 : tsr_pp_chunk_stage(pp, c);
 }
 
 /* The divisibility the split rules need, named by deck key. */
 static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, int pp_rank,
-                      int v) {
+                      int v, const char *split) {
   TSR_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, TSR_ERR_INPUT,
             "layout: tp rank %d is not in [0, parallel.tp = %d)", tp_rank, tp);
   TSR_CHECK(pp >= 1 && pp_rank >= 0 && pp_rank < pp, TSR_ERR_INPUT,
@@ -124,6 +125,9 @@ static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, in
   c.parallel.pp = pp;
   c.parallel.virtual_stages = v;
   c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+  TSR_CHECK(strlen(split) < sizeof c.parallel.stage_layers, TSR_ERR_INPUT,
+            "layout: parallel.stage_layers is too long");
+  strcpy(c.parallel.stage_layers, split);
   tsr_layout_issue is;
   if (tsr_layout_check(&c, 0, 0, &is, 1) > 0) {
     char text[1024];
@@ -140,8 +144,14 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *m) {
 
 int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,
                            int pp, int pp_rank, int virtual_stages) {
+  return tsr_layout_create_split(out, m, tp, tp_rank, pp, pp_rank, virtual_stages, "");
+}
+
+int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,
+                            int pp, int pp_rank, int virtual_stages, const char *split) {
   *out = NULL;
-  TSR_CALL(check_part(m, tp, tp_rank, pp, pp_rank, virtual_stages));
+  if (!split) split = "";
+  TSR_CALL(check_part(m, tp, tp_rank, pp, pp_rank, virtual_stages, split));
   tsr_layout *lay = tsr_calloc(1, sizeof *lay);
   if (!lay) return TSR_ERR;
   lay->model = *m;
@@ -150,6 +160,7 @@ int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, 
   lay->pp = pp;
   lay->pp_rank = pp_rank;
   lay->virtual_stages = virtual_stages;
+  strcpy(lay->stage_layers, split); /* fits: check_part */
   const int first = pp_rank == 0, last = pp_rank == pp - 1;
   const int gpt2 = m->arch == TSR_ARCH_GPT2;
   const int64_t C = m->d_model, V = m->vocab_size, F = m->d_ff;
@@ -175,7 +186,7 @@ int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, 
   for (int l = 0; l < (int)m->n_layer; l++) {
     char p[16]; /* "layers.NNN." */
     snprintf(p, sizeof p, "layers.%03d.", l % 10000);
-    b.held = tsr_layout_stage_of_layer(m, pp, virtual_stages, l) == pp_rank;
+    b.held = tsr_layout_stage_of_layer(m, pp, virtual_stages, split, l) == pp_rank;
 #define NM(s) (snprintf(name, sizeof name, "%s%s", p, s), name)
     snprintf(name, sizeof name, "%sattn_norm", p);
     if ((rc = add_norm(&b, name, l, C, gpt2))) goto fail;

@@ -5,7 +5,8 @@
  * into one flat buffer.  This module is that table, for any (pipeline stage, tp rank):
  *
  *   stages   the n_layer layers are cut into pp * virtual_stages chunks of consecutive
- *            layers; chunk c lives on stage c % pp; a stage holds its layers in
+ *            layers (equal, or as parallel.stage_layers says: tsr_pp_chunk_layers in
+ *            pipeline.h); chunk c lives on stage c % pp; a stage holds its layers in
  *            increasing order.  embed (+ pos_embed) on stage 0, final_norm and lm_head on
  *            stage pp-1; with tied embeddings and pp > 1 the last stage also holds a copy
  *            of embed.weight (tied_copy = 1), never written to a checkpoint.
@@ -73,6 +74,7 @@ typedef struct {
   int64_t n_flat;   /* flat buffer length: n_params padded to a multiple of 64 */
   tsr_model_config model; /* the model it describes (the whole tensor list derives from it) */
   int tp, tp_rank, pp, pp_rank, virtual_stages;
+  char stage_layers[TSR_STR_PATH]; /* the layer split (parallel.stage_layers; "" equal) */
   int n_logical;          /* tensors of the whole model (tsr_layout_create's n_tensors) */
 } tsr_layout;
 
@@ -83,6 +85,11 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *model);
  * one another, n_layer divisible by pp * virtual_stages: TSR_ERR_INPUT with a message. */
 int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *model, int tp, int tp_rank,
                            int pp, int pp_rank, int virtual_stages);
+/* The same with the layers split over the chunks as parallel.stage_layers `split` says
+ * ("" = equal chunks: tsr_layout_create_part). */
+int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *model, int tp,
+                            int tp_rank, int pp, int pp_rank, int virtual_stages,
+                            const char *split);
 void tsr_layout_destroy(tsr_layout **lay);
 /* Tensor by name ("layers.000.attn.wq.weight"), NULL if absent. */
 const tsr_tensor *tsr_layout_find(const tsr_layout *lay, const char *name);
@@ -92,9 +99,10 @@ const tsr_tensor *tsr_layout_layer(const tsr_layout *lay, int layer, const char 
  * only on (seed, X's name, i), so any layout initialises the same model. */
 void tsr_layout_init(const tsr_layout *lay, float *flat, uint64_t seed);
 
-/* The pipeline stage holding `layer` (chunk layer / (n_layer / (pp v)) on stage chunk % pp). */
+/* The pipeline stage holding `layer`: its chunk's (tsr_pp_layer_chunk under `split`) stage,
+ * chunk % pp; -1 for a bad split. */
 int tsr_layout_stage_of_layer(const tsr_model_config *model, int pp, int virtual_stages,
-                              int layer);
+                              const char *split, int layer);
 /* Row-major logical index of local element i (0 <= i < numel) of t. */
 int64_t tsr_layout_logical_index(const tsr_tensor *t, int64_t i);
 /* The piece of t inside flat range [s0, s1) (docs/sharding.md "Checkpoint pieces"): local elements [*i0, *i1)

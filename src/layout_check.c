@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "deck.h"
+#include "pipeline.h"
 #include "util.h"
 
 typedef struct {
@@ -28,7 +29,8 @@ static void add(issues *is, const char *keys, const char *fmt, ...) {
       "model.seq_len",      "model.arch",             "parallel.tp",
       "parallel.pp",        "parallel.virtual_stages", "parallel.schedule",
       "parallel.shard_scope", "parallel.ranks_per_node", "parallel.micro_batches",
-      "parallel.sequence_parallel", "train.micro_batch", "train.global_batch"};
+      "parallel.sequence_parallel", "train.micro_batch", "train.global_batch",
+      "parallel.stage_layers"};
   while (*keys && x->n_keys < TSR_LAYOUT_MAX_KEYS) { /* keys point at the static names */
     const size_t len = strcspn(keys, " ");
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -71,13 +73,20 @@ static void check_model(const tsr_config *c, issues *is) {
     add(is, "parallel.tp model.vocab_size",
         "%%0 does not divide %%1 (the embedding and LM head are split by vocabulary; pad "
         "vocab_size)");
-  if (m->n_layer % pp)
+  if (pc->stage_layers[0]) { /* an explicit or balanced split: pipeline.c's rules */
+    int counts[TSR_PP_MAX_CHUNKS];
+    char why[256];
+    if (tsr_pp_split_counts(m, (int)pp, (int)v, pc->stage_layers, counts, why, sizeof why))
+      add(is, "parallel.stage_layers parallel.pp parallel.virtual_stages model.n_layer",
+          "%%0: %s", why);
+  } else if (m->n_layer % pp)
     add(is, "parallel.pp model.n_layer",
-        "%%0 does not divide %%1 (every pipeline stage holds the same number of layers)");
+        "%%0 does not divide %%1 (every pipeline stage holds the same number of layers; "
+        "parallel.stage_layers splits unevenly)");
   else if (v > 1 && m->n_layer % (pp * v))
     add(is, "parallel.pp parallel.virtual_stages model.n_layer",
-        "%%0 * %%1 = %lld does not divide %%2 (every chunk holds the same number of layers)",
-        pp * v);
+        "%%0 * %%1 = %lld does not divide %%2 (every chunk holds the same number of layers; "
+        "parallel.stage_layers splits unevenly)", pp * v);
   if (m->arch == TSR_ARCH_LLAMA && m->d_model % m->n_head == 0 && (m->d_model / m->n_head) % 2)
     add(is, "model.d_model model.n_head model.arch",
         "head dimension %%0 / %%1 = %lld is odd; RoPE (arch 'llama') needs it even",

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pipeline.h"
 #include "util.h"
 
 static int64_t off(const tsr_layout *lay, int layer, const char *suffix, int64_t base) {
@@ -187,9 +188,21 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
     if (l >= 0 && (m->L == 0 || m->layer_ids[m->L - 1] != l)) m->layer_ids[m->L++] = l;
   }
   m->v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-  m->Lc = m->L / m->v;
   m->first = lay->pp_rank == 0;
   m->last = lay->pp_rank == lay->pp - 1;
+  /* the chunks' layers: pipeline.c's split, the one the layout was built with */
+  m->chunk_q0 = tsr_calloc((size_t)m->v + 1, sizeof(int));
+  if (!m->chunk_q0) return TSR_ERR;
+  for (int j = 0; j < m->v; j++) {
+    int l0, n;
+    TSR_CALL(tsr_pp_chunk_layers(mc, lay->pp, m->v, lay->stage_layers, j * lay->pp + lay->pp_rank,
+                                 &l0, &n));
+    TSR_CHECK(m->chunk_q0[j] + n <= m->L && m->layer_ids[m->chunk_q0[j]] == l0, TSR_ERR,
+              "model: chunk %d's layers %d..%d are not this stage's", j * lay->pp + lay->pp_rank,
+              l0, l0 + n - 1);
+    m->chunk_q0[j + 1] = m->chunk_q0[j] + n;
+    if (n > m->Lc) m->Lc = n;
+  }
   m->n_slots = opt->n_slots > 0 ? opt->n_slots : 1;
   tsr_model_sizes_of(&m->sz, cfg, m->tp_size, m->first, m->last, m->Lc);
   const tsr_model_sizes *sz = &m->sz;
@@ -218,8 +231,8 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
               m->N, m->tp_size);
     return TSR_ERR_INPUT;
   }
-  TSR_CHECK(m->L > 0 && m->L % m->v == 0, TSR_ERR, "model: this stage holds %d layers in %d chunks",
-            m->L, m->v);
+  TSR_CHECK(m->L > 0 && m->chunk_q0[m->v] == m->L, TSR_ERR,
+            "model: this stage holds %d layers, its %d chunks %d", m->L, m->v, m->chunk_q0[m->v]);
   return 0;
 }
 
@@ -387,6 +400,7 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_free(&m->slots);
   free_acts(&m->scratch, A_ALL & ~own);
   tsr_free(&m->layer_ids);
+  tsr_free(&m->chunk_q0);
   tsr_free(&m->lp);
   tsr_free(&m->units);
   tsr_ops_free(&m->params);
@@ -473,6 +487,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
                             double *loss_acc) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  /* the chunk's n layers start at local layer q0 and use slot entries base.. (resid.) */
+  const int q0 = m->chunk_q0[chunk], n = m->chunk_q0[chunk + 1] - q0, base = Lc - n;
   const size_t rows_bytes = (size_t)m->Ns * C * m->esz;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
@@ -480,25 +496,25 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
     TSR_CALL(check_ids(m, inputs, "input"));
     tsr_ops_copy(sl->tokens, inputs, (size_t)N * sizeof(int32_t));
-    const void *pe = params_acquire(m, 0, 1 + chunk * Lc);
+    const void *pe = params_acquire(m, 0, 1 + q0);
     if (!pe) return TSR_ERR;
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
-    void *full = m->sp ? m->tmp_nc : resid(m, sl, 0);
+    void *full = m->sp ? m->tmp_nc : resid(m, sl, base);
     tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
                           model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
     const void *rows = model_tp_rows(m, full);
     if (!rows) return TSR_ERR;
-    if (rows != resid(m, sl, 0)) tsr_ops_copy(resid(m, sl, 0), rows, rows_bytes);
+    if (rows != resid(m, sl, base)) tsr_ops_copy(resid(m, sl, base), rows, rows_bytes);
     REL(m->hooks.params_release(hc, 0));
   } else {
     TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
-    tsr_ops_copy(resid(m, sl, 0), x_in, rows_bytes);
+    tsr_ops_copy(resid(m, sl, base), x_in, rows_bytes);
   }
-  for (int q = 0; q < Lc; q++) {
-    const int i = chunk * Lc + q;
-    const void *pr = params_acquire(m, 1 + i, q + 1 < Lc ? 2 + i : heads ? head : -1);
+  for (int q = 0; q < n; q++) {
+    const int i = q0 + q, e = base + q;
+    const void *pr = params_acquire(m, 1 + i, q + 1 < n ? 2 + i : heads ? head : -1);
     if (!pr) return TSR_ERR;
-    TSR_CALL(model_layer_fwd(m, i, pr, resid(m, sl, q), &sl->acts[q], resid(m, sl, q + 1)));
+    TSR_CALL(model_layer_fwd(m, i, pr, resid(m, sl, e), &sl->acts[e], resid(m, sl, e + 1)));
     REL(m->hooks.params_release(hc, 1 + i));
   }
   if (!heads) return 0;
@@ -522,6 +538,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
 static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, int split) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  const int q0 = m->chunk_q0[chunk], n = m->chunk_q0[chunk + 1] - q0, base = Lc - n;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   float *ge = NULL;
@@ -546,14 +563,14 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     TSR_CHECK(d_out, TSR_ERR, "model: chunk %d needs the gradient of its output", chunk);
     tsr_ops_copy(m->d_resid, d_out, (size_t)m->Ns * C * m->esz);
   }
-  for (int q = Lc - 1; q >= 0; q--) {
-    const int i = chunk * Lc + q;
+  for (int q = n - 1; q >= 0; q--) {
+    const int i = q0 + q, e = base + q;
     const void *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
     float *gr = split ? NULL : grads_acquire(m, 1 + i);
     if (!pr || (!split && !gr)) return TSR_ERR;
-    TSR_CALL(model_layer_recompute(m, i, pr, resid(m, sl, q), &sl->acts[q]));
-    TSR_CALL(model_layer_bwd(m, i, pr, gr, resid(m, sl, q), &sl->acts[q],
-                             split ? &sl->w[q] : NULL));
+    TSR_CALL(model_layer_recompute(m, i, pr, resid(m, sl, e), &sl->acts[e]));
+    TSR_CALL(model_layer_bwd(m, i, pr, gr, resid(m, sl, e), &sl->acts[e],
+                             split ? &sl->w[e] : NULL));
     REL(m->hooks.params_release(hc, 1 + i));
     if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }
@@ -588,6 +605,7 @@ int tsr_model_chunk_backward_input(tsr_model *m, int chunk, int slot, const void
 int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
   const int N = m->N, C = m->C, L = m->L, Lc = m->Lc, head = L + 1, tied = m->head_unit == 0;
   const int embeds = m->first && chunk == 0, heads = m->last && chunk == m->v - 1;
+  const int q0 = m->chunk_q0[chunk], n = m->chunk_q0[chunk + 1] - q0, base = Lc - n;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   TSR_CHECK(m->sz.split, TSR_ERR, "model: a split backward needs a zero-bubble schedule's buffers");
@@ -599,11 +617,11 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     model_head_bwd_w(m, sl, gh, tied ? ge : gh);
     REL(m->hooks.grads_release(hc, head));
   }
-  for (int q = Lc - 1; q >= 0; q--) {
-    const int i = chunk * Lc + q;
+  for (int q = n - 1; q >= 0; q--) {
+    const int i = q0 + q, e = base + q;
     float *gr = grads_acquire(m, 1 + i);
     if (!gr) return TSR_ERR;
-    TSR_CALL(model_layer_bwd_w(m, i, gr, &sl->acts[q], &sl->w[q]));
+    TSR_CALL(model_layer_bwd_w(m, i, gr, &sl->acts[e], &sl->w[e]));
     REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) return 0;

@@ -74,16 +74,18 @@ struct tsr_model {
   void *params;  /* compute copy (dt), n_flat (NULL when a provider owns them) */
   float *grads;  /* fp32, n_flat (NULL when a provider owns them) */
 
-  /* pipeline: this stage's layers (L of them, global ids layer_ids), in v chunks of Lc;
+  /* pipeline: this stage's layers (L of them, global ids layer_ids), in v chunks; chunk j
+   * holds local layers [chunk_q0[j], chunk_q0[j + 1]) (tsr_pp_chunk_layers), at most Lc;
    * first: holds the embedding (global chunk 0); last: the head (the last chunk) */
-  int *layer_ids;
+  int *layer_ids, *chunk_q0;
   int v, Lc, first, last;
   /* Activations of a micro-batch in flight through one chunk live in a slot; a stage
    * keeps as many slots as its schedule has micro-batch-chunks in flight. */
   int n_slots;
   struct act_slot {
-    layer_acts *acts; /* [Lc] */
-    void *resid;      /* [(Lc+1) * Ns*C]: the chunk's input, then each layer's output */
+    layer_acts *acts; /* [Lc]: a chunk of n layers uses the last n */
+    void *resid;      /* [(Lc+1) * Ns*C]: a chunk of n layers reads its input at Lc - n,
+                       * each layer writes the next, the output is always at Lc */
     void *final_norm; /* last stage: the head */
     float *final_mean, *final_rstd;
     void *logits; /* [N, V]: the logits, then their gradient */

@@ -34,6 +34,7 @@
  * typical timings, each RECV appears in the list when its data would be ready. */
 #include "pipeline.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,18 +69,158 @@ int tsr_pp_chunk_owner(tsr_schedule_choice kind, int pp, int v, int chunk) {
   return chunk % pp;
 }
 
-int tsr_pp_chunk_layers(int n_layer, int pp, int v, int chunk, int *first, int *count) {
-  TSR_CHECK(pp >= 1 && v >= 1, TSR_ERR_INPUT, "pipeline: parallel.pp = %d and "
-            "parallel.virtual_stages = %d must be >= 1", pp, v);
-  TSR_CHECK(n_layer % (pp * v) == 0, TSR_ERR_INPUT,
-            "pipeline: model.n_layer = %d is not divisible by parallel.pp * "
-            "parallel.virtual_stages = %d * %d: choose values that split the layers evenly "
-            "(uneven splits are not supported yet)", n_layer, pp, v);
+/* 'auto': a layer's and the head's forward FLOPs per token, counted as tessera plan
+ * counts them (2 per GEMM weight element, 2 seq_len d_model for the attention core). */
+static void split_costs(const tsr_model_config *m, double *layer, double *head) {
+  const double C = (double)m->d_model, F = (double)m->d_ff, V = (double)m->vocab_size;
+  const double hd = m->n_head > 0 ? C / (double)m->n_head : C;
+  const double q = (double)m->n_head * hd, kv = (double)m->n_kv_head * hd;
+  const double gemm = C * (q + 2 * kv) + q * C + (m->arch == TSR_ARCH_GPT2 ? 2 : 3) * C * F;
+  *layer = 2 * gemm + 2 * (double)m->seq_len * C;
+  *head = 2 * V * C;
+}
+
+static void split_auto(const tsr_model_config *m, int n, int *counts) {
+  double layer, head;
+  split_costs(m, &layer, &head);
+  const double h = layer > 0 ? head / layer : 0; /* the head, in layers */
+  for (int c = 0; c < n; c++) counts[c] = 1;
+  for (int left = (int)m->n_layer - n; left > 0; left--) {
+    int best = -1;
+    double best_cost = 0;
+    for (int c = 0; c < n; c++) {
+      const int plain = c != 0 && c != n - 1;
+      const double cost = counts[c] + 1 + (c == n - 1 ? h : 0);
+      const int best_plain = best > 0 && best != n - 1;
+      if (best < 0 || cost < best_cost - 1e-9 ||
+          (cost < best_cost + 1e-9 && plain && !best_plain)) {
+        best = c;
+        best_cost = cost;
+      }
+    }
+    counts[best]++;
+  }
+}
+
+int tsr_pp_split_counts(const tsr_model_config *m, int pp, int v, const char *spec, int *counts,
+                        char *why, size_t cap) {
+  const long long n = (long long)pp * v, L = m->n_layer;
+  if (pp < 1 || v < 1) {
+    snprintf(why, cap, "parallel.pp = %d and parallel.virtual_stages = %d must be >= 1", pp, v);
+    return TSR_ERR_INPUT;
+  }
+  if (n > L || n > TSR_PP_MAX_CHUNKS) {
+    snprintf(why, cap, "%lld chunks (parallel.pp %d * parallel.virtual_stages %d) for %lld "
+             "layers: every chunk needs a layer", n, pp, v, L);
+    return TSR_ERR_INPUT;
+  }
+  if (!spec || !*spec) {
+    if (L % n) {
+      snprintf(why, cap, "model.n_layer = %lld is not divisible by parallel.pp * "
+               "parallel.virtual_stages = %d * %d (set parallel.stage_layers for an uneven "
+               "split)", L, pp, v);
+      return TSR_ERR_INPUT;
+    }
+    for (int c = 0; c < n; c++) counts[c] = (int)(L / n);
+    return 0;
+  }
+  if (!strcmp(spec, "auto")) {
+    split_auto(m, (int)n, counts);
+    return 0;
+  }
+  long long sum = 0;
+  int k = 0;
+  for (const char *s = spec;; k++) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *end;
+    const long x = (*s >= '0' && *s <= '9') ? strtol(s, &end, 10) : -1;
+    if (x < 0) {
+      snprintf(why, cap, "item %d is not a number of layers: write 'auto' or one count per "
+               "chunk, e.g. '4,3'", k + 1);
+      return TSR_ERR_INPUT;
+    }
+    if (x < 1) {
+      snprintf(why, cap, "item %d is %ld: every chunk needs at least one layer", k + 1, x);
+      return TSR_ERR_INPUT;
+    }
+    if (k < n) counts[k] = (int)(x > 1 << 20 ? 1 << 20 : x);
+    sum += x > 1 << 20 ? 1 << 20 : x;
+    s = end;
+    while (*s == ' ' || *s == '\t') s++;
+    if (!*s) break;
+    if (*s != ',' || !s[1]) {
+      snprintf(why, cap, "item %d is not followed by ',' and a count", k + 1);
+      return TSR_ERR_INPUT;
+    }
+    s++;
+  }
+  if (k + 1 != n) {
+    snprintf(why, cap, "%d layer counts for %lld chunks (parallel.pp %d * "
+             "parallel.virtual_stages %d): give one per chunk, in chunk order", k + 1, n, pp, v);
+    return TSR_ERR_INPUT;
+  }
+  if (sum != L) {
+    snprintf(why, cap, "the counts sum to %lld layers, not model.n_layer = %lld", sum, L);
+    return TSR_ERR_INPUT;
+  }
+  return 0;
+}
+
+int tsr_pp_chunk_layers(const tsr_model_config *m, int pp, int v, const char *spec, int chunk,
+                        int *first, int *count) {
+  int counts[TSR_PP_MAX_CHUNKS];
+  char why[256];
+  if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) {
+    tsr_error("pipeline: parallel.stage_layers = '%s': %s", spec ? spec : "", why);
+    return TSR_ERR_INPUT;
+  }
   TSR_CHECK(chunk >= 0 && chunk < pp * v, TSR_ERR, "pipeline: chunk %d outside 0..%d", chunk,
             pp * v - 1);
-  *count = n_layer / (pp * v);
-  *first = chunk * *count;
+  *first = 0;
+  for (int c = 0; c < chunk; c++) *first += counts[c];
+  *count = counts[chunk];
   return 0;
+}
+
+int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spec, int layer) {
+  int counts[TSR_PP_MAX_CHUNKS];
+  char why[256];
+  if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return -1;
+  for (int c = 0, end = 0; c < pp * v; c++)
+    if (layer < (end += counts[c])) return layer >= 0 ? c : -1;
+  return -1;
+}
+
+int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
+                      size_t cap) {
+  int counts[TSR_PP_MAX_CHUNKS];
+  char why[256];
+  if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return TSR_ERR_INPUT;
+  if (!spec) spec = "";
+  size_t o = (size_t)snprintf(buf, cap, "%s split of the layers (parallel.stage_layers = '%s'): ",
+                              !spec[0] ? "equal" : strcmp(spec, "auto") ? "explicit" : "balanced",
+                              spec);
+  for (int st = 0; st < pp && o < cap; st++) {
+    o += (size_t)snprintf(buf + o, cap - o, st ? ", stage %d layers" : "stage %d holds layers", st);
+    for (int c = st; c < pp * v && o < cap; c += pp) {
+      int first = 0;
+      for (int k = 0; k < c; k++) first += counts[k];
+      o += (size_t)snprintf(buf + o, cap - o, counts[c] > 1 ? " %d..%d" : " %d", first,
+                            first + counts[c] - 1);
+    }
+  }
+  if (o >= cap && cap > 4) strcpy(buf + cap - 4, "...");
+  return 0;
+}
+
+int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
+                           int stage) {
+  int counts[TSR_PP_MAX_CHUNKS], most = 0;
+  char why[256];
+  if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return -1;
+  for (int c = stage; c < pp * v; c += pp)
+    if (counts[c] > most) most = counts[c];
+  return most;
 }
 
 /* One computation of a stage's compute order: pass 0 forward, 1 backward (the whole

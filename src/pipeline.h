@@ -1,16 +1,17 @@
 /* pipeline.h — pipeline-parallel schedules as data: for one stage, the ordered list of
  * computations and point-to-point transfers an executor runs.  No MPI, no model here.
  *
- * Chunks.  The model's n_layer layers are cut into pp * v equal chunks (v = virtual
- * stages: 1, except 'interleaved' (any v) and 'zb_v' (v = 2)).  Chunk c holds layers
- * [c L/(pp v), (c+1) L/(pp v)).  Which stage holds it depends on the schedule, and
+ * Chunks.  The model's n_layer layers are cut into pp * v chunks of consecutive layers
+ * (v = virtual stages: 1, except 'interleaved' (any v) and 'zb_v' (v = 2)), chunk 0
+ * holding the first layers.  How many each holds is parallel.stage_layers
+ * (tsr_pp_split_counts): by default pp v equal chunks, else an explicit list or a split
+ * balanced by cost ('auto').  Which stage holds a chunk depends on the schedule, and
  * tsr_pp_chunk_owner says: chunk c % pp for all kinds but zb_v, so stage s holds chunks
  * s, s + pp, s + 2 pp, ... (Megatron's interleaving); zb_v folds the chunks into a V,
  * stage s holding chunks s and 2 pp - 1 - s, so the first and the last chunk are both
  * on stage 0 and chunks pp - 1 and pp both on stage pp - 1.  A stage's own chunks, in
  * ascending order, are its local chunks 0 .. v - 1.  The embedding belongs to chunk 0,
- * the final norm, head and loss to the last chunk pp v - 1.  Uneven (explicit) splits
- * are not supported yet.
+ * the final norm, head and loss to the last chunk pp v - 1.
  *
  * Actions.  `chunk` is always a chunk this stage owns; `peer` the stage at the other end
  * of a transfer.  A message is identified by (direction, micro_batch, chunk) and matches:
@@ -48,7 +49,9 @@
 #ifndef TSR_PIPELINE_H
 #define TSR_PIPELINE_H
 
-#include "config.h" /* tsr_schedule_choice */
+#include <stddef.h>
+
+#include "config.h" /* tsr_schedule_choice, tsr_model_config */
 
 typedef enum {
   TSR_PP_RECV_ACT,  /* activation of (mb, chunk - 1) from `peer` */
@@ -91,8 +94,37 @@ int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int 
                            int micro_batches, int virtual_stages);
 void tsr_pp_schedule_destroy(tsr_pp_schedule **s);
 
-/* Layers [*first, *first + *count) of `chunk`; TSR_ERR_INPUT unless n_layer % (pp v) == 0. */
-int tsr_pp_chunk_layers(int n_layer, int pp, int v, int chunk, int *first, int *count);
+/* Most chunks a split can have: every chunk holds a layer and model.n_layer <= 1024. */
+enum { TSR_PP_MAX_CHUNKS = 1024 };
+
+/* The layers of each of the pp v chunks in chunk order, counts[0 .. pp v), from
+ * parallel.stage_layers `spec`:
+ *   ''      equal chunks of n_layer / (pp v) layers (n_layer must divide evenly);
+ *   'auto'  balanced by cost: a layer costs its forward FLOPs per token (2 per GEMM weight
+ *           plus 2 seq_len d_model for the attention core, as tessera plan counts them),
+ *           chunk 0 also the embedding (a lookup: 0) and the last chunk the LM head
+ *           (2 vocab_size d_model); each chunk gets one layer, then every further layer
+ *           goes to the chunk whose cost after taking it is lowest (ties: a chunk with
+ *           neither the embedding nor the head, then the lowest index), which minimises
+ *           the costliest chunk;
+ *   'a,b,..' pp v counts >= 1 summing to n_layer (blanks around the commas allowed).
+ * Returns 0, or TSR_ERR_INPUT with the reason in why[cap] (nothing logged). */
+int tsr_pp_split_counts(const tsr_model_config *m, int pp, int v, const char *spec, int *counts,
+                        char *why, size_t cap);
+/* The one answer to "which layers does chunk c hold": layers [*first, *first + *count) of
+ * `chunk` under the split `spec` (as above).  TSR_ERR_INPUT, logged, for a bad split. */
+int tsr_pp_chunk_layers(const tsr_model_config *m, int pp, int v, const char *spec, int chunk,
+                        int *first, int *count);
+/* The chunk holding `layer` under the split (tsr_pp_chunk_layers); -1 for a bad split. */
+int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spec, int layer);
+/* The split in words for the log: "explicit split of the layers (parallel.stage_layers =
+ * '4,3'): stage 0 holds layers 0..3, stage 1 layers 4..6" (an interleaved stage lists each
+ * of its chunks); cut with "..." to fit cap.  TSR_ERR_INPUT for a bad split. */
+int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
+                      size_t cap);
+/* The most layers any chunk of stage `stage` holds; -1 for a bad split. */
+int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
+                           int stage);
 /* The stage that holds `chunk` under schedule `kind` with pp stages and v chunks per
  * stage (see Chunks above); -1 for arguments out of range.  tsr_pp_chunk_stage is the
  * placement of every kind but zb_v, kept for callers that know the kind is not zb_v. */

@@ -125,6 +125,7 @@ typedef struct {
   int64_t last_end;  /* where the last layer ends: the head unit is [last_end, n_flat) */
   int64_t max_layer; /* largest layer unit */
   int layers, first, last, n_tensors;
+  int max_chunk;     /* the most layers in one of its chunks (parallel.stage_layers) */
   double gemm;       /* weight elements that take part in GEMMs here */
   double layer_gemm; /* of which in the layers (recomputed with recompute = 'full') */
 } part;
@@ -139,18 +140,21 @@ static int gemm_weight(const tsr_tensor *t, const tsr_model_config *m, int pp) {
  * micro-batch of one (tp, pp, v) in a row, and building the tensor table is most of the
  * time of a plan; a part depends only on the model's shapes and where the rank sits.  The
  * planner runs on one thread (rank 0 of `tessera plan`, of the trainer's memory line). */
-enum { PART_MEMO = 8 };
+enum { PART_MEMO = 64 }; /* every stage of an uneven split of up to 64 stages */
 static struct {
   tsr_model_config model;
+  char split[TSR_STR_PATH];
   int tp, pp, v, stage, used;
   part p;
 } memo[PART_MEMO];
 static int memo_next;
 
-static int build_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
+static int build_part(const tsr_model_config *m, const char *split, int tp, int pp, int v,
+                      int stage, part *p) {
   tsr_layout *lay;
-  TSR_CALL(tsr_layout_create_part(&lay, m, tp, 0, pp, stage, v));
+  TSR_CALL(tsr_layout_create_split(&lay, m, tp, 0, pp, stage, v, split));
   memset(p, 0, sizeof *p);
+  p->max_chunk = tsr_pp_stage_max_chunk(m, pp, v, split, stage);
   int64_t begin = 0, end = 0;
   int cur = -1;
   for (int i = 0; i < lay->n_tensors; i++) {
@@ -179,14 +183,18 @@ static int build_part(const tsr_model_config *m, int tp, int pp, int v, int stag
   return 0;
 }
 
-static int make_part(const tsr_model_config *m, int tp, int pp, int v, int stage, part *p) {
+static int make_part(const tsr_model_config *m, const char *split, int tp, int pp, int v,
+                     int stage, part *p) {
   for (int i = 0; i < PART_MEMO; i++)
     if (memo[i].used && memo[i].tp == tp && memo[i].pp == pp && memo[i].v == v &&
-        memo[i].stage == stage && !memcmp(&memo[i].model, m, sizeof *m)) {
+        memo[i].stage == stage && !memcmp(&memo[i].model, m, sizeof *m) &&
+        !strcmp(memo[i].split, split)) {
       *p = memo[i].p;
       return 0;
     }
-  TSR_CALL(build_part(m, tp, pp, v, stage, p));
+  TSR_CALL(build_part(m, split, tp, pp, v, stage, p));
+  TSR_CHECK(strlen(split) < sizeof memo[0].split, TSR_ERR_INPUT, "plan: stage_layers too long");
+  strcpy(memo[memo_next].split, split);
   memcpy(&memo[memo_next].model, m, sizeof *m); /* compared bytewise */
   memo[memo_next].tp = tp, memo[memo_next].pp = pp, memo[memo_next].v = v;
   memo[memo_next].stage = stage, memo[memo_next].used = 1;
@@ -207,7 +215,7 @@ static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const par
 /* Sizes on one tp rank of the stage: model.c's own (tsr_model_sizes_of). */
 static tsr_model_sizes sizes_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
   tsr_model_sizes s;
-  tsr_model_sizes_of(&s, cfg, g->tp, p->first, p->last, p->layers / g->v);
+  tsr_model_sizes_of(&s, cfg, g->tp, p->first, p->last, p->max_chunk);
   return s;
 }
 
@@ -243,7 +251,8 @@ static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const p
                           int slots) {
   const double L = p->layers;
   return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
-         4.0 * (double)cfg->model.n_layer + 96 * L + 16 * (L + 2) + slots * (56 + 104 * L / g->v);
+         4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
+         slots * (56 + 104.0 * p->max_chunk);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {
@@ -346,7 +355,7 @@ static int slots_for(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend b, tsr_plan_memory *out) {
   part p;
-  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, g->tp, g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
   *out = memory_of(cfg, g, &p, slots, b);
@@ -462,7 +471,7 @@ static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]) {
   part p;
-  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, g->tp, g->pp, g->v, stage, &p));
   traffic_of(cfg, g, &p, stage, out);
   return 0;
 }
@@ -477,7 +486,7 @@ static double attention_core(const tsr_model_config *m) {
 
 double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
   part whole;
-  if (make_part(m, 1, 1, 1, 0, &whole)) return 0.0;
+  if (make_part(m, "", 1, 1, 1, 0, &whole)) return 0.0;
   return 2.0 * whole.gemm + (double)m->n_layer * attention_core(m);
 }
 
@@ -556,6 +565,7 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
   st->recompute_flops = tokens * stage_recompute(cfg, &p->grid, pt);
   st->flops = tokens * 3.0 * stage_forward(cfg, &p->grid, pt) + st->recompute_flops;
   stage_times(cfg, &p->hw, &p->grid, st);
+  st->layers = pt->layers;
   st->done = 1;
   return 0;
 }
@@ -597,17 +607,26 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
   p->hw = *hw;
   p->stages = tsr_calloc((size_t)g->pp, sizeof *p->stages);
   TSR_CHECK(p->stages, TSR_ERR, "out of memory");
-  part kinds[3]; /* stage 0, a middle stage, the last stage: middle stages hold the same */
-  TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 0, &kinds[0]));
-  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, 1, &kinds[1]));
-  if (g->pp > 1) TSR_CALL(make_part(&cfg->model, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
+  /* stage 0, a middle stage, the last stage: with equal chunks the middle stages hold the
+   * same; a split set by parallel.stage_layers may differ on every stage: all are planned */
+  const char *split = cfg->parallel.stage_layers;
+  const int uneven = split[0] != 0;
+  part kinds[3];
+  TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, 0, &kinds[0]));
+  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, 1, &kinds[1]));
+  if (g->pp > 1) TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
   for (int s = 0; s < g->pp; s++) {
-    if (!all_stages && s > 1 && s < g->pp - 1) continue;
+    if (!all_stages && !uneven && s > 1 && s < g->pp - 1) continue;
+    part here;
     const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
+    if (uneven && s > 1 && s < g->pp - 1) {
+      TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, s, &here));
+      pt = &here;
+    }
     TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
   }
   part whole;
-  TSR_CALL(make_part(&cfg->model, 1, 1, 1, 0, &whole));
+  TSR_CALL(make_part(&cfg->model, "", 1, 1, 1, 0, &whole));
   p->n_params = whole.n_params;
   p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);

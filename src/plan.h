@@ -128,7 +128,9 @@ typedef struct {
   double flops;       /* executed per step on one GPU of the stage (recompute included) */
   double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
   double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
-  int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only) */
+  int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless
+                         parallel.stage_layers is set) */
+  int layers;         /* transformer layers the stage holds */
 } tsr_plan_stage;
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "deck.h"
+#include "pipeline.h"
 #include "plan.h"
 #include "util.h"
 
@@ -44,10 +45,29 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
           g->micro_batches, (long long)cfg->train.micro_batch,
           (double)cfg->train.global_batch * (double)m->seq_len / 1e6, W(cfg->train.precision),
           W(cfg->train.recompute));
-  fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %lld layers by pp "
-          "%d x %d chunks; %lld sequences by micro_batch %lld x dp %d; tp inside a %d-GPU node\n",
-          g->tp, (long long)m->n_layer, g->pp, g->v, (long long)cfg->train.global_batch,
-          (long long)cfg->train.micro_batch, g->dp, g->ranks_per_node);
+  const char *split = cfg->parallel.stage_layers;
+  char layers[64];
+  if (split[0])
+    snprintf(layers, sizeof layers, "%lld layers in pp %d x %d chunks as stage_layers says",
+             (long long)m->n_layer, g->pp, g->v);
+  else
+    snprintf(layers, sizeof layers, "%lld layers by pp %d x %d chunks", (long long)m->n_layer,
+             g->pp, g->v);
+  fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %s; %lld sequences "
+          "by micro_batch %lld x dp %d; tp inside a %d-GPU node\n", g->tp, layers,
+          (long long)cfg->train.global_batch, (long long)cfg->train.micro_batch, g->dp,
+          g->ranks_per_node);
+  if (!split[0]) return;
+  /* an uneven split: the layers of every chunk, and the stage holding the most */
+  int counts[TSR_PP_MAX_CHUNKS], full = 0;
+  char why[256];
+  if (tsr_pp_split_counts(m, g->pp, g->v, split, counts, why, sizeof why)) return;
+  fprintf(out, "chunks   stage_layers '%s': layers per chunk", split);
+  for (int c = 0; c < g->pp * g->v; c++) fprintf(out, "%s%d", c ? "," : " ", counts[c]);
+  for (int s = 1; s < g->pp; s++)
+    if (p->stages[s].layers > p->stages[full].layers) full = s;
+  fprintf(out, "; the fullest stage is %d with %d layers (chunk c on stage c %% pp)\n", full,
+          p->stages[full].layers);
 }
 
 static void mem_row(FILE *out, const char *label, double gpu, double cpu) {
@@ -175,7 +195,7 @@ static void json_traffic(FILE *out, const tsr_plan_traffic *t) {
 }
 
 static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
-  fprintf(out, "    {\"stage\": %d, \"memory_gpu\": ", s);
+  fprintf(out, "    {\"stage\": %d, \"layers\": %d, \"memory_gpu\": ", s, st->layers);
   json_memory(out, &st->mem[TSR_PLAN_GPU]);
   fprintf(out, ", \"memory_cpu_build\": ");
   json_memory(out, &st->mem[TSR_PLAN_CPU]);

@@ -133,8 +133,9 @@ static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardwar
   return 0;
 }
 
-/* tp dividing the node, pp dividing the layers, 1F1B or interleaved with 2 chunks (with
- * pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
+/* tp dividing the node, pp dividing the layers (any pp when parallel.stage_layers is set:
+ * the layout check keeps those its split goes with), 1F1B or interleaved with 2 chunks
+ * (with pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
 static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
                       const tsr_plan_search_opts *o, candidates *cs) {
   tsr_config c = *deck;
@@ -145,7 +146,8 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
   for (int64_t tp = FIXED(TP) ? tp_max : 1; tp <= tp_max; tp++) {
     if (!FIXED(TP) && G % tp) continue;
     for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
-      if (!FIXED(PP) && (L % pp || tp * pp > world || world % (tp * pp))) continue;
+      const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
+      if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
       values vs = pp > 1 ? (values){{1, 2}, 2} : one(1);
       if (FIXED(VIRTUAL_STAGES)) vs = one(deck->parallel.virtual_stages);
       for (int i = 0; i < vs.n; i++) {

@@ -35,13 +35,18 @@ static int open_device(tsr_session *s, const tsr_config *cfg) {
  * schedule keeps in flight), the backend's scratch for its shapes, ZeRO. */
 static int open_model(tsr_session *s, const tsr_config *cfg) {
   const tsr_grid *g = s->grid;
-  TSR_CALL(tsr_layout_create_part(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
-                                  (int)cfg->parallel.virtual_stages));
+  TSR_CALL(tsr_layout_create_split(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
+                                   (int)cfg->parallel.virtual_stages,
+                                   cfg->parallel.stage_layers));
   tsr_zero_pad_layout(s->lay, cfg, g);
   tsr_model_options mo = {0, 0, g->tp_comm, 1};
   tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
   if (g->pp > 1) {
     TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
+    char split[1024]; /* which layers every stage holds */
+    if (!tsr_pp_split_text(&cfg->model, g->pp, (int)cfg->parallel.virtual_stages,
+                           cfg->parallel.stage_layers, split, sizeof split))
+      tsr_log("pipeline: %s", split);
     mo.n_slots = tsr_pp_slots_needed(s->sched);
     TSR_CHECK(mo.n_slots > 0, TSR_ERR, "pipeline: bad schedule");
     s->bubble = tsr_calloc((size_t)g->pp, sizeof(double));

@@ -11,11 +11,13 @@ scratch
 printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' >"$SCRATCH/probe.c"
 clang -fsanitize=fuzzer,address,undefined -o "$SCRATCH/probe" "$SCRATCH/probe.c" \
   >"$SCRATCH/probe.log" 2>&1 || { cat "$SCRATCH/probe.log"; skip "libFuzzer runtime not available"; }
-# the deck parser and what it links: its schema, the layout rules it checks, util
+# the deck parser and what it links: its schema, the layout rules it checks (with the
+# layer split of pipeline.c), util
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$top_srcdir/src" -I"$top_builddir/src" -o "$SCRATCH/fuzz_deck" \
   "$top_srcdir/tests/fuzz_deck.c" "$top_srcdir/src/deck.c" "$top_srcdir/src/deck_schema.c" \
-  "$top_srcdir/src/layout_check.c" "$top_srcdir/src/util.c" -lm >"$SCRATCH/build.log" 2>&1
+  "$top_srcdir/src/layout_check.c" "$top_srcdir/src/pipeline.c" "$top_srcdir/src/util.c" -lm \
+  >"$SCRATCH/build.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || cat "$SCRATCH/build.log"
 check "the deck parser builds with libFuzzer, ASan and UBSan" test $rc -eq 0

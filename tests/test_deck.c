@@ -136,7 +136,41 @@ static const bad_case bad[] = {
      "parallel.virtual_stages = 2 needs a pipeline: parallel.pp = 1 must be at least 2"},
     {"&parallel micro_batches = 3 /", 1, "1:11", "parallel.micro_batches = 3 does not match"},
     {"&parallel shard_scope = '3' /", 2, "1:11", "parallel.shard_scope = '3' does not divide dp = 2"},
+    /* uneven pipeline splits: the list is checked against pp x virtual_stages and n_layer */
+    {"&model n_layer = 7 /\n&parallel pp = 2, stage_layers = '3,2,2' /", 2, "2:19",
+     "parallel.stage_layers = '3,2,2': 3 layer counts for 2 chunks (parallel.pp 2 * "
+     "parallel.virtual_stages 1)"},
+    {"&model n_layer = 7 /\n&parallel pp = 2, stage_layers = '4,4' /", 2, "2:19",
+     "parallel.stage_layers = '4,4': the counts sum to 8 layers, not model.n_layer = 7"},
+    {"&model n_layer = 7 /\n&parallel pp = 3, stage_layers = '4,3,0' /", 3, "2:19",
+     "parallel.stage_layers = '4,3,0': item 3 is 0: every chunk needs at least one layer"},
+    {"&parallel pp = 2, stage_layers = '4;3' /", 2, "1:19",
+     "parallel.stage_layers = '4;3': item 1 is not followed by ',' and a count"},
+    {"&model n_layer = 7 /\n&parallel pp = 2 /", 2, "2:11",
+     "parallel.pp = 2 does not divide model.n_layer = 7 (set at t.nml:1:8) (every pipeline "
+     "stage holds the same number of layers; parallel.stage_layers splits unevenly)"},
 };
+
+/* Good splits: a list and 'auto' make n_layer = 7 legal on pp 2 and 3 (interleaved too). */
+static void test_stage_layers(void) {
+  static const struct {
+    const char *deck;
+    int world;
+  } good[] = {
+      {"&model n_layer = 7 /\n&parallel pp = 2, stage_layers = ' 4, 3' /", 2},
+      {"&model n_layer = 7 /\n&parallel pp = 3, stage_layers = 'auto' /", 3},
+      {"&model n_layer = 7 /\n&train micro_batch = 1 /\n&parallel pp = 2, virtual_stages = 2, "
+       "schedule = 'interleaved', stage_layers = '2,2,2,1' /", 2},
+      {"&parallel pp = 2, stage_layers = '' /", 2},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    tsr_config c;
+    char what[160];
+    const int rc = parse(&c, good[i].deck, 0, NULL, good[i].world);
+    snprintf(what, sizeof what, "good split %zu accepted", i + 1);
+    result(rc == 0, what, errbuf);
+  }
+}
 
 static void test_bad_decks(void) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -303,6 +337,7 @@ static const field fields[] = {
     F(parallel, zero_stage, 'i', "2"), F(parallel, shard_scope, 'n', "node"),
     F(parallel, ranks_per_node, 'i', "2"), F(parallel, schedule, 'c', "gpipe"),
     F(parallel, micro_batches, 'i', "2"), F(parallel, virtual_stages, 'i', "2"),
+    F(parallel, stage_layers, 's', "zz"),
     F(parallel, sequence_parallel, 'l', "T"), F(parallel, inter_node, 'c', "nccl"),
     F(parallel, mpi_gpu, 'c', "staged"),
     F(train, deterministic, 'l', "F"), F(train, micro_batch, 'i', "2"),
@@ -460,6 +495,7 @@ static void test_limits(void) {
 }
 
 int main(void) {
+  test_stage_layers();
   test_bad_decks();
   test_overrides();
   test_good_syntax();

@@ -202,12 +202,14 @@ static void test_in_flight(void) {
 }
 
 /* The planner's figure of the model's own allocation against the real one. */
-static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
-                       int v, int stage, int zero, int tied) {
+static void model_case_split(const char *arch, const char *recompute, const char *precision,
+                             int pp, int v, int stage, int zero, int tied, int n_layer,
+                             const char *split) {
   tsr_config c;
   tsr_deck_defaults(&c);
   c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
-  c.model.n_layer = 4, c.model.d_model = 64, c.model.n_head = 4;
+  snprintf(c.parallel.stage_layers, sizeof c.parallel.stage_layers, "%s", split);
+  c.model.n_layer = n_layer, c.model.d_model = 64, c.model.n_head = 4;
   c.model.n_kv_head = strcmp(arch, "gpt2") ? 2 : 4;
   c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
   c.model.tie_embeddings = tied;
@@ -225,18 +227,22 @@ static void model_case(const char *arch, const char *recompute, const char *prec
   }
   tsr_layout *lay;
   tsr_model *model = NULL;
-  tsr_layout_create_part(&lay, &c.model, 1, 0, pp, stage, v);
+  tsr_layout_create_split(&lay, &c.model, 1, 0, pp, stage, v, split);
   lay->n_flat = (lay->n_params + 63) / 64 * 64; /* zero.c's padding for one shard */
   const size_t before = tsr_mem_bytes();
   const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
   const int rc = tsr_model_create_opt(&model, &c, lay, &o);
   const double got = (double)(tsr_mem_bytes() - before);
   TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
-           "%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d slot(s): model allocates %.0f "
-           "bytes, planned %.0f", arch, recompute, precision, pp, v, stage, zero,
-           tied ? ", tied" : "", plan.in_flight, got, plan.model);
+           "%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
+           "slot(s): model allocates %.0f bytes, planned %.0f", arch, recompute, precision, pp, v,
+           stage, zero, tied ? ", tied" : "", n_layer, split, plan.in_flight, got, plan.model);
   tsr_model_destroy(&model);
   tsr_layout_destroy(&lay);
+}
+static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
+                       int v, int stage, int zero, int tied) {
+  model_case_split(arch, recompute, precision, pp, v, stage, zero, tied, 4, "");
 }
 
 static void test_model_bytes(void) {
@@ -248,6 +254,51 @@ static void test_model_bytes(void) {
   model_case("gpt2", "none", "fp32", 2, 1, 1, 0, 1);
   model_case("llama", "full", "bf16", 2, 2, 0, 1, 0);
   model_case("llama", "none", "fp32", 2, 2, 1, 0, 0);
+  /* uneven splits: activation slots sized by the stage's largest chunk */
+  model_case_split("llama", "none", "fp32", 2, 1, 0, 0, 0, 7, "4,3");
+  model_case_split("llama", "selective", "fp32", 2, 1, 1, 1, 0, 7, "4,3");
+  model_case_split("llama", "none", "fp32", 3, 1, 1, 0, 0, 7, "3,2,2");
+  model_case_split("gpt2", "full", "bf16", 2, 2, 1, 0, 1, 7, "2,2,2,1");
+  model_case_split("llama", "none", "fp32", 2, 2, 0, 1, 0, 7, "1,3,2,1");
+}
+
+/* Llama 3 405B's depth, 126 layers, on llm70b's widths over 16 stages with 'auto': 7 layers
+ * on the first and the last stage, 8 on the others; every stage is planned, the fullest
+ * (a middle one) is the critical and the worst in memory; a list that does not match pp
+ * is refused naming the key. */
+static void test_uneven(void) {
+  tsr_config c = deck_on("llm70b", 128);
+  c.model.n_layer = 126;
+  c.parallel.pp = 16, c.parallel.virtual_stages = 1, c.parallel.schedule = TSR_SCHEDULE_1F1B;
+  strcpy(c.parallel.stage_layers, "auto");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  char msg[4096] = "";
+  memset(&p, 0, sizeof p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 0);
+  int layers_ok = rc == 0, all_done = rc == 0;
+  for (int s = 0; s < 16 && rc == 0; s++) {
+    layers_ok &= p.stages[s].layers == (s == 0 || s == 15 ? 7 : 8);
+    all_done &= p.stages[s].done;
+  }
+  TU_CHECK(layers_ok && all_done, "126 layers, pp 16, auto: 7 + 14 x 8 + 7 layers, all 16 stages "
+           "planned (%s)", msg);
+  TU_CHECK(rc == 0 && p.stages[p.critical].layers == 8 && p.stages[p.worst[TSR_PLAN_GPU]].layers == 8 &&
+               p.stages[1].flops > p.stages[0].flops,
+           "the critical stage %d and the fullest in memory %d hold 8 layers", p.critical,
+           p.worst[TSR_PLAN_GPU]);
+  tsr_plan_destroy(&p);
+  strcpy(c.parallel.stage_layers, "8,8");
+  const int n = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  TU_CHECK(n == 1 && says(msg, "parallel.stage_layers = '8,8': 2 layer counts for 16 chunks"),
+           "a 2-item list on pp 16 refused, naming the key");
+  c.parallel.stage_layers[0] = 0;
+  const int even = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  TU_CHECK(even == 1 && says(msg, "parallel.pp = 16 does not divide model.n_layer = 126"),
+           "without a split, 126 layers on pp 16 are refused");
 }
 
 /* Rank traffic of one plan (stage 0) in group `grp`, kind `k`. */
@@ -488,5 +539,6 @@ int main(void) {
   test_headroom();
   test_search_fixed();
   test_compute_peak();
+  test_uneven();
   return tu_summary("test_plan");
 }

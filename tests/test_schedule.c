@@ -627,17 +627,81 @@ int main(void) {
   tsr_pp_schedule_destroy(&f);
 
   /* Chunks: interleaving puts chunk c on stage c % pp and the layers tile the model. */
+  tsr_model_config lm = {.arch = TSR_ARCH_LLAMA, .n_layer = 24, .d_model = 128, .n_head = 4,
+                         .n_kv_head = 4, .d_ff = 384, .vocab_size = 2048, .seq_len = 128};
   int first, count, next = 0, tile_ok = 1;
   for (int c = 0; c < 8; c++) {
-    if (tsr_pp_chunk_layers(24, 4, 2, c, &first, &count) || first != next || count != 3 ||
-        tsr_pp_chunk_stage(4, c) != c % 4)
+    if (tsr_pp_chunk_layers(&lm, 4, 2, "", c, &first, &count) || first != next || count != 3 ||
+        tsr_pp_chunk_stage(4, c) != c % 4 || tsr_pp_layer_chunk(&lm, 4, 2, "", first + 2) != c)
       tile_ok = 0;
     next = first + count;
   }
   TU_CHECK(tile_ok && next == 24,
            "24 layers, pp=4, v=2: 8 chunks of 3 layers, chunk c on stage c %% 4");
-  TU_CHECK(tsr_pp_chunk_layers(26, 4, 2, 0, &first, &count) == TSR_ERR_INPUT,
-           "26 layers over pp * v = 8 chunks rejected with TSR_ERR_INPUT");
+  lm.n_layer = 26;
+  TU_CHECK(tsr_pp_chunk_layers(&lm, 4, 2, "", 0, &first, &count) == TSR_ERR_INPUT,
+           "26 layers over pp * v = 8 equal chunks rejected with TSR_ERR_INPUT");
+
+  /* Uneven splits: an explicit list tiles the model in chunk order. */
+  lm.n_layer = 7;
+  const int want[4] = {2, 2, 2, 1};
+  next = 0, tile_ok = 1;
+  for (int c = 0; c < 4; c++) {
+    if (tsr_pp_chunk_layers(&lm, 2, 2, " 2, 2,2 ,1", c, &first, &count) || first != next ||
+        count != want[c] || tsr_pp_layer_chunk(&lm, 2, 2, "2,2,2,1", first) != c)
+      tile_ok = 0;
+    next = first + count;
+  }
+  TU_CHECK(tile_ok && next == 7 && tsr_pp_layer_chunk(&lm, 2, 2, "2,2,2,1", 7) == -1 &&
+               tsr_pp_stage_max_chunk(&lm, 2, 2, "2,2,2,1", 1) == 2 &&
+               tsr_pp_stage_max_chunk(&lm, 3, 1, "3,2,2", 0) == 3,
+           "7 layers as '2,2,2,1': chunks [0,2) [2,4) [4,6) [6,7)");
+  char why[256], text[160];
+  int counts[TSR_PP_MAX_CHUNKS];
+  text[0] = 0;
+  TU_CHECK(!tsr_pp_split_text(&lm, 2, 2, "2,2,2,1", text, sizeof text) && !strcmp(text, "explicit split of the layers (parallel.stage_layers = '2,2,2,1'): "
+                         "stage 0 holds layers 0..1 4..5, stage 1 layers 2..3 6"),
+           "the split in words: %s", text);
+  static const char *bad[] = {"4,4", "4,2", "4,3,0", "4,-3", "4,,3", "4,3,", "four", "3,4,0"};
+  int bad_ok = 1;
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+    const int pp = i == 2 || i == 7 ? 3 : 2;
+    if (tsr_pp_split_counts(&lm, pp, 1, bad[i], counts, why, sizeof why) != TSR_ERR_INPUT) {
+      bad_ok = 0;
+      fprintf(stderr, "  accepted '%s' on pp %d\n", bad[i], pp);
+    }
+  }
+  TU_CHECK(bad_ok, "wrong sum, wrong count, zero, negative, empty item, trailing comma, word "
+                   "rejected");
+  TU_CHECK(tsr_pp_split_counts(&lm, 8, 1, "auto", counts, why, sizeof why) == TSR_ERR_INPUT,
+           "8 chunks for 7 layers rejected: %s", why);
+
+  /* 'auto' on the tiny deck's shape: the head costs 2 V C = 524288 FLOPs per token, a layer
+   * 2 (4 C^2 + 3 C F) + 2 T C = 458752, so the last chunk counts 1.14 layers extra. */
+  TU_CHECK(!tsr_pp_split_counts(&lm, 2, 1, "auto", counts, why, sizeof why) && counts[0] == 4 &&
+               counts[1] == 3,
+           "auto, 7 layers on pp 2: %d,%d (4,3)", counts[0], counts[1]);
+  TU_CHECK(!tsr_pp_split_counts(&lm, 3, 1, "auto", counts, why, sizeof why) && counts[0] == 3 &&
+               counts[1] == 3 && counts[2] == 1,
+           "auto, 7 layers on pp 3: %d,%d,%d (3,3,1)", counts[0], counts[1], counts[2]);
+  TU_CHECK(!tsr_pp_split_counts(&lm, 2, 2, "auto", counts, why, sizeof why) && counts[0] == 2 &&
+               counts[1] == 2 && counts[2] == 2 && counts[3] == 1,
+           "auto, 7 layers on pp 2 x v 2: %d,%d,%d,%d (2,2,2,1)", counts[0], counts[1],
+           counts[2], counts[3]);
+  lm.n_layer = 8;
+  TU_CHECK(!tsr_pp_split_counts(&lm, 2, 1, "auto", counts, why, sizeof why) && counts[0] == 5 &&
+               counts[1] == 3,
+           "auto, 8 layers on pp 2: %d,%d (5,3: the head outweighs a layer)", counts[0],
+           counts[1]);
+  /* Llama 3 405B's shape: 126 layers on 16 stages, one fewer on the first and the last. */
+  tsr_model_config big = {.arch = TSR_ARCH_LLAMA, .n_layer = 126, .d_model = 16384,
+                          .n_head = 128, .n_kv_head = 8, .d_ff = 53248,
+                          .vocab_size = 128256, .seq_len = 8192};
+  int llama3 = !tsr_pp_split_counts(&big, 16, 1, "auto", counts, why, sizeof why) &&
+               counts[0] == 7 && counts[15] == 7;
+  for (int c = 1; c < 15; c++) llama3 &= counts[c] == 8;
+  TU_CHECK(llama3, "auto, 126 layers of Llama 3 405B on pp 16: 7, 14 x 8, 7 (first %d, last %d)",
+           counts[0], counts[15]);
 
   /* zb_v's V: chunk c on stage c up to pp - 1, then back down; the other kinds keep
    * chunk % pp, and tsr_pp_chunk_stage still gives that. */
