@@ -328,6 +328,8 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
 int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int m, int v) {
   if (pp == 1) return 1;
   if (schedule == TSR_SCHEDULE_GPIPE) return m;
+  /* zb_h1 holds W back until every stage has min(m, pp) micro-batches in flight */
+  if (schedule == TSR_SCHEDULE_ZB_H1) return m < pp ? m : pp;
   if (v == 1) return m < pp - stage ? m : pp - stage;
   if (m == pp) return m * v;
   const int warm = (pp - stage - 1) * 2 + (v - 1) * pp + 1;

@@ -43,6 +43,7 @@ typedef struct {
   int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
   double mem, step, mfu, tokens_per_s;
   int fits;
+  const char *schedule; /* the deck's word (tsr_deck_word: static) */
 } candidate;
 
 typedef struct {
@@ -77,7 +78,7 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
     *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
-                     p.tokens_per_s, p.fits};
+                     p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule)};
   }
   tsr_plan_destroy(&p);
   return rc;
@@ -134,7 +135,7 @@ static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardwar
 }
 
 /* tp dividing the node, pp dividing the layers (any pp when parallel.stage_layers is set:
- * the layout check keeps those its split goes with), 1F1B or interleaved with 2 chunks
+ * the layout check keeps those its split goes with), 1F1B, ZB-H1 or interleaved with 2 chunks
  * (with pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
 static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
                       const tsr_plan_search_opts *o, candidates *cs) {
@@ -148,7 +149,11 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
     for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
       const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
       if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
-      values vs = pp > 1 ? (values){{1, 2}, 2} : one(1);
+      /* (chunks, schedule): 1F1B, zero-bubble ZB-H1 (its layout check wants recompute
+       * 'none'), interleaved with 2 chunks */
+      values vs = pp > 1 ? (values){{1, 1, 2}, 3} : one(1);
+      const tsr_schedule_choice kinds[3] = {TSR_SCHEDULE_1F1B, TSR_SCHEDULE_ZB_H1,
+                                            TSR_SCHEDULE_INTERLEAVED};
       if (FIXED(VIRTUAL_STAGES)) vs = one(deck->parallel.virtual_stages);
       for (int i = 0; i < vs.n; i++) {
         if (pp == 1 && vs.v[i] > 1) continue; /* chunks without a pipeline: never proposed */
@@ -158,8 +163,13 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
         c.parallel.sequence_parallel = tp > 1;
         if (FIXED(SEQUENCE_PARALLEL))
           c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
-        c.parallel.schedule = vs.v[i] > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
-        if (FIXED(SCHEDULE)) c.parallel.schedule = deck->parallel.schedule;
+        c.parallel.schedule = vs.n == 3 ? kinds[i]
+                              : vs.v[i] > 1 ? TSR_SCHEDULE_INTERLEAVED
+                                            : TSR_SCHEDULE_1F1B;
+        if (FIXED(SCHEDULE)) {
+          if (i > 0 && vs.n == 3 && vs.v[i] == vs.v[i - 1]) continue; /* one try per v */
+          c.parallel.schedule = deck->parallel.schedule;
+        }
         TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
         if (cs->first_fit && cs->fit) return 0;
       }
@@ -284,24 +294,25 @@ static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
 
 static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
   if (json) {
-    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, \"dp\": %d, "
+    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
+            "\"schedule\": \"%s\", \"dp\": %d, "
             "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
             "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
-            k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
+            k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
             recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
             k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
     return;
   }
-  fprintf(out, "  %4d %3d %3d %2d %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n", rank,
-          k->tp, k->pp, k->v, k->dp, k->zero, k->shard, k->micro_batch,
+  fprintf(out, "  %4d %3d %3d %2d %-11s %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n",
+          rank, k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
           recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
           k->tokens_per_s, k->mfu);
 }
 
 static void print_table_head(void) {
-  printf("  %4s %3s %3s %2s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp", "pp",
-         "v", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
+  printf("  %4s %3s %3s %2s %-11s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp",
+         "pp", "v", "schedule", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
          "MFU");
 }
 

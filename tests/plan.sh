@@ -302,6 +302,17 @@ sys.exit(0 if h['fixed'] == want and held and held == free and other > 0 and
 check "  ... the table names them: 'held fixed by the command line: parallel.tp = 8, ...'" \
   grep -q "^held fixed by the command line: parallel.tp = 8, parallel.zero_stage = 3, train.recompute = 'full'" \
   "$SCRATCH/held.txt"
+"$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 >"$SCRATCH/zb.json" 2>&1
+check "the search tries the zero-bubble zb_h1 (recompute 'none' only) beside 1f1b and interleaved" \
+  "$PYTHON_REF" -c "
+import json, sys
+L = json.load(open(sys.argv[1]))['search']['layouts']
+by = {}
+for l in L: by.setdefault(l['schedule'], []).append(l)
+print('    schedules:', {k: len(v) for k, v in by.items()})
+zb = by.get('zb_h1', [])
+sys.exit(0 if zb and {l['recompute'] for l in zb} == {'none'} and all(l['virtual_stages'] == 1 and l['pp'] > 1 for l in zb)
+         and '1f1b' in by and 'interleaved' in by else 1)" "$SCRATCH/zb.json"
 "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --search --json --top 100000 \
   parallel.virtual_stages=4 >"$SCRATCH/v4.json" 2>&1
 check "search with parallel.virtual_stages=4 (the search tries 1 and 2): every layout has 4" \

@@ -175,9 +175,9 @@ static void test_hardware(void) {
 }
 
 static void test_in_flight(void) {
-  const char *kinds[] = {"gpipe", "1f1b", "interleaved"};
+  const char *kinds[] = {"gpipe", "1f1b", "interleaved", "zb_h1"};
   int bad = 0, cases = 0;
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 4; k++)
     for (int pp = 2; pp <= 4; pp++)
       for (int m = pp; m <= 3 * pp; m += pp)
         for (int v = 1; v <= (k == 2 ? 3 : 1); v++)
