@@ -274,24 +274,10 @@ static int find_checkpoint(const tsr_config *cfg, char *path, size_t len) {
   return TSR_ERR_INPUT;
 }
 
-/* run.device for this one rank, as the session opens it (session.c). */
-static int open_device(gen_state *g, const tsr_config *cfg) {
-  if (cfg->run.device == TSR_DEVICE_CPU) return 0;
-  TSR_CHECK(tsr_ops_cuda_open || cfg->run.device != TSR_DEVICE_CUDA, TSR_ERR_INPUT,
-            "run.device = 'cuda' but this tessera was built without CUDA: rebuild with "
-            "./configure --with-cuda, or set run.device = 'cpu'");
-  if (!tsr_ops_cuda_open) return 0;
-  MPI_Comm self = MPI_COMM_SELF;
-  TSR_CALL(tsr_ops_cuda_open(&self, tsr_deck_word(cfg, &cfg->run.device), cfg->run.gpu_share,
-                             &g->dev));
-  if (g->dev) tsr_ops_set_backend(g->dev);
-  return 0;
-}
-
 /* One rank's whole model with the checkpoint's weights (fp32 master rounded into the
  * compute copy); m and v are not read. */
 static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int64_t *step) {
-  /* a deck whose model differs is named key by key before any tensor is read */
+  /* a deck whose model or tokenizer differs is named before any tensor is read */
   TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, tsr_tokenizer_name(g->tok), MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
@@ -311,14 +297,7 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
     *step = st.step;
   }
   tsr_ops_free(&master);
-  TSR_CALL(rc);
-  /* checkpoints name the tokenizer of the data they were trained on (older ones: "") */
-  const char *tok = tsr_tokenizer_name(g->tok);
-  TSR_CHECK(!st.tokenizer[0] || !strcmp(st.tokenizer, tok), TSR_ERR_INPUT,
-            "checkpoint %s was trained on tokens of tokenizer '%s', but the deck's data was "
-            "made with '%s': the ids would mean other text; set &data train to the shards it "
-            "was trained on", path, st.tokenizer, tok);
-  return 0;
+  return rc;
 }
 
 static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
@@ -340,7 +319,7 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
   g->ctx[0] = tsr_tokenizer_start(g->tok);
   int64_t n = 1 + n_prompt;
 
-  TSR_CALL(open_device(g, cfg));
+  TSR_CALL(tsr_session_open_device(cfg, MPI_COMM_SELF, &g->dev));
   int64_t step = 0;
   TSR_CALL(load_model(g, cfg, path, &step));
   const int64_t T = cfg->model.seq_len, V = tsr_tokenizer_vocab(g->tok);

@@ -53,6 +53,10 @@ typedef struct {
 /* Build every object of the run (training: also the training data and the GEMM rate).
  * Returns what every rank returns (a bad layout, deck or data file fails them all). */
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training);
+/* run.device: open the device backend over the ranks of comm and install it (*dev NULL:
+ * the CPU), before anything allocates op memory; tsr_session_open's, and tessera
+ * generate's on its one rank. */
+int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_backend **dev);
 void tsr_session_close(tsr_session *s);
 
 /* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation; then,
