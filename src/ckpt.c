@@ -639,13 +639,7 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
       tsr_error("checkpoint %s: cannot open it to read its deck", path);
       rc = TSR_ERR_INPUT;
     } else {
-      hid_t a = H5Aexists(file, "deck") > 0 ? H5Aopen(file, "deck", H5P_DEFAULT) : -1;
-      hid_t type = a >= 0 ? H5Aget_type(a) : -1;
-      len = type >= 0 && H5Tget_class(type) == H5T_STRING ? (long long)H5Tget_size(type) : 0;
-      if (type >= 0) H5Tclose(type);
-      if (a >= 0) H5Aclose(a);
-      deck = tsr_calloc((size_t)len + 1, 1);
-      if (!len || !deck || tsr_ckpt_attr_str(file, "deck", deck, (size_t)len + 1) != 0 ||
+      if (tsr_ckpt_attr_str_alloc(file, "deck", &deck) != 0 ||
           tsr_ckpt_attr_str(file, "layout", layout, sizeof layout) != 0 ||
           tsr_ckpt_attr_get(file, "step", H5T_NATIVE_INT64, step) != 0 ||
           tsr_ckpt_attr_str(file, "tokenizer", tokenizer, 232) < 0) {
@@ -653,6 +647,7 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
         rc = TSR_ERR_INPUT;
       }
       H5Fclose(file);
+      len = deck ? (long long)strlen(deck) : 0;
       const char *w = strstr(layout, "world=");
       if (w) *world = atoi(w + 6);
     }

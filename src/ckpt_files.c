@@ -105,23 +105,32 @@ int tsr_ckpt_attr_get(hid_t obj, const char *name, hid_t mem_type, void *val) {
   return e < 0 ? -1 : 0;
 }
 
-/* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
-int tsr_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+int tsr_ckpt_attr_str_alloc(hid_t obj, const char *name, char **out) {
+  *out = NULL;
   htri_t has = H5Aexists(obj, name);
   if (has <= 0) return has < 0 ? -1 : 1;
   int rc = -1;
-  char *tmp = NULL;
+  char *s = NULL;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT), type = a >= 0 ? H5Aget_type(a) : -1;
   const size_t n = type >= 0 && H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type)
                        ? H5Tget_size(type)
                        : 0;
-  if (n > 0 && (tmp = calloc(n + 1, 1)) != NULL && H5Aread(a, type, tmp) >= 0) {
-    snprintf(buf, len, "%s", tmp);
+  if (n > 0 && (s = tsr_calloc(n + 1, 1)) != NULL && H5Aread(a, type, s) >= 0) {
+    *out = s;
     rc = 0;
+  } else {
+    tsr_free(&s);
   }
-  free(tmp);
   if (type >= 0) H5Tclose(type);
   if (a >= 0) H5Aclose(a);
+  return rc;
+}
+
+int tsr_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+  char *s;
+  const int rc = tsr_ckpt_attr_str_alloc(obj, name, &s);
+  if (rc == 0) snprintf(buf, len, "%s", s);
+  tsr_free(&s);
   return rc;
 }
 

@@ -84,6 +84,8 @@ int tsr_ckpt_attr_get(hid_t obj, const char *name, hid_t mem_type, void *val);
 /* format_version and complete, the two things that make a file usable at all. */
 /* A string attribute into buf (truncated to len - 1): 0, 1 when absent, -1 on error. */
 int tsr_ckpt_attr_str(hid_t obj, const char *name, char *buf, size_t len);
+/* The same into *out, tsr_calloc'ed at the attribute's length (NULL unless 0 is returned). */
+int tsr_ckpt_attr_str_alloc(hid_t obj, const char *name, char **out);
 /* The checkpoint's groups: /model, /optim/m, /optim/v. */
 extern const char *const kCkptGroups[3];
 /* Collective-safe (no communication; the same verdict wherever it runs): the first
