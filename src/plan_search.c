@@ -150,26 +150,26 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
       const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
       if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
       /* (chunks, schedule): 1F1B, zero-bubble ZB-H1 (its layout check wants recompute
-       * 'none'), interleaved with 2 chunks */
-      values vs = pp > 1 ? (values){{1, 1, 2}, 3} : one(1);
-      const tsr_schedule_choice kinds[3] = {TSR_SCHEDULE_1F1B, TSR_SCHEDULE_ZB_H1,
-                                            TSR_SCHEDULE_INTERLEAVED};
-      if (FIXED(VIRTUAL_STAGES)) vs = one(deck->parallel.virtual_stages);
-      for (int i = 0; i < vs.n; i++) {
-        if (pp == 1 && vs.v[i] > 1) continue; /* chunks without a pipeline: never proposed */
+       * 'none'), interleaved with 2 chunks; one entry with held virtual_stages, and with a
+       * held schedule one per number of chunks */
+      struct { int64_t v; tsr_schedule_choice kind; } pipes[3] = {
+          {1, TSR_SCHEDULE_1F1B}, {1, TSR_SCHEDULE_ZB_H1}, {2, TSR_SCHEDULE_INTERLEAVED}};
+      int n_pipes = pp > 1 ? 3 : 1;
+      if (FIXED(VIRTUAL_STAGES)) {
+        const int64_t v = deck->parallel.virtual_stages;
+        pipes[0].v = v, pipes[0].kind = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+        n_pipes = 1;
+      }
+      if (FIXED(SCHEDULE) && n_pipes == 3) pipes[1] = pipes[2], n_pipes = 2;
+      for (int i = 0; i < n_pipes; i++) {
+        if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
         c.parallel.tp = tp;
         c.parallel.pp = pp;
-        c.parallel.virtual_stages = vs.v[i];
+        c.parallel.virtual_stages = pipes[i].v;
         c.parallel.sequence_parallel = tp > 1;
         if (FIXED(SEQUENCE_PARALLEL))
           c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
-        c.parallel.schedule = vs.n == 3 ? kinds[i]
-                              : vs.v[i] > 1 ? TSR_SCHEDULE_INTERLEAVED
-                                            : TSR_SCHEDULE_1F1B;
-        if (FIXED(SCHEDULE)) {
-          if (i > 0 && vs.n == 3 && vs.v[i] == vs.v[i - 1]) continue; /* one try per v */
-          c.parallel.schedule = deck->parallel.schedule;
-        }
+        c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
         TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
         if (cs->first_fit && cs->fit) return 0;
       }
