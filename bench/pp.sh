@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/pp.sh — pipeline schedules on this machine's CPU ranks: ms/step, tokens/s and the
-# measured bubble for pp = 2, 4 under gpipe, 1f1b, interleaved (2 virtual stages) and zb_h1 at
-# m = 4, 8, 16 micro-batches per step, against pp 1 at the same m (issue 4).
+# measured bubble for pp = 2, 4 under gpipe, 1f1b, interleaved (2 virtual stages), zb_h1 and
+# zb_v (2 chunks per stage in a V) at m = 4, 8, 16 micro-batches per step, against pp 1 at
+# the same m.
 #
 #   bench/pp.sh [TESSERA] [STEPS]      (default src/tessera, 30 steps; about 2 min here)
 #
@@ -18,8 +19,9 @@
 #             its time in the schedule (the optimizer is outside both)
 #   bub max   median over steps of the largest stage's bubble
 #   theory    the trainer's (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1), zb_h1 (p-1)/(3m+p-1)
-#             for m >= p (equal F, B, W; src/pipeline.c derives it): free transfers,
-#             equal stages, as a fraction of the step
+#             for m >= p, zb_v (p-1)/(6m+p-1) for m >= 2p-1 (equal F, B, W;
+#             src/pipeline.c derives them): free transfers, equal stages, as a fraction of
+#             the step
 #   slots/MB  stage 0's activation slots and their size, from the "pipeline:" line
 #
 # Reading the measured bubble on this machine:
@@ -103,7 +105,7 @@ for m in 4 8 16; do
   run 1 1f1b 1 $m
   row 1 1f1b 1 $m
   for pp in 2 4; do
-    for sv in "gpipe 1" "1f1b 1" "interleaved 2" "zb_h1 1"; do
+    for sv in "gpipe 1" "1f1b 1" "interleaved 2" "zb_h1 1" "zb_v 2"; do
       set -- $sv
       if [ "$1" = interleaved ] && { [ $((m % pp)) != 0 ] || [ $((N_LAYER % (pp * $2))) != 0 ]; }; then
         continue

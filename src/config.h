@@ -20,7 +20,7 @@ typedef enum {
   TSR_SCHEDULE_GPIPE,
   TSR_SCHEDULE_1F1B,
   TSR_SCHEDULE_INTERLEAVED,
-  TSR_SCHEDULE_ZB_H1, /* zero-bubble schedules (pipeline.h): zb_h1 runs; zb_v is generated */
+  TSR_SCHEDULE_ZB_H1, /* zero-bubble schedules (pipeline.h): split backward, 1 or 2 chunks/stage */
   TSR_SCHEDULE_ZB_V
 } tsr_schedule_choice;
 typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;

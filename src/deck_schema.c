@@ -67,16 +67,18 @@ const key_def deck_schema[] = {
     SCOPE(parallel, shard_scope, "global", "global|node|<N>",
         "ZeRO shard group: all dp ranks, the ranks of a node, or N ranks"),
     INT(parallel, ranks_per_node, "0", 0, 65536, LO | HI, "0 = detect; set to test multi-node"),
-    CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved|zb_h1",
+    CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved|zb_h1|zb_v",
            "pipeline schedule; zb_h1: 1F1B with the backward split into B (input gradients) "
-           "and W (weight gradients), W delayed into the bubble (needs pp >= 2 and recompute "
-           "'none')"),
+           "and W (weight gradients), W delayed into the bubble; zb_v: the split backward on "
+           "two chunks per stage placed in a V (chunks s and 2 pp - 1 - s on stage s, so "
+           "stage 0 holds the embedding and the head; virtual_stages = 2).  Both need pp >= 2 "
+           "and recompute 'none'"),
     INT(parallel, micro_batches, "0", 0, 0, LO,
         "micro-batches per step (0 = global_batch / (micro_batch*dp))"),
     INT(parallel, virtual_stages, "1", 1, 1024, LO | HI, "model chunks per stage (interleaved)"),
     STR(parallel, stage_layers, "", "auto|<n,n,...>",
         "layers of each of the pp*virtual_stages chunks in chunk order (chunk c on stage c % "
-        "pp): '' equal chunks, 'auto' balanced by FLOPs with the embedding on the first and "
+        "pp; zb_v: chunks s and 2 pp - 1 - s on stage s): '' equal chunks, 'auto' balanced by FLOPs with the embedding on the first and "
         "the LM head on the last chunk, or a list such as '4,3' (each >= 1, summing to "
         "model.n_layer)"),
     LOGI(parallel, sequence_parallel, ".false.", "shard norm/dropout activations over tp"),

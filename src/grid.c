@@ -15,6 +15,7 @@
 #include "comm_mpi.h"
 #include "deck.h"
 #include "layout_check.h"
+#include "pipeline.h"
 #include "util.h"
 
 /* One message from rank 0; every rank returns TSR_ERR_INPUT. */
@@ -181,8 +182,10 @@ static int build(tsr_grid *g, const tsr_comm *world) {
 
 /* The pair of first and last stage that holds the two copies of a tied embedding. */
 static int build_tied(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
-  if (!cfg->model.tie_embeddings || g->pp == 1) return 0;
-  const int ends = g->pp_rank == 0 || g->pp_rank == g->pp - 1;
+  const int head = tsr_pp_head_stage(cfg->parallel.schedule, g->pp,
+                                     (int)cfg->parallel.virtual_stages);
+  if (!cfg->model.tie_embeddings || head == 0) return 0; /* one stage holds both */
+  const int ends = g->pp_rank == 0 || g->pp_rank == head;
   MPI_Comm c;
   TSR_MPI_CALL(MPI_Comm_split(tsr_comm_mpi(world),
                               ends ? g->dp_rank * g->tp + g->tp_rank : MPI_UNDEFINED, g->pp_rank,

@@ -104,14 +104,14 @@ static int add_norm(builder *b, const char *prefix, int layer, int64_t C, int la
 }
 
 int tsr_layout_stage_of_layer(const tsr_model_config *m, int pp, int virtual_stages,
-                              const char *split, int layer) {
+                              const char *split, tsr_schedule_choice placement, int layer) {
   const int c = tsr_pp_layer_chunk(m, pp, virtual_stages, split, layer);
-  return c < 0 ? -1 : tsr_pp_chunk_stage(pp, c);
+  return c < 0 ? -1 : tsr_pp_chunk_owner(placement, pp, virtual_stages, c);
 }
 
 /* The divisibility the split rules need, named by deck key. */
 static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, int pp_rank,
-                      int v, const char *split) {
+                      int v, const char *split, tsr_schedule_choice placement) {
   TSR_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, TSR_ERR_INPUT,
             "layout: tp rank %d is not in [0, parallel.tp = %d)", tp_rank, tp);
   TSR_CHECK(pp >= 1 && pp_rank >= 0 && pp_rank < pp, TSR_ERR_INPUT,
@@ -124,7 +124,9 @@ static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, in
   c.parallel.tp = tp;
   c.parallel.pp = pp;
   c.parallel.virtual_stages = v;
-  c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+  c.parallel.schedule = placement == TSR_SCHEDULE_ZB_V ? TSR_SCHEDULE_ZB_V
+                        : v > 1                         ? TSR_SCHEDULE_INTERLEAVED
+                                                        : TSR_SCHEDULE_1F1B;
   TSR_CHECK(strlen(split) < sizeof c.parallel.stage_layers, TSR_ERR_INPUT,
             "layout: parallel.stage_layers is too long");
   strcpy(c.parallel.stage_layers, split);
@@ -144,14 +146,16 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *m) {
 
 int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,
                            int pp, int pp_rank, int virtual_stages) {
-  return tsr_layout_create_split(out, m, tp, tp_rank, pp, pp_rank, virtual_stages, "");
+  return tsr_layout_create_split(out, m, tp, tp_rank, pp, pp_rank, virtual_stages, "",
+                                 TSR_SCHEDULE_1F1B);
 }
 
 int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,
-                            int pp, int pp_rank, int virtual_stages, const char *split) {
+                            int pp, int pp_rank, int virtual_stages, const char *split,
+                            tsr_schedule_choice placement) {
   *out = NULL;
   if (!split) split = "";
-  TSR_CALL(check_part(m, tp, tp_rank, pp, pp_rank, virtual_stages, split));
+  TSR_CALL(check_part(m, tp, tp_rank, pp, pp_rank, virtual_stages, split, placement));
   tsr_layout *lay = tsr_calloc(1, sizeof *lay);
   if (!lay) return TSR_ERR;
   lay->model = *m;
@@ -160,8 +164,11 @@ int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp,
   lay->pp = pp;
   lay->pp_rank = pp_rank;
   lay->virtual_stages = virtual_stages;
+  lay->placement = placement;
   strcpy(lay->stage_layers, split); /* fits: check_part */
-  const int first = pp_rank == 0, last = pp_rank == pp - 1;
+  const int first = pp_rank == 0, last = pp_rank == tsr_pp_head_stage(placement, pp, virtual_stages);
+  lay->embeds = first;
+  lay->heads = last;
   const int gpt2 = m->arch == TSR_ARCH_GPT2;
   const int64_t C = m->d_model, V = m->vocab_size, F = m->d_ff;
   const int64_t hd = m->d_model / m->n_head;
@@ -186,7 +193,7 @@ int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp,
   for (int l = 0; l < (int)m->n_layer; l++) {
     char p[16]; /* "layers.NNN." */
     snprintf(p, sizeof p, "layers.%03d.", l % 10000);
-    b.held = tsr_layout_stage_of_layer(m, pp, virtual_stages, split, l) == pp_rank;
+    b.held = tsr_layout_stage_of_layer(m, pp, virtual_stages, split, placement, l) == pp_rank;
 #define NM(s) (snprintf(name, sizeof name, "%s%s", p, s), name)
     snprintf(name, sizeof name, "%sattn_norm", p);
     if ((rc = add_norm(&b, name, l, C, gpt2))) goto fail;

@@ -6,10 +6,12 @@
  *
  *   stages   the n_layer layers are cut into pp * virtual_stages chunks of consecutive
  *            layers (equal, or as parallel.stage_layers says: tsr_pp_chunk_layers in
- *            pipeline.h); chunk c lives on stage c % pp; a stage holds its layers in
- *            increasing order.  embed (+ pos_embed) on stage 0, final_norm and lm_head on
- *            stage pp-1; with tied embeddings and pp > 1 the last stage also holds a copy
- *            of embed.weight (tied_copy = 1), never written to a checkpoint.
+ *            pipeline.h); chunk c lives on stage c % pp, or under zb_v's V placement on
+ *            tsr_pp_chunk_owner's stage (s and 2 pp - 1 - s on stage s); a stage holds
+ *            its layers in increasing order.  embed (+ pos_embed) on stage 0, final_norm
+ *            and lm_head with the last chunk (stage pp-1; stage 0 under zb_v); with tied
+ *            embeddings on two different stages the head's stage also holds a copy of
+ *            embed.weight (tied_copy = 1), never written to a checkpoint.
  *   tp       column-parallel (wq w_gate w_up + biases): rows [r out/T, (r+1) out/T);
  *            wk, wv (+ biases): the same when n_kv_head >= T, else the hd rows of KV
  *            head r / (T / n_kv_head), identical on T / n_kv_head ranks;
@@ -74,6 +76,9 @@ typedef struct {
   int64_t n_flat;   /* flat buffer length: n_params padded to a multiple of 64 */
   tsr_model_config model; /* the model it describes (the whole tensor list derives from it) */
   int tp, tp_rank, pp, pp_rank, virtual_stages;
+  tsr_schedule_choice placement; /* whose chunk placement: zb_v's V, or c % pp for the rest */
+  int embeds, heads; /* this stage holds the embedding (chunk 0) / the final norm and head
+                        (the last chunk): stage 0 / pp - 1, both stage 0 under zb_v */
   char stage_layers[TSR_STR_PATH]; /* the layer split (parallel.stage_layers; "" equal) */
   int n_logical;          /* tensors of the whole model (tsr_layout_create's n_tensors) */
 } tsr_layout;
@@ -86,10 +91,11 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *model);
 int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *model, int tp, int tp_rank,
                            int pp, int pp_rank, int virtual_stages);
 /* The same with the layers split over the chunks as parallel.stage_layers `split` says
- * ("" = equal chunks: tsr_layout_create_part). */
+ * ("" = equal chunks: tsr_layout_create_part) and the chunks placed on the stages as
+ * schedule `placement` places them (tsr_pp_chunk_owner: only zb_v differs from c % pp). */
 int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *model, int tp,
                             int tp_rank, int pp, int pp_rank, int virtual_stages,
-                            const char *split);
+                            const char *split, tsr_schedule_choice placement);
 void tsr_layout_destroy(tsr_layout **lay);
 /* Tensor by name ("layers.000.attn.wq.weight"), NULL if absent. */
 const tsr_tensor *tsr_layout_find(const tsr_layout *lay, const char *name);
@@ -99,10 +105,10 @@ const tsr_tensor *tsr_layout_layer(const tsr_layout *lay, int layer, const char 
  * only on (seed, X's name, i), so any layout initialises the same model. */
 void tsr_layout_init(const tsr_layout *lay, float *flat, uint64_t seed);
 
-/* The pipeline stage holding `layer`: its chunk's (tsr_pp_layer_chunk under `split`) stage,
- * chunk % pp; -1 for a bad split. */
+/* The pipeline stage holding `layer`: its chunk's (tsr_pp_layer_chunk under `split`)
+ * owner under `placement` (tsr_pp_chunk_owner); -1 for a bad split. */
 int tsr_layout_stage_of_layer(const tsr_model_config *model, int pp, int virtual_stages,
-                              const char *split, int layer);
+                              const char *split, tsr_schedule_choice placement, int layer);
 /* Row-major logical index of local element i (0 <= i < numel) of t. */
 int64_t tsr_layout_logical_index(const tsr_tensor *t, int64_t i);
 /* The piece of t inside flat range [s0, s1) (docs/sharding.md "Checkpoint pieces"): local elements [*i0, *i1)

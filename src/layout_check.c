@@ -30,7 +30,7 @@ static void add(issues *is, const char *keys, const char *fmt, ...) {
       "parallel.pp",        "parallel.virtual_stages", "parallel.schedule",
       "parallel.shard_scope", "parallel.ranks_per_node", "parallel.micro_batches",
       "parallel.sequence_parallel", "train.micro_batch", "train.global_batch",
-      "parallel.stage_layers"};
+      "parallel.stage_layers", "train.recompute"};
   while (*keys && x->n_keys < TSR_LAYOUT_MAX_KEYS) { /* keys point at the static names */
     const size_t len = strcspn(keys, " ");
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -93,14 +93,19 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
-  if (pc->schedule == TSR_SCHEDULE_ZB_H1 && pp < 2)
+  const int zb = pc->schedule == TSR_SCHEDULE_ZB_H1 || pc->schedule == TSR_SCHEDULE_ZB_V;
+  if (zb && pp < 2)
     add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least 2");
-  if (pc->schedule == TSR_SCHEDULE_ZB_H1 && c->train.recompute != TSR_RECOMPUTE_NONE)
+  if (zb && c->train.recompute != TSR_RECOMPUTE_NONE)
     add(is, "parallel.schedule train.recompute",
         "%%0 keeps every activation until its W pass: %%1 must be 'none'");
-  if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED)
+  if (pc->schedule == TSR_SCHEDULE_ZB_V && v != 2)
+    add(is, "parallel.schedule parallel.virtual_stages",
+        "%%0 places two chunks on every stage (a V): %%1 must be 2");
+  else if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED &&
+           pc->schedule != TSR_SCHEDULE_ZB_V)
     add(is, "parallel.virtual_stages parallel.schedule",
-        "%%0 needs parallel.schedule = 'interleaved', not %%1");
+        "%%0 needs parallel.schedule = 'interleaved' or 'zb_v', not %%1");
   if (pc->sequence_parallel && tp > 1 && m->seq_len % tp)
     add(is, "parallel.tp model.seq_len parallel.sequence_parallel",
         "%%0 does not divide %%1 (sequence_parallel shards the tokens over tensor-parallel "
@@ -134,7 +139,7 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     if (pc->micro_batches && pc->micro_batches != m)
       add(is, "parallel.micro_batches train.global_batch train.micro_batch",
           "%%0 does not match %%1 / (%%2 * dp %lld) = %lld; set it to 0 to derive it", dp, m);
-    if (pc->virtual_stages > 1 && m % pp)
+    if (pc->virtual_stages > 1 && pc->schedule == TSR_SCHEDULE_INTERLEAVED && m % pp)
       add(is, "parallel.virtual_stages train.global_batch train.micro_batch parallel.pp",
           "%%0 needs the micro-batches per step, %%1 / (%%2 * dp %lld) = %lld, divisible by "
           "%%3", dp, m);

@@ -188,18 +188,17 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
     if (l >= 0 && (m->L == 0 || m->layer_ids[m->L - 1] != l)) m->layer_ids[m->L++] = l;
   }
   m->v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-  m->first = lay->pp_rank == 0;
-  m->last = lay->pp_rank == lay->pp - 1;
+  m->first = lay->embeds;
+  m->last = lay->heads;
   /* the chunks' layers: pipeline.c's split, the one the layout was built with */
   m->chunk_q0 = tsr_calloc((size_t)m->v + 1, sizeof(int));
   if (!m->chunk_q0) return TSR_ERR;
   for (int j = 0; j < m->v; j++) {
+    const int c = tsr_pp_stage_chunk(lay->placement, lay->pp, m->v, lay->pp_rank, j);
     int l0, n;
-    TSR_CALL(tsr_pp_chunk_layers(mc, lay->pp, m->v, lay->stage_layers, j * lay->pp + lay->pp_rank,
-                                 &l0, &n));
+    TSR_CALL(tsr_pp_chunk_layers(mc, lay->pp, m->v, lay->stage_layers, c, &l0, &n));
     TSR_CHECK(m->chunk_q0[j] + n <= m->L && m->layer_ids[m->chunk_q0[j]] == l0, TSR_ERR,
-              "model: chunk %d's layers %d..%d are not this stage's", j * lay->pp + lay->pp_rank,
-              l0, l0 + n - 1);
+              "model: chunk %d's layers %d..%d are not this stage's", c, l0, l0 + n - 1);
     m->chunk_q0[j + 1] = m->chunk_q0[j] + n;
     if (n > m->Lc) m->Lc = n;
   }
@@ -261,11 +260,12 @@ static int locate(tsr_model *m, const tsr_layout *lay) {
   m->pos_embed = off_global(lay, "pos_embed.weight", 0);
   m->final_w = off_global(lay, "final_norm.weight", head_base);
   m->final_b = off_global(lay, "final_norm.bias", head_base);
-  /* Tied head: with one stage the head is unit 0's embed.weight; with a pipeline the last
-   * stage holds its own copy of embed.weight after final_norm (docs/sharding.md "Tied
-   * embeddings across stages"), whose gradient zero.c sums with the first stage's before
-   * the data-parallel reduction. */
-  const int tied_here = mc->tie_embeddings && lay->pp == 1;
+  /* Tied head: where one stage holds both the embedding and the head (one stage, or
+   * zb_v's stage 0) the head is unit 0's embed.weight; otherwise the head's stage holds its
+   * own copy of embed.weight after final_norm (docs/sharding.md "Tied embeddings across
+   * stages"), whose gradient zero.c sums with the first stage's before the data-parallel
+   * reduction. */
+  const int tied_here = mc->tie_embeddings && lay->embeds && lay->heads;
   m->head_unit = tied_here ? 0 : m->L + 1;
   m->head = tied_here            ? m->embed
             : mc->tie_embeddings ? off_global(lay, "embed.weight", head_base)
@@ -574,7 +574,10 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     REL(m->hooks.params_release(hc, 1 + i));
     if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }
-  if (!embeds) return 0; /* m->d_resid: the gradient of this chunk's input */
+  if (!embeds) { /* m->d_resid: the gradient of this chunk's input */
+    if (ge) REL(m->hooks.grads_release(hc, 0)); /* zb_v: the tied head's part of unit 0 */
+    return 0;
+  }
   const void *dfull = model_tp_gather_rows(m, m->d_resid);
   if (!dfull) return TSR_ERR;
   if (split) { /* the embedding's gradient is W's */
@@ -624,7 +627,10 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     TSR_CALL(model_layer_bwd_w(m, i, gr, &sl->acts[e], &sl->w[e]));
     REL(m->hooks.grads_release(hc, 1 + i));
   }
-  if (!embeds) return 0;
+  if (!embeds) {
+    if (ge) REL(m->hooks.grads_release(hc, 0)); /* zb_v: the tied head's part of unit 0 */
+    return 0;
+  }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), sl->w_embed, sl->tokens, N,
                         m->T, C, m->vocab_start, m->V);

@@ -60,13 +60,23 @@ const char *tsr_pp_op_name(tsr_pp_op op) {
   return (unsigned)op < 8 ? names[op] : "?";
 }
 
-int tsr_pp_chunk_stage(int pp, int chunk) { return chunk % pp; }
-
 /* zb_v: chunks go up the stages and come back down (a V); for v > 2 the same zigzag. */
 int tsr_pp_chunk_owner(tsr_schedule_choice kind, int pp, int v, int chunk) {
   if (pp < 1 || v < 1 || chunk < 0 || chunk >= pp * v) return -1;
   if (kind == TSR_SCHEDULE_ZB_V && (chunk / pp) % 2 == 1) return pp - 1 - chunk % pp;
   return chunk % pp;
+}
+
+/* The inverse: local chunk j of stage s is chunk j pp + s, or on a V's way down
+ * (j odd, zb_v) chunk j pp + pp - 1 - s. */
+int tsr_pp_stage_chunk(tsr_schedule_choice kind, int pp, int v, int stage, int local) {
+  if (pp < 1 || v < 1 || stage < 0 || stage >= pp || local < 0 || local >= v) return -1;
+  if (kind == TSR_SCHEDULE_ZB_V && local % 2 == 1) return local * pp + pp - 1 - stage;
+  return local * pp + stage;
+}
+
+int tsr_pp_head_stage(tsr_schedule_choice kind, int pp, int v) {
+  return tsr_pp_chunk_owner(kind, pp, v, pp * v - 1);
 }
 
 /* 'auto': a layer's and the head's forward FLOPs per token, counted as tessera plan
@@ -191,8 +201,8 @@ int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spe
   return -1;
 }
 
-int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
-                      size_t cap) {
+int tsr_pp_split_text(const tsr_model_config *m, tsr_schedule_choice kind, int pp, int v,
+                      const char *spec, char *buf, size_t cap) {
   int counts[TSR_PP_MAX_CHUNKS];
   char why[256];
   if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return TSR_ERR_INPUT;
@@ -202,7 +212,8 @@ int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec
                               spec);
   for (int st = 0; st < pp && o < cap; st++) {
     o += (size_t)snprintf(buf + o, cap - o, st ? ", stage %d layers" : "stage %d holds layers", st);
-    for (int c = st; c < pp * v && o < cap; c += pp) {
+    for (int j = 0; j < v && o < cap; j++) {
+      const int c = tsr_pp_stage_chunk(kind, pp, v, st, j);
       int first = 0;
       for (int k = 0; k < c; k++) first += counts[k];
       o += (size_t)snprintf(buf + o, cap - o, counts[c] > 1 ? " %d..%d" : " %d", first,
@@ -213,13 +224,15 @@ int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec
   return 0;
 }
 
-int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
-                           int stage) {
+int tsr_pp_stage_max_chunk(const tsr_model_config *m, tsr_schedule_choice kind, int pp, int v,
+                           const char *spec, int stage) {
   int counts[TSR_PP_MAX_CHUNKS], most = 0;
   char why[256];
   if (tsr_pp_split_counts(m, pp, v, spec, counts, why, sizeof why)) return -1;
-  for (int c = stage; c < pp * v; c += pp)
-    if (counts[c] > most) most = counts[c];
+  for (int j = 0; j < v; j++) {
+    const int c = tsr_pp_stage_chunk(kind, pp, v, stage, j);
+    if (c >= 0 && counts[c] > most) most = counts[c];
+  }
   return most;
 }
 

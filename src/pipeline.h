@@ -118,18 +118,21 @@ int tsr_pp_chunk_layers(const tsr_model_config *m, int pp, int v, const char *sp
 /* The chunk holding `layer` under the split (tsr_pp_chunk_layers); -1 for a bad split. */
 int tsr_pp_layer_chunk(const tsr_model_config *m, int pp, int v, const char *spec, int layer);
 /* The split in words for the log: "explicit split of the layers (parallel.stage_layers =
- * '4,3'): stage 0 holds layers 0..3, stage 1 layers 4..6" (an interleaved stage lists each
- * of its chunks); cut with "..." to fit cap.  TSR_ERR_INPUT for a bad split. */
-int tsr_pp_split_text(const tsr_model_config *m, int pp, int v, const char *spec, char *buf,
-                      size_t cap);
+ * '4,3'): stage 0 holds layers 0..3, stage 1 layers 4..6" (a stage with several chunks
+ * lists each, in local order); cut with "..." to fit cap.  TSR_ERR_INPUT for a bad split. */
+int tsr_pp_split_text(const tsr_model_config *m, tsr_schedule_choice kind, int pp, int v,
+                      const char *spec, char *buf, size_t cap);
 /* The most layers any chunk of stage `stage` holds; -1 for a bad split. */
-int tsr_pp_stage_max_chunk(const tsr_model_config *m, int pp, int v, const char *spec,
-                           int stage);
+int tsr_pp_stage_max_chunk(const tsr_model_config *m, tsr_schedule_choice kind, int pp, int v,
+                           const char *spec, int stage);
 /* The stage that holds `chunk` under schedule `kind` with pp stages and v chunks per
- * stage (see Chunks above); -1 for arguments out of range.  tsr_pp_chunk_stage is the
- * placement of every kind but zb_v, kept for callers that know the kind is not zb_v. */
+ * stage (see Chunks above); -1 for arguments out of range.  tsr_pp_stage_chunk is its
+ * inverse: the global index of stage `stage`'s local chunk `local` (0 .. v - 1).
+ * tsr_pp_head_stage: the stage of the last chunk (final norm, LM head, loss): pp - 1, or
+ * 0 for zb_v; the embedding's stage is 0 for every kind. */
 int tsr_pp_chunk_owner(tsr_schedule_choice kind, int pp, int v, int chunk);
-int tsr_pp_chunk_stage(int pp, int chunk);
+int tsr_pp_stage_chunk(tsr_schedule_choice kind, int pp, int v, int stage, int local);
+int tsr_pp_head_stage(tsr_schedule_choice kind, int pp, int v);
 
 /* Ideal bubble fraction (idle time over step time, as defined above) when forward and
  * backward of a chunk take fixed times and transfers are free:

@@ -145,16 +145,17 @@ static struct {
   tsr_model_config model;
   char split[TSR_STR_PATH];
   int tp, pp, v, stage, used;
+  tsr_schedule_choice kind; /* the chunk placement */
   part p;
 } memo[PART_MEMO];
 static int memo_next;
 
-static int build_part(const tsr_model_config *m, const char *split, int tp, int pp, int v,
-                      int stage, part *p) {
+static int build_part(const tsr_model_config *m, const char *split, tsr_schedule_choice kind,
+                      int tp, int pp, int v, int stage, part *p) {
   tsr_layout *lay;
-  TSR_CALL(tsr_layout_create_split(&lay, m, tp, 0, pp, stage, v, split));
+  TSR_CALL(tsr_layout_create_split(&lay, m, tp, 0, pp, stage, v, split, kind));
   memset(p, 0, sizeof *p);
-  p->max_chunk = tsr_pp_stage_max_chunk(m, pp, v, split, stage);
+  p->max_chunk = tsr_pp_stage_max_chunk(m, kind, pp, v, split, stage);
   int64_t begin = 0, end = 0;
   int cur = -1;
   for (int i = 0; i < lay->n_tensors; i++) {
@@ -177,26 +178,29 @@ static int build_part(const tsr_model_config *m, const char *split, int tp, int 
   p->last_end = end;
   p->n_params = lay->n_params;
   p->n_tensors = lay->n_tensors;
-  p->first = stage == 0;
-  p->last = stage == pp - 1;
+  p->first = lay->embeds;
+  p->last = lay->heads;
   tsr_layout_destroy(&lay);
   return 0;
 }
 
-static int make_part(const tsr_model_config *m, const char *split, int tp, int pp, int v,
-                     int stage, part *p) {
+static int make_part(const tsr_model_config *m, const char *split, tsr_schedule_choice kind,
+                     int tp, int pp, int v, int stage, part *p) {
+  if (kind != TSR_SCHEDULE_ZB_V) kind = TSR_SCHEDULE_1F1B; /* the same placement */
   for (int i = 0; i < PART_MEMO; i++)
     if (memo[i].used && memo[i].tp == tp && memo[i].pp == pp && memo[i].v == v &&
+        memo[i].kind == kind &&
         memo[i].stage == stage && !memcmp(&memo[i].model, m, sizeof *m) &&
         !strcmp(memo[i].split, split)) {
       *p = memo[i].p;
       return 0;
     }
-  TSR_CALL(build_part(m, split, tp, pp, v, stage, p));
+  TSR_CALL(build_part(m, split, kind, tp, pp, v, stage, p));
   TSR_CHECK(strlen(split) < sizeof memo[0].split, TSR_ERR_INPUT, "plan: stage_layers too long");
   strcpy(memo[memo_next].split, split);
   memcpy(&memo[memo_next].model, m, sizeof *m); /* compared bytewise */
   memo[memo_next].tp = tp, memo[memo_next].pp = pp, memo[memo_next].v = v;
+  memo[memo_next].kind = kind;
   memo[memo_next].stage = stage, memo[memo_next].used = 1;
   memo[memo_next].p = *p;
   memo_next = (memo_next + 1) % PART_MEMO;
@@ -246,13 +250,15 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half) {
 
 /* Host-side tables of this build (small, sizes of model.c's private structs): the model
  * object with its copies of the config and of its sizes, layer ids, per-layer offsets,
- * units, slot tables. */
+ * units, slot tables (with the split backward's six stash pointers per layer). */
 static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                           int slots) {
   const double L = p->layers;
+  const int split = cfg->parallel.schedule == TSR_SCHEDULE_ZB_H1 ||
+                    cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
   return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
          4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
-         slots * (56 + 104.0 * p->max_chunk);
+         slots * (56 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {
@@ -330,6 +336,11 @@ int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int m, i
   if (schedule == TSR_SCHEDULE_GPIPE) return m;
   /* zb_h1 holds W back until every stage has min(m, pp) micro-batches in flight */
   if (schedule == TSR_SCHEDULE_ZB_H1) return m < pp ? m : pp;
+  /* zb_v, in chunks (half a stage's layers): min(2 pp, 2 m, m + stage + 1) */
+  if (schedule == TSR_SCHEDULE_ZB_V) {
+    const int a = 2 * pp < 2 * m ? 2 * pp : 2 * m;
+    return a < m + stage + 1 ? a : m + stage + 1;
+  }
   if (v == 1) return m < pp - stage ? m : pp - stage;
   if (m == pp) return m * v;
   const int warm = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
@@ -357,7 +368,8 @@ static int slots_for(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend b, tsr_plan_memory *out) {
   part p;
-  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, cfg->parallel.schedule, g->tp,
+                     g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
   *out = memory_of(cfg, g, &p, slots, b);
@@ -424,7 +436,7 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
     add(sh, TSR_COMM_ALL_GATHER, ring_half(S) * W);
   } else {
     const double u0 = storage_of(cfg).param * (double)p->unit0;
-    const int head_is_embed = cfg->model.tie_embeddings && g->pp == 1;
+    const int head_is_embed = cfg->model.tie_embeddings && p->first && p->last;
     add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * W - u0 + 2 * u0 * head_is_embed));
   }
   add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
@@ -437,12 +449,16 @@ static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_
                        const part *p, int stage, tsr_plan_traffic *t) {
   const double msg = d->Ns * d->C * storage_of(cfg).act, k = g->micro_batches;
   const int chunks = g->pp * g->v;
-  for (int c = stage; c < chunks && g->pp > 1; c += g->pp) {
-    const int sides = (c > 0) + (c < chunks - 1); /* neighbours of this chunk */
+  const tsr_schedule_choice kind = cfg->parallel.schedule;
+  for (int j = 0; j < g->v && g->pp > 1; j++) {
+    const int c = tsr_pp_stage_chunk(kind, g->pp, g->v, stage, j);
+    /* neighbours of this chunk on other stages (zb_v's bend hands over in place) */
+    const int sides = (c > 0 && tsr_pp_chunk_owner(kind, g->pp, g->v, c - 1) != stage) +
+                      (c < chunks - 1 && tsr_pp_chunk_owner(kind, g->pp, g->v, c + 1) != stage);
     add(&t[TSR_PLAN_PP], TSR_COMM_SEND, sides * k * msg);
     add(&t[TSR_PLAN_PP], TSR_COMM_RECV, sides * k * msg);
   }
-  if (cfg->model.tie_embeddings && g->pp > 1 && (p->first || p->last))
+  if (cfg->model.tie_embeddings && g->pp > 1 && (p->first != p->last))
     add(&t[TSR_PLAN_TIED], TSR_COMM_ALL_REDUCE, ring_all(2) * d->V * d->C * 4);
 }
 
@@ -473,7 +489,8 @@ static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part
 int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                            tsr_plan_traffic out[TSR_PLAN_N_GROUPS]) {
   part p;
-  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, g->tp, g->pp, g->v, stage, &p));
+  TSR_CALL(make_part(&cfg->model, cfg->parallel.stage_layers, cfg->parallel.schedule, g->tp,
+                     g->pp, g->v, stage, &p));
   traffic_of(cfg, g, &p, stage, out);
   return 0;
 }
@@ -488,7 +505,7 @@ static double attention_core(const tsr_model_config *m) {
 
 double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
   part whole;
-  if (make_part(m, "", 1, 1, 1, 0, &whole)) return 0.0;
+  if (make_part(m, "", TSR_SCHEDULE_1F1B, 1, 1, 1, 0, &whole)) return 0.0;
   return 2.0 * whole.gemm + (double)m->n_layer * attention_core(m);
 }
 
@@ -613,22 +630,24 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
    * same; a split set by parallel.stage_layers may differ on every stage: all are planned */
   const char *split = cfg->parallel.stage_layers;
   const int uneven = split[0] != 0;
+  const tsr_schedule_choice kind = cfg->parallel.schedule; /* zb_v places chunks in a V */
   part kinds[3];
-  TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, 0, &kinds[0]));
-  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, 1, &kinds[1]));
-  if (g->pp > 1) TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
+  TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, 0, &kinds[0]));
+  if (g->pp > 2) TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, 1, &kinds[1]));
+  if (g->pp > 1)
+    TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, g->pp - 1, &kinds[2]));
   for (int s = 0; s < g->pp; s++) {
     if (!all_stages && !uneven && s > 1 && s < g->pp - 1) continue;
     part here;
     const part *pt = s == 0 ? &kinds[0] : s == g->pp - 1 ? &kinds[2] : &kinds[1];
     if (uneven && s > 1 && s < g->pp - 1) {
-      TSR_CALL(make_part(&cfg->model, split, g->tp, g->pp, g->v, s, &here));
+      TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, s, &here));
       pt = &here;
     }
     TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
   }
   part whole;
-  TSR_CALL(make_part(&cfg->model, "", 1, 1, 1, 0, &whole));
+  TSR_CALL(make_part(&cfg->model, "", TSR_SCHEDULE_1F1B, 1, 1, 1, 0, &whole));
   p->n_params = whole.n_params;
   p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);

@@ -66,8 +66,9 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
   for (int c = 0; c < g->pp * g->v; c++) fprintf(out, "%s%d", c ? "," : " ", counts[c]);
   for (int s = 1; s < g->pp; s++)
     if (p->stages[s].layers > p->stages[full].layers) full = s;
-  fprintf(out, "; the fullest stage is %d with %d layers (chunk c on stage c %% pp)\n", full,
-          p->stages[full].layers);
+  fprintf(out, "; the fullest stage is %d with %d layers (%s)\n", full, p->stages[full].layers,
+          cfg->parallel.schedule == TSR_SCHEDULE_ZB_V ? "zb_v: chunks s and 2 pp - 1 - s on stage s"
+                                                      : "chunk c on stage c % pp");
 }
 
 static void mem_row(FILE *out, const char *label, double gpu, double cpu) {

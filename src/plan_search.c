@@ -150,17 +150,19 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
       const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
       if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
       /* (chunks, schedule): 1F1B, zero-bubble ZB-H1 (its layout check wants recompute
-       * 'none'), interleaved with 2 chunks; one entry with held virtual_stages, and with a
-       * held schedule one per number of chunks */
-      struct { int64_t v; tsr_schedule_choice kind; } pipes[3] = {
-          {1, TSR_SCHEDULE_1F1B}, {1, TSR_SCHEDULE_ZB_H1}, {2, TSR_SCHEDULE_INTERLEAVED}};
-      int n_pipes = pp > 1 ? 3 : 1;
+       * 'none'), interleaved with 2 chunks, the zero-bubble V (2 chunks, recompute 'none');
+       * one entry with held virtual_stages, and with a held schedule one per number of
+       * chunks */
+      struct { int64_t v; tsr_schedule_choice kind; } pipes[4] = {
+          {1, TSR_SCHEDULE_1F1B}, {1, TSR_SCHEDULE_ZB_H1}, {2, TSR_SCHEDULE_INTERLEAVED},
+          {2, TSR_SCHEDULE_ZB_V}};
+      int n_pipes = pp > 1 ? 4 : 1;
       if (FIXED(VIRTUAL_STAGES)) {
         const int64_t v = deck->parallel.virtual_stages;
         pipes[0].v = v, pipes[0].kind = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
         n_pipes = 1;
       }
-      if (FIXED(SCHEDULE) && n_pipes == 3) pipes[1] = pipes[2], n_pipes = 2;
+      if (FIXED(SCHEDULE) && n_pipes == 4) pipes[1] = pipes[2], n_pipes = 2;
       for (int i = 0; i < n_pipes; i++) {
         if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
         c.parallel.tp = tp;

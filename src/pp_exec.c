@@ -14,7 +14,11 @@
  * Slots: a micro-batch-chunk gets a slot at its first action (its receive, or its
  * forward) and gives it back after its backward (and the send of its input gradient).
  * The model keeps that many activation sets; 1F1B needs min(m, pp - stage) + the
- * receives posted ahead. */
+ * receives posted ahead.
+ *
+ * Chunks c - 1 and c on the same stage (zb_v's bend): no transfer; the forward of c copies
+ * its input from the output of (mb, c - 1)'s slot, and the B pass of c copies its input
+ * gradient into (mb, c - 1)'s grad_in, which counts as c's send. */
 #include "ops.h"
 #include "pp_exec.h"
 
@@ -74,6 +78,9 @@ int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
     }
     if (a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_W) done[key] = 1;
     if (a->op == TSR_PP_SEND_GRAD) sent[key] = 1;
+    if ((a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_B) && a->chunk > 0 &&
+        tsr_pp_chunk_owner(s->kind, s->pp, s->v, a->chunk - 1) == s->stage)
+      sent[key] = 1; /* handed over on this stage */
     if (live[key] && done[key] && (sent[key] || a->chunk == 0)) {
       live[key] = 0;
       now--;
@@ -171,6 +178,26 @@ static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
   return i;
 }
 
+/* Chunk c - 1 is on this stage too (zb_v's bend): hand over without a transfer. */
+static int same_stage_prev(const tsr_pp_exec *ex, int chunk) {
+  return chunk > 0 && tsr_pp_chunk_owner(ex->s->kind, ex->pp, ex->v, chunk - 1) == ex->stage;
+}
+
+/* The input gradient B (or the whole backward) of (mb, chunk) just made: kept for its
+ * SEND_GRAD, or given to (mb, chunk - 1) on this stage, which is then this slot's send. */
+static int pass_input_grad(tsr_pp_exec *ex, pslot *p, int mb, int chunk) {
+  if (chunk == 0) return 0;
+  if (!same_stage_prev(ex, chunk)) {
+    tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), ex->act_bytes);
+    return 0;
+  }
+  const int prev = slot_of(ex, mb, chunk - 1);
+  TSR_CHECK(prev >= 0, TSR_ERR, "pipeline: micro-batch %d chunk %d has no slot", mb, chunk - 1);
+  tsr_ops_copy(ex->slots[prev].grad_in, tsr_model_input_grad(ex->model), ex->act_bytes);
+  p->sent = 1;
+  return 0;
+}
+
 /* No micro-batch in the tag: MPI's non-overtaking rule orders them (see the header). */
 static int tag(const tsr_pp_exec *ex, int dir, int recv_chunk) {
   return dir * ex->pp * ex->v + recv_chunk;
@@ -193,7 +220,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
   const double t_start = tsr_now();
   for (int k = 0; k < ex->s->n; k++) {
     const tsr_pp_action *a = &ex->s->a[k];
-    const int local = (a->chunk - ex->stage) / ex->pp; /* the model's chunk index */
+    const int local = a->chunk / ex->pp; /* the model's chunk index, for every placement */
     const int si = take_slot(ex, a->micro_batch, a->chunk, &stats->idle_s);
     if (si < 0) return TSR_ERR;
     pslot *p = &ex->slots[si];
@@ -209,6 +236,12 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
     case TSR_PP_FORWARD: {
       TSR_CALL(wait_timed(&p->recv_act, &stats->idle_s));
       const int embeds = a->chunk == 0, heads = a->chunk == last_chunk;
+      if (same_stage_prev(ex, a->chunk)) {
+        const int prev = slot_of(ex, a->micro_batch, a->chunk - 1);
+        TSR_CHECK(prev >= 0, TSR_ERR, "pipeline: micro-batch %d chunk %d has no output",
+                  a->micro_batch, a->chunk - 1);
+        tsr_ops_copy(p->act_in, tsr_model_chunk_output(ex->model, prev), bytes);
+      }
       if (embeds || heads)
         tsr_data_batch(data, first + a->micro_batch * mb_size, mb_size, ex->inputs, ex->targets);
       TSR_CALL(tsr_model_chunk_forward(ex->model, local, si, embeds ? ex->inputs : NULL,
@@ -226,11 +259,8 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
       TSR_CALL(tsr_zero_begin_micro(ex->zero, a->micro_batch == ex->m - 1));
       TSR_CALL(tsr_model_chunk_backward(ex->model, local, si,
                                         a->chunk == last_chunk ? NULL : p->grad_in));
-      if (a->chunk == 0) {
-        p->mb = -1; /* nothing to send: the slot is free */
-      } else {
-        tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
-      }
+      TSR_CALL(pass_input_grad(ex, p, a->micro_batch, a->chunk));
+      if (a->chunk == 0 || p->sent) p->mb = -1; /* nothing to send: the slot is free */
       break;
     case TSR_PP_SEND_GRAD:
       TSR_CALL(tsr_comm_isend(pp, p->grad_out, bytes, a->peer,
@@ -245,7 +275,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
       TSR_CALL(tsr_model_chunk_backward_input(ex->model, local, si,
                                               a->chunk == last_chunk ? NULL : p->grad_in));
       p->w_pending = 1;
-      if (a->chunk != 0) tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), bytes);
+      TSR_CALL(pass_input_grad(ex, p, a->micro_batch, a->chunk));
       break;
     case TSR_PP_BACKWARD_W:
       /* ZeRO reduces a unit's gradient after its last micro-batch's W */
@@ -271,20 +301,22 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
   const size_t bytes = ex->act_bytes;
   tsr_ops_zero(ex->eval_loss, sizeof(double));
   /* slot 0 is free between steps; chunks run one after another, stage to stage */
+  const tsr_schedule_choice kind = ex->s->kind;
   for (int c = 0; c < n_chunks; c++) {
-    const int owner = c % ex->pp, prev = (c - 1 + ex->pp) % ex->pp;
+    const int owner = tsr_pp_chunk_owner(kind, ex->pp, ex->v, c);
+    const int prev = c > 0 ? tsr_pp_chunk_owner(kind, ex->pp, ex->v, c - 1) : owner;
     if (owner != ex->stage) continue;
     if (c > 0 && prev != ex->stage) TSR_CALL(tsr_comm_recv(pp, ex->eval_buf, bytes, prev, c));
     else if (c > 0) tsr_ops_copy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
-    TSR_CALL(tsr_model_chunk_forward(ex->model, (c - ex->stage) / ex->pp, 0,
+    TSR_CALL(tsr_model_chunk_forward(ex->model, c / ex->pp, 0,
                                      c == 0 ? inputs : NULL, c == n_chunks - 1 ? targets : NULL,
                                      c == 0 ? NULL : ex->eval_buf, 0.0f, 0,
                                      c == n_chunks - 1 ? ex->eval_loss : NULL));
-    const int next = (c + 1) % ex->pp;
+    const int next = c + 1 < n_chunks ? tsr_pp_chunk_owner(kind, ex->pp, ex->v, c + 1) : owner;
     if (c + 1 < n_chunks && next != ex->stage)
       TSR_CALL(tsr_comm_send(pp, tsr_model_chunk_output(ex->model, 0), bytes, next, c + 1));
   }
   tsr_ops_sync();
-  const double my_loss = ex->stage == (n_chunks - 1) % ex->pp ? *ex->eval_loss : 0.0;
+  const double my_loss = ex->stage == tsr_pp_head_stage(kind, ex->pp, ex->v) ? *ex->eval_loss : 0.0;
   return tsr_comm_sum_ordered(pp, my_loss, loss);
 }

@@ -37,14 +37,15 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
   const tsr_grid *g = s->grid;
   TSR_CALL(tsr_layout_create_split(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
                                    (int)cfg->parallel.virtual_stages,
-                                   cfg->parallel.stage_layers));
+                                   cfg->parallel.stage_layers, cfg->parallel.schedule));
   tsr_zero_pad_layout(s->lay, cfg, g);
   tsr_model_options mo = {0, 0, g->tp_comm, 1};
   tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
   if (g->pp > 1) {
     TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
     char split[1024]; /* which layers every stage holds */
-    if (!tsr_pp_split_text(&cfg->model, g->pp, (int)cfg->parallel.virtual_stages,
+    if (!tsr_pp_split_text(&cfg->model, cfg->parallel.schedule, g->pp,
+                           (int)cfg->parallel.virtual_stages,
                            cfg->parallel.stage_layers, split, sizeof split))
       tsr_log("pipeline: %s", split);
     mo.n_slots = tsr_pp_slots_needed(s->sched);
@@ -60,7 +61,11 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
   TSR_CALL(tsr_ops_reserve(&shapes));
   TSR_CALL(tsr_zero_create(&s->zero, cfg, s->lay, s->model, g));
   if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, cfg, g, s->model, s->zero, s->sched));
-  if (g->embed_tied) { /* the first stage's embed.weight and the last stage's copy */
+  /* The first stage's embed.weight and the last stage's copy; or, under zb_v, one
+   * embed.weight that the first and the last chunk of stage 0 both use at different
+   * times: its gradient is reduced once, after the step's last W. */
+  const int tied_v = cfg->model.tie_embeddings && g->pp > 1 && s->lay->embeds && s->lay->heads;
+  if (g->embed_tied || tied_v) {
     const tsr_tensor *e = tsr_layout_find(s->lay, "embed.weight");
     TSR_CHECK(e, TSR_ERR, "pipeline: no embed.weight on stage %d", g->pp_rank);
     TSR_CALL(tsr_zero_set_tied(s->zero, g->embed_tied, e->offset, e->offset + e->numel));

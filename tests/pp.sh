@@ -14,7 +14,10 @@
 # recompute (1e-5), dp 2 x pp 2 with zero 1 and 3 (1e-4).  The zero-bubble zb_h1 (the
 # backward split into B and W): pp 2 and 4, tp 2 x pp 2, dp 2 x pp 2 with zero 1 and 3, gpt2
 # tied, bf16 and fp16, all against the single rank; bitwise resume under zb_h1; checkpoints
-# crossing between zb_h1 and 1F1B.
+# crossing between zb_h1 and 1F1B.  The V-shaped zb_v (two chunks per stage, stage 0 holding
+# the embedding and the head): pp 2, pp 4 (8 layers, m 8 and m 4 < 2 pp - 1), tp 2 x pp 2,
+# dp 2 x pp 2 with zero 1 and 3, gpt2 tied (one embed.weight for both uses), bf16 and fp16;
+# bitwise resume under zb_v; checkpoints crossing between zb_v and 1F1B.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -83,6 +86,23 @@ TOL=1e-4 case_ "bf16 dp 2 x pp 2, zero 3" refb d2p2b 4 parallel.pp=2 parallel.ze
   train.precision=bf16
 case_ "bf16 pp 2, zb_h1" refb zbb 2 parallel.pp=2 parallel.schedule=zb_h1 train.precision=bf16
 case_ "fp16 pp 2, zb_h1" reff zbf 2 parallel.pp=2 parallel.schedule=zb_h1 train.precision=fp16
+# zero bubble V (ZB-V): chunks s and 2 pp - 1 - s on stage s, the backward split into B and W
+V=(parallel.schedule=zb_v parallel.virtual_stages=2)
+case_ "pp 2, zb_v" ref zv2 2 parallel.pp=2 "${V[@]}"
+case_ "tp 2 x pp 2, zb_v" ref zvt2 4 parallel.tp=2 parallel.pp=2 "${V[@]}"
+case_ "dp 2 x pp 2, zero 1, zb_v" ref zvd1 4 parallel.pp=2 parallel.zero_stage=1 "${V[@]}"
+case_ "dp 2 x pp 2, zero 3, zb_v" ref zvd3 4 parallel.pp=2 parallel.zero_stage=3 "${V[@]}"
+case_ "gpt2 tied on pp 2, zb_v (embedding and head both on stage 0)" reft zvg 2 \
+  model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. parallel.pp=2 "${V[@]}"
+case_ "gpt2 tied, dp 2 x pp 2, zero 3, zb_v" reft zvg3 4 model.arch=gpt2 model.n_kv_head=4 \
+  model.tie_embeddings=.true. parallel.pp=2 parallel.zero_stage=3 "${V[@]}"
+case_ "bf16 pp 2, zb_v" refb zvb 2 parallel.pp=2 "${V[@]}" train.precision=bf16
+case_ "fp16 pp 2, zb_v" reff zvf 2 parallel.pp=2 "${V[@]}" train.precision=fp16
+run ref8 1 model.n_layer=8
+case_ "pp 4, zb_v (8 layers)" ref8 zv4 4 model.n_layer=8 parallel.pp=4 "${V[@]}"
+run ref8m4 1 model.n_layer=8 train.global_batch=4
+case_ "pp 4, zb_v, m 4 < 2 pp - 1" ref8m4 zv4m4 4 model.n_layer=8 train.global_batch=4 \
+  parallel.pp=4 "${V[@]}"
 
 slots() { sed -n 's/.*stage 0 keeps \([0-9]*\) activation slot(s): \([0-9.]*\) MB.*/\1 \2/p' "$SCRATCH/$1.out"; }
 read -r s1 mb1 <<<"$(slots pp2)"
@@ -124,6 +144,21 @@ same_losses ref oneto 1e-5
 check "a 1F1B checkpoint resumes under zb_h1 and continues the single-rank losses" test $? -eq 0
 check "zb_h1 keeps min(m, pp) = 2 activation slots on stage 0 and logs its theory" \
   sh -c "grep -q 'stage 0 keeps 2 activation slot' '$SCRATCH/zb2.out' && grep -q 'theory zb_h1 0.040 (p 2, m 8, v 1)' '$SCRATCH/zb2.out'"
+# the same for zb_v
+run zvr 2 parallel.pp=2 "${V[@]}" run.max_steps=6
+run zvr 2 parallel.pp=2 "${V[@]}" run.max_steps=12 checkpoint.resume=auto
+check "zb_v resumed at step 6" grep -q 'resumed from .*step_00000006.h5 at step 6' "$SCRATCH/zvr.out"
+check "  ... repeats the uninterrupted zb_v run's steps 7-12 bitwise" bitwise zv2 zvr
+run zvto1 2 parallel.pp=2 "${V[@]}" run.max_steps=6
+run zvto1 2 parallel.pp=2 parallel.schedule=1f1b run.max_steps=12 checkpoint.resume=auto
+same_losses ref zvto1 1e-5
+check "a zb_v checkpoint resumes under 1F1B and continues the single-rank losses" test $? -eq 0
+run onetov 2 parallel.pp=2 run.max_steps=6
+run onetov 2 parallel.pp=2 "${V[@]}" run.max_steps=12 checkpoint.resume=auto
+same_losses ref onetov 1e-5
+check "a 1F1B checkpoint resumes under zb_v and continues the single-rank losses" test $? -eq 0
+check "zb_v logs its V split and its theory" \
+  sh -c "grep -q 'stage 0 holds layers 0 3, stage 1 layers 1 2' '$SCRATCH/zv2.out' && grep -q 'theory zb_v 0.020 (p 2, m 8, v 2)' '$SCRATCH/zv2.out'"
 
 T=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.)
 case_ "gpt2 tied embeddings on pp 2" reft tied2 2 "${T[@]}" parallel.pp=2

@@ -131,7 +131,10 @@ static const bad_case bad[] = {
     {"&optim warmup_steps = 100, decay_steps = 50 /", 1, "1:28",
      "optim.warmup_steps = 100 (set at t.nml:1:8) is larger than optim.decay_steps = 50"},
     {"&parallel virtual_stages = 2 /", 1, "1:11",
-     "parallel.virtual_stages = 2 needs parallel.schedule = 'interleaved', not parallel.schedule = '1f1b'"},
+     "parallel.virtual_stages = 2 needs parallel.schedule = 'interleaved' or 'zb_v', not parallel.schedule = '1f1b'"},
+    {"&parallel pp = 2, schedule = 'zb_v' /\n&model n_layer = 8 /", 2, "1:19",
+     "parallel.schedule = 'zb_v' places two chunks on every stage (a V): "
+     "parallel.virtual_stages = 1 must be 2"},
     {"&parallel virtual_stages = 2, schedule = 'interleaved' /", 1, "1:11",
      "parallel.virtual_stages = 2 needs a pipeline: parallel.pp = 1 must be at least 2"},
     {"&parallel micro_batches = 3 /", 1, "1:11", "parallel.micro_batches = 3 does not match"},

@@ -58,8 +58,9 @@ static int64_t whole_offset(const tsr_layout *whole, const tsr_tensor *t) {
  * (padded to 64 S like ZeRO, or not padded at all: shards of unequal size), and R dp
  * copies of each shard.  Counts, per logical element, the pieces that hold it and the
  * writers; checks the piece rectangles against the element-by-element mapping. */
-static void grid_case(const tsr_model_config *m, const char *split, int T, int pp, int v, int S,
-                      int pad, int R, int *bad_cases, int *n_cases) {
+static void grid_case(const tsr_model_config *m, const char *split, tsr_schedule_choice kind,
+                      int T, int pp, int v, int S, int pad, int R, int *bad_cases,
+                      int *n_cases) {
   tsr_layout *whole = NULL;
   tsr_layout_create(&whole, m);
   int *held = tsr_calloc((size_t)whole->n_params, sizeof *held);
@@ -68,7 +69,7 @@ static void grid_case(const tsr_model_config *m, const char *split, int T, int p
   for (int p = 0; p < pp && ok; p++)
     for (int r = 0; r < T && ok; r++) {
       tsr_layout *part = NULL;
-      if (tsr_layout_create_split(&part, m, T, r, pp, p, v, split)) {
+      if (tsr_layout_create_split(&part, m, T, r, pp, p, v, split, kind)) {
         ok = 0;
         break;
       }
@@ -102,9 +103,10 @@ static void grid_case(const tsr_model_config *m, const char *split, int T, int p
     if (held[j] < 1 || written[j] != 1) ok = 0;
   if (!ok) {
     (*bad_cases)++;
-    printf("  grid case %s L=%lld kv=%lld tied=%d: tp %d pp %d v %d split '%s' shards %d pad %d "
-           "copies %d FAILS\n", m->arch == TSR_ARCH_GPT2 ? "gpt2" : "llama", (long long)m->n_layer,
-           (long long)m->n_kv_head, m->tie_embeddings, T, pp, v, split, S, pad, R);
+    printf("  grid case %s L=%lld kv=%lld tied=%d: tp %d pp %d v %d%s split '%s' shards %d pad "
+           "%d copies %d FAILS\n", m->arch == TSR_ARCH_GPT2 ? "gpt2" : "llama",
+           (long long)m->n_layer, (long long)m->n_kv_head, m->tie_embeddings, T, pp, v,
+           kind == TSR_SCHEDULE_ZB_V ? " (V)" : "", split, S, pad, R);
   }
   (*n_cases)++;
   tsr_free(&held);
@@ -113,11 +115,12 @@ static void grid_case(const tsr_model_config *m, const char *split, int T, int p
 }
 
 /* Uneven splits (parallel.stage_layers): each stage holds exactly its chunks' layers, the
- * embedding stays on stage 0 and the head on the last, and the parts still tile the model. */
-static int stage_layers_are(const tsr_model_config *m, int pp, int v, const char *split, int stage,
-                            const char *want) {
+ * embedding stays on stage 0 and the head with the last chunk (the last stage, or stage 0
+ * under zb_v's V), and the parts still tile the model. */
+static int stage_layers_in(const tsr_model_config *m, tsr_schedule_choice kind, int pp, int v,
+                           const char *split, int stage, const char *want) {
   tsr_layout *lay = NULL;
-  if (tsr_layout_create_split(&lay, m, 1, 0, pp, stage, v, split)) return 0;
+  if (tsr_layout_create_split(&lay, m, 1, 0, pp, stage, v, split, kind)) return 0;
   char got[128] = "";
   size_t o = 0;
   int last = -1;
@@ -126,13 +129,20 @@ static int stage_layers_are(const tsr_model_config *m, int pp, int v, const char
     if (l >= 0 && l != last) o += (size_t)snprintf(got + o, sizeof got - o, "%s%d", o ? "," : "", l);
     if (l >= 0) last = l;
   }
+  const int head = kind == TSR_SCHEDULE_ZB_V ? 0 : pp - 1;
   const int ends = (tsr_layout_find(lay, "embed.weight") != NULL) == (stage == 0) &&
-                   (tsr_layout_find(lay, "final_norm.weight") != NULL) == (stage == pp - 1);
+                   (tsr_layout_find(lay, "final_norm.weight") != NULL) == (stage == head) &&
+                   lay->embeds == (stage == 0) && lay->heads == (stage == head);
   tsr_layout_destroy(&lay);
   if (!strcmp(got, want) && ends) return 1;
   printf("    '%s' on pp %d v %d, stage %d: layers %s (want %s)%s\n", split, pp, v, stage, got,
          want, ends ? "" : ", embedding or head misplaced");
   return 0;
+}
+
+static int stage_layers_are(const tsr_model_config *m, int pp, int v, const char *split, int stage,
+                            const char *want) {
+  return stage_layers_in(m, TSR_SCHEDULE_1F1B, pp, v, split, stage, want);
 }
 
 static void test_uneven(void) {
@@ -150,27 +160,42 @@ static void test_uneven(void) {
                stage_layers_are(&m, 3, 1, "auto", 1, "2,3,4") &&
                stage_layers_are(&m, 3, 1, "auto", 2, "5,6"),
            "'auto' on 7 small layers (a cheap head): pp 2 holds 4+3, pp 3 2+3+2");
-  TU_CHECK(tsr_layout_stage_of_layer(&m, 3, 1, "3,2,2", 2) == 0 &&
-               tsr_layout_stage_of_layer(&m, 3, 1, "3,2,2", 3) == 1 &&
-               tsr_layout_stage_of_layer(&m, 2, 2, "2,2,2,1", 6) == 1 &&
-               tsr_layout_stage_of_layer(&m, 2, 1, "4,4", 0) == -1,
-           "stage of a layer under a split; -1 for a bad split");
+  const tsr_schedule_choice F = TSR_SCHEDULE_1F1B, V = TSR_SCHEDULE_ZB_V;
+  TU_CHECK(stage_layers_in(&m, V, 2, 2, "2,2,2,1", 0, "0,1,6") &&
+               stage_layers_in(&m, V, 2, 2, "2,2,2,1", 1, "2,3,4,5") &&
+               stage_layers_in(&m, V, 3, 2, "1,1,1,1,1,2", 0, "0,5,6") &&
+               stage_layers_in(&m, V, 3, 2, "1,1,1,1,1,2", 1, "1,4") &&
+               stage_layers_in(&m, V, 3, 2, "1,1,1,1,1,2", 2, "2,3"),
+           "zb_v's V: stage s holds chunks s and 2 pp - 1 - s, the embedding and the head both "
+           "on stage 0");
+  TU_CHECK(tsr_layout_stage_of_layer(&m, 3, 1, "3,2,2", F, 2) == 0 &&
+               tsr_layout_stage_of_layer(&m, 3, 1, "3,2,2", F, 3) == 1 &&
+               tsr_layout_stage_of_layer(&m, 2, 2, "2,2,2,1", F, 6) == 1 &&
+               tsr_layout_stage_of_layer(&m, 2, 2, "2,2,2,1", V, 6) == 0 &&
+               tsr_layout_stage_of_layer(&m, 2, 2, "2,2,2,1", V, 4) == 1 &&
+               tsr_layout_stage_of_layer(&m, 2, 1, "4,4", F, 0) == -1,
+           "stage of a layer under a split and a placement; -1 for a bad split");
   int bad = 0, cases = 0;
   const struct {
     int pp, v;
     const char *split;
-  } splits[] = {{2, 1, "4,3"}, {2, 1, "1,6"}, {3, 1, "3,2,2"}, {2, 2, "2,2,2,1"}, {3, 1, "auto"}};
+    tsr_schedule_choice kind;
+  } splits[] = {{2, 1, "4,3", F},       {2, 1, "1,6", F},   {3, 1, "3,2,2", F},
+                {2, 2, "2,2,2,1", F},   {3, 1, "auto", F},  {2, 2, "2,2,2,1", V},
+                {3, 2, "1,1,1,1,1,2", V}, {2, 2, "auto", V}};
   tsr_model_config t = small("gpt2", 7, 4, 1); /* tied: the last stage's copy too */
   for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
     for (int T = 1; T <= 2; T++)
       for (int S = 1; S <= 3; S += 2) {
-        grid_case(&m, splits[i].split, T, splits[i].pp, splits[i].v, S, 1, 2, &bad, &cases);
-        grid_case(&t, splits[i].split, T, splits[i].pp, splits[i].v, S, 0, 1, &bad, &cases);
+        grid_case(&m, splits[i].split, splits[i].kind, T, splits[i].pp, splits[i].v, S, 1, 2,
+                  &bad, &cases);
+        grid_case(&t, splits[i].split, splits[i].kind, T, splits[i].pp, splits[i].v, S, 0, 1,
+                  &bad, &cases);
       }
-  TU_CHECK(bad == 0, "%d uneven layouts (llama, gpt2 tied) x tp 1,2 x shards 1,3: every element "
-                     "held, written once (%d bad)", cases, bad);
+  TU_CHECK(bad == 0, "%d uneven layouts (llama, gpt2 tied; c %% pp and V placements) x tp 1,2 "
+                     "x shards 1,3: every element held, written once (%d bad)", cases, bad);
   tsr_layout *x = (tsr_layout *)1;
-  TU_CHECK(tsr_layout_create_split(&x, &m, 1, 0, 2, 0, 1, "4,4") == TSR_ERR_INPUT && x == NULL,
+  TU_CHECK(tsr_layout_create_split(&x, &m, 1, 0, 2, 0, 1, "4,4", F) == TSR_ERR_INPUT && x == NULL,
            "a split summing to 8 of 7 layers refused");
 }
 
@@ -192,7 +217,9 @@ static void test_grid(void) {
             for (int si = 0; si < 4; si++)
               for (int pad = 0; pad < 2; pad++)
                 for (int R = 1; R <= 3; R += 2)
-                  grid_case(&m, "", Ts[ti], pps[pi], vs[vi], Ss[si], pad, R, &bad, &cases);
+                  for (int V = 0; V <= (vs[vi] == 2 && pps[pi] > 1); V++) /* zb_v's V too */
+                    grid_case(&m, "", V ? TSR_SCHEDULE_ZB_V : TSR_SCHEDULE_1F1B, Ts[ti], pps[pi],
+                              vs[vi], Ss[si], pad, R, &bad, &cases);
           }
     }
   TU_CHECK(bad == 0 && cases > 500,

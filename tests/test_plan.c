@@ -175,12 +175,12 @@ static void test_hardware(void) {
 }
 
 static void test_in_flight(void) {
-  const char *kinds[] = {"gpipe", "1f1b", "interleaved", "zb_h1"};
+  const char *kinds[] = {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"};
   int bad = 0, cases = 0;
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < 5; k++)
     for (int pp = 2; pp <= 4; pp++)
-      for (int m = pp; m <= 3 * pp; m += pp)
-        for (int v = 1; v <= (k == 2 ? 3 : 1); v++)
+      for (int m = k == 4 ? 1 : pp; m <= 3 * pp; m += k == 4 ? 1 : pp) /* zb_v: any m */
+        for (int v = k == 4 ? 2 : 1; v <= (k == 2 ? 3 : k == 4 ? 2 : 1); v++)
           for (int s = 0; s < pp; s++) {
             tsr_pp_schedule *sc;
             if (tsr_pp_schedule_create(&sc, (tsr_schedule_choice)k, pp, s, m, v)) {
@@ -202,9 +202,9 @@ static void test_in_flight(void) {
 }
 
 /* The planner's figure of the model's own allocation against the real one. */
-static void model_case_split(const char *arch, const char *recompute, const char *precision,
-                             int pp, int v, int stage, int zero, int tied, int n_layer,
-                             const char *split) {
+static void model_case_kind(const char *kind, const char *arch, const char *recompute,
+                            const char *precision, int pp, int v, int stage, int zero, int tied,
+                            int n_layer, const char *split) {
   tsr_config c;
   tsr_deck_defaults(&c);
   c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
@@ -214,7 +214,10 @@ static void model_case_split(const char *arch, const char *recompute, const char
   c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
   c.model.tie_embeddings = tied;
   c.parallel.pp = pp, c.parallel.virtual_stages = v, c.parallel.zero_stage = zero;
-  c.parallel.schedule = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+  c.parallel.schedule = kind ? (tsr_schedule_choice)tu_word("gpipe|1f1b|interleaved|zb_h1|zb_v",
+                                                            kind)
+                        : v > 1 ? TSR_SCHEDULE_INTERLEAVED
+                                : TSR_SCHEDULE_1F1B;
   c.train.micro_batch = 2, c.train.global_batch = 2 * 2 * pp;
   c.train.recompute = (tsr_recompute)tu_word("none|selective|full", recompute);
   c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision);
@@ -227,18 +230,24 @@ static void model_case_split(const char *arch, const char *recompute, const char
   }
   tsr_layout *lay;
   tsr_model *model = NULL;
-  tsr_layout_create_split(&lay, &c.model, 1, 0, pp, stage, v, split);
+  tsr_layout_create_split(&lay, &c.model, 1, 0, pp, stage, v, split, c.parallel.schedule);
   lay->n_flat = (lay->n_params + 63) / 64 * 64; /* zero.c's padding for one shard */
   const size_t before = tsr_mem_bytes();
   const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
   const int rc = tsr_model_create_opt(&model, &c, lay, &o);
   const double got = (double)(tsr_mem_bytes() - before);
   TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
-           "%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
-           "slot(s): model allocates %.0f bytes, planned %.0f", arch, recompute, precision, pp, v,
-           stage, zero, tied ? ", tied" : "", n_layer, split, plan.in_flight, got, plan.model);
+           "%s%s%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
+           "slot(s): model allocates %.0f bytes, planned %.0f", kind ? kind : "", kind ? " " : "",
+           arch, recompute, precision, pp, v, stage, zero, tied ? ", tied" : "", n_layer, split,
+           plan.in_flight, got, plan.model);
   tsr_model_destroy(&model);
   tsr_layout_destroy(&lay);
+}
+static void model_case_split(const char *arch, const char *recompute, const char *precision,
+                             int pp, int v, int stage, int zero, int tied, int n_layer,
+                             const char *split) {
+  model_case_kind(NULL, arch, recompute, precision, pp, v, stage, zero, tied, n_layer, split);
 }
 static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
                        int v, int stage, int zero, int tied) {
@@ -260,6 +269,13 @@ static void test_model_bytes(void) {
   model_case_split("llama", "none", "fp32", 3, 1, 1, 0, 0, 7, "3,2,2");
   model_case_split("gpt2", "full", "bf16", 2, 2, 1, 0, 1, 7, "2,2,2,1");
   model_case_split("llama", "none", "fp32", 2, 2, 0, 1, 0, 7, "1,3,2,1");
+  /* zb_v: stage 0 holds the embedding and the head (one embed.weight when tied), the
+   * last stage the V's bend; B/W buffers per slot */
+  model_case_kind("zb_h1", "llama", "none", "fp32", 2, 1, 0, 1, 0, 7, "4,3");
+  model_case_kind("zb_v", "llama", "none", "fp32", 2, 2, 0, 1, 0, 7, "1,3,2,1");
+  model_case_kind("zb_v", "llama", "none", "bf16", 2, 2, 1, 0, 0, 7, "1,3,2,1");
+  model_case_kind("zb_v", "gpt2", "none", "fp32", 3, 2, 0, 2, 1, 6, "");
+  model_case_kind("zb_v", "gpt2", "none", "bf16", 3, 2, 2, 0, 1, 6, "");
 }
 
 /* Llama 3 405B's depth, 126 layers, on llm70b's widths over 16 stages with 'auto': 7 layers

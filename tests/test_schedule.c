@@ -632,7 +632,7 @@ int main(void) {
   int first, count, next = 0, tile_ok = 1;
   for (int c = 0; c < 8; c++) {
     if (tsr_pp_chunk_layers(&lm, 4, 2, "", c, &first, &count) || first != next || count != 3 ||
-        tsr_pp_chunk_stage(4, c) != c % 4 || tsr_pp_layer_chunk(&lm, 4, 2, "", first + 2) != c)
+        tsr_pp_chunk_owner(TSR_SCHEDULE_INTERLEAVED, 4, 2, c) != c % 4 || tsr_pp_layer_chunk(&lm, 4, 2, "", first + 2) != c)
       tile_ok = 0;
     next = first + count;
   }
@@ -653,15 +653,22 @@ int main(void) {
     next = first + count;
   }
   TU_CHECK(tile_ok && next == 7 && tsr_pp_layer_chunk(&lm, 2, 2, "2,2,2,1", 7) == -1 &&
-               tsr_pp_stage_max_chunk(&lm, 2, 2, "2,2,2,1", 1) == 2 &&
-               tsr_pp_stage_max_chunk(&lm, 3, 1, "3,2,2", 0) == 3,
+               tsr_pp_stage_max_chunk(&lm, TSR_SCHEDULE_INTERLEAVED, 2, 2, "2,2,2,1", 1) == 2 &&
+               tsr_pp_stage_max_chunk(&lm, TSR_SCHEDULE_1F1B, 3, 1, "3,2,2", 0) == 3 &&
+               tsr_pp_stage_max_chunk(&lm, TSR_SCHEDULE_ZB_V, 2, 2, "1,2,3,1", 0) == 1 &&
+               tsr_pp_stage_max_chunk(&lm, TSR_SCHEDULE_ZB_V, 2, 2, "1,2,3,1", 1) == 3,
            "7 layers as '2,2,2,1': chunks [0,2) [2,4) [4,6) [6,7)");
   char why[256], text[160];
   int counts[TSR_PP_MAX_CHUNKS];
   text[0] = 0;
-  TU_CHECK(!tsr_pp_split_text(&lm, 2, 2, "2,2,2,1", text, sizeof text) && !strcmp(text, "explicit split of the layers (parallel.stage_layers = '2,2,2,1'): "
-                         "stage 0 holds layers 0..1 4..5, stage 1 layers 2..3 6"),
+  TU_CHECK(!tsr_pp_split_text(&lm, TSR_SCHEDULE_INTERLEAVED, 2, 2, "2,2,2,1", text, sizeof text) &&
+               !strcmp(text, "explicit split of the layers (parallel.stage_layers = '2,2,2,1'): "
+                             "stage 0 holds layers 0..1 4..5, stage 1 layers 2..3 6"),
            "the split in words: %s", text);
+  TU_CHECK(!tsr_pp_split_text(&lm, TSR_SCHEDULE_ZB_V, 2, 2, "2,2,2,1", text, sizeof text) &&
+               !strcmp(text, "explicit split of the layers (parallel.stage_layers = '2,2,2,1'): "
+                             "stage 0 holds layers 0..1 6, stage 1 layers 2..3 4..5"),
+           "the V split in words: %s", text);
   static const char *bad[] = {"4,4", "4,2", "4,3,0", "4,-3", "4,,3", "4,3,", "four", "3,4,0"};
   int bad_ok = 1;
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
@@ -704,15 +711,24 @@ int main(void) {
            counts[0], counts[15]);
 
   /* zb_v's V: chunk c on stage c up to pp - 1, then back down; the other kinds keep
-   * chunk % pp, and tsr_pp_chunk_stage still gives that. */
+   * chunk % pp; tsr_pp_stage_chunk inverts the placement, tsr_pp_head_stage finds the
+   * last chunk. */
   int v_ok = 1;
   for (int c = 0; c < 8; c++) {
-    const int want = c < 4 ? c : 7 - c;
-    if (tsr_pp_chunk_owner(TSR_SCHEDULE_ZB_V, 4, 2, c) != want) v_ok = 0;
+    const int owner = c < 4 ? c : 7 - c;
+    if (tsr_pp_chunk_owner(TSR_SCHEDULE_ZB_V, 4, 2, c) != owner) v_ok = 0;
     for (int k = 0; k < TSR_SCHEDULE_ZB_V; k++)
-      if (tsr_pp_chunk_owner((tsr_schedule_choice)k, 4, 2, c) != tsr_pp_chunk_stage(4, c))
-        v_ok = 0;
+      if (tsr_pp_chunk_owner((tsr_schedule_choice)k, 4, 2, c) != c % 4) v_ok = 0;
+    for (int k = 0; k <= TSR_SCHEDULE_ZB_V; k++) {
+      const int st = tsr_pp_chunk_owner((tsr_schedule_choice)k, 4, 2, c);
+      if (tsr_pp_stage_chunk((tsr_schedule_choice)k, 4, 2, st, c / 4) != c) v_ok = 0;
+    }
   }
+  v_ok &= tsr_pp_head_stage(TSR_SCHEDULE_ZB_V, 4, 2) == 0 &&
+          tsr_pp_head_stage(TSR_SCHEDULE_INTERLEAVED, 4, 2) == 3 &&
+          tsr_pp_head_stage(TSR_SCHEDULE_1F1B, 4, 1) == 3 &&
+          tsr_pp_stage_chunk(TSR_SCHEDULE_ZB_V, 4, 2, 1, 1) == 6 &&
+          tsr_pp_stage_chunk(TSR_SCHEDULE_ZB_V, 4, 2, 4, 0) == -1;
   TU_CHECK(v_ok && tsr_pp_chunk_owner(TSR_SCHEDULE_ZB_V, 4, 2, 8) == -1 &&
                tsr_pp_chunk_owner(TSR_SCHEDULE_1F1B, 0, 1, 0) == -1,
            "chunk owners: zb_v pp=4 puts chunks 0..7 on stages 0 1 2 3 3 2 1 0, the other "

@@ -3,9 +3,11 @@
 # single-rank run of the same 7-layer llama (same seed and data, fp32, 12 steps, 8
 # micro-batches per step, one thread per rank): every step's loss (and the validation
 # loss) within 1e-5 relative.  Splits: pp 2 as 4+3 and 3+4, pp 3 as 3+2+2 (1F1B); pp 2
-# interleaved with 2 virtual stages as 2,2,2,1; pp 2 'auto'.  A checkpoint written at
+# interleaved with 2 virtual stages as 2,2,2,1; pp 2 'auto'; zb_v (the V: two chunks per
+# stage) on pp 2 as 2,2,2,1 and on pp 3 as 1,2,1,1,1,1 and 'auto'.  A checkpoint written at
 # step 6 on pp 2 split 3+4 resumes on one rank (an even layout) and continues the
-# single-rank losses to 1e-5; one written on one rank resumes on pp 3 split 2,3,2.  Bad
+# single-rank losses to 1e-5, as does one written under zb_v on pp 3; one written on one
+# rank resumes on pp 3 split 2,3,2.  Bad
 # lists (wrong count, wrong sum, a zero) and a 7-layer model without a split on pp 2 exit
 # 2 naming the key; the 'auto' split is logged.  tessera plan takes 126 layers on pp 16
 # with 'auto' (7 + 14 x 8 + 7) and names the fullest stage; without a split it refuses.
@@ -41,6 +43,14 @@ case_ "pp 2, interleaved v 2, split 2,2,2,1" inter 2 parallel.pp=2 parallel.sche
 case_ "pp 2, 'auto'" auto2 2 parallel.pp=2 parallel.stage_layers=auto
 check "the log names the layers of every stage (auto: 4+3)" \
   grep -q "stage 0 holds layers 0..3, stage 1 layers 4..6" "$SCRATCH/auto2.out"
+# zb_v: the V puts chunks s and 2 pp - 1 - s on stage s (the first and the last on stage 0)
+V=(parallel.schedule=zb_v parallel.virtual_stages=2)
+case_ "pp 2, zb_v, split 2,2,2,1" zv2 2 parallel.pp=2 "${V[@]}" parallel.stage_layers=2,2,2,1
+check "  ... stage 0 holds the V's ends (layers 0..1 and 6), stage 1 its bend (2..5)" \
+  grep -q "stage 0 holds layers 0..1 6, stage 1 layers 2..3 4..5" "$SCRATCH/zv2.out"
+case_ "pp 3, zb_v, split 1,2,1,1,1,1" zv3 3 parallel.pp=3 "${V[@]}" \
+  parallel.stage_layers=1,2,1,1,1,1
+case_ "pp 3, zb_v, 'auto'" zv3a 3 parallel.pp=3 "${V[@]}" parallel.stage_layers=auto
 
 # restart across layouts: uneven -> even, even -> uneven
 run half 2 parallel.pp=2 parallel.stage_layers=3,4 run.max_steps=6
@@ -48,6 +58,12 @@ run half 1 run.max_steps=12 checkpoint.resume=auto
 check "one rank resumed the pp 2 (3+4) checkpoint of step 6" \
   grep -q "resumed from .*step_00000006.h5 at step 6" "$SCRATCH/half.out"
 same_losses ref half 1e-5
+check "  ... and continues the single-rank losses (rel 1e-5)" test $? -eq 0
+run vhalf 3 parallel.pp=3 "${V[@]}" parallel.stage_layers=1,2,1,1,1,1 run.max_steps=6
+run vhalf 1 run.max_steps=12 checkpoint.resume=auto
+check "one rank resumed the pp 3 zb_v (1,2,1,1,1,1) checkpoint of step 6" \
+  grep -q "resumed from .*step_00000006.h5 at step 6" "$SCRATCH/vhalf.out"
+same_losses ref vhalf 1e-5
 check "  ... and continues the single-rank losses (rel 1e-5)" test $? -eq 0
 run back 1 run.max_steps=6
 run back 3 parallel.pp=3 parallel.stage_layers=2,3,2 run.max_steps=12 checkpoint.resume=auto
@@ -72,6 +88,14 @@ run bad 2 parallel.pp=2
 rc=$?
 check "7 layers on pp 2 without a split: exit 2 (got $rc), pointing at stage_layers" \
   test $rc -eq 2 -a -n "$(grep "parallel.pp = 2 does not divide model.n_layer = 7.*parallel.stage_layers" "$SCRATCH/bad.out")"
+run bad 2 parallel.pp=2 parallel.schedule=zb_v parallel.stage_layers=2,2,2,1
+rc=$?
+check "zb_v without virtual_stages = 2: exit 2 (got $rc), naming the key" \
+  test $rc -eq 2 -a -n "$(grep "parallel.schedule = 'zb_v' places two chunks on every stage" "$SCRATCH/bad.out")"
+run bad 2 parallel.pp=2 "${V[@]}" parallel.stage_layers=2,2,2,1 train.recompute=full
+rc=$?
+check "zb_v with recompute 'full': exit 2 (got $rc)" \
+  test $rc -eq 2 -a -n "$(grep "train.recompute = 'full'" "$SCRATCH/bad.out")"
 # the planner: Llama 3 405B's depth (126 layers) on llm70b's widths over 16 stages
 big=(--nodes 16 model.n_layer=126 parallel.pp=16 parallel.virtual_stages=1 parallel.schedule=1f1b)
 "$TESSERA" plan "${top_srcdir:-.}/input/llm70b.nml" "${big[@]}" parallel.stage_layers=auto \
@@ -85,4 +109,9 @@ check "  ... the fullest stage named (stage 1, 8 layers), and planned for memory
 "$TESSERA" plan "${top_srcdir:-.}/input/llm70b.nml" "${big[@]}" >"$SCRATCH/plan.out" 2>&1
 rc=$?
 check "plan, 126 layers on pp 16 without a split: exit 2 (got $rc)" test $rc -eq 2
+"$TESSERA" plan "${top_srcdir:-.}/input/llm70b.nml" "${big[@]}" parallel.stage_layers=auto \
+  parallel.schedule=zb_v parallel.virtual_stages=2 train.recompute=none >"$SCRATCH/plan.out" 2>&1
+rc=$?
+check "plan, 126 layers on pp 16 under zb_v with 'auto': exit 0 (got $rc), V placement named" \
+  test $rc -eq 0 -a -n "$(grep "zb_v: chunks s and 2 pp - 1 - s on stage s" "$SCRATCH/plan.out")"
 finish
