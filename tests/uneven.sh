@@ -3,7 +3,8 @@
 # single-rank run of the same 7-layer llama (same seed and data, fp32, 12 steps, 8
 # micro-batches per step, one thread per rank): every step's loss (and the validation
 # loss) within 1e-5 relative.  Splits: pp 2 as 4+3 and 3+4, pp 3 as 3+2+2 (1F1B); pp 2
-# interleaved with 2 virtual stages as 2,2,2,1; pp 2 'auto'; zb_v (the V: two chunks per
+# interleaved with 2 virtual stages as 2,2,2,1, pp 3 as 1,1,1,1,1,2 (6 micro-batches,
+# against a one-rank run of 6); pp 2 'auto'; zb_v (the V: two chunks per
 # stage) on pp 2 as 2,2,2,1 and on pp 3 as 1,2,1,1,1,1 and 'auto'.  A checkpoint written at
 # step 6 on pp 2 split 3+4 resumes on one rank (an even layout) and continues the
 # single-rank losses to 1e-5, as does one written under zb_v on pp 3; one written on one
@@ -25,13 +26,13 @@ run() { # run NAME NP overrides...
   timeout 180 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
     >"$SCRATCH/$name.out" 2>&1
 }
-case_() { # case_ DESCRIPTION NAME NP overrides...
+case_() { # case_ DESCRIPTION NAME NP overrides...  (against the one-rank run $REF)
   local what=$1 name=$2 np=$3; shift 3
   run "$name" "$np" "$@"
   local rc=$?
   check "$what: runs" test $rc -eq 0
   [ $rc -eq 0 ] || tail -5 "$SCRATCH/$name.out"
-  same_losses ref "$name" 1e-5
+  same_losses "${REF:-ref}" "$name" 1e-5
   check "$what: losses (and val loss) == single rank (rel 1e-5)" test $? -eq 0
 }
 run ref 1
@@ -40,6 +41,11 @@ case_ "pp 2, 1F1B, split 3+4" p34 2 parallel.pp=2 parallel.stage_layers=3,4
 case_ "pp 3, 1F1B, split 3+2+2" p322 3 parallel.pp=3 parallel.stage_layers=3,2,2
 case_ "pp 2, interleaved v 2, split 2,2,2,1" inter 2 parallel.pp=2 parallel.schedule=interleaved \
   parallel.virtual_stages=2 parallel.stage_layers=2,2,2,1
+# interleaving on 3 stages needs the micro-batches (here 6) divisible by pp
+run ref6 1 train.global_batch=6
+REF=ref6 case_ "pp 3, interleaved v 2, split 1,1,1,1,1,2 (m 6)" inter3 3 parallel.pp=3 \
+  parallel.schedule=interleaved parallel.virtual_stages=2 parallel.stage_layers=1,1,1,1,1,2 \
+  train.global_batch=6
 case_ "pp 2, 'auto'" auto2 2 parallel.pp=2 parallel.stage_layers=auto
 check "the log names the layers of every stage (auto: 4+3)" \
   grep -q "stage 0 holds layers 0..3, stage 1 layers 4..6" "$SCRATCH/auto2.out"
