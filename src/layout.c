@@ -166,7 +166,8 @@ int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp,
   lay->virtual_stages = virtual_stages;
   lay->placement = placement;
   strcpy(lay->stage_layers, split); /* fits: check_part */
-  const int first = pp_rank == 0, last = pp_rank == tsr_pp_head_stage(placement, pp, virtual_stages);
+  const int first = pp_rank == 0;
+  const int last = pp_rank == tsr_pp_head_stage(placement, pp, virtual_stages);
   lay->embeds = first;
   lay->heads = last;
   const int gpt2 = m->arch == TSR_ARCH_GPT2;

@@ -126,8 +126,13 @@ static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
                     ? "norm outputs and the MLP activation again, element-wise"
                     : "nothing",
           p->stages[p->critical].flops / 1e12, p->critical);
-  fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: (p-1)/(v m + p-1), p %d, m %d, "
-          "v %d)\n", p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", g->pp,
+  /* pipeline.h's ideal bubbles (tsr_pp_ideal_bubble), in words */
+  const tsr_schedule_choice k = cfg->parallel.schedule;
+  const char *theory = k == TSR_SCHEDULE_ZB_H1 ? "I/(3m + I), I = p-1 + max(0, p-m)"
+                       : k == TSR_SCHEDULE_ZB_V ? "I/(6m + I), I = max(p-1, 4p-2-2m)"
+                                                : "(p-1)/(v m + p-1)";
+  fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: %s, p %d, m %d, v %d)\n",
+          p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", theory, g->pp,
           g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
 }
 
