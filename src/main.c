@@ -21,6 +21,7 @@
 #include "config.h"
 #include "deck.h"
 #include "deckpath.h"
+#include "fault.h"
 #include "generate.h"
 #include "ops.h"
 #include "plan.h"
@@ -107,7 +108,26 @@ static int load_config(tsr_config *cfg, const char *deck, int n_over, char **ove
   return 0;
 }
 
+/* The subcommand argv names: "train" unless it is one of the others. */
+static const char *mode_of(int argc, char **argv) {
+  static const char *const other[] = {"--help", "-h", "--version", "--help-deck", "eval", "plan",
+                                      "generate"};
+  for (size_t i = 0; argc > 1 && i < sizeof other / sizeof other[0]; i++)
+    if (!strcmp(argv[1], other[i])) return other[i];
+  return "train";
+}
+
 int main(int argc, char **argv) {
+  /* Training: the stop signals are recorded from the very start, before MPI_Init, the
+   * deck, the backend, the data and the resume, so that a SIGUSR1 or SIGTERM at any
+   * moment of the start-up is a clean stop (exit 3 at the next agreement point), never
+   * the default action.  The other commands keep the default actions (Ctrl-C ends them
+   * at once). */
+  const int training = !strcmp(mode_of(argc, argv), "train");
+  if (training) {
+    tsr_run_install_signals();
+    tsr_fault_start_pause("mpi_init");
+  }
   /* MPI_THREAD_MULTIPLE lets the watchdog thread call MPI_Abort while the main thread is
    * blocked in a collective; where the library cannot, the watchdog falls back to _exit. */
   int threads = MPI_THREAD_SINGLE;
@@ -138,10 +158,6 @@ int main(int argc, char **argv) {
     mode = argv[1];
     a = 2;
   }
-  /* Training: before the deck is read and the backend set up, so that a stop signal from
-   * here on is a clean stop at the first step boundary, not the default action.  The other
-   * commands keep the default actions (Ctrl-C ends them at once). */
-  if (!strcmp(mode, "train")) tsr_run_install_signals();
   if (!strcmp(mode, "generate")) { /* generate.c: its own options; rank 0 generates */
     link_device();
     rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD, tsr_deck_path);
@@ -181,6 +197,7 @@ int main(int argc, char **argv) {
   tsr_ops_init(threads_per_rank());
   link_device();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
+  if (training) tsr_fault_start_pause("setup");
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
   /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank

@@ -28,10 +28,13 @@ static void on_signal(int sig) {
   stop_signal = sig;
 }
 
+/* SA_RESTART: a stop signal that lands inside MPI_Init, or any other library call that
+ * waits, must not make the call fail with EINTR; the flag is looked at later. */
 void tsr_run_install_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
@@ -65,6 +68,29 @@ void tsr_run_set_command(int argc, char **argv) {
 const char *tsr_run_command(void) { return command; }
 
 int tsr_run_stop_signal(void) { return (int)stop_signal; }
+
+const char *tsr_run_signal_name(int sig) {
+  switch (sig) {
+  case SIGUSR1: return "SIGUSR1";
+  case SIGTERM: return "SIGTERM";
+  case SIGINT: return "SIGINT";
+  default: return "a signal";
+  }
+}
+
+void tsr_run_log_early_stop(int sig, const char *when) {
+  tsr_log("signal %d (%s) received %s: stopped before the first step of this run, without "
+          "writing a checkpoint (the state is the one it started from): exit 3", sig,
+          tsr_run_signal_name(sig), when);
+}
+
+int tsr_run_agree_start(MPI_Comm world, int rc, const char *when) {
+  int v[2] = {rc, tsr_run_stop_signal()};
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MAX, world);
+  if (v[0] || !v[1]) return v[0];
+  tsr_run_log_early_stop(v[1], when);
+  return TSR_ERR_SIGNAL;
+}
 
 int tsr_run_make_dirs(const char *path) {
   char buf[TSR_STR_PATH];
