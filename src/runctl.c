@@ -114,6 +114,33 @@ int tsr_run_agree(MPI_Comm world, int rc) {
   return any;
 }
 
+int tsr_run_agree_report(MPI_Comm world, int rc, const char *why) {
+  int rank, size;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  int v[3] = {rc, rc ? 1 : 0, rc ? -rank : -size}; /* worst code, failing ranks, -(first) */
+  MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, world);
+  MPI_Allreduce(MPI_IN_PLACE, v + 1, 1, MPI_INT, MPI_SUM, world);
+  MPI_Allreduce(MPI_IN_PLACE, v + 2, 1, MPI_INT, MPI_MAX, world);
+  if (!v[0]) return 0;
+  const int first = -v[2];
+  struct {
+    char why[1024], host[64];
+  } msg = {"", "?"};
+  if (rank == first) {
+    snprintf(msg.why, sizeof msg.why, "%s", why && why[0] ? why : "failed (no message)");
+    gethostname(msg.host, sizeof msg.host - 1);
+  }
+  MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, world);
+  if (rank != 0) return v[0];
+  if (v[1] == size)
+    tsr_error("%s", msg.why);
+  else
+    tsr_error("%s [on %d of %d ranks; the first is rank %d on host %s]", msg.why, v[1], size, first,
+              msg.host);
+  return v[0];
+}
+
 void tsr_run_abort(MPI_Comm world, int rc, const char *what) {
   tsr_error("%s failed on this rank (code %d); aborting every rank", what, rc);
   MPI_Abort(world, rc);

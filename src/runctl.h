@@ -38,6 +38,11 @@ int tsr_run_make_dirs(const char *path);
 
 /* The worst return code over the ranks of world (a collective every rank must reach). */
 int tsr_run_agree(MPI_Comm world, int rc);
+/* As tsr_run_agree, for a check every rank makes on its own and whose message (`why`,
+ * held back with tsr_error_hold) rank 0 alone prints, once: the message of the lowest
+ * failing rank, and when not every rank failed, how many did and the first one's rank
+ * and host (a file missing on one node).  A collective. */
+int tsr_run_agree_report(MPI_Comm world, int rc, const char *why);
 /* This rank failed where the others may be waiting in a collective: say so, abort all. */
 void tsr_run_abort(MPI_Comm world, int rc, const char *what) __attribute__((noreturn));
 
