@@ -10,8 +10,9 @@
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
- * signal after a checkpoint (requeue me), 4 watchdog; `tessera plan --require-fit` exits
- * 3 when the plan does not fit (TSR_PLAN_NO_FIT). */
+ * signal after a checkpoint (requeue me), 4 a stalled or dead rank ended the job (the
+ * watchdog, or the heartbeat); `tessera plan --require-fit` exits 3 when the plan does
+ * not fit (TSR_PLAN_NO_FIT). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "deckpath.h"
 #include "fault.h"
 #include "generate.h"
+#include "heartbeat.h"
 #include "ops.h"
 #include "plan.h"
 #include "runctl.h"
@@ -53,7 +55,8 @@ static void usage(FILE *out) {
           "       tessera --help-deck                         list every deck key\n"
           "       tessera --version\n"
           "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
-          "4 watchdog;\n"
+          "4 watchdog or heartbeat\n"
+          "            (a rank stalled or died);\n"
           "            tessera plan --require-fit: 3 when it does not fit\n",
           tsr_embedded_deck_name);
   tsr_deck_path_usage(out);
@@ -128,8 +131,9 @@ int main(int argc, char **argv) {
     tsr_run_install_signals();
     tsr_fault_start_pause("mpi_init");
   }
-  /* MPI_THREAD_MULTIPLE lets the watchdog thread call MPI_Abort while the main thread is
-   * blocked in a collective; where the library cannot, the watchdog falls back to _exit. */
+  /* MPI_THREAD_MULTIPLE lets the watchdog and heartbeat threads call MPI (MPI_Abort, the
+   * heartbeat's messages) while the main thread is blocked in a collective; where the
+   * library cannot, the watchdog falls back to _exit and there is no heartbeat. */
   int threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);
   int rank, world;
@@ -197,6 +201,9 @@ int main(int argc, char **argv) {
   tsr_ops_init(threads_per_rank());
   link_device();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
+  if ((rc = tsr_heartbeat_start(cfg.run.heartbeat_s, threads == MPI_THREAD_MULTIPLE,
+                                MPI_COMM_WORLD)) != 0)
+    goto out;
   if (training) tsr_fault_start_pause("setup");
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
@@ -208,6 +215,7 @@ int main(int argc, char **argv) {
     rc = any;
   }
 out:
+  tsr_heartbeat_stop(); /* every rank is past the last collective */
   tsr_watchdog_stop();
   MPI_Finalize();
   return rc;
