@@ -333,10 +333,22 @@ static void farewell(void) {
   cancel_receives();
 }
 
+/* The time this thread itself did not run (the process was stopped, or starved of the
+ * CPU) is nobody's silence: it is added to every peer's last-heard time, so that ranks
+ * stopped and continued together, or an observer that was descheduled, accuse no one. */
+static void forgive(double gap) {
+  pthread_mutex_lock(&g_hb.lock);
+  for (int i = 0; i < g_hb.n_peers; i++) g_hb.peer[i].heard += gap;
+  pthread_mutex_unlock(&g_hb.lock);
+}
+
 static void *run(void *arg) {
   (void)arg;
-  double next = 0;
+  double next = 0, last = tsr_now();
   while (!atomic_load(&g_hb.stop)) {
+    const double gap = tsr_now() - last - 1e-6 * g_hb.poll_us;
+    if (gap > g_hb.interval_s) forgive(gap);
+    last = tsr_now();
     receive();
     const double now = tsr_now();
     if (now >= next) {

@@ -8,6 +8,8 @@
 #  - the same for rank 0 of 2 (the rank every other one talks to): rank 1 names it;
 #  - run.heartbeat_s = 0 turns it off: a frozen rank is waited for (the job still runs
 #    after twice the timeout), and once continued the job goes on and stops cleanly;
+#  - every rank stopped for 5 s with heartbeat_s = 2 and continued together: nobody is
+#    accused, the job goes on;
 #  - a healthy run with a heartbeat every 0.125 s has bitwise the losses of one without;
 #  - the step watchdog (run.step_timeout_s) of a rank blocked in a collective names the
 #    frozen rank it waits for, not only itself.
@@ -89,6 +91,21 @@ sleep 1
 kill -USR1 "$victim"
 wait $job
 check "  ... continued, the job goes on and stops cleanly on SIGUSR1 (exit $?)" test $? -eq 3
+
+# every rank stopped together for 5 s, then continued (a job suspended as a whole): the
+# time a rank itself did not run is nobody's silence, the job goes on
+start all 3 run.heartbeat_s=2
+pids=$(for r in 0 1 2; do pid_of "$SCRATCH/all" $r; done)
+check "all ranks stopped together: 3 processes found ($(echo $pids))" test "$(echo $pids | wc -w)" -eq 3
+kill -STOP $pids
+sleep 5
+kill -CONT $pids
+sleep 4
+check "  ... continued, the job goes on (still running 4 s later)" kill -0 $job
+kill -USR1 $pids
+wait $job
+check "  ... and stops cleanly on SIGUSR1 (exit $?)" test $? -eq 3
+check "  ... with no heartbeat error" sh -c "! grep -q 'error: heartbeat' '$SCRATCH/all.out'"
 
 # bitwise the same losses with the heartbeat beating every 0.125 s and without it
 for hb in 0 0.5; do
