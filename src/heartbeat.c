@@ -12,6 +12,7 @@
  * The thread's tables (when each peer was last heard, what it said) are read by the
  * watchdog thread through describe_peers, under a mutex.  One heartbeat per process: the
  * state is process-wide, like the watchdog's (docs/conventions.md "Failing together"). */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "heartbeat.h"
 
 #include <pthread.h>
@@ -425,6 +426,7 @@ int tsr_heartbeat_start(double timeout_s, int mpi_threads, MPI_Comm world) {
   tsr_free(&all);
   atomic_store(&g_hb.stop, 0);
   ok = ok && pthread_create(&g_hb.thread, NULL, run, NULL) == 0;
+  if (ok) pthread_setname_np(g_hb.thread, "tsr-heartbeat"); /* as top -H and ps show it */
   int all_ok = ok;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
   if (ok) g_hb.running = 1;

@@ -26,8 +26,8 @@ HOST=$(hostname)
 pid_of() {
   local p
   for p in $(pgrep -x tessera); do
-    if tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "run.out_dir=$1 " &&
-      tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+    if tr '\0' ' ' 2>/dev/null </proc/"$p"/cmdline | grep -q "run.out_dir=$1 " &&
+      tr '\0' '\n' 2>/dev/null </proc/"$p"/environ | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$p"
       return
     fi
