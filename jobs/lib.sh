@@ -8,15 +8,15 @@
 # tsr_job_finish and only runs inside a job.
 #
 # Exit codes of `tessera` (README.md): 0 done, 1 failure, 2 bad input, 3 stopped on
-# SIGUSR1/SIGTERM after writing a checkpoint, 4 watchdog (a step stalled).  srun returns
-# the worst task's code, or 128+N when a task was killed by signal N.
+# SIGUSR1/SIGTERM after writing a checkpoint, 4 watchdog or heartbeat (a rank stalled or
+# died).  srun returns the worst task's code, or 128+N when a task was killed by signal N.
 
 # tsr_job_decide RC FAILURES MAX_RESTARTS — print what to do after a step ended with RC:
 #   done     RC 0: the run reached max_steps.
 #   requeue  RC 3: a checkpoint was written on the warning signal; always requeue, this is
 #            the normal way a long run crosses wall-clock limits, so it is not counted.
 #   stop     RC 2: bad deck, data or checkpoint; running it again would fail the same way.
-#   requeue  any other RC (1 failure, 4 watchdog, 128+N killed) while FAILURES, the
+#   requeue  any other RC (1 failure, 4 stall, 128+N killed) while FAILURES, the
 #            failed attempts so far, is below MAX_RESTARTS; resume='auto' then restarts
 #            from the newest complete checkpoint;
 #   stop     once FAILURES reaches MAX_RESTARTS, so a broken run does not loop forever.
@@ -33,15 +33,21 @@ tsr_job_decide() {
 # tsr_job_failed_node FILE — the node that srun's messages in FILE (the step's stderr)
 # blame, or nothing.  A heuristic, in this order:
 #   "srun: error: Node failure on NODE"             Slurm lost the node;
+#   "... rank N (host NODE) has not been heard from ..."  the trainer's heartbeat, or the
+#       watchdog of a rank waiting for it, named a rank that stopped answering;
 #   "srun: error: NODE: task N: Exited with exit code C", the first one: the task that
 #       ended on its own first (a rank that hit an error, or the watchdog of a rank that
 #       found itself stuck).  Tasks merely "Killed" by srun afterwards are not evidence.
-# It can be wrong: a watchdog blocked waiting for a dead peer also exits by itself, and
-# then names the waiting node, not the broken one.
+# It can be wrong: without the heartbeat (run.heartbeat_s = 0) a watchdog blocked waiting
+# for a dead peer also exits by itself, and then names the waiting node, not the broken one.
 tsr_job_failed_node() {
   local file=$1 node
   [ -r "$file" ] || return 0
   node=$(sed -n 's/^srun: error: Node failure on \([^ ,:]*\).*/\1/p' "$file" | head -n 1)
+  if [ -z "$node" ]; then
+    node=$(sed -nE 's/.*(heartbeat|waiting for a peer): rank [0-9]+ \(host ([^ )]+)\) has not been heard from.*/\2/p' \
+      "$file" | head -n 1)
+  fi
   if [ -z "$node" ]; then
     node=$(sed -n 's/^srun: error: \([^ :]*\): tasks\{0,1\} [0-9,-]*: Exited with exit code [1-9].*/\1/p' \
       "$file" | head -n 1)

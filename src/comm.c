@@ -174,6 +174,7 @@ void tsr_comm_destroy(tsr_comm **cp) {
     int rc = MPI_Comm_free(&c->comm);
     if (rc != MPI_SUCCESS) tsr_mpi_error(__FILE__, __LINE__, __func__, "MPI_Comm_free", rc);
   }
+  tsr_watchdog_forget_group(c->name); /* the watchdog and heartbeat read the name */
   tsr_free(cp);
 }
 

@@ -51,6 +51,7 @@ typedef struct {
   int64_t eval_every;  /* 0 = never */
   int64_t eval_steps;  /* validation batches per evaluation */
   double step_timeout_s;
+  double heartbeat_s;         /* a rank not heard from this long ends the job; 0 = off */
   tsr_device_choice device;  /* auto | cpu | cuda */
   int gpu_share;              /* logical: several ranks per GPU allowed */
   int64_t sample_every;       /* a greedy sample line every N steps; 0 = never */

@@ -69,13 +69,19 @@ static int cmp_strings(const void *a, const void *b) {
 /* Map one file and check its header against the model; fills everything but `first`. */
 static int map_shard(shard *s, int64_t model_vocab) {
   const char *path = s->path;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  /* looked at before it is opened: opening a FIFO (or a device) could wait forever */
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    tsr_error("'%s' is not a regular file; &data train/valid take shard files or a glob "
+              "such as 'DIR/train_*.bin'", path);
+    return TSR_ERR_INPUT;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     tsr_error("cannot open token shard '%s': %s; check the &data path or glob", path,
               strerror(errno));
     return TSR_ERR_INPUT;
   }
-  struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     tsr_error("'%s' is not a regular file; &data train/valid take shard files or a glob "

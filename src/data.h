@@ -20,7 +20,8 @@
 typedef struct tsr_data tsr_data;
 
 /* Open every file matching `pattern` (a path or a glob).  Validates every header and
- * every token (id < vocab_size, and vocab_size in the header <= the model's).
+ * every token (id < vocab_size, and vocab_size in the header <= the model's); a path that
+ * is not a regular file (a directory, a named pipe) is refused before it is opened.
  * Errors name the file and byte offset and return TSR_ERR_INPUT. */
 int tsr_data_open(tsr_data **out, const char *pattern, int64_t seq_len, int64_t vocab_size,
                   int shuffle, uint64_t seed);

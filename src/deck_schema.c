@@ -41,6 +41,8 @@ const key_def deck_schema[] = {
     INT(run, eval_every, "0", 0, 0, LO, "validation every N steps (0 = never)"),
     INT(run, eval_steps, "8", 1, 0, LO, "validation batches per evaluation"),
     REAL(run, step_timeout_s, "0", 0, 0, LO, "watchdog: abort if one step takes longer (0 = off)"),
+    REAL(run, heartbeat_s, "10", 0, 0, LO,
+         "heartbeat: abort, naming it, when a rank has not been heard from for this long (0 = off)"),
     CHOICE(run, device, "auto", "auto|cpu|cuda",
            "where the ops run: cuda = a GPU per rank, cpu, auto = cuda when built with it and every rank sees a GPU"),
     LOGI(run, gpu_share, ".false.", "allow several ranks of a node on one GPU (tests; not for speed)"),

@@ -10,9 +10,16 @@
  *   ckpt_step=N       ... of step N (default: every step) ...
  *   ckpt_where=W      ... half-way through the write ('half', the default) or before
  *                     anything is checked ('start')
+ *   start_sleep=S     every rank pauses S seconds during start-up, or until a stop signal
+ *                     arrives (main.c, train.c) ...
+ *   start_where=W     ... before MPI_Init ('mpi_init'), after the deck is read and before
+ *                     the run is set up ('setup', the default), or before the resume reads
+ *                     a checkpoint ('resume'); it prints its process id first
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H
+
+#include <stdint.h>
 
 /* Reads and checks TSR_FAULT (once; later calls return the first answer).  0, or
  * TSR_ERR_INPUT after reporting an unknown key or a malformed list. */
@@ -21,5 +28,9 @@ int tsr_fault_init(void);
 long long tsr_fault_int(const char *key, long long dflt);
 /* The value of a key as text (dflt when the key is absent). */
 const char *tsr_fault_str(const char *key, const char *dflt);
+/* start_sleep at the start-up point `where` ('mpi_init', 'setup', 'resume'). */
+void tsr_fault_start_pause(const char *where);
+/* hang_step: rank `rank` at step `step` stops responding (its other threads go on). */
+void tsr_fault_hang(int64_t step, int rank);
 
 #endif

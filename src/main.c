@@ -10,8 +10,9 @@
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
- * signal after a checkpoint (requeue me), 4 watchdog; `tessera plan --require-fit` exits
- * 3 when the plan does not fit (TSR_PLAN_NO_FIT). */
+ * signal after a checkpoint (requeue me), 4 a stalled or dead rank ended the job (the
+ * watchdog, or the heartbeat); `tessera plan --require-fit` exits 3 when the plan does
+ * not fit (TSR_PLAN_NO_FIT). */
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -21,7 +22,9 @@
 #include "config.h"
 #include "deck.h"
 #include "deckpath.h"
+#include "fault.h"
 #include "generate.h"
+#include "heartbeat.h"
 #include "ops.h"
 #include "plan.h"
 #include "runctl.h"
@@ -52,7 +55,8 @@ static void usage(FILE *out) {
           "       tessera --help-deck                         list every deck key\n"
           "       tessera --version\n"
           "exit codes: 0 done, 1 failure, 2 bad input, 3 checkpointed on signal (requeue), "
-          "4 watchdog;\n"
+          "4 watchdog or heartbeat\n"
+          "            (a rank stalled or died);\n"
           "            tessera plan --require-fit: 3 when it does not fit\n",
           tsr_embedded_deck_name);
   tsr_deck_path_usage(out);
@@ -107,9 +111,29 @@ static int load_config(tsr_config *cfg, const char *deck, int n_over, char **ove
   return 0;
 }
 
+/* The subcommand argv names: "train" unless it is one of the others. */
+static const char *mode_of(int argc, char **argv) {
+  static const char *const other[] = {"--help", "-h", "--version", "--help-deck", "eval", "plan",
+                                      "generate"};
+  for (size_t i = 0; argc > 1 && i < sizeof other / sizeof other[0]; i++)
+    if (!strcmp(argv[1], other[i])) return other[i];
+  return "train";
+}
+
 int main(int argc, char **argv) {
-  /* MPI_THREAD_MULTIPLE lets the watchdog thread call MPI_Abort while the main thread is
-   * blocked in a collective; where the library cannot, the watchdog falls back to _exit. */
+  /* Training: the stop signals are recorded from the very start, before MPI_Init, the
+   * deck, the backend, the data and the resume, so that a SIGUSR1 or SIGTERM at any
+   * moment of the start-up is a clean stop (exit 3 at the next agreement point), never
+   * the default action.  The other commands keep the default actions (Ctrl-C ends them
+   * at once). */
+  const int training = !strcmp(mode_of(argc, argv), "train");
+  if (training) {
+    tsr_run_install_signals();
+    tsr_fault_start_pause("mpi_init");
+  }
+  /* MPI_THREAD_MULTIPLE lets the watchdog and heartbeat threads call MPI (MPI_Abort, the
+   * heartbeat's messages) while the main thread is blocked in a collective; where the
+   * library cannot, the watchdog falls back to _exit and there is no heartbeat. */
   int threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);
   int rank, world;
@@ -138,10 +162,6 @@ int main(int argc, char **argv) {
     mode = argv[1];
     a = 2;
   }
-  /* Training: before the deck is read and the backend set up, so that a stop signal from
-   * here on is a clean stop at the first step boundary, not the default action.  The other
-   * commands keep the default actions (Ctrl-C ends them at once). */
-  if (!strcmp(mode, "train")) tsr_run_install_signals();
   if (!strcmp(mode, "generate")) { /* generate.c: its own options; rank 0 generates */
     link_device();
     rc = tsr_generate_main(argc - a, argv + a, MPI_COMM_WORLD, tsr_deck_path);
@@ -181,6 +201,10 @@ int main(int argc, char **argv) {
   tsr_ops_init(threads_per_rank());
   link_device();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
+  if ((rc = tsr_heartbeat_start(cfg.run.heartbeat_s, threads == MPI_THREAD_MULTIPLE,
+                                MPI_COMM_WORLD)) != 0)
+    goto out;
+  if (training) tsr_fault_start_pause("setup");
   rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
   /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank
@@ -191,6 +215,7 @@ int main(int argc, char **argv) {
     rc = any;
   }
 out:
+  tsr_heartbeat_stop(); /* every rank is past the last collective */
   tsr_watchdog_stop();
   MPI_Finalize();
   return rc;

@@ -98,12 +98,39 @@ static int same_tokenizer(tsr_session *s) {
   return 0;
 }
 
+/* Pre-flight of the data, first of all (seconds, not after the model, the backend and the
+ * GEMM probe are built): every rank opens and checks its view of the shards (each file
+ * there, a regular file, its header, every token, one sample at least), and rank 0 prints
+ * one error for all, naming the file and, when only some ranks failed, the first of them
+ * and its host. */
+static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
+  const uint64_t seed = (uint64_t)cfg->run.seed;
+  char why[1024];
+  int rc = 0;
+  tsr_error_hold(why, sizeof why);
+  if (training && !cfg->data.train[0]) {
+    tsr_error("&data train is empty: set it to a path or glob of token shards (make them with "
+              "tools/tsr-prepare)");
+    rc = TSR_ERR_INPUT;
+  }
+  if (!rc && training)
+    rc = tsr_data_open(&s->train_data, cfg->data.train, cfg->model.seq_len,
+                       cfg->model.vocab_size, cfg->data.shuffle, seed);
+  if (!rc && cfg->data.valid[0])
+    rc = tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
+                       cfg->model.vocab_size, 0, seed);
+  if (!rc) rc = same_tokenizer(s);
+  tsr_error_release();
+  return tsr_run_agree_report(s->world, rc, why);
+}
+
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
   s->cfg = cfg;
   s->world = world;
   MPI_Comm_rank(world, &s->rank);
   MPI_Comm_size(world, &s->world_size);
+  TSR_CALL(open_data(s, cfg, training));
   tsr_comm *w;
   TSR_CALL(tsr_comm_create(&w, world, "world"));
   const int rc = tsr_grid_create(&s->grid, cfg, w);
@@ -125,20 +152,8 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   s->loss_acc = tsr_ops_alloc(1, sizeof(double));
   TSR_CHECK(s->inputs && s->targets && s->loss_acc, TSR_ERR, "out of memory for the batch");
   s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
-  const uint64_t seed = (uint64_t)cfg->run.seed;
-  if (training) {
-    measure_peak(s);
-    TSR_CHECK(cfg->data.train[0], TSR_ERR_INPUT,
-              "&data train is empty: set it to a path or glob of token shards (make them with "
-              "tools/tsr-prepare)");
-    TSR_CALL(tsr_data_open(&s->train_data, cfg->data.train, cfg->model.seq_len,
-                           cfg->model.vocab_size, cfg->data.shuffle, seed));
-  }
-  if (cfg->data.valid[0])
-    TSR_CALL(tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
-                           cfg->model.vocab_size, 0, seed));
-  TSR_CALL(same_tokenizer(s));
-  s->st.seed = seed;
+  if (training) measure_peak(s);
+  s->st.seed = (uint64_t)cfg->run.seed;
   tsr_loss_scale_start(&cfg->train, &s->st);
   return 0;
 }

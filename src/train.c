@@ -243,13 +243,13 @@ static int open_metrics(tsr_session *s) {
 
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   tsr_session s;
-  int rc = tsr_run_agree(world, open_log(cfg));
+  int rc = tsr_run_agree_start(world, open_log(cfg), "while starting");
   if (rc) return rc;
   log_start(world);
   rc = tsr_session_open(&s, cfg, world, 1);
   if (!rc) rc = tsr_fault_init();
   if (!rc) rc = open_metrics(&s);
-  if ((rc = tsr_run_agree(world, rc)) != 0) {
+  if ((rc = tsr_run_agree_start(world, rc, "while setting up")) != 0) {
     tsr_session_close(&s);
     tsr_log_close();
     return rc;
@@ -266,7 +266,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   } while (0)
   tsr_log("effective deck:\n%s", deck_text);
   log_setup(&s);
-  GO(tsr_run_agree(world, tsr_session_resume(&s)));
+  tsr_fault_start_pause("resume");
+  GO(tsr_run_agree_start(world, tsr_session_resume(&s), "while resuming"));
   if (cfg->checkpoint.save_initial && s.st.step == 0) GO(tsr_session_save(&s, deck_text));
 
   const double t_start = tsr_now();
@@ -276,22 +277,20 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   while (s.st.step < cfg->run.max_steps) {
     /* Decisions every rank must take together, agreed at the step boundary: stop on a
      * signal (any rank's), and a time-based checkpoint (rank 0's clock decides). */
-    int flags[2] = {tsr_run_stop_signal() != 0,
+    int flags[2] = {tsr_run_stop_signal(), /* the number: MAX over ranks gives one */
                     s.rank == 0 && cfg->checkpoint.every_minutes > 0 && s.st.step > first_step &&
                         tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes};
     GO_ALONE(tsr_comm_all_reduce_int(s.grid->world, flags, 2, TSR_COMM_MAX));
     if (flags[0] && s.st.step == first_step) {
       /* before this run's first step: its state is the checkpoint it resumed from, or the
        * seed's (save_initial wrote it if wanted); writing it again would only cost time */
-      tsr_log("signal %d received before the first step of this run: stopping without a new "
-              "checkpoint (the state is the one it started from): exit 3",
-              tsr_run_stop_signal());
+      tsr_run_log_early_stop(flags[0], "after start-up");
       rc = TSR_ERR_SIGNAL;
       goto done;
     }
     if (flags[0]) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
-              tsr_run_stop_signal(), (long long)s.st.step);
+              flags[0], (long long)s.st.step);
       GO(tsr_session_save(&s, deck_text));
       tsr_log("stopped cleanly at step %lld with its checkpoint written: exit 3 (requeue, or "
               "run again, to go on from there)", (long long)s.st.step);
@@ -307,8 +306,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     tsr_grid_reset_traffic(s.grid);
     tsr_watchdog_activity(s.st.step + 1, "a training step");
     /* fault injection for the tests (fault.h): one rank stops responding at the given step */
-    if (tsr_fault_int("hang_step", -1) == s.st.step + 1 && s.rank == tsr_fault_int("hang_rank", 0))
-      for (;;) sleep(1);
+    tsr_fault_hang(s.st.step + 1, s.rank);
     GO_ALONE(train_step(&s, &r));
     const double dt = tsr_now() - t0;
     const int64_t step = s.st.step;

@@ -43,9 +43,26 @@ void tsr_iso_time(char *buf, size_t len) {
   snprintf(buf, len, "%s.%03ldZ", sec, ts.tv_nsec / 1000000);
 }
 
+/* tsr_error_hold: the first error of the holding thread goes here instead of out; other
+ * threads (the heartbeat's last words) are not held. */
+static _Thread_local char *g_held;
+static _Thread_local size_t g_held_len;
+
+void tsr_error_hold(char *buf, size_t len) {
+  g_held = buf;
+  g_held_len = len;
+  if (len) buf[0] = 0;
+}
+
+void tsr_error_release(void) { g_held = NULL; }
+
 static void vlog(FILE *stream, const char *prefix, int all_ranks, const char *fmt, va_list ap) {
   char buf[8192];
   vsnprintf(buf, sizeof buf, fmt, ap);
+  if (g_held && !strcmp(prefix, "error: ")) {
+    if (g_held_len && !g_held[0]) snprintf(g_held, g_held_len, "%s", buf);
+    return;
+  }
   size_t n = strlen(buf);
   const char *nl = (n > 0 && buf[n - 1] == '\n') ? "" : "\n";
   if (all_ranks && g_rank != 0)

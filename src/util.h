@@ -61,6 +61,12 @@ void tsr_log_to(FILE *stream);
 void tsr_log(const char *fmt, ...) TSR_PRINTF(1, 2);       /* rank 0 only */
 void tsr_warn(const char *fmt, ...) TSR_PRINTF(1, 2);      /* any rank, "warning:" */
 void tsr_error(const char *fmt, ...) TSR_PRINTF(1, 2);     /* any rank, "error:" */
+/* Between tsr_error_hold and tsr_error_release the first tsr_error message is written
+ * into buf (len bytes, NUL-terminated) instead of being printed, and later ones are
+ * dropped: the caller decides who reports it (runctl.h, tsr_run_agree_report).  For the
+ * main thread's checks only; not nested. */
+void tsr_error_hold(char *buf, size_t len);
+void tsr_error_release(void);
 void tsr_trace(const char *file, int line, const char *func, const char *what);
 void tsr_errorf_at(const char *file, int line, const char *func, const char *fmt, ...)
     TSR_PRINTF(4, 5);

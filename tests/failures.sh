@@ -6,8 +6,9 @@
 #  - an error on one rank only during setup (rank 0 cannot open metrics.jsonl): every
 #    rank exits 2, no hang;
 #  - time-based checkpoints (every_minutes) on 3 ranks: rank 0's clock decides for all;
-#  - SIGUSR1 to ONE rank: all ranks stop at the same step boundary, write a checkpoint,
-#    exit 3; the next run resumes from it and finishes;
+#  - SIGUSR1 to ONE rank (rank 1): all ranks stop at the same step boundary, write a
+#    checkpoint, exit 3, and rank 0's log names the signal and says it stopped cleanly
+#    after writing that step; the next run resumes from it and finishes;
 #  - a pipeline with 4800 micro-batches per step (message tags stay in MPI's range).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -50,7 +51,9 @@ victim=
 for _ in $(seq 100); do
   sleep 0.2
   for p in $(pgrep -x tessera); do
-    tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "$SCRATCH/sig" && victim=$p && break
+    tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "$SCRATCH/sig" &&
+      tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 &&
+      victim=$p && break
   done
   [ -n "$victim" ] && grep -q "zero stage" "$SCRATCH/sig.out" && break
 done
@@ -61,6 +64,10 @@ rc=$?
 check "SIGUSR1 to one rank: the job checkpoints and exits 3 (got $rc)" test $rc -eq 3
 step=$(sed -n 's/.*writing a checkpoint at step \([0-9]*\) and stopping.*/\1/p' "$SCRATCH/sig.out")
 check "  ... at an agreed step ($step)" test -n "$step"
+check "  ... rank 0 names the signal rank 1 got (10)" \
+  grep -q "^signal 10 received: writing a checkpoint at step $step and stopping (exit 3)" "$SCRATCH/sig.out"
+check "  ... and says it stopped after writing step $step" \
+  grep -q "stopped cleanly at step $step with its checkpoint written: exit 3" "$SCRATCH/sig/tessera.log"
 mpi 120 2 train.global_batch=2 run.max_steps=$((step + 3)) checkpoint.resume=auto \
   run.out_dir="$SCRATCH/sig" >"$SCRATCH/sig2.out" 2>&1
 check "the next run resumes from that step and finishes" grep -q "resumed from .*at step $step " "$SCRATCH/sig2.out"

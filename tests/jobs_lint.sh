@@ -46,6 +46,17 @@ check "failed node: first task that exited by itself" \
   test "$(tsr_job_failed_node "$SCRATCH/exited.err")" = gpu018
 check "failed node: a node failure comes first" \
   test "$(tsr_job_failed_node "$SCRATCH/nodefail.err")" = gpu042
+cat >"$SCRATCH/heartbeat.err" <<'ERR'
+error: heartbeat: rank 21 (host gpu021) has not been heard from for 10.1 s (run.heartbeat_s = 10): it died or stopped responding; its last heartbeat had it at step 7, 2.0 s into a training step, inside all_reduce on group 'dp'; aborting the job with MPI_Abort (exit code 4)
+srun: error: gpu017: tasks 1-7: Killed
+srun: error: gpu016: task 0: Exited with exit code 4
+ERR
+check "failed node: the rank the heartbeat names, not the rank that reported it" \
+  test "$(tsr_job_failed_node "$SCRATCH/heartbeat.err")" = gpu021
+printf '%s\n' "[rank 3] watchdog: step 9 has been in a training step for 900 s (run.step_timeout_s = 600), blocked in all_reduce on group 'dp' waiting for a peer: rank 12 (host gpu019) has not been heard from for 899.5 s; its last heartbeat had it at step 9" \
+  'srun: error: gpu016: task 3: Exited with exit code 4' >"$SCRATCH/waiting.err"
+check "failed node: the peer a waiting watchdog names" \
+  test "$(tsr_job_failed_node "$SCRATCH/waiting.err")" = gpu019
 check "failed node: none when tasks were only killed" \
   test -z "$(tsr_job_failed_node "$SCRATCH/killed.err")"
 check "failed node: none without a file" test -z "$(tsr_job_failed_node "$SCRATCH/absent")"

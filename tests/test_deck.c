@@ -330,6 +330,7 @@ static const field fields[] = {
     F(run, name, 's', "zz"), F(run, out_dir, 's', "zz"), F(run, seed, 'i', "2"),
     F(run, max_steps, 'i', "2"), F(run, log_every, 'i', "2"), F(run, eval_every, 'i', "2"),
     F(run, eval_steps, 'i', "2"), F(run, step_timeout_s, 'r', "0.5"),
+    F(run, heartbeat_s, 'r', "0.5"),
     F(run, device, 'c', "cuda"), F(run, gpu_share, 'l', "T"), F(run, sample_every, 'i', "2"),
     F(run, sample_prompt, 's', "zz"),
     F(model, arch, 'c', "gpt2"), F(model, n_layer, 'i', "2"), F(model, d_model, 'i', "2"),
