@@ -10,6 +10,10 @@
  *   ckpt_step=N       ... of step N (default: every step) ...
  *   ckpt_where=W      ... half-way through the write ('half', the default) or before
  *                     anything is checked ('start')
+ *   ckpt_fail_step=N  the checkpoint write of step N fails half-way (ckpt.c) on ...
+ *   ckpt_fail_rank=R  ... rank R (default 0), as a failing dataset write would
+ *   ckpt_host_mb=M    a node has M MB of memory available for the asynchronous
+ *                     checkpoint's snapshot (ckpt_async.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H
