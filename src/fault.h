@@ -14,6 +14,9 @@
  *   ckpt_fail_rank=R  ... rank R (default 0), as a failing dataset write would
  *   ckpt_host_mb=M    a node has M MB of memory available for the asynchronous
  *                     checkpoint's snapshot (ckpt_async.c)
+ *   ckpt_cost=S       checkpoint.every_steps = 'auto' takes S seconds as the time a
+ *                     checkpoint holds training up, instead of measuring it ...
+ *   ckpt_step_time=S  ... and S seconds as the step time (session_ckpt.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H
