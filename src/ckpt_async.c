@@ -119,7 +119,7 @@ static int snapshot_fits(double mine, MPI_Comm comm) {
   MPI_Allreduce(MPI_IN_PLACE, worst, 3, MPI_DOUBLE, MPI_MAX, comm);
   const int fits = worst[0] <= 0.5;
   if (fits)
-    tsr_log("checkpoint: asynchronous writes (checkpoint.async): a host snapshot of %.1f MB "
+    tsr_log("checkpoint: asynchronous writes (checkpoint.async): a host snapshot of %.3f MB "
             "on this rank, %.1f MB on the fullest node, within half the %.0f MB available "
             "there; training waits only for the copy", mine / 1e6, worst[1] / 1e6,
             -worst[2] / 1e6);

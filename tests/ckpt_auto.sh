@@ -11,6 +11,11 @@
 #      the formula from the C, step time, MTBF and background write it logs
 #      (max(1, round(sqrt(2 C MTBF) / t), ceil(write / t))), and the next checkpoint is
 #      taken at the step it announced.
+#  (d) tessera plan for the same job: the file is 12 bytes per parameter, written in
+#      bytes / hardware.fs_gbps; the Young-Daly interval from that write time and the planned
+#      step time, with its goodput, as the formula gives; the host snapshot per GPU equals
+#      what the trainer of (c) logged for its ranks; without mtbf_hours the text says to set
+#      it.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -113,4 +118,35 @@ for mode in "async T 1e-5" "sync F 2e-6"; do
   check "(c)   ... each decision follows the formula from what it logs, and is kept" \
     decisions "measured_$1" 50
 done
+
+# ---- (d) tessera plan ----
+P=("$TESSERA" plan /dev/null --gpus-per-node 2 "${C[@]}")
+"${P[@]}" checkpoint.mtbf_hours=0.5 --json >"$SCRATCH/plan.json" 2>"$SCRATCH/plan.err" &&
+  "${P[@]}" checkpoint.mtbf_hours=0.5 hardware.fs_gbps=0.25 --json >"$SCRATCH/plan_slow.json" &&
+  "${P[@]}" checkpoint.mtbf_hours=0.5 >"$SCRATCH/plan.txt" && "${P[@]}" >"$SCRATCH/plan_none.txt"
+check "(d) tessera plan with and without mtbf_hours (exit $?)" test $? -eq 0
+logged=$(sed -n 's/.*a host snapshot of \([0-9.]*\) MB on this rank.*/\1/p' "$SCRATCH/measured_async.out")
+check "(d)   ... its checkpoint figures follow from the plan's own" \
+  "$PYTHON_REF" - "$SCRATCH/plan.json" "$SCRATCH/plan_slow.json" "${logged:-nan}" <<'PY'
+import json, math, sys
+p, slow = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c, yd = p["checkpoint"], p["checkpoint"]["young_daly"]
+M, t = 0.5 * 3600, p["time"]["step_s"]
+steps = max(1, round(math.sqrt(2 * c["write_s"] * M) / t))
+goodput = 1 - c["write_s"] / (steps * t) - steps * t / (2 * M)
+rel = lambda a, b: abs(a - b) <= 1e-5 * abs(b)
+ok = [c["bytes"] == 12 * p["model"]["n_params"],
+      rel(c["write_s"], c["bytes"] / (c["fs_gbps"] * 1e9)),
+      rel(slow["checkpoint"]["write_s"], c["bytes"] / 0.25e9),
+      # the JSON's 6 digits of a tiny step time leave the last of many steps uncertain
+      yd["cost_s"] == c["write_s"] and rel(yd["step_s"], t) and abs(yd["steps"] - steps) <= 1e-5 * steps,
+      abs(yd["goodput"] - goodput) < 1e-5,
+      abs(c["snapshot_bytes"] / 1e6 - float(sys.argv[3])) <= 0.0005]
+print(f"    {c['bytes']} bytes in {c['write_s']:.4g} s; every {yd['steps']} steps of {t:.4g} s "
+      f"(formula {steps}), goodput {yd['goodput']:.5f}; snapshot {c['snapshot_bytes'] / 1e6:.3f} MB, "
+      f"the trainer logged {sys.argv[3]} MB; {ok}")
+sys.exit(0 if all(ok) else 1)
+PY
+check "(d)   ... the text gives the interval, and asks for mtbf_hours without it" \
+  sh -c "grep -q '^  Young-Daly  .*sqrt(2 C MTBF)' '$SCRATCH/plan.txt' && grep -q 'host snapshot' '$SCRATCH/plan.txt' && grep -q 'set checkpoint.mtbf_hours for the Young-Daly interval' '$SCRATCH/plan_none.txt'"
 finish
