@@ -96,9 +96,9 @@ static double host_available(void) {
     }
   if (f) fclose(f);
   if (avail < 0) avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  const char *const limits[2][2] = {
-      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  const char *const limits[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                     {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                      "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
   for (int i = 0; i < 2; i++) {
     const double lim = read_number(limits[i][0]), used = read_number(limits[i][1]);
     if (lim > 0 && lim < 1e18 && used >= 0 && lim - used < avail) avail = lim - used;
@@ -156,10 +156,6 @@ int tsr_ckpt_async_create(tsr_ckpt_async **out, const tsr_config *cfg,
   }
   *out = a;
   return 0;
-}
-
-size_t tsr_ckpt_async_bytes(const tsr_ckpt_async *a) {
-  return a ? 3 * (size_t)a->len * sizeof(float) : 0;
 }
 
 static void *writer(void *arg) {

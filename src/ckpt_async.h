@@ -60,9 +60,6 @@ int tsr_ckpt_async_poll(tsr_ckpt_async *a, tsr_ckpt_async_done *done);
 /* Blocks until the write in flight ends: 1 and its outcome, or 0 when there was none. */
 int tsr_ckpt_async_wait(tsr_ckpt_async *a, tsr_ckpt_async_done *done);
 
-/* Host bytes of this rank's snapshot. */
-size_t tsr_ckpt_async_bytes(const tsr_ckpt_async *a);
-
 /* Waits for a write in flight (collect its outcome before, it is dropped here), frees the
  * snapshot and the communicator.  NULL is fine; sets *a to NULL. */
 void tsr_ckpt_async_destroy(tsr_ckpt_async **a);

@@ -94,6 +94,7 @@ static int same_tokenizer(tsr_session *s) {
 
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
+  s->ckpt_saved_step = -1; /* no checkpoint written by this run yet */
   s->cfg = cfg;
   s->world = world;
   MPI_Comm_rank(world, &s->rank);

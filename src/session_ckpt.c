@@ -31,7 +31,6 @@ tsr_ckpt_view tsr_session_ckpt_view(const tsr_session *s) {
 int tsr_session_ckpt_open(tsr_session *s) {
   const tsr_checkpoint_config *cc = &s->cfg->checkpoint;
   s->ckpt_next = s->st.step + AUTO_FIRST_STEPS;
-  s->ckpt_saved_step = -1;
   if (cc->every_steps == TSR_EVERY_AUTO)
     tsr_log("checkpoint: every_steps = 'auto' with an MTBF of %g h: a first checkpoint at step "
             "%lld measures what one costs, then the Young-Daly interval follows",
