@@ -21,8 +21,75 @@
 # here, take the first of those pages; with 8 times, 1-2 of 7 trainer writes still hit cold
 # pages), so that both measure the I/O path.
 # Usage: bench/ckpt.sh [DIR] [NP] [REPS]   (top_builddir / top_srcdir as for the tests)
+#
+# bench/ckpt.sh async [DIR] [NP] [STEPS] [EVERY]: asynchronous checkpoints (checkpoint.async)
+# against synchronous ones on the gpt2_124m deck on the CPU (124 M parameters, a 1.49 GB
+# checkpoint; sequences of 64 tokens, one per rank, fp32, dp NP = 2 with ZeRO 1), STEPS
+# (default 30) steps with a checkpoint every EVERY (default 10): the same job twice, with
+# checkpoint.async = .false. and .true.  For every checkpoint, from metrics.jsonl: the
+# synchronous write time (all of it blocks training) and the asynchronous blocked time
+# (the snapshot copy and any wait for the write before) and background write time; their
+# ratio, target <= 0.10.  Also the mean step time and the whole run's time in each, since
+# the background write shares the cores with training, and whether the two runs' losses
+# and final checkpoints are bitwise equal.  Before each run it touches and frees 3 GB (see
+# "Memory first touched" above; the trainer's own snapshot is touched when it is allocated).
+# The kill -9 trials of asynchronous writes are bench/ckpt_kill.sh.
 set -u
 top_srcdir=${top_srcdir:-.}; top_builddir=${top_builddir:-.}
+if [ "${1:-}" = async ]; then
+  DIR=${2:-${TMPDIR:-/tmp}/tsr-bench-ckpt-async}; NP=${3:-2}; STEPS=${4:-30}; EVERY=${5:-10}
+  PY=/usr/bin/python3
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+  rm -rf "$DIR" && mkdir -p "$DIR" || exit 1
+  trap 'rm -rf "$DIR"' EXIT
+  "$top_srcdir/tools/tsr-prepare" --out "$DIR/data" --tokenizer bytes /usr/share/games/fortunes/computers >/dev/null
+  G=(model.seq_len=64 train.micro_batch=1 train.global_batch="$NP" train.precision=fp32
+    run.max_steps="$STEPS" run.log_every=1 run.eval_every=0 "data.train=$DIR/data/train_*.bin"
+    "data.valid=''" checkpoint.every_steps="$EVERY" checkpoint.keep=2 checkpoint.resume=none)
+  for mode in sync async; do
+    $PY -c "import numpy; numpy.ones(3 << 27)" # 3 GB touched and freed
+    mpirun -np "$NP" "$top_builddir/src/tessera" "$top_srcdir/input/gpt2_124m.nml" "${G[@]}" \
+      checkpoint.async=$([ $mode = async ] && echo T || echo F) run.out_dir="$DIR/$mode" \
+      >"$DIR/$mode.out" 2>&1 || { echo "ckpt.sh async: the $mode run failed"; tail "$DIR/$mode.out"; exit 1; }
+  done
+  grep -h "checkpoint: \(a\)\?synchronous writes" "$DIR/sync.out" "$DIR/async.out"
+  $PY - "$DIR" "$STEPS" <<'PY'
+import json, re, statistics, sys
+import h5py, numpy as np
+d, steps = sys.argv[1], int(sys.argv[2])
+def load(mode):
+    recs = [json.loads(l) for l in open(f"{d}/{mode}/metrics.jsonl")]
+    ck = {r["step"]: r for r in recs if r.get("event") == "checkpoint"}
+    st = {r["step"]: r for r in recs if "loss" in r}
+    done = re.search(r"done: \d+ steps in ([0-9.]+) s", open(f"{d}/{mode}.out").read())
+    return ck, st, float(done.group(1))
+(cs, ss, ts), (ca, sa, ta) = load("sync"), load("async")
+waits = {int(m[1]): float(m[2]) for m in re.finditer(
+    r"checkpoint: step (\d+): waiting for the previous checkpoint write \(step \d+\) took ([0-9.]+) s",
+    open(f"{d}/async.out").read())}
+print(f"{'step':>5} {'sync write s':>13} {'async blocked s':>16} {'of which wait':>14} {'async write s':>14} {'blocked/sync':>13}")
+ratios = []
+for s in sorted(cs):
+    r = ca[s]["blocked_s"] / cs[s]["write_s"]
+    ratios.append(r)
+    print(f"{s:5d} {cs[s]['write_s']:13.3f} {ca[s]['blocked_s']:16.4f} {waits.get(s, 0.0):14.3f} "
+          f"{ca[s]['write_s']:14.3f} {r:13.4f}")
+mean_ms = lambda st: statistics.mean(st[s]["step_ms"] for s in st if s > 1)
+print(f"blocked / sync write: median {statistics.median(ratios):.4f}, max {max(ratios):.4f} (target <= 0.10)")
+print(f"mean step (steps 2..{steps}): sync {mean_ms(ss):.0f} ms, async {mean_ms(sa):.0f} ms "
+      f"(the background write shares the cores); whole run: sync {ts:.1f} s, async {ta:.1f} s "
+      f"({ta / ts:.3f})")
+same = all(repr(ss[s]["loss"]) == repr(sa[s]["loss"]) for s in ss) and sorted(ss) == sorted(sa)
+fa, fb = (h5py.File(f"{d}/{m}/ckpt/step_{steps:08d}.h5", "r") for m in ("sync", "async"))
+names = []
+fa.visit(lambda n: names.append(n) if isinstance(fa[n], h5py.Dataset) else None)
+eq = all(np.array_equal(fa[n][...].view(np.uint32), fb[n][...].view(np.uint32)) for n in names)
+print(f"losses of all {len(ss)} steps equal: {same}; final checkpoints ({len(names)} datasets) bitwise equal: {eq}")
+sys.exit(0 if same and eq else 1)
+PY
+  exit $?
+fi
 DIR=${1:-${TMPDIR:-/tmp}/tsr-bench-ckpt}; NP=${2:-2}; REPS=${3:-5}
 PY=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -91,6 +91,26 @@ static void d_free(void *p) {
     }
 }
 
+/* page-locked host memory: copies between it and the device run at full speed */
+static void *d_host_alloc(size_t bytes) {
+  void *p = NULL;
+  cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    tsr_error("cuda: cannot allocate %zu bytes of page-locked host memory: %s", bytes,
+              cudaGetErrorString(e));
+    cudaGetLastError();
+    return NULL;
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void d_host_free(void *p) {
+  if (!p) return;
+  RT(cudaStreamSynchronize(tsr_dev_ctx.stream)); /* no copy queued may still use it */
+  RT(cudaFreeHost(p));
+}
+
 static size_t d_mem_bytes(int what) {
   if (what == 2) mem.peak_bytes = mem.live_bytes;
   return (what == 1 ? mem.peak_bytes : mem.live_bytes) + tsr_dev_ctx.scratch_bytes +
@@ -220,7 +240,8 @@ static void prof_zero(void *dst, size_t bytes) {
 
 #define BACKEND_MEMORY                                                                      \
   .name = "cuda", .alloc = d_alloc, .free = d_free, .sync = d_sync, .status = d_status,     \
-  .reserve = d_reserve, .close = d_close, .mem_bytes = d_mem_bytes
+  .reserve = d_reserve, .close = d_close, .mem_bytes = d_mem_bytes,                         \
+  .host_alloc = d_host_alloc, .host_free = d_host_free
 
 static const tsr_ops_backend table = {
     BACKEND_MEMORY,

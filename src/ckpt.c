@@ -63,7 +63,6 @@ static uint64_t piece_checksum(const piece *p, const float *x) {
   return sum;
 }
 
-
 /* The union of the piece's rectangles (row-major order matches the local order), or none. */
 static herr_t select_piece(hid_t space, const piece *p) {
   if (p->i1 <= p->i0) return H5Sselect_none(space);
@@ -158,7 +157,6 @@ static herr_t attr_put_str(hid_t obj, const char *name, const char *s) {
 
 /* ---- save ---- */
 
-
 /* checkpoint.mpiio_hints ("key=value,key=value", checked by the deck) as an MPI_Info;
  * MPI_INFO_NULL when there are none.  -1 if MPI refuses it. */
 static int hints_info(const char *hints, MPI_Info *info) {
@@ -239,20 +237,28 @@ static void log_hints(hid_t file, const char *hints) {
   tsr_log("checkpoint: MPI-IO hints as the MPI-IO layer reports them: %s", line);
 }
 
-/* Test hook (tests/ckpt_failures.sh; fault.h): with TSR_FAULT ckpt_sleep=<seconds> every
- * rank sleeps while saving the checkpoint of step ckpt_step (default: every step), so a
- * test can act on the ranks at that moment reliably: half-way through writing, with the
- * .tmp file open (default), or with ckpt_where=start before anything is checked. */
-static void fault_ckpt_sleep(int64_t step, const char *where, const char *tmp) {
+/* Test hooks (tests/ckpt_failures.sh, tests/ckpt_async.sh; fault.h): with TSR_FAULT
+ * ckpt_sleep=<seconds> every rank sleeps while saving the checkpoint of step ckpt_step
+ * (default: every step), so a test can act on the ranks at that moment reliably: half-way
+ * through writing, with the .tmp file open (default), or with ckpt_where=start before
+ * anything is checked.  With ckpt_fail_step=<step> the write of that step fails half-way
+ * on rank ckpt_fail_rank (default 0): TSR_ERR, as a failing dataset write (the caller
+ * still takes part in the collective write, then fails). */
+static int fault_ckpt(int64_t step, const char *where, const char *tmp) {
   const double secs = atof(tsr_fault_str("ckpt_sleep", "0"));
   const long long at = tsr_fault_int("ckpt_step", -1);
-  if (secs <= 0 || (at >= 0 && at != step)) return;
-  if (strcmp(tsr_fault_str("ckpt_where", "half"), where) != 0) return;
-  tsr_log("fault injection: sleeping %g s %s writing %s", secs,
-          strcmp(where, "start") ? "half-way through" : "before", tmp);
-  fflush(stdout);
-  fflush(stderr);
-  usleep((useconds_t)(secs * 1e6));
+  if (secs > 0 && (at < 0 || at == step) && !strcmp(tsr_fault_str("ckpt_where", "half"), where)) {
+    tsr_log("fault injection: sleeping %g s %s writing %s", secs,
+            strcmp(where, "start") ? "half-way through" : "before", tmp);
+    fflush(stdout);
+    fflush(stderr);
+    usleep((useconds_t)(secs * 1e6));
+  }
+  if (strcmp(where, "half") || tsr_fault_int("ckpt_fail_step", -1) != step ||
+      tsr_rank() != tsr_fault_int("ckpt_fail_rank", 0))
+    return 0;
+  tsr_error("fault injection: failing the write of %s", tmp);
+  return TSR_ERR;
 }
 
 static int write_tensor(hid_t group, const tsr_tensor *t, const piece *p, const float *src,
@@ -372,8 +378,9 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
       const tsr_tensor *t = &whole->tensors[i];
       piece p = view_piece(view, local[i]);
       const float *src = !p.t ? zeros : bufs[k] ? bufs[k] + piece_at(view, &p) : zeros;
-      if (i == nt / 2 && k == 0) fault_ckpt_sleep(st->step, "half", tmp);
-      rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl);
+      const int fault = i == nt / 2 && k == 0 ? fault_ckpt(st->step, "half", tmp) : 0;
+      rc = write_tensor(groups[k], t, &p, src, sums[k * nt + i], dxpl); /* collective */
+      if (!rc) rc = fault;
       if (rc) tsr_error("cannot write %s/%s to '%s'", kCkptGroups[k], t->name, tmp);
       rc = tsr_ckpt_agree(rc, comm);
     }
@@ -517,7 +524,7 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   snprintf(name, sizeof name, "step_%08lld.h5", (long long)st.step);
   snprintf(final, sizeof final, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
-  fault_ckpt_sleep(st.step, "start", final);
+  fault_ckpt(st.step, "start", final);
   rc = check_file_size_limit(whole, deck_len, dir, comm);
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   int64_t max_piece = 1; /* ranks with nothing, and NULL m / v, write from zeros */

@@ -30,6 +30,8 @@ typedef enum { TSR_DECAY_COSINE, TSR_DECAY_LINEAR, TSR_DECAY_WSD, TSR_DECAY_CONS
 typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM } tsr_hw_name;
 /* parallel.shard_scope: one of these, or a number of ranks (> 0) */
 enum { TSR_SHARD_GLOBAL = 0, TSR_SHARD_NODE = -1 };
+/* checkpoint.every_steps = 'auto': the Young-Daly interval (session.c, ckpt_interval.h) */
+enum { TSR_EVERY_AUTO = -1 };
 /* shard_scope as the deck writes it: "global", "node" or "8" */
 static inline const char *tsr_shard_scope_text(int64_t v, char *buf, size_t cap) {
   if (v == TSR_SHARD_GLOBAL || v == TSR_SHARD_NODE)
@@ -122,13 +124,15 @@ typedef struct {
 
 typedef struct {
   char dir[TSR_STR_PATH]; /* "" = <out_dir>/ckpt */
-  int64_t every_steps;    /* 0 = only at the end */
+  int64_t every_steps;    /* 0 = only at the end; TSR_EVERY_AUTO: Young-Daly */
   double every_minutes;   /* 0 = off */
   int64_t keep;           /* newest kept; 0 = keep all */
   char resume[TSR_STR_PATH]; /* "auto" | "none" | path */
   int save_initial;
   char mpiio_hints[TSR_STR_PATH]; /* "key=value,key=value" MPI_Info for writes; "" = none */
   int64_t alignment;              /* H5Pset_alignment bytes for writes; 0 = HDF5 default */
+  int async;                      /* write from a host snapshot in a background thread */
+  double mtbf_hours;              /* the job's mean time between failures; 0 = not given */
 } tsr_checkpoint_config;
 
 /* The machine a plan is made for (tessera plan; the trainer ignores it).  Zero figures
@@ -145,6 +149,7 @@ typedef struct {
   double compute_efficiency;  /* fraction of peak the step's FLOPs run at */
   double comm_efficiency;     /* fraction of the link bandwidth a collective reaches */
   double reserved_gb;         /* per GPU, held by the runtime (CUDA context, NCCL, cuBLAS) */
+  double fs_gbps;             /* checkpoint write bandwidth of the file system, GB/s, the job */
 } tsr_hardware_config;
 
 typedef struct {

@@ -338,6 +338,37 @@ static void unknown_group(parser *P, const loc_t *l, const char *p, size_t n) {
           "&checkpoint", s);
 }
 
+/* An integer (unquoted) within the key's bounds, or the word 'auto' (quoted; bare in an
+ * override), stored as TSR_EVERY_AUTO. */
+static void assign_int_auto(parser *P, int k, const token *t, int bare) {
+  const key_def *d = &deck_schema[k];
+  loc_t l = tok_loc(P, t);
+  char q[96], s[64], r[64];
+  qname(k, q, sizeof q);
+  show(s, sizeof s, t->p, t->n);
+  if (deck_ieq("auto", t->p, t->n) && (t->quoted || bare)) {
+    *deck_ival(P->cfg, k) = TSR_EVERY_AUTO;
+    return;
+  }
+  if (deck_ieq("auto", t->p, t->n)) {
+    errat(P, &l, "%s expects an integer or the string 'auto', got %s; write 'auto'", q, s);
+    return;
+  }
+  int64_t v = 0;
+  const int rc = t->quoted ? -1 : parse_int(t->p, t->n, &v);
+  if (rc) {
+    errat(P, &l, rc == -2 ? "%s = %s is too large for an integer"
+                          : "%s expects an integer or 'auto', got '%s'", q, s);
+    return;
+  }
+  if (!deck_in_range(d, (double)v)) {
+    deck_fmt_range(r, sizeof r, d);
+    errat(P, &l, "%s = %lld is out of range: must be %s or 'auto'", q, (long long)v, r);
+    return;
+  }
+  *deck_ival(P->cfg, k) = v;
+}
+
 /* Check and store one value for key k.  `bare`: an unquoted word is a string (overrides). */
 static void assign_value(parser *P, int k, const token *t, int bare) {
   const key_def *d = &deck_schema[k];
@@ -346,6 +377,10 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   qname(k, q, sizeof q);
   show(s, sizeof s, t->p, t->n);
   int rc;
+  if (d->type == K_INT_AUTO) {
+    assign_int_auto(P, k, t, bare);
+    return;
+  }
   if (d->type != K_STRING && d->type != K_CHOICE && d->type != K_SCOPE && t->quoted) {
     errat(P, &l, "%s expects %s, got the string '%s'", q,
           d->type == K_INT ? "an integer" : d->type == K_REAL ? "a real number" : "a logical", s);
@@ -664,7 +699,8 @@ static void parse_override(parser *P, int argn, const char *arg) {
   lexer L = {eq + 1, strlen(eq + 1), 0, 1, (int)(eq - arg) + 2};
   token key = {0};
   key.line = 1, key.col = l.col;
-  if (deck_schema[k].type == K_STRING || deck_schema[k].type == K_CHOICE || deck_schema[k].type == K_SCOPE) {
+  const key_type kt = deck_schema[k].type;
+  if (kt == K_STRING || kt == K_CHOICE || kt == K_SCOPE || kt == K_INT_AUTO) {
     while (peekc(&L, 0) == ' ') adv(&L);
     if (peekc(&L, 0) != '\'' && peekc(&L, 0) != '"') {
       token t = {0};
@@ -809,6 +845,13 @@ static void cross_checks(parser *P) {
            "the loss scale, which is exact only for powers of two",
            k ? "min_loss_scale" : "loss_scale", x, ldexp(1.0, e - 1));
     }
+  }
+  if (c->checkpoint.every_steps == TSR_EVERY_AUTO && !(c->checkpoint.mtbf_hours > 0)) {
+    int ids[] = {deck_key_id(GI_checkpoint, "every_steps"),
+                 deck_key_id(GI_checkpoint, "mtbf_hours")};
+    XERR(ids, "checkpoint.every_steps = 'auto' needs checkpoint.mtbf_hours > 0, the job's "
+         "mean time between failures in hours, from which the interval sqrt(2 x checkpoint "
+         "cost x MTBF) is found (now %s)", REF(0, ids[1]));
   }
   if (c->optim.min_lr > c->optim.lr) {
     int ids[] = {min_lr, lr};

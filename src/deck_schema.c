@@ -22,7 +22,7 @@ static const char *const group_help[N_GROUP] = {
     "the GPUs `tessera plan` plans for (training ignores it); 0 = the built-in figure of name"};
 
 static const char *const type_name[] = {"integer", "real", "logical", "string", "choice",
-                                        "string"};
+                                        "string", "int|auto"};
 
 #define FLD(g, f, t) GI_##g, #f, t, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f)
 #define INT(g, f, def, lo, hi, b, help) {FLD(g, f, K_INT), def, lo, hi, b, NULL, help}
@@ -31,6 +31,7 @@ static const char *const type_name[] = {"integer", "real", "logical", "string", 
 #define STR(g, f, def, shown, help) {FLD(g, f, K_STRING), def, 0, 0, 0, shown, help}
 #define CHOICE(g, f, def, ch, help) {FLD(g, f, K_CHOICE), def, 0, 0, 0, ch, help}
 #define SCOPE(g, f, def, shown, help) {FLD(g, f, K_SCOPE), def, 0, 0, 0, shown, help}
+#define INT_AUTO(g, f, def, lo, help) {FLD(g, f, K_INT_AUTO), def, lo, 0, LO, NULL, help}
 
 const key_def deck_schema[] = {
     STR(run, name, "tessera", NULL, "run name, shown in the log and stored in checkpoints"),
@@ -117,7 +118,10 @@ const key_def deck_schema[] = {
     STR(data, valid, "", NULL, "path or glob of validation shards ('' = no evaluation)"),
     LOGI(data, shuffle, ".false.", "seeded permutation of samples (else in file order)"),
     STR(checkpoint, dir, "", NULL, "checkpoint directory ('' = <out_dir>/ckpt)"),
-    INT(checkpoint, every_steps, "0", 0, 0, LO, "save every N steps (0 = only at the end)"),
+    INT_AUTO(checkpoint, every_steps, "0", 0,
+             "save every N steps (0 = only at the end); 'auto': the Young-Daly interval "
+             "sqrt(2 C MTBF) / step time, C the measured time a checkpoint holds training up, "
+             "re-estimated at every checkpoint (needs mtbf_hours)"),
     REAL(checkpoint, every_minutes, "0", 0, 0, LO, "also save every M minutes (0 = off)"),
     INT(checkpoint, keep, "3", 0, 0, LO, "newest checkpoints kept (0 = keep all)"),
     STR(checkpoint, resume, "auto", "auto|none|<path>",
@@ -128,6 +132,13 @@ const key_def deck_schema[] = {
     INT(checkpoint, alignment, "0", 0, 1073741824, LO | HI,
         "align file objects of at least this many bytes to it (H5Pset_alignment; 0 = HDF5 "
         "default)"),
+    LOGI(checkpoint, async, ".true.",
+         "copy the state to a host snapshot and write it in a background thread while training "
+         "goes on (used when the snapshot fits in half the node's available memory; "
+         ".false. writes synchronously)"),
+    REAL(checkpoint, mtbf_hours, "0", 0, 0, LO,
+         "mean time between failures of the job, hours: every_steps = 'auto' needs it > 0; "
+         "tessera plan gives the expected goodput with it (0 = not given)"),
     CHOICE(hardware, name, "h100", "h100|h200|a100|custom",
            "built-in SXM figures, 8 per node: h100 989 TFLOP/s bf16, 67 fp32, 80 GB, 3350 GB/s, "
            "links 450 / 50 GB/s; h200 the same with 141 GB, 4800 GB/s; a100 312 TFLOP/s bf16, "
@@ -147,6 +158,9 @@ const key_def deck_schema[] = {
     REAL(hardware, comm_efficiency, "0.8", 0, 1, LO | HI | LO_OPEN,
          "fraction of link bandwidth a collective reaches"),
     REAL(hardware, reserved_gb, "2", 0, 0, LO, "GB per GPU held by the CUDA/NCCL runtime"),
+    REAL(hardware, fs_gbps, "5", 0, 0, LO | LO_OPEN,
+         "GB/s the job's checkpoint writes reach on its file system (an assumption: the "
+         "plan's write time and Young-Daly interval)"),
 };
 const int deck_n_keys = (int)(sizeof deck_schema / sizeof deck_schema[0]);
 _Static_assert(sizeof deck_schema / sizeof deck_schema[0] <= DECK_MAX_KEYS,
@@ -214,6 +228,10 @@ void deck_fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
   tsr_config *cc = (tsr_config *)c;
   switch (deck_schema[k].type) {
   case K_INT: snprintf(buf, cap, "%lld", (long long)*deck_ival(cc, k)); break;
+  case K_INT_AUTO:
+    if (*deck_ival(cc, k) == TSR_EVERY_AUTO) snprintf(buf, cap, "'auto'");
+    else snprintf(buf, cap, "%lld", (long long)*deck_ival(cc, k));
+    break;
   case K_REAL: fmt_real(buf, cap, *deck_rval(cc, k)); break;
   case K_LOGICAL: snprintf(buf, cap, "%s", *deck_lval(cc, k) ? ".true." : ".false."); break;
   case K_CHOICE: {
@@ -242,7 +260,7 @@ void deck_fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
 }
 
 static void fmt_bound(char *buf, size_t cap, const key_def *d, double v) {
-  if (d->type == K_INT) snprintf(buf, cap, "%lld", (long long)v);
+  if (d->type == K_INT || d->type == K_INT_AUTO) snprintf(buf, cap, "%lld", (long long)v);
   else snprintf(buf, cap, "%g", v);
 }
 /* "[1, 1024]", ">= 0", "(0, 1]", "> 0" */
@@ -271,6 +289,9 @@ void tsr_deck_defaults(tsr_config *cfg) {
     const char *d = deck_schema[k].def;
     switch (deck_schema[k].type) {
     case K_INT: *deck_ival(cfg, k) = strtoll(d, NULL, 10); break;
+    case K_INT_AUTO:
+      *deck_ival(cfg, k) = strcmp(d, "auto") ? strtoll(d, NULL, 10) : TSR_EVERY_AUTO;
+      break;
     case K_REAL: *deck_rval(cfg, k) = strtod(d, NULL); break;
     case K_LOGICAL: *deck_lval(cfg, k) = d[1] == 't'; break;
     case K_CHOICE: *deck_lval(cfg, k) = deck_choice_index(deck_schema[k].choices, d, strlen(d)); break;
@@ -281,8 +302,9 @@ void tsr_deck_defaults(tsr_config *cfg) {
 }
 
 static void allowed(const key_def *d, char *buf, size_t cap) {
-  if (d->type == K_INT || d->type == K_REAL) {
+  if (d->type == K_INT || d->type == K_REAL || d->type == K_INT_AUTO) {
     deck_fmt_range(buf, cap, d);
+    if (d->type == K_INT_AUTO) strncat(buf, " or 'auto'", cap - strlen(buf) - 1);
   } else if (d->choices) {
     size_t o = 0;
     for (const char *c = d->choices; *c && o + 4 < cap;) {

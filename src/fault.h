@@ -15,6 +15,13 @@
  *   start_where=W     ... before MPI_Init ('mpi_init'), after the deck is read and before
  *                     the run is set up ('setup', the default), or before the resume reads
  *                     a checkpoint ('resume'); it prints its process id first
+ *   ckpt_fail_step=N  the checkpoint write of step N fails half-way (ckpt.c) on ...
+ *   ckpt_fail_rank=R  ... rank R (default 0), as a failing dataset write would
+ *   ckpt_host_mb=M    a node has M MB of memory available for the asynchronous
+ *                     checkpoint's snapshot (ckpt_async.c)
+ *   ckpt_cost=S       checkpoint.every_steps = 'auto' takes S seconds as the time a
+ *                     checkpoint holds training up, instead of measuring it ...
+ *   ckpt_step_time=S  ... and S seconds as the step time (session_ckpt.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H

@@ -74,17 +74,34 @@ void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
   end_record(mt->f);
 }
 
-void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
-  if (!mt) return;
-  fprintf(mt->f, "{\"step\":%lld,\"event\":\"%s\",\"detail\":\"", (long long)step, what);
+/* The record up to its detail, without the closing quote. */
+static void event_start(FILE *f, int64_t step, const char *what, const char *detail) {
+  fprintf(f, "{\"step\":%lld,\"event\":\"%s\",\"detail\":\"", (long long)step, what);
   for (const char *c = detail; *c; c++) { /* JSON string escape */
     if (*c == '"' || *c == '\\')
-      fprintf(mt->f, "\\%c", *c);
+      fprintf(f, "\\%c", *c);
     else if ((unsigned char)*c < 0x20)
-      fprintf(mt->f, "\\u%04x", (unsigned char)*c);
+      fprintf(f, "\\u%04x", (unsigned char)*c);
     else
-      fputc(*c, mt->f);
+      fputc(*c, f);
   }
-  fprintf(mt->f, "\",");
+  fprintf(f, "\",");
+}
+
+void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail) {
+  if (!mt) return;
+  event_start(mt->f, step, what, detail);
+  end_record(mt->f);
+}
+
+void tsr_metrics_checkpoint(tsr_metrics *mt, int64_t step, int async, double blocked_s,
+                            double write_s) {
+  if (!mt) return;
+  char detail[64];
+  snprintf(detail, sizeof detail, "%.3f s", write_s);
+  event_start(mt->f, step, "checkpoint", detail);
+  fprintf(mt->f, "\"async\":%s,", async ? "true" : "false");
+  num(mt->f, "blocked_s", blocked_s, 0);
+  num(mt->f, "write_s", write_s, 0);
   end_record(mt->f);
 }

@@ -24,7 +24,13 @@ int tsr_metrics_open(tsr_metrics **out, const char *path);
 void tsr_metrics_close(tsr_metrics **mt);
 void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s);
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss);
-/* {"step":…, "event":"<what>", "detail":"<detail>"}: starts, resumes, checkpoints. */
+/* {"step":…, "event":"<what>", "detail":"<detail>"}: starts, resumes. */
 void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail);
+/* A checkpoint's event, once its write has ended: {"step":…, "event":"checkpoint",
+ * "detail":"<write_s> s", "async":true|false, "blocked_s":…, "write_s":…}.  blocked_s:
+ * how long training was held up for it (a synchronous write: all of it; an asynchronous
+ * one: the snapshot copy and any wait for the write before); write_s: the write itself. */
+void tsr_metrics_checkpoint(tsr_metrics *mt, int64_t step, int async, double blocked_s,
+                            double write_s);
 
 #endif

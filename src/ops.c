@@ -4,6 +4,7 @@
 #include "ops.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops_backend.h"
@@ -51,6 +52,24 @@ void tsr_ops_free_(void **p) {
     dev->free(*p);
   else
     tsr_free_(p);
+  *p = NULL;
+}
+void *tsr_ops_host_alloc(size_t bytes) {
+  if (dev && dev->host_alloc) return dev->host_alloc(bytes);
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) {
+    tsr_error("out of host memory allocating %zu bytes", bytes);
+    return NULL;
+  }
+  memset(p, 0, bytes); /* every page touched now, not at the first copy */
+  return p;
+}
+void tsr_ops_host_free_(void **p) {
+  if (!p || !*p) return;
+  if (dev && dev->host_free)
+    dev->host_free(*p);
+  else
+    free(*p);
   *p = NULL;
 }
 void tsr_ops_copy(void *dst, const void *src, size_t bytes) {

@@ -30,6 +30,14 @@ void tsr_ops_init(int n_threads);
 void *tsr_ops_alloc(size_t count, size_t size); /* zeroed; NULL (reported) on failure */
 void tsr_ops_free_(void **p);                   /* NULLs *p */
 #define tsr_ops_free(pp) tsr_ops_free_((void **)(pp))
+/* Host memory that copies of op memory go to (the checkpoint snapshot, ckpt_async.c):
+ * page-locked with a device backend, so that its copies are fast and asynchronous, plain
+ * 64-byte aligned host memory on the CPU; zeroed.  It is not op memory: neither
+ * tsr_ops_mem_bytes nor tsr_mem_bytes counts it.  NULL (reported) on failure; free it with
+ * tsr_ops_host_free under the same backend. */
+void *tsr_ops_host_alloc(size_t bytes);
+void tsr_ops_host_free_(void **p); /* NULLs *p */
+#define tsr_ops_host_free(pp) tsr_ops_host_free_((void **)(pp))
 void tsr_ops_copy(void *dst, const void *src, size_t bytes);
 void tsr_ops_zero(void *dst, size_t bytes);
 void tsr_ops_sync(void);

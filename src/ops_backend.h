@@ -31,6 +31,10 @@ typedef struct tsr_ops_backend {
   /* bytes allocated through alloc: 0 now, 1 the high-water mark; 2 restarts the
    * high-water mark from now (and returns it) */
   size_t (*mem_bytes)(int what);
+  /* host memory for copies of device memory (page-locked), zeroed; may be NULL: plain
+   * host memory then */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_free)(void *p);
   /* the ops, as in ops_list.h */
 #define TSR_OP(name, params, args) void(*name) params;
 #define TSR_OP_RET(type, name, params, args) type(*name) params;

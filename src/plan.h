@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt_interval.h"
 #include "comm.h"
 #include "config.h"
 #include "grid.h"
@@ -179,6 +180,26 @@ typedef struct {
  * layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
+
+/* plan_ckpt.c: the checkpoint of a plan.  The file holds 12 bytes per parameter (the
+ * deck's few kB and HDF5's metadata left out), written in bytes / hardware.fs_gbps; the
+ * host snapshot of checkpoint.async holds 12 bytes per element of a rank's shard; with
+ * checkpoint.mtbf_hours the Young-Daly interval at C = the write time and the predicted
+ * step time (ckpt_interval.h). */
+typedef struct {
+  double bytes, write_s;
+  double snapshot_bytes; /* host memory per GPU, of the stage holding the most */
+  int snapshot_stage;
+  double mtbf_s, step_s; /* mtbf_s 0: not given, nothing below is set */
+  tsr_ckpt_interval young_daly;
+  int64_t floor_steps;   /* ceil(write_s / step_s): the shortest interval of background writes */
+  double deck_goodput;   /* the goodput at checkpoint.every_steps, when that is a number */
+} tsr_plan_ckpt;
+tsr_plan_ckpt tsr_plan_checkpoint(const tsr_plan *p, const tsr_config *cfg);
+/* The checkpoint section of the tables, and the "checkpoint" member of the JSON (a line
+ * ending in ",\n"). */
+void tsr_plan_print_checkpoint(FILE *out, const tsr_plan *p, const tsr_config *cfg);
+void tsr_plan_json_checkpoint(FILE *out, const tsr_plan *p, const tsr_config *cfg);
 
 /* plan_cli.c: the command.  Readable tables or JSON of a plan; */
 void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes);

@@ -176,6 +176,7 @@ void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nod
   print_compute(out, p, cfg);
   print_traffic(out, p);
   print_time(out, p);
+  tsr_plan_print_checkpoint(out, p, cfg);
 }
 
 /* ---------------------------------------------------------------- JSON output */
@@ -243,6 +244,7 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"recompute\": %.17g, \"executed\": %.17g, \"gemm_weights\": %lld},\n",
           p->model_flops, p->forward_flops, p->attention_flops, p->recompute_flops,
           p->executed_flops, (long long)p->n_gemm);
+  tsr_plan_json_checkpoint(out, p, cfg);
   fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
           "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g},\n  \"stages\": [\n",
           p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu);

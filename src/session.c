@@ -13,7 +13,6 @@
 #include "precision.h"
 #include "runctl.h"
 #include "util.h"
-#include "watchdog.h"
 
 int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_backend **dev) {
   *dev = NULL;
@@ -126,6 +125,7 @@ static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
 
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
+  s->ckpt_saved_step = -1; /* no checkpoint written by this run yet */
   s->cfg = cfg;
   s->world = world;
   MPI_Comm_rank(world, &s->rank);
@@ -159,6 +159,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
 }
 
 void tsr_session_close(tsr_session *s) {
+  tsr_session_ckpt_close(s); /* a write in flight ends first, and is reported */
   tsr_metrics_close(&s->metrics);
   tsr_data_destroy(&s->train_data);
   tsr_data_destroy(&s->valid_data);
@@ -179,22 +180,10 @@ void tsr_session_close(tsr_session *s) {
   }
 }
 
-/* What this rank holds, for checkpoint I/O: its (stage, tp) part, its ZeRO shard of that,
- * and which of the identical copies of the shard it is (dp replicas at zero 0, hybrid
- * replicas otherwise), so each piece is written once. */
-static tsr_ckpt_view ckpt_view(const tsr_session *s) {
-  tsr_ckpt_view v = {s->lay, tsr_zero_shard_begin(s->zero), tsr_zero_shard_end(s->zero), 0, 1};
-  if (s->cfg->parallel.zero_stage == 0)
-    v.copy_index = s->grid->dp_rank, v.n_copies = s->grid->dp;
-  else
-    v.copy_index = s->grid->replicate_rank, v.n_copies = s->grid->replicate_size;
-  return v;
-}
-
 int tsr_session_load(tsr_session *s, const char *path) {
   TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->st.tokenizer,
                                   s->world));
-  const tsr_ckpt_view view = ckpt_view(s);
+  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   char data_tokenizer[sizeof s->st.tokenizer];
   memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);
   tsr_ops_sync(); /* the host writes the state */
@@ -213,8 +202,9 @@ int tsr_session_resume(tsr_session *s) {
   TSR_CALL(tsr_run_agree(s->world, resume_state(s)));
   /* a run that will write checkpoints finds out now, not at the first one, whether it can
    * (the deck's few kB are left out of the size) */
-  if (s->st.step < s->cfg->run.max_steps) TSR_CALL(tsr_ckpt_preflight(s->cfg, 0, s->world));
-  return 0;
+  if (s->st.step >= s->cfg->run.max_steps) return 0;
+  TSR_CALL(tsr_ckpt_preflight(s->cfg, 0, s->world));
+  return tsr_session_ckpt_open(s); /* resume read every file it needed: writes may start */
 }
 
 static int resume_state(tsr_session *s) {
@@ -246,19 +236,6 @@ static int resume_state(tsr_session *s) {
   tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)s->st.step,
           (long long)s->st.data_cursor);
   tsr_metrics_event(s->metrics, s->st.step, "resume", path);
-  return 0;
-}
-
-int tsr_session_save(tsr_session *s, const char *deck_text) {
-  const double t0 = tsr_now();
-  tsr_watchdog_activity(s->st.step, "a checkpoint write");
-  const tsr_ckpt_view view = ckpt_view(s);
-  tsr_ops_sync(); /* the update has landed before the host reads the state */
-  TSR_CALL(tsr_ckpt_save_view(s->cfg, &view, tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                              tsr_zero_adam_v(s->zero), &s->st, deck_text, s->world));
-  char detail[64];
-  snprintf(detail, sizeof detail, "%.3f s", tsr_now() - t0);
-  tsr_metrics_event(s->metrics, s->st.step, "checkpoint", detail);
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "ckpt.h"
+#include "ckpt_async.h"
 #include "config.h"
 #include "data.h"
 #include "grid.h"
@@ -48,6 +49,14 @@ typedef struct {
   double peak_flops; /* per rank, the denominator of MFU (the slowest rank's GEMM rate) */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
   double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
+  /* checkpoints (session_ckpt.c) */
+  tsr_ckpt_async *ckpt_async; /* the background writer; NULL: synchronous writes */
+  double ckpt_blocked_s;      /* the write in flight: how long it held training up */
+  double ckpt_write_s;        /* the last background write's duration (0: none yet) */
+  int64_t ckpt_next;          /* every_steps = 'auto': the step of the next checkpoint */
+  int64_t ckpt_saved_step;    /* the step of the last checkpoint written or started; -1 */
+  int64_t ckpt_steps;         /* steps this run has taken (tsr_session_ckpt_due) */
+  double ckpt_step_first_s, ckpt_step_sum_s; /* their times: the first, the others' sum */
 } tsr_session;
 
 /* Build every object of the run (training: also the training data and the GEMM rate).
@@ -61,14 +70,38 @@ void tsr_session_close(tsr_session *s);
 
 /* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation; then,
  * when steps are left to train, the checkpoint directory's pre-flight check
- * (tsr_ckpt_preflight).  Collective; the same outcome on every rank. */
+ * (tsr_ckpt_preflight) and the checkpoint writer (tsr_session_ckpt_open).  Collective; the
+ * same outcome on every rank. */
 int tsr_session_resume(tsr_session *s);
 /* Load one checkpoint file into the state and the parameters. */
 int tsr_session_load(tsr_session *s, const char *path);
-/* Write the checkpoint of the current step (collective; the metrics get an event). */
-int tsr_session_save(tsr_session *s, const char *deck_text);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
  * smaller): the first samples of the validation set. */
 int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);
+
+/* ---- checkpoints (session_ckpt.c; docs/formats.md "Checkpoint write protocol",
+ * "Asynchronous checkpoints", "Checkpoint interval") ---- */
+
+/* What this rank holds, for checkpoint I/O (tsr_ckpt_view). */
+tsr_ckpt_view tsr_session_ckpt_view(const tsr_session *s);
+/* Before the first step: synchronous or background writes (tsr_ckpt_async_create, logged),
+ * and with every_steps = 'auto' the first checkpoint a few steps on.  Collective. */
+int tsr_session_ckpt_open(tsr_session *s);
+/* Waits for a write in flight (reporting a failure), frees the writer. */
+void tsr_session_ckpt_close(tsr_session *s);
+/* Checkpoint the current step (collective): written now, or snapshot and written in the
+ * background (after waiting for the write in flight, whose failure is returned); `wait`:
+ * return only once it is written (the last step, a stop).  The metrics get a checkpoint
+ * event when the write has ended; with 'auto' the next checkpoint step is chosen. */
+int tsr_session_save(tsr_session *s, const char *deck_text, int wait);
+/* At a step boundary, never blocking: the code of a background write that has ended in
+ * failure (each is returned once; 0 otherwise).  The ranks may see the end at different
+ * boundaries: all-reduce it (MAX) to stop together. */
+int tsr_session_ckpt_poll(tsr_session *s);
+/* Waits for the write in flight, if any, and returns its code (collective outcome). */
+int tsr_session_ckpt_wait(tsr_session *s);
+/* After every step, with the step's time: is a checkpoint due at this step
+ * (checkpoint.every_steps, or the 'auto' interval)?  The same answer on every rank. */
+int tsr_session_ckpt_due(tsr_session *s, double step_s);
 
 #endif

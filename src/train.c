@@ -268,7 +268,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   log_setup(&s);
   tsr_fault_start_pause("resume");
   GO(tsr_run_agree_start(world, tsr_session_resume(&s), "while resuming"));
-  if (cfg->checkpoint.save_initial && s.st.step == 0) GO(tsr_session_save(&s, deck_text));
+  if (cfg->checkpoint.save_initial && s.st.step == 0) GO(tsr_session_save(&s, deck_text, 0));
 
   const double t_start = tsr_now();
   double t_last_ckpt = t_start, t_window = t_start;
@@ -276,11 +276,14 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
   const int64_t first_step = s.st.step;
   while (s.st.step < cfg->run.max_steps) {
     /* Decisions every rank must take together, agreed at the step boundary: stop on a
-     * signal (any rank's), and a time-based checkpoint (rank 0's clock decides). */
-    int flags[2] = {tsr_run_stop_signal(), /* the number: MAX over ranks gives one */
+     * signal (any rank's), a time-based checkpoint (rank 0's clock decides), and stop
+     * when a background checkpoint write has failed (seen by any rank). */
+    int flags[3] = {tsr_run_stop_signal(), /* the number: MAX over ranks gives one */
                     s.rank == 0 && cfg->checkpoint.every_minutes > 0 && s.st.step > first_step &&
-                        tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes};
-    GO_ALONE(tsr_comm_all_reduce_int(s.grid->world, flags, 2, TSR_COMM_MAX));
+                        tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes,
+                    tsr_session_ckpt_poll(&s)};
+    GO_ALONE(tsr_comm_all_reduce_int(s.grid->world, flags, 3, TSR_COMM_MAX));
+    if ((rc = flags[2]) != 0) goto done;
     if (flags[0] && s.st.step == first_step) {
       /* before this run's first step: its state is the checkpoint it resumed from, or the
        * seed's (save_initial wrote it if wanted); writing it again would only cost time */
@@ -291,14 +294,14 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     if (flags[0]) {
       tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
               flags[0], (long long)s.st.step);
-      GO(tsr_session_save(&s, deck_text));
+      GO(tsr_session_save(&s, deck_text, 1));
       tsr_log("stopped cleanly at step %lld with its checkpoint written: exit 3 (requeue, or "
               "run again, to go on from there)", (long long)s.st.step);
       rc = TSR_ERR_SIGNAL;
       goto done;
     }
     if (flags[1]) {
-      GO(tsr_session_save(&s, deck_text));
+      GO(tsr_session_save(&s, deck_text, 0));
       t_last_ckpt = tsr_now();
     }
     const double t0 = tsr_now();
@@ -343,8 +346,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     }
     if (cfg->run.sample_every > 0 && step % cfg->run.sample_every == 0) /* generate.c */
       GO_ALONE(tsr_generate_train_sample(&s));
-    if ((cfg->checkpoint.every_steps > 0 && step % cfg->checkpoint.every_steps == 0) || last) {
-      GO(tsr_session_save(&s, deck_text));
+    if (tsr_session_ckpt_due(&s, dt) || last) {
+      GO(tsr_session_save(&s, deck_text, last)); /* the last one is waited for */
       t_last_ckpt = tsr_now();
     }
   }

@@ -127,21 +127,25 @@ void *tsr_calloc(size_t count, size_t size) {
   }
   memset(raw, 0, bytes + TSR_ALIGN);
   *(size_t *)raw = bytes;
-  g_mem += bytes;
-  if (g_mem > g_mem_peak) g_mem_peak = g_mem;
+  /* atomic: a background checkpoint write allocates on its own thread (ckpt_async.c) */
+  const size_t now = __atomic_add_fetch(&g_mem, bytes, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&g_mem_peak, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&g_mem_peak, &peak, now, 1, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+  }
   return (char *)raw + TSR_ALIGN;
 }
 
 void tsr_free_(void **p) {
   if (!p || !*p) return;
   char *raw = (char *)*p - TSR_ALIGN;
-  g_mem -= *(size_t *)raw;
+  __atomic_sub_fetch(&g_mem, *(size_t *)raw, __ATOMIC_RELAXED);
   free(raw);
   *p = NULL;
 }
 
-size_t tsr_mem_bytes(void) { return g_mem; }
-size_t tsr_mem_peak_bytes(void) { return g_mem_peak; }
+size_t tsr_mem_bytes(void) { return __atomic_load_n(&g_mem, __ATOMIC_RELAXED); }
+size_t tsr_mem_peak_bytes(void) { return __atomic_load_n(&g_mem_peak, __ATOMIC_RELAXED); }
 
 uint64_t tsr_hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;

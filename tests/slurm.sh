@@ -22,8 +22,11 @@
 #                  repeated or skipped batch would be off by far more).
 #  C  node failure: `kill -9` of one rank's tessera mid-run: srun ends the step within
 #                  seconds (KillWait 5 s here), the job requeues itself (a counted failure)
-#                  and resumes from the newest complete checkpoint; at most every_steps
-#                  steps recomputed, final losses within 1e-5 of A's.
+#                  and resumes from the newest checkpoint the killed run completed (its
+#                  metrics event is written once the write has ended); fewer than
+#                  2 x every_steps steps recomputed (a background write in flight at the
+#                  kill is lost with its interval: the one before had ended, since at most
+#                  one is in flight); final losses within 1e-5 of A's.
 # A requeued job is started as soon as it may be (tsr_slurm_wait), not after Slurm's two
 # minutes.  About 1 minute on an idle 2-core machine, 2-3 minutes on a busy one.
 set -u
@@ -267,12 +270,12 @@ check "C: with an exit code neither 0 nor 3 (killed)" test -n "$rc" -a "$rc" != 
 check "C: requeued once, then COMPLETED with exit code 0" job_is "$JOB" COMPLETED 0:0 1 || show_out C
 read -r last_before resume_at <<<"$(metrics_py recompute "$SCRATCH/C")"
 [[ $resume_at =~ ^[0-9]+$ ]] || resume_at=-1000
-newest=$(grep '"event":"checkpoint"' "$SCRATCH/C/metrics.jsonl" |
-  sed -n 's/^{"step":\([0-9]*\),.*/\1/p' | awk -v m="$last_before" '$1 <= m' | tail -n 1)
-check "C: resumed from the newest complete checkpoint (step $newest; resume at $resume_at)" \
+newest=$(sed '/"event":"resume"/q' "$SCRATCH/C/metrics.jsonl" | grep '"event":"checkpoint"' |
+  sed -n 's/^{"step":\([0-9]*\),.*/\1/p' | tail -n 1)
+check "C: resumed from the newest checkpoint completed before the kill (step $newest; resume at $resume_at)" \
   test -n "$newest" -a "$resume_at" = "$newest"
-check "C: $((last_before - resume_at)) steps recomputed (at most every_steps $EVERY)" \
-  test $((last_before - resume_at)) -le "$EVERY"
+check "C: $((last_before - resume_at)) steps recomputed (fewer than 2 x every_steps $EVERY)" \
+  test $((last_before - resume_at)) -lt $((2 * EVERY))
 check "C: recomputed steps have their first losses again" metrics_py repeat-same "$SCRATCH/C"
 check "C: final losses are A's (1e-5)" metrics_py close "$SCRATCH/A" "$SCRATCH/C" 1 30 1e-5
 metrics_py equal "$SCRATCH/A" "$SCRATCH/C" 1 30 >/dev/null && echo "    C: (in fact bitwise equal)"

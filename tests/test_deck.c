@@ -80,6 +80,18 @@ static const bad_case bad[] = {
     {"&train precision = 'fp8' /", 1, "1:20", "choose one of 'fp32', 'bf16', 'fp16'"},
     {"&parallel shard_scope = 'nodes' /", 1, "1:25", "use 'global', 'node' or a positive number"},
     {"&parallel shard_scope = '0' /", 1, "1:25", "&parallel shard_scope = '0' is not allowed"},
+    {"&checkpoint every_steps = 'auto' /", 1, "1:13",
+     "checkpoint.every_steps = 'auto' needs checkpoint.mtbf_hours > 0"},
+    {"&checkpoint\n  every_steps = 'auto'\n  mtbf_hours = 0\n/", 1, "3:3",
+     "needs checkpoint.mtbf_hours > 0, the job's mean time between failures in hours"},
+    {"&checkpoint every_steps = auto /", 1, "1:27",
+     "&checkpoint every_steps expects an integer or the string 'auto', got auto; write 'auto'"},
+    {"&checkpoint every_steps = 'often' /", 1, "1:27",
+     "&checkpoint every_steps expects an integer or 'auto', got 'often'"},
+    {"&checkpoint every_steps = '5' /", 1, "1:27", "expects an integer or 'auto', got '5'"},
+    {"&checkpoint every_steps = -1 /", 1, "1:27",
+     "&checkpoint every_steps = -1 is out of range: must be >= 0 or 'auto'"},
+    {"&checkpoint mtbf_hours = -1 /", 1, "1:26", "mtbf_hours = -1 is out of range: must be >= 0"},
     {"&model n_layer = 2, 3 /", 1, "1:21", "&model n_layer expects one value, got 2"},
     {"&model n_layer = 3*2 /", 1, "1:18", "&model n_layer expects one value, got 3"},
     {"&run name = 2*'a' /", 1, "1:13", "&run name expects one value, got 2"},
@@ -206,6 +218,10 @@ static const bad_override bad_ov[] = {
     {"", {"modle.n_layer=3"}, "<command line>:arg1:1", "unknown group '&modle'; did you mean '&model'?"},
     {"", {"train.lr=1"}, "<command line>:arg1:7", "key 'lr' is in group &optim, not &train"},
     {"", {"model.arch=lama"}, "<command line>:arg1:12", "did you mean 'llama'?"},
+    {"", {"checkpoint.every_steps=auto"}, "<command line>:arg1:1",
+     "checkpoint.every_steps = 'auto' needs checkpoint.mtbf_hours > 0"},
+    {"", {"checkpoint.every_steps=sometimes"}, "<command line>:arg1:24",
+     "expects an integer or 'auto', got 'sometimes'"},
     {"", {"run.seed=1,2"}, "<command line>:arg1:12", "&run seed expects one value, got 2"},
     {"", {"model.n_layer="}, "<command line>:arg1:1", "&model n_layer has no value after '='"},
     {"", {"model.n_layer=3 /"}, "<command line>:arg1:17", "unexpected '/' in the value of model.n_layer"},
@@ -290,6 +306,22 @@ static void test_good_syntax(void) {
   rc = parse(&c, "&train precision = 'fp16' / &parallel shard_scope = 'node' /", 0, NULL, 1);
   result(rc == 0 && c.train.precision == TSR_F16 && c.parallel.shard_scope == TSR_SHARD_NODE,
          "fp16 and shard_scope 'node' accepted", errbuf);
+  rc = parse(&c, "&checkpoint every_steps = 'Auto', mtbf_hours = 12 /", 0, NULL, 1);
+  result(rc == 0 && c.checkpoint.every_steps == TSR_EVERY_AUTO && c.checkpoint.mtbf_hours == 12,
+         "checkpoint.every_steps = 'auto' with mtbf_hours", errbuf);
+  const char *ov[] = {"checkpoint.every_steps=auto", "checkpoint.mtbf_hours=2",
+                      "checkpoint.every_steps=25"};
+  rc = parse(&c, "", 2, (char **)ov, 1);
+  ok = rc == 0 && c.checkpoint.every_steps == TSR_EVERY_AUTO;
+  rc = parse(&c, "&checkpoint every_steps = 'auto' mtbf_hours = 1 /", 1, (char **)ov + 2, 1);
+  result(ok && rc == 0 && c.checkpoint.every_steps == 25,
+         "every_steps on the command line: a bare auto, and a number over the deck's 'auto'",
+         errbuf);
+  rc = parse(&c, "", 0, NULL, 1);
+  result(rc == 0 && c.checkpoint.async == 1 && c.checkpoint.every_steps == 0 &&
+         c.checkpoint.mtbf_hours == 0 && c.hardware.fs_gbps == 5,
+         "defaults: checkpoint.async .true., every_steps 0, mtbf_hours 0, hardware.fs_gbps 5",
+         errbuf);
 }
 
 /* ---------------------------------------------------------------- round trip */
@@ -297,9 +329,10 @@ static void test_good_syntax(void) {
 static void test_round_trip(void) {
   const char *ov[] = {"optim.weight_decay=0.30000000000000004", "model.init_std=0.0123456789012345678",
                       "run.name='q''uote \"dq\" ! & /'", "optim.min_lr=1e-300", "run.step_timeout_s=1.5e6",
-                      "data.train=data/*.bin", "model.tie_embeddings=.true.", "run.seed=+7"};
+                      "data.train=data/*.bin", "model.tie_embeddings=.true.", "run.seed=+7",
+                      "checkpoint.every_steps=auto", "checkpoint.mtbf_hours=0.25"};
   tsr_config a, b;
-  int rc = parse(&a, "&model n_layer = 3 /", 8, (char **)ov, 1);
+  int rc = parse(&a, "&model n_layer = 3 /", 10, (char **)ov, 1);
   size_t need = tsr_deck_write(&a, NULL, 0);
   char *text = malloc(need);
   size_t got = tsr_deck_write(&a, text, need);
@@ -357,12 +390,14 @@ static const field fields[] = {
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
     F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
+    F(checkpoint, async, 'l', "F"), F(checkpoint, mtbf_hours, 'r', "0.5"),
     F(hardware, name, 'c', "a100"), F(hardware, peak_tflops, 'r', "0.5"),
     F(hardware, peak_fp32_tflops, 'r', "0.5"),
     F(hardware, hbm_gb, 'r', "0.5"), F(hardware, hbm_gbps, 'r', "0.5"),
     F(hardware, intra_node_gbps, 'r', "0.5"), F(hardware, inter_node_gbps, 'r', "0.5"),
     F(hardware, gpus_per_node, 'i', "2"), F(hardware, compute_efficiency, 'r', "0.5"),
     F(hardware, comm_efficiency, 'r', "0.5"), F(hardware, reserved_gb, 'r', "0.5"),
+    F(hardware, fs_gbps, 'r', "0.5"),
 };
 
 static void test_schema_covers_config(void) {
