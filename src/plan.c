@@ -258,7 +258,7 @@ static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const p
                     cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
   return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
          4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
-         slots * (56 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
+         slots * (80 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {
@@ -419,7 +419,8 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
  * storage type): stage 0 all-reduces B over dp; 1 reduce-scatters it once and
  * all-gathers W; 2 reduce-scatters every micro-batch (the tied unit once); 3 also gathers
  * each unit of W before forward and backward (not the embedding's for backward, but the
- * tied head's twice more); copies across the shard groups (hybrid) all-reduce the shard. */
+ * tied head's twice more, or once: the fused head's forward does not use it); copies
+ * across the shard groups (hybrid) all-reduce the shard. */
 static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                        tsr_plan_traffic *t) {
   const int zs = (int)cfg->parallel.zero_stage, S = (int)shard_of(cfg, g);
@@ -437,7 +438,9 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
   } else {
     const double u0 = storage_of(cfg).param * (double)p->unit0;
     const int head_is_embed = cfg->model.tie_embeddings && p->first && p->last;
-    add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * W - u0 + 2 * u0 * head_is_embed));
+    const int head_gathers = cfg->train.xent_chunk_tokens > 0 ? 1 : 2;
+    add(sh, TSR_COMM_ALL_GATHER,
+        k * ring_half(S) * (2 * W - u0 + head_gathers * u0 * head_is_embed));
   }
   add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
 }
