@@ -412,7 +412,9 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
   if (d->kv_shared)
     add(t, TSR_COMM_ALL_REDUCE,
         k * L * ring_all(tp) * d->kv_seg * (double)cfg->model.n_kv_head * 4);
-  if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * ring_all(tp) * d->N * 8);
+  /* a split backward's W pass reduces the fused head's statistics again */
+  const int again = d->split && d->xent_chunk > 0;
+  if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * (1 + again) * ring_all(tp) * d->N * 8);
 }
 
 /* zero.c per step, B = the stage's fp32 gradient, W = its parameters' compute copy (the
@@ -522,13 +524,19 @@ double tsr_plan_flops_per_token(const tsr_model_config *m) {
  * recomputation runs again.  recompute = 'full' reruns the forward of the stage's layers
  * (model_layer_recompute; not the embedding, the head or the loss); 'selective' rebuilds
  * the norm outputs and the MLP activation, element-wise work, which this count leaves out
- * like every element-wise op, the lookups and the loss. */
+ * like every element-wise op, the lookups and the loss.  The fused head (xent_chunk_tokens)
+ * runs its logits' GEMM once more in a split backward's W pass (zb_h1, zb_v). */
 static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
   return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
 static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return 0.0;
-  return 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
+  const tsr_schedule_choice s = cfg->parallel.schedule;
+  double head = 0; /* a split backward's W pass computes the fused head's logits again */
+  if ((s == TSR_SCHEDULE_ZB_H1 || s == TSR_SCHEDULE_ZB_V) && p->last &&
+      cfg->train.xent_chunk_tokens > 0)
+    head = 2.0 * (double)cfg->model.d_model * (double)cfg->model.vocab_size / g->tp;
+  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return head;
+  return head + 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
 static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
   return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;

@@ -486,6 +486,25 @@ static void test_flop_identities(void) {
            "gpt2_124m on tp %d x pp %d: executed %.6g = model %.6g = flops per token x tokens "
            "%.6g", p.grid.tp, p.grid.pp, p.executed_flops, p.model_flops, want);
   tsr_plan_destroy(&p);
+  /* the same under zb_h1: its W pass computes the fused head's logits again (2 V C per
+   * token, over the tp ranks), not the unfused head's */
+  for (int fused = 0; fused < 2; fused++) {
+    tsr_config z = deck_on("gpt2_124m", 4);
+    z.parallel.tp = 2, z.parallel.pp = 2, z.parallel.schedule = TSR_SCHEDULE_ZB_H1;
+    z.train.xent_chunk_tokens = fused ? 1024 : 0;
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    memset(&p, 0, sizeof p);
+    int zc = tsr_plan_hardware(&z.hardware, &hw);
+    if (!zc) zc = tsr_plan_layout(&z, 4, 4, &g, NULL, 0);
+    if (!zc) zc = tsr_plan_make(&p, &z, &hw, &g, 1);
+    const double head = fused ? 2.0 * 50304 * 768 * (double)z.train.global_batch * 1024 : 0;
+    TU_CHECK(zc == 0 && close_to(p.executed_flops - p.model_flops, head, 1e-9) &&
+                 close_to(p.model_flops, want, 1e-12),
+             "gpt2_124m on tp 2 x pp 2, zb_h1, %s head: executed - model = %.6g (want %.6g)",
+             fused ? "fused" : "unfused", p.executed_flops - p.model_flops, head);
+    tsr_plan_destroy(&p);
+  }
 }
 
 /* --max-mem-frac: a layout fits when the GPU's peak plus the reserve is at most the
