@@ -91,6 +91,16 @@ int tsr_cuda_scratch_crossent(const tsr_ops_shapes *s, size_t *bytes);
 int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes);
 int tsr_cuda_scratch_attention(const tsr_ops_shapes *s, size_t *bytes);
 
+/* matmul_fwd and matmul_bwd (gemm.cu) under names of their own, for an op of another
+ * family that runs a linear layer inside it (xent_head, xent.cu): the same arguments and
+ * results, queued on the stream; 0 or TSR_ERR (reported).  Without gelu_pre or dbias
+ * they use none of the scratch. */
+int tsr_cuda_linear_fwd(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias,
+                        int n, int in, int out);
+int tsr_cuda_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                        const void *x, const void *w, const void *gelu_pre, int n, int in,
+                        int out);
+
 /* ---- attention's paths (attention.cu) ----
  * For 16-bit storage: cuDNN's fused attention where TSR_ATT_CUDNN asked for it and cuDNN
  * takes the shape, else the tensor-core kernels of the kind asked (WMMA or mma.sync) where

@@ -222,6 +222,17 @@ static int matmul_backward(tsr_dtype dt, void *dx, float *dw, float *dbias, cons
   return 0;
 }
 
+extern "C" int tsr_cuda_linear_fwd(tsr_dtype dt, void *y, const void *x, const void *w,
+                                   const void *bias, int n, int in, int out) {
+  return matmul_forward(dt, y, x, w, bias, n, in, out);
+}
+
+extern "C" int tsr_cuda_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                                   const void *x, const void *w, const void *gelu_pre, int n,
+                                   int in, int out) {
+  return matmul_backward(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out);
+}
+
 extern "C" int tsr_cuda_scratch_gemm(const tsr_ops_shapes *s, size_t *bytes) {
   const long rows = s->rows < DGELU_ROWS ? s->rows : DGELU_ROWS;
   const size_t dgelu = rows > 0 && s->cols > 0 ? (size_t)rows * s->cols * sizeof(float) : 0;

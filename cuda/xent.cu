@@ -1,5 +1,6 @@
 /* xent.cu — cross-entropy on the LM head's logits (fp32, bf16 or fp16), fused with its
- * gradient: the single-rank form and the four vocab-parallel passes of ops_list.h.  One
+ * gradient: the single-rank form, the four vocab-parallel passes of ops_list.h, and
+ * xent_head, the single-rank form with the LM head's GEMMs around it per chunk.  One
  * block per row: the row's max in fp32, sums of exp in double, as on the CPU.  The loss
  * is summed into a device double (op memory) on the stream: row losses go to scratch and
  * one block sums them in a fixed order and adds the sum / div, so the host reads the
@@ -192,4 +193,49 @@ extern "C" void tsr_dev_xent_grad(tsr_dtype dt, void *logits, const int32_t *tar
   TSR_DEV_SKIP();
   TSR_DEV_DTYPE(dt, T,
                 grad_pass<T>((T *)logits, targets, row_max, sumexp, n, V, vocab_start, dloss));
+}
+
+/* ---- xent_head: per chunk of rows, the logits by cuBLASLt (gemm.cu) into the caller's
+ * scratch, the rows by xent's kernel (row losses at their rows of the device scratch),
+ * the gradient's GEMMs; the loss is then summed as xent sums it, in one block. ---- */
+
+template <class T>
+static int head_fused(tsr_dtype dt, double *loss, double div, void *dx, float *dw, const void *x,
+                      const void *w, const int32_t *targets, void *scratch, int n, int C, int V,
+                      int chunk, float dloss) {
+  if (n <= 0) return 0;
+  TSR_CUDA_ARG(x && w && targets && scratch && C > 0 && V > 0 && (!loss || div != 0.0));
+  if (chunk <= 0 || chunk > n) chunk = n;
+  const int grad = dx || dw;
+  const cudaStream_t stream = tsr_dev_ctx.stream;
+  double *row_loss = NULL;
+  TSR_CUDA_SCRATCH(row_loss, (size_t)n * sizeof(double));
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const T *xc = (const T *)x + (size_t)r0 * C;
+    TSR_CALL(tsr_cuda_linear_fwd(dt, scratch, xc, w, NULL, rows, C, V));
+    xent_row_kernel<T><<<rows, XENT_THREADS, 0, stream>>>(row_loss + r0, (T *)scratch,
+                                                           targets + r0, V, dloss, grad);
+    TSR_CUDA_LAUNCHED();
+    if (grad)
+      TSR_CALL(tsr_cuda_linear_bwd(dt, dx ? (T *)dx + (size_t)r0 * C : NULL, dw, NULL, scratch,
+                                   xc, w, NULL, rows, C, V));
+  }
+  if (loss) {
+    sum_doubles_kernel<1><<<1, 1024, 0, stream>>>(loss, row_loss, n, div);
+    TSR_CUDA_LAUNCHED();
+  }
+  return 0;
+}
+
+extern "C" void tsr_dev_xent_head(tsr_dtype dt, double *acc, double div, void *dx, float *dw,
+                                  const void *x, const void *w, const int32_t *targets,
+                                  void *scratch, int n, int C, int V, int chunk, float dloss) {
+  TSR_DEV_SKIP();
+  const double flops = (2.0 + (dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * C * V;
+  tsr_dev_prof_note(flops, "%s %d x %d -> %d, chunks of %d%s%s", tsr_dtype_name(dt), n, C, V,
+                    chunk, dx ? " +dx" : "", dw ? " +dw" : "");
+  TSR_DEV_DTYPE(dt, T,
+                head_fused<T>(dt, acc, div, dx, dw, x, w, targets, scratch, n, C, V, chunk,
+                              dloss));
 }

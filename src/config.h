@@ -101,6 +101,7 @@ typedef struct {
   double loss_scale;             /* fp16: initial dynamic loss scale */
   int64_t loss_scale_window;     /* fp16: clean steps before the scale doubles */
   double min_loss_scale;         /* fp16: floor of the scale */
+  int64_t xent_chunk_tokens;     /* rows per chunk of the fused LM head and loss; 0 = unfused */
 } tsr_train_config;
 
 typedef struct {

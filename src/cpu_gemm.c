@@ -1,4 +1,5 @@
-/* cpu_gemm.c — the linear layers: matmul_fwd, matmul_bwd (OpenBLAS sgemm).
+/* cpu_gemm.c — the linear layers: matmul_fwd, matmul_bwd (OpenBLAS sgemm), which other
+ * families' kernels also run as cpu_linear_fwd / _bwd (the fused LM head of cpu_xent.c).
  *
  * fp32 storage.  Each GEMM is one sgemm per OpenMP thread, the output split along its
  * larger dimension (gemm below).  Each element is one single-threaded sgemm's sum over
@@ -184,8 +185,8 @@ static void gemm16(const gemm16_args *g) {
 
 /* ---------------------------------------------------------------- ops */
 
-void tsr_cpu_matmul_fwd(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias,
-                        int n, int in, int out) {
+void cpu_linear_fwd(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias, int n,
+                    int in, int out) {
   if (n <= 0 || out <= 0) return;
   if (dt != TSR_F32) {
     gemm16(&(gemm16_args){.dt = dt, .ta = CblasNoTrans, .tb = CblasTrans, .M = n, .N = out,
@@ -222,9 +223,8 @@ TSR_CLONES static void bias_grad_block(tsr_dtype dt, float *dbias, const void *d
   for (int c = 0; c < nc; c++) dbias[c0 + c] += (float)acc[c];
 }
 
-void tsr_cpu_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
-                        const void *x, const void *w, const void *gelu_pre, int n, int in,
-                        int out) {
+void cpu_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                    const void *x, const void *w, const void *gelu_pre, int n, int in, int out) {
   if (n <= 0) return;
   if (dt != TSR_F32) {
     if (dx)
@@ -258,4 +258,15 @@ void tsr_cpu_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const v
       bias_grad_block(dt, dbias, dy, n, out, c0, nc);
     }
   }
+}
+
+void tsr_cpu_matmul_fwd(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias,
+                        int n, int in, int out) {
+  cpu_linear_fwd(dt, y, x, w, bias, n, in, out);
+}
+
+void tsr_cpu_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                        const void *x, const void *w, const void *gelu_pre, int n, int in,
+                        int out) {
+  cpu_linear_bwd(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out);
 }

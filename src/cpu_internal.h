@@ -216,6 +216,15 @@ static inline void widen_block(tsr_dtype dt, float *dst, int ldd, const void *sr
     widen_row(dt, dst + (size_t)r * ldd, tsr_dtype_at_c(src, dt, (int64_t)r * lds), cols);
 }
 
+/* ------------------------------------------------------ GEMMs (cpu_gemm.c)
+ * matmul_fwd and matmul_bwd under names of their own, for a kernel of another family
+ * that runs a linear layer inside it (the fused LM head, cpu_xent.c): the same arguments,
+ * results and bits. */
+void cpu_linear_fwd(tsr_dtype dt, void *y, const void *x, const void *w, const void *bias, int n,
+                    int in, int out);
+void cpu_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+                    const void *x, const void *w, const void *gelu_pre, int n, int in, int out);
+
 /* ------------------------------------------------- conversion buffers (cpu_buf.c)
  *
  * Each thread has a buffer of fp32 values for its conversions, plus one buffer shared by

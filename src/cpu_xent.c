@@ -1,5 +1,6 @@
-/* cpu_xent.c — cross-entropy over the logits: xent (one rank holds the vocabulary) and
- * the vocab-parallel passes xent_local_stats, xent_local_sumexp, xent_rows, xent_grad.
+/* cpu_xent.c — cross-entropy over the logits: xent (one rank holds the vocabulary), the
+ * vocab-parallel passes xent_local_stats, xent_local_sumexp, xent_rows, xent_grad, and
+ * xent_head, the LM head's GEMMs fused with xent over chunks of rows.
  *
  * A row is one task; the loss of xent is summed over N_PARTIAL fixed row ranges, then
  * the ranges in order, so it is the same for every thread count.  For 16-bit logits a
@@ -134,4 +135,51 @@ void tsr_cpu_xent_grad(tsr_dtype dt, void *logits, const int32_t *targets,
     if (t >= 0 && t < V) z[t] -= dloss;
     if (dt != TSR_F32) narrow_row(dt, tsr_dtype_at(logits, dt, (int64_t)r * V), z, V);
   }
+}
+
+/* ---- xent_head ----
+ * Chunk by chunk: the chunk's logits into scratch (cpu_linear_fwd, matmul_fwd's code),
+ * its rows by xent_row as xent does them, then the gradient's two GEMMs (cpu_linear_bwd).
+ * The rows of a chunk run in parallel in blocks of HEAD_ROWS, whose row losses are then
+ * added in row order into xent's N_PARTIAL partial sums: each partial sum sees the same
+ * additions in the same order as in xent, over however many chunks its rows fall, so
+ * the loss has xent's bits whatever the chunk. */
+#define HEAD_ROWS 1024
+
+void tsr_cpu_xent_head(tsr_dtype dt, double *acc, double div, void *dx, float *dw, const void *x,
+                       const void *w, const int32_t *targets, void *scratch, int n, int C, int V,
+                       int chunk, float dloss) {
+  if (n <= 0) return;
+  if (chunk <= 0 || chunk > n) chunk = n;
+  const int grad = dx || dw;
+  double partial[N_PARTIAL] = {0}, loss[HEAD_ROWS];
+  int c = 0; /* the partial sum of the next row */
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const void *xc = tsr_dtype_at_c(x, dt, (int64_t)r0 * C);
+    cpu_linear_fwd(dt, scratch, xc, w, NULL, rows, C, V);
+    if (dt != TSR_F32) cpu_buf_need(0, cpu_xent_buf_floats(V));
+    for (int b0 = 0; b0 < rows; b0 += HEAD_ROWS) {
+      const int nb = rows - b0 < HEAD_ROWS ? rows - b0 : HEAD_ROWS;
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < nb; i++) {
+        const int r = b0 + i; /* the chunk's row */
+        float *z = logit_row(dt, scratch, r, V);
+        loss[i] = xent_row(grad ? z : NULL, z, targets[r0 + r], V, dloss);
+        if (grad && dt != TSR_F32) narrow_row(dt, tsr_dtype_at(scratch, dt, (int64_t)r * V), z, V);
+      }
+      for (int i = 0; i < nb; i++) {
+        const long r = (long)r0 + b0 + i;
+        while (r >= (long)n * (c + 1) / N_PARTIAL) c++; /* xent's ranges, in order */
+        partial[c] += loss[i];
+      }
+    }
+    if (grad)
+      cpu_linear_bwd(dt, dx ? tsr_dtype_at(dx, dt, (int64_t)r0 * C) : NULL, dw, NULL, scratch, xc,
+                     w, NULL, rows, C, V);
+  }
+  if (!acc) return;
+  double total = 0.0;
+  for (int k = 0; k < N_PARTIAL; k++) total += partial[k];
+  *acc += total / div;
 }

@@ -103,6 +103,9 @@ const key_def deck_schema[] = {
     INT(train, loss_scale_window, "1000", 1, 0, LO,
         "fp16: the loss scale doubles after this many steps without overflow"),
     REAL(train, min_loss_scale, "1", 0, 0, LO | LO_OPEN, "fp16: the loss scale's floor"),
+    INT(train, xent_chunk_tokens, "1024", 0, 0, LO,
+        "tokens per chunk of the fused LM head and cross-entropy: only one chunk's logits "
+        "exist at a time (0 = unfused: a micro-batch's whole logits are stored)"),
     REAL(optim, lr, "3e-4", 0, 10, LO | HI, "peak learning rate"),
     REAL(optim, min_lr, "3e-5", 0, 10, LO | HI, "learning rate at the end of the decay"),
     INT(optim, warmup_steps, "10", 0, 0, LO, "linear warmup steps"),

@@ -89,14 +89,15 @@ static int64_t fill_window(const int32_t *ctx, int64_t n, int64_t T, int64_t B, 
 }
 
 /* Row `row` of the model's logits as fp32, for this rank's ids that are below limit:
- * out[i] is the logit of id *first + i; returns how many (after tsr_ops_sync). */
-static int64_t read_logits(const tsr_model *m, int64_t row, int64_t limit, float *out,
-                           int *first) {
+ * out[i] is the logit of id *first + i; returns how many (after tsr_ops_sync), or -1 when
+ * the model could not give them (said). */
+static int64_t read_logits(tsr_model *m, int64_t row, int64_t limit, float *out, int *first) {
   int count;
-  const void *lg = tsr_model_logits(m, 0, first, &count);
+  const void *lg = tsr_model_row_logits(m, 0, (int)row, first, &count);
+  if (!lg) return -1;
   const int64_t n = limit - *first < count ? limit - *first : count;
   const tsr_dtype dt = tsr_model_dtype(m);
-  for (int64_t i = 0; i < n; i++) out[i] = tsr_load(dt, lg, (size_t)(row * count + i));
+  for (int64_t i = 0; i < n; i++) out[i] = tsr_load(dt, lg, (size_t)i);
   return n > 0 ? n : 0;
 }
 
@@ -345,6 +346,7 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
     TSR_CALL(tsr_ops_status());
     int first;
     const int64_t k = read_logits(g->model, row, V, g->row, &first);
+    if (k < 0) return TSR_ERR;
     g->ctx[n++] = pick(g->row, k, &sp, (uint64_t)i, g->sc);
     if (tsr_now() - t_said >= 10.0 && i + 1 < o->tokens) {
       t_said = tsr_now();
@@ -452,6 +454,7 @@ static void sample_context(const tsr_config *cfg, tsr_tokenizer **tok, int32_t *
 static int next_greedy(tsr_session *s, int64_t row, int64_t vocab, float *buf, int32_t *next) {
   int first;
   const int64_t k = read_logits(s->model, row, vocab, buf, &first);
+  if (k < 0) return TSR_ERR;
   const int32_t i = argmax(buf, k);
   double best[2] = {i >= 0 && isfinite(buf[i]) ? buf[i] : -INFINITY, 0};
   if (s->grid->tp > 1)

@@ -333,7 +333,9 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
     if (m->last && (!(sl->final_norm = alloc_a(m, (size_t)sz->final_norm)) ||
                     !(sl->final_mean = alloc_f(m, (size_t)sz->final_mean)) ||
                     !(sl->final_rstd = alloc_f(m, (size_t)sz->final_rstd)) ||
-                    !(sl->logits = alloc_a(m, (size_t)sz->logits))))
+                    (sz->logits && !(sl->logits = alloc_a(m, (size_t)sz->logits))) ||
+                    (sz->head_targets &&
+                     !(sl->targets = tsr_ops_alloc((size_t)sz->head_targets, sizeof(int32_t))))))
       return TSR_ERR;
     if (sz->split && alloc_wstash(m, sl)) return TSR_ERR;
   }
@@ -359,6 +361,7 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
   if (!m->xent_max || !m->xent_sum || !m->xent_target || !m->loss1) return TSR_ERR;
   if (m->last && !(m->targets = tsr_ops_alloc((size_t)sz->xent, sizeof(int32_t))))
     return TSR_ERR;
+  if (sz->head_scratch && !(m->head_buf = alloc_a(m, (size_t)sz->head_scratch))) return TSR_ERR;
   return 0;
 }
 
@@ -395,6 +398,7 @@ void tsr_model_destroy(tsr_model **mp) {
       tsr_ops_free(&sl->final_mean);
       tsr_ops_free(&sl->final_rstd);
       tsr_ops_free(&sl->logits);
+      tsr_ops_free(&sl->targets);
       free_wstash(m, sl);
     }
   tsr_free(&m->slots);
@@ -417,6 +421,7 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_ops_free(&m->xent_target);
   tsr_ops_free(&m->loss1);
   tsr_ops_free(&m->targets);
+  tsr_ops_free(&m->head_buf);
   tsr_ops_free(&m->kv_keep);
   tsr_ops_free(&m->kv_sum);
   tsr_ops_free(&m->d_full);
@@ -477,9 +482,39 @@ const void *tsr_model_chunk_output(const tsr_model *m, int slot) {
   return resid(m, &m->slots[slot], m->Lc);
 }
 
-const void *tsr_model_logits(const tsr_model *m, int slot, int *first, int *count) {
+const void *tsr_model_row_logits(tsr_model *m, int slot, int row, int *first, int *count) {
   *first = m->vocab_start, *count = m->V;
-  return m->last ? m->slots[slot].logits : NULL;
+  if (!m->last) return NULL;
+  struct act_slot *sl = &m->slots[slot];
+  if (!m->sz.xent_chunk) return A(m, sl->logits, (int64_t)row * m->V);
+  /* the fused head keeps no logits: the row's, from the final norm's output */
+  const void *pw = params_acquire(m, m->head_unit, -1);
+  if (!pw) return NULL;
+  model_head_row_logits(m, sl, pw, row);
+  if (m->hooks.params_release(m->hooks.ctx, m->head_unit)) return NULL;
+  tsr_ops_sync();
+  return m->head_buf;
+}
+
+/* The fused head (train.xent_chunk_tokens > 0): the forward runs the final norm and keeps
+ * the targets.  With grad, the loss and every gradient are left to the backward, which
+ * computes each chunk's logits once for all of them and adds the loss to loss_acc then;
+ * without grad the loss alone is computed here, when it is wanted. */
+static int head_forward_fused(tsr_model *m, struct act_slot *sl, const int32_t *targets,
+                              float dloss, int grad, double *loss_acc) {
+  const int head = m->L + 1, tied = m->head_unit == 0, loss = !grad && loss_acc;
+  void *hc = m->hooks.ctx;
+  tsr_ops_copy(sl->targets, targets, (size_t)m->N * sizeof(int32_t));
+  const void *ph = params_acquire(m, head, loss && tied ? 0 : -1);
+  const void *pw = loss && tied ? params_acquire(m, 0, -1) : ph;
+  if (!ph || !pw) return TSR_ERR;
+  TSR_CALL(model_head_fwd(m, sl, ph, pw, resid(m, sl, m->Lc)));
+  if (loss) TSR_CALL(model_head_xent(m, sl, pw, NULL, NULL, loss_acc, 0.0f));
+  if (loss && tied) REL(m->hooks.params_release(hc, 0));
+  REL(m->hooks.params_release(hc, head));
+  sl->loss_acc = grad ? loss_acc : NULL;
+  sl->dloss = dloss;
+  return 0;
 }
 
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
@@ -520,6 +555,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   if (!heads) return 0;
   TSR_CHECK(targets, TSR_ERR, "model: the last chunk needs the targets");
   TSR_CALL(check_ids(m, targets, "target"));
+  if (m->sz.xent_chunk)
+    return head_forward_fused(m, sl, targets, dloss / (float)N, grad, loss_acc);
   tsr_ops_copy(m->targets, targets, (size_t)N * sizeof(int32_t));
   const void *ph = params_acquire(m, head, m->head_unit == 0 ? 0 : -1);
   const void *pw = m->head_unit == 0 ? params_acquire(m, 0, -1) : ph;
@@ -614,10 +651,14 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
   TSR_CHECK(m->sz.split, TSR_ERR, "model: a split backward needs a zero-bubble schedule's buffers");
   float *ge = NULL;
   if (heads) {
+    /* the fused head computes the logits again from W */
+    const void *pw = m->sz.xent_chunk ? params_acquire(m, m->head_unit, -1) : NULL;
+    if (m->sz.xent_chunk && !pw) return TSR_ERR;
     float *gh = grads_acquire(m, head);
     ge = tied ? grads_acquire(m, 0) : NULL;
     if (!gh || (tied && !ge)) return TSR_ERR;
-    model_head_bwd_w(m, sl, gh, tied ? ge : gh);
+    TSR_CALL(model_head_bwd_w(m, sl, pw, gh, tied ? ge : gh));
+    if (pw) REL(m->hooks.params_release(hc, m->head_unit));
     REL(m->hooks.grads_release(hc, head));
   }
   for (int q = n - 1; q >= 0; q--) {
@@ -647,7 +688,8 @@ static void read_loss(tsr_model *m, double *loss) {
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {
   TSR_CHECK(m->first && m->last && m->v == 1, TSR_ERR, "model: forward of a pipeline stage");
   tsr_ops_zero(m->loss1, sizeof(double));
-  TSR_CALL(tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, 0.0f, 0, m->loss1));
+  TSR_CALL(
+      tsr_model_chunk_forward(m, 0, 0, inputs, targets, NULL, 0.0f, 0, loss ? m->loss1 : NULL));
   read_loss(m, loss);
   return 0;
 }

@@ -39,6 +39,10 @@ typedef struct {
   tsr_model_layer_sizes layer; /* which of them each layer owns: the recompute mode */
   int64_t resid, tokens;                            /* per slot (tokens: int32) */
   int64_t final_norm, final_mean, final_rstd, logits; /* per slot, the head */
+  /* the fused head (train.xent_chunk_tokens > 0; logits then 0): xent_chunk rows per
+   * chunk (at most N), the one chunk's logits (shared), the targets kept per slot until
+   * the backward (int32) */
+  int64_t xent_chunk, head_scratch, head_targets;
   int64_t tmp_nc, d_resid, d_nc, d_atty, d_qkv, d_fc, d_act; /* gradient scratch */
   int64_t kv_keep, kv_sum;
   int64_t d_full, tmp_s, d_shard, norm_dw, norm_db;
@@ -131,7 +135,8 @@ tsr_dtype tsr_model_dtype(const tsr_model *m); /* that storage type */
  * of one optimizer step, pass dloss = 1/k. */
 int tsr_model_fwd_bwd(tsr_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                       double *loss);
-/* Forward only: *loss = mean cross-entropy (evaluation). */
+/* Forward only: *loss = mean cross-entropy (evaluation); loss NULL: no loss wanted (the
+ * fused head then computes no logits, tsr_model_row_logits does). */
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss);
 
 /* Pipeline stages.  The stage's layers form n_chunks chunks (virtual stages).  Forward of
@@ -140,7 +145,9 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
  * stage's chunk 0, which embeds `inputs`.  The last stage's last chunk computes the mean
  * loss on `targets` (and, with grad, the gradient of dloss * loss w.r.t. its logits) and
  * adds it to *loss_acc, a double of op memory (NULL: not wanted): on a GPU the host reads
- * it when it next synchronises, not once per micro-batch.
+ * it when it next synchronises, not once per micro-batch.  With the fused head
+ * (train.xent_chunk_tokens > 0) and grad, the loss is added by that slot's backward (its
+ * B pass when split), which computes the logits once for the loss and the gradients.
  * Its output is tsr_model_chunk_output(slot).  Backward of (chunk, slot) takes the
  * gradient of the chunk's output (NULL for the last chunk) and leaves the gradient of its
  * input in tsr_model_input_grad (overwritten by the next backward).  A slot is free again
@@ -159,11 +166,14 @@ int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_ou
 int tsr_model_chunk_backward_input(tsr_model *m, int chunk, int slot, const void *d_out);
 int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot);
 const void *tsr_model_chunk_output(const tsr_model *m, int slot);
-/* The logits of the last chunk's forward in `slot` (the last stage only; NULL elsewhere):
- * [micro_batch * seq_len, *count] in tsr_model_dtype, this tp rank's vocabulary ids
- * [*first, *first + *count).  Op memory: read after tsr_ops_sync.  A forward without
- * grad leaves them as the head computed them (tessera generate reads them). */
-const void *tsr_model_logits(const tsr_model *m, int slot, int *first, int *count);
+/* The logits of row `row` (a token of the micro-batch) after the last chunk's forward
+ * without grad in `slot` (the last stage only; NULL elsewhere, or on a failure, said):
+ * [*count] in tsr_model_dtype, this tp rank's vocabulary ids [*first, *first + *count).
+ * The unfused head stored them all (op memory: read after tsr_ops_sync); the fused one
+ * (train.xent_chunk_tokens) computes the row's now, which acquires the head's weight
+ * (collective under ZeRO-3: every rank of the model calls it) and syncs.  tessera
+ * generate and the trainer's sample line read them. */
+const void *tsr_model_row_logits(tsr_model *m, int slot, int row, int *first, int *count);
 /* Elements (of tsr_model_dtype) in a chunk's input/output activation and in its gradient:
  * micro_batch * seq_len * d_model, or 1/tp of it with sequence parallelism (each tp rank
  * sends its own rows). */

@@ -57,6 +57,7 @@ struct tsr_model {
   double *xent_max, *xent_sum, *xent_target; /* [N] vocab-parallel loss statistics */
   double *loss1; /* one double: tsr_model_forward / fwd_bwd's loss, or a sink for none */
   int32_t *targets; /* [N] last stage: the micro-batch's targets, copied where ops read */
+  void *head_buf;   /* [xent_chunk, V] the fused head's logits of one chunk (sz.xent_chunk) */
   /* n_kv_head < tp: KV heads are replicated, each shared by tp / n_kv_head ranks whose
    * query heads all contribute to its gradient; these buffers sum those contributions */
   int kv_shared, kv_head, kv_heads, kv_seg;
@@ -88,7 +89,12 @@ struct tsr_model {
                        * each layer writes the next, the output is always at Lc */
     void *final_norm; /* last stage: the head */
     float *final_mean, *final_rstd;
-    void *logits; /* [N, V]: the logits, then their gradient */
+    void *logits; /* [N, V]: the logits, then their gradient (unfused head only) */
+    /* the fused head: the targets of the slot's micro-batch; after a forward with grad,
+     * where its backward adds the loss (NULL: nowhere) and the loss's dloss / N */
+    int32_t *targets;
+    double *loss_acc;
+    float dloss;
     int32_t *tokens;  /* first stage: the inputs (for the embedding backward) */
     layer_wstash *w;  /* [Lc], split backward only */
     void *w_embed;    /* [N,C] split backward, first chunk: the embedding's output gradient */
@@ -151,10 +157,20 @@ int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void
                    float *gw, const void *x);
 /* Split backward: the head's B pass (input gradient into m->d_resid, the final norm's
  * weight gradients into sl->w_head) and its W pass (the LM head's weight gradient into gw
- * from the logits' gradient, the final norm's into gh). */
+ * from the logits' gradient, or from the logits computed again by the fused head, whose
+ * weight pw is then needed; the final norm's into gh). */
 int model_head_bwd_b(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
                      const void *x);
-void model_head_bwd_w(tsr_model *m, struct act_slot *sl, float *gh, float *gw);
+int model_head_bwd_w(tsr_model *m, struct act_slot *sl, const void *pw, float *gh, float *gw);
+/* The fused head (m->sz.xent_chunk > 0) from the slot's final norm output and targets, a
+ * chunk of rows at a time: *acc += the mean row loss (acc NULL: not wanted); with dx
+ * and/or dw (NULL: not wanted) the gradient of dloss * the loss sum: dx [N, C] gets the
+ * norm output's (this rank's vocabulary's part, before the tp sum), dw [V, C] += the head
+ * weight's. */
+int model_head_xent(tsr_model *m, struct act_slot *sl, const void *pw, void *dx, float *dw,
+                    double *acc, float dloss);
+/* The fused head's logits of one row (this rank's V) into m->head_buf. */
+void model_head_row_logits(tsr_model *m, struct act_slot *sl, const void *pw, int row);
 /* *acc += the mean row loss of the (vocab-parallel) logits; with grad the logits become
  * dloss * d(loss sum)/d(logits). */
 int model_loss_and_grad(tsr_model *m, void *logits, const int32_t *targets, float dloss, int grad,

@@ -277,13 +277,26 @@ void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64
 }
 
 /* The head of the last chunk: final norm of x, then the logits [N, V] = norm · W^T (pw:
- * the unit holding W, the embedding's when tied). */
+ * the unit holding W, the embedding's when tied), which the fused head leaves to
+ * model_head_xent. */
 int model_head_fwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
                    const void *x) {
   TSR_CALL(model_norm_fwd(m, ph, sl->final_norm, sl->final_mean, sl->final_rstd, NULL, x, NULL,
                           m->final_w, m->final_b));
-  tsr_ops_matmul_fwd(m->dt, sl->logits, sl->final_norm, PC(m, pw, m->head), NULL, m->N, m->C,
-                     m->V);
+  if (sl->logits)
+    tsr_ops_matmul_fwd(m->dt, sl->logits, sl->final_norm, PC(m, pw, m->head), NULL, m->N, m->C,
+                       m->V);
+  return 0;
+}
+
+/* The gradient of the final norm's output into m->d_nc (before the tp sum) and, when gw
+ * is given, W's into gw: from the logits' gradient, or by the fused head, which also adds
+ * the loss that its forward left to the backward. */
+static int head_dx(tsr_model *m, struct act_slot *sl, const void *pw, float *gw) {
+  float *dw = gw ? P(gw, m->head) : NULL;
+  if (m->sz.xent_chunk) return model_head_xent(m, sl, pw, m->d_nc, dw, sl->loss_acc, sl->dloss);
+  tsr_ops_matmul_bwd(m->dt, m->d_nc, dw, NULL, sl->logits, sl->final_norm,
+                     PC(m, pw, m->head), NULL, m->N, m->C, m->V);
   return 0;
 }
 
@@ -291,8 +304,7 @@ int model_head_fwd(tsr_model *m, struct act_slot *sl, const void *ph, const void
  * and m->d_resid written with the gradient of x (the residual stream's starts here). */
 int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw, float *gh,
                    float *gw, const void *x) {
-  tsr_ops_matmul_bwd(m->dt, m->d_nc, P(gw, m->head), NULL, sl->logits, sl->final_norm,
-                     PC(m, pw, m->head), NULL, m->N, m->C, m->V);
+  TSR_CALL(head_dx(m, sl, pw, gw));
   void *dn = model_tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
   return model_norm_bwd(m, ph, gh, m->d_resid, dn, x, sl->final_mean, sl->final_rstd,
@@ -301,19 +313,60 @@ int model_head_bwd(tsr_model *m, struct act_slot *sl, const void *ph, const void
 
 int model_head_bwd_b(tsr_model *m, struct act_slot *sl, const void *ph, const void *pw,
                      const void *x) {
-  tsr_ops_matmul_bwd(m->dt, m->d_nc, NULL, NULL, sl->logits, sl->final_norm,
-                     PC(m, pw, m->head), NULL, m->N, m->C, m->V);
+  TSR_CALL(head_dx(m, sl, pw, NULL));
   void *dn = model_tp_grad_rows(m, m->d_nc);
   if (!dn) return TSR_ERR;
   return model_norm_bwd(m, ph, NULL, m->d_resid, dn, x, sl->final_mean, sl->final_rstd,
                         m->final_w, m->final_b, 0, sl->w_head, sl->w_head + m->C);
 }
 
-void model_head_bwd_w(tsr_model *m, struct act_slot *sl, float *gh, float *gw) {
-  tsr_ops_matmul_bwd(m->dt, NULL, P(gw, m->head), NULL, sl->logits, sl->final_norm, NULL, NULL,
-                     m->N, m->C, m->V);
+int model_head_bwd_w(tsr_model *m, struct act_slot *sl, const void *pw, float *gh, float *gw) {
+  if (m->sz.xent_chunk) /* the B pass added the loss */
+    TSR_CALL(model_head_xent(m, sl, pw, NULL, P(gw, m->head), NULL, sl->dloss));
+  else
+    tsr_ops_matmul_bwd(m->dt, NULL, P(gw, m->head), NULL, sl->logits, sl->final_norm, NULL, NULL,
+                       m->N, m->C, m->V);
   tsr_ops_acc(P(gh, m->final_w), sl->w_head, m->C);
   if (m->final_b >= 0) tsr_ops_acc(P(gh, m->final_b), sl->w_head + m->C, m->C);
+  return 0;
+}
+
+/* The fused head.  One rank: the xent_head op.  Vocab-parallel: per chunk, the head's
+ * GEMM into m->head_buf and the passes of model_loss_and_grad on its rows, whose
+ * statistics go to their rows of the [N] buffers, so that the loss is summed over all N
+ * rows at the end exactly as the unfused head sums it; then the gradient's GEMMs. */
+int model_head_xent(tsr_model *m, struct act_slot *sl, const void *pw, void *dx, float *dw,
+                    double *acc, float dloss) {
+  const int N = m->N, C = m->C, V = m->V, chunk = (int)m->sz.xent_chunk;
+  const void *w = PC(m, pw, m->head);
+  if (m->tp_size == 1) {
+    tsr_ops_xent_head(m->dt, acc, (double)N, dx, dw, sl->final_norm, w, sl->targets, m->head_buf,
+                      N, C, V, chunk, dloss);
+    return 0;
+  }
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const int rows = N - r0 < chunk ? N - r0 : chunk;
+    const void *x = A(m, sl->final_norm, (int64_t)r0 * C);
+    const int32_t *tg = sl->targets + r0;
+    double *mx = m->xent_max + r0, *se = m->xent_sum + r0, *tl = m->xent_target + r0;
+    tsr_ops_matmul_fwd(m->dt, m->head_buf, x, w, NULL, rows, C, V);
+    tsr_ops_xent_local_stats(m->dt, mx, tl, m->head_buf, tg, rows, V, m->vocab_start);
+    TSR_CALL(tsr_comm_all_reduce_double(m->tp, mx, (size_t)rows, TSR_COMM_MAX));
+    TSR_CALL(tsr_comm_all_reduce_double(m->tp, tl, (size_t)rows, TSR_COMM_SUM));
+    tsr_ops_xent_local_sumexp(m->dt, se, m->head_buf, mx, rows, V);
+    TSR_CALL(tsr_comm_all_reduce_double(m->tp, se, (size_t)rows, TSR_COMM_SUM));
+    if (!dx && !dw) continue;
+    tsr_ops_xent_grad(m->dt, m->head_buf, tg, mx, se, rows, V, m->vocab_start, dloss);
+    tsr_ops_matmul_bwd(m->dt, dx ? A(m, dx, (int64_t)r0 * C) : NULL, dw, NULL, m->head_buf, x, w,
+                       NULL, rows, C, V);
+  }
+  if (acc) tsr_ops_xent_rows(acc, (double)N, m->xent_max, m->xent_sum, m->xent_target, N);
+  return 0;
+}
+
+void model_head_row_logits(tsr_model *m, struct act_slot *sl, const void *pw, int row) {
+  tsr_ops_matmul_fwd(m->dt, m->head_buf, A(m, sl->final_norm, (int64_t)row * m->C),
+                     PC(m, pw, m->head), NULL, 1, m->C, m->V);
 }
 
 /* *acc (op memory) += the mean row loss from the (vocab-parallel) logits; with grad the

@@ -37,7 +37,14 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
                                      .act = N * s->F};
   s->resid = (layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
-  if (last) s->final_norm = N * C, s->final_mean = N, s->final_rstd = N, s->logits = N * s->V;
+  const int64_t xc = cfg->train.xent_chunk_tokens;
+  if (last) {
+    s->final_norm = N * C, s->final_mean = N, s->final_rstd = N;
+    s->xent_chunk = xc > 0 ? (xc < N ? xc : N) : 0;
+    s->logits = s->xent_chunk ? 0 : N * s->V;
+    s->head_scratch = s->xent_chunk * s->V;
+    s->head_targets = s->xent_chunk ? N : 0;
+  }
   s->tmp_nc = s->d_resid = s->d_nc = N * C;
   s->d_atty = N * s->H * s->hd;
   s->d_qkv = N * s->qkv_dim;
@@ -71,22 +78,26 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
 }
 
 /* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
- * and its statistics, the logits (stored: they become their own gradient). */
+ * and its statistics, the logits (stored: they become their own gradient), or with the
+ * fused head the targets (int32) instead. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
   return s->layers_per_chunk * (set_bytes(s, owned_mask(s->recompute), ab) +
                                  (double)s->w_dy * ab + (double)s->w_norm * 4) +
          (double)s->w_embed * ab + (double)s->w_head * 4 +
-         (double)s->resid * ab + (double)s->tokens * 4 + (double)(s->final_norm + s->logits) * ab +
+         (double)s->resid * ab + (double)(s->tokens + s->head_targets) * 4 +
+         (double)(s->final_norm + s->logits) * ab +
          (double)(s->final_mean + s->final_rstd) * 4;
 }
 
 /* The recompute target (what the layers do not own), the activation-gradient and
- * projection scratch (stored), the shared-KV parameter-gradient buffers and the sequence-
- * parallel norm gradients (fp32), the loss statistics (double) and, on the last stage,
- * the targets (int32, where the ops can read them). */
+ * projection scratch and the fused head's chunk of logits (stored), the shared-KV
+ * parameter-gradient buffers and the sequence-parallel norm gradients (fp32), the loss
+ * statistics (double) and, on the last stage, the targets (int32, where the ops can read
+ * them). */
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
   const double stored = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
-                                 s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard);
+                                 s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard +
+                                 s->head_scratch);
   const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db);
   return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + stored * ab + fp32 * 4 +
          3.0 * (double)s->xent * 8 + (s->last ? (double)s->xent * 4 : 0.0);

@@ -157,6 +157,20 @@ TSR_OP(xent_rows, (double *acc, double div, const double *row_max, const double 
 TSR_OP(xent_grad, (tsr_dtype dt, void *logits, const int32_t *targets, const double *row_max,
                    const double *sumexp, int n, int V, int vocab_start, float dloss),
        (dt, logits, targets, row_max, sumexp, n, V, vocab_start, dloss))
+/* The LM head fused with xent (one rank holds the vocabulary): the full logits [n, V]
+ * never exist.  The rows of x [n, C] are taken `chunk` at a time (the last chunk may be
+ * shorter; chunk <= 0 or > n: all n at once); a chunk's logits x_c w^T (w [V, C]) are
+ * stored in scratch ([min(chunk, n), V] of dt) and treated as xent treats its logits:
+ * *acc += (the chunk's loss sum) / div when acc != NULL; when dx or dw is wanted they are
+ * replaced by g = dloss * (softmax - onehot(target)), and dx_c = g w is written (dx
+ * [n, C]), dw [V, C] += g^T x_c (fp32).  Row by row this is matmul_fwd, xent and
+ * matmul_bwd on the same values (a 16-bit chunk rounds its logits and g once, as they
+ * would be stored); the loss is summed in xent's order; dw adds one chunk at a time.  A
+ * target outside [0, V) is ignored (no loss, g = 0). */
+TSR_OP(xent_head, (tsr_dtype dt, double *acc, double div, void *dx, float *dw, const void *x,
+                   const void *w, const int32_t *targets, void *scratch, int n, int C, int V,
+                   int chunk, float dloss),
+       (dt, acc, div, dx, dw, x, w, targets, scratch, n, C, V, chunk, dloss))
 
 /* ---- AdamW as torch.optim.AdamW (decoupled decay, bias-corrected), over n fp32 elements:
  * g is first multiplied by grad_scale (clipping, 1/loss-scale);  p *= 1 - lr*wd;

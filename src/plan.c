@@ -258,7 +258,7 @@ static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const p
                     cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
   return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
          4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
-         slots * (56 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
+         slots * (80 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {
@@ -412,14 +412,17 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
   if (d->kv_shared)
     add(t, TSR_COMM_ALL_REDUCE,
         k * L * ring_all(tp) * d->kv_seg * (double)cfg->model.n_kv_head * 4);
-  if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * ring_all(tp) * d->N * 8);
+  /* a split backward's W pass reduces the fused head's statistics again */
+  const int again = d->split && d->xent_chunk > 0;
+  if (p->last) add(t, TSR_COMM_SCALAR, k * 3 * (1 + again) * ring_all(tp) * d->N * 8);
 }
 
 /* zero.c per step, B = the stage's fp32 gradient, W = its parameters' compute copy (the
  * storage type): stage 0 all-reduces B over dp; 1 reduce-scatters it once and
  * all-gathers W; 2 reduce-scatters every micro-batch (the tied unit once); 3 also gathers
  * each unit of W before forward and backward (not the embedding's for backward, but the
- * tied head's twice more); copies across the shard groups (hybrid) all-reduce the shard. */
+ * tied head's twice more, or once: the fused head's forward does not use it); copies
+ * across the shard groups (hybrid) all-reduce the shard. */
 static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                        tsr_plan_traffic *t) {
   const int zs = (int)cfg->parallel.zero_stage, S = (int)shard_of(cfg, g);
@@ -437,7 +440,9 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
   } else {
     const double u0 = storage_of(cfg).param * (double)p->unit0;
     const int head_is_embed = cfg->model.tie_embeddings && p->first && p->last;
-    add(sh, TSR_COMM_ALL_GATHER, k * ring_half(S) * (2 * W - u0 + 2 * u0 * head_is_embed));
+    const int head_gathers = cfg->train.xent_chunk_tokens > 0 ? 1 : 2;
+    add(sh, TSR_COMM_ALL_GATHER,
+        k * ring_half(S) * (2 * W - u0 + head_gathers * u0 * head_is_embed));
   }
   add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
 }
@@ -519,13 +524,19 @@ double tsr_plan_flops_per_token(const tsr_model_config *m) {
  * recomputation runs again.  recompute = 'full' reruns the forward of the stage's layers
  * (model_layer_recompute; not the embedding, the head or the loss); 'selective' rebuilds
  * the norm outputs and the MLP activation, element-wise work, which this count leaves out
- * like every element-wise op, the lookups and the loss. */
+ * like every element-wise op, the lookups and the loss.  The fused head (xent_chunk_tokens)
+ * runs its logits' GEMM once more in a split backward's W pass (zb_h1, zb_v). */
 static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
   return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
 static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return 0.0;
-  return 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
+  const tsr_schedule_choice s = cfg->parallel.schedule;
+  double head = 0; /* a split backward's W pass computes the fused head's logits again */
+  if ((s == TSR_SCHEDULE_ZB_H1 || s == TSR_SCHEDULE_ZB_V) && p->last &&
+      cfg->train.xent_chunk_tokens > 0)
+    head = 2.0 * (double)cfg->model.d_model * (double)cfg->model.vocab_size / g->tp;
+  if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return head;
+  return head + 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
 static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
   return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;

@@ -17,7 +17,9 @@
 # crossing between zb_h1 and 1F1B.  The V-shaped zb_v (two chunks per stage, stage 0 holding
 # the embedding and the head): pp 2, pp 4 (8 layers, m 8 and m 4 < 2 pp - 1), tp 2 x pp 2,
 # dp 2 x pp 2 with zero 1 and 3, gpt2 tied (one embed.weight for both uses), bf16 and fp16;
-# bitwise resume under zb_v; checkpoints crossing between zb_v and 1F1B.
+# bitwise resume under zb_v; checkpoints crossing between zb_v and 1F1B.  The LM head fused
+# with the loss in chunks (gpt2 tied and tp 2 x pp 2 under zb_h1, zb_v, interleaved) against
+# the unfused head of one rank.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -66,6 +68,18 @@ case_ "dp 2 x pp 2, zero 3, zb_h1" ref zbd3 4 parallel.pp=2 parallel.zero_stage=
   parallel.schedule=zb_h1
 case_ "gpt2 tied on pp 2, zb_h1" reft zbg 2 model.arch=gpt2 model.n_kv_head=4 \
   model.tie_embeddings=.true. parallel.pp=2 parallel.schedule=zb_h1
+# the LM head fused with the loss in chunks of 12 of the 32 tokens (the last ragged),
+# against the unfused head of one rank: its W pass computes the logits again (under tp
+# with the vocab-parallel statistics reduced again)
+run ref0 1 train.xent_chunk_tokens=0
+run reft0 1 model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. train.xent_chunk_tokens=0
+case_ "gpt2 tied on pp 2, zb_h1, fused head in chunks of 12" reft0 zbgc 2 model.arch=gpt2 \
+  model.n_kv_head=4 model.tie_embeddings=.true. parallel.pp=2 parallel.schedule=zb_h1 \
+  train.xent_chunk_tokens=12
+case_ "tp 2 x pp 2, zb_h1, fused head in chunks of 12" ref0 zbt2c 4 parallel.tp=2 parallel.pp=2 \
+  parallel.schedule=zb_h1 train.xent_chunk_tokens=12
+case_ "pp 2, interleaved, fused head in chunks of 12" ref0 interc 2 parallel.pp=2 \
+  parallel.schedule=interleaved parallel.virtual_stages=2 train.xent_chunk_tokens=12
 
 # 16-bit storage: the stages send the stored values themselves, so pipelining alone
 # changes no rounding (1e-5: bitwise equal to the single rank of the same precision); dp
@@ -96,6 +110,9 @@ case_ "gpt2 tied on pp 2, zb_v (embedding and head both on stage 0)" reft zvg 2 
   model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. parallel.pp=2 "${V[@]}"
 case_ "gpt2 tied, dp 2 x pp 2, zero 3, zb_v" reft zvg3 4 model.arch=gpt2 model.n_kv_head=4 \
   model.tie_embeddings=.true. parallel.pp=2 parallel.zero_stage=3 "${V[@]}"
+case_ "gpt2 tied, dp 2 x pp 2, zero 3, zb_v, fused head in chunks of 12" reft0 zvg3c 4 \
+  model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. parallel.pp=2 \
+  parallel.zero_stage=3 "${V[@]}" train.xent_chunk_tokens=12
 case_ "bf16 pp 2, zb_v" refb zvb 2 parallel.pp=2 "${V[@]}" train.precision=bf16
 case_ "fp16 pp 2, zb_v" reff zvf 2 parallel.pp=2 "${V[@]}" train.precision=fp16
 run ref8 1 model.n_layer=8

@@ -381,7 +381,7 @@ static const field fields[] = {
     F(train, global_batch, 'i', "2"), F(train, precision, 'c', "bf16"),
     F(train, recompute, 'c', "full"), F(train, grad_clip, 'r', "0.5"), F(optim, lr, 'r', "0.5"),
     F(train, loss_scale, 'r', "0.5"), F(train, loss_scale_window, 'i', "2"),
-    F(train, min_loss_scale, 'r', "0.5"),
+    F(train, min_loss_scale, 'r', "0.5"), F(train, xent_chunk_tokens, 'i', "2"),
     F(optim, min_lr, 'r', "0.5"), F(optim, warmup_steps, 'i', "2"), F(optim, decay, 'c', "wsd"),
     F(optim, decay_steps, 'i', "2"), F(optim, wsd_decay_frac, 'r', "0.5"),
     F(optim, beta1, 'r', "0.5"), F(optim, beta2, 'r', "0.5"), F(optim, eps, 'r', "0.5"),

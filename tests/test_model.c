@@ -140,6 +140,44 @@ int main(void) {
         tsr_model_destroy(&z.model);
         drop(&w);
       }
+      { /* the fused head (train.xent_chunk_tokens) against the unfused one (0), on the
+         * batch of 36 tokens in chunks of 5 (a ragged last one of 1): the loss (the same
+         * rows summed in the same order), the gradients (the head's weight summed a chunk
+         * at a time), an evaluation's loss and a row's logits (a one-row GEMM) */
+        tsr_config cu = c0, cf = c0;
+        cu.train.xent_chunk_tokens = 0;
+        cf.train.xent_chunk_tokens = 5;
+        setup u = make(&cu), f = make(&cf);
+        double lu, lf, eu, ef;
+        tsr_model_zero_grads(u.model);
+        tsr_model_zero_grads(f.model);
+        int rc = tsr_model_fwd_bwd(u.model, in, tg, 1.0f, &lu);
+        rc |= tsr_model_fwd_bwd(f.model, in, tg, 1.0f, &lf);
+        const double ge = max_rel(tsr_model_grads(f.model), tsr_model_grads(u.model), n);
+        const double tol = pi == 0 ? 1e-5 : 1e-3; /* bf16: a rounding of a logit may flip */
+        TU_CHECK(rc == 0 && fabs(lf - lu) <= 1e-6 * lu && ge <= tol,
+                 "%s %s: fused head in chunks of 5: loss %.9f vs unfused %.9f (%s), max rel "
+                 "gradient diff %.2e (tol %.0e)", archs[ai], precs[pi], lf, lu,
+                 lf == lu ? "bitwise" : "not bitwise", ge, tol);
+        rc = tsr_model_forward(u.model, in, tg, &eu) | tsr_model_forward(f.model, in, tg, &ef);
+        TU_CHECK(rc == 0 && fabs(ef - eu) <= 1e-6 * eu && ef == lf,
+                 "%s %s: fused head: evaluation loss %.9f vs unfused %.9f, == its training loss",
+                 archs[ai], precs[pi], ef, eu);
+        int fu, cu_, ff, cf_;
+        const tsr_dtype dt = tsr_model_dtype(u.model);
+        const void *ru = tsr_model_row_logits(u.model, 0, 7, &fu, &cu_);
+        const void *rf = tsr_model_row_logits(f.model, 0, 7, &ff, &cf_);
+        double le = ru && rf && fu == ff && cu_ == cf_ && cu_ == 61 ? 0 : 1, lmax = 0;
+        for (int j = 0; le < 1 && j < cu_; j++) {
+          le = fmax(le, fabs(tsr_load(dt, rf, (size_t)j) - tsr_load(dt, ru, (size_t)j)));
+          lmax = fmax(lmax, fabs(tsr_load(dt, ru, (size_t)j)));
+        }
+        TU_CHECK(lmax > 0 && le <= (pi == 0 ? 1e-6 : 1e-3) * lmax,
+                 "%s %s: fused head: row 7's logits == the unfused head's (max diff %.2e of "
+                 "%.2e)", archs[ai], precs[pi], le, lmax);
+        drop(&u);
+        drop(&f);
+      }
       for (int mi = 1; mi < 3; mi++) {
         tsr_config c = config(archs[ai], 3, modes[mi], precs[pi]);
         setup s = make(&c);

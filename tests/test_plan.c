@@ -201,10 +201,12 @@ static void test_in_flight(void) {
            cases);
 }
 
-/* The planner's figure of the model's own allocation against the real one. */
-static void model_case_kind(const char *kind, const char *arch, const char *recompute,
-                            const char *precision, int pp, int v, int stage, int zero, int tied,
-                            int n_layer, const char *split) {
+/* The planner's figure of the model's own allocation against the real one (returned);
+ * head_chunk >= 0 sets train.xent_chunk_tokens (else the default). */
+static int64_t head_chunk = -1;
+static double model_case_kind(const char *kind, const char *arch, const char *recompute,
+                              const char *precision, int pp, int v, int stage, int zero,
+                              int tied, int n_layer, const char *split) {
   tsr_config c;
   tsr_deck_defaults(&c);
   c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
@@ -221,12 +223,13 @@ static void model_case_kind(const char *kind, const char *arch, const char *reco
   c.train.micro_batch = 2, c.train.global_batch = 2 * 2 * pp;
   c.train.recompute = (tsr_recompute)tu_word("none|selective|full", recompute);
   c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision);
+  if (head_chunk >= 0) c.train.xent_chunk_tokens = head_chunk;
   tsr_plan_grid g;
   tsr_plan_memory plan;
   if (tsr_plan_layout(&c, pp, pp, &g, NULL, 0) ||
       tsr_plan_stage_memory(&c, &g, stage, TSR_PLAN_CPU, &plan)) {
     TU_CHECK(0, "%s %s: no plan", arch, recompute);
-    return;
+    return 0;
   }
   tsr_layout *lay;
   tsr_model *model = NULL;
@@ -238,16 +241,19 @@ static void model_case_kind(const char *kind, const char *arch, const char *reco
   const double got = (double)(tsr_mem_bytes() - before);
   TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
            "%s%s%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
-           "slot(s): model allocates %.0f bytes, planned %.0f", kind ? kind : "", kind ? " " : "",
-           arch, recompute, precision, pp, v, stage, zero, tied ? ", tied" : "", n_layer, split,
-           plan.in_flight, got, plan.model);
+           "slot(s), head chunk %lld: model allocates %.0f bytes, planned %.0f",
+           kind ? kind : "", kind ? " " : "", arch, recompute, precision, pp, v, stage, zero,
+           tied ? ", tied" : "", n_layer, split, plan.in_flight,
+           (long long)c.train.xent_chunk_tokens, got, plan.model);
   tsr_model_destroy(&model);
   tsr_layout_destroy(&lay);
+  return plan.model;
 }
-static void model_case_split(const char *arch, const char *recompute, const char *precision,
-                             int pp, int v, int stage, int zero, int tied, int n_layer,
-                             const char *split) {
-  model_case_kind(NULL, arch, recompute, precision, pp, v, stage, zero, tied, n_layer, split);
+static double model_case_split(const char *arch, const char *recompute, const char *precision,
+                               int pp, int v, int stage, int zero, int tied, int n_layer,
+                               const char *split) {
+  return model_case_kind(NULL, arch, recompute, precision, pp, v, stage, zero, tied, n_layer,
+                         split);
 }
 static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
                        int v, int stage, int zero, int tied) {
@@ -276,6 +282,22 @@ static void test_model_bytes(void) {
   model_case_kind("zb_v", "llama", "none", "bf16", 2, 2, 1, 0, 0, 7, "1,3,2,1");
   model_case_kind("zb_v", "gpt2", "none", "fp32", 3, 2, 0, 2, 1, 6, "");
   model_case_kind("zb_v", "gpt2", "none", "bf16", 3, 2, 2, 0, 1, 6, "");
+  /* the fused head in chunks of 10 of the 64 tokens against the unfused head: the planner
+   * counts one chunk's logits (shared) and the targets of each slot instead of every
+   * slot's logits [64, 300] */
+  for (int k = 0; k < 2; k++) {
+    const char *prec[2] = {"fp32", "bf16"};
+    const double esz = k ? 2 : 4;
+    head_chunk = 0;
+    const double whole = model_case_split("gpt2", "none", prec[k], 2, 1, 1, 0, 1, 4, "");
+    head_chunk = 10;
+    const double fused = model_case_split("gpt2", "none", prec[k], 2, 1, 1, 0, 1, 4, "");
+    const double want = 2 * 64 * 300 * esz - (10 * 300 * esz + 2 * 64 * 4);
+    TU_CHECK(fabs(whole - fused - want) < 1,
+             "%s: the fused head's plan is %.0f bytes below the unfused one's: 2 slots' logits "
+             "less one chunk's and 2 slots' targets (%.0f)", prec[k], whole - fused, want);
+  }
+  head_chunk = -1;
 }
 
 /* Llama 3 405B's depth, 126 layers, on llm70b's widths over 16 stages with 'auto': 7 layers
@@ -464,6 +486,25 @@ static void test_flop_identities(void) {
            "gpt2_124m on tp %d x pp %d: executed %.6g = model %.6g = flops per token x tokens "
            "%.6g", p.grid.tp, p.grid.pp, p.executed_flops, p.model_flops, want);
   tsr_plan_destroy(&p);
+  /* the same under zb_h1: its W pass computes the fused head's logits again (2 V C per
+   * token, over the tp ranks), not the unfused head's */
+  for (int fused = 0; fused < 2; fused++) {
+    tsr_config z = deck_on("gpt2_124m", 4);
+    z.parallel.tp = 2, z.parallel.pp = 2, z.parallel.schedule = TSR_SCHEDULE_ZB_H1;
+    z.train.xent_chunk_tokens = fused ? 1024 : 0;
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    memset(&p, 0, sizeof p);
+    int zc = tsr_plan_hardware(&z.hardware, &hw);
+    if (!zc) zc = tsr_plan_layout(&z, 4, 4, &g, NULL, 0);
+    if (!zc) zc = tsr_plan_make(&p, &z, &hw, &g, 1);
+    const double head = fused ? 2.0 * 50304 * 768 * (double)z.train.global_batch * 1024 : 0;
+    TU_CHECK(zc == 0 && close_to(p.executed_flops - p.model_flops, head, 1e-9) &&
+                 close_to(p.model_flops, want, 1e-12),
+             "gpt2_124m on tp 2 x pp 2, zb_h1, %s head: executed - model = %.6g (want %.6g)",
+             fused ? "fused" : "unfused", p.executed_flops - p.model_flops, head);
+    tsr_plan_destroy(&p);
+  }
 }
 
 /* --max-mem-frac: a layout fits when the GPU's peak plus the reserve is at most the

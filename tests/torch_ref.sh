@@ -40,6 +40,11 @@ cases=(
               optim.weight_decay=0.1"
   "llama_recompute_full: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
               train.grad_clip=1.0 train.recompute=full"
+  # the LM head and loss in chunks of 7 of the 48 tokens (the last one ragged), and unfused
+  "gpt2_tied_head_chunks: $small model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
+              model.init_std=0.1 train.grad_clip=1.0 train.xent_chunk_tokens=7"
+  "llama_head_unfused: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 train.xent_chunk_tokens=0"
 )
 
 failed=0

@@ -3,10 +3,12 @@
 # and data, 12 steps, fp32, every step's loss within 1e-5 relative): tp 2, tp 4, GQA with
 # n_kv_head < tp (1 KV head on tp 2, 2 KV heads on tp 4: KV heads replicated inside the tp
 # group), gpt2 (biases, learned positions, tied vocab-parallel head) on tp 2, dp 2 x tp 2
-# with zero 1 and with zero 3; a checkpoint written at tp 2 resumes at tp 1 x dp 2 and at
-# tp 4, continuing the losses.  bf16 and fp16 storage (against the single rank of the same
-# precision): tp 2, tp 4, dp 2 x tp 2 zero 3, sequence parallel (llama, gpt2, selective
-# recompute), within 2e-4 (bf16) and 1e-4 (fp16), for the reason given below.
+# with zero 1 and with zero 3, gpt2's head fused with the loss in chunks (tp 2, and dp 2 x
+# tp 2 zero 3) against the unfused head of one rank; a checkpoint written at tp 2 resumes
+# at tp 1 x dp 2 and at tp 4, continuing the losses.  bf16 and fp16 storage (against the
+# single rank of the same precision): tp 2, tp 4, dp 2 x tp 2 zero 3, sequence parallel
+# (llama, gpt2, selective recompute), within 2e-4 (bf16) and 1e-4 (fp16), for the reason
+# given below.
 # Sequence parallelism (norms and the residual stream sharded over the tokens; all-gather
 # before and reduce-scatter after the tp regions): tp 2, tp 4 with replicated KV heads,
 # gpt2, selective recompute, dp 2 x tp 2 zero 3 — same losses; its activations take less
@@ -57,6 +59,14 @@ case_ "bf16 dp 2 x tp 2, zero 3" refb d2t2z3b 4 2e-4 "${B16[@]}" parallel.tp=2 p
 case_ "fp16 tp 2" reff tp2f 2 1e-4 "${F16[@]}" parallel.tp=2
 case_ "fp16 tp 4 (KV heads replicated)" reff tp4f 4 1e-4 "${F16[@]}" parallel.tp=4
 check "the tp run logs per-group traffic including tp" grep -q "comm per step .*tp " "$SCRATCH/d2t2z1.out"
+# The fused LM head and loss in chunks of 24 of the 64 tokens (the last ragged): the
+# vocab-parallel statistics reduced chunk by chunk, against the unfused head of one rank
+GU=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.)
+run refg0 1 "${GU[@]}" train.xent_chunk_tokens=0
+case_ "gpt2 tp 2, fused head in chunks of 24, against the unfused head" refg0 tp2gc 2 1e-5 \
+  "${GU[@]}" parallel.tp=2 train.xent_chunk_tokens=24
+case_ "gpt2 dp 2 x tp 2 zero 3, fused head in chunks of 24" refg0 d2t2z3gc 4 1e-5 "${GU[@]}" \
+  parallel.tp=2 parallel.zero_stage=3 train.xent_chunk_tokens=24
 
 SP=parallel.sequence_parallel=.true.
 case_ "sequence parallel, tp 2" ref2 sp2 2 1e-5 model.n_kv_head=2 parallel.tp=2 $SP

@@ -433,6 +433,47 @@ static void test_xent(tsr_dtype dt, int n, int V) {
   tb_free(&z), tb_free(&g), tb_free(&z2), tb_free(&rmax), tb_free(&tl), tb_free(&se);
 }
 
+/* xent_head: the device's chunks (cuBLASLt's GEMMs around xent's kernel) against the
+ * CPU's, the last chunk ragged unless chunk divides n; then the loss alone and dw alone.
+ * In 16-bit storage the two backends' GEMMs round a logit or its gradient differently
+ * now and then, so everything is held to the storage type's tolerance. */
+static void test_xent_head(tsr_dtype dt, int n, int C, int V, int chunk) {
+  char name[128];
+  const int rows = chunk <= 0 || chunk > n ? n : chunk;
+  const long nx = (long)n * C, nw = (long)V * C;
+  const double tol = tol_of(dt);
+  tsr_ops_shapes s = shapes_of(dt);
+  s.rows = n, s.cols = V > C ? V : C;
+  kreserve(s);
+  tbuf x = tb_rand(dt, nx, -1, 1), w = tb_rand(dt, nw, -0.5f, 0.5f);
+  tbuf sc = tb_out(dt, (long)rows * V), dx = tb_out(dt, nx), dw = tb_rand(TSR_F32, nw, -1, 1);
+  int32_t *tgt = hmalloc((size_t)n * sizeof(int32_t));
+  for (int r = 0; r < n; r++) tgt[r] = (r % 5 == 3) ? -100 : (int32_t)(urand(0, 1) * V) % V;
+  int32_t *d_tgt = dmalloc((size_t)n * sizeof(int32_t));
+  CUDA_CK(cudaMemcpy(d_tgt, tgt, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  const double div = 3.0 + n % 7;
+  dacc loss = dacc_new();
+  tsr_cpu_xent_head(dt, &loss.h, div, dx.h, dw.h, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
+  tsr_dev_xent_head(dt, loss.d, div, dx.d, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  ksync("xent_head");
+  snprintf(name, sizeof name, "xent_head n=%d C=%d V=%d chunk %d: loss", n, C, V, chunk);
+  check_added(name, &loss, dt == TSR_F32 ? TOL_F32 : tol);
+  check_close("  ... dx (written)", &dx, tol);
+  check_close("  ... dw (fp32, accumulated)", &dw, dt == TSR_F32 ? TOL_F32 : tol);
+  tsr_cpu_xent_head(dt, &loss.h, div, NULL, NULL, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
+  tsr_dev_xent_head(dt, loss.d, div, NULL, NULL, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  ksync("xent_head");
+  check_added("xent_head, the loss alone", &loss, dt == TSR_F32 ? TOL_F32 : tol);
+  tsr_cpu_xent_head(dt, NULL, div, NULL, dw.h, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
+  tsr_dev_xent_head(dt, NULL, div, NULL, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  ksync("xent_head");
+  check_close("xent_head, dw alone (accumulated)", &dw, dt == TSR_F32 ? TOL_F32 : tol);
+  free(tgt);
+  CUDA_CK(cudaFree(d_tgt));
+  CUDA_CK(cudaFree(loss.d));
+  tb_free(&x), tb_free(&w), tb_free(&sc), tb_free(&dx), tb_free(&dw);
+}
+
 /* -------------------------------------------------------- AdamW, reductions */
 
 /* Four steps; steps 2-4 refresh a compute copy in fp32, bf16, fp16 in the same pass: on
@@ -667,6 +708,9 @@ int main(void) {
       test_xent(dt, 7, 1000);
       test_xent(dt, 64, 50257);
       test_xent(dt, 3, 70000);
+      test_xent_head(dt, 37, 24, 300, 16); /* chunks of 16, 16, 5 */
+      test_xent_head(dt, 1, 8, 5, 0);
+      test_xent_head(dt, 70, 64, 3001, 70);
     }
     if (want("matmul")) {
       test_matmul(dt, 1, 3, 5);
