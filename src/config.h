@@ -157,7 +157,7 @@ typedef struct {
   double memory_efficiency, kernel_us;
   double intra_node_efficiency, inter_node_efficiency;
   double intra_node_latency_us, inter_node_latency_us;
-  double tp_overlap;
+  double tp_overlap, gather_overlap;
 } tsr_hardware_config;
 
 typedef struct {

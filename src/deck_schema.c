@@ -182,6 +182,9 @@ const key_def deck_schema[] = {
     REAL(hardware, tp_overlap, "-1", -1, 1, LO | HI,
          "profile: fraction of tensor-parallel collective time hidden behind compute (< 0: "
          "the built-in figure)"),
+    REAL(hardware, gather_overlap, "-1", -1, 1, LO | HI,
+         "profile: fraction of the next step's first forward that ZeRO 1-2's gather of the "
+         "updated parameters hides behind (< 0: the built-in figure)"),
 };
 const int deck_n_keys = (int)(sizeof deck_schema / sizeof deck_schema[0]);
 _Static_assert(sizeof deck_schema / sizeof deck_schema[0] <= DECK_MAX_KEYS,

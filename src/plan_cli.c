@@ -233,11 +233,12 @@ static void json_profile(FILE *out, const tsr_hardware *hw) {
           "\"attention_half_hd\": %.6g, \"memory_efficiency\": %.6g, \"kernel_us\": %.6g, "
           "\"intra_node_efficiency\": %.6g, \"inter_node_efficiency\": %.6g, "
           "\"intra_node_latency_us\": %.6g, \"inter_node_latency_us\": %.6g, "
-          "\"tp_overlap\": %.6g, \"slowdown\": %.6g, \"source\": \"%s\"}",
+          "\"tp_overlap\": %.6g, \"gather_overlap\": %.6g, \"slowdown\": %.6g, "
+          "\"source\": \"%s\"}",
           p->gemm_eff[1], p->gemm_eff[0], p->gemm_half_dim, p->attn_fwd[1], p->attn_bwd[1],
           p->attn_fwd[0], p->attn_bwd[0], p->attn_half_seq, p->attn_half_hd, p->mem_eff,
           p->kernel_s * 1e6, p->link_eff[0], p->link_eff[1], p->link_latency_s[0] * 1e6,
-          p->link_latency_s[1] * 1e6, p->tp_overlap, p->slowdown, p->source);
+          p->link_latency_s[1] * 1e6, p->tp_overlap, p->gather_overlap, p->slowdown, p->source);
 }
 
 /* The stage whose schedule ends last in the replay. */

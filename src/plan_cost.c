@@ -117,14 +117,13 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   const double N = (double)d.N, Ns = (double)d.Ns, C = (double)d.C, F = (double)d.F;
   const double V = (double)d.V, A = N * C * pr.e;
   const int tp = g->tp;
-  const tp_prices tpp = {tsr_plan_all_reduce_s(hw, TSR_LINK_INTRA, tp, A),
-                         tsr_plan_gather_s(hw, TSR_LINK_INTRA, tp, A)};
-  const double norm_ar = d.sp ? 2 * tsr_plan_all_reduce_s(hw, TSR_LINK_INTRA, tp,
-                                                          C * 4 * (d.gpt2 ? 2 : 1))
+  const int in = TSR_LINK_INTRA; /* tp stays inside a node (layout_check.c) */
+  const tp_prices tpp = {tsr_plan_all_reduce_s(hw, in, tp, A),
+                         tsr_plan_gather_s(hw, in, tp, A)};
+  const double norm_ar = d.sp ? 2 * tsr_plan_all_reduce_s(hw, in, tp, C * 4 * (d.gpt2 ? 2 : 1))
                               : 0;
-  const double kv_ar = d.kv_shared ? tsr_plan_all_reduce_s(hw, TSR_LINK_INTRA, tp,
-                                                           (double)d.kv_seg * m->n_kv_head * 4)
-                                   : 0;
+  const double kv_ar =
+      d.kv_shared ? tsr_plan_all_reduce_s(hw, in, tp, (double)d.kv_seg * m->n_kv_head * 4) : 0;
   double f_tp = 0, b_tp = 0, w_tp = 0;
   /* the layers */
   for (int l = 0; l < L; l++) {
@@ -155,7 +154,7 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
     out->w += tsr_plan_memory_s(hw, N * C * (pr.e + 8), 1); /* the table's gradient */
   }
   if (last) {
-    const double stats = tp > 1 ? 3 * tsr_plan_all_reduce_s(hw, TSR_LINK_INTRA, tp, N * 8) : 0;
+    const double stats = tp > 1 ? 3 * tsr_plan_all_reduce_s(hw, in, tp, N * 8) : 0;
     out->f += mem(&pr, 2 * Ns * C + 4 * N * V, 2) + gemm(&pr, N, V, C);
     f_tp += (d.sp ? tpp.gather : 0) + stats;
     out->b += gemm(&pr, N, C, V) + mem(&pr, 4 * Ns * C, 1);

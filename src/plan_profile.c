@@ -61,18 +61,18 @@ static const struct {
 
 /* gemm_eff {fp32, 16-bit}, gemm_half_dim, attn_fwd {fp32, 16}, attn_bwd {fp32, 16},
  * attn_half_seq, attn_half_hd, mem_eff, kernel_s, link_eff {intra, inter}, link_latency_s
- * {intra, inter}, tp_overlap, slowdown, source */
+ * {intra, inter}, tp_overlap, gather_overlap, slowdown, source */
 static const tsr_plan_profile tessera_h100 = {
     {0.79, 0.82}, 64, {0.177, 0.0849}, {0.132, 0.0447}, 256, 22, 0.66, 3e-6, {0.80, 0.85},
-    {10e-6, 20e-6}, 0.0, 1.0,
+    {10e-6, 20e-6}, 0.0, 0.0, 1.0,
     "Tessera's kernels as measured on one H100 (bench/RESULTS.md); links assumed"};
 static const tsr_plan_profile reference_h100 = {
     {0.79, 0.82}, 64, {0.50, 0.84}, {0.40, 0.65}, 512, 32, 0.80, 3e-6, {0.80, 0.85},
-    {10e-6, 20e-6}, 0.8, 1.0,
+    {10e-6, 20e-6}, 0.8, 1.0, 1.0,
     "a well-tuned stack: cuBLAS GEMMs, FlashAttention-3-class attention, overlapped tp"};
 static const tsr_plan_profile reference_a100 = {
     {0.85, 0.85}, 64, {0.50, 0.80}, {0.40, 0.70}, 512, 32, 0.80, 3e-6, {0.80, 0.85},
-    {10e-6, 20e-6}, 0.8, 1.0,
+    {10e-6, 20e-6}, 0.8, 1.0, 1.0,
     "a well-tuned stack on an A100: cuBLAS GEMMs, FlashAttention-2 attention, overlapped tp"};
 
 /* ---------------------------------------------------------------- this host */
@@ -246,7 +246,7 @@ void tsr_plan_cpu_probe(const tsr_hardware_config *d, tsr_hardware *hw, int rank
   hw->intra_node_gbps = hw->inter_node_gbps = cpu_link_bw / 1e9;
   pr->link_eff[0] = pr->link_eff[1] = 1;
   pr->link_latency_s[0] = pr->link_latency_s[1] = cpu_link_latency;
-  pr->tp_overlap = 0;
+  pr->tp_overlap = pr->gather_overlap = 0;
   pr->slowdown = (double)ranks * threads > (double)cores ? (double)ranks * threads / cores : 1;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   hw->hbm_gb = pages > 0 && page > 0 ? (double)pages * page / 1e9 / (ranks > 0 ? ranks : 1) : 1;
@@ -321,6 +321,7 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
   for (size_t i = 0; i < sizeof prof / sizeof prof[0]; i++)
     if (prof[i].src > 0) *prof[i].dst = prof[i].src * prof[i].scale, set++;
   if (d->tp_overlap >= 0) p->tp_overlap = d->tp_overlap, set++;
+  if (d->gather_overlap >= 0) p->gather_overlap = d->gather_overlap, set++;
   if (set && d->name != TSR_HW_CPU)
     snprintf(p->source, sizeof p->source, "%s implementation's built-in profile with %d "
              "figure(s) from the deck or a profile file", ref ? "the reference" : "Tessera's",
@@ -414,7 +415,8 @@ void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw) {
           p->attn_bwd[1], p->attn_fwd[0], p->attn_bwd[0], p->attn_half_seq, p->attn_half_hd);
   fprintf(out, "  memory_efficiency = %.6g\n  kernel_us = %.6g\n  intra_node_efficiency = %.6g\n"
           "  inter_node_efficiency = %.6g\n  intra_node_latency_us = %.6g\n"
-          "  inter_node_latency_us = %.6g\n  tp_overlap = %.6g\n/\n", p->mem_eff,
-          p->kernel_s * 1e6, p->link_eff[0], p->link_eff[1], p->link_latency_s[0] * 1e6,
-          p->link_latency_s[1] * 1e6, p->tp_overlap);
+          "  inter_node_latency_us = %.6g\n  tp_overlap = %.6g\n  gather_overlap = %.6g\n/\n",
+          p->mem_eff, p->kernel_s * 1e6, p->link_eff[0], p->link_eff[1],
+          p->link_latency_s[0] * 1e6, p->link_latency_s[1] * 1e6, p->tp_overlap,
+          p->gather_overlap);
 }

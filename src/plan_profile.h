@@ -41,6 +41,8 @@ typedef struct {
   double kernel_s;       /* fixed cost of one kernel */
   double link_eff[2], link_latency_s[2]; /* [TSR_LINK_INTRA], [TSR_LINK_INTER] */
   double tp_overlap;     /* fraction of tensor-parallel collective time hidden by compute */
+  double gather_overlap; /* fraction of the next step's first forward that ZeRO 1-2's
+                            gather of the updated parameters hides behind */
   double slowdown;       /* compute and memory times x this: ranks x threads over the
                             cores (a 'cpu' plan of an oversubscribed node); 1 elsewhere */
   char source[160];      /* where the figures come from, for the output */
@@ -91,9 +93,13 @@ double tsr_plan_memory_s(const tsr_hardware *hw, double bytes, double kernels);
 double tsr_plan_stream_s(const tsr_hardware *hw, double bytes);
 /* `messages` messages carrying `bytes` in all over the link */
 double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double messages);
-/* Ring collectives over t ranks (comm.h's convention), `bytes` the whole buffer: */
+/* Ring collectives over t ranks (comm.h's convention), `bytes` the whole buffer.  A ring
+ * across nodes moves at one network port per GPU: every rank sends its ring bytes at the
+ * network's rate (bench/RESULTS.md "The planner against published runs" shows why not
+ * more). */
 double tsr_plan_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes);
-double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t, double bytes); /* or scatter */
+double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t,
+                         double bytes); /* or a reduce-scatter */
 
 /* The profile in deck syntax: the &hardware group with every figure, as a profile file
  * holds it (`tessera plan --print-profile`). */

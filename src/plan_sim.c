@@ -181,8 +181,8 @@ done:
 
 /* ---------------------------------------------------------------- the step */
 
-/* Whether a group of `size` ranks spaced `stride` apart (ranks: tp fastest, then dp, pp)
- * spans nodes of rpn ranks, as plan.c names its groups. */
+/* Whether a group of `size` ranks spanning `span` ranks (ranks: tp fastest, then dp, pp)
+ * crosses nodes of rpn ranks, as plan.c names its groups. */
 static int group_link(int size, long span, int rpn) {
   return size > 1 && (span > rpn || rpn % span) ? TSR_LINK_INTER : TSR_LINK_INTRA;
 }
@@ -194,13 +194,13 @@ static int stage_link(const tsr_plan_grid *g, int a, int b) {
 }
 
 typedef struct {
-  double *f, *b, *w, *reduce, *gather, *p2p, *end, *busy, *reduced, *elems;
+  double *f, *b, *w, *reduce, *gather, *p2p, *end, *busy, *reduced, *elems, *first;
   int *pieces;
 } step_arrays;
 
 static void free_arrays(step_arrays *a) {
-  double **d[] = {&a->f, &a->b, &a->w, &a->reduce, &a->gather, &a->p2p, &a->end, &a->busy,
-                  &a->reduced, &a->elems};
+  double **d[] = {&a->f,    &a->b,    &a->w,       &a->reduce, &a->gather, &a->p2p,
+                  &a->end,  &a->busy, &a->reduced, &a->elems,  &a->first};
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) tsr_free(d[i]);
   tsr_free(&a->pieces);
 }
@@ -208,10 +208,10 @@ static void free_arrays(step_arrays *a) {
 static int alloc_arrays(step_arrays *a, int C, int pp) {
   memset(a, 0, sizeof *a);
   double **byc[] = {&a->f, &a->b, &a->w, &a->reduce, &a->gather};
-  double **bys[] = {&a->p2p, &a->end, &a->busy, &a->reduced, &a->elems};
+  double **bys[] = {&a->p2p, &a->end, &a->busy, &a->reduced, &a->elems, &a->first};
   int ok = (a->pieces = tsr_calloc((size_t)C, sizeof(int))) != NULL;
   for (int i = 0; i < 5; i++) ok &= (*byc[i] = tsr_calloc((size_t)C, sizeof(double))) != NULL;
-  for (int i = 0; i < 5; i++) ok &= (*bys[i] = tsr_calloc((size_t)pp, sizeof(double))) != NULL;
+  for (int i = 0; i < 6; i++) ok &= (*bys[i] = tsr_calloc((size_t)pp, sizeof(double))) != NULL;
   if (!ok) free_arrays(a);
   TSR_CHECK(ok, TSR_ERR, "out of memory");
   return 0;
@@ -234,6 +234,7 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
     a->gather[c] = zs == 3 ? tsr_plan_gather_s(hw, link, S, e * ch.elems) : 0;
     const int s = tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c);
     a->elems[s] += ch.elems;
+    a->first[s] += ch.f; /* one micro-batch's forward through the stage's chunks */
     if (s == p->sim.critical) {
       p->sim.f += ch.f, p->sim.b += ch.b, p->sim.w += ch.w;
       p->sim.gemm += ch.gemm, p->sim.attention += ch.attention, p->sim.memory += ch.memory;
@@ -254,19 +255,26 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
  * AdamW over it (master, m, v and the gradient in and out, the compute copy out: 28 + 2
  * or 4 bytes per element, as plan.c counts it), the next step's clearing of the gradient
  * buffer (zero.c: the whole flat buffer at stages 0-1, the shard at 2-3), then ZeRO 1-2's
- * gather of the updated parameters and the hybrid copies' all-reduce. */
-static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems) {
+ * gather of the updated parameters, less what the profile's gather_overlap hides behind
+ * the next step's first forward (Tessera: none; Megatron-LM's --overlap-param-gather
+ * waits for each bucket where that forward first needs it), and the hybrid copies'
+ * all-reduce. */
+static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
+                         double first_forward) {
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
   const int zs = (int)cfg->parallel.zero_stage, S = zs == 0 ? 1 : g->shard;
   const double e = cfg->train.precision != TSR_F32 ? 2 : 4, own = elems / S;
   const int link = group_link(g->shard, (long)g->shard * g->tp, g->ranks_per_node);
+  const int rpn = g->ranks_per_node;
   double t = tsr_plan_stream_s(hw, own * 4) + tsr_plan_stream_s(hw, own * (28 + e)) +
              tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
-  if (zs == 1 || zs == 2) t += tsr_plan_gather_s(hw, link, S, e * elems);
+  if (zs == 1 || zs == 2) /* behind the next step's first forward, as far as it overlaps */
+    t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
+                     hw->prof.gather_overlap * first_forward);
   if (zs > 0 && g->replicate > 1)
-    t += tsr_plan_all_reduce_s(hw, group_link(g->dp, (long)g->dp * g->tp, g->ranks_per_node),
-                               g->replicate, 4 * own);
+    t += tsr_plan_all_reduce_s(hw, group_link(g->dp, (long)g->dp * g->tp, rpn), g->replicate,
+                               4 * own);
   return t;
 }
 
@@ -297,7 +305,7 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
     st->sim_idle = a.end[s] > 0 ? 1 - a.busy[s] / a.end[s] : 0;
     p->sim.pipeline = fmax(p->sim.pipeline, a.end[s]);
     grads = fmax(grads, a.reduced[s]);
-    tail = fmax(tail, stage_tail(p, cfg, a.elems[s]));
+    tail = fmax(tail, stage_tail(p, cfg, a.elems[s], a.first[s]));
     busy += a.busy[s] / pp;
     idle += st->sim_idle / pp;
     p->sim.idle_max = fmax(p->sim.idle_max, st->sim_idle);

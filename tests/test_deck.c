@@ -369,7 +369,7 @@ static const field fields[] = {
     F(hardware, memory_efficiency, 'r', "0.5"), F(hardware, kernel_us, 'r', "0.5"),
     F(hardware, intra_node_efficiency, 'r', "0.5"), F(hardware, inter_node_efficiency, 'r', "0.5"),
     F(hardware, intra_node_latency_us, 'r', "0.5"), F(hardware, inter_node_latency_us, 'r', "0.5"),
-    F(hardware, tp_overlap, 'r', "0.5"),
+    F(hardware, tp_overlap, 'r', "0.5"), F(hardware, gather_overlap, 'r', "0.5"),
 };
 
 static void test_schema_covers_config(void) {
