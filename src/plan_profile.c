@@ -63,16 +63,17 @@ static const struct {
  * attn_half_seq, attn_half_hd, mem_eff, kernel_s, link_eff {intra, inter}, link_latency_s
  * {intra, inter}, tp_overlap, gather_overlap, slowdown, source */
 static const tsr_plan_profile tessera_h100 = {
-    {0.79, 0.82}, 64, {0.177, 0.0849}, {0.132, 0.0447}, 256, 22, 0.66, 3e-6, {0.80, 0.85},
+    {0.66, 0.70}, 128, {0.177, 0.0849}, {0.132, 0.0447}, 256, 22, 0.66, 3e-6, {0.80, 1.0},
     {10e-6, 20e-6}, 0.0, 0.0, 1.0,
-    "Tessera's kernels as measured on one H100 (bench/RESULTS.md); links assumed"};
+    "Tessera's kernels as measured on one H100 (bench/RESULTS.md), GEMMs and network as "
+    "calibrated"};
 static const tsr_plan_profile reference_h100 = {
-    {0.79, 0.82}, 64, {0.50, 0.84}, {0.40, 0.65}, 512, 32, 0.80, 3e-6, {0.80, 0.85},
-    {10e-6, 20e-6}, 0.8, 1.0, 1.0,
+    {0.66, 0.70}, 128, {0.50, 0.84}, {0.40, 0.65}, 512, 32, 0.80, 3e-6, {0.80, 1.0},
+    {10e-6, 20e-6}, 0.9, 1.0, 1.0,
     "a well-tuned stack: cuBLAS GEMMs, FlashAttention-3-class attention, overlapped tp"};
 static const tsr_plan_profile reference_a100 = {
-    {0.85, 0.85}, 64, {0.50, 0.80}, {0.40, 0.70}, 512, 32, 0.80, 3e-6, {0.80, 0.85},
-    {10e-6, 20e-6}, 0.8, 1.0, 1.0,
+    {0.73, 0.73}, 128, {0.50, 0.80}, {0.40, 0.70}, 512, 32, 0.80, 3e-6, {0.80, 1.0},
+    {10e-6, 20e-6}, 0.9, 1.0, 1.0,
     "a well-tuned stack on an A100: cuBLAS GEMMs, FlashAttention-2 attention, overlapped tp"};
 
 /* ---------------------------------------------------------------- this host */
