@@ -6,7 +6,8 @@
  *     the closed form (p - 1)/(m + p - 1) = 0.2; with 0.25 per message the timeline below
  *     (written out action by action) ends at 16, the last stage's schedule at 13.75;
  *  2. with free transfers and equal chunks the replay's bubble equals pipeline.c's closed
- *     forms for gpipe, 1f1b, interleaved and zb_h1 (F = B = W), several pp, m, v;
+ *     forms for gpipe, 1f1b, interleaved, zb_h1 and zb_v (F = B = W; zb_v's V placement
+ *     with its bend on one stage), several pp, m, v;
  *  3. data-parallel reductions queued behind the backward: one piece, two pieces, every
  *     micro-batch; ZeRO 3's gather before a computation;
  *  4. the prices of a message and of ring collectives on a machine with round numbers;
@@ -64,12 +65,13 @@ static void test_closed_forms(void) {
   } cases[] = {{"gpipe", 2, 4, 1},       {"gpipe", 4, 8, 1},       {"1f1b", 4, 3, 1},
                {"1f1b", 8, 16, 1},       {"interleaved", 2, 4, 2}, {"interleaved", 4, 8, 2},
                {"interleaved", 4, 8, 3}, {"zb_h1", 2, 6, 1},       {"zb_h1", 4, 8, 1},
-               {"zb_h1", 4, 2, 1}};
+               {"zb_h1", 4, 2, 1},       {"zb_v", 2, 6, 2},        {"zb_v", 4, 8, 2},
+               {"zb_v", 4, 3, 2}};
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const tsr_schedule_choice k =
         (tsr_schedule_choice)tu_word("gpipe|1f1b|interleaved|zb_h1|zb_v", cases[i].kind);
-    const int split = k == TSR_SCHEDULE_ZB_H1, pp = cases[i].pp;
+    const int split = k == TSR_SCHEDULE_ZB_H1 || k == TSR_SCHEDULE_ZB_V, pp = cases[i].pp;
     double end[16], busy[16], step = 0, mean = 0;
     if (replay(k, pp, cases[i].m, cases[i].v, 1, split ? 1 : 2, split ? 1 : 0, 0, end, busy)) {
       bad++;
@@ -84,7 +86,7 @@ static void test_closed_forms(void) {
     }
   }
   TU_CHECK(bad == 0, "free links, equal chunks: the replay's bubble is pipeline.c's closed form "
-           "in %zu cases (gpipe, 1f1b, interleaved v 2-3, zb_h1 with m < pp too)",
+           "in %zu cases (gpipe, 1f1b, interleaved v 2-3, zb_h1 and zb_v with m < pp too)",
            sizeof cases / sizeof cases[0]);
 }
 
