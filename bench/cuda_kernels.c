@@ -154,7 +154,7 @@ static int write_profile(const struct cudaDeviceProp *prop) {
   const size_t most = (size_t)4096 * 22016;
   void *x = dev(most * 2), *w = dev(most * 2), *y = dev(most * 2), *dx = dev(most * 2);
   float *dw = dev(most * 4);
-  double rate[16], e16, h16;
+  double rate[16], e16 = 0, h16 = 0;
   for (int i = 0; i < ng; i++) {
     const int n = (int)g[i][0], in = (int)g[i][1], out = (int)g[i][2];
     TIME_MS(ms, tsr_dev_matmul_fwd(TSR_BF16, y, x, w, NULL, n, in, out);

@@ -8,30 +8,34 @@
  *    TF32 off: cuda/gemm.cu).  Links per GPU and direction: NVLink 4 (H100, H200) 900 GB/s
  *    and NVLink 3 (A100) 600 GB/s counting both directions; one 400 Gb/s NDR (H100, H200)
  *    or 200 Gb/s HDR (A100) InfiniBand port per GPU.
- *  - Tessera's kernels ('tessera') on an H100: bench/cuda_kernels on one H100 SXM
- *    (bench/RESULTS.md "CUDA backend on an H100", tree b476917).  GEMMs: cuBLASLt bf16
- *    8192^3 at 794 TFLOP/s (0.803 of 989) and the llama-7B shapes of 4096 tokens at 0.78-0.79
- *    (656 TFLOP/s for the 32000-column head's backward is the one row below): a size
- *    curve with gemm_half_dim 64 and gemm_eff 0.82 passes through the first two within 0.5%;
- *    fp32 4096^3 at 50.5 of 67 TFLOP/s.  Attention: the WMMA tensor-core kernels at B 2,
- *    T 2048, 32 heads: forward 63.7 TFLOP/s at hd 128 and 55.4 at hd 64 (attention_half_hd
- *    22 from their ratio), backward 33.5 at hd 128; fp32 9.0 and 6.7.  How efficiency
- *    grows with T was not measured: attention_half_seq 256 is assumed, and the
- *    asymptotes are set so that the measured rows come out at T 2048.  Memory-bound
+ *  - Fitted to published runs (bench/plan_calibration.sh; bench/RESULTS.md "The planner
+ *    against published runs"): the GEMM curve, gemm_efficiency 0.70 with gemm_half_dim
+ *    128, the network at 1.0 of its port rate, and the reference stack's tp_overlap 0.9.
+ *    The bench on one H100 measured cuBLASLt bf16 at 794 TFLOP/s for 8192^3 (0.803 of 989)
+ *    and 0.78-0.79 for llama-7B shapes of 4096 tokens, and fp32 4096^3 at 50.5 of 67: short
+ *    bursts, above what a training step sustains; the fp32 and A100 figures below take
+ *    the bf16 fit's ratio, 0.70 / 0.82, of their measured or published burst rate.  The
+ *    GEMM curve and the network are the machine's: both implementations share them.
+ *  - Tessera's kernels ('tessera'): bench/cuda_kernels on one H100 SXM (bench/RESULTS.md
+ *    "CUDA backend on an H100", tree b476917).  Attention: the WMMA tensor-core kernels
+ *    at B 2, T 2048, 32 heads: forward 63.7 TFLOP/s at hd 128 and 55.4 at hd 64
+ *    (attention_half_hd 22 from their ratio), backward 33.5 at hd 128; fp32 9.0 and 6.7.
+ *    How efficiency grows with T was not measured: attention_half_seq 256 is assumed, and
+ *    the asymptotes are set so that the measured rows come out at T 2048.  Memory-bound
  *    kernels: SwiGLU backward, fused cross-entropy, AdamW and RMSNorm backward at 0.78,
- *    0.67, 0.79 and 0.39 of the 3350 GB/s datasheet rate, 0.66 on average.
- *  - A well-tuned stack ('reference'): the same cuBLASLt GEMMs (the library Tessera
- *    calls); attention at FlashAttention-3 / cuDNN-9 levels as their authors plot them
- *    for H100 bf16, head dim 128, causal, 4k tokens (about 600 TFLOP/s forward and 450
- *    backward): the asymptotes 0.84 and 0.65 with attention_half_seq 512 and
- *    attention_half_hd 32 give those at T 4096; element-wise kernels fused and at 0.8 of
- *    the datasheet (the device copy reached 0.895); tensor-parallel collectives
- *    overlapped with the GEMMs they feed (Megatron-LM's --tp-comm-overlap), tp_overlap
- *    fitted to the Megatron-LM README's weak-scaling table (bench/RESULTS.md "The
- *    planner against published runs").  A100: FlashAttention-2's paper reports up to
- *    73% of peak forward and 63% backward; cuBLAS bf16 about 0.85 of 312.
- *  - Links (both kinds): no multi-GPU machine was measured here.  Collectives are taken at
- *    0.8 of NVLink's and 0.85 of the network's bandwidth, with 10 and 20 us per message:
+ *    0.67, 0.79 and 0.39 of the 3350 GB/s datasheet rate, 0.66 on average.  No overlap of
+ *    tp collectives or of ZeRO's gather with compute: Tessera does neither.
+ *  - A well-tuned stack ('reference'): attention at FlashAttention-3 / cuDNN-9 levels as
+ *    their authors plot them for H100 bf16, head dim 128, causal, 4k tokens (about 600
+ *    TFLOP/s forward and 450 backward): the asymptotes 0.84 and 0.65 with
+ *    attention_half_seq 512 and attention_half_hd 32 give those at T 4096; element-wise
+ *    kernels fused and at 0.8 of the datasheet (the device copy reached 0.895);
+ *    tensor-parallel collectives overlapped with the GEMMs they feed (Megatron-LM's
+ *    --tp-comm-overlap) and ZeRO's parameter gather with the next forward
+ *    (--overlap-param-gather).  A100: FlashAttention-2's paper reports up to 73% of
+ *    peak forward and 63% backward.
+ *  - NVLink: no multi-GPU machine was measured here.  Collectives inside a node are
+ *    taken at 0.8 of NVLink's bandwidth, with 10 us per message (20 us between nodes):
  *    assumptions of the order NCCL's own tests report, stated as such.
  *  - H200: the H100's chip with more and faster HBM; Tessera on an A100 (never measured):
  *    the H100's fractions.  'custom': the H100 profile of the implementation. */
