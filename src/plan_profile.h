@@ -72,9 +72,12 @@ int tsr_plan_hardware(const tsr_hardware_config *deck, tsr_hardware *out);
 
 /* 'cpu': measures, with the threads a trainer rank would use (OMP_NUM_THREADS, else this
  * host's cores over `ranks` ranks), the GEMM rate of the trainer's probe (the peak, as its
- * MFU line counts) and of a small GEMM (gemm_half_dim), fp32 attention at two sequence
- * lengths and two head sizes, element-wise kernels on a cache-sized activation (the memory
- * rate) and a tiny one (kernel_us), about half a second in all.  The link is the one
+ * MFU line counts); forward and backward of that GEMM and of a small one with their
+ * operands in rotation through 16 copies, as a step's layers meet them, not in the cache
+ * (gemm_efficiency, gemm_half_dim); fp32 and bf16 attention at two sequence lengths and
+ * two head sizes; a residual add and a norm streaming 8 MiB arrays (hbm_gbps), a layer's
+ * element-wise kernels on a cache-sized activation (memory_efficiency, their rate over
+ * it) and on 16 values (kernel_us); about a second in all.  The link is the one
  * tsr_plan_set_cpu_link recorded, else this machine's Open MPI shared memory as measured
  * by hand (plan_profile.c).  Figures the deck sets are kept. */
 void tsr_plan_cpu_probe(const tsr_hardware_config *deck, tsr_hardware *hw, int ranks);
