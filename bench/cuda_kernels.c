@@ -12,8 +12,15 @@
  * and every row its share of the matching peak (16-bit rows of the tensor-core peak of
  * their type, fp32 rows of the fp32 one).  The shapes are those of a LLaMA-7B layer with
  * 4096 tokens per micro-batch.  Prints a table; never fails on time.  Exits 77 without a
- * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)] */
+ * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
+ *
+ * bench/cuda_kernels --profile > profile.nml instead measures what `tessera plan` prices
+ * (src/plan_profile.h: GEMMs over sizes, attention over sequence lengths and head sizes,
+ * memory-bound kernels, a kernel's fixed cost), fits the profile's curves and prints them
+ * as a &hardware group for `tessera plan --profile profile.nml` (the measurements on
+ * stderr). */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +111,151 @@ static void row(const char *name, tsr_dtype dt, const char *shape, double ms, do
          ms * 1e3, rate, is_flops ? "TFLOP/s" : "GB/s", 100.0 * rate / peak, model);
 }
 
+/* ---- --profile: the planner's kernel profile (src/plan_profile.h) of this GPU ---- */
+
+static double sat(double x, double half) { return x / (x + half); }
+
+/* The half h and asymptote e of rate = e x peak x s(a) s(b) s(c) (s(x) = x / (x + h)) that
+ * fit n measured rates best in the log (a grid over h; e then in closed form). */
+static void fit_curve(int n, const double dims[][3], const double *rate, double peak,
+                      double *e_out, double *h_out) {
+  double best = 1e300;
+  for (double h = 1; h <= 16384; h *= 1.05) {
+    double sum = 0, err = 0;
+    for (int i = 0; i < n; i++)
+      sum += log(rate[i] / (peak * sat(dims[i][0], h) * sat(dims[i][1], h) * sat(dims[i][2], h)));
+    const double e = exp(sum / n);
+    for (int i = 0; i < n; i++) {
+      const double d = log(rate[i] / (e * peak * sat(dims[i][0], h) * sat(dims[i][1], h) *
+                                      sat(dims[i][2], h)));
+      err += d * d;
+    }
+    if (err < best) best = err, *e_out = e, *h_out = h;
+  }
+}
+
+/* Measures what the planner prices (GEMMs by shape, attention by sequence length and head
+ * size, memory-bound kernels, one kernel's fixed cost) and prints it as a &hardware group
+ * against the datasheet figures tessera plan has for this GPU: `tessera plan --profile`. */
+static int write_profile(const struct cudaDeviceProp *prop) {
+  float ms;
+  const char *name = strstr(prop->name, "H100") ? "h100" : strstr(prop->name, "H200") ? "h200"
+                     : strstr(prop->name, "A100") ? "a100" : "custom";
+  /* the datasheet peaks tessera plan's built-in table holds (src/plan_profile.c) */
+  const double sheet_tc = !strcmp(name, "a100") ? 312 : !strcmp(name, "custom") ? peak_tc[1] : 989;
+  const double sheet_f32 = !strcmp(name, "a100") ? 19.5 : !strcmp(name, "custom") ? peak_f32 : 67;
+  const double sheet_gbs = !strcmp(name, "a100") ? 2039 : !strcmp(name, "h200") ? 4800
+                           : !strcmp(name, "custom") ? peak_gbs : 3350;
+  /* GEMMs, forward and backward (6 m n k), over sizes from 1024 to 8192 */
+  const double g[][3] = {{8192, 8192, 8192}, {4096, 4096, 4096}, {2048, 2048, 2048},
+                         {1024, 1024, 1024}, {4096, 4096, 6144}, {4096, 11008, 4096},
+                         {4096, 4096, 22016}, {4096, 1024, 4096}, {2048, 4096, 4096}};
+  const int ng = (int)(sizeof g / sizeof g[0]);
+  const size_t most = (size_t)4096 * 22016;
+  void *x = dev(most * 2), *w = dev(most * 2), *y = dev(most * 2), *dx = dev(most * 2);
+  float *dw = dev(most * 4);
+  double rate[16], e16 = 0, h16 = 0;
+  for (int i = 0; i < ng; i++) {
+    const int n = (int)g[i][0], in = (int)g[i][1], out = (int)g[i][2];
+    TIME_MS(ms, tsr_dev_matmul_fwd(TSR_BF16, y, x, w, NULL, n, in, out);
+                tsr_dev_matmul_bwd(TSR_BF16, dx, dw, NULL, y, x, w, NULL, n, in, out));
+    rate[i] = 6.0 * n * in * out / (ms * 1e-3) / 1e12;
+    fprintf(stderr, "gemm bf16 %5d x %5d -> %5d  fwd+bwd %8.1f TFLOP/s\n", n, in, out, rate[i]);
+  }
+  fit_curve(ng, g, rate, sheet_tc, &e16, &h16);
+  TIME_MS(ms, tsr_dev_matmul_fwd(TSR_F32, y, x, w, NULL, 4096, 4096, 4096);
+              tsr_dev_matmul_bwd(TSR_F32, dx, dw, NULL, y, x, w, NULL, 4096, 4096, 4096));
+  const double s4 = sat(4096, h16) * sat(4096, h16) * sat(4096, h16);
+  const double e32 = 6.0 * 4096 * 4096 * 4096.0 / (ms * 1e-3) / 1e12 / (sheet_f32 * s4);
+  dfree(x), dfree(w), dfree(y), dfree(dx), dfree(dw);
+  /* attention, the path the trainer takes: 4096 tokens as B x T, 32 heads, 8 KV heads */
+  const int H = 32, KV = 8, NT = 4096;
+  tsr_ops_shapes s = {.dt = TSR_BF16, .deterministic = 1, .rows = NT, .cols = 4L * 11008,
+                      .vocab_local = 32000, .attn_bht = (long)NT * H, .sumsq_elems = 1 << 20,
+                      .attn_part = 2L * NT * H * 128, .attn_io = (long)NT * (H + KV) * 128,
+                      .attn_t = 4096, .attn_hd = 128};
+  if (be->reserve(&s) != 0) return 1;
+  const int shapes[][2] = {{1024, 128}, {2048, 128}, {4096, 128}, {2048, 64}}; /* T, hd */
+  double af[4][2], ab[4][2]; /* [shape][fp32, 16-bit] TFLOP/s */
+  for (int k = 0; k < 4; k++)
+    for (int d = 0; d < 2; d++) {
+      const tsr_dtype dt = d ? TSR_BF16 : TSR_F32;
+      const int T = shapes[k][0], hd = shapes[k][1], B = NT / T, stride = (H + 2 * KV) * hd;
+      const size_t es = tsr_dtype_size(dt), rows = (size_t)NT;
+      char *qkv = dev(rows * stride * es), *dqkv = dev(rows * stride * es);
+      void *out = dev(rows * H * hd * es), *dout = dev(rows * H * hd * es);
+      float *lse = dev(rows * H * 4);
+      char *q = qkv, *kk = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
+      char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
+      const double flops = 2.0 * B * H * (double)T * T * hd; /* causal forward, as counted */
+      tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride);
+      TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride));
+      af[k][d] = flops / (ms * 1e-3) / 1e12;
+      TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, kk, v, B, T, H, KV,
+                                        hd, stride));
+      ab[k][d] = 2.5 * flops / (ms * 1e-3) / 1e12;
+      fprintf(stderr, "attention %s T %4d hd %3d  fwd %7.1f  bwd %7.1f TFLOP/s\n",
+              tsr_dtype_name(dt), T, hd, af[k][d], ab[k][d]);
+      dfree(qkv), dfree(dqkv), dfree(out), dfree(dout);
+      CK(cudaFree(lse));
+    }
+  /* the sequence curve from T 1024..4096 (forward and backward together, hd 128), the
+   * head-size one from hd 64 against 128 at T 2048 */
+  double t_half = 0, best = 1e300;
+  for (double h = 1; h <= 65536; h *= 1.05) {
+    double sum = 0, err = 0;
+    for (int k = 0; k < 3; k++) sum += log((af[k][1] + ab[k][1]) / sat(shapes[k][0], h));
+    for (int k = 0; k < 3; k++) {
+      const double d = log((af[k][1] + ab[k][1]) / sat(shapes[k][0], h)) - sum / 3;
+      err += d * d;
+    }
+    if (err < best) best = err, t_half = h;
+  }
+  const double r = (af[3][1] + ab[3][1]) / (af[1][1] + ab[1][1]); /* s(64) / s(128) */
+  const double hd_half = r < 1 && r > 0.5 ? 64 * 128 * (r - 1) / (64 - r * 128) : 0;
+  const double shape = sat(2048, t_half) * sat(128, hd_half);
+  /* memory-bound kernels in bf16, and AdamW in fp32: their share of the datasheet rate */
+  const long nc = (long)NT * 4096, nf = (long)NT * 11008, na = 50L * 1000 * 1000;
+  void *a = dev(2 * nf * 2), *b = dev(2 * nf * 2), *c = dev(2 * nf * 2), *wt = dev(4096 * 2);
+  float *rs = dev(NT * 4), *p = dev(na * 4), *m = dev(na * 4), *vv = dev(na * 4), *gg = dev(na * 4);
+  double gbs = 0;
+  TIME_MS(ms, tsr_dev_residual(TSR_BF16, c, a, b, nc));
+  gbs += 3.0 * nc * 2 / (ms * 1e-3) / 1e9;
+  TIME_MS(ms, tsr_dev_rmsnorm_fwd(TSR_BF16, c, rs, NULL, a, NULL, wt, NT, 4096, 1e-5f));
+  gbs += 2.0 * nc * 2 / (ms * 1e-3) / 1e9;
+  TIME_MS(ms, tsr_dev_swiglu_fwd(TSR_BF16, c, a, NT, 11008));
+  gbs += 3.0 * nf * 2 / (ms * 1e-3) / 1e9;
+  TIME_MS(ms, tsr_dev_swiglu_bwd(TSR_BF16, c, b, a, NT, 11008));
+  gbs += 5.0 * nf * 2 / (ms * 1e-3) / 1e9;
+  TIME_MS(ms, tsr_dev_adamw(p, m, vv, gg, na, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+                            TSR_F32));
+  gbs += 7.0 * na * 4 / (ms * 1e-3) / 1e9;
+  TIME_MS(ms, tsr_dev_residual(TSR_BF16, c, a, b, 256)); /* a kernel that moves nothing */
+  const double kernel_us = ms * 1e3;
+  dfree(a), dfree(b), dfree(c), dfree(wt), dfree(rs), dfree(p), dfree(m), dfree(vv), dfree(gg);
+  printf("! The planner's profile of Tessera's kernels on %s (sm_%d%d, %d SMs), measured by\n"
+         "! bench/cuda_kernels --profile: GEMMs forward + backward at 1024..8192 (a size curve\n"
+         "! fitted to %d shapes), attention as the trainer runs it at T 1024..4096 and hd 64,\n"
+         "! 128, memory-bound kernels against the datasheet's %.0f GB/s (copy: %.0f).  Links\n"
+         "! are not measured here: tessera plan keeps its built-in figures for them.\n"
+         "! Use: tessera plan DECK --profile FILE\n&hardware\n", prop->name, prop->major,
+         prop->minor, prop->multiProcessorCount, ng, sheet_gbs, peak_gbs);
+  printf("  name = '%s'\n  implementation = 'tessera'\n", name);
+  if (!strcmp(name, "custom"))
+    printf("  peak_tflops = %.1f\n  peak_fp32_tflops = %.1f\n  hbm_gb = %.1f\n"
+           "  hbm_gbps = %.0f\n  ! set intra_node_gbps, inter_node_gbps and gpus_per_node\n",
+           peak_tc[1], peak_f32, prop->totalGlobalMem / 1e9, peak_gbs);
+  printf("  gemm_efficiency = %.4f\n  gemm_fp32_efficiency = %.4f\n  gemm_half_dim = %.1f\n",
+         e16, e32, h16);
+  printf("  attention_efficiency = %.4f\n  attention_bwd_efficiency = %.4f\n"
+         "  attention_fp32_efficiency = %.4f\n  attention_fp32_bwd_efficiency = %.4f\n"
+         "  attention_half_seq = %.1f\n  attention_half_hd = %.1f\n",
+         af[1][1] / (sheet_tc * shape), ab[1][1] / (sheet_tc * shape),
+         af[1][0] / (sheet_f32 * shape), ab[1][0] / (sheet_f32 * shape), t_half, hd_half);
+  printf("  memory_efficiency = %.4f\n  kernel_us = %.2f\n/\n", gbs / 5 / sheet_gbs, kernel_us);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int n_dev = 0;
   cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -112,11 +264,13 @@ int main(int argc, char **argv) {
            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
   }
-  const int N = argc > 1 ? atoi(argv[1]) : 4096; /* tokens per micro-batch */
+  const int profile = argc > 1 && !strcmp(argv[1], "--profile");
+  const int N = argc > 1 && !profile ? atoi(argv[1]) : 4096; /* tokens per micro-batch */
   const int C = 4096, F = 11008, H = 32, KV = 8, V = 32000, T = 2048;
   const int B = N / T > 0 ? N / T : 1;
 #ifdef TSR_HAVE_CUDNN
-  setenv("TSR_CUDA_ATTENTION", "cudnn", 1); /* its workspace reserved; kinds switched below */
+  if (!profile) /* the profile measures the attention the trainer would take */
+    setenv("TSR_CUDA_ATTENTION", "cudnn", 1); /* its workspace reserved; kinds switched below */
 #endif
   unsetenv("TSR_CUDA_PROFILE");
   if (tsr_cuda_ops_open_device(0, &be) != 0) return 1;
@@ -154,6 +308,11 @@ int main(int argc, char **argv) {
                       .attn_part = 2L * B * H * T * 128, .attn_io = (long)B * T * (H + KV) * 128,
                       .attn_t = T, .attn_hd = 128};
   if (be->reserve(&s) != 0) return 1;
+  if (profile) {
+    const int rc = write_profile(&prop);
+    be->close();
+    return rc;
+  }
   printf("device %s (sm_%d%d, %d SMs); %d tokens per micro-batch\n", prop.name, prop.major,
          prop.minor, prop.multiProcessorCount, N);
   printf("measured peaks: memory %.0f GB/s (D2D copy 1 GiB), GEMM bf16 %.1f, fp16 %.1f "

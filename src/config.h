@@ -27,7 +27,9 @@ typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
 typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;
 typedef enum { TSR_RECOMPUTE_NONE, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
 typedef enum { TSR_DECAY_COSINE, TSR_DECAY_LINEAR, TSR_DECAY_WSD, TSR_DECAY_CONSTANT } tsr_decay;
-typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM } tsr_hw_name;
+typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM, TSR_HW_CPU } tsr_hw_name;
+/* hardware.implementation: whose kernels the planner's profile describes */
+typedef enum { TSR_IMPL_TESSERA, TSR_IMPL_REFERENCE } tsr_hw_impl;
 /* parallel.shard_scope: one of these, or a number of ranks (> 0) */
 enum { TSR_SHARD_GLOBAL = 0, TSR_SHARD_NODE = -1 };
 /* checkpoint.every_steps = 'auto': the Young-Daly interval (session.c, ckpt_interval.h) */
@@ -137,9 +139,9 @@ typedef struct {
 } tsr_checkpoint_config;
 
 /* The machine a plan is made for (tessera plan; the trainer ignores it).  Zero figures
- * take the built-in table of `name`; 'custom' needs them all. */
+ * take the built-in table of `name`; 'custom' needs them all; 'cpu' measures this host. */
 typedef struct {
-  tsr_hw_name name;           /* h100 | h200 | a100 | custom */
+  tsr_hw_name name;           /* h100 | h200 | a100 | custom | cpu */
   double peak_tflops;         /* dense bf16 tensor-core peak per GPU (bf16 runs) */
   double peak_fp32_tflops;    /* dense fp32 peak without tensor cores (fp32 runs: no TF32) */
   double hbm_gb;              /* memory per GPU, 1e9 bytes */
@@ -147,10 +149,22 @@ typedef struct {
   double intra_node_gbps;     /* per GPU, one direction (NVLink) */
   double inter_node_gbps;     /* per GPU, one direction (network) */
   int64_t gpus_per_node;
-  double compute_efficiency;  /* fraction of peak the step's FLOPs run at */
-  double comm_efficiency;     /* fraction of the link bandwidth a collective reaches */
+  double compute_efficiency;  /* > 0: a flat fraction of peak for GEMMs and attention (0:
+                                 the profile's curves) */
+  double comm_efficiency;     /* > 0: a flat fraction of both links' bandwidth (0: profile) */
   double reserved_gb;         /* per GPU, held by the runtime (CUDA context, NCCL, cuBLAS) */
   double fs_gbps;             /* checkpoint write bandwidth of the file system, GB/s, the job */
+  /* The kernel profile (src/plan_profile.h); 0 (tp_overlap: < 0) = the built-in figure of
+   * name and implementation */
+  tsr_hw_impl implementation;
+  double gemm_efficiency, gemm_fp32_efficiency, gemm_half_dim;
+  double attention_efficiency, attention_bwd_efficiency;
+  double attention_fp32_efficiency, attention_fp32_bwd_efficiency;
+  double attention_half_seq, attention_half_hd;
+  double memory_efficiency, kernel_us;
+  double intra_node_efficiency, inter_node_efficiency;
+  double intra_node_latency_us, inter_node_latency_us;
+  double tp_overlap, gather_overlap;
 } tsr_hardware_config;
 
 typedef struct {

@@ -142,10 +142,11 @@ const key_def deck_schema[] = {
     REAL(checkpoint, mtbf_hours, "0", 0, 0, LO,
          "mean time between failures of the job, hours: every_steps = 'auto' needs it > 0; "
          "tessera plan gives the expected goodput with it (0 = not given)"),
-    CHOICE(hardware, name, "h100", "h100|h200|a100|custom",
+        CHOICE(hardware, name, "h100", "h100|h200|a100|custom|cpu",
            "built-in SXM figures, 8 per node: h100 989 TFLOP/s bf16, 67 fp32, 80 GB, 3350 GB/s, "
            "links 450 / 50 GB/s; h200 the same with 141 GB, 4800 GB/s; a100 312 TFLOP/s bf16, "
-           "19.5 fp32, 80 GB, 2039 GB/s, 300 / 25 GB/s; 'custom': set every figure below"),
+           "19.5 fp32, 80 GB, 2039 GB/s, 300 / 25 GB/s; 'custom': set every figure below; "
+           "'cpu': this host, its kernel rates measured when tessera plan starts"),
     REAL(hardware, peak_tflops, "0", 0, 0, LO,
          "dense bf16 tensor-core TFLOP/s per GPU (bf16 runs)"),
     REAL(hardware, peak_fp32_tflops, "0", 0, 0, LO,
@@ -156,14 +157,55 @@ const key_def deck_schema[] = {
     REAL(hardware, intra_node_gbps, "0", 0, 0, LO, "NVLink GB/s per GPU, one direction"),
     REAL(hardware, inter_node_gbps, "0", 0, 0, LO, "network GB/s per GPU, one direction"),
     INT(hardware, gpus_per_node, "0", 0, 65536, LO | HI, "GPUs per node (plan --gpus-per-node wins)"),
-    REAL(hardware, compute_efficiency, "0.6", 0, 1, LO | HI | LO_OPEN,
-         "fraction of peak the step's FLOPs run at (predicted time)"),
-    REAL(hardware, comm_efficiency, "0.8", 0, 1, LO | HI | LO_OPEN,
-         "fraction of link bandwidth a collective reaches"),
+    REAL(hardware, compute_efficiency, "0", 0, 1, LO | HI,
+         "> 0: GEMMs and attention at this flat fraction of peak instead of the profile's "
+         "curves (predicted time)"),
+    REAL(hardware, comm_efficiency, "0", 0, 1, LO | HI,
+         "> 0: collectives at this flat fraction of link bandwidth instead of the profile's"),
     REAL(hardware, reserved_gb, "2", 0, 0, LO, "GB per GPU held by the CUDA/NCCL runtime"),
     REAL(hardware, fs_gbps, "5", 0, 0, LO | LO_OPEN,
          "GB/s the job's checkpoint writes reach on its file system (an assumption: the "
          "plan's write time and Young-Daly interval)"),
+    CHOICE(hardware, implementation, "tessera", "tessera|reference",
+           "whose kernels the profile describes: Tessera's as measured, or a well-tuned stack "
+           "(cuBLAS GEMMs, FlashAttention-class attention, overlapped tp collectives); plan "
+           "--implementation sets it"),
+    REAL(hardware, gemm_efficiency, "0", 0, 0, LO,
+         "profile: fraction of the bf16 peak a large 16-bit GEMM reaches (a measured 'cpu' profile, whose peak is its own probe, may exceed 1)"),
+    REAL(hardware, gemm_fp32_efficiency, "0", 0, 0, LO,
+         "profile: fraction of the fp32 peak a large fp32 GEMM reaches"),
+    REAL(hardware, gemm_half_dim, "0", 0, 0, LO,
+         "profile: a GEMM dimension x scales the efficiency by x / (x + gemm_half_dim)"),
+    REAL(hardware, attention_efficiency, "0", 0, 0, LO,
+         "profile: fraction of the bf16 peak causal attention's forward reaches at long "
+         "sequences (counted FLOPs: the causal half)"),
+    REAL(hardware, attention_bwd_efficiency, "0", 0, 0, LO,
+         "profile: the same for attention's backward (counted as 2.5 x the forward)"),
+    REAL(hardware, attention_fp32_efficiency, "0", 0, 0, LO,
+         "profile: fraction of the fp32 peak fp32 attention's forward reaches"),
+    REAL(hardware, attention_fp32_bwd_efficiency, "0", 0, 0, LO,
+         "profile: the same for fp32 attention's backward"),
+    REAL(hardware, attention_half_seq, "0", 0, 0, LO,
+         "profile: sequence length T scales attention's efficiency by T / (T + this)"),
+    REAL(hardware, attention_half_hd, "0", 0, 0, LO,
+         "profile: head_dim hd scales attention's efficiency by hd / (hd + this)"),
+    REAL(hardware, memory_efficiency, "0", 0, 0, LO,
+         "profile: fraction of hbm_gbps element-wise kernels and AdamW reach"),
+    REAL(hardware, kernel_us, "0", 0, 0, LO, "profile: fixed cost of one kernel, microseconds"),
+    REAL(hardware, intra_node_efficiency, "0", 0, 1, LO | HI,
+         "profile: fraction of intra_node_gbps a collective's or a transfer's bytes reach"),
+    REAL(hardware, inter_node_efficiency, "0", 0, 1, LO | HI,
+         "profile: fraction of inter_node_gbps a collective's or a transfer's bytes reach"),
+    REAL(hardware, intra_node_latency_us, "0", 0, 0, LO,
+         "profile: latency of one message (one ring step) inside a node, microseconds"),
+    REAL(hardware, inter_node_latency_us, "0", 0, 0, LO,
+         "profile: latency of one message (one ring step) between nodes, microseconds"),
+    REAL(hardware, tp_overlap, "-1", -1, 1, LO | HI,
+         "profile: fraction of tensor-parallel collective time hidden behind compute (< 0: "
+         "the built-in figure)"),
+    REAL(hardware, gather_overlap, "-1", -1, 1, LO | HI,
+         "profile: fraction of the next step's first forward that ZeRO 1-2's gather of the "
+         "updated parameters hides behind (< 0: the built-in figure)"),
 };
 const int deck_n_keys = (int)(sizeof deck_schema / sizeof deck_schema[0]);
 _Static_assert(sizeof deck_schema / sizeof deck_schema[0] <= DECK_MAX_KEYS,

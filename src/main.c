@@ -89,6 +89,36 @@ static int threads_per_rank(void) {
   return n < 1 ? 1 : n;
 }
 
+/* `tessera plan` under mpirun on two or more ranks: ranks 0 and 1 time a ping-pong of 8
+ * bytes and of 64 KiB (the size of a small model's activations), the link a plan of this
+ * host ('cpu') prices its messages with (plan_profile.h). */
+static void plan_link_probe(int rank, int world) {
+  if (world < 2 || rank > 1) return;
+  enum { BIG = 65536 };
+  char *buf = calloc(1, BIG);
+  double one_way[2] = {0, 0};
+  const int sizes[2] = {8, BIG}, reps[2] = {200, 50};
+  for (int k = 0; k < 2 && buf; k++) {
+    MPI_Request rq;
+    for (int r = -5; r < reps[k]; r++) { /* 5 rounds to warm up */
+      const double t0 = MPI_Wtime();
+      if (rank == 0) {
+        MPI_Isend(buf, sizes[k], MPI_CHAR, 1, k, MPI_COMM_WORLD, &rq);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        MPI_Recv(buf, sizes[k], MPI_CHAR, 1, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Recv(buf, sizes[k], MPI_CHAR, 0, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Isend(buf, sizes[k], MPI_CHAR, 0, k, MPI_COMM_WORLD, &rq);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+      }
+      if (r >= 0) one_way[k] += (MPI_Wtime() - t0) / 2 / reps[k];
+    }
+  }
+  free(buf);
+  if (rank == 0 && one_way[1] > one_way[0])
+    tsr_plan_set_cpu_link(one_way[0], BIG / (one_way[1] - one_way[0]));
+}
+
 /* Rank 0 parses; everyone gets the outcome and the config. */
 static int load_config(tsr_config *cfg, const char *deck, int n_over, char **over, int world) {
   int rc = 0, rank;
@@ -169,9 +199,16 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "plan")) { /* serial: rank 0 plans, every rank exits with its code */
     char path[PATH_MAX]; /* the deck found by name replaces it in argv */
+    plan_link_probe(rank, world);
     if (rank == 0) rc = tsr_deck_path_args(argc - a, argv + a, path, sizeof path);
     if (rank == 0 && !rc) rc = tsr_plan_main(argc - a, argv + a);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    /* the others wait without spinning: a plan of this host measures its kernels meanwhile */
+    MPI_Request rq;
+    MPI_Ibcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD, &rq);
+    for (int done = 0; !done;) {
+      MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+      if (!done) usleep(1000);
+    }
     goto out;
   }
   /* A first argument without '=' is the deck; otherwise the embedded default. */

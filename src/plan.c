@@ -9,10 +9,12 @@
  * shard and unit buffers; its padding and slot counts from zero.h), pp_exec.c
  * (send/receive slots of tsr_model_sizes.act_elems) and session.c (the batch, the initial
  * copy).  Traffic follows the collectives model.c, zero.c and pp_exec.c issue,
- * counted as comm.c counts them.  The time model is a stated estimate, not a measurement:
- * compute at compute_efficiency of peak, tensor-parallel and pipeline transfers on the
- * critical path, gradient reductions hidden behind the backward they overlap. */
+ * counted as comm.c counts them.  The step time is plan_sim.c's replay of the schedule
+ * with every kernel priced by the machine's profile (plan_profile.h); the closed form
+ * here (busy time stretched by the ideal bubble, the exposed reductions and the update
+ * after it) stays beside it as a cross-check. */
 #include "plan.h"
+#include "plan_sim.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -32,49 +34,6 @@
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int half_precision(const tsr_config *cfg) { return cfg->train.precision != TSR_F32; }
 static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
-
-/* ---------------------------------------------------------------- hardware */
-
-/* SXM parts (NVIDIA datasheets): dense bf16 tensor-core peaks, and dense fp32 peaks
- * without tensor cores, which is what an fp32 run gets: the CUDA GEMMs compute in
- * CUBLAS_COMPUTE_32F with TF32 off (cuda/gemm.cu).  Links per GPU and direction: NVLink 4
- * (H100, H200) moves 900 GB/s and NVLink 3 (A100) 600 GB/s counting both directions; one
- * 400 Gb/s NDR (H100, H200) or 200 Gb/s HDR (A100) InfiniBand port per GPU. */
-static const tsr_hardware builtin[] = { /* in the order of tsr_hw_name */
-    /* name  bf16 TFLOP/s  fp32  HBM GB  HBM GB/s  NVLink  network  per node */
-    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 0, 0, 0, 1},
-    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 0, 0, 0, 1},
-    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 0, 0, 0, 1},
-    {"custom", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-};
-
-int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
-  TSR_CHECK(d->name >= 0 && d->name <= TSR_HW_CUSTOM, TSR_ERR_INPUT,
-            "hardware.name %d is not one of h100, h200, a100, custom", (int)d->name);
-  *hw = builtin[d->name];
-  struct {
-    double *dst, src;
-    const char *key;
-  } fig[] = {{&hw->peak_tflops, d->peak_tflops, "peak_tflops"},
-             {&hw->peak_fp32_tflops, d->peak_fp32_tflops, "peak_fp32_tflops"},
-             {&hw->hbm_gb, d->hbm_gb, "hbm_gb"},
-             {&hw->hbm_gbps, d->hbm_gbps, "hbm_gbps"},
-             {&hw->intra_node_gbps, d->intra_node_gbps, "intra_node_gbps"},
-             {&hw->inter_node_gbps, d->inter_node_gbps, "inter_node_gbps"}};
-  for (size_t i = 0; i < sizeof fig / sizeof fig[0]; i++) {
-    if (fig[i].src > 0) *fig[i].dst = fig[i].src;
-    TSR_CHECK(*fig[i].dst > 0, TSR_ERR_INPUT,
-              "hardware.name = 'custom' needs hardware.%s > 0 in the deck", fig[i].key);
-  }
-  if (d->gpus_per_node > 0) hw->gpus_per_node = (int)d->gpus_per_node;
-  TSR_CHECK(hw->gpus_per_node > 0, TSR_ERR_INPUT,
-            "hardware.name = 'custom' needs hardware.gpus_per_node (or --gpus-per-node)");
-  hw->compute_efficiency = d->compute_efficiency;
-  hw->comm_efficiency = d->comm_efficiency;
-  hw->reserved_gb = d->reserved_gb;
-  hw->max_mem_frac = 1.0;
-  return 0;
-}
 
 /* ---------------------------------------------------------------- layout checks */
 
@@ -547,22 +506,31 @@ static double peak_flops(const tsr_hardware *hw, const tsr_config *cfg) {
   return (half_precision(cfg) ? hw->peak_tflops : hw->peak_fp32_tflops) * 1e12;
 }
 
+/* The bytes of a group's traffic at its link's rate (the table's "time s"). */
 static double link_time(const tsr_hardware *hw, const tsr_plan_traffic *t, double bytes) {
-  const double gbps = t->inter_node ? hw->inter_node_gbps : hw->intra_node_gbps;
-  return bytes / (gbps * 1e9 * hw->comm_efficiency);
+  return tsr_plan_link_s(hw, t->inter_node ? TSR_LINK_INTER : TSR_LINK_INTRA, bytes, 0);
 }
 
-/* Gradient reductions overlap backward (stages 0-1: the last micro-batch's; 2-3: every
- * one's); stage 3's gathers overlap compute; stages 1-2 gather after the update, and the
- * hybrid copies' all-reduce follows the reduction: those are exposed.  AdamW streams the
- * shard's master, m, v and gradient in and out of HBM. */
-static void stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
-                        tsr_plan_stage *s) {
+/* The closed form, beside the replay of plan_sim.c: a stage's chunks priced by the profile
+ * (plan_cost.c) for each micro-batch, tensor-parallel time apart; pipeline transfers on
+ * the critical path; gradient reductions overlap backward (stages 0-1: the last
+ * micro-batch's; 2-3: every one's); stage 3's gathers overlap compute; stages 1-2 gather
+ * after the update, and the hybrid copies' all-reduce follows the reduction: those are
+ * exposed.  AdamW streams the shard's master, m, v and gradient in and out of HBM. */
+static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
+                       int stage, tsr_plan_stage *s) {
   const int zs = (int)cfg->parallel.zero_stage;
   const tsr_plan_traffic *dp = &s->comm[zs == 0 ? TSR_PLAN_DP : TSR_PLAN_DP_SHARD];
   const tsr_plan_traffic *tied = &s->comm[TSR_PLAN_TIED], *rep = &s->comm[TSR_PLAN_DP_REPLICATE];
-  s->t_compute = s->flops / (peak_flops(hw, cfg) * hw->compute_efficiency);
-  s->t_tp = s->comm[TSR_PLAN_TP].seconds;
+  s->t_compute = s->t_tp = 0;
+  for (int c = 0; c < g->pp * g->v; c++) {
+    if (tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c) != stage) continue;
+    tsr_plan_chunk ch;
+    TSR_CALL(tsr_plan_chunk_cost(cfg, hw, g, c, &ch));
+    const double tp = ch.f_tp + ch.b_tp + ch.w_tp;
+    s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp);
+    s->t_tp += g->micro_batches * tp;
+  }
   s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;
   const double backward = 2.0 / 3.0 * s->t_compute * (zs < 2 ? 1.0 / g->micro_batches : 1.0);
   const double grads = link_time(hw, dp, dp->bytes[TSR_COMM_ALL_REDUCE] +
@@ -572,7 +540,8 @@ static void stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr
             (zs == 3 ? fmax(0.0, gathers - s->t_compute) : gathers) +
             link_time(hw, rep, rep->total);
   const double own = s->mem[TSR_PLAN_GPU].optim / 8; /* Adam holds 8 bytes per element */
-  s->t_optimizer = own * (28.0 + (half_precision(cfg) ? 2 : 4)) / (hw->hbm_gbps * 1e9);
+  s->t_optimizer = tsr_plan_stream_s(hw, own * (28.0 + (half_precision(cfg) ? 2 : 4)));
+  return 0;
 }
 
 /* ---------------------------------------------------------------- a whole plan */
@@ -594,7 +563,7 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
   const double tokens = stage_tokens(cfg, &p->grid);
   st->recompute_flops = tokens * stage_recompute(cfg, &p->grid, pt);
   st->flops = tokens * 3.0 * stage_forward(cfg, &p->grid, pt) + st->recompute_flops;
-  stage_times(cfg, &p->hw, &p->grid, st);
+  TSR_CALL(stage_times(cfg, &p->hw, &p->grid, s, st));
   st->layers = pt->layers;
   st->done = 1;
   return 0;
@@ -662,7 +631,7 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
   p->n_params = whole.n_params;
   p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);
-  return 0;
+  return tsr_plan_sim_step(p, cfg); /* the step from the replay; the closed form kept */
 }
 
 void tsr_plan_destroy(tsr_plan *p) {

@@ -35,25 +35,7 @@
 #include "comm.h"
 #include "config.h"
 #include "grid.h"
-
-/* One GPU's figures: the built-in table of &hardware name with the deck's figures on top. */
-typedef struct {
-  char name[TSR_STR_SHORT];
-  double peak_tflops;      /* dense bf16 tensor cores: bf16 runs */
-  double peak_fp32_tflops; /* dense fp32 without tensor cores: fp32 runs (the CUDA GEMMs
-                              compute in CUBLAS_COMPUTE_32F, TF32 off) */
-  double hbm_gb, hbm_gbps;
-  double intra_node_gbps; /* per GPU, one direction */
-  double inter_node_gbps;
-  int gpus_per_node;
-  double compute_efficiency, comm_efficiency, reserved_gb;
-  double max_mem_frac; /* headroom: a plan fits when the GPU's peak plus reserved_gb is at
-                          most this fraction of hbm_gb (1; `tessera plan --max-mem-frac`) */
-} tsr_hardware;
-
-/* TSR_ERR_INPUT with a message naming the hardware.* key for an unknown name or a
- * 'custom' figure left at 0. */
-int tsr_plan_hardware(const tsr_hardware_config *deck, tsr_hardware *out);
+#include "plan_profile.h" /* tsr_hardware, tsr_plan_hardware */
 
 /* The process grid of a plan (grid.h's numbers, without communicators). */
 typedef struct {
@@ -129,6 +111,8 @@ typedef struct {
   double flops;       /* executed per step on one GPU of the stage (recompute included) */
   double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
   double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
+  double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
+                                         computing, waits over its window (as logged) */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless
                          parallel.stage_layers is set) */
   int layers;         /* transformer layers the stage holds */
@@ -149,8 +133,20 @@ typedef struct {
   tsr_plan_stage *stages; /* [pp] */
   int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */
   int critical;           /* the stage with the most compute and transfer time */
-  double t_pipeline, t_step, tokens_per_s, mfu;
+  double t_pipeline, t_step, tokens_per_s, mfu; /* the simulated step (plan_sim.h) */
   int fits;               /* worst GPU peak + reserved_gb <= max_mem_frac x hbm_gb */
+  struct {
+    double pipeline;      /* the last stage's end of the schedule */
+    double reduced;       /* the last data-parallel reduction's end */
+    double tail;          /* after both: tied embedding, gradient norm, AdamW, gathers */
+    double idle_mean, idle_max; /* waits over each stage's own window: the trainer's line */
+    double bubble;        /* 1 - mean busy / pipeline: the closed form's definition */
+    double closed_pipeline, closed_step; /* the closed form: busy / (1 - bubble) + tail */
+    double tflops_per_gpu;/* model FLOPs per step / step / GPUs */
+    double f, b, w;       /* one micro-batch through the critical stage's chunks */
+    double gemm, attention, memory, tp; /* of f + b + w, by kind */
+    int critical;         /* the stage that ends last */
+  } sim;
 } tsr_plan;
 
 /* Everything for one layout.  all_stages = 0 evaluates stages 0, 1, pp - 1 and the GPU

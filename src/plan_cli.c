@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "deck.h"
 #include "pipeline.h"
@@ -155,19 +156,34 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
   }
 }
 
-static void print_time(FILE *out, const tsr_plan *p) {
+static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_stage *st = &p->stages[p->critical];
+  const tsr_hardware *hw = &p->hw;
   const double busy = st->t_compute + st->t_tp + st->t_pp;
-  fprintf(out, "\npredicted step (an estimate: compute at %.0f%% of peak, links at %.0f%% of "
-          "their bandwidth)\n", 100 * p->hw.compute_efficiency, 100 * p->hw.comm_efficiency);
-  fprintf(out, "  compute                %10.4f s  stage %d\n", st->t_compute, p->critical);
-  fprintf(out, "  tp transfers           %10.4f s  on the critical path\n", st->t_tp);
-  fprintf(out, "  pipeline transfers     %10.4f s\n", st->t_pp);
-  fprintf(out, "  bubble                 %10.4f s\n", p->t_pipeline - busy);
-  fprintf(out, "  dp + optimizer         %10.4f s  reductions beyond the backward they overlap, "
-          "parameter gathers, AdamW over the shard\n", p->t_step - p->t_pipeline);
-  fprintf(out, "  step                   %10.4f s  = %.4g tokens/s, MFU %.3f\n", p->t_step,
-          p->tokens_per_s, p->mfu);
+  fprintf(out, "\npredicted step (implementation '%s': %s%s)\n", W(cfg->hardware.implementation),
+          hw->prof.source, hw->compute_efficiency > 0 || hw->comm_efficiency > 0
+                               ? "; flat efficiencies from the deck" : "");
+  const double ms = 1e3;
+  char w[48] = "";
+  if (p->sim.w > 0) snprintf(w, sizeof w, ", W %.4g ms", p->sim.w * ms);
+  fprintf(out, "  one micro-batch    on stage %d: forward %.4g ms, backward %.4g ms%s (GEMMs "
+          "%.4g, attention %.4g, element-wise %.4g, tp collectives %.4g ms)\n", p->sim.critical,
+          p->sim.f * ms, p->sim.b * ms, w, p->sim.gemm * ms, p->sim.attention * ms,
+          p->sim.memory * ms, p->sim.tp * ms);
+  fprintf(out, "  schedule replay    %10.4f s  the last stage's end; idle over each stage's own "
+          "time %.4f mean, %.4f max (the trainer's bubble line); over the step %.4f (closed "
+          "form %.4f)\n", p->sim.pipeline, p->sim.idle_mean, p->sim.idle_max, p->sim.bubble,
+          p->bubble);
+  fprintf(out, "  reductions end     %10.4f s  data-parallel gradient reductions, overlapped with "
+          "the backward they follow\n", p->sim.reduced);
+  fprintf(out, "  tail               %10.4f s  tied embedding, gradient norm, AdamW over the "
+          "shard, parameter gathers after it\n", p->sim.tail);
+  fprintf(out, "  step               %10.4f s  = %.4g tokens/s, %.4g TFLOP/s per GPU, MFU %.3f\n",
+          p->t_step, p->tokens_per_s, p->sim.tflops_per_gpu, p->mfu);
+  fprintf(out, "  closed form        %10.4f s  cross-check: stage %d computes %.4f s, tp %.4f s, "
+          "pipeline transfers %.4f s, bubble %.4f s, dp + optimizer %.4f s\n",
+          p->sim.closed_step, p->critical, st->t_compute, st->t_tp, st->t_pp,
+          p->sim.closed_pipeline - busy, p->sim.closed_step - p->sim.closed_pipeline);
 }
 
 void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes) {
@@ -175,7 +191,7 @@ void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nod
   print_memory(out, p, cfg);
   print_compute(out, p, cfg);
   print_traffic(out, p);
-  print_time(out, p);
+  print_time(out, p, cfg);
   tsr_plan_print_checkpoint(out, p, cfg);
 }
 
@@ -210,8 +226,34 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
           st->recompute_flops);
   json_traffic(out, st->comm);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"pp\": %.6g, "
-          "\"dp_exposed\": %.6g, \"optimizer\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
-          st->t_dp, st->t_optimizer);
+          "\"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": {\"end_s\": %.6g, "
+          "\"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
+          st->t_dp, st->t_optimizer, st->sim_end, st->sim_busy, st->sim_idle);
+}
+
+static void json_profile(FILE *out, const tsr_hardware *hw) {
+  const tsr_plan_profile *p = &hw->prof;
+  fprintf(out, "\"profile\": {\"gemm_efficiency\": %.6g, \"gemm_fp32_efficiency\": %.6g, "
+          "\"gemm_half_dim\": %.6g, \"attention_efficiency\": %.6g, "
+          "\"attention_bwd_efficiency\": %.6g, \"attention_fp32_efficiency\": %.6g, "
+          "\"attention_fp32_bwd_efficiency\": %.6g, \"attention_half_seq\": %.6g, "
+          "\"attention_half_hd\": %.6g, \"memory_efficiency\": %.6g, \"kernel_us\": %.6g, "
+          "\"intra_node_efficiency\": %.6g, \"inter_node_efficiency\": %.6g, "
+          "\"intra_node_latency_us\": %.6g, \"inter_node_latency_us\": %.6g, "
+          "\"tp_overlap\": %.6g, \"gather_overlap\": %.6g, \"slowdown\": %.6g, "
+          "\"source\": \"%s\"}",
+          p->gemm_eff[1], p->gemm_eff[0], p->gemm_half_dim, p->attn_fwd[1], p->attn_bwd[1],
+          p->attn_fwd[0], p->attn_bwd[0], p->attn_half_seq, p->attn_half_hd, p->mem_eff,
+          p->kernel_s * 1e6, p->link_eff[0], p->link_eff[1], p->link_latency_s[0] * 1e6,
+          p->link_latency_s[1] * 1e6, p->tp_overlap, p->gather_overlap, p->slowdown, p->source);
+}
+
+/* The stage whose schedule ends last in the replay. */
+static int last_stage(const tsr_plan *p) {
+  int last = 0;
+  for (int s = 1; s < p->grid.pp; s++)
+    if (p->stages[s].sim_end > p->stages[last].sim_end) last = s;
+  return last;
 }
 
 void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nodes) {
@@ -221,10 +263,13 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"peak_fp32_tflops\": %.6g, "
           "\"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, \"intra_node_gbps\": %.6g, "
           "\"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, \"comm_efficiency\": %.6g, "
-          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g},\n", nodes, g->ranks_per_node,
-          g->world, hw->name, hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb, hw->hbm_gbps,
-          hw->intra_node_gbps, hw->inter_node_gbps, hw->compute_efficiency, hw->comm_efficiency,
-          hw->reserved_gb, hw->max_mem_frac);
+          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g, \"implementation\": \"%s\",\n   ",
+          nodes, g->ranks_per_node, g->world, hw->name, hw->peak_tflops, hw->peak_fp32_tflops,
+          hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps, hw->inter_node_gbps,
+          hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb, hw->max_mem_frac,
+          W(cfg->hardware.implementation));
+  json_profile(out, hw);
+  fprintf(out, "},\n");
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
           "\"recompute\": \"%s\"},\n", W(cfg->model.arch), (long long)p->n_params,
           W(cfg->train.precision), W(cfg->train.recompute));
@@ -246,8 +291,18 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           p->executed_flops, (long long)p->n_gemm);
   tsr_plan_json_checkpoint(out, p, cfg);
   fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
-          "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g},\n  \"stages\": [\n",
-          p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu);
+          "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g,\n           "
+          "\"tflops_per_gpu\": %.6g, \"idle_fraction\": %.6g, \"idle_fraction_max\": %.6g, "
+          "\"sim_bubble\": %.6g, \"reductions_end_s\": %.6g, \"tail_s\": %.6g,\n           "
+          "\"closed_form_step_s\": %.6g, \"closed_form_pipeline_s\": %.6g, \"last_stage\": %d,"
+          "\n           \"micro_batch_s\": {\"stage\": %d, \"forward\": %.6g, \"backward\": "
+          "%.6g, \"w\": %.6g, \"gemm\": %.6g, \"attention\": %.6g, \"memory\": %.6g, "
+          "\"tp\": %.6g}},\n  \"stages\": [\n",
+          p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu,
+          p->sim.tflops_per_gpu, p->sim.idle_mean, p->sim.idle_max, p->sim.bubble,
+          p->sim.reduced, p->sim.tail, p->sim.closed_step, p->sim.closed_pipeline,
+          last_stage(p), p->sim.critical, p->sim.f, p->sim.b, p->sim.w, p->sim.gemm,
+          p->sim.attention, p->sim.memory, p->sim.tp);
   for (int s = 0; s < g->pp; s++) {
     if (!p->stages[s].done) continue;
     json_stage(out, &p->stages[s], s);
@@ -264,7 +319,10 @@ typedef struct {
   double max_mem_frac; /* --max-mem-frac: (0, 1], default 1 */
   unsigned fixed;      /* the searched keys the overrides hold (tsr_plan_search_fixed) */
   int deck_invalid;    /* --search: the deck's own layout does not go with the held keys */
-  char extra[2][TSR_STR_SHORT + 32]; /* --hardware / --gpus-per-node as deck overrides */
+  char extra[3][TSR_STR_SHORT + 32]; /* --hardware, --gpus-per-node, --implementation as
+                                        deck overrides */
+  const char *profile;               /* --profile FILE: its &hardware group */
+  int print_profile;                 /* --print-profile */
   int n_over;
   char **over;
 } plan_args;
@@ -272,11 +330,22 @@ typedef struct {
 static void plan_usage(FILE *out) {
   fprintf(out,
           "usage: tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware h100|h200|a100|"
-          "custom]\n"
+          "custom|cpu]\n"
+          "                    [--implementation tessera|reference] [--profile FILE]\n"
           "                    [--max-mem-frac F] [--require-fit] [--json] [--search [--top K]]\n"
-          "                    [group.key=value ...]\n"
+          "                    [--print-profile] [group.key=value ...]\n"
           "  Plans the deck's layout on N nodes (default 1) of G GPUs (default &hardware\n"
           "  gpus_per_node, else 8): memory per GPU, FLOPs, traffic, predicted step time.\n"
+          "  The step time replays the schedule the trainer runs with every kernel and\n"
+          "  transfer priced by the machine's profile:\n"
+          "  --implementation  tessera (default): Tessera's kernels as measured; reference:\n"
+          "                  a well-tuned stack (cuBLAS GEMMs, FlashAttention-class\n"
+          "                  attention, tp collectives overlapped): what the layout could do\n"
+          "  --profile FILE  the machine from FILE's &hardware group (what\n"
+          "                  bench/cuda_kernels --profile writes), instead of the deck's\n"
+          "  --hardware cpu  this host, its kernel rates measured at start-up (G = ranks per\n"
+          "                  node; under mpirun -np 2 the link between two ranks is measured)\n"
+          "  --print-profile print the machine in deck syntax (a profile file) and exit\n"
           "  --search        rank every layout that fits (the K fastest, default 10).  A\n"
           "                  group.key=value of a key it varies holds that key:\n"
           "                  parallel.{tp, pp, virtual_stages, schedule, sequence_parallel,\n"
@@ -305,7 +374,8 @@ static const char *option_value(int argc, char **argv, int *i) {
 }
 
 const char *const tsr_plan_valued_options[] = {"--nodes", "--top", "--gpus-per-node",
-                                               "--hardware", "--max-mem-frac", NULL};
+                                               "--hardware", "--max-mem-frac",
+                                               "--implementation", "--profile", NULL};
 
 static int valued(const char *arg, size_t n) {
   for (const char *const *o = tsr_plan_valued_options; *o; o++)
@@ -321,6 +391,7 @@ static int parse_option(int argc, char **argv, int *i, plan_args *a) {
   if (OPT("--search")) return a->search = 1, 0;
   if (OPT("--require-fit")) return a->require_fit = 1, 0;
   if (OPT("--help") || OPT("-h")) return a->help = 1, 0;
+  if (OPT("--print-profile")) return a->print_profile = 1, 0;
   const char *v = valued(arg, n) ? option_value(argc, argv, i) : NULL;
   if (!v) return bad_usage("unknown option or missing value:", arg);
   char *end = NULL;
@@ -337,6 +408,13 @@ static int parse_option(int argc, char **argv, int *i, plan_args *a) {
     snprintf(a->extra[0], sizeof a->extra[0], "hardware.name=%s", v);
     return 0;
   }
+  if (OPT("--implementation")) {
+    if (strcmp(v, "tessera") && strcmp(v, "reference"))
+      return bad_usage("--implementation takes tessera or reference, not", v);
+    snprintf(a->extra[2], sizeof a->extra[2], "hardware.implementation=%s", v);
+    return 0;
+  }
+  if (OPT("--profile")) return a->profile = v, 0;
   if (!v[0] || *end || num < 1 || num > 1000000) return bad_usage("expected a positive number:", v);
   if (OPT("--nodes")) a->nodes = (int)num;
   if (OPT("--top")) a->top = (int)num;
@@ -351,7 +429,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   a->nodes = 1;
   a->top = 10;
   a->max_mem_frac = 1;
-  a->over = tsr_calloc((size_t)argc + 2, sizeof *a->over);
+  a->over = tsr_calloc((size_t)argc + 3, sizeof *a->over);
   TSR_CHECK(a->over, TSR_ERR, "out of memory");
   for (int i = 0; i < argc; i++) {
     if (argv[i][0] == '-') {
@@ -365,7 +443,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     }
   }
   a->fixed = tsr_plan_search_fixed(a->n_over, a->over); /* the user's, not the extras */
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < 3; k++)
     if (a->extra[k][0]) a->over[a->n_over++] = a->extra[k];
   if (!a->deck && !a->help) return bad_usage("no deck given", "");
   return 0;
@@ -442,6 +520,35 @@ static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_c
   return rc;
 }
 
+/* --profile FILE: the file's &hardware group in place of the deck's, the command line's
+ * hardware.* keys on top.  The file is read as a deck (any other group in it is read and
+ * left unused). */
+static int apply_profile(const plan_args *a, tsr_config *cfg) {
+  if (!a->profile) return 0;
+  size_t len = 0;
+  char *text = read_text(a->profile, &len), err[8192];
+  if (!text) {
+    fprintf(stderr, "tessera plan: cannot read the profile '%s'\n", a->profile);
+    return TSR_ERR_INPUT;
+  }
+  char **hw = tsr_calloc((size_t)a->n_over + 1, sizeof *hw);
+  int n = 0, rc = TSR_ERR;
+  if (hw) {
+    for (int i = 0; i < a->n_over; i++) {
+      const char *o = a->over[i];
+      while (*o == ' ') o++;
+      if (!strncasecmp(o, "hardware.", 9)) hw[n++] = a->over[i];
+    }
+    tsr_config pc;
+    rc = tsr_deck_parse(&pc, text, len, a->profile, n, hw, 1, err, sizeof err);
+    if (rc) fputs(err, stderr);
+    else cfg->hardware = pc.hardware;
+  }
+  free(text);
+  tsr_free(&hw);
+  return rc;
+}
+
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
  * layout, so it only needs the deck to be valid on its own tp x pp ranks, or else with the
@@ -454,7 +561,8 @@ static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
     return TSR_ERR_INPUT;
   }
   tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, 1, err, sizeof err);
-  int rc = tsr_plan_hardware(&cfg->hardware, hw);
+  int rc = apply_profile(a, cfg);
+  if (!rc) rc = tsr_plan_hardware(&cfg->hardware, hw);
   if (!rc) rc = world_size(a->nodes, hw, world);
   const int own = (int)(cfg->parallel.tp * cfg->parallel.pp);
   if (!rc) {
@@ -463,6 +571,7 @@ static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
       rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, own, err, sizeof err);
     if (rc && a->search && !parse_neutral(a, text, len, cfg)) rc = 0, a->deck_invalid = 1;
     if (rc) fputs(err, stderr);
+    if (!rc) rc = apply_profile(a, cfg);
   }
   free(text);
   return rc;
@@ -498,7 +607,9 @@ int tsr_plan_main(int argc, char **argv) {
     int world = 0, fits = 0;
     rc = load(&a, &cfg, &hw, &world);
     hw.max_mem_frac = a.max_mem_frac;
-    if (!rc && a.search) {
+    if (!rc && a.print_profile) {
+      tsr_plan_profile_print(stdout, &hw);
+    } else if (!rc && a.search) {
       const tsr_plan_search_opts o = {a.nodes, a.top, a.json, a.fixed, a.deck_invalid};
       rc = tsr_plan_search(&cfg, &hw, &o, &fits);
     } else if (!rc) {

@@ -42,6 +42,15 @@
 #     halving back would answer 12, not 6.  A GPU too small for any count says so up to
 #     where layouts stop dividing, or up to the scan's bound of 65536 nodes;
 #     --search --require-fit exits 3 then.
+# 10. The time model's JSON (docs/architecture.md "The planner's time model"): TFLOP/s per
+#     GPU and MFU follow from the simulated step, which is the last reduction's end plus
+#     the tail; every stage has its replayed idle fraction; the reference stack plans a
+#     faster step than Tessera's kernels.  (The replay itself: tests/test_plan_sim.c.)
+# 11. Profiles: what --print-profile prints, read back with --profile, plans the same step;
+#     a GEMM rate halved in the file plans a slower one; bad files and implementations
+#     exit 2.
+# 12. --hardware cpu measures this host when it starts (positive rates; no time is
+#     checked), and its printed profile reads back.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -381,4 +390,67 @@ sys.exit(0 if d[0] > 0 and d[1] == 0 else 1)" "$TESSERA" plan "$tiny" --search -
 grep "^nothing fits" "$SCRATCH/bound.txt"
 check "with 2^20 sequences a batch, the scan stops at its bound: 'up to 65536 (the scan's bound)'" \
   grep -q "nor on any node count up to 65536 (the scan's bound)" "$SCRATCH/bound.txt"
+# ---- 10. the time model's JSON (src/plan_sim.c): TFLOP/s per GPU and MFU from the step,
+# the step = the last reduction's end + the tail; the reference stack faster than Tessera's
+for impl in tessera reference; do
+  "$TESSERA" plan "$big" --nodes 64 --gpus-per-node 8 --json --implementation $impl \
+    >"$SCRATCH/time_$impl.json" 2>&1
+done
+check "llm70b time: tflops_per_gpu = model FLOPs / step / GPUs, mfu = that / peak, step = reductions + tail" \
+  "$PYTHON_REF" -c "
+import json, sys
+t, r = (json.load(open(f)) for f in sys.argv[1:3])
+ok = True
+for d in (t, r):
+    tm, m = d['time'], d['machine']
+    tf = d['flops']['model'] / tm['step_s'] / m['world'] / 1e12
+    print(f'    {m[\"implementation\"]:9}: step {tm[\"step_s\"]:.3f} s (closed form {tm[\"closed_form_step_s\"]:.3f}), '
+          f'{tm[\"tflops_per_gpu\"]:.1f} TFLOP/s per GPU, MFU {tm[\"mfu\"]:.3f}, idle {tm[\"idle_fraction\"]:.4f}')
+    ok &= abs(tm['tflops_per_gpu'] - tf) <= 1e-5 * tf and abs(tm['mfu'] - tf / m['peak_tflops']) <= 1e-5
+    ok &= abs(tm['step_s'] - tm['reductions_end_s'] - tm['tail_s']) <= 1e-5 * tm['step_s']
+    ok &= 0 <= tm['idle_fraction'] < 1 and tm['closed_form_step_s'] > 0 and tm['pipeline_s'] > 0
+    ok &= all('sim' in s and 0 <= s['sim']['idle_fraction'] < 1 for s in d['stages'])
+ok &= r['time']['step_s'] < t['time']['step_s'] and r['machine']['profile']['tp_overlap'] > 0
+sys.exit(0 if ok else 1)" "$SCRATCH/time_tessera.json" "$SCRATCH/time_reference.json"
+
+# ---- 11. profiles: --print-profile read back with --profile gives the same plan; a figure
+# changed in the file changes it; bad files and implementations exit 2
+"$TESSERA" plan "$big" --nodes 64 --implementation reference --print-profile \
+  >"$SCRATCH/ref.nml" 2>&1
+"$TESSERA" plan "$big" --nodes 64 --profile "$SCRATCH/ref.nml" --json >"$SCRATCH/ref_file.json" 2>&1
+sed 's/^  gemm_efficiency = .*/  gemm_efficiency = 0.35/' "$SCRATCH/ref.nml" >"$SCRATCH/slow.nml"
+"$TESSERA" plan "$big" --nodes 64 --profile "$SCRATCH/slow.nml" --json >"$SCRATCH/slow.json" 2>&1
+check "a printed profile read back with --profile plans the same step; half the GEMM rate a slower one" \
+  "$PYTHON_REF" -c "
+import json, sys
+a, b, c = (json.load(open(f))['time'] for f in sys.argv[1:4])
+print(f'    reference {a[\"step_s\"]:.4f} s, from its printed profile {b[\"step_s\"]:.4f} s, '
+      f'with gemm_efficiency halved {c[\"step_s\"]:.4f} s')
+sys.exit(0 if abs(a['step_s'] - b['step_s']) <= 1e-4 * a['step_s'] and
+         c['step_s'] > 1.4 * a['step_s'] else 1)" "$SCRATCH/time_reference.json" \
+  "$SCRATCH/ref_file.json" "$SCRATCH/slow.json"
+"$TESSERA" plan "$big" --nodes 64 --profile "$SCRATCH/none.nml" >"$SCRATCH/noprof.txt" 2>&1
+rc1=$?
+"$TESSERA" plan "$big" --nodes 64 --implementation fast >"$SCRATCH/noimpl.txt" 2>&1
+rc2=$?
+check "--profile of a missing file and --implementation fast: exit 2, each saying why" \
+  test $rc1 -eq 2 -a $rc2 -eq 2 -a -n "$(grep "cannot read the profile" "$SCRATCH/noprof.txt")" \
+  -a -n "$(grep "implementation takes tessera or reference" "$SCRATCH/noimpl.txt")"
+
+# ---- 12. --hardware cpu: this host measured at start-up; its profile prints and reads back
+"$TESSERA" plan "$tiny" --hardware cpu --json >"$SCRATCH/cpu.json" 2>&1
+"$TESSERA" plan "$tiny" --hardware cpu --print-profile >"$SCRATCH/cpu.nml" 2>&1
+"$TESSERA" plan "$tiny" --profile "$SCRATCH/cpu.nml" --json >"$SCRATCH/cpu_file.json" 2>&1
+check "--hardware cpu: a measured profile of this host (positive rates), read back from its print" \
+  "$PYTHON_REF" -c "
+import json, re, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+printed = float(re.search(r'peak_fp32_tflops = (\S+)', open(sys.argv[3]).read()).group(1))
+m, p = a['machine'], a['machine']['profile']
+print(f'    this host: GEMM probe {m[\"peak_fp32_tflops\"] * 1e3:.1f} GFLOP/s, memory {m[\"hbm_gbps\"]:.1f} GB/s, '
+      f'gemm_half_dim {p[\"gemm_half_dim\"]:.1f}, kernel {p[\"kernel_us\"]:.2f} us; step {a[\"time\"][\"step_s\"] * 1e3:.2f} ms')
+ok = m['hardware'] == 'cpu' and 'this host' in p['source'] and m['peak_fp32_tflops'] > 0
+ok &= m['hbm_gbps'] > 0 and p['gemm_efficiency'] > 0 and a['time']['step_s'] > 0
+ok &= b['machine']['hardware'] == 'cpu' and b['machine']['peak_fp32_tflops'] == printed
+sys.exit(0 if ok else 1)" "$SCRATCH/cpu.json" "$SCRATCH/cpu_file.json" "$SCRATCH/cpu.nml"
 finish

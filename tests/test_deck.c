@@ -398,6 +398,17 @@ static const field fields[] = {
     F(hardware, gpus_per_node, 'i', "2"), F(hardware, compute_efficiency, 'r', "0.5"),
     F(hardware, comm_efficiency, 'r', "0.5"), F(hardware, reserved_gb, 'r', "0.5"),
     F(hardware, fs_gbps, 'r', "0.5"),
+    F(hardware, implementation, 'c', "reference"), F(hardware, gemm_efficiency, 'r', "0.5"),
+    F(hardware, gemm_fp32_efficiency, 'r', "0.5"), F(hardware, gemm_half_dim, 'r', "0.5"),
+    F(hardware, attention_efficiency, 'r', "0.5"),
+    F(hardware, attention_bwd_efficiency, 'r', "0.5"),
+    F(hardware, attention_fp32_efficiency, 'r', "0.5"),
+    F(hardware, attention_fp32_bwd_efficiency, 'r', "0.5"),
+    F(hardware, attention_half_seq, 'r', "0.5"), F(hardware, attention_half_hd, 'r', "0.5"),
+    F(hardware, memory_efficiency, 'r', "0.5"), F(hardware, kernel_us, 'r', "0.5"),
+    F(hardware, intra_node_efficiency, 'r', "0.5"), F(hardware, inter_node_efficiency, 'r', "0.5"),
+    F(hardware, intra_node_latency_us, 'r', "0.5"), F(hardware, inter_node_latency_us, 'r', "0.5"),
+    F(hardware, tp_overlap, 'r', "0.5"), F(hardware, gather_overlap, 'r', "0.5"),
 };
 
 static void test_schema_covers_config(void) {

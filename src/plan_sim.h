@@ -1,0 +1,69 @@
+/* plan_sim.h — the planner's step time (docs/architecture.md "The planner's time model"):
+ * what one micro-batch costs in each pipeline chunk, priced kernel by kernel from the
+ * machine's profile (plan_cost.c), and the step built by replaying the schedule the
+ * trainer executes (pipeline.h's action lists, as pp_exec.c runs them) with those costs,
+ * the point-to-point transfers on their links, the data-parallel reductions on their own
+ * link as zero.c issues them, and the optimizer (plan_sim.c).  plan.c calls it for every
+ * plan; the closed form of the pipeline bubble stays beside it as a cross-check. */
+#ifndef TSR_PLAN_SIM_H
+#define TSR_PLAN_SIM_H
+
+#include "plan.h"
+
+/* One micro-batch through one chunk on one GPU (a tp rank), seconds. */
+typedef struct {
+  double f, b, w;          /* forward; backward (zb_h1, zb_v: its B part); W (else 0) */
+  double f_tp, b_tp, w_tp; /* of which tensor-parallel collectives left on the critical path */
+  double gemm, attention, memory; /* of f + b + w, by kind of kernel (the rest is tp) */
+  double recompute;        /* of b: what recomputation runs again */
+  double elems;            /* parameters of the chunk's units on this tp rank */
+  int layers, units;       /* its layers; its ZeRO units (layers, embedding, head) */
+} tsr_plan_chunk;
+
+/* Chunk `chunk` (0 .. pp v - 1) of the deck's layout on grid g, priced on hw: the model's
+ * own sizes (tsr_model_sizes_of) give every GEMM's shape, the attention's, the bytes of
+ * the element-wise kernels and the collectives model_layer.c issues.  TSR_ERR_INPUT for a
+ * bad layer split. */
+int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
+                        int chunk, tsr_plan_chunk *out);
+
+/* ---- the replay ----
+ * Each stage walks its own action list (tsr_pp_schedule_create) in order, as pp_exec.c
+ * does: a computation starts when the stage is free and its input is there; a send
+ * leaves when its computation ends and arrives p2p seconds later, messages from one
+ * stage to one neighbour one after another; receives are posted early and cost nothing.
+ * Stage s's data-parallel reductions run on its own link, in the order issued: chunk c's
+ * after its backward (or W) of the last micro-batch (every micro-batch with
+ * reduce_every), in `pieces` equal parts released as the backward proceeds (zero.c
+ * reduces a unit as soon as backward is done with it).  With `gather` (ZeRO 3) each F and
+ * B first gathers the chunk's parameters on that link, issued when the stage's previous
+ * computation starts (zero.c prefetches the next unit): the computation cannot start
+ * before the first of its pieces is in, nor end before the last is.  pp = 1 runs
+ * F, B (and W) of micro-batch 0, 1, ... as the trainer's gradient accumulation does. */
+typedef struct {
+  tsr_schedule_choice kind;
+  int pp, m, v;
+  const double *f, *b, *w; /* [pp v] by global chunk; w may be NULL (fused backward) */
+  const double *p2p;       /* [pp]: one message between stage s and s + 1 (mod pp), NULL: 0 */
+  const double *reduce;    /* [pp v] or NULL: chunk c's gradient reduction */
+  const int *pieces;       /* [pp v] or NULL (1 each) */
+  int reduce_every;
+  const double *gather;    /* [pp v] or NULL */
+} tsr_plan_sim_in;
+
+typedef struct { /* [pp] arrays the caller provides */
+  double *end;     /* when the stage's last computation ends (its window in the trainer's
+                      bubble line runs from 0 to here) */
+  double *busy;    /* its time computing */
+  double *reduced; /* when its last reduction ends (its end when it has none) */
+} tsr_plan_sim_out;
+
+int tsr_plan_simulate(const tsr_plan_sim_in *in, tsr_plan_sim_out *out);
+
+/* The whole plan's step: chunk costs, the replay, the tail (the tied embedding's
+ * all-reduce, the gradient norm, AdamW over the shard, ZeRO 1-2's parameter gathers and
+ * the hybrid copies' all-reduce after it), into p->sim, and p->t_step, p->tokens_per_s,
+ * p->mfu from it (the closed form's kept in p->sim.closed_*). */
+int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg);
+
+#endif
