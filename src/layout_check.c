@@ -93,7 +93,7 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
-  const int zb = pc->schedule == TSR_SCHEDULE_ZB_H1 || pc->schedule == TSR_SCHEDULE_ZB_V;
+  const int zb = tsr_pp_split_backward(pc->schedule);
   if (zb && pp < 2)
     add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least 2");
   if (zb && c->train.recompute != TSR_RECOMPUTE_NONE)

@@ -2,6 +2,7 @@
  * model sizes its allocations from it and the planner (plan.c) its memory figures, so the
  * two cannot drift apart; and the largest shapes the model calls the ops with. */
 #include "model_internal.h"
+#include "pipeline.h"
 
 #include <string.h>
 
@@ -54,8 +55,7 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
   if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
   s->xent = N;
   s->act_elems = Ns * C;
-  s->split = cfg->parallel.schedule == TSR_SCHEDULE_ZB_H1 ||
-             cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
+  s->split = tsr_pp_split_backward(cfg->parallel.schedule);
   if (s->split) {
     s->w_dy = 2 * N * C + N * s->fc_dim + N * s->qkv_dim; /* down, o, fc, qkv */
     s->w_norm = 4 * C;                                    /* two norms' w and b */

@@ -50,7 +50,7 @@ enum { CLOCK_FORWARD = 1, CLOCK_BACKWARD = 2, CLOCK_HALF = 1 };
 static int valid_kind(tsr_schedule_choice kind) {
   return kind >= 0 && kind <= TSR_SCHEDULE_ZB_V;
 }
-static int split_kind(tsr_schedule_choice kind) {
+int tsr_pp_split_backward(tsr_schedule_choice kind) {
   return kind == TSR_SCHEDULE_ZB_H1 || kind == TSR_SCHEDULE_ZB_V;
 }
 
@@ -382,7 +382,7 @@ static void compute_order(int kind, int pp, int s, int m, int v, work *w) {
 /* Replays every stage's compute order on the ideal clock.  end[p][mb * C + c] receives
  * the finishing time of pass p (PASS_F, PASS_B, PASS_W) of (mb, c). */
 static int ideal_clock(int kind, int pp, int m, int v, long *end[3]) {
-  int C = pp * v, split = split_kind(kind), n = (split ? 3 : 2) * m * v, rc = 0;
+  int C = pp * v, split = tsr_pp_split_backward(kind), n = (split ? 3 : 2) * m * v, rc = 0;
   work *order = tsr_calloc((size_t)pp * (size_t)n, sizeof *order);
   int *pos = tsr_calloc((size_t)pp, sizeof *pos);
   long *clock = tsr_calloc((size_t)pp, sizeof *clock);
@@ -478,7 +478,7 @@ int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int 
               "%d (set through train.global_batch)", m, pp, pp);
   }
 
-  int C = pp * v, rc = 0, n_events = 0, split = split_kind(kind);
+  int C = pp * v, rc = 0, n_events = 0, split = tsr_pp_split_backward(kind);
   size_t n_pairs = (size_t)m * (size_t)C; /* (micro-batch, chunk) pairs */
   long *end[3] = {tsr_calloc(n_pairs, sizeof(long)), tsr_calloc(n_pairs, sizeof(long)),
                   tsr_calloc(n_pairs, sizeof(long))};

@@ -93,6 +93,9 @@ typedef struct tsr_pp_schedule {
 int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int pp, int stage,
                            int micro_batches, int virtual_stages);
 void tsr_pp_schedule_destroy(tsr_pp_schedule **s);
+/* 1 for the kinds that split a backward into B and W (zb_h1, zb_v): the model then keeps
+ * what B leaves for W, and their layouts need recompute 'none'. */
+int tsr_pp_split_backward(tsr_schedule_choice kind);
 
 /* Most chunks a split can have: every chunk holds a layer and model.n_layer <= 1024. */
 enum { TSR_PP_MAX_CHUNKS = 1024 };

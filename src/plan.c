@@ -213,8 +213,7 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half) {
 static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                           int slots) {
   const double L = p->layers;
-  const int split = cfg->parallel.schedule == TSR_SCHEDULE_ZB_H1 ||
-                    cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
+  const int split = tsr_pp_split_backward(cfg->parallel.schedule);
   return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
          4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
          slots * (80 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
@@ -489,9 +488,8 @@ static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const
   return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
 static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  const tsr_schedule_choice s = cfg->parallel.schedule;
   double head = 0; /* a split backward's W pass computes the fused head's logits again */
-  if ((s == TSR_SCHEDULE_ZB_H1 || s == TSR_SCHEDULE_ZB_V) && p->last &&
+  if (tsr_pp_split_backward(cfg->parallel.schedule) && p->last &&
       cfg->train.xent_chunk_tokens > 0)
     head = 2.0 * (double)cfg->model.d_model * (double)cfg->model.vocab_size / g->tp;
   if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return head;

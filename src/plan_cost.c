@@ -110,8 +110,7 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   tsr_model_sizes_of(&d, cfg, g->tp, first, last, L);
   const int half = cfg->train.precision != TSR_F32;
   pricer pr = {hw, half, half ? 2.0 : 4.0, out};
-  const int split = cfg->parallel.schedule == TSR_SCHEDULE_ZB_H1 ||
-                    cfg->parallel.schedule == TSR_SCHEDULE_ZB_V;
+  const int split = tsr_pp_split_backward(cfg->parallel.schedule);
   const int full = cfg->train.recompute == TSR_RECOMPUTE_FULL;
   const int sel = cfg->train.recompute == TSR_RECOMPUTE_SELECTIVE;
   const double N = (double)d.N, Ns = (double)d.Ns, C = (double)d.C, F = (double)d.F;
