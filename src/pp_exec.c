@@ -57,6 +57,11 @@ static int slot_of(tsr_pp_exec *ex, int mb, int chunk) {
   return -1;
 }
 
+/* Chunk c - 1 is on this stage too (zb_v's bend): hand over without a transfer. */
+static int same_stage_prev(const tsr_pp_schedule *s, int chunk) {
+  return chunk > 0 && tsr_pp_chunk_owner(s->kind, s->pp, s->v, chunk - 1) == s->stage;
+}
+
 /* Simulate the slot use of the action list: the number of slots needed.  A slot is taken
  * by its first RECV_ACT or FORWARD and freed once its backward is done (the whole one, or
  * W after B) and, unless it is chunk 0, its input gradient sent. */
@@ -78,8 +83,7 @@ int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
     }
     if (a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_W) done[key] = 1;
     if (a->op == TSR_PP_SEND_GRAD) sent[key] = 1;
-    if ((a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_B) && a->chunk > 0 &&
-        tsr_pp_chunk_owner(s->kind, s->pp, s->v, a->chunk - 1) == s->stage)
+    if ((a->op == TSR_PP_BACKWARD || a->op == TSR_PP_BACKWARD_B) && same_stage_prev(s, a->chunk))
       sent[key] = 1; /* handed over on this stage */
     if (live[key] && done[key] && (sent[key] || a->chunk == 0)) {
       live[key] = 0;
@@ -178,16 +182,11 @@ static int take_slot(tsr_pp_exec *ex, int mb, int chunk, double *idle) {
   return i;
 }
 
-/* Chunk c - 1 is on this stage too (zb_v's bend): hand over without a transfer. */
-static int same_stage_prev(const tsr_pp_exec *ex, int chunk) {
-  return chunk > 0 && tsr_pp_chunk_owner(ex->s->kind, ex->pp, ex->v, chunk - 1) == ex->stage;
-}
-
 /* The input gradient B (or the whole backward) of (mb, chunk) just made: kept for its
  * SEND_GRAD, or given to (mb, chunk - 1) on this stage, which is then this slot's send. */
 static int pass_input_grad(tsr_pp_exec *ex, pslot *p, int mb, int chunk) {
   if (chunk == 0) return 0;
-  if (!same_stage_prev(ex, chunk)) {
+  if (!same_stage_prev(ex->s, chunk)) {
     tsr_ops_copy(p->grad_out, tsr_model_input_grad(ex->model), ex->act_bytes);
     return 0;
   }
@@ -236,7 +235,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
     case TSR_PP_FORWARD: {
       TSR_CALL(wait_timed(&p->recv_act, &stats->idle_s));
       const int embeds = a->chunk == 0, heads = a->chunk == last_chunk;
-      if (same_stage_prev(ex, a->chunk)) {
+      if (same_stage_prev(ex->s, a->chunk)) {
         const int prev = slot_of(ex, a->micro_batch, a->chunk - 1);
         TSR_CHECK(prev >= 0, TSR_ERR, "pipeline: micro-batch %d chunk %d has no output",
                   a->micro_batch, a->chunk - 1);
