@@ -13,6 +13,8 @@
 #              checkpoint.every_steps or 'auto' (Young-Daly, checkpoint.mtbf_hours = MTBF)
 #   MODEL='model.d_model=256 ...' adds model overrides (default: the tiny deck, 4 ranks =
 #   tp 2 x dp 2 on 2 nodes, as jobs/smoke.slurm runs it).
+#   SEED (default 1) seeds the failure process: every config meets the same sequence of
+#   intervals between kills and the same choice of victims (common random numbers).
 #
 # First an uninterrupted run of the same job gives the step time t_step (median of
 # metrics.jsonl "step_ms" over its steps) and the reference losses.  For every config:
@@ -36,6 +38,7 @@ set -uo pipefail
 MTBF=${1:-60}
 STEPS=${2:-600}
 CONFIGS=${3:-"sync:20 async:20 sync:auto async:auto"}
+SEED=${SEED:-1}
 TESSERA=${TESSERA:-src/tessera}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -63,9 +66,13 @@ running_ranks() {
 # inject JOB LOG: kill -9 a random rank after Exp(MTBF) seconds, again and again, while
 # the job is not finished; one line per kill (epoch seconds, pid) in LOG
 inject() {
-  local job=$1 log=$2 wait pids n
-  while :; do
-    wait=$(/usr/bin/python3 -c "import random; print(f'{random.expovariate(1 / $MTBF):.2f}')")
+  local job=$1 log=$2 wait pids n waits victim
+  # the same failure times and victims for every config (SEED): common random numbers,
+  # so that the configs are compared on one draw of the failure process, not four
+  read -r -a waits < <(/usr/bin/python3 -c "import random; r = random.Random($SEED)
+print(' '.join(f'{r.expovariate(1 / $MTBF):.2f}' for _ in range(100000)))")
+  RANDOM=$SEED
+  for wait in "${waits[@]}"; do
     sleep "$wait"
     case $(tsr_slurm_field "$job" JobState) in
       COMPLETED | FAILED | CANCELLED | TIMEOUT) return ;;
@@ -73,11 +80,12 @@ inject() {
     mapfile -t pids < <(running_ranks "$job")
     n=${#pids[@]}
     [ "$n" -gt 0 ] || continue # between attempts: this failure finds nothing to kill
-    kill -KILL "${pids[RANDOM % n]}" 2>/dev/null && echo "$(date +%s.%N) ${pids[0]}" >>"$log"
+    victim=${pids[RANDOM % n]}
+    kill -KILL "$victim" 2>/dev/null && echo "$(date +%s.%N) $victim" >>"$log"
   done
 }
 
-echo "goodput on the local Slurm cluster: $STEPS steps, failures every ${MTBF} s on average"
+echo "goodput on the local Slurm cluster: $STEPS steps, failures every ${MTBF} s on average (seed $SEED)"
 echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg) (on $(getconf _NPROCESSORS_ONLN) cores)"
 submit clean "checkpoint.every_steps=0"
 tsr_slurm_wait "$JOB" 3600 || exit 1
