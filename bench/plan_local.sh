@@ -4,12 +4,12 @@
 # mpirun -np 2) predicts the CPU runs of bench/pp.sh and bench/tp.sh on 2 ranks, which then
 # run; prints predicted against measured step time and pipeline idle fraction.
 #
-#   bench/plan_local.sh [TESSERA] [STEPS]     (default src/tessera, 30 steps; about 2 min)
+#   bench/plan_local.sh [TESSERA] [STEPS]     (default src/tessera, 30 steps; about 3 min)
 #
 # Runs (the models of bench/pp.sh and bench/tp.sh, fp32, one thread per rank):
 #   pp 2: llama, 8 layers, d_model 128, 4 heads, 2 KV heads, d_ff 352, byte vocabulary,
 #         seq 64, micro_batch 1, m = 4, 8, 16 micro-batches, schedules gpipe, 1f1b,
-#         interleaved (2 chunks per stage) and zb_h1;
+#         interleaved (2 chunks per stage), zb_h1 and zb_v (2 chunks per stage, in a V);
 #   tp 2: the same widths with 4 KV heads, micro_batch 2, one micro-batch, 2 and 4 layers.
 # Columns:
 #   meas ms   median of metrics.jsonl "step_ms" over the steps after the first two
@@ -79,7 +79,7 @@ PY
 echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg) (on $(getconf _NPROCESSORS_ONLN) cores)"
 printf "%-22s %8s %8s %6s %9s %9s %6s\n" run "meas ms" "plan ms" ratio "meas idle" "plan idle" diff
 for m in 4 8 16; do
-  for sv in "gpipe 1" "1f1b 1" "interleaved 2" "zb_h1 1"; do
+  for sv in "gpipe 1" "1f1b 1" "interleaved 2" "zb_h1 1" "zb_v 2"; do
     set -- $sv
     case_row "pp2_${1}_m$m" model.n_layer=8 model.n_kv_head=2 train.micro_batch=1 \
       train.global_batch=$m parallel.pp=2 parallel.schedule="$1" parallel.virtual_stages="$2"
