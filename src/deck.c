@@ -338,32 +338,44 @@ static void unknown_group(parser *P, const loc_t *l, const char *p, size_t n) {
           "&checkpoint", s);
 }
 
+/* What an error about one value names: where it is, the key ("&model n_layer"), the value
+ * as written (s) and the key's bounds as text (r: "[1, 1024]"). */
+typedef struct {
+  const key_def *d;
+  loc_t l;
+  char q[96], s[64], r[64];
+} value_ctx;
+
+static void value_ctx_init(value_ctx *c, const parser *P, int k, const token *t) {
+  c->d = &deck_schema[k];
+  c->l = tok_loc(P, t);
+  qname(k, c->q, sizeof c->q);
+  show(c->s, sizeof c->s, t->p, t->n);
+  deck_fmt_range(c->r, sizeof c->r, c->d);
+}
+
 /* An integer (unquoted) within the key's bounds, or the word 'auto' (quoted; bare in an
  * override), stored as TSR_EVERY_AUTO. */
 static void assign_int_auto(parser *P, int k, const token *t, int bare) {
-  const key_def *d = &deck_schema[k];
-  loc_t l = tok_loc(P, t);
-  char q[96], s[64], r[64];
-  qname(k, q, sizeof q);
-  show(s, sizeof s, t->p, t->n);
+  value_ctx e;
+  value_ctx_init(&e, P, k, t);
   if (deck_ieq("auto", t->p, t->n) && (t->quoted || bare)) {
     *deck_ival(P->cfg, k) = TSR_EVERY_AUTO;
     return;
   }
   if (deck_ieq("auto", t->p, t->n)) {
-    errat(P, &l, "%s expects an integer or the string 'auto', got %s; write 'auto'", q, s);
+    errat(P, &e.l, "%s expects an integer or the string 'auto', got %s; write 'auto'", e.q, e.s);
     return;
   }
   int64_t v = 0;
   const int rc = t->quoted ? -1 : parse_int(t->p, t->n, &v);
   if (rc) {
-    errat(P, &l, rc == -2 ? "%s = %s is too large for an integer"
-                          : "%s expects an integer or 'auto', got '%s'", q, s);
+    errat(P, &e.l, rc == -2 ? "%s = %s is too large for an integer"
+                            : "%s expects an integer or 'auto', got '%s'", e.q, e.s);
     return;
   }
-  if (!deck_in_range(d, (double)v)) {
-    deck_fmt_range(r, sizeof r, d);
-    errat(P, &l, "%s = %lld is out of range: must be %s or 'auto'", q, (long long)v, r);
+  if (!deck_in_range(e.d, (double)v)) {
+    errat(P, &e.l, "%s = %lld is out of range: must be %s or 'auto'", e.q, (long long)v, e.r);
     return;
   }
   *deck_ival(P->cfg, k) = v;
@@ -371,32 +383,29 @@ static void assign_int_auto(parser *P, int k, const token *t, int bare) {
 
 /* Check and store one value for key k.  `bare`: an unquoted word is a string (overrides). */
 static void assign_value(parser *P, int k, const token *t, int bare) {
-  const key_def *d = &deck_schema[k];
-  loc_t l = tok_loc(P, t);
-  char q[96], s[64], r[64];
-  qname(k, q, sizeof q);
-  show(s, sizeof s, t->p, t->n);
-  int rc;
-  if (d->type == K_INT_AUTO) {
+  if (deck_schema[k].type == K_INT_AUTO) {
     assign_int_auto(P, k, t, bare);
     return;
   }
+  value_ctx e;
+  value_ctx_init(&e, P, k, t);
+  const key_def *d = e.d;
+  int rc;
   if (d->type != K_STRING && d->type != K_CHOICE && d->type != K_SCOPE && t->quoted) {
-    errat(P, &l, "%s expects %s, got the string '%s'", q,
-          d->type == K_INT ? "an integer" : d->type == K_REAL ? "a real number" : "a logical", s);
+    errat(P, &e.l, "%s expects %s, got the string '%s'", e.q,
+          d->type == K_INT ? "an integer" : d->type == K_REAL ? "a real number" : "a logical", e.s);
     return;
   }
   switch (d->type) {
   case K_INT: {
     int64_t v = 0;
     if ((rc = parse_int(t->p, t->n, &v)) != 0) {
-      errat(P, &l, rc == -2 ? "%s = %s is too large for an integer" : "%s expects an integer, got '%s'", q, s);
+      errat(P, &e.l, rc == -2 ? "%s = %s is too large for an integer" : "%s expects an integer, got '%s'", e.q, e.s);
       return;
     }
     if (!deck_in_range(d, (double)v)) {
-      deck_fmt_range(r, sizeof r, d);
-      errat(P, &l, "%s = %lld is out of range: must be %s%s", q, (long long)v,
-            (d->bounds & (LO | HI)) == (LO | HI) ? "in " : "", r);
+      errat(P, &e.l, "%s = %lld is out of range: must be %s%s", e.q, (long long)v,
+            (d->bounds & (LO | HI)) == (LO | HI) ? "in " : "", e.r);
       return;
     }
     *deck_ival(P->cfg, k) = v;
@@ -405,13 +414,12 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   case K_REAL: {
     double v = 0;
     if ((rc = parse_real(t->p, t->n, &v)) != 0) {
-      errat(P, &l, rc == -2 ? "%s = %s overflows a double" : "%s expects a real number, got '%s'", q, s);
+      errat(P, &e.l, rc == -2 ? "%s = %s overflows a double" : "%s expects a real number, got '%s'", e.q, e.s);
       return;
     }
     if (!deck_in_range(d, v)) {
-      deck_fmt_range(r, sizeof r, d);
-      errat(P, &l, "%s = %s is out of range: must be %s%s", q, s,
-            (d->bounds & (LO | HI)) == (LO | HI) ? "in " : "", r);
+      errat(P, &e.l, "%s = %s is out of range: must be %s%s", e.q, e.s,
+            (d->bounds & (LO | HI)) == (LO | HI) ? "in " : "", e.r);
       return;
     }
     *deck_rval(P->cfg, k) = v;
@@ -419,12 +427,12 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   }
   case K_LOGICAL:
     if (parse_logical(t->p, t->n, deck_lval(P->cfg, k)) != 0)
-      errat(P, &l, "%s expects a logical (.true. or .false., T or F), got '%s'", q, s);
+      errat(P, &e.l, "%s expects a logical (.true. or .false., T or F), got '%s'", e.q, e.s);
     return;
   default: break;
   }
   if (!t->quoted && !bare) {
-    errat(P, &l, "%s expects a quoted string, got %s; write '%s'", q, s, s);
+    errat(P, &e.l, "%s expects a quoted string, got %s; write '%s'", e.q, e.s, e.s);
     return;
   }
   char v[TSR_STR_PATH + 1];
@@ -432,14 +440,14 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   for (size_t i = 0; i < t->n; i++) {
     if (t->quoted && t->p[i] == t->quote && i + 1 < t->n) i++; /* doubled quote */
     if ((unsigned char)t->p[i] < 0x20 || t->p[i] == 0x7f) {
-      errat(P, &l, "%s contains a control character", q);
+      errat(P, &e.l, "%s contains a control character", e.q);
       return;
     }
     if (n < sizeof v - 1) v[n] = t->p[i];
     n++;
   }
   if (d->type == K_STRING && n >= d->size) {
-    errat(P, &l, "%s is too long: %zu characters, at most %zu", q, n, d->size - 1);
+    errat(P, &e.l, "%s is too long: %zu characters, at most %zu", e.q, n, d->size - 1);
     return;
   }
   v[n] = 0;
@@ -464,8 +472,8 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
     char hint[64] = "";
     if (best && close_enough(bestd, n))
       snprintf(hint, sizeof hint, "; did you mean '%.*s'?", (int)strcspn(best, "|"), best);
-    show(s, sizeof s, v, n);
-    errat(P, &l, "%s = '%s' is not allowed: choose one of %s%s", q, s, list, hint);
+    show(e.s, sizeof e.s, v, n);
+    errat(P, &e.l, "%s = '%s' is not allowed: choose one of %s%s", e.q, e.s, list, hint);
     return;
   }
   if (d->type == K_SCOPE) {
@@ -474,9 +482,9 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
       *deck_ival(P->cfg, k) = deck_ieq("global", v, n) ? TSR_SHARD_GLOBAL : TSR_SHARD_NODE;
     } else if (parse_int(v, n, &ranks) != 0 || v[0] == '+' || v[0] == '-' || ranks < 1 ||
                ranks > 1073741824) {
-      show(s, sizeof s, v, n);
-      errat(P, &l, "%s = '%s' is not allowed: use 'global', 'node' or a positive number of ranks "
-            "such as '8'", q, s);
+      show(e.s, sizeof e.s, v, n);
+      errat(P, &e.l, "%s = '%s' is not allowed: use 'global', 'node' or a positive number of ranks "
+            "such as '8'", e.q, e.s);
     } else {
       *deck_ival(P->cfg, k) = ranks;
     }

@@ -33,16 +33,12 @@ set -u
 mpi_test_setup
 "$PYTHON_REF" -c "import h5py, numpy" 2>/dev/null || skip "no h5py/numpy in $PYTHON_REF"
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1
   run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=20 parallel.zero_stage=1
   "data.train=$SCRATCH/data/train_*.bin" checkpoint.every_steps=3 checkpoint.keep=0)
-run() { # run NAME overrides... (appends to NAME.out); returns the job's exit code
-  local name=$1
-  shift
-  timeout 120 "$MPIRUN" -np 2 "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
-    >>"$SCRATCH/$name.out" 2>&1
-}
+run() { launch -n 2 -a -o "$@"; } # run NAME overrides... (appends to NAME.out)
 ck() { echo "$SCRATCH/$1/ckpt/step_$(printf %08d "$2").h5"; }
 compare() { "$PYTHON_REF" - "$@" <<'PY'
 import json, sys
@@ -206,14 +202,8 @@ check "(e)   ... losses equal the uninterrupted run's" \
 check "(e)   ... and the step-12 checkpoint" compare h5 "$(ck async 12)" "$(ck kill 12)"
 
 # ---- (f) a failing background write fails the run like a failing synchronous one ----
-ranks() { # ranks NAME overrides...: every rank's exit code into NAME.rc
-  local name=$1
-  shift
-  timeout 120 "$MPIRUN" -np 2 sh -c '"$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>"$RCFILE"' \
-    sh "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
-}
 for mode in sync async; do
-  RCFILE="$SCRATCH/fail_$mode.rc" TSR_FAULT=ckpt_fail_step=6,ckpt_fail_rank=1 ranks "fail_$mode" \
+  TSR_FAULT=ckpt_fail_step=6,ckpt_fail_rank=1 launch -n 2 -r "$SCRATCH/fail_$mode.rc" -o "fail_$mode" \
     run.max_steps=12 checkpoint.resume=none checkpoint.async=$([ $mode = async ] && echo T || echo F)
   sed 's/^/    '$mode': /' "$SCRATCH/fail_$mode.rc"
   check "(f) $mode: every rank exits 1" test "$(grep -c '^rank [01] exit 1$' "$SCRATCH/fail_$mode.rc")" -eq 2

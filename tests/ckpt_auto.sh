@@ -24,12 +24,6 @@ C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1000
   run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=20 parallel.zero_stage=1
   "data.train=$SCRATCH/data/train_*.bin" checkpoint.keep=2 checkpoint.resume=none)
-run() { # run NAME overrides...
-  local name=$1
-  shift
-  timeout 120 "$MPIRUN" -np 2 "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
-    >"$SCRATCH/$name.out" 2>&1
-}
 decisions() { # decisions RUN MAX_STEPS [C STEP_S MTBF_H]: the logged decisions against the formula
   "$PYTHON_REF" - "$SCRATCH/$1.out" "$SCRATCH/$1/metrics.jsonl" "${@:2}" <<'PY'
 import json, math, re, sys
@@ -75,8 +69,7 @@ PY
 }
 
 # ---- (a) the deck ----
-timeout 60 "$TESSERA" /dev/null "${C[@]}" checkpoint.every_steps=auto run.out_dir="$SCRATCH/nomtbf" \
-  >"$SCRATCH/nomtbf.out" 2>&1
+launch -t 60 -l nomtbf checkpoint.every_steps=auto run.out_dir="$SCRATCH/nomtbf"
 check "(a) every_steps=auto without mtbf_hours: exit 2 (got $?)" test $? -eq 2
 n=$((${#C[@]} + 1)) # its place among the overrides
 check "(a)   ... at the argument that set it" \
@@ -91,7 +84,7 @@ check "(a) mtbf_hours = 0 in a deck: exit 2 (got $rc), at its line and column" \
   "$SCRATCH/zero.out"
 
 # ---- (b) a fixed cost and step time ----
-TSR_FAULT=ckpt_cost=0.5,ckpt_step_time=1 run fixed run.max_steps=20 checkpoint.every_steps=auto \
+TSR_FAULT=ckpt_cost=0.5,ckpt_step_time=1 launch -n 2 -o fixed run.max_steps=20 checkpoint.every_steps=auto \
   checkpoint.mtbf_hours=0.01
 check "(b) C = 0.5 s, t = 1 s, MTBF 0.01 h, 20 steps (exit $?)" test $? -eq 0
 want=$("$PYTHON_REF" -c "
@@ -112,7 +105,7 @@ check "(b)   ... every decision logs C, t, MTBF, sqrt(2 C MTBF) and the goodput 
 # a synchronous write costs more than the snapshot: a shorter MTBF keeps the interval short
 for mode in "async T 1e-5" "sync F 2e-6"; do
   set -- $mode
-  run "measured_$1" run.max_steps=50 checkpoint.every_steps=auto checkpoint.mtbf_hours=$3 \
+  launch -n 2 -o "measured_$1" run.max_steps=50 checkpoint.every_steps=auto checkpoint.mtbf_hours=$3 \
     checkpoint.async=$2
   check "(c) $1 writes, MTBF $3 h, 50 steps (exit $?)" test $? -eq 0
   check "(c)   ... each decision follows the formula from what it logs, and is kept" \

@@ -20,21 +20,20 @@ set -u
 mpi_test_setup
 "$PYTHON_REF" -c "import h5py" 2>/dev/null || skip "no h5py in $PYTHON_REF"
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1000
   run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=8 "data.train=$SCRATCH/data/train_*.bin"
   checkpoint.every_steps=1 checkpoint.keep=0)
-mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
 complete() { # complete FILE: opens and carries complete = 1
   "$PYTHON_REF" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r'); sys.exit(0 if f.attrs['complete'] == 1 and 'model' in f else 1)" "$1" 2>/dev/null
 }
 
 # ---- (a) kill -9 mid-write ----
-mpi 120 2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=none run.out_dir="$SCRATCH/ref" \
-  >"$SCRATCH/ref.out" 2>&1
+launch -n 2 -o ref run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=none
 check "(a) reference: 8 uninterrupted steps (exit $?)" test $? -eq 0
-TSR_FAULT=ckpt_sleep=60,ckpt_step=4 mpi 120 2 run.max_steps=8 parallel.zero_stage=1 \
-  checkpoint.resume=none run.out_dir="$SCRATCH/kill" >"$SCRATCH/kill.out" 2>&1 &
+TSR_FAULT=ckpt_sleep=60,ckpt_step=4 launch -n 2 -o kill run.max_steps=8 parallel.zero_stage=1 \
+  checkpoint.resume=none &
 job=$!
 victim=
 for _ in $(seq 300); do
@@ -54,8 +53,7 @@ check "(a) kill -9 of one rank mid-write ends the job, nonzero (got $rc)" test $
 check "(a)   ... leaving the partial step_00000004.h5.tmp" test -f "$SCRATCH/kill/ckpt/step_00000004.h5.tmp"
 check "(a)   ... no step_00000004.h5" test ! -e "$SCRATCH/kill/ckpt/step_00000004.h5"
 check "(a)   ... and latest still names step 3" grep -qx "step_00000003.h5" "$SCRATCH/kill/ckpt/latest"
-mpi 120 2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=auto run.out_dir="$SCRATCH/kill" \
-  >"$SCRATCH/kill2.out" 2>&1
+launch -n 2 -o kill -l kill2 run.max_steps=8 parallel.zero_stage=1 checkpoint.resume=auto
 check "(a) the next start finishes (exit $?)" test $? -eq 0
 check "(a)   ... resumed from the previous complete checkpoint (step 3)" \
   grep -q "resumed from .*step_00000003.h5 at step 3 " "$SCRATCH/kill2.out"
@@ -79,10 +77,10 @@ check "(a)   ... and every step's loss equals the uninterrupted run's bitwise" t
 # with a message naming the limit, and steps 1-2 stay the newest.  SIGXFSZ is ignored by
 # the trainer, so no rank is killed by it.  The hints are given on the resume: its load
 # must log them as applied to the read.
-mpi 120 2 run.max_steps=2 checkpoint.resume=none run.out_dir="$SCRATCH/fsize" >"$SCRATCH/fsize1.out" 2>&1
+launch -n 2 -o fsize -l fsize1 run.max_steps=2 checkpoint.resume=none
 check "(c) two steps saved without a limit (exit $?)" test $? -eq 0
-TSR_FAULT=ckpt_sleep=3,ckpt_step=3,ckpt_where=start mpi 120 2 run.max_steps=4 checkpoint.resume=auto \
-  run.out_dir="$SCRATCH/fsize" "checkpoint.mpiio_hints='cb_nodes=1'" >"$SCRATCH/fsize2.out" 2>&1 &
+TSR_FAULT=ckpt_sleep=3,ckpt_step=3,ckpt_where=start launch -n 2 -o fsize -l fsize2 run.max_steps=4 \
+  checkpoint.resume=auto "checkpoint.mpiio_hints='cb_nodes=1'" &
 job=$!
 limited=0
 for _ in $(seq 300); do
@@ -122,18 +120,13 @@ if ! mount -t tmpfs -o size=1600k tmpfs "$FS" 2>/dev/null; then
 fi
 trap 'umount "$SCRATCH/fs" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
 # The checkpoint of this model is ~0.65 MB: two fit in 1.6 MB, the third does not.
-# full overrides...: one line "rank R exit C" per rank in $RCFILE.  The wrapper itself exits
-# 0, so that mpirun does not kill a rank that is still on its way out when another one has
-# exited nonzero (that race lost rank 0's line on a busy machine); a hang is timeout's 124.
-full() {
-  timeout 120 "$MPIRUN" -np 2 sh -c '"$@"; c=$?; echo "rank $OMPI_COMM_WORLD_RANK exit $c" >>"$RCFILE"' \
-    sh "$TESSERA" /dev/null "${C[@]}" checkpoint.dir="$FS" "$@"
-}
+# full NAME overrides...: a run into $SCRATCH/NAME checkpointing into $FS, one line
+# "rank R exit C" per rank in $SCRATCH/NAME.rc (launch -r); a hang is timeout's 124.
+full() { launch -n 2 -r "$SCRATCH/$1.rc" -o "$1" checkpoint.dir="$FS" "${@:2}"; }
 ranks_exit() { # ranks_exit RCFILE PATTERN: both ranks recorded an exit code matching PATTERN
   test "$(grep -c "^rank [01] exit $2\$" "$1" 2>/dev/null)" -eq 2
 }
-RCFILE="$SCRATCH/full.rc" full run.max_steps=4 checkpoint.resume=none run.out_dir="$SCRATCH/full" \
-  >"$SCRATCH/full.out" 2>&1
+full full run.max_steps=4 checkpoint.resume=none
 rc=$?
 check "(b) out of space while writing step 3: the job ends, no hang (mpirun $rc)" test $rc -ne 124
 cat "$SCRATCH/full.rc" 2>/dev/null | sed 's/^/    /'
@@ -149,8 +142,7 @@ complete "$FS/step_00000001.h5" && complete "$FS/step_00000002.h5"
 check "(b)   ... steps 1 and 2 are intact and complete" test $? -eq 0
 # pre-flight: keep = 3 wants room for 4 checkpoints in a fresh directory of this tmpfs
 mkdir -p "$FS/pre"
-RCFILE="$SCRATCH/pre.rc" full run.max_steps=3 checkpoint.keep=3 checkpoint.resume=none \
-  checkpoint.dir="$FS/pre" run.out_dir="$SCRATCH/pre" >"$SCRATCH/pre.out" 2>&1
+full pre run.max_steps=3 checkpoint.keep=3 checkpoint.resume=none checkpoint.dir="$FS/pre"
 check "(b) pre-flight: too little room for keep + 1 checkpoints: both ranks exit 2 before step 1" \
   ranks_exit "$SCRATCH/pre.rc" 2
 check "(b)   ... saying how much is free and needed" \
@@ -159,15 +151,13 @@ check "(b)   ... saying how much is free and needed" \
 check "(b)   ... and trains no step" test ! -s "$SCRATCH/pre/metrics.jsonl" -o \
   "$(grep -c '"loss"' "$SCRATCH/pre/metrics.jsonl" 2>/dev/null)" = 0
 rm -f "$FS/step_00000001.h5" # room to write again
-RCFILE="$SCRATCH/full2.rc" full run.max_steps=3 checkpoint.resume=auto run.out_dir="$SCRATCH/full2" \
-  >"$SCRATCH/full2.out" 2>&1
+full full2 run.max_steps=3 checkpoint.resume=auto
 check "(b) with room made, a run resumes from that directory (both ranks exit 0)" \
   ranks_exit "$SCRATCH/full2.rc" 0
 check "(b)   ... at step 2" grep -q "resumed from .*step_00000002.h5 at step 2 " "$SCRATCH/full2.out"
 
 # ---- pre-flight: a checkpoint directory that cannot be made is found before step 1 ----
-mpi 60 2 run.max_steps=3 checkpoint.resume=none checkpoint.dir=/proc/no/such/dir \
-  run.out_dir="$SCRATCH/nodir" >"$SCRATCH/nodir.out" 2>&1
+launch -t 60 -n 2 -o nodir run.max_steps=3 checkpoint.resume=none checkpoint.dir=/proc/no/such/dir
 check "(d) an unwritable checkpoint directory: exit 2 before step 1 (got $?)" test $? -eq 2
 check "(d)   ... naming it, with no step trained" \
   sh -c "grep -q \"cannot create .*/proc/no/such/dir\" '$SCRATCH/nodir.out' && ! grep -q '\"loss\"' '$SCRATCH/nodir/metrics.jsonl'"
@@ -177,7 +167,7 @@ D="$SCRATCH/ref/ckpt"
 cp "$D/step_00000008.h5" "$SCRATCH/step8.keep"
 "$PYTHON_REF" -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); del f['model/final_norm.weight']" \
   "$D/step_00000008.h5"
-mpi 120 2 run.max_steps=9 parallel.zero_stage=1 run.out_dir="$SCRATCH/ref" >"$SCRATCH/miss.out" 2>&1
+launch -n 2 -o ref -l miss run.max_steps=9 parallel.zero_stage=1
 check "(d) the newest checkpoint lacking a tensor: the resume falls back (exit $?)" test $? -eq 0
 check "(d)   ... naming the missing tensor" \
   grep -q "step_00000008.h5' (named by 'latest') is unusable: /model/final_norm.weight is missing; falling back" \
@@ -185,7 +175,7 @@ check "(d)   ... naming the missing tensor" \
 check "(d)   ... to step 7" grep -q "resumed from .*step_00000007.h5 at step 7 " "$SCRATCH/miss.out"
 cp "$SCRATCH/step8.keep" "$SCRATCH/outside.h5"
 echo "../../outside.h5" >"$D/latest"
-mpi 120 2 run.max_steps=10 parallel.zero_stage=1 run.out_dir="$SCRATCH/ref" >"$SCRATCH/out.out" 2>&1
+launch -n 2 -o ref -l out run.max_steps=10 parallel.zero_stage=1
 check "(d) 'latest' naming a file outside the directory is ignored (exit $?)" test $? -eq 0
 check "(d)   ... with a warning" grep -q "names '../../outside.h5', which is not a checkpoint file of this directory" \
   "$SCRATCH/out.out"

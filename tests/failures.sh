@@ -14,14 +14,14 @@ set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 run.eval_every=0 run.log_every=1000
   "data.train=$SCRATCH/data/train_*.bin" checkpoint.resume=none)
-mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
 
 start=$(date +%s)
-TSR_FAULT=hang_step=3,hang_rank=1 mpi 90 2 train.global_batch=2 run.max_steps=10 \
-  run.step_timeout_s=2 run.out_dir="$SCRATCH/dog" >"$SCRATCH/dog.out" 2>&1
+TSR_FAULT=hang_step=3,hang_rank=1 launch -t 90 -n 2 -o dog train.global_batch=2 run.max_steps=10 \
+  run.step_timeout_s=2
 rc=$?
 took=$(($(date +%s) - start))
 check "a hung rank ends the job with exit code 4 (got $rc after $took s)" test $rc -eq 4
@@ -33,19 +33,18 @@ check "  ... through MPI_Abort (MPI_THREAD_MULTIPLE is available)" \
 grep -m1 watchdog "$SCRATCH/dog.out"
 
 mkdir -p "$SCRATCH/bad/metrics.jsonl"
-mpi 60 2 train.global_batch=2 run.max_steps=2 run.out_dir="$SCRATCH/bad" >"$SCRATCH/bad.out" 2>&1
+launch -t 60 -n 2 -o bad train.global_batch=2 run.max_steps=2
 rc=$?
 check "rank 0 alone cannot open metrics.jsonl: every rank exits 2 (got $rc)" test $rc -eq 2
 grep -q "cannot open metrics file" "$SCRATCH/bad.out"
 check "  ... with the reason" test $? -eq 0
 
-mpi 120 3 train.global_batch=3 run.max_steps=60 checkpoint.every_minutes=0.0003 \
-  run.out_dir="$SCRATCH/min" >"$SCRATCH/min.out" 2>&1
+launch -n 3 -o min train.global_batch=3 run.max_steps=60 checkpoint.every_minutes=0.0003
 check "time-based checkpoints on 3 ranks complete (exit $?)" test $? -eq 0
 n=$(grep -c "checkpoint: wrote" "$SCRATCH/min.out")
 check "  ... and write more than the final one ($n)" test "$n" -ge 2
 
-mpi 120 2 train.global_batch=2 run.max_steps=100000 run.out_dir="$SCRATCH/sig" >"$SCRATCH/sig.out" 2>&1 &
+launch -n 2 -o sig train.global_batch=2 run.max_steps=100000 &
 job=$!
 victim=
 for _ in $(seq 100); do
@@ -68,11 +67,9 @@ check "  ... rank 0 names the signal rank 1 got (10)" \
   grep -q "^signal 10 received: writing a checkpoint at step $step and stopping (exit 3)" "$SCRATCH/sig.out"
 check "  ... and says it stopped after writing step $step" \
   grep -q "stopped cleanly at step $step with its checkpoint written: exit 3" "$SCRATCH/sig/tessera.log"
-mpi 120 2 train.global_batch=2 run.max_steps=$((step + 3)) checkpoint.resume=auto \
-  run.out_dir="$SCRATCH/sig" >"$SCRATCH/sig2.out" 2>&1
+launch -n 2 -o sig -l sig2 train.global_batch=2 run.max_steps=$((step + 3)) checkpoint.resume=auto
 check "the next run resumes from that step and finishes" grep -q "resumed from .*at step $step " "$SCRATCH/sig2.out"
 
-mpi 200 4 parallel.pp=4 train.global_batch=4800 run.max_steps=1 run.out_dir="$SCRATCH/tags" \
-  >"$SCRATCH/tags.out" 2>&1
+launch -t 200 -n 4 -o tags parallel.pp=4 train.global_batch=4800 run.max_steps=1
 check "pp 4 with 4800 micro-batches per step runs (exit $?)" test $? -eq 0
 finish

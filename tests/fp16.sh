@@ -14,12 +14,11 @@ set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
   model.d_ff=128 model.seq_len=32 train.micro_batch=2 train.global_batch=4 run.log_every=1000
   run.eval_every=0 optim.warmup_steps=4 optim.lr=3e-3 "data.train=$SCRATCH/data/train_*.bin"
   checkpoint.every_steps=0 checkpoint.resume=none)
-run1() { timeout 120 "$TESSERA" /dev/null "${C[@]}" "$@"; }
-mpi2() { timeout 180 "$MPIRUN" -np 2 "$TESSERA" /dev/null "${C[@]}" "$@"; }
 
 # scale_rule FILE INIT WINDOW MIN [FIRST_STEP GOOD0]: the recorded loss_scale of every step
 # follows from the skipped flags: halve (not below MIN) after a skipped step, double after
@@ -49,9 +48,9 @@ PY
 }
 
 # ---- (a) fp16 tracks fp32 ----
-run1 run.max_steps=20 train.precision=fp32 run.out_dir="$SCRATCH/f32" >"$SCRATCH/f32.out" 2>&1
+launch -o f32 run.max_steps=20 train.precision=fp32
 check "(a) fp32 reference run (exit $?)" test $? -eq 0
-run1 run.max_steps=20 train.precision=fp16 run.out_dir="$SCRATCH/f16" >"$SCRATCH/f16.out" 2>&1
+launch -o f16 run.max_steps=20 train.precision=fp16
 check "(a) fp16 run (exit $?)" test $? -eq 0
 # measured: at most 7.1e-3 apart over the 20 steps (5.53 -> 3.74), one of which (18)
 # overflowed at 65536 and was skipped: real fp16 behaviour with this small a model
@@ -69,8 +68,7 @@ check "(a) the fp16 scale follows the rule" scale_rule "$SCRATCH/f16/metrics.jso
 check "(a) the step line shows the scale" grep -q "| scale 65536 |" "$SCRATCH/f16.out"
 
 # ---- (b) overflow: skip and halve, on every rank together ----
-mpi2 run.max_steps=40 train.precision=fp16 train.loss_scale=1099511627776 \
-  run.out_dir="$SCRATCH/big" >"$SCRATCH/big.out" 2>&1
+launch -n 2 -t 180 -o big run.max_steps=40 train.precision=fp16 train.loss_scale=1099511627776
 check "(b) dp 2 with loss_scale 2^40 finishes (exit $?)" test $? -eq 0
 check "(b) the scale follows the rule from 2^40" scale_rule "$SCRATCH/big/metrics.jsonl" \
   1099511627776 1000 1
@@ -90,8 +88,7 @@ assert len(clean) >= 10 and r[-1]["loss"] < clean[0]["loss"] - 0.5
 PY
 
 # ---- (c) growth: double after every `window` clean steps ----
-run1 run.max_steps=30 train.precision=fp16 train.loss_scale_window=3 \
-  run.out_dir="$SCRATCH/grow" >"$SCRATCH/grow.out" 2>&1
+launch -o grow run.max_steps=30 train.precision=fp16 train.loss_scale_window=3
 check "(c) loss_scale_window 3 run (exit $?)" test $? -eq 0
 check "(c) the scale follows the rule (doublings every 3 clean steps)" \
   scale_rule "$SCRATCH/grow/metrics.jsonl" 65536 3 1
@@ -102,12 +99,11 @@ sys.exit(0 if max(x['loss_scale'] for x in r) >= 65536 * 8 else 1)"
 
 # ---- (d) restart keeps the scale and its clean-step count ----
 R=(train.precision=fp16 train.loss_scale_window=3 checkpoint.every_steps=4)
-run1 run.max_steps=8 "${R[@]}" run.out_dir="$SCRATCH/straight" >"$SCRATCH/straight.out" 2>&1
+launch -o straight run.max_steps=8 "${R[@]}"
 check "(d) 8 straight steps (exit $?)" test $? -eq 0
-run1 run.max_steps=4 "${R[@]}" run.out_dir="$SCRATCH/split" >"$SCRATCH/split1.out" 2>&1
+launch -o split -l split1 run.max_steps=4 "${R[@]}"
 check "(d) 4 steps (exit $?)" test $? -eq 0
-run1 run.max_steps=8 "${R[@]}" checkpoint.resume=auto run.out_dir="$SCRATCH/split" \
-  >"$SCRATCH/split2.out" 2>&1
+launch -o split -l split2 run.max_steps=8 "${R[@]}" checkpoint.resume=auto
 check "(d) resumed to 8 (exit $?)" test $? -eq 0
 check "(d)   ... logging the scale it resumed with" \
   grep -q "fp16 loss scale 131072 (1 steps since it last changed)" "$SCRATCH/split2.out"
@@ -124,8 +120,7 @@ check "(d)   ... whose scale doubled after step 6 (3 clean steps since the doubl
   test "$(metric "$SCRATCH/split/metrics.jsonl" 7 loss_scale)" = 262144
 
 # ---- (e) not a power of two ----
-run1 run.max_steps=1 train.precision=fp16 train.loss_scale=1000 run.out_dir="$SCRATCH/bad" \
-  >"$SCRATCH/bad.out" 2>&1
+launch -o bad run.max_steps=1 train.precision=fp16 train.loss_scale=1000
 rc=$?
 check "(e) loss_scale = 1000 refused (exit $rc, want 2)" test $rc -eq 2
 check "(e)   ... naming the key and a power of two" \

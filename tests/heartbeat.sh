@@ -17,6 +17,7 @@ set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 run.eval_every=0 run.log_every=1000
   checkpoint.resume=none "data.train=$SCRATCH/data/train_*.bin")
@@ -37,9 +38,8 @@ pid_of() {
 start() {
   local name=$1 np=$2
   shift 2
-  timeout 120 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.max_steps=1000000 \
-    train.global_batch="$np" run.out_dir="$SCRATCH/$name" checkpoint.every_steps=0 "$@" \
-    >"$SCRATCH/$name.out" 2>&1 &
+  launch -n "$np" -o "$name" run.max_steps=1000000 train.global_batch="$np" \
+    checkpoint.every_steps=0 "$@" &
   job=$!
   for _ in $(seq 600); do grep -qs '"loss"' "$SCRATCH/$name/metrics.jsonl" && break; sleep 0.1; done
   sleep 1 # well into the loop
@@ -109,10 +109,8 @@ check "  ... with no heartbeat error" sh -c "! grep -q 'error: heartbeat' '$SCRA
 
 # bitwise the same losses with the heartbeat beating every 0.125 s and without it
 for hb in 0 0.5; do
-  timeout 120 "$MPIRUN" -np 4 "$TESSERA" /dev/null "${C[@]}" parallel.tp=2 train.global_batch=4 \
-    run.max_steps=300 run.eval_every=100 "data.valid=$SCRATCH/data/valid_*.bin" \
-    checkpoint.every_steps=100 run.heartbeat_s=$hb run.out_dir="$SCRATCH/hb$hb" \
-    >"$SCRATCH/hb$hb.out" 2>&1
+  launch -n 4 -o "hb$hb" parallel.tp=2 train.global_batch=4 run.max_steps=300 run.eval_every=100 \
+    "data.valid=$SCRATCH/data/valid_*.bin" checkpoint.every_steps=100 run.heartbeat_s=$hb
   check "300 steps on tp 2 x dp 2 with run.heartbeat_s = $hb (exit $?)" test $? -eq 0
 done
 check "  ... the heartbeat was on in the second" grep -q "heartbeat: every 0.12 s" "$SCRATCH/hb0.5.out"

@@ -37,6 +37,48 @@ mpi_test_setup() {
   scratch
 }
 
+# launch [-n NP] [-t SECONDS] [-o NAME] [-l LOG] [-a] [-r RCFILE] [OVERRIDE...]: the trainer
+# on the deck /dev/null with the test's settings "${C[@]}" (where it defines C), then
+# run.out_dir (-o), then the overrides, under a timeout (SECONDS, 120 by default: a hang is
+# a failure, exit 124).  Returns the job's exit code.
+#  -n NP      under $MPIRUN with NP ranks; without it, one process and no mpirun
+#  -o NAME    run.out_dir=$SCRATCH/NAME, and the output into $SCRATCH/NAME.out
+#  -l LOG     the output into $SCRATCH/LOG.out instead (without -o or -l: stdout and stderr)
+#  -a         append to that file (a run resumed in the same directory) instead of replacing it
+#  -r RCFILE  each rank appends "rank R exit C" to RCFILE, and the job's exit code is 0 (or
+#             timeout's 124): mpirun then does not kill a rank still on its way out when
+#             another one has exited nonzero (that race lost lines on a busy machine)
+launch() {
+  local np='' secs=120 dir='' log='' append='' rcfile='' opt OPTIND=1
+  while getopts n:t:o:l:ar: opt; do
+    case $opt in
+    n) np=$OPTARG ;;
+    t) secs=$OPTARG ;;
+    o) dir=$OPTARG ;;
+    l) log=$OPTARG ;;
+    a) append=1 ;;
+    r) rcfile=$OPTARG ;;
+    *) echo "launch: unknown option" >&2; return 2 ;;
+    esac
+  done
+  shift $((OPTIND - 1))
+  local cmd=("$TESSERA" /dev/null ${C+"${C[@]}"})
+  [ -n "$dir" ] && cmd+=("run.out_dir=$SCRATCH/$dir")
+  cmd+=("$@")
+  # shellcheck disable=SC2016 # expanded by the wrapper shell of each rank
+  [ -n "$rcfile" ] &&
+    cmd=(sh -c 'f=$1; shift; "$@"; c=$?; echo "rank $OMPI_COMM_WORLD_RANK exit $c" >>"$f"' sh "$rcfile" "${cmd[@]}")
+  [ -n "$np" ] && cmd=("$MPIRUN" -np "$np" "${cmd[@]}")
+  log=${log:-$dir}
+  if [ -z "$log" ]; then
+    timeout "$secs" "${cmd[@]}"
+  elif [ -n "$append" ]; then
+    timeout "$secs" "${cmd[@]}" >>"$SCRATCH/$log.out" 2>&1
+  else
+    timeout "$secs" "${cmd[@]}" >"$SCRATCH/$log.out" 2>&1
+  fi
+}
+
 # bytes_corpus NAME...: byte-level shards in $SCRATCH/data of the named fortune files
 # (one file as it is, several concatenated first).
 bytes_corpus() {

@@ -24,16 +24,13 @@ set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
 bytes_corpus computers science
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=64 model.n_head=4 model.n_kv_head=2
   model.d_ff=160 model.seq_len=32 train.micro_batch=1 train.global_batch=8 run.max_steps=12
   run.log_every=6 run.eval_every=12 run.eval_steps=2 optim.lr=3e-3 optim.warmup_steps=3
   optim.decay_steps=12 "data.train=$SCRATCH/data/train_*.bin" "data.valid=$SCRATCH/data/valid_*.bin"
   checkpoint.resume=none checkpoint.every_steps=0)
-run() { # run NAME NP overrides...
-  local name=$1 np=$2; shift 2
-  timeout 180 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
-    >"$SCRATCH/$name.out" 2>&1
-}
+run() { launch -n "$2" -t 180 -o "$1" "${@:3}"; } # run NAME NP overrides...
 case_() { # case_ DESCRIPTION REF NAME NP overrides...
   local what=$1 ref=$2 name=$3 np=$4; shift 4
   run "$name" "$np" "$@"

@@ -20,15 +20,12 @@ set -u
 mpi_test_setup
 "$PYTHON_REF" -c "import h5py, numpy" 2>/dev/null || skip "no h5py/numpy in $PYTHON_REF"
 bytes_corpus computers
+# shellcheck disable=SC2034 # C: the settings launch (tests/lib.sh) starts the trainer with
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=4 optim.lr=1e-2
   optim.warmup_steps=2 optim.decay_steps=20 run.log_every=1000 run.eval_every=0
   "data.train=$SCRATCH/data/train_*.bin" checkpoint.keep=0)
-run() { # run NAME NP overrides... (appends to NAME.out)
-  local name=$1 np=$2; shift 2
-  timeout 120 "$MPIRUN" -np "$np" "$TESSERA" /dev/null "${C[@]}" run.out_dir="$SCRATCH/$name" "$@" \
-    >>"$SCRATCH/$name.out" 2>&1
-}
+run() { launch -n "$2" -a -o "$1" "${@:3}"; } # run NAME NP overrides... (appends to NAME.out)
 # Layouts as NP and overrides.
 L_1=(1)
 L_dp4=(4 parallel.zero_stage=1)

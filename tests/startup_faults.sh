@@ -21,7 +21,6 @@ bytes_corpus computers
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.eval_every=0
   run.log_every=1000 "data.train=$SCRATCH/data/train_*.bin")
-mpi() { timeout "$1" "$MPIRUN" -np "$2" "$TESSERA" /dev/null "${C[@]}" "${@:3}"; }
 no_step() { ! grep -qs '"loss"' "$1/metrics.jsonl"; }
 
 # ---- stop signals during the start-up ----
@@ -30,7 +29,7 @@ no_step() { ! grep -qs '"loss"' "$1/metrics.jsonl"; }
 early() {
   local name=$1 sig=$2 where=$3 out=$4
   shift 4
-  TSR_FAULT="start_sleep=4,start_where=$where" mpi 120 2 run.out_dir="$out" "$@" \
+  TSR_FAULT="start_sleep=4,start_where=$where" launch -n 2 run.out_dir="$out" "$@" \
     >"$SCRATCH/$name.out" 2>&1 &
   local job=$! pid=
   for _ in $(seq 300); do
@@ -60,7 +59,7 @@ check "  ... the line says so, in tessera.log too" grep -q \
 check "  ... no step trained, no checkpoint written" \
   sh -c "! grep -qs '\"loss\"' '$SCRATCH/e2/metrics.jsonl' && ! ls '$SCRATCH/e2/ckpt' 2>/dev/null | grep -q ."
 
-mpi 120 2 run.out_dir="$SCRATCH/e3" checkpoint.resume=none run.max_steps=2 >"$SCRATCH/e3a.out" 2>&1
+launch -n 2 run.out_dir="$SCRATCH/e3" checkpoint.resume=none run.max_steps=2 >"$SCRATCH/e3a.out" 2>&1
 check "two steps and their checkpoint, to resume from (exit $?)" grep -qx step_00000002.h5 "$SCRATCH/e3/ckpt/latest"
 early resume USR1 resume "$SCRATCH/e3" run.max_steps=4
 check "  ... SIGUSR1 before the resume: exit 3 (got $rc)" test $rc -eq 3
@@ -80,7 +79,7 @@ data_case() {
   cp "$SCRATCH"/data/*.bin "$d/"
   (cd "$d" && "$@")
   C[${#C[@]} - 1]="data.train=$d/train_*.bin"
-  mpi 60 2 checkpoint.resume=none run.max_steps=2 run.out_dir="$d/out" >"$SCRATCH/$name.out" 2>&1
+  launch -t 60 -n 2 checkpoint.resume=none run.max_steps=2 run.out_dir="$d/out" >"$SCRATCH/$name.out" 2>&1
   rc=$?
   C[${#C[@]} - 1]="data.train=$SCRATCH/data/train_*.bin"
 }
