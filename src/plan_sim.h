@@ -58,7 +58,22 @@ typedef struct { /* [pp] arrays the caller provides */
   double *reduced; /* when its last reduction ends (its end when it has none) */
 } tsr_plan_sim_out;
 
+/* With many micro-batches the replay is extrapolated from two short ones.  Past its
+ * warm-up a schedule repeats itself: 1F1B, gpipe, zb_h1 and zb_v every micro-batch,
+ * interleaved every pp micro-batches (a group through all v chunks), so each stage's end,
+ * busy time and last reduction grow by the same amount per micro-batch however many more
+ * there are.  tsr_plan_sim_window picks the two replays for m: with u = pp v and the window
+ * w = u max(4, ceil(TSR_PLAN_SIM_WINDOW / u)) micro-batches, m0 = w + m mod u and
+ * m1 = m0 + w, both congruent to m modulo u (so multiples of pp wherever m is one, as
+ * interleaved needs, and in the same phase of the repeating pattern); it returns 1 when
+ * m > m1, and then tsr_plan_simulate replays m0 and m1 and extends every output linearly
+ * from m1 to m by its increment per micro-batch between the two (an end no earlier than
+ * the busy time, a last reduction no earlier than the end).  For m <= m1 it is the full
+ * replay, tsr_plan_simulate_full, bit for bit. */
+enum { TSR_PLAN_SIM_WINDOW = 256 };
+int tsr_plan_sim_window(int pp, int v, int m, int *m0, int *m1);
 int tsr_plan_simulate(const tsr_plan_sim_in *in, tsr_plan_sim_out *out);
+int tsr_plan_simulate_full(const tsr_plan_sim_in *in, tsr_plan_sim_out *out);
 
 /* The whole plan's step: chunk costs, the replay, the tail (the tied embedding's
  * all-reduce, the gradient norm, AdamW over the shard, ZeRO 1-2's parameter gathers and

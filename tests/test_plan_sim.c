@@ -14,7 +14,12 @@
  *  5. a chunk's forward on a machine with a flat efficiency and memory made free: its
  *     FLOPs counted by hand from the shapes (four GEMMs per layer, causal attention, the
  *     head), at that fraction of the peak; with tp 2 its all-reduces on a known link;
- *  6. the deck's profile keys replace the built-in figures; 'reference' is its own table. */
+ *  6. the deck's profile keys replace the built-in figures; 'reference' is its own table;
+ *  7. many micro-batches: 4096 on pp 4 under 1f1b, interleaved, zb_h1 and zb_v, with
+ *     uneven chunks, links of their own and reductions (after the last micro-batch, after
+ *     every one on a link slower than the compute, ZeRO 3's gathers) extrapolated from two
+ *     short replays, within 1e-9 of the full replay in every stage's end, busy time, last
+ *     reduction and idle fraction; up to the window's m1 the same bits as the full replay. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +246,79 @@ static void test_profile_keys(void) {
            set.prof.kernel_s * 1e6, set.prof.tp_overlap);
 }
 
+/* Uneven chunks, links and reductions: `mode` 0 reduces after the last micro-batch, 1 after
+ * every one (its link the slower: the reductions set the pace), 2 also gathers (ZeRO 3). */
+static int uneven(tsr_schedule_choice kind, int pp, int v, int m, int mode, int full,
+                  double *end, double *busy, double *reduced) {
+  double F[16], B[16], W[16], L[8], R[16], G[16];
+  int P[16];
+  const int split = kind == TSR_SCHEDULE_ZB_H1 || kind == TSR_SCHEDULE_ZB_V;
+  for (int c = 0; c < pp * v; c++) {
+    F[c] = 1 + 0.13 * c + (c == pp * v - 1 ? 0.7 : 0); /* the head on the last chunk */
+    B[c] = (split ? 1.1 : 2.05) * F[c] + 0.01 * c, W[c] = 0.9 * F[c];
+    R[c] = mode == 1 ? 6 + 0.5 * c : 0.5 + 0.2 * c, G[c] = 0.3, P[c] = 2 + c % 3;
+  }
+  for (int s = 0; s < pp; s++) L[s] = 0.05 + 0.01 * s;
+  const tsr_plan_sim_in in = {kind, pp, m, v, F, B, split ? W : NULL, L, R, P, mode > 0,
+                              mode == 2 ? G : NULL};
+  tsr_plan_sim_out out = {end, busy, reduced};
+  return full ? tsr_plan_simulate_full(&in, &out) : tsr_plan_simulate(&in, &out);
+}
+
+static void test_many_micro_batches(void) {
+  const struct {
+    tsr_schedule_choice kind;
+    int v;
+  } kinds[] = {{TSR_SCHEDULE_1F1B, 1}, {TSR_SCHEDULE_INTERLEAVED, 2}, {TSR_SCHEDULE_ZB_H1, 1},
+               {TSR_SCHEDULE_ZB_V, 2}};
+  const int pp = 4, m = 4096;
+  const double tol = 1e-9;
+  int bad = 0, cases = 0, extrapolated = 0, same = 0;
+  double worst = 0;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (int mode = 0; mode < 3; mode++) {
+      const int v = kinds[k].v;
+      double e[2][4], b[2][4], r[2][4];
+      int m0, m1;
+      extrapolated += tsr_plan_sim_window(pp, v, m, &m0, &m1);
+      cases++;
+      if (uneven(kinds[k].kind, pp, v, m, mode, 0, e[0], b[0], r[0]) ||
+          uneven(kinds[k].kind, pp, v, m, mode, 1, e[1], b[1], r[1])) {
+        bad++;
+        continue;
+      }
+      for (int s = 0; s < pp; s++) {
+        const double d[4] = {e[0][s] / e[1][s] - 1, b[0][s] / b[1][s] - 1,
+                             r[0][s] / r[1][s] - 1,
+                             (1 - b[0][s] / e[0][s]) - (1 - b[1][s] / e[1][s])};
+        for (int j = 0; j < 4; j++) worst = fmax(worst, fabs(d[j]));
+        if (fabs(d[0]) > tol || fabs(d[1]) > tol || fabs(d[2]) > tol || fabs(d[3]) > tol) {
+          printf("    kind %d mode %d stage %d: end %.12g (full %.12g), busy %.12g (%.12g), "
+                 "reduced %.12g (%.12g)\n", (int)kinds[k].kind, mode, s, e[0][s], e[1][s],
+                 b[0][s], b[1][s], r[0][s], r[1][s]);
+          bad++;
+        }
+      }
+      /* small m: the largest that still replays in full, and one well inside */
+      const int small[2] = {m1, 40};
+      for (int i = 0; i < 2; i++) {
+        int s0, s1;
+        if (tsr_plan_sim_window(pp, v, small[i], &s0, &s1)) continue;
+        if (!uneven(kinds[k].kind, pp, v, small[i], mode, 0, e[0], b[0], r[0]) &&
+            !uneven(kinds[k].kind, pp, v, small[i], mode, 1, e[1], b[1], r[1]) &&
+            !memcmp(e[0], e[1], sizeof e[0]) && !memcmp(b[0], b[1], sizeof b[0]) &&
+            !memcmp(r[0], r[1], sizeof r[0]))
+          same++;
+      }
+    }
+  TU_CHECK(bad == 0 && extrapolated == cases, "m %d on pp %d, 1f1b, interleaved, zb_h1, zb_v, "
+           "3 kinds of reduction: %d of %d extrapolated, every stage's end, busy, last "
+           "reduction and idle fraction within %g of the full replay (worst %.3g)", m, pp,
+           extrapolated, cases, tol, worst);
+  TU_CHECK(same == 2 * cases, "m up to the window (m1, 40): the full replay's bits in %d of %d "
+           "cases", same, 2 * cases);
+}
+
 int main(void) {
   test_two_stages();
   test_closed_forms();
@@ -249,5 +327,6 @@ int main(void) {
   test_chunk_by_hand();
   test_tp_by_hand();
   test_profile_keys();
+  test_many_micro_batches();
   return tu_summary("test_plan_sim");
 }
