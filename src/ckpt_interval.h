@@ -2,7 +2,9 @@
  * gives (docs/formats.md "Checkpoint interval").  Pure arithmetic, shared by the trainer's
  * checkpoint.every_steps = 'auto' (session.c) and `tessera plan` (plan_ckpt.c).
  *
- * With C the time one checkpoint holds training up and M the mean time between failures,
+ * With C the time one checkpoint costs training (the time it holds training up; for a
+ * background write also what it slows the steps it overlaps: session_ckpt.c) and M the
+ * mean time between failures,
  * the period of training between checkpoints that loses the least time is about
  *     T = sqrt(2 C M)
  * (Young 1974; Daly 2006, first order), and the expected fraction of time spent on useful

@@ -22,6 +22,9 @@
  *   ckpt_cost=S       checkpoint.every_steps = 'auto' takes S seconds as the time a
  *                     checkpoint holds training up, instead of measuring it ...
  *   ckpt_step_time=S  ... and S seconds as the step time (session_ckpt.c)
+ *   ckpt_overlap_s=S  'auto' counts every step a background write overlaps S seconds
+ *                     longer, as a writer sharing the training's cores would make it
+ *                     (session_ckpt.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H

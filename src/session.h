@@ -57,6 +57,12 @@ typedef struct {
   int64_t ckpt_saved_step;    /* the step of the last checkpoint written or started; -1 */
   int64_t ckpt_steps;         /* steps this run has taken (tsr_session_ckpt_due) */
   double ckpt_step_first_s, ckpt_step_sum_s; /* their times: the first, the others' sum */
+  /* 'auto' with background writes: the steps (but the first) taken while a write was in
+   * flight and while none was, their time sums, and what the last write cost the steps
+   * it overlapped (their count times the difference of the two means; 0 when unknown) */
+  int ckpt_writing;
+  int64_t ckpt_busy_n, ckpt_free_n;
+  double ckpt_busy_sum_s, ckpt_free_sum_s, ckpt_slowed_s;
 } tsr_session;
 
 /* Build every object of the run (training: also the training data and the GEMM rate).

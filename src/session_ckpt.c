@@ -39,38 +39,51 @@ int tsr_session_ckpt_open(tsr_session *s) {
   return tsr_ckpt_async_create(&s->ckpt_async, s->cfg, &view, s->world);
 }
 
-/* The mean step time of this run, its first step (warm-up) left out once there are more. */
+/* The mean step time of this run, its first step (warm-up) left out once there are more;
+ * with background writes, of the steps no write overlapped where there are some (what a
+ * write costs the steps it overlaps is counted in C instead). */
 static double step_time(const tsr_session *s) {
+  if (s->ckpt_async && s->ckpt_free_n > 0) return s->ckpt_free_sum_s / (double)s->ckpt_free_n;
   return s->ckpt_steps > 1 ? s->ckpt_step_sum_s / (double)(s->ckpt_steps - 1)
                            : s->ckpt_step_first_s;
 }
 
 int tsr_session_ckpt_due(tsr_session *s, double step_s) {
-  if (s->ckpt_steps++ == 0)
+  if (s->ckpt_writing) step_s += atof(tsr_fault_str("ckpt_overlap_s", "0"));
+  if (s->ckpt_steps++ == 0) {
     s->ckpt_step_first_s = step_s;
-  else
+  } else {
     s->ckpt_step_sum_s += step_s;
+    if (s->ckpt_writing)
+      s->ckpt_busy_sum_s += step_s, s->ckpt_busy_n++;
+    else
+      s->ckpt_free_sum_s += step_s, s->ckpt_free_n++;
+  }
   const int64_t every = s->cfg->checkpoint.every_steps;
   if (every == TSR_EVERY_AUTO) return s->st.step >= s->ckpt_next;
   return every > 0 && s->st.step % every == 0;
 }
 
 /* 'auto', after each checkpoint once a step has been timed: the next checkpoint step from
- * C = blocked_s (the time this checkpoint held training up), the mean step time and, for
- * background writes, the last one's duration (the next checkpoint should find it done);
- * the largest of each over the ranks, so that every rank chooses the same step.  The test
- * hooks ckpt_cost and ckpt_step_time (fault.h) replace the measured C and step time. */
+ * C = blocked_s (the time this checkpoint held training up) plus, for background writes,
+ * what the last one cost the steps it overlapped (a writer sharing the cores with the
+ * training slows its steps: that time is a checkpoint's cost too), the mean step time and,
+ * for background writes, the last one's duration (the next checkpoint should find it
+ * done); the largest of each over the ranks, so that every rank chooses the same step.
+ * The test hooks ckpt_cost and ckpt_step_time (fault.h) replace the measured C and step
+ * time. */
 static void schedule(tsr_session *s, double blocked_s) {
   const tsr_config *cfg = s->cfg;
   if (cfg->checkpoint.every_steps != TSR_EVERY_AUTO || s->ckpt_steps == 0 ||
       s->st.step >= cfg->run.max_steps)
     return;
-  double x[3] = {blocked_s, step_time(s), s->ckpt_async ? s->ckpt_write_s : 0};
+  double x[4] = {blocked_s + s->ckpt_slowed_s, step_time(s), s->ckpt_async ? s->ckpt_write_s : 0,
+                 s->ckpt_slowed_s};
   const double cost = atof(tsr_fault_str("ckpt_cost", "-1"));
   const double step = atof(tsr_fault_str("ckpt_step_time", "-1"));
   if (cost >= 0) x[0] = cost;
   if (step > 0) x[1] = step;
-  MPI_Allreduce(MPI_IN_PLACE, x, 3, MPI_DOUBLE, MPI_MAX, s->world);
+  MPI_Allreduce(MPI_IN_PLACE, x, 4, MPI_DOUBLE, MPI_MAX, s->world);
   const double mtbf_s = cfg->checkpoint.mtbf_hours * 3600.0;
   const tsr_ckpt_interval r = tsr_ckpt_young_daly(x[0], mtbf_s, x[1], x[2]);
   s->ckpt_next = s->st.step + r.steps;
@@ -78,10 +91,14 @@ static void schedule(tsr_session *s, double blocked_s) {
   if (r.floor_steps > 0)
     snprintf(floor, sizeof floor, ", at least %lld step(s) for a background write of %.6g s",
              (long long)r.floor_steps, x[2]);
-  tsr_log("checkpoint: 'auto' interval %lld steps, next at step %lld: C %.6g s, step time "
+  char slowed[96] = "";
+  if (x[3] > 0 && cost < 0)
+    snprintf(slowed, sizeof slowed, " (%.6g s of it the steps the last background write "
+             "slowed)", x[3]);
+  tsr_log("checkpoint: 'auto' interval %lld steps, next at step %lld: C %.6g s%s, step time "
           "%.6g s, MTBF %.6g h, sqrt(2 C MTBF) = %.6g s%s; expected goodput %.4f "
           "(1 - C/T - T/(2 MTBF), T = %.6g s)", (long long)r.steps, (long long)s->ckpt_next,
-          x[0], x[1], cfg->checkpoint.mtbf_hours, r.period_s, floor, r.goodput,
+          x[0], slowed, x[1], cfg->checkpoint.mtbf_hours, r.period_s, floor, r.goodput,
           (double)r.steps * x[1]);
 }
 
@@ -94,6 +111,14 @@ static int finished(tsr_session *s, const tsr_ckpt_async_done *d) {
     return d->rc;
   }
   s->ckpt_write_s = d->write_s;
+  /* what the write cost the steps it overlapped, against the steps no write overlapped */
+  s->ckpt_writing = 0;
+  s->ckpt_slowed_s = 0;
+  if (s->ckpt_busy_n > 0 && s->ckpt_free_n > 0) {
+    const double extra = s->ckpt_busy_sum_s - (double)s->ckpt_busy_n * s->ckpt_free_sum_s /
+                                                  (double)s->ckpt_free_n;
+    s->ckpt_slowed_s = extra > 0 ? extra : 0;
+  }
   tsr_log("checkpoint: step %lld written in the background in %.3f s; training was held up "
           "%.3f s for it", (long long)d->step, d->write_s, s->ckpt_blocked_s);
   tsr_metrics_checkpoint(s->metrics, d->step, 1, s->ckpt_blocked_s, d->write_s);
@@ -148,6 +173,7 @@ int tsr_session_save(tsr_session *s, const char *deck_text, int wait) {
     TSR_CALL(finished(s, &prev));
   }
   TSR_CALL(rc);
+  s->ckpt_writing = 1, s->ckpt_busy_n = 0, s->ckpt_busy_sum_s = 0;
   /* held up: the wait and the copy (not the wait for the other ranks at the next step) */
   s->ckpt_blocked_s = waited_s + copy_s;
   schedule(s, s->ckpt_blocked_s);

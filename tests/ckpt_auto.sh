@@ -11,6 +11,12 @@
 #      the formula from the C, step time, MTBF and background write it logs
 #      (max(1, round(sqrt(2 C MTBF) / t), ceil(write / t))), and the next checkpoint is
 #      taken at the step it announced.
+#  (e) a background writer that slows the steps it overlaps (TSR_FAULT ckpt_overlap_s=0.5
+#      counts each such step 0.5 s longer; ckpt_sleep=0.05 makes each write last long
+#      enough to overlap steps): the decision after the first write counts that time in C
+#      ("(X s of it the steps the last background write slowed)", X >= 0.5, C >= X), and
+#      its step time is that of the steps no write overlapped (< 0.5 s), and the decisions
+#      still follow the formula from what they log.
 #  (d) tessera plan for the same job: the file is 12 bytes per parameter, written in
 #      bytes / hardware.fs_gbps; the Young-Daly interval from that write time and the planned
 #      step time, with its goodput, as the formula gives; the host snapshot per GPU equals
@@ -29,7 +35,8 @@ decisions() { # decisions RUN MAX_STEPS [C STEP_S MTBF_H]: the logged decisions 
 import json, math, re, sys
 out, metrics, max_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 fixed = [float(x) for x in sys.argv[4:7]]
-pat = re.compile(r"checkpoint: 'auto' interval (\d+) steps, next at step (\d+): C (\S+) s, step time "
+pat = re.compile(r"checkpoint: 'auto' interval (\d+) steps, next at step (\d+): C (\S+) s"
+                 r"(?: \(\S+ s of it the steps the last background write slowed\))?, step time "
                  r"(\S+) s, MTBF (\S+) h, sqrt\(2 C MTBF\) = (\S+) s(?:, at least (\d+) step\(s\) for a "
                  r"background write of (\S+) s)?; expected goodput (\S+) \(1 - C/T - T/\(2 MTBF\), T = (\S+) s\)")
 lines = [m for m in map(pat.search, open(out)) if m]
@@ -111,6 +118,20 @@ for mode in "async T 1e-5" "sync F 2e-6"; do
   check "(c)   ... each decision follows the formula from what it logs, and is kept" \
     decisions "measured_$1" 50
 done
+
+# ---- (e) a writer that slows the steps it overlaps ----
+TSR_FAULT=ckpt_overlap_s=0.5,ckpt_sleep=0.05 launch -n 2 -o overlap run.max_steps=40 \
+  checkpoint.every_steps=auto checkpoint.mtbf_hours=2e-5 checkpoint.async=.true.
+check "(e) async writes that slow the steps they overlap, 40 steps (exit $?)" test $? -eq 0
+check "(e)   ... C counts the slowed steps, t leaves them out" "$PYTHON_REF" - "$SCRATCH/overlap.out" <<'PY'
+import re, sys
+pat = re.compile(r"'auto' interval \d+ steps, next at step \d+: C (\S+) s \((\S+) s of it the steps the "
+                 r"last background write slowed\), step time (\S+) s")
+found = [tuple(map(float, m.groups())) for m in map(pat.search, open(sys.argv[1])) if m]
+print(f"    (C, slowed, t) of the decisions after a write: {found}")
+sys.exit(0 if found and all(x >= 0.5 and c >= x and t < 0.5 for c, x, t in found) else 1)
+PY
+check "(e)   ... and each decision follows the formula from what it logs" decisions overlap 40
 
 # ---- (d) tessera plan ----
 P=("$TESSERA" plan /dev/null --gpus-per-node 2 "${C[@]}")
