@@ -24,11 +24,19 @@
 #   C          median time training was blocked per checkpoint (metrics "checkpoint"
 #              events: blocked_s, else the synchronous write time)
 #   T          the checkpoint interval in seconds (every_steps x t_step; for 'auto' the
-#              interval the run logged last, "checkpoint: 'auto' interval N steps")
+#              median of the intervals the run logged, "checkpoint: 'auto' interval N
+#              steps", over all its attempts)
 #   R          restart cost: median seconds from a kill to the first step of the next
 #              attempt
-#   predicted  the first-order Young-Daly goodput (1 - C/T)(1 - (R + T/2)/MTBF): a
-#              failure costs the restart and on average half an interval of steps
+#   s          the run's median step time over the uninterrupted run's: what a
+#              background writer costs the steps it shares the cores with (1 for sync)
+#   W_s        median seconds a checkpoint takes to become complete (the write itself;
+#              for async the background write, which a failure in flight loses)
+#   predicted  the first-order Young-Daly goodput, each period of T s of steps costing
+#              T s + C of wall time and each failure the restart R, half a period and,
+#              for async, the write in flight W:
+#                (T / (T s + C)) (1 - (R + (T s + C)/2 + W_async) / MTBF)
+#              (for sync, s = 1 and W_async = 0: (T/(T+C))(1 - (R + (T+C)/2)/MTBF))
 #   bitwise    the final losses of every step equal the uninterrupted run's to the bit
 # A requeued job is started as soon as its last attempt has cleaned up (tests/
 # slurm_cluster.sh, tsr_slurm_wait) — Slurm itself would wait two minutes — so R is the
@@ -91,8 +99,8 @@ submit clean "checkpoint.every_steps=0"
 tsr_slurm_wait "$JOB" 3600 || exit 1
 [ "$(tsr_slurm_field "$JOB" JobState)" = COMPLETED ] || { tail -n 20 "$W/clean.out"; exit 1; }
 
-printf "%-12s %7s %5s %8s %8s %7s %7s %7s %6s %9s %s\n" config wall_s kills attempts goodput \
-  C_s T_s R_s every predicted bitwise
+printf "%-12s %7s %5s %8s %8s %7s %7s %7s %6s %5s %6s %9s %s\n" config wall_s kills attempts \
+  goodput C_s T_s R_s every s W_s predicted bitwise
 for cfg in $CONFIGS; do
   mode=${cfg%%:*} every=${cfg#*:}
   extra="checkpoint.async=$([ "$mode" = async ] && echo .true. || echo .false.)"
@@ -146,9 +154,9 @@ def blocked_of(d):  # the async fields when present, else the write time in "det
         return None
 blocked = [b for b in map(blocked_of, ck) if b is not None]
 C = statistics.median(blocked) if blocked else float("nan")
-if every == "auto":  # the interval the run logged last (its job output)
+if every == "auto":  # the median of the intervals the run logged (its job output)
     ivals = re.findall(r"checkpoint: 'auto' interval (\d+) steps", open(f"{W}/{name}.out").read())
-    steps_per = int(ivals[-1]) if ivals else float("nan")
+    steps_per = statistics.median(map(int, ivals)) if ivals else float("nan")
 else:
     steps_per = int(every)
 T = steps_per * t_step
@@ -165,9 +173,16 @@ for k in kills:
 R = statistics.median(first_steps) if first_steps else float("nan")
 wall = t1 - t0
 good = steps * t_step / wall
-pred = (1 - C / T) * (1 - (R + T / 2) / mtbf) if T == T and T > 0 else float("nan")
+slow = statistics.median(d["step_ms"] for d in run if "loss" in d) / 1e3 / t_step
+writes = [d["write_s"] for d in ck if isinstance(d.get("write_s"), (int, float))]
+Wr = statistics.median(writes) if writes else C
+asyn = any(d.get("async") is True for d in ck)
+period = T * slow + C
+pred = (T / period) * (1 - (R + period / 2 + (Wr if asyn else 0)) / mtbf) if T == T and T > 0 \
+    else float("nan")
 print(f"{name:<12} {wall:7.1f} {len(kills):5d} {int(restarts) + 1:8d} {good:8.3f} {C:7.3f} "
-      f"{T:7.2f} {R:7.2f} {str(steps_per):>6} {pred:9.3f} {'yes' if bitwise else 'NO'}")
+      f"{T:7.2f} {R:7.2f} {str(steps_per):>6} {slow:5.2f} {Wr:6.2f} {pred:9.3f} "
+      f"{'yes' if bitwise else 'NO'}")
 PY
 done
 echo "t_step from the uninterrupted run; goodput = $STEPS x t_step / wall"
