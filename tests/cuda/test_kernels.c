@@ -332,6 +332,16 @@ static void check_added(const char *name, dacc *a, double tol) {
   a->start = a->h = got;
 }
 
+/* n targets below V, every fifth row (r % 5 == 3) ignored (-100), on the host (returned)
+ * and a copy on the device (*dev); the caller frees both. */
+static int32_t *rand_targets(int n, int V, int32_t **dev) {
+  int32_t *tgt = hmalloc((size_t)n * sizeof(int32_t));
+  for (int r = 0; r < n; r++) tgt[r] = (r % 5 == 3) ? -100 : (int32_t)(urand(0, 1) * V) % V;
+  *dev = dmalloc((size_t)n * sizeof(int32_t));
+  CUDA_CK(cudaMemcpy(*dev, tgt, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  return tgt;
+}
+
 static void test_xent(tsr_dtype dt, int n, int V) {
   char name[128];
   const long nv = (long)n * V;
@@ -339,10 +349,7 @@ static void test_xent(tsr_dtype dt, int n, int V) {
   s.rows = n, s.cols = V;
   kreserve(s);
   tbuf z = tb_rand(dt, nv, -6, 6);
-  int32_t *tgt = hmalloc((size_t)n * sizeof(int32_t));
-  for (int r = 0; r < n; r++) tgt[r] = (r % 5 == 3) ? -100 : (int32_t)(urand(0, 1) * V) % V;
-  int32_t *d_tgt = dmalloc((size_t)n * sizeof(int32_t));
-  CUDA_CK(cudaMemcpy(d_tgt, tgt, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  int32_t *d_tgt, *tgt = rand_targets(n, V, &d_tgt);
   const double div = 3.0 + n % 7;
   dacc loss = dacc_new();
 
@@ -447,10 +454,7 @@ static void test_xent_head(tsr_dtype dt, int n, int C, int V, int chunk) {
   kreserve(s);
   tbuf x = tb_rand(dt, nx, -1, 1), w = tb_rand(dt, nw, -0.5f, 0.5f);
   tbuf sc = tb_out(dt, (long)rows * V), dx = tb_out(dt, nx), dw = tb_rand(TSR_F32, nw, -1, 1);
-  int32_t *tgt = hmalloc((size_t)n * sizeof(int32_t));
-  for (int r = 0; r < n; r++) tgt[r] = (r % 5 == 3) ? -100 : (int32_t)(urand(0, 1) * V) % V;
-  int32_t *d_tgt = dmalloc((size_t)n * sizeof(int32_t));
-  CUDA_CK(cudaMemcpy(d_tgt, tgt, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  int32_t *d_tgt, *tgt = rand_targets(n, V, &d_tgt);
   const double div = 3.0 + n % 7;
   dacc loss = dacc_new();
   tsr_cpu_xent_head(dt, &loss.h, div, dx.h, dw.h, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
