@@ -52,7 +52,7 @@ $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
 MAIN_OBJS=()
 [ -n "$prog" ] || MAIN_OBJS=("$B/deckpath.o")
-$CC "${OMP[@]}" -o "$out" "$B/main.o" "${MAIN_OBJS[@]}" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
+$CC "${OMP[@]}" -rdynamic -o "$out" "$B/main.o" "${MAIN_OBJS[@]}" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "$B/sdpa_fake.o" \
   "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
   "${SPM_LIBS[@]}" "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

@@ -6,9 +6,10 @@
  * thread of the block (warp) waits at it.  Threads that wait at different barriers, a
  * __syncthreads after some threads have exited, or a shuffle in a partial warp abort
  * with a message.  Dynamic shared memory starts as NaN, device memory as 0xA5 bytes.
- * The cuBLASLt subset is naive double-precision loops.  Kernels see the same memory
- * the host does (no copies), so this checks indexing, tiling, masking, reductions and
- * barriers, not speed or races between blocks. */
+ * The cuBLASLt subset is naive double-precision loops.  Kernels run in the host's address
+ * space, on device memory that host code cannot touch outside device work (the guard
+ * below), so this checks indexing, tiling, masking, reductions, barriers and that the
+ * host reaches device memory only through copies; not speed or races between blocks. */
 #include <ucontext.h>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,11 @@
 #include <map>
 #include <cstdint>
 #include <cmath>
+#include <mutex>
+#include <csignal>
+#include <execinfo.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
@@ -77,6 +83,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) 
   xbuf.assign((size_t)nt * 16, 0);
   gbuf.assign((size_t)nt * 32, 0);
   g_body = &body;
+  emu_device_enter();
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -116,6 +123,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) 
           if (!runnable) { fprintf(stderr, "emu: deadlock (threads at different barriers) in block %u,%u\n", bx, by); abort(); }
         }
       }
+  emu_device_leave();
   emu_dyn_smem = NULL;
 }
 
@@ -133,7 +141,8 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) { *pool = 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *) { return 0; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) { strcpy(p->name, "CPU emulation"); p->major = 9; p->minor = 0; p->multiProcessorCount = 1; return 0; }
 static int emu_current;
-static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 1 managed / 2 pinned host) */
+static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 2 pinned host) */
+static std::mutex dev_mu; /* emu_allocs and the device range below */
 cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
 cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev) {
@@ -161,36 +170,190 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
 }
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
   memset(a, 0, sizeof *a);
+  std::lock_guard<std::mutex> lk(dev_mu);
   auto it = emu_allocs.upper_bound((uintptr_t)p);
   if (it != emu_allocs.begin()) {
     --it;
     if ((uintptr_t)p < it->first + it->second.first) {
-      const int k = it->second.second;
-      a->type = k == 2 ? cudaMemoryTypeHost : k ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
+      a->type = it->second.second == 2 ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
       a->device = emu_current;
       a->devicePointer = (void *)p;
     }
   }
   return 0;
 }
-cudaError_t cudaMalloc(void **p, size_t b) { *p = malloc(b ? b : 1); memset(*p, 0xA5, b); emu_allocs[(uintptr_t)*p] = std::make_pair(b ? b : 1, 0); return 0; }
-cudaError_t cudaFree(void *p) { emu_allocs.erase((uintptr_t)p); free(p); return 0; }
+
+/* ---- device memory ----
+ * cudaMalloc's memory is carved, first fit in whole pages, from one address range
+ * reserved at the first allocation.  With the guard on (EMU_DEVICE_GUARD, default 1) the
+ * range is inaccessible (PROT_NONE) except while device work runs: a kernel launch, a
+ * copy or fill, a cuBLASLt product, a radix sort, an NCCL operation, the cuDNN stand-in
+ * (emu_device_enter / emu_device_leave).  Host code that reads or writes device memory
+ * anywhere else faults, and the handler names the address, the allocation and the host
+ * stack, then aborts: what a GPU build does with a host pointer into cudaMalloc memory
+ * (crash), where managed memory would have migrated the page in silence.
+ * EMU_DEVICE_MEM: the device's memory in bytes (default 16 GiB); cudaMalloc beyond what
+ * is free fails with cudaErrorMemoryAllocation and cudaMemGetInfo reports it. */
+static char *dev_base;
+static size_t dev_span, dev_top, dev_used; /* the range; its part ever handed out; in use */
+static std::map<size_t, size_t> dev_holes; /* offset -> bytes, free pages below dev_top */
+static int dev_open, dev_guard;
+static struct sigaction dev_old_segv;
+static const size_t DEV_PAGE = 4096;
+
+static void dev_protect_locked() {
+  if (dev_guard && dev_top)
+    mprotect(dev_base, dev_top, dev_open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+void emu_device_enter(void) {
+  std::lock_guard<std::mutex> lk(dev_mu);
+  if (dev_open++ == 0) dev_protect_locked();
+}
+void emu_device_leave(void) {
+  std::lock_guard<std::mutex> lk(dev_mu);
+  if (--dev_open == 0) dev_protect_locked();
+}
+
+static void dev_on_segv(int sig, siginfo_t *si, void *ctx) {
+  const char *a = (const char *)si->si_addr;
+  if (dev_base && a >= dev_base && a < dev_base + dev_span) {
+    char msg[512];
+    size_t base = 0, bytes = 0;
+    /* no lock: the faulting thread may hold it; the table is read to name the allocation */
+    auto it = emu_allocs.upper_bound((uintptr_t)a);
+    if (it != emu_allocs.begin()) --it, base = it->first, bytes = it->second.first;
+    int n = snprintf(msg, sizeof msg,
+                     "emu: host code touched device memory at %p (byte %zu of a cudaMalloc "
+                     "allocation of %zu bytes) outside any kernel, copy or library call: on a "
+                     "GPU this is a crash; copy it through the backend's copy op instead.  "
+                     "Host stack:\n",
+                     (const void *)a, base && (uintptr_t)a >= base ? (size_t)((uintptr_t)a - base) : 0,
+                     bytes);
+    if (write(2, msg, (size_t)n) < 0) _exit(86);
+    void *bt[48];
+    backtrace_symbols_fd(bt, backtrace(bt, 48), 2);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  /* not ours: the handler there was before (or the default) takes the fault again */
+  sigaction(SIGSEGV, &dev_old_segv, NULL);
+  (void)sig, (void)ctx;
+}
+
+static size_t dev_total(void) {
+  const char *e = getenv("EMU_DEVICE_MEM");
+  return e && *e ? (size_t)strtoull(e, NULL, 0) : (size_t)16 << 30;
+}
+static int dev_init_locked(void) {
+  if (dev_base) return 0;
+  const char *g = getenv("EMU_DEVICE_GUARD");
+  dev_guard = !g || !*g || atoi(g) != 0;
+  dev_span = (dev_total() + DEV_PAGE - 1) / DEV_PAGE * DEV_PAGE;
+  void *r = mmap(NULL, dev_span ? dev_span : DEV_PAGE, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) { fprintf(stderr, "emu: cannot reserve %zu bytes of address space for device memory\n", dev_span); return 1; }
+  dev_base = (char *)r;
+  if (dev_guard) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = dev_on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &dev_old_segv);
+  }
+  return 0;
+}
+
+cudaError_t cudaMalloc(void **p, size_t b) {
+  *p = NULL;
+  const size_t want = ((b ? b : 1) + DEV_PAGE - 1) / DEV_PAGE * DEV_PAGE;
+  {
+    std::lock_guard<std::mutex> lk(dev_mu);
+    if (dev_init_locked()) return 2;
+    size_t at = SIZE_MAX;
+    for (auto it = dev_holes.begin(); it != dev_holes.end(); ++it)
+      if (it->second >= want) {
+        at = it->first;
+        if (it->second > want) dev_holes[at + want] = it->second - want;
+        dev_holes.erase(it);
+        break;
+      }
+    if (at == SIZE_MAX) {
+      if (want > dev_span - dev_top) return 2; /* cudaErrorMemoryAllocation */
+      at = dev_top;
+      dev_top += want;
+      if (dev_guard && !dev_open) mprotect(dev_base + at, want, PROT_NONE);
+      else mprotect(dev_base + at, want, PROT_READ | PROT_WRITE);
+    }
+    dev_used += want;
+    *p = dev_base + at;
+    emu_allocs[(uintptr_t)*p] = std::make_pair(want, 0);
+  }
+  emu_device_enter();
+  memset(*p, 0xA5, want); /* what a fresh allocation holds: not zeros */
+  emu_device_leave();
+  return 0;
+}
+cudaError_t cudaFree(void *p) {
+  if (!p) return 0;
+  std::lock_guard<std::mutex> lk(dev_mu);
+  auto it = emu_allocs.find((uintptr_t)p);
+  if (it == emu_allocs.end() || it->second.second != 0) { fprintf(stderr, "emu: cudaFree of %p, which cudaMalloc did not give\n", p); return 1; }
+  const size_t at = (size_t)((char *)p - dev_base), bytes = it->second.first;
+  emu_allocs.erase(it);
+  madvise(dev_base + at, bytes, MADV_DONTNEED);
+  dev_used -= bytes;
+  auto h = dev_holes.emplace(at, bytes).first; /* merged with the holes beside it */
+  auto nx = std::next(h);
+  if (nx != dev_holes.end() && h->first + h->second == nx->first) h->second += nx->second, dev_holes.erase(nx);
+  if (h != dev_holes.begin()) {
+    auto pv = std::prev(h);
+    if (pv->first + pv->second == h->first) pv->second += h->second, dev_holes.erase(h);
+  }
+  return 0;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  std::lock_guard<std::mutex> lk(dev_mu);
+  if (dev_init_locked()) return 2;
+  *free_bytes = dev_span - dev_used;
+  *total_bytes = dev_span;
+  return 0;
+}
 cudaError_t cudaMallocAsync(void **p, size_t b, cudaStream_t) { return cudaMalloc(p, b); }
 cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
-cudaError_t cudaMemcpy(void *d, const void *s, size_t b, enum cudaMemcpyKind) { memmove(d, s, b); return 0; }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t b, enum cudaMemcpyKind) {
+  emu_device_enter();
+  memmove(d, s, b);
+  emu_device_leave();
+  return 0;
+}
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t b, enum cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, b, k); }
-cudaError_t cudaMemset(void *p, int v, size_t b) { memset(p, v, b); return 0; }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { memset(p, v, b); return 0; }
+cudaError_t cudaMemset(void *p, int v, size_t b) {
+  emu_device_enter();
+  memset(p, v, b);
+  emu_device_leave();
+  return 0;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { return cudaMemset(p, v, b); }
 cudaError_t cudaGetLastError(void) { return 0; }
-cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) { cudaMalloc(p, b); emu_allocs[(uintptr_t)*p].second = 1; return 0; }
-cudaError_t cudaMallocHost(void **p, size_t b) { cudaMalloc(p, b); emu_allocs[(uintptr_t)*p].second = 2; return 0; }
+/* page-locked host memory: host memory, tracked so that cudaPointerGetAttributes knows it */
+cudaError_t cudaMallocHost(void **p, size_t b) {
+  *p = malloc(b ? b : 1);
+  if (!*p) return 2;
+  memset(*p, 0xA5, b);
+  std::lock_guard<std::mutex> lk(dev_mu);
+  emu_allocs[(uintptr_t)*p] = std::make_pair(b ? b : 1, 2);
+  return 0;
+}
 cudaError_t cudaFreeHost(void *p) {
+  std::lock_guard<std::mutex> lk(dev_mu);
   auto it = emu_allocs.find((uintptr_t)p);
   if (!p || it == emu_allocs.end() || it->second.second != 2) { fprintf(stderr, "emu: cudaFreeHost of memory cudaMallocHost did not give\n"); return 1; }
-  return cudaFree(p);
+  emu_allocs.erase(it);
+  free(p);
+  return 0;
 }
-cudaError_t cudaMemAdvise(const void *p, size_t, enum cudaMemoryAdvise, struct cudaMemLocation l) { return p && l.id >= 0 && l.id < emu_devices() ? 0 : 1; }
-const char *cudaGetErrorString(cudaError_t) { return "emu error"; }
+const char *cudaGetErrorString(cudaError_t e) { return e == 2 ? "out of memory" : "emu error"; }
 const char *cudaGetErrorName(cudaError_t) { return "emuError"; }
 }
 
@@ -258,6 +421,7 @@ static double gelu_grad(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x * x);
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t ad, const void *B, cublasLtMatrixLayout_t bd, const void *beta, const void *C, cublasLtMatrixLayout_t cd, void *D, cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+  struct open_device { open_device() { emu_device_enter(); } ~open_device() { emu_device_leave(); } } open_;
   const uint64_t m = cd->rows, n = cd->cols;
   const uint64_t k = d->ta ? ad->rows : ad->cols;
   if ((d->ta ? ad->cols : ad->rows) != m || (d->tb ? bd->rows : bd->cols) != n || (d->tb ? bd->cols : bd->rows) != k) {

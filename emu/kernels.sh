@@ -9,6 +9,13 @@ EMU_OBJS=("${EMU_KERNELS[@]/%/.o}" emu.o nccl.o)
 emu_kernels() {
   local dir=$1 emu=$top/emu f h p rc=0 pids=()
   local flags=(-std=c++17 -O2 -g -w -DTSR_HAVE_CUDNN -I"$emu/include" -I"$top/src" -I"$top/cuda")
+  # EMU_KERNELS_FROM: a folder where emu_kernels ran before (the same sources): its
+  # objects are copied instead of compiled again
+  if [ -n "${EMU_KERNELS_FROM:-}" ] && [ -f "$EMU_KERNELS_FROM/emu.o" ]; then
+    for f in "${EMU_OBJS[@]}"; do cp "$EMU_KERNELS_FROM/$f" "$dir/$f" || return 1; done
+    cp "$EMU_KERNELS_FROM"/*.cuh "$dir/" 2>/dev/null || true
+    return 0
+  fi
   for h in "$top"/cuda/*.cuh; do
     python3 "$emu/transform.py" "$h" >"$dir/$(basename "$h")" || return 1
   done

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cuda_runtime_api.h"
 #include "dtype.h"
 #include "nccl.h"
 
@@ -165,6 +166,7 @@ template <class F>
 static void chunked(emu_nccl_comm *c, const void *src, size_t count, size_t es, bool deposit,
                     F take) {
   const size_t per = CHUNK / es;
+  emu_device_enter(); /* src and the results are device memory */
   for (size_t i0 = 0; i0 < count; i0 += per) {
     const size_t len = count - i0 < per ? count - i0 : per;
     if (deposit) memcpy(slot(c, c->rank), (const char *)src + i0 * es, len * es);
@@ -172,6 +174,7 @@ static void chunked(emu_nccl_comm *c, const void *src, size_t count, size_t es, 
     take(i0, len);
     barrier(c);
   }
+  emu_device_leave();
 }
 
 extern "C" {

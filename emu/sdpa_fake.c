@@ -1,7 +1,7 @@
 /* sdpa_fake.c — a stand-in for cuDNN's attention (cuda/sdpa_graphs.h and the prepare of
  * cuda/dev.h) in the CPU emulation, where there is no cuDNN: the same results, computed
- * on the host in fp32 from the 16-bit tensors in place (emulated device memory is host
- * memory), so that tests/cuda/test_kernels and the emulated trainer run attention.cu's
+ * on the host in fp32 from the 16-bit tensors in place (the emulation's device memory,
+ * opened to the host for the call), so that tests/cuda/test_kernels and the emulated trainer run attention.cu's
  * cuDNN path: the decision and its log, the strides of q, k, v and of their gradients in
  * the fused buffer, lse passed through, the gradients written, the fallback.  It declines
  * what cuDNN 9.19 declines (one-token sequences; head dimensions that are not a multiple
@@ -57,7 +57,7 @@ static float at(tsr_dtype dt, const void *x, long row, int T, int hd, int b, int
 #define K(b, t, g, i) at(dt, Kp, qkv_stride, T, hd, b, t, g, i)
 #define V(b, t, g, i) at(dt, Vp, qkv_stride, T, hd, b, t, g, i)
 
-int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+static int graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
                         const void *Qp, const void *Kp, const void *Vp, void *O, float *stats,
                         void *ws, cudaStream_t stream) {
   if (cudaStreamSynchronize(stream) != cudaSuccess) return TSR_ERR;
@@ -92,7 +92,7 @@ int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int q
   return 0;
 }
 
-int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+static int graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
                         const void *Qp, const void *Kp, const void *Vp, const void *Op,
                         const void *dOp, const float *stats, void *dQ, void *dK, void *dV,
                         void *ws, cudaStream_t stream) {
@@ -148,3 +148,22 @@ int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int q
 }
 
 void tsr_sdpa_graphs_close(void) {}
+
+int tsr_sdpa_graphs_fwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+                        const void *Qp, const void *Kp, const void *Vp, void *O, float *stats,
+                        void *ws, cudaStream_t stream) {
+  emu_device_enter(); /* the tensors are device memory */
+  const int rc = graphs_fwd(dt, B, T, H, KV, hd, qkv_stride, Qp, Kp, Vp, O, stats, ws, stream);
+  emu_device_leave();
+  return rc;
+}
+
+int tsr_sdpa_graphs_bwd(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+                        const void *Qp, const void *Kp, const void *Vp, const void *Op,
+                        const void *dOp, const float *stats, void *dQ, void *dK, void *dV,
+                        void *ws, cudaStream_t stream) {
+  emu_device_enter(); /* the tensors are device memory */
+  const int rc = graphs_bwd(dt, B, T, H, KV, hd, qkv_stride, Qp, Kp, Vp, Op, dOp, stats, dQ, dK, dV, ws, stream);
+  emu_device_leave();
+  return rc;
+}

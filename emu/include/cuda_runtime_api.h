@@ -9,6 +9,7 @@ extern "C" {
 #endif
 typedef int cudaError_t;
 #define cudaSuccess 0
+#define cudaErrorMemoryAllocation 2
 typedef struct emu_stream *cudaStream_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 struct cudaDeviceProp { char name[256]; int major, minor, multiProcessorCount; };
@@ -28,15 +29,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 cudaError_t cudaMemset(void *p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaGetLastError(void);
-/* managed memory: plain host memory here (kernels run on the host, in call order) */
 #define CUDART_VERSION 13000
-#define cudaMemAttachGlobal 1u
-enum cudaMemoryAdvise { cudaMemAdviseSetPreferredLocation = 3 };
-enum cudaMemLocationType { cudaMemLocationTypeDevice = 1 };
-struct cudaMemLocation { enum cudaMemLocationType type; int id; };
-cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags);
-cudaError_t cudaMemAdvise(const void *p, size_t bytes, enum cudaMemoryAdvise advice,
-                          struct cudaMemLocation location);
+/* device memory: its bytes free and in all (EMU_DEVICE_MEM, default 16 GiB) */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+/* Emulation only: device work (a launch, a copy, a library call) runs between these two;
+ * outside them device memory is inaccessible to the host (emu.cpp, EMU_DEVICE_GUARD). */
+void emu_device_enter(void);
+void emu_device_leave(void);
 /* devices: EMU_DEVICES=N (default 1; 0 = the "insufficient driver" error, 35) */
 typedef struct emu_pool *cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
@@ -59,7 +58,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 /* pinned host memory: tracked, so cudaPointerGetAttributes says cudaMemoryTypeHost */
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
-/* what memory a pointer is: the emulation tracks cudaMalloc/cudaMallocManaged ranges */
+/* what memory a pointer is: the emulation tracks cudaMalloc and cudaMallocHost ranges */
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1,
                       cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
 struct cudaPointerAttributes { enum cudaMemoryType type; int device; void *devicePointer; void *hostPointer; };

@@ -11,6 +11,7 @@ struct DeviceRadixSort {
   static cudaError_t SortPairs(void *tmp, size_t &bytes, const K *kin, K *kout, const V *vin, V *vout, int n,
                                int begin_bit, int end_bit, cudaStream_t) {
     if (!tmp) { bytes = 64; return 0; }
+    struct open_device { open_device() { emu_device_enter(); } ~open_device() { emu_device_leave(); } } open_;
     std::vector<int> idx(n);
     std::iota(idx.begin(), idx.end(), 0);
     const K mask = (K)(((long long)1 << end_bit) - 1);
