@@ -19,7 +19,8 @@
 #include "util.h"
 
 static struct {
-  size_t live_bytes, peak_bytes; /* managed memory handed out */
+  size_t live_bytes, peak_bytes; /* op memory handed out */
+  int oom;                       /* an allocation did not fit (status: TSR_ERR_INPUT) */
   struct alloc_rec {
     void *p;
     size_t bytes;
@@ -42,26 +43,56 @@ static void fail_rt(cudaError_t e, const char *call, int line) {
 
 /* ---------------------------------------------------------------- memory */
 
+/* What to change in the deck when device memory runs out (exit code 2: bad input). */
+static const char oom_keys[] =
+    "train.micro_batch (fewer sequences at once), train.recompute = 'selective' or 'full', "
+    "parallel.zero_stage (3 shards the parameters too), parallel.tp or parallel.pp (more "
+    "GPUs per model copy), model.seq_len; `tessera plan DECK` sizes a layout before a run";
+
+/* bytes as GiB, or MiB below one GiB, into buf */
+static const char *human(char *buf, size_t len, size_t bytes) {
+  if (bytes >= ((size_t)1 << 30))
+    snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+  else
+    snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+/* An allocation that does not fit: said once, with the numbers, and the backend fails
+ * with TSR_ERR_INPUT (the deck asks for more than the GPU has). */
+static void out_of_memory(size_t bytes, const char *what, cudaError_t e) {
+  tsr_dev_context *c = &tsr_dev_ctx;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
+  cudaGetLastError();
+  char h[5][32];
+  tsr_error("cuda: out of device memory on GPU %d: %s asks for %zu bytes (%s), %zu bytes (%s) "
+            "are free of %s (%s); this rank holds %s of op memory and %s of scratch and "
+            "workspaces.  Shrink it with %s",
+            c->device, what, bytes, human(h[0], 32, bytes), free_b, human(h[1], 32, free_b),
+            human(h[2], 32, total_b), cudaGetErrorString(e), human(h[3], 32, mem.live_bytes),
+            human(h[4], 32, c->scratch_bytes + c->attn_ws_bytes + c->lt_ws_bytes), oom_keys);
+  c->failed = 1;
+  mem.oom = 1;
+}
+
+/* Op memory: device memory (cudaMalloc), zeroed on the device.  The host never touches
+ * it but through the copy op (tsr_ops_copy); an allocation beyond the device's free
+ * memory is refused before it is asked for. */
 static void *d_alloc(size_t bytes) {
   void *p = NULL;
   tsr_dev_context *c = &tsr_dev_ctx;
   if (c->failed) return NULL;
   const size_t b = bytes ? bytes : 1;
-  cudaError_t e = cudaMallocManaged(&p, b, cudaMemAttachGlobal);
+  size_t free_b = 0, total_b = 0;
+  cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  if (e == cudaSuccess && b > free_b) e = cudaErrorMemoryAllocation;
+  else e = cudaMalloc(&p, b);
   if (e != cudaSuccess) {
-    tsr_error("cuda: out of memory allocating %zu bytes of managed memory on GPU %d (%s); %zu "
-              "bytes allocated so far",
-              bytes, c->device, cudaGetErrorString(e), mem.live_bytes);
-    cudaGetLastError();
+    out_of_memory(b, "an op buffer", e);
     return NULL;
   }
-#if CUDART_VERSION >= 13000
-  struct cudaMemLocation loc = {cudaMemLocationTypeDevice, c->device};
-  RT(cudaMemAdvise(p, b, cudaMemAdviseSetPreferredLocation, loc));
-#else
-  RT(cudaMemAdvise(p, b, cudaMemAdviseSetPreferredLocation, c->device));
-#endif
-  RT(cudaMemsetAsync(p, 0, b, c->stream)); /* zeroed, and first touched on the GPU */
+  RT(cudaMemsetAsync(p, 0, b, c->stream));
   if (mem.n_allocs == mem.cap_allocs) {
     const int cap = mem.cap_allocs ? 2 * mem.cap_allocs : 256;
     struct alloc_rec *a = realloc(mem.allocs, (size_t)cap * sizeof *a);
@@ -136,18 +167,23 @@ static int d_status(void) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) fail_rt(e, "a queued kernel", __LINE__);
   }
-  return tsr_dev_ctx.failed ? TSR_ERR : 0;
+  return !tsr_dev_ctx.failed ? 0 : mem.oom ? TSR_ERR_INPUT : TSR_ERR;
 }
 
-/* *buf grown to hold `bytes` (never shrunk): device memory, not managed */
+/* *buf grown to hold `bytes` (never shrunk) */
 static int grow(void **buf, size_t *have, size_t bytes, const char *what) {
   if (bytes <= *have) return 0;
   if (*buf) RT(cudaFree(*buf));
   *buf = NULL;
   *have = 0;
-  cudaError_t e = cudaMalloc(buf, bytes);
-  TSR_CHECK(e == cudaSuccess, TSR_ERR, "cuda: allocating %zu bytes of %s: %s", bytes, what,
-            cudaGetErrorString(e));
+  size_t free_b = 0, total_b = 0;
+  cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  if (e == cudaSuccess && bytes > free_b) e = cudaErrorMemoryAllocation;
+  else e = cudaMalloc(buf, bytes);
+  if (e != cudaSuccess) {
+    out_of_memory(bytes, what, e);
+    return TSR_ERR_INPUT;
+  }
   *have = bytes;
   return 0;
 }
@@ -276,7 +312,7 @@ int tsr_cuda_is_device_memory(const void *p) {
     cudaGetLastError();
     return 0;
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  return a.type == cudaMemoryTypeDevice;
 }
 
 /* The cuBLASLt workspace: enough for the heuristics' split-K and stream-K choices. */
@@ -294,7 +330,10 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
   if (e == cudaSuccess) e = cudaStreamCreate(&c->stream);
   if (e == cudaSuccess) e = cudaMalloc((void **)&c->result, sizeof(double) * TSR_DEV_RESULTS);
   if (e == cudaSuccess) e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);
-  if (e != cudaSuccess) {
+  if (e == cudaErrorMemoryAllocation) {
+    out_of_memory(LT_WORKSPACE, "the cuBLASLt workspace", e);
+    rc = TSR_ERR_INPUT;
+  } else if (e != cudaSuccess) {
     tsr_error("cuda: setting up GPU %d: %s", device, cudaGetErrorString(e));
     cudaGetLastError();
     rc = TSR_ERR;

@@ -14,11 +14,13 @@
  * the same kernels on 2-byte arrays (fp32 arithmetic and statistics, one rounding to
  * nearest even per stored value) and tensor-core GEMMs reading the 16-bit arrays in place.
  *
- * Memory: tsr_ops_alloc gives CUDA managed memory with the GPU as its preferred
- * location.  Kernels keep it on the GPU; host code that must read it (checkpoint I/O,
- * the loss once per step) calls tsr_ops_sync first and the pages it touches move to the
- * host and back.  Collectives on it go through NCCL (comm_nccl.c), CUDA-aware MPI, or
- * MPI on pinned host copies (comm_stage.c).
+ * Memory: tsr_ops_alloc gives device memory (cudaMalloc), zeroed on the device; the
+ * host never reads or writes it but through the copy op (tsr_ops_copy, to and from host
+ * memory, page-locked where it comes from tsr_ops_host_alloc), after which tsr_ops_sync
+ * makes the copy complete.  An allocation beyond the GPU's free memory is refused with
+ * the numbers and the deck keys that shrink the run, and the backend's status is then
+ * TSR_ERR_INPUT.  Collectives on op memory go through NCCL (comm_nccl.c), CUDA-aware MPI,
+ * or MPI on pinned host copies (comm_stage.c).
  *
  * Environment, read when the backend opens: TSR_CUDA_ATTENTION = wmma (default) | mma |
  * cudnn picks the 16-bit attention (cuda/dev.h); TSR_CUDA_PROFILE=1 times every op and
@@ -49,8 +51,8 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b);
 void *tsr_cuda_ops_stream(void);
 /* The device this rank drives (valid once the backend is open). */
 int tsr_cuda_ops_device(void);
-/* 1 when p (any address inside an allocation) is device or managed memory: what the
- * device transports of comm (comm_nccl.c, comm_stage.c) take. */
+/* 1 when p (any address inside an allocation) is device memory: what the device
+ * transports of comm (comm_nccl.c, comm_stage.c) take. */
 int tsr_cuda_is_device_memory(const void *p);
 
 #endif

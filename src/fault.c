@@ -13,7 +13,7 @@ static const char *const known[] = {"nan_grad_step", "hang_step",      "hang_ran
                                     "ckpt_sleep",    "ckpt_step",      "ckpt_where",
                                     "ckpt_fail_step", "ckpt_fail_rank", "ckpt_host_mb",
                                     "ckpt_cost",     "ckpt_step_time", "ckpt_overlap_s",
-                                    "start_sleep",   "start_where"};
+                                    "start_sleep",   "start_where",    "host_read_step"};
 enum { N_KNOWN = sizeof known / sizeof known[0], VALUE_LEN = 64 };
 
 static int parsed, status;

@@ -25,6 +25,9 @@
  *   ckpt_overlap_s=S  'auto' counts every step a background write overlaps S seconds
  *                     longer, as a writer sharing the training's cores would make it
  *                     (session_ckpt.c)
+ *   host_read_step=N  rank 0 reads one gradient of op memory straight from the host at
+ *                     step N, as a bug would (train.c): harmless on the CPU, a crash on
+ *                     a GPU and in the emulation's guarded device memory
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H

@@ -96,9 +96,14 @@ static int64_t read_logits(tsr_model *m, int64_t row, int64_t limit, float *out,
   const void *lg = tsr_model_row_logits(m, 0, (int)row, first, &count);
   if (!lg) return -1;
   const int64_t n = limit - *first < count ? limit - *first : count;
+  if (n <= 0) return 0;
   const tsr_dtype dt = tsr_model_dtype(m);
-  for (int64_t i = 0; i < n; i++) out[i] = tsr_load(dt, lg, (size_t)i);
-  return n > 0 ? n : 0;
+  const size_t es = tsr_dtype_size(dt);
+  /* the logits are op memory: a host copy, converted in place from the end backwards
+   * (out holds n floats, at least n elements of any storage type) */
+  tsr_ops_read(out, lg, (size_t)n * es);
+  for (int64_t i = n - 1; i >= 0; i--) out[i] = tsr_load(dt, out, (size_t)i);
+  return n;
 }
 
 /* ---------------------------------------------------------------- tessera generate */
@@ -287,17 +292,25 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
   tsr_model_ops_shapes(g->model, &shapes);
   shapes.deterministic = cfg->train.deterministic;
   TSR_CALL(tsr_ops_reserve(&shapes));
-  float *master = tsr_ops_alloc((size_t)g->lay->n_flat, sizeof(float));
-  TSR_CHECK(master, TSR_ERR, "out of memory for %lld parameters", (long long)g->lay->n_flat);
-  tsr_train_state st;
-  tsr_ops_sync();
-  int rc = tsr_ckpt_load(path, g->lay, master, NULL, NULL, &st, MPI_COMM_SELF);
-  if (rc == 0) {
-    tsr_model_set_params(g->model, master);
-    tsr_ops_sync();
-    *step = st.step;
+  /* read on the host, then copied to op memory for the model's compute copy */
+  const size_t n = (size_t)g->lay->n_flat;
+  float *host = tsr_calloc(n, sizeof(float));
+  float *master = host ? tsr_ops_alloc(n, sizeof(float)) : NULL;
+  int rc = TSR_ERR;
+  if (!master) {
+    tsr_error("out of memory for %zu parameters", n);
+  } else {
+    tsr_train_state st;
+    rc = tsr_ckpt_load(path, g->lay, host, NULL, NULL, &st, MPI_COMM_SELF);
+    if (rc == 0) {
+      tsr_ops_copy(master, host, n * sizeof(float));
+      tsr_model_set_params(g->model, master);
+      tsr_ops_sync();
+      *step = st.step;
+    }
   }
   tsr_ops_free(&master);
+  tsr_free(&host);
   return rc;
 }
 

@@ -276,6 +276,12 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *
       TSR_CALL(tsr_comm_attach_device(grp[i], tsr_comm_staged_transport));
       g->staged_used = 1;
     }
+    /* MPI on device memory itself: only an MPI that reads device memory can */
+    TSR_CHECK(aware != 0 || strcmp(tsr_comm_backend(grp[i]), "mpi"), TSR_ERR_INPUT,
+              "parallel.mpi_gpu = '%s' hands group '%s' device memory through MPI, and this "
+              "MPI is not CUDA-aware (MPIX_Query_cuda_support): set parallel.mpi_gpu = "
+              "'staged' or 'auto' (pinned host copies)",
+              tsr_deck_word(cfg, &pc->mpi_gpu), tsr_comm_name(grp[i]));
     if (used < sizeof line)
       used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s%s", used ? ", " : "",
                                tsr_comm_name(grp[i]), tsr_comm_backend(grp[i]),

@@ -681,8 +681,10 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
 
 /* *loss from m->loss1 (op memory), once the queued work is done. */
 static void read_loss(tsr_model *m, double *loss) {
-  tsr_ops_sync();
-  if (loss) *loss = *m->loss1;
+  if (loss)
+    tsr_ops_read(loss, m->loss1, sizeof *loss);
+  else
+    tsr_ops_sync();
 }
 
 int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *targets, double *loss) {

@@ -78,6 +78,10 @@ void tsr_ops_copy(void *dst, const void *src, size_t bytes) {
   else if (dst != src && bytes)
     memmove(dst, src, bytes);
 }
+void tsr_ops_read(void *host, const void *op, size_t bytes) {
+  tsr_ops_copy(host, op, bytes);
+  tsr_ops_sync();
+}
 void tsr_ops_zero(void *dst, size_t bytes) {
   if (dev)
     dev->zero(dst, bytes);

@@ -10,12 +10,12 @@
  * Memory.  Every buffer an op reads or writes comes from tsr_ops_alloc (parameters,
  * gradients, activations, ZeRO's master weights and Adam moments, pipeline buffers).
  * With the CPU backend that is host memory (tsr_calloc).  With a device backend it is
- * memory the device computes in, and the ops are queued on the device in call order:
- * the host may read or write such memory only after tsr_ops_sync() (comm.c syncs before
- * every transfer, so MPI may be given it).  Copies and fills of it go through
- * tsr_ops_copy / tsr_ops_zero, which are queued in order with the ops; either side of a
- * copy may also be host memory (the copy then completes before it returns when the source
- * is host memory). */
+ * device memory, and the ops are queued on the device in call order: host code never
+ * dereferences it.  The host reaches it only through tsr_ops_copy (either side may be
+ * host memory; queued in order with the ops; it completes before it returns when the
+ * source is host memory) and tsr_ops_read (a copy to the host, then tsr_ops_sync);
+ * fills go through tsr_ops_zero.  MPI gets it only through a device transport of comm
+ * (NCCL, staged pinned copies, or a CUDA-aware MPI). */
 #ifndef TSR_OPS_H
 #define TSR_OPS_H
 
@@ -39,6 +39,8 @@ void *tsr_ops_host_alloc(size_t bytes);
 void tsr_ops_host_free_(void **p); /* NULLs *p */
 #define tsr_ops_host_free(pp) tsr_ops_host_free_((void **)(pp))
 void tsr_ops_copy(void *dst, const void *src, size_t bytes);
+/* host[0, bytes) = op[0, bytes), complete when it returns (a copy, then tsr_ops_sync) */
+void tsr_ops_read(void *host, const void *op, size_t bytes);
 void tsr_ops_zero(void *dst, size_t bytes);
 void tsr_ops_sync(void);
 /* 0, or TSR_ERR once a device call has failed (reported when it happened; sticky): the

@@ -315,7 +315,10 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
     if (c + 1 < n_chunks && next != ex->stage)
       TSR_CALL(tsr_comm_send(pp, tsr_model_chunk_output(ex->model, 0), bytes, next, c + 1));
   }
-  tsr_ops_sync();
-  const double my_loss = ex->stage == tsr_pp_head_stage(kind, ex->pp, ex->v) ? *ex->eval_loss : 0.0;
+  double my_loss = 0.0;
+  if (ex->stage == tsr_pp_head_stage(kind, ex->pp, ex->v))
+    tsr_ops_read(&my_loss, ex->eval_loss, sizeof my_loss);
+  else
+    tsr_ops_sync();
   return tsr_comm_sum_ordered(pp, my_loss, loss);
 }

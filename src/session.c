@@ -140,7 +140,9 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   s->dp = s->grid->dp;
   s->dp_rank = s->grid->dp_rank;
   s->grad_accum_steps = cfg->train.global_batch / (cfg->train.micro_batch * s->dp);
-  TSR_CALL(open_model(s, cfg));
+  const int mrc = open_model(s, cfg);
+  /* a device that ran out of memory says so (TSR_ERR_INPUT): the deck asks too much */
+  if (mrc) return s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : mrc;
   if (s->dev) {
     tsr_comm *zg[2];
     const int n = tsr_zero_device_groups(cfg, s->grid, zg);
@@ -186,14 +188,54 @@ int tsr_session_load(tsr_session *s, const char *path) {
   const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   char data_tokenizer[sizeof s->st.tokenizer];
   memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);
-  tsr_ops_sync(); /* the host writes the state */
-  TSR_CALL(tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, tsr_zero_master(s->zero),
-                              tsr_zero_adam_m(s->zero), tsr_zero_adam_v(s->zero), &s->st,
-                              s->world));
+  float *hb[3];
+  TSR_CALL(tsr_session_state_host(s, hb));
+  const int rc = tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, hb[0], hb[1], hb[2],
+                                    &s->st, s->world);
+  tsr_session_state_release(s, hb, rc == 0);
+  TSR_CALL(rc);
   /* the check above refused another tokenizer; a checkpoint from before checkpoints named
    * theirs takes the data's */
   if (!s->st.tokenizer[0]) memcpy(s->st.tokenizer, data_tokenizer, sizeof data_tokenizer);
   return tsr_zero_publish_params(s->zero);
+}
+
+int tsr_session_state_host(tsr_session *s, float *hb[3]) {
+  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
+                         tsr_zero_adam_v(s->zero)};
+  memcpy(hb, dev, sizeof dev);
+  if (!s->dev) {
+    tsr_ops_sync();
+    return 0;
+  }
+  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
+  const size_t n = (size_t)(view.shard_end - view.shard_begin);
+  float *h = tsr_ops_host_alloc(3 * (n ? n : 1) * sizeof(float));
+  TSR_CHECK(h, TSR_ERR, "checkpoint: no host memory for a copy of %zu parameters' state", n);
+  for (int k = 0; k < 3; k++) {
+    hb[k] = dev[k] ? h + (size_t)k * n : NULL;
+    if (dev[k]) tsr_ops_copy(hb[k], dev[k], n * sizeof(float));
+  }
+  tsr_ops_sync();
+  return 0;
+}
+
+void tsr_session_state_release(tsr_session *s, float *hb[3], int put) {
+  if (!s->dev) return;
+  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
+                         tsr_zero_adam_v(s->zero)};
+  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
+  const size_t n = (size_t)(view.shard_end - view.shard_begin);
+  for (int k = 0; put && k < 3; k++)
+    if (dev[k]) tsr_ops_copy(dev[k], hb[k], n * sizeof(float));
+  tsr_ops_sync();
+  for (int k = 0; k < 3; k++)
+    if (hb[k]) { /* the copy's start */
+      void *h = hb[k] - (size_t)k * n;
+      tsr_ops_host_free(&h);
+      break;
+    }
+  hb[0] = hb[1] = hb[2] = NULL;
 }
 
 static int resume_state(tsr_session *s);

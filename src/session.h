@@ -81,6 +81,14 @@ void tsr_session_close(tsr_session *s);
 int tsr_session_resume(tsr_session *s);
 /* Load one checkpoint file into the state and the parameters. */
 int tsr_session_load(tsr_session *s, const char *path);
+
+/* This rank's optimizer state (ZeRO's master, Adam's m and v over the checkpoint view's
+ * shard) as host arrays for checkpoint I/O, in hb[0..2] (NULL where there is none): on
+ * the CPU the arrays themselves; on a device a page-locked host copy, fetched from the
+ * device.  tsr_session_state_release copies it back to the device when `put` and frees
+ * it.  TSR_ERR (reported) when the host copy cannot be allocated. */
+int tsr_session_state_host(tsr_session *s, float *hb[3]);
+void tsr_session_state_release(tsr_session *s, float *hb[3], int put);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
  * smaller): the first samples of the validation set. */
 int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);

@@ -154,9 +154,13 @@ int tsr_session_save(tsr_session *s, const char *deck_text, int wait) {
   const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   const float *master = tsr_zero_master(s->zero), *m = tsr_zero_adam_m(s->zero),
               *v = tsr_zero_adam_v(s->zero);
-  tsr_ops_sync(); /* the update has landed before the host reads the state */
-  if (!s->ckpt_async) {
-    TSR_CALL(tsr_ckpt_save_view(s->cfg, &view, master, m, v, &s->st, deck_text, s->world));
+  if (!s->ckpt_async) { /* from the state itself, or from a host copy of a device's */
+    float *hb[3];
+    TSR_CALL(tsr_session_state_host(s, hb));
+    const int rc = tsr_ckpt_save_view(s->cfg, &view, hb[0], hb[1], hb[2], &s->st, deck_text,
+                                      s->world);
+    tsr_session_state_release(s, hb, 0);
+    TSR_CALL(rc);
     const double dt = tsr_now() - t0;
     tsr_metrics_checkpoint(s->metrics, s->st.step, 0, dt, dt);
     schedule(s, dt);

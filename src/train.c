@@ -90,8 +90,14 @@ static int train_step(tsr_session *s, step_result *r) {
   }
   TSR_CALL(tsr_zero_grad_norm(s->zero, &r->grad_norm));
   r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
-  tsr_ops_sync();    /* done already on a device: the gradient norm was read */
-  double loss_sum = *s->loss_acc;
+  double loss_sum;
+  tsr_ops_read(&loss_sum, s->loss_acc, sizeof loss_sum);
+  /* fault injection for the tests: a host read of op memory, as a bug would make one
+   * (on a device the emulation's guard and a GPU both stop it) */
+  if (tsr_fault_int("host_read_step", -1) == s->st.step + 1 && s->rank == 0) {
+    volatile float probe = *(volatile const float *)tsr_zero_reduced_grads(s->zero);
+    (void)probe;
+  }
   if (s->exec) /* the last stage's (0 on the others) */
     TSR_CALL(tsr_comm_sum_ordered(s->grid->pp_comm, loss_sum, &loss_sum));
   TSR_CALL(tsr_comm_sum_ordered(s->grid->dp_comm, loss_sum / (double)k, &r->loss));

@@ -26,17 +26,22 @@
 #      sequence parallelism, pp 2 on 1F1B give the CPU's losses (NCCL cannot put two ranks
 #      on one GPU, and the log says so; Debian's Open MPI is not CUDA-aware, so the groups
 #      go through MPI on pinned host copies, cuda/comm_stage.c, and pp's send/recv too;
-#      &parallel mpi_gpu = 'direct' hands MPI the device memory itself, same losses);
+#      &parallel mpi_gpu = 'direct', MPI on device memory itself, is refused there);
 #  (c') a GPU per rank (EMU_DEVICES): dp 2 at ZeRO-3 and tp 2 with sequence parallelism
 #      through NCCL (cuda/comm_nccl.c, emulated), pp 2 through staged MPI, and tp 2 x dp 2
-#      on two "nodes" (tp on NCCL, dp across the nodes on staged MPI by default, on plain
-#      MPI with mpi_gpu = 'direct', on NCCL with &parallel inter_node = 'nccl'), give the
+#      on two "nodes" (tp on NCCL, dp across the nodes on staged MPI by default, on NCCL
+#      with &parallel inter_node = 'nccl'), give the
 #      CPU's losses; the emulated NCCL's trace shows it carried the traffic;
 #  (d) restart on the device: 2 steps + resume to 4 equals 4 straight steps bitwise, and
 #      the device's checkpoint resumes on the CPU;
 #  (e) errors: run.device = 'cuda' on a rank without a GPU, and two ranks on one GPU
-#      without run.gpu_share, each stop every rank with the reason.
-# The GPU machine runs the same comparisons on the real device (tests/cuda/).
+#      without run.gpu_share, each stop every rank with the reason; a host read of device
+#      memory (planted) stops the run naming it; a model larger than the device's memory
+#      exits 2 with the numbers and the deck keys.
+# Every run has the emulation's device-memory guard on (emu/emu.cpp, EMU_DEVICE_GUARD):
+# op memory is cudaMalloc memory the host cannot touch outside copies, kernels and
+# library calls, so a host dereference anywhere in these runs fails them.
+# The GPU machine runs the same comparisons on the real device (tools/gpu/window.sh).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -165,9 +170,11 @@ for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel
   check "(c') $name through NCCL: device and CPU agree" agree "nccl_$name" "cpu_$name" 2e-6
 done
 run direct_dp cuda 2 run.max_steps=2 parallel.zero_stage=3 parallel.mpi_gpu=direct
-check "(c) dp with mpi_gpu = 'direct': MPI gets the device memory itself" \
-  grep -q "^comm: dp_shard mpi;" "$SCRATCH/direct_dp.out"
-check "(c) ... and agrees with the CPU" agree direct_dp cpu_dp 2e-6
+check "(c) dp with mpi_gpu = 'direct' on an MPI that is not CUDA-aware: exit 2 (bad input)" \
+  rc_is direct_dp 2
+check "(c) ... naming the group and the way out" grep -q "parallel.mpi_gpu = 'direct' hands group \
+'dp_shard' device memory through MPI, and this MPI is not CUDA-aware.*'staged' or 'auto'" \
+  "$SCRATCH/direct_dp.out"
 H=(run.max_steps=2 parallel.tp=2 parallel.ranks_per_node=2 parallel.zero_stage=1
   train.global_batch=4)
 run cpu_hybrid cpu 4 "${H[@]}"
@@ -176,10 +183,6 @@ check "(c') tp 2 x dp 2 over two nodes finishes" rc_is nccl_hybrid 0
 check "(c') ... tp on NCCL, dp across the nodes on staged MPI (the default inter_node)" \
   grep -q "^comm: tp nccl, dp_shard mpi-staged (across nodes)" "$SCRATCH/nccl_hybrid.out"
 check "(c') ... and agrees with the CPU" agree nccl_hybrid cpu_hybrid 2e-6
-EMU_DEVICES=4 run nccl_hybrid_d cuda 4 "${H[@]}" run.gpu_share=.false. parallel.mpi_gpu=direct
-check "(c') ... with mpi_gpu = 'direct': dp across the nodes on plain MPI" \
-  grep -q "^comm: tp nccl, dp_shard mpi (across nodes)" "$SCRATCH/nccl_hybrid_d.out"
-check "(c') ... and agrees with the CPU" agree nccl_hybrid_d cpu_hybrid 2e-6
 EMU_DEVICES=4 run nccl_hybrid_n cuda 4 "${H[@]}" run.gpu_share=.false. parallel.inter_node=nccl
 check "(c') ... with inter_node = 'nccl': dp across the nodes on NCCL too" \
   grep -q "^comm: tp nccl, dp_shard nccl (across nodes)" "$SCRATCH/nccl_hybrid_n.out"
@@ -213,6 +216,21 @@ sys.exit(0 if abs(a[3] - b[3]) <= 2e-6 * a[3] else 1)
 PY
 
 # ---- (e) errors ----
+# device memory is the host's to reach through copies only: a planted host read of op
+# memory (TSR_FAULT host_read_step) stops the run where it happens, naming the reader
+TSR_FAULT=host_read_step=1 run host_read cuda 1 run.max_steps=2
+check "(e) a host read of device memory fails the run" test "$(cat "$SCRATCH/host_read.rc")" -ne 0
+check "(e) ... the emulation names it and the host function that read" grep -q \
+  "emu: host code touched device memory at .* of a cudaMalloc allocation" "$SCRATCH/host_read.out"
+check "(e) ... in train_step's caller" grep -q "(tsr_train+" "$SCRATCH/host_read.out"
+check "(e) ... and the same run without the planted read passes the guard" rc_is gpu_fp32 0
+# a run larger than the device: exit 2 with the bytes asked and free and the deck keys
+# (34 MB: the backend's 32 MiB cuBLASLt workspace fits, the model's 2.5 MB do not)
+EMU_DEVICE_MEM=34000000 run too_big cuda 1 run.max_steps=1
+check "(e) a model larger than the device's memory: exit 2 (bad input)" rc_is too_big 2
+check "(e) ... naming the bytes asked, the bytes free and the deck keys that shrink it" grep -q \
+  "out of device memory on GPU 0: an op buffer asks for [0-9]* bytes .*, [0-9]* bytes .* are free of .*Shrink it with train.micro_batch .*train.recompute.*parallel.zero_stage" \
+  "$SCRATCH/too_big.out"
 EMU_DEVICES=0 run nogpu cuda 2 run.max_steps=1
 check "(e) run.device = 'cuda' without a GPU: exit 1" rc_is nogpu 1
 check "(e) ... saying so" grep -q "no usable CUDA device" "$SCRATCH/nogpu.out"
