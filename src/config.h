@@ -132,6 +132,7 @@ typedef struct {
   int64_t keep;           /* newest kept; 0 = keep all */
   char resume[TSR_STR_PATH]; /* "auto" | "none" | path */
   int save_initial;
+  int save_last; /* a checkpoint after the last step (off: benchmark runs) */
   char mpiio_hints[TSR_STR_PATH]; /* "key=value,key=value" MPI_Info for writes; "" = none */
   int64_t alignment;              /* H5Pset_alignment bytes for writes; 0 = HDF5 default */
   int async;                      /* write from a host snapshot in a background thread */

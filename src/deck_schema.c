@@ -130,6 +130,9 @@ const key_def deck_schema[] = {
     STR(checkpoint, resume, "auto", "auto|none|<path>",
         "'auto' newest complete checkpoint in dir, 'none', or a file"),
     LOGI(checkpoint, save_initial, ".false.", "write step_00000000.h5 before the first update"),
+    LOGI(checkpoint, save_last, ".true.",
+         "write a checkpoint after the last step (run.max_steps); .false. for runs that only "
+         "measure"),
     STR(checkpoint, mpiio_hints, "", "key=value,...",
         "MPI-IO hints for checkpoint writes, e.g. 'romio_cb_write=enable,cb_buffer_size=16777216'"),
     INT(checkpoint, alignment, "0", 0, 1073741824, LO | HI,

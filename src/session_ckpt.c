@@ -35,6 +35,12 @@ int tsr_session_ckpt_open(tsr_session *s) {
     tsr_log("checkpoint: every_steps = 'auto' with an MTBF of %g h: a first checkpoint at step "
             "%lld measures what one costs, then the Young-Daly interval follows",
             cc->mtbf_hours, (long long)s->ckpt_next);
+  if (cc->every_steps == 0 && cc->every_minutes <= 0 && !cc->save_last) {
+    /* only a stop signal writes one: synchronously, with no snapshot held all run long */
+    tsr_log("checkpoint: none planned (every_steps 0, every_minutes 0, save_last .false.); a "
+            "stop signal still writes one");
+    return 0;
+  }
   const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   return tsr_ckpt_async_create(&s->ckpt_async, s->cfg, &view, s->world);
 }

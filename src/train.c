@@ -352,7 +352,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     }
     if (cfg->run.sample_every > 0 && step % cfg->run.sample_every == 0) /* generate.c */
       GO_ALONE(tsr_generate_train_sample(&s));
-    if (tsr_session_ckpt_due(&s, dt) || last) {
+    if (tsr_session_ckpt_due(&s, dt) || (last && cfg->checkpoint.save_last)) {
       GO(tsr_session_save(&s, deck_text, last)); /* the last one is waited for */
       t_last_ckpt = tsr_now();
     }

@@ -9,7 +9,9 @@
 #  - metrics.jsonl: every line is JSON with the documented keys;
 #  - the same run under `mpirun -np 1` gives the same losses as the singleton;
 #  - the LM head fused with the loss, in chunks, gives the unfused head's losses (fp32,
-#    bf16, fp16).
+#    bf16, fp16);
+#  - checkpoint.save_last = .false. with no periodic checkpoints writes none and holds no
+#    background snapshot (a run that only measures); the default writes the last step's.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 [ -x "$TESSERA" ] || skip "no $TESSERA"
@@ -117,5 +119,14 @@ for p in fp32 bf16 fp16; do
   check "$p: the fused head in chunks of 100 gives the unfused head's losses ($n steps, $tol)" \
     agree_runs "$SCRATCH/head_${p}_100" "$SCRATCH/head_${p}_0" $tol 5
 done
+# no checkpoint planned: none written, no snapshot for background writes
+"$TESSERA" "$DECK" "${COMMON[@]}" run.out_dir="$SCRATCH/nolast" run.max_steps=3 \
+  checkpoint.resume=none checkpoint.every_steps=0 checkpoint.save_last=.false. \
+  >"$SCRATCH/nolast.out" 2>&1
+check "save_last = .false.: the run finishes (exit $?)" grep -q "^done: 3 steps" "$SCRATCH/nolast.out"
+check "... and writes no checkpoint" test ! -e "$SCRATCH/nolast/ckpt/step_00000003.h5"
+check "... saying none is planned, and holding no host snapshot" sh -c \
+  "grep -q '^checkpoint: none planned' '$SCRATCH/nolast.out' && ! grep -q 'host snapshot' '$SCRATCH/nolast.out'"
+check "the default writes the last step's checkpoint" test -f "$SCRATCH/head_fp32_0/ckpt/step_00000020.h5"
 for f in a.out b2.out c.out; do grep -q "error" "$SCRATCH/$f" && { echo "--- $f"; tail -20 "$SCRATCH/$f"; }; done
 finish
