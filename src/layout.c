@@ -260,10 +260,13 @@ void tsr_layout_init(const tsr_layout *lay, float *flat, uint64_t seed) {
     float *p = flat + t->offset;
     if (t->init_std > 0) {
       uint64_t key = tsr_mix64(seed) ^ tsr_hash_str(t->name);
+      /* counter-based draws: the same values whatever the threads (a 1B model's start) */
+#pragma omp parallel for schedule(static)
       for (int64_t j = 0; j < t->numel; j++)
         p[j] = (float)(t->init_std *
                        tsr_rand_normal(key, (uint64_t)tsr_layout_logical_index(t, j)));
     } else {
+#pragma omp parallel for schedule(static)
       for (int64_t j = 0; j < t->numel; j++) p[j] = t->init_value;
     }
   }
