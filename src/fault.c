@@ -71,3 +71,9 @@ void tsr_fault_hang(int64_t step, int rank) {
   if (tsr_fault_int("hang_step", -1) != step || rank != tsr_fault_int("hang_rank", 0)) return;
   for (;;) sleep(1);
 }
+
+void tsr_fault_host_read(int64_t step, int rank, const void *op) {
+  if (rank != 0 || tsr_fault_int("host_read_step", -1) != step) return;
+  volatile float probe = *(volatile const float *)op;
+  (void)probe;
+}

@@ -45,5 +45,8 @@ const char *tsr_fault_str(const char *key, const char *dflt);
 void tsr_fault_start_pause(const char *where);
 /* hang_step: rank `rank` at step `step` stops responding (its other threads go on). */
 void tsr_fault_hang(int64_t step, int rank);
+/* host_read_step: rank 0 at step `step` reads the first float of op memory `op` straight
+ * from the host, as a bug would (on a device: stopped by a GPU and by the emulation). */
+void tsr_fault_host_read(int64_t step, int rank, const void *op);
 
 #endif

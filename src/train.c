@@ -92,12 +92,7 @@ static int train_step(tsr_session *s, step_result *r) {
   r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
   double loss_sum;
   tsr_ops_read(&loss_sum, s->loss_acc, sizeof loss_sum);
-  /* fault injection for the tests: a host read of op memory, as a bug would make one
-   * (on a device the emulation's guard and a GPU both stop it) */
-  if (tsr_fault_int("host_read_step", -1) == s->st.step + 1 && s->rank == 0) {
-    volatile float probe = *(volatile const float *)tsr_zero_reduced_grads(s->zero);
-    (void)probe;
-  }
+  tsr_fault_host_read(s->st.step + 1, s->rank, tsr_zero_reduced_grads(s->zero)); /* tests */
   if (s->exec) /* the last stage's (0 on the others) */
     TSR_CALL(tsr_comm_sum_ordered(s->grid->pp_comm, loss_sum, &loss_sum));
   TSR_CALL(tsr_comm_sum_ordered(s->grid->dp_comm, loss_sum / (double)k, &r->loss));
