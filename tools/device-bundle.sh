@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# device-bundle.sh OUT_DIR [TESSERA] — make a CUDA build of tessera runnable on a GPU machine
+# device-bundle.sh OUT_DIR [TESSERA [PROGRAM...]] — make a CUDA build of tessera (and of
+# other programs linked like it: the kernel tests, the kernel benchmark) runnable on a GPU machine
 # that has the CUDA toolkit but no MPI, HDF5 or OpenBLAS: copies the binary, its own
 # dynamic loader and every shared library it and Open MPI's plugins and launcher need (not
 # the CUDA libraries: the GPU machine's own are used), Open MPI's plugins, help texts and
@@ -7,6 +8,7 @@
 #
 #   OUT_DIR/run.sh tessera DECK key=value ...      one rank (an MPI singleton, no daemon)
 #   OUT_DIR/run.sh mpirun -np 2 OUT_DIR/run.sh tessera DECK ...   several ranks
+#   OUT_DIR/run.sh test_kernels                   a PROGRAM bundled beside it, by its name
 #
 # run.sh starts the program through the bundled loader with only the bundled libraries
 # (and the CUDA ones from CUDA_HOME, default: nvcc's toolkit or /usr/local/cuda), so the
@@ -15,9 +17,13 @@
 # `tar cJf OUT_DIR.tar.xz OUT_DIR` packs it into about 20 MB (a minute) to copy over and
 # unpack there.  TESSERA: default src/tessera of the build in the current directory.
 set -euo pipefail
-out=${1:?usage: device-bundle.sh OUT_DIR [TESSERA]}
+out=${1:?usage: device-bundle.sh OUT_DIR [TESSERA [PROGRAM...]]}
 bin=${2:-src/tessera}
-[ -x "$bin" ] || { echo "device-bundle: no executable $bin" >&2; exit 2; }
+extra=("${@:3}")
+for p in "$bin" "${extra[@]}"; do
+  [ -x "$p" ] || { echo "device-bundle: no executable $p" >&2; exit 2; }
+  case $(basename "$p") in run.sh|mpirun|root) echo "device-bundle: a program may not be named $(basename "$p")" >&2; exit 2 ;; esac
+done
 ldd "$bin" | grep -q libcudart || echo "device-bundle: warning: $bin is not linked with CUDA" >&2
 ompi=/usr/lib/x86_64-linux-gnu/openmpi
 [ -d "$ompi/lib/openmpi3" ] || { echo "device-bundle: no Open MPI plugins in $ompi" >&2; exit 2; }
@@ -26,7 +32,7 @@ mkdir -p "$out/root"
 R=$(cd "$out/root" && pwd)
 
 # every library the binary, Open MPI's launcher and daemon and its plugins load
-progs=("$bin" /usr/bin/orterun /usr/bin/orted "$ompi"/lib/openmpi3/*.so)
+progs=("$bin" "${extra[@]}" /usr/bin/orterun /usr/bin/orted "$ompi"/lib/openmpi3/*.so)
 libs=$(for p in "${progs[@]}"; do ldd "$p" 2>/dev/null || true; done |
   awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | sort -u |
   grep -v -E '/lib(cuda|cudart|cublas|cublasLt|nccl|nvidia|nvrtc|cudnn)[.-]' || true)
@@ -52,13 +58,15 @@ EOF
 done
 ln -s orterun "$R/usr/bin/mpirun"
 cp -L "$bin" "$out/tessera"
+for p in "${extra[@]}"; do cp -L "$p" "$out/$(basename "$p")"; done
 
 cat >"$out/run.sh" <<'EOF'
 #!/usr/bin/env bash
-# run.sh PROGRAM ARGS — PROGRAM (tessera, or mpirun) with the bundled libraries only.
+# run.sh PROGRAM ARGS — PROGRAM (tessera, another bundled program, or mpirun) with the
+# bundled libraries only.
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 R=$B/root
-prog=${1:?usage: run.sh tessera|mpirun ARGS}
+prog=${1:?usage: run.sh tessera|PROGRAM|mpirun ARGS}
 shift
 if [ -z "${CUDA_HOME:-}" ]; then
   if command -v nvcc >/dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
@@ -74,7 +82,10 @@ case $prog in
   # TSR_BUNDLE_WRAP: a command put in front (compute-sanitizer --tool memcheck, nsys ...)
   tessera) exec ${TSR_BUNDLE_WRAP:-} "$TSR_BUNDLE_LOADER" --inhibit-cache --library-path "$TSR_BUNDLE_LIBS" "$B/tessera" "$@" ;;
   mpirun) exec "$R/usr/bin/mpirun" "$@" ;;
-  *) echo "run.sh: tessera or mpirun, not '$prog'" >&2; exit 2 ;;
+  */* | run.sh | root) echo "run.sh: tessera, a bundled program or mpirun, not '$prog'" >&2; exit 2 ;;
+  *) [ -f "$B/$prog" ] && [ -x "$B/$prog" ] ||
+       { echo "run.sh: tessera, a bundled program or mpirun, not '$prog'" >&2; exit 2; }
+     exec ${TSR_BUNDLE_WRAP:-} "$TSR_BUNDLE_LOADER" --inhibit-cache --library-path "$TSR_BUNDLE_LIBS" "$B/$prog" "$@" ;;
 esac
 EOF
 chmod +x "$out/run.sh"

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu_window.sh — the rehearsal of the device plan (tools/gpu/window.sh), here without a
+# GPU: tools/gpu/bundle.sh --emu packs tessera and the kernel tests linked with the CPU
+# emulation of the CUDA runtime, and window.sh --dry-run runs both calls with every part,
+# tiny shapes and PyTorch on the CPU, as the GPU machine will with the real bundle:
+#  (a) the bundle is made by one command and is well under the 64 MiB a call can carry;
+#  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16; WMMA,
+#      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the three
+#      attentions and at the largest micro-batch the planner fits, PyTorch eager, the op
+#      profile: each part ends with exit 0 and its result lines, and the summary takes the
+#      decisions (the cuDNN default, the family to delete, tokens/s against PyTorch);
+#  (c) call 2 with call 1's results: compute-sanitizer's stand-in over 2 bf16 steps and
+#      over the attention kernel tests, torch.compile's place; the summary reads both
+#      calls;
+#  (d) a short budget: a part over its limit is killed, its results so far and the earlier
+#      parts' stay in results.txt and the packed logs, the parts with no time left are
+#      skipped and say so, and the call exits 1.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+mpi_test_setup
+export OMP_NUM_THREADS=2
+command -v g++ >/dev/null || skip "no g++"
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null ||
+  skip "no Debian python3-torch (PyTorch's part)"
+export PYTHON=/usr/bin/python3
+W="$top_srcdir/tools/gpu/window.sh"
+# README.md's two rehearsal commands, run as written in a folder that links the tree's
+# tools/ (the build tree is top_builddir)
+bcmd=$(grep -o '`tools/gpu/bundle.sh --emu [^`]*`' "$top_srcdir/README.md" | tr -d '`' | head -1)
+wcmd=$(grep -o '`tools/gpu/window.sh [^`]*--dry-run`' "$top_srcdir/README.md" | tr -d '`' | head -1)
+echo "    README: $bcmd; $wcmd"
+check "README.md names the bundle and the rehearsal commands" test -n "$bcmd" -a -n "$wcmd"
+mkdir -p "$SCRATCH/rd" && ln -s "$(cd "$top_srcdir" && pwd)/tools" "$SCRATCH/rd/tools"
+export top_builddir=$(cd "$top_builddir" && pwd) TMPDIR=$SCRATCH
+t0=$(date +%s)
+(cd "$SCRATCH/rd" && eval "$bcmd") >"$SCRATCH/bundle.out" 2>&1
+check "(a) bundle.sh --emu makes the bundle (exit $?)" test -f "$SCRATCH/rd/b.tar.xz"
+cp "$SCRATCH/rd/b.tar.xz" "$SCRATCH/b.tar.xz"
+tail -1 "$SCRATCH/bundle.out"
+check "(a) ... under 48 MiB" test "$(stat -c %s "$SCRATCH/b.tar.xz")" -lt $((48 << 20))
+check "(a) ... its manifest says emulation" sh -c "tar xJOf '$SCRATCH/b.tar.xz' ./MANIFEST | grep -q '^emulation yes'"
+echo "    bundle: $(($(date +%s) - t0)) s"
+
+# (b) call 1, README.md's command
+t0=$(date +%s)
+(cd "$SCRATCH/rd" && eval "$wcmd") >"$SCRATCH/call1.out" 2>&1
+check "(b) call 1 ran every part to its end (exit $?)" test $? -eq 0
+echo "    call 1: $(($(date +%s) - t0)) s"
+mkdir -p "$SCRATCH/o1" && cp -r "$SCRATCH/rd/OUT/." "$SCRATCH/o1/"
+R1=$SCRATCH/o1/results.txt
+for p in info kernels train llama torch profile; do
+  check "(b) part $p: exit 0" grep -q "^part name=$p rc=0 " "$R1"
+done
+check "(b) the kernel tests ran and passed" grep -q "^kernels passed=[1-9][0-9]* failed=0 rc=0" "$R1"
+check "(b) 9 trainer checks against the CPU, all passed" \
+  sh -c "test \$(grep -c '^check name=.* ok=1' '$R1') -eq 9 && ! grep -q '^check .* ok=0' '$R1'"
+for a in wmma mma cudnn; do
+  check "(b) llama at micro-batch 1 with $a: timed" grep -q "^llama attn=$a mb=1 steps=2 step_ms=[0-9.]* .*rc=0" "$R1"
+done
+check "(b) llama with cuDNN ran cuDNN's (stand-in) attention" grep -q "^llama attn=cudnn mb=1 .*cudnn=1" "$R1"
+check "(b) llama at the planner's largest micro-batch (4 here), cuDNN and one family" \
+  sh -c "test \$(grep -c '^llama attn=[a-z]* mb=4 .*rc=0' '$R1') -eq 2"
+check "(b) PyTorch eager at micro-batch 1 and 4" \
+  sh -c "grep -q '^torch mode=eager mb=1 rc=0 step_ms=' '$R1' && grep -q '^torch mode=eager mb=4 rc=0 step_ms=' '$R1'"
+check "(b) the FLOPs of a token from the planner" grep -q "^model name=llama1b flops_per_token=[0-9]" "$R1"
+check "(b) the profile printed its op table" grep -q "^profile what=llama1b_mb1 attn=cudnn steps=2 rc=0 table=1" "$R1"
+S1=$SCRATCH/o1/summary.txt
+check "(b) summary: the gate passed" grep -q "^gate .*: PASS" "$S1"
+check "(b) summary: cuDNN becomes the default" grep -q "^DECISION cudnn_default: yes" "$S1"
+check "(b) summary: one family to delete" grep -q "^DECISION delete_family: \(wmma\|mma\) (" "$S1"
+check "(b) summary: Tessera against PyTorch eager at both micro-batches" \
+  sh -c "test \$(grep -c '^RESULT tessera/torch_eager mb' '$S1') -eq 2"
+check "(b) the logs came back packed" sh -c "tar tzf '$SCRATCH/o1/logs-call1.tgz' | grep -q 'logs/llama.log'"
+
+# (c) call 2, with call 1's results
+t0=$(date +%s)
+bash "$W" "$SCRATCH/b.tar.xz" "$SCRATCH/o2" 2 600 --previous "$R1" --dry-run \
+  >"$SCRATCH/call2.out" 2>&1
+check "(c) call 2 ran every part to its end (exit $?)" test $? -eq 0
+echo "    call 2: $(($(date +%s) - t0)) s"
+R2=$SCRATCH/o2/results.txt
+check "(c) memcheck's place over 2 bf16 steps: 0 errors, finished" \
+  grep -q "^sanitizer tool=memcheck what=2_bf16_steps errors=0 rc=0 finished=1" "$R2"
+check "(c) racecheck's place over the attention kernel tests: 0 hazards" \
+  grep -q "^sanitizer tool=racecheck what=attention_kernel_tests errors=0 rc=0 finished=1" "$R2"
+check "(c) torch.compile's place" grep -q "^torch mode=compile mb=1 rc=0 step_ms=" "$R2"
+check "(c) the summary reads both calls" sh -c "grep -q '^DECISION cudnn_default: yes' '$SCRATCH/o2/summary.txt' && grep -q 'RESULT tessera/torch_compile mb 1' '$SCRATCH/o2/summary.txt'"
+
+# (d) a budget too short for the plan
+TW_LIMIT_train=12 bash "$W" "$SCRATCH/b.tar.xz" "$SCRATCH/o3" 1 70 --dry-run \
+  >"$SCRATCH/call3.out" 2>&1
+check "(d) a call cut short exits 1" test $? -eq 1
+R3=$SCRATCH/o3/results.txt
+check "(d) the earlier parts' results stay" grep -q "^kernels passed=[1-9]" "$R3"
+check "(d) the part over its limit was killed (timeout's 124)" grep -q "^part name=train rc=124 " "$R3"
+check "(d) ... and what it measured before stays" grep -q "^check name=1step_fp32 ok=1" "$R3"
+check "(d) parts with no time left are skipped, saying so" \
+  grep -q "^part name=torch skipped=[0-9-]*s_of_the_budget_left" "$R3"
+check "(d) the summary says the gate did not pass" grep -q "^gate .*: FAIL" "$SCRATCH/o3/summary.txt"
+check "(d) the killed part's log came back" sh -c "tar tzf '$SCRATCH/o3/logs-call1.tgz' | grep -q 'logs/train.log'"
+finish
