@@ -2,9 +2,8 @@
  * transport of comm (src/comm_dev.h) for groups that stay on MPI when the MPI library is
  * not CUDA-aware (MPIX_Query_cuda_support() == 0, or &parallel mpi_gpu = 'staged').
  *
- * Without it MPI would read and write the managed memory of the ops directly: correct,
- * but every page it touches migrates to the host and back, one fault at a time.  Here
- * an operation copies its input to a pinned buffer with one cudaMemcpyAsync on the
+ * Without it MPI would be handed device memory, which a host-only MPI cannot read (the
+ * trainer refuses mpi_gpu = 'direct' there).  Here an operation copies its input to a pinned buffer with one cudaMemcpyAsync on the
  * group's copy stream (after the compute stream's work so far), waits for that copy,
  * and posts the non-blocking MPI call on the pinned buffers at once, so MPI matches
  * operations exactly as it would without staging (no deadlock a plain MPI code would
