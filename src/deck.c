@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "deck_schema.h"
 #include "layout_check.h"
@@ -507,12 +508,29 @@ static int is_ident(const token *t) {
   return 1;
 }
 
-/* Does the next token start a new key: an identifier followed by '=', or a key name (whose
- * '=' was forgotten, which the group loop then reports)? */
+/* A bare word that would be a key but for a character keys cannot have (a non-ASCII
+ * letter, a '-' or '.'): where that is, or -1 when it is a plain identifier or no key at
+ * all. */
+static long bad_key_char(const token *t) {
+  if (t->kind != T_VALUE || t->quoted || t->count != 1 || t->n == 0 || is_ident(t)) return -1;
+  const unsigned char c0 = (unsigned char)t->p[0];
+  if (!is_alpha(c0) && c0 < 0x80) return -1;
+  for (size_t i = 0; i < t->n; i++)
+    if (!is_alnum_((unsigned char)t->p[i])) return (long)i;
+  return -1;
+}
+
+/* Does the next token start a new key: an identifier followed by '=', a word with a
+ * character keys cannot have followed by '=' (reported by the group loop), or a key name
+ * (whose '=' was forgotten, which the group loop then reports)? */
 static int key_ahead(const lexer *L) {
   lexer a = *L;
   token t;
   next_token(&a, &t);
+  if (bad_key_char(&t) >= 0) {
+    next_token(&a, &t);
+    return t.kind == T_EQ;
+  }
   if (!is_ident(&t)) return 0;
   for (int g = 0; g < N_GROUP; g++)
     if (deck_find_key(g, t.p, t.n) >= 0) return 1;
@@ -618,6 +636,17 @@ static void parse_group(parser *P, lexer *L, const token *gt, int g) {
     }
     *L = after;
     if (g < 0) { read_values(P, L, -1, &t); continue; }
+    const long bad = bad_key_char(&t);
+    if (bad >= 0) { /* the character, whole where it is a UTF-8 sequence */
+      size_t e = (size_t)bad + 1;
+      while (e < t.n && ((unsigned char)t.p[e] & 0xC0) == 0x80) e++;
+      loc_t bl = l;
+      bl.col += (int)bad;
+      errat(P, &bl, "key '%s' in &%s has '%.*s', which keys cannot have: a key is ASCII "
+            "letters, digits and '_'", s, gs, (int)(e - (size_t)bad), t.p + bad);
+      read_values(P, L, -1, &t);
+      continue;
+    }
     int k = deck_find_key(g, t.p, t.n);
     if (k < 0) {
       unknown_key(P, &l, g, t.p, t.n);
@@ -891,8 +920,24 @@ int tsr_deck_parse(tsr_config *cfg, const char *text, size_t len, const char *fi
   return P.nerr ? TSR_ERR_INPUT : TSR_OK;
 }
 
+/* Does the text open any group (&name)? */
+static int has_group(const char *text, size_t len) {
+  lexer L = {text, len, 0, 1, 1};
+  for (token t;;) {
+    next_token(&L, &t);
+    if (t.kind == T_EOF) return 0;
+    if (t.kind == T_GROUP) return 1;
+  }
+}
+
 int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **overrides,
                   int world_size) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "%s: is a directory, not a deck (a namelist file such as input/tiny.nml)\n",
+            path);
+    return TSR_ERR_INPUT;
+  }
   FILE *f = fopen(path, "rb");
   if (!f) {
     fprintf(stderr, "%s: cannot open: %s\n", path, strerror(errno));
@@ -914,6 +959,15 @@ int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **ove
   fclose(f);
   if (!text || rerr || len == cap) {
     fprintf(stderr, "%s: cannot read: %s\n", path, !text ? "out of memory" : rerr ? "read error" : "file too large (64 MiB at most)");
+    free(text);
+    return TSR_ERR_INPUT;
+  }
+  /* a regular file with no group in it is a mistake (an empty or truncated deck, another
+   * file); /dev/null is the way to train on the defaults and the overrides alone */
+  if (S_ISREG(st.st_mode) && !has_group(text, len)) {
+    fprintf(stderr, "%s:1:1: %s: a deck needs at least one group (&run ... /, &model ... /); "
+            "to train on the built-in defaults and the command line's overrides alone, give "
+            "/dev/null as the deck\n", path, len ? "no group in this deck" : "the deck is empty");
     free(text);
     return TSR_ERR_INPUT;
   }
