@@ -445,6 +445,35 @@ done:
   return rc;
 }
 
+/* Rank 0: nothing but files where the run writes checkpoints, their .tmp and `latest`: a
+ * directory (or a socket, ...) at such a name fails every write of it, on every attempt
+ * of a requeued job.  TSR_ERR_INPUT naming the first. */
+static int names_free(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0; /* the probe above found the directory usable */
+  struct dirent *e;
+  int rc = 0;
+  while (!rc && (e = readdir(d)) != NULL) {
+    const char *nm = e->d_name;
+    const size_t n = strlen(nm);
+    const int ours = !strcmp(nm, "latest") || !strcmp(nm, "latest.tmp") ||
+                     (!strncmp(nm, "step_", 5) && ((n > 3 && !strcmp(nm + n - 3, ".h5")) ||
+                                                   (n > 7 && !strcmp(nm + n - 7, ".h5.tmp"))));
+    char path[TSR_STR_PATH + 300];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, nm);
+    if (ours && lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+      tsr_error("'%s' is %s, where the run writes %s: every such write would fail; move it "
+                "away (found before the first step)",
+                path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a file",
+                !strncmp(nm, "latest", 6) ? "the name of its newest checkpoint" : "a checkpoint");
+      rc = TSR_ERR_INPUT;
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
 int tsr_ckpt_preflight(const tsr_config *cfg, size_t deck_len, MPI_Comm comm) {
   int rc = 0, rank;
   char dir[TSR_STR_PATH], probe[TSR_STR_PATH + 48];
@@ -465,6 +494,8 @@ int tsr_ckpt_preflight(const tsr_config *cfg, size_t deck_len, MPI_Comm comm) {
     close(fd);
     unlink(probe);
   }
+  if ((rc = tsr_ckpt_agree(rc, comm))) return rc;
+  if (rank == 0) rc = names_free(dir);
   if ((rc = tsr_ckpt_agree(rc, comm))) return rc;
   rc = tsr_layout_create(&whole, &cfg->model);
   if (!rc) rc = check_file_size_limit(whole, (int)deck_len, dir, comm);
@@ -681,21 +712,19 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
 }
 
 static int read_state(hid_t file, const char *path, tsr_train_state *st) {
-  struct {
-    const char *name;
+  static const char *const name[] = TSR_CKPT_STATE_ATTRS; /* verification requires them */
+  const struct {
     hid_t type;
     void *dst;
-  } f[] = {{"step", H5T_NATIVE_INT64, &st->step},
-           {"tokens", H5T_NATIVE_INT64, &st->tokens},
-           {"data_cursor", H5T_NATIVE_INT64, &st->data_cursor},
-           {"skipped", H5T_NATIVE_INT64, &st->skipped},
-           {"loss_scale", H5T_NATIVE_DOUBLE, &st->loss_scale},
-           {"seed", H5T_NATIVE_UINT64, &st->seed}};
+  } f[] = {{H5T_NATIVE_INT64, &st->step},    {H5T_NATIVE_INT64, &st->tokens},
+           {H5T_NATIVE_INT64, &st->data_cursor}, {H5T_NATIVE_INT64, &st->skipped},
+           {H5T_NATIVE_DOUBLE, &st->loss_scale}, {H5T_NATIVE_UINT64, &st->seed}};
+  _Static_assert(sizeof f / sizeof f[0] == sizeof name / sizeof name[0], "state attributes");
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    int e = tsr_ckpt_attr_get(file, f[i].name, f[i].type, f[i].dst);
+    int e = tsr_ckpt_attr_get(file, name[i], f[i].type, f[i].dst);
     if (e) {
       tsr_error("checkpoint %s: %s the root attribute '%s'", path, e > 0 ? "lacks" : "cannot read",
-                f[i].name);
+                name[i]);
       return TSR_ERR_INPUT;
     }
   }

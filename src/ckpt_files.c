@@ -155,6 +155,13 @@ int tsr_ckpt_check_header(hid_t file, char *why, size_t why_len) {
     snprintf(why, why_len, "no complete flag (the write did not finish)");
     return TSR_ERR_INPUT;
   }
+  /* the training state a resume reads: a file without one of them is damaged */
+  static const char *const state[] = TSR_CKPT_STATE_ATTRS;
+  for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
+    if (H5Aexists(file, state[i]) <= 0) {
+      snprintf(why, why_len, "lacks the root attribute '%s'", state[i]);
+      return TSR_ERR_INPUT;
+    }
   return 0;
 }
 
@@ -512,9 +519,12 @@ static int publish_verified(const char *dir, const char *tmp, const char *final,
   struct stat sb;
   const int replaces = stat(final, &sb) == 0; /* the same step saved again */
   if (sync_errno || rename(tmp, final) != 0) {
-    tsr_error("cannot make '%s' durable as '%s': %s", tmp, final,
-              strerror(sync_errno ? sync_errno : errno));
-    return TSR_ERR;
+    const int e = sync_errno ? sync_errno : errno;
+    tsr_error("cannot make '%s' durable as '%s': %s", tmp, final, strerror(e));
+    /* something in the checkpoint's place fails every attempt: the directory is bad input */
+    return !sync_errno && (e == EISDIR || e == ENOTDIR || e == ENOTEMPTY || e == EEXIST)
+               ? TSR_ERR_INPUT
+               : TSR_ERR;
   }
   tsr_ckpt_fsync_path(dir, 1);
   snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -576,14 +586,15 @@ void tsr_ckpt_prune(const char *dir, const char *name, int64_t keep) {
 
 /* ---- resolve ---- */
 
-/* Rank 0: the candidates for resume = 'auto', newest first: the file `latest` names (then
- * *from_latest = 1), then the step files by step.  *n = 0 when there are none. */
+/* Rank 0: the candidates for resume = 'auto', the step files newest first; *latest_name
+ * what `latest` names ("" when it names nothing usable).  *n = 0 when there are none. */
 static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *n,
-                           int *from_latest) {
+                           char latest[TSR_CKPT_NAME]) {
   tsr_ckpt_step_file *files = NULL;
   int nf = 0;
-  char path[TSR_STR_PATH + 16], latest[TSR_CKPT_NAME] = "";
+  char path[TSR_STR_PATH + 16];
   *n = 0;
+  latest[0] = '\0';
   if (tsr_ckpt_list_steps(dir, &files, &nf) != 0) {
     tsr_error("cannot list checkpoint directory '%s': %s", dir, strerror(errno));
     return TSR_ERR_INPUT;
@@ -591,7 +602,7 @@ static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *
   snprintf(path, sizeof path, "%s/latest", dir);
   FILE *f = fopen(path, "r");
   if (f) {
-    if (!fgets(latest, sizeof latest, f)) latest[0] = '\0';
+    if (!fgets(latest, TSR_CKPT_NAME, f)) latest[0] = '\0';
     fclose(f);
     latest[strcspn(latest, "\r\n")] = '\0';
   }
@@ -607,29 +618,26 @@ static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *
     tsr_error("out of memory listing checkpoint directory '%s'", dir);
     return TSR_ERR;
   }
-  *from_latest = latest[0] != '\0';
-  if (latest[0]) memcpy((*names)[(*n)++], latest, sizeof latest);
-  for (int i = 0; i < nf; i++)
-    if (strcmp(files[i].name, latest) != 0) snprintf((*names)[(*n)++], TSR_CKPT_NAME, "%s", files[i].name);
+  for (int i = 0; i < nf; i++) snprintf((*names)[(*n)++], TSR_CKPT_NAME, "%s", files[i].name);
   free(files);
   return 0;
 }
 
-/* Collective: the newest usable checkpoint of dir, `latest` first; "" when there is none.
- * Rank 0 lists the directory; each candidate is verified by the ranks together. */
+/* Collective: the newest usable checkpoint of dir; "" when there is none.  Rank 0 lists
+ * the directory; each candidate is verified by the ranks together.  The newest complete
+ * file is taken even when `latest` names an older one (a job killed between publishing a
+ * checkpoint and updating `latest`), and the log says so. */
 static int resolve_auto(const char *dir, char *out, size_t len, MPI_Comm comm) {
   char (*names)[TSR_CKPT_NAME] = NULL;
-  int n = 0, rc = 0, rank, named_latest = 0;
+  char latest[TSR_CKPT_NAME] = "";
+  int n = 0, rc = 0, rank;
   char cand[TSR_STR_PATH + TSR_CKPT_NAME + 2], why[1024];
   out[0] = '\0';
   MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
-    rc = list_candidates(dir, &names, &n, &named_latest);
-  }
-  int hdr[3] = {rc, n, named_latest};
-  TSR_MPI_GOTO(MPI_Bcast(hdr, 3, MPI_INT, 0, comm));
+  if (rank == 0) rc = list_candidates(dir, &names, &n, latest);
+  int hdr[2] = {rc, n};
+  TSR_MPI_GOTO(MPI_Bcast(hdr, 2, MPI_INT, 0, comm));
   if ((rc = hdr[0]) || (n = hdr[1]) == 0) goto done;
-  named_latest = hdr[2];
   if (rank != 0 && !(names = calloc((size_t)n, sizeof *names))) rc = TSR_ERR;
   if ((rc = tsr_ckpt_agree(rc, comm))) goto done;
   TSR_MPI_GOTO(MPI_Bcast(names, n * TSR_CKPT_NAME, MPI_CHAR, 0, comm));
@@ -637,11 +645,16 @@ static int resolve_auto(const char *dir, char *out, size_t len, MPI_Comm comm) {
     snprintf(cand, sizeof cand, "%s/%s", dir, names[i]);
     if (verify_collective(cand, 0, 0, why, sizeof why, comm) == 0) {
       snprintf(out, len, "%s", cand);
+      int64_t got = 0, named = 0;
+      if (rank == 0 && latest[0] && strcmp(latest, names[i]) != 0 &&
+          parse_step_name(latest, &named) && parse_step_name(names[i], &got) && got > named)
+        tsr_log("checkpoint: 'latest' names %s, but %s is newer and complete (the job ended "
+                "before 'latest' was updated): resuming from %s", latest, names[i], names[i]);
       break;
     }
     if (rank == 0)
       tsr_warn("checkpoint '%s'%s is unusable: %s; falling back to an older one", cand,
-               i == 0 && named_latest ? " (named by 'latest')" : "", why);
+               !strcmp(latest, names[i]) ? " (named by 'latest')" : "", why);
   }
   if (!out[0]) {
     if (rank == 0)

@@ -12,6 +12,9 @@
 #include "ckpt.h"
 
 #define CKPT_GOLDEN 0x9E3779B97F4A7C15ULL
+/* The training state at the root of every checkpoint, in this order: read by ckpt.c's
+ * read_state, required by the verification of a file (tsr_ckpt_check_header). */
+#define TSR_CKPT_STATE_ATTRS {"step", "tokens", "data_cursor", "skipped", "loss_scale", "seed"}
 #define CKPT_READ_BLOCK (1 << 22) /* elements per read when verifying a file on one rank */
 
 /* ---- error reports: every HDF5 / MPI call goes through one of the macros below ---- */
