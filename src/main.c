@@ -150,6 +150,18 @@ static const char *mode_of(int argc, char **argv) {
   return "train";
 }
 
+/* The stop signals' handlers, before any library's initialiser runs: the executable's
+ * .preinit_array is called by the dynamic loader once every library is mapped and
+ * relocated and before their constructors (OpenBLAS starts its threads, CUDA's and MPI's
+ * libraries initialise: tens of milliseconds in which a SIGUSR1 or SIGTERM would
+ * otherwise take its default action and kill the rank).  Training only, as in main. */
+static void early_signals(int argc, char **argv, char **envp) {
+  (void)envp;
+  if (!strcmp(mode_of(argc, argv), "train")) tsr_run_install_signals();
+}
+__attribute__((section(".preinit_array"), used)) static void (*const tsr_preinit)(
+    int, char **, char **) = early_signals;
+
 int main(int argc, char **argv) {
   /* Training: the stop signals are recorded from the very start, before MPI_Init, the
    * deck, the backend, the data and the resume, so that a SIGUSR1 or SIGTERM at any
