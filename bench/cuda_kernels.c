@@ -361,16 +361,16 @@ int main(int argc, char **argv) {
       float *lse = dev(rows * H * 4);
       char *q = qkv, *k = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
       char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
-      const int kinds[] = {TSR_ATT_WMMA, TSR_ATT_MMA, TSR_ATT_CUDNN};
-      for (int ki = 0; ki < (dt == TSR_F32 ? 1 : 3); ki++) {
+      const int kinds[] = {TSR_ATT_MMA, TSR_ATT_CUDNN};
+      for (int ki = 0; ki < (dt == TSR_F32 ? 1 : 2); ki++) {
         tsr_cuda_attention_use(kinds[ki]);
         const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride);
         if (dt != TSR_F32 && path == TSR_ATT_PATH_F32 && ki) continue; /* shown once */
-        if (ki == 2 && path != TSR_ATT_PATH_CUDNN) continue;
-        static const char *const fwd_name[] = {"attention_fwd fp32-arith", "attention_fwd wmma",
-                                               "attention_fwd mma", "attention_fwd cudnn"};
-        static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd wmma",
-                                               "attention_bwd mma", "attention_bwd cudnn"};
+        if (ki == 1 && path != TSR_ATT_PATH_CUDNN) continue;
+        static const char *const fwd_name[] = {"attention_fwd fp32-arith", "attention_fwd mma",
+                                               "attention_fwd cudnn"};
+        static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd mma",
+                                               "attention_bwd cudnn"};
         tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
         TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
         row(fwd_name[path], dt, shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
@@ -382,7 +382,7 @@ int main(int argc, char **argv) {
       CK(cudaFree(lse));
     }
   }
-  tsr_cuda_attention_use(TSR_ATT_WMMA);
+  tsr_cuda_attention_use(tsr_dev_ctx.attention); /* what the backend opened with */
   /* ---- memory-bound ops, per storage type (bytes counted in it) ---- */
   for (int d = 0; d < 3; d++) {
     const tsr_dtype dt = all_dt[d];

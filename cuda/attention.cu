@@ -1,7 +1,7 @@
 /* attention.cu — causal grouped-query attention, forward and backward: which kernels run
- * a shape (dev.h: cuDNN's fused attention, the WMMA or mma.sync tensor-core families, or
- * the fp32-arithmetic kernel), the backward's row statistics D, and the sums of the
- * grouped-query partials of the tensor-core families (attn.cuh). */
+ * a shape (dev.h: cuDNN's fused attention, the mma.sync tensor-core kernels, or the
+ * fp32-arithmetic kernel), the backward's row statistics D, and the sums of the
+ * grouped-query partials of the tensor-core kernels (attn.cuh). */
 #include <initializer_list>
 
 #include "attn.cuh"
@@ -62,18 +62,17 @@ static struct {
 } choice;
 
 extern "C" void tsr_cuda_attention_use(int kind) {
-  choice.kind = kind == TSR_ATT_MMA || kind == TSR_ATT_CUDNN ? kind : TSR_ATT_WMMA;
+  choice.kind = kind == TSR_ATT_CUDNN ? TSR_ATT_CUDNN : TSR_ATT_MMA;
   choice.valid = 0;
 }
 
-extern "C" size_t tsr_cuda_attention_tc_smem(int kind, int hd) {
-  return kind == TSR_ATT_MMA ? tsr_attn_mma_smem(hd) : tsr_attn_wmma_smem(hd);
-}
+extern "C" size_t tsr_cuda_attention_tc_smem(int hd) { return tsr_attn_mma_smem(hd); }
 
-/* A kernel of kind for hd, and the current GPU gives a block that much shared memory (sm_86
- * and sm_89 parts give 99 KB: hd 96 and 128 fall back to the fp32-arithmetic kernel). */
-extern "C" int tsr_cuda_attention_tc_supported(int kind, int hd) {
-  const size_t need = tsr_cuda_attention_tc_smem(kind, hd);
+/* A kernel for hd, and the current GPU gives a block that much shared memory (sm_86 and
+ * sm_89 parts give 99 KB: where a head_dim's kernels need more, it falls back to the
+ * fp32-arithmetic kernel). */
+extern "C" int tsr_cuda_attention_tc_supported(int hd) {
+  const size_t need = tsr_cuda_attention_tc_smem(hd);
   int dev = 0, optin = 0, major = 0;
   if (!need || cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -87,14 +86,10 @@ extern "C" int tsr_cuda_attention_tc_supported(int kind, int hd) {
 static const char *path_what(int path, tsr_dtype dt) {
   switch (path) {
     case TSR_ATT_PATH_CUDNN: return "cuDNN fused flash attention on q, k, v in place";
-    case TSR_ATT_PATH_WMMA:
-      return dt == TSR_F16 ? "tensor cores, WMMA kernels (fp16 products; fp32 softmax and sums)"
-                           : "tensor cores, WMMA kernels (bf16 products; fp32 softmax and sums)";
     case TSR_ATT_PATH_MMA:
-      return dt == TSR_F16 ? "tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; fp16 "
-                             "products; fp32 softmax and sums)"
-                           : "tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; bf16 "
-                             "products; fp32 softmax and sums)";
+      return dt == TSR_F16
+                 ? "tensor cores, mma.sync kernels (fp16 products; fp32 softmax and sums)"
+                 : "tensor cores, mma.sync kernels (bf16 products; fp32 softmax and sums)";
   }
   return dt == TSR_F32 ? "fp32 kernel"
                        : "fp32-arithmetic kernel on the 16-bit storage (no tensor-core kernel "
@@ -121,9 +116,7 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
       if (rc == 0) p = TSR_ATT_PATH_CUDNN;
     }
 #endif
-    const int kind = choice.kind == TSR_ATT_MMA ? TSR_ATT_MMA : TSR_ATT_WMMA;
-    if (p != TSR_ATT_PATH_CUDNN && tsr_cuda_attention_tc_supported(kind, hd))
-      p = kind == TSR_ATT_MMA ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_WMMA;
+    if (p != TSR_ATT_PATH_CUDNN && tsr_cuda_attention_tc_supported(hd)) p = TSR_ATT_PATH_MMA;
   }
   if (tsr_rank() == 0)
     tsr_log("attention: %s%s%s%s [%s B %d T %d H %d KV %d hd %d]", path_what(p, dt),
@@ -181,12 +174,10 @@ static int forward(tsr_dtype dt, void *out, float *lse, const void *q, const voi
       if (cudnn_fits({out, q, k, v}))
         return tsr_sdpa_graphs_fwd(dt, B, T, H, KV, hd, qkv_stride, q, k, v, out, lse,
                                    tsr_dev_ctx.attn_ws, tsr_dev_ctx.stream);
-      return tsr_cuda_attention_tc_supported(TSR_ATT_WMMA, hd)
-                 ? tsr_attn_wmma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride)
+      return tsr_cuda_attention_tc_supported(hd)
+                 ? tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride)
                  : tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
 #endif
-    case TSR_ATT_PATH_WMMA:
-      return tsr_attn_wmma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
     case TSR_ATT_PATH_MMA:
       return tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
   }
@@ -206,12 +197,11 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
     if (dq && dk && dv && cudnn_fits({dq, dk, dv, dout, out, q, k, v}))
       return tsr_sdpa_graphs_bwd(dt, B, T, H, KV, hd, qkv_stride, q, k, v, out, dout, lse, dq,
                                  dk, dv, tsr_dev_ctx.attn_ws, stream);
-    path = tsr_cuda_attention_tc_supported(TSR_ATT_WMMA, hd) ? TSR_ATT_PATH_WMMA
-                                                             : TSR_ATT_PATH_F32;
+    path = tsr_cuda_attention_tc_supported(hd) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32;
   }
 #endif
   const size_t bht = (size_t)B * H * T, part_stride = bht * hd;
-  const int tc = path == TSR_ATT_PATH_WMMA || path == TSR_ATT_PATH_MMA;
+  const int tc = path == TSR_ATT_PATH_MMA;
   const int grouped = tc && KV < H && (dk || dv);
   float *D = NULL, *part = NULL;
   TSR_CUDA_SCRATCH(D, tsr_ops_attention_scratch_bytes((long)bht, grouped ? 2 * (long)part_stride
@@ -224,12 +214,8 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
                    TSR_CUDA_LAUNCHED());
   if (path == TSR_ATT_PATH_F32)
     return tsr_attn_f32_bwd(dt, dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, qkv_stride);
-  if (path == TSR_ATT_PATH_MMA)
-    TSR_CALL(tsr_attn_mma_bwd(dt, dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd,
-                              qkv_stride));
-  else
-    TSR_CALL(tsr_attn_wmma_bwd(dt, dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd,
-                               qkv_stride));
+  TSR_CALL(tsr_attn_mma_bwd(dt, dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd,
+                            qkv_stride));
   if (grouped) {
     const float scale = (float)(1.0 / sqrt((double)hd));
     TSR_DTYPE_SWITCH(dt, S,

@@ -1,6 +1,6 @@
 /* attn.cuh — what the attention kernel files share: the entry points of each family
  * (called by attention.cu, which picks one per shape), the loads of a query tile's
- * statistics, and the 16-bit tiles of the tensor-core families.
+ * statistics, and the 16-bit tiles of the tensor-core kernels.
  *
  * Layouts and semantics of every family are those of ops_list.h's attention: q/k/v rows of
  * stride qkv_stride, query head h reads kv head h / (H/KV), out contiguous [B*T, H*hd],
@@ -23,16 +23,9 @@ int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dou
                      const float *lse, const float *D, const void *q, const void *k,
                      const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
 
-/* ---- attn_wmma.cu and attn_mma.cu: the tensor cores, 16-bit storage (bf16 or fp16, the
- * matrix products in that type, fp32 accumulation and softmax), head_dim 32, 64, 96 or 128
+/* ---- attn_mma.cu: the tensor cores (mma.sync), 16-bit storage (bf16 or fp16, the matrix
+ * products in that type, fp32 accumulation and softmax), head_dim 32, 64, 96 or 128
  * (smem: bytes of shared memory per block, 0 for another head_dim) ---- */
-size_t tsr_attn_wmma_smem(int hd);
-int tsr_attn_wmma_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                      const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
-int tsr_attn_wmma_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, float *part,
-                      const void *dout, const float *lse, const float *D, const void *q,
-                      const void *k, const void *v, int B, int T, int H, int KV, int hd,
-                      int qkv_stride);
 size_t tsr_attn_mma_smem(int hd);
 int tsr_attn_mma_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
                      const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
@@ -56,24 +49,18 @@ __device__ __forceinline__ void load_stats(float *Ls, float *Ds, const float *ls
  * Blocks of 4 warps own 64 rows (queries for the forward and dq, keys for dk/dv), 16 per
  * warp, and walk tiles of 64 keys (queries).  A tile is rows [row0, row0 + 64) of one head
  * of a strided buffer in shared memory as stored (bf16 or fp16 bits, rows padded to HD + 8
- * elements), rows past T zero.  It is loaded in two steps so that its global loads can be
- * in flight while the block computes: tc_fetch reads it into registers (TC_LOADS groups of
- * 4 elements per thread, 8-byte loads where the rows allow), tc_put writes them out. */
+ * elements), rows past T zero.  tc_load loads it in two steps, so that a thread's global
+ * loads are in flight together: tc_fetch reads it into registers (TC_LOADS groups of 4
+ * elements per thread, 8-byte loads where the rows allow), tc_put writes them out. */
 #define TC_ROWS 64
 #define TC_WARPS 4
 #define TC_THREADS (32 * TC_WARPS)
 #define TC_LOADS(HD) (TC_ROWS * (HD) / 4 / TC_THREADS)
 
-/* Shared-memory strides: 16-bit tiles of hd (+8) columns, the fp32 strips hold a 16 x 64
- * score tile or a 16 x hd product (+4), the 16-bit strips 16 x 64 (+8).  Every fragment
- * pointer is then 32-byte aligned and ldm a multiple of 8 (16-bit) or 4 (fp32). */
+/* A 16-bit tile's row stride, hd (+8) columns, and its bytes */
 template <int HD> struct tc_dims {
   static const int LDB = HD + 8;
-  static const int LDF = (HD > TC_ROWS ? HD : TC_ROWS) + 4;
-  static const int LDP = TC_ROWS + 8;
   static const size_t TILE = (size_t)TC_ROWS * LDB * 2;
-  static const size_t FSTRIP = (size_t)16 * LDF * sizeof(float);
-  static const size_t PSTRIP = (size_t)16 * LDP * 2;
 };
 
 template <class T, int HD>

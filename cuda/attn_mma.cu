@@ -1,11 +1,15 @@
-/* attn_mma.cu — the tensor-core attention again, on mma.sync.m16n8k16 (bf16 or fp16
- * inputs, fp32 accumulators) with every product's accumulators in registers, as
- * FlashAttention-2 lays it out: the scores of a warp's 16 rows never leave its registers,
- * the softmax runs on them in place (each row's values sit on the 4 lanes of a quad: two
- * xor shuffles), and P (or dS) is re-packed from the accumulator layout into the A operand
- * of the next product without touching shared memory.  Same blocks as the WMMA family (4
- * warps x 16 rows, tiles of 64, attn.cuh), same semantics, scratch and determinism;
- * TSR_CUDA_ATTENTION=mma selects it.
+/* attn_mma.cu — causal grouped-query attention on the tensor cores, on mma.sync.m16n8k16
+ * (bf16 or fp16 inputs, fp32 accumulators) with every product's accumulators in
+ * registers, as FlashAttention-2 lays it out: the scores of a warp's 16 rows never leave
+ * its registers, the softmax runs on them in place (each row's values sit on the 4 lanes
+ * of a quad: two xor shuffles), and P (or dS) is re-packed from the accumulator layout
+ * into the A operand of the next product without touching shared memory.  q, k, v, dout
+ * are read as stored; P and dS are rounded to the storage type for their products;
+ * softmax statistics and accumulators are fp32.  Blocks of 4 warps x 16 rows, tiles of
+ * 64 (attn.cuh); the blocks with the most tiles start first (the last query tiles, the
+ * first key tiles), so that short ones fill the tail of the grid.  Our 16-bit attention
+ * where cuDNN's is not built, declines a shape, or TSR_CUDA_ATTENTION=mma asks for it
+ * (attention.cu).
  *
  * Shared memory holds 16-bit tiles twice where a product needs them with the head
  * dimension as its n index: row-major [64][HD + 8] (the k = hd operand: Q K^T, dO V^T)
@@ -377,7 +381,9 @@ __global__ void __launch_bounds__(TC_THREADS)
 /* dk, dv of the block's 64 keys from query head h, over the query tiles from the
  * diagonal on (in halves of 32 queries, to keep both sums in registers):
  * dv = P^T dout, dk = scale * dS^T q, with P^T = exp(scale K Q^T - lse) and
- * dP^T = V dout^T computed key-major.  Grid and GQA partial sums as the WMMA family's. */
+ * dP^T = V dout^T computed key-major.  One block per (key tile, b, query head), so that
+ * the grid has B*H*T/64 blocks and not B*KV*T/64: under grouped-query attention
+ * (part != NULL) each head's raw sums go to its own slice of part (attn.cuh). */
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     mma_dkdv_kernel(T *dk, T *dv, float *part, size_t part_stride, const T *dout,

@@ -28,8 +28,10 @@ extern "C" {
 
 #define TSR_DEV_RESULTS 512 /* device doubles for values the host fetches at once */
 
-/* Which attention TSR_CUDA_ATTENTION asked for (16-bit storage; fp32 runs its own kernel) */
-enum { TSR_ATT_WMMA = 0, TSR_ATT_MMA = 1, TSR_ATT_CUDNN = 2 };
+/* Which attention TSR_CUDA_ATTENTION asked for (16-bit storage; fp32 runs its own kernel):
+ * cuDNN's fused attention, the default of a build with cuDNN, or our mma.sync kernels, the
+ * default of one without */
+enum { TSR_ATT_MMA = 0, TSR_ATT_CUDNN = 1 };
 
 typedef struct {
   int device;
@@ -102,18 +104,20 @@ int tsr_cuda_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const v
                         int out);
 
 /* ---- attention's paths (attention.cu) ----
- * For 16-bit storage: cuDNN's fused attention where TSR_ATT_CUDNN asked for it and cuDNN
- * takes the shape, else the tensor-core kernels of the kind asked (WMMA or mma.sync) where
- * the head dimension has one on this GPU, else the fp32-arithmetic kernel on the 16-bit
- * storage; fp32 storage always the fp32 kernel.  Decided once per shape (and said on rank
- * 0); forward and backward of a shape take the same path. */
-enum { TSR_ATT_PATH_F32 = 0, TSR_ATT_PATH_WMMA, TSR_ATT_PATH_MMA, TSR_ATT_PATH_CUDNN };
+ * For 16-bit storage: cuDNN's fused attention where TSR_ATT_CUDNN asked for it (the
+ * default where built with cuDNN) and cuDNN takes the shape, else the mma.sync
+ * tensor-core kernels where the head dimension has one on this GPU, else the
+ * fp32-arithmetic kernel on the 16-bit storage; fp32 storage always the fp32 kernel.
+ * Decided once per shape (and said on rank 0); forward and backward of a shape take the
+ * same path (a call whose tensors cuDNN cannot take, not 16-byte aligned, runs that
+ * shape's fallback instead). */
+enum { TSR_ATT_PATH_F32 = 0, TSR_ATT_PATH_MMA, TSR_ATT_PATH_CUDNN };
 void tsr_cuda_attention_use(int kind); /* TSR_ATT_*: what TSR_CUDA_ATTENTION says */
 int tsr_cuda_attention_path(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride);
-/* Shared memory per block the tensor-core kernels of kind (TSR_ATT_WMMA or _MMA) need at
- * head_dim hd (0: none for hd), and whether this GPU gives it (and has 16-bit MMA). */
-size_t tsr_cuda_attention_tc_smem(int kind, int hd);
-int tsr_cuda_attention_tc_supported(int kind, int hd);
+/* Shared memory per block the mma.sync tensor-core kernels need at head_dim hd (0: none
+ * for hd), and whether this GPU gives it (and has 16-bit MMA). */
+size_t tsr_cuda_attention_tc_smem(int hd);
+int tsr_cuda_attention_tc_supported(int hd);
 
 /* ---- cuDNN's fused attention (sdpa_cudnn.cpp, where configure found cuDNN) ----
  * The decision of attention.cu, reached by the tests: 0 when cuDNN runs the shape (both

@@ -346,16 +346,31 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
       rc = TSR_ERR;
     }
   }
-  /* attention on 16-bit storage: the tensor-core kernels of attention.cu, WMMA (default)
-   * or mma.sync, or cuDNN's fused attention (sdpa_cudnn.cpp) where it was built */
+  /* attention on 16-bit storage (attention.cu): cuDNN's fused attention (sdpa_cudnn.cpp),
+   * the default where it was built, or our mma.sync tensor-core kernels, the default
+   * otherwise (and where cuDNN declines a shape) */
+#ifdef TSR_HAVE_CUDNN
+  const int att_default = TSR_ATT_CUDNN;
+#define ATT_DEFAULT "cudnn"
+#else
+  const int att_default = TSR_ATT_MMA;
+#define ATT_DEFAULT "mma"
+#endif
   const char *ak = getenv("TSR_CUDA_ATTENTION");
-  if (ak && *ak && strcmp(ak, "wmma") && strcmp(ak, "mma") && strcmp(ak, "cudnn")) {
-    tsr_error("TSR_CUDA_ATTENTION='%s': expected 'wmma' (the default), 'mma' or 'cudnn'", ak);
+  if (ak && !strcmp(ak, "wmma")) {
+    tsr_error("TSR_CUDA_ATTENTION='wmma': the WMMA attention kernels were removed (slower "
+              "than the mma.sync kernels and cuDNN's); expected 'cudnn' or 'mma' (the "
+              "default here: '" ATT_DEFAULT "')");
+    rc = TSR_ERR;
+  } else if (ak && *ak && strcmp(ak, "mma") && strcmp(ak, "cudnn")) {
+    tsr_error("TSR_CUDA_ATTENTION='%s': expected 'cudnn' or 'mma' (the default here: '"
+              ATT_DEFAULT "')", ak);
     rc = TSR_ERR;
   }
-  c->attention = !ak || !*ak || !strcmp(ak, "wmma") ? TSR_ATT_WMMA
-                 : !strcmp(ak, "mma")               ? TSR_ATT_MMA
-                                                    : TSR_ATT_CUDNN;
+#undef ATT_DEFAULT
+  c->attention = !ak || !*ak            ? att_default
+                 : !strcmp(ak, "cudnn") ? TSR_ATT_CUDNN
+                                        : TSR_ATT_MMA;
 #ifndef TSR_HAVE_CUDNN
   if (c->attention == TSR_ATT_CUDNN) {
     tsr_error("TSR_CUDA_ATTENTION=cudnn: this build has no cuDNN attention (configure found "

@@ -22,9 +22,12 @@
  * TSR_ERR_INPUT.  Collectives on op memory go through NCCL (comm_nccl.c), CUDA-aware MPI,
  * or MPI on pinned host copies (comm_stage.c).
  *
- * Environment, read when the backend opens: TSR_CUDA_ATTENTION = wmma (default) | mma |
- * cudnn picks the 16-bit attention (cuda/dev.h); TSR_CUDA_PROFILE=1 times every op and
- * prints the table on rank 0 when the backend closes. */
+ * Environment, read when the backend opens: TSR_CUDA_ATTENTION = cudnn | mma picks the
+ * 16-bit attention (cuda/dev.h): cudnn, cuDNN's fused attention, is the default of a build
+ * with cuDNN and refused in one without; mma, our mma.sync tensor-core kernels, the
+ * default otherwise, runs them even where cuDNN is built; any other value (wmma: those
+ * kernels were removed) is refused.  TSR_CUDA_PROFILE=1 times every op and prints the
+ * table on rank 0 when the backend closes. */
 #ifndef TSR_CUDA_OPS_DEV_H
 #define TSR_CUDA_OPS_DEV_H
 

@@ -4,7 +4,7 @@
 # (where the transformed files find them first) and the kernels compiled, with emu.cpp
 # and the NCCL stand-in, in parallel, into DIR/$EMU_OBJS.  The emulation always has cuDNN
 # attention's stand-in (sdpa_fake.c), so the kernels see TSR_HAVE_CUDNN.
-EMU_KERNELS=(gemm embed norm elem xent optim attention attn_f32 attn_wmma attn_mma)
+EMU_KERNELS=(gemm embed norm elem xent optim attention attn_f32 attn_mma)
 EMU_OBJS=("${EMU_KERNELS[@]/%/.o}" emu.o nccl.o)
 emu_kernels() {
   local dir=$1 emu=$top/emu f h p rc=0 pids=()

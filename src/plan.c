@@ -241,16 +241,17 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
 
 /* The GPU backend's scratch beyond hardware.reserved_gb: the tensor-core attention
  * backward's per-query-head dk, dv sums under grouped-query attention (cuda/attention.cu,
- * tsr_ops_shapes.attn_part), and its D; with TSR_CUDA_ATTENTION=cudnn in the environment
- * and 16-bit storage, cuDNN attention's workspace.  The other scratch parts (column sums,
- * the embedding sort, cross-entropy rows) are kilobytes to a few megabytes, left to the
- * reserve. */
+ * tsr_ops_shapes.attn_part), and its D; with 16-bit storage, cuDNN attention's workspace,
+ * unless TSR_CUDA_ATTENTION in the environment asks for another attention (mma): cuDNN's
+ * is the default of a GPU build with cuDNN (cuda/ops_dev.h), the one planned for.  The
+ * other scratch parts (column sums, the embedding sort, cross-entropy rows) are kilobytes
+ * to a few megabytes, left to the reserve. */
 static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
   tsr_ops_shapes s;
   tsr_model_ops_shapes_of(d, &s);
   double b = (double)tsr_ops_attention_scratch_bytes(s.attn_bht, s.attn_part);
   const char *attention = getenv("TSR_CUDA_ATTENTION");
-  if (half_precision(cfg) && attention && !strcmp(attention, "cudnn"))
+  if (half_precision(cfg) && (!attention || !*attention || !strcmp(attention, "cudnn")))
     b += (double)tsr_ops_cudnn_attention_workspace_bytes(&s);
   return b;
 }

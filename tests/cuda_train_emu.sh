@@ -7,15 +7,18 @@
 #      (2-byte activations, gradients of activations and weights in bf16 and fp16): the
 #      loss and gradient norm of every step agree with run.device = 'cpu' (fp32 to 2e-6,
 #      measured 2.4e-9; bf16 and fp16 to 2e-4 on losses and 2e-3 on gradient norms,
-#      measured 3.6e-5 / 1.7e-4 and 8.7e-7 / 1.9e-5: the two backends round the same
+#      measured 1.5e-6 / 1.6e-5 and 4.7e-7 / 1.7e-5: the two backends round the same
 #      fp32 values once on store, but sum in different orders, so some roundings to 16
 #      bits flip); the activations reserved in bf16 are half those of fp32, and the device
 #      memory measured after step 1 is within 5% of tessera plan's GPU figure (measured
-#      -1.3%); at head_dim 32 the attention runs on the tensor cores, with the WMMA and
-#      the mma.sync kernels (TSR_CUDA_ATTENTION), and on the emulation's stand-in for
-#      cuDNN's graphs, in bf16 and fp16, each to 2e-4 (measured at most 3.3e-5, gradient
-#      norms 4.2e-4); a shape cuDNN declines takes our kernel, saying why; an unknown
-#      TSR_CUDA_ATTENTION is refused;
+#      -1.3%; the plan counts cuDNN attention's workspace, the default, in bf16 and not
+#      under TSR_CUDA_ATTENTION=mma in fp16); 16-bit attention runs by default on the
+#      emulation's stand-in for cuDNN's graphs (the emulation is a build with cuDNN), and
+#      with TSR_CUDA_ATTENTION=mma on our kernels: at head_dim 16 the fp32-arithmetic one,
+#      at head_dim 32 the mma.sync tensor-core ones, in bf16 and fp16, each to 2e-4
+#      (measured at most 3.1e-5, gradient norms 4.4e-4); a shape cuDNN declines takes our
+#      kernel, saying why;
+#      TSR_CUDA_ATTENTION=wmma (kernels removed) and an unknown value are refused;
 #  (b) gpt2 (LayerNorm, GELU, biases, learned positions, tied embeddings), full recompute,
 #      the unfused LM head (the other runs take the fused head, xent_head, in chunks of 24
 #      of the 64 tokens), with a validation pass, in fp32, bf16 and fp16: training and
@@ -69,8 +72,11 @@ rc_is() { [ "$(cat "$SCRATCH/$1.rc")" = "$2" ] || { tail -5 "$SCRATCH/$1.out"; r
 tol_of() { [ "$1" = fp32 ] && echo 2e-6 || echo 2e-4; }
 for prec in fp32 bf16 fp16; do
   tol=$(tol_of $prec)
+  # fp16 asks for our kernels (TSR_CUDA_ATTENTION=mma), bf16 takes the default (cuDNN's)
+  ak=
+  [ $prec = fp16 ] && ak=mma
   run "cpu_$prec" cpu 1 run.max_steps=3 train.precision=$prec
-  run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
+  TSR_CUDA_ATTENTION=$ak run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
   check "(a) $prec: the device run finishes (exit $(cat "$SCRATCH/gpu_$prec.rc"))" rc_is "gpu_$prec" 0
   check "(a) $prec: device and CPU agree to $tol" agree "gpu_$prec" "cpu_$prec" $tol
   check "(a) $prec: device memory after step 1 within 5% of tessera plan's GPU figure" \
@@ -88,19 +94,24 @@ check "(a) bf16 activations on the device: about half of fp32's ($(act_mb gpu_bf
   "$(act_mb gpu_bf16)" "$(act_mb gpu_fp32)"
 check "(a) fp32 attention runs the fp32 kernel" grep -q "^attention: fp32 kernel \[fp32" \
   "$SCRATCH/gpu_fp32.out"
-check "(a) bf16 attention at head_dim 16 runs the fp32-arithmetic kernel on 16-bit storage" \
-  grep -q "^attention: fp32-arithmetic kernel on the 16-bit storage .*\[bf16 B 2 T 32 H 4 KV 2 hd 16\]" \
+check "(a) bf16 attention by default runs cuDNN's (the emulation's stand-in)" \
+  grep -q "^attention: cuDNN fused flash attention on q, k, v in place (emulated cuDNN.*\[bf16 B 2 T 32 H 4 KV 2 hd 16\]" \
   "$SCRATCH/gpu_bf16.out"
-# head_dim 32 (2 heads, 1 KV head): attention on the tensor cores, both kernel families,
-# and on the emulation's stand-in for cuDNN's graphs (emu/sdpa_fake.c)
+check "(a) ... and reserves its workspace" grep -q "^cuda: cuDNN attention workspace" \
+  "$SCRATCH/gpu_bf16.out"
+check "(a) fp16 attention at head_dim 16, TSR_CUDA_ATTENTION=mma: the fp32-arithmetic kernel on 16-bit storage" \
+  grep -q "^attention: fp32-arithmetic kernel on the 16-bit storage .*\[fp16 B 2 T 32 H 4 KV 2 hd 16\]" \
+  "$SCRATCH/gpu_fp16.out"
+check "(a) ... and no cuDNN workspace" sh -c "! grep -q '^cuda: cuDNN attention workspace' '$SCRATCH/gpu_fp16.out'"
+# head_dim 32 (2 heads, 1 KV head): attention on the tensor cores (mma.sync), and on the
+# emulation's stand-in for cuDNN's graphs (emu/sdpa_fake.c)
 for prec in bf16 fp16; do
   run "cpu_hd32_$prec" cpu 1 run.max_steps=3 train.precision=$prec model.n_head=2 model.n_kv_head=1
-  for k in wmma mma cudnn; do
+  for k in mma cudnn; do
     TSR_CUDA_ATTENTION=$k run "hd32_${k}_$prec" cuda 1 run.max_steps=3 train.precision=$prec \
       model.n_head=2 model.n_kv_head=1
     case $k in
-      wmma) what="tensor cores, WMMA kernels ($prec products" ;;
-      mma) what="tensor cores, mma.sync kernels (TSR_CUDA_ATTENTION=mma; $prec products" ;;
+      mma) what="tensor cores, mma.sync kernels ($prec products; fp32 softmax and sums) [$prec" ;;
       cudnn) what="cuDNN fused flash attention on q, k, v in place (emulated cuDNN" ;;
     esac
     check "(a) $prec, head_dim 32, TSR_CUDA_ATTENTION=$k: the log names the path" \
@@ -111,13 +122,19 @@ done
 check "(a) cuDNN's backward is the deterministic one (train.deterministic's default)" \
   grep -q "^attention: cuDNN .*deterministic backward" "$SCRATCH/hd32_cudnn_bf16.out"
 TSR_CUDA_ATTENTION=flash run bad_attention_kernel cuda 1 run.max_steps=1
-check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices" \
-  grep -q "TSR_CUDA_ATTENTION='flash': expected 'wmma' (the default), 'mma' or 'cudnn'" \
+check "(a) TSR_CUDA_ATTENTION=flash is refused, naming the choices (exit $(cat "$SCRATCH/bad_attention_kernel.rc"))" \
+  grep -q "TSR_CUDA_ATTENTION='flash': expected 'cudnn' or 'mma' (the default here: 'cudnn')" \
   "$SCRATCH/bad_attention_kernel.out"
-# a shape cuDNN declines (head_dim 4): our kernel instead, saying why
-TSR_CUDA_ATTENTION=cudnn run cudnn_declines cuda 1 run.max_steps=1 train.precision=bf16 \
-  model.n_head=16 model.n_kv_head=8
-check "(a) bf16, head_dim 4, TSR_CUDA_ATTENTION=cudnn: our kernel, saying why not cuDNN" \
+TSR_CUDA_ATTENTION=wmma run wmma_removed cuda 1 run.max_steps=1
+check "(a) TSR_CUDA_ATTENTION=wmma is refused: the kernels were removed, the choices named" \
+  grep -q "TSR_CUDA_ATTENTION='wmma': the WMMA attention kernels were removed .*expected 'cudnn' or 'mma' (the default here: 'cudnn')" \
+  "$SCRATCH/wmma_removed.out"
+check "(a) ... with the exit status of an unknown value ($(cat "$SCRATCH/wmma_removed.rc"))" \
+  sh -c "[ \"\$(cat '$SCRATCH/wmma_removed.rc')\" = \"\$(cat '$SCRATCH/bad_attention_kernel.rc')\" ] &&
+    [ \"\$(cat '$SCRATCH/wmma_removed.rc')\" != 0 ]"
+# a shape cuDNN declines (head_dim 4), asked for by default: our kernel instead, saying why
+run cudnn_declines cuda 1 run.max_steps=1 train.precision=bf16 model.n_head=16 model.n_kv_head=8
+check "(a) bf16, head_dim 4, cuDNN by default: our kernel, saying why not cuDNN" \
   grep -q "^attention: fp32-arithmetic kernel .*; not cuDNN: emulated cuDNN cannot run it: hidden_dim" \
   "$SCRATCH/cudnn_declines.out"
 check "(a) ... and the run finishes" rc_is cudnn_declines 0

@@ -17,8 +17,8 @@
 #     10% of the plan's GPU figure.
 #  2. --json parses (python3 -m json.tool) for llm70b on 64 x 8 and for the search.
 #  3. --search ranks layouts of llm70b on 64 nodes x 8 GPUs that fit in memory.
-#  4. With TSR_CUDA_ATTENTION=cudnn in bf16 the GPU workspace grows by cuDNN attention's
-#     workspace (exact bytes).
+#  4. In bf16 the GPU workspace counts cuDNN attention's workspace (exact bytes), the
+#     default GPU build's attention: with TSR_CUDA_ATTENTION unset or cudnn, not with mma.
 #  5. A layout that does not divide fails with exit 2 and names the keys and numbers; so
 #     does a machine of more than INT_MAX GPUs (nodes x GPUs per node in 64 bits).
 #  6. FLOPs in the JSON: model FLOPs the same for every recompute mode and equal to the
@@ -178,27 +178,29 @@ import json, sys
 d = json.load(open(sys.argv[1]))['search']
 sys.exit(0 if d['layouts'] and all(l['fits'] for l in d['layouts']) else 1)" "$SCRATCH/search.json"
 
-# With TSR_CUDA_ATTENTION=cudnn in bf16 the GPU workspace counts cuDNN attention's
-# workspace (src/ops.h, tsr_ops_cudnn_attention_workspace_bytes: its deterministic
-# backward's dP, 2 B H T'^2 bytes with T' = T rounded up to 128, an fp32 dq accumulator,
-# 4 B H T hd, two floats per query row, 8 B H T, and 1024): gpt2 narrowed to B 2, H 4,
-# T 64, hd 16 gives 2*8*128^2 + 4*512*16 + 8*512 + 1024 = 300032 bytes more.
+# In bf16 the GPU workspace counts cuDNN attention's workspace, the default attention
+# (TSR_CUDA_ATTENTION unset, or empty as here, or cudnn), unless TSR_CUDA_ATTENTION=mma
+# asks for our kernels (src/ops.h, tsr_ops_cudnn_attention_workspace_bytes: its
+# deterministic backward's dP, 2 B H T'^2 bytes with T' = T rounded up to 128, an fp32 dq
+# accumulator, 4 B H T hd, two floats per query row, 8 B H T, and 1024): gpt2 narrowed to
+# B 2, H 4, T 64, hd 16 gives 2*8*128^2 + 4*512*16 + 8*512 + 1024 = 300032 bytes more.
 NARROW=(model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4 model.d_ff=256
   model.vocab_size=256 model.seq_len=64 train.micro_batch=2 train.global_batch=8
   train.precision=bf16)
-for a in wmma cudnn; do
+for a in mma cudnn ""; do
   TSR_CUDA_ATTENTION=$a "$TESSERA" plan "$top_srcdir/input/gpt2_124m.nml" --nodes 1 \
-    --gpus-per-node 1 --json "${NARROW[@]}" >"$SCRATCH/ws_$a.json" 2>&1
+    --gpus-per-node 1 --json "${NARROW[@]}" >"$SCRATCH/ws_${a:-default}.json" 2>&1
 done
-check "plan: TSR_CUDA_ATTENTION=cudnn adds cuDNN attention's workspace (300032 bytes here)" \
+check "plan: cuDNN attention's workspace (300032 bytes here) by default and with cudnn, not mma" \
   "$PYTHON_REF" -c "
 import json, sys
-w = [json.load(open(f))['stages'][0]['memory_gpu']['workspace'] for f in sys.argv[1:3]]
-print('    GPU workspace: wmma', w[0], 'cudnn', w[1], 'bytes')
+w = [json.load(open(f))['stages'][0]['memory_gpu']['workspace'] for f in sys.argv[1:4]]
+print('    GPU workspace: mma', w[0], 'cudnn', w[1], 'unset', w[2], 'bytes')
 B, H, T, hd = 2, 4, 64, 16
 Tp = (T + 127) // 128 * 128
-sys.exit(0 if w[1] - w[0] == 2 * B * H * Tp * Tp + 4 * B * H * T * hd + 8 * B * H * T + 1024 else 1)" \
-  "$SCRATCH/ws_wmma.json" "$SCRATCH/ws_cudnn.json"
+sys.exit(0 if w[1] - w[0] == 2 * B * H * Tp * Tp + 4 * B * H * T * hd + 8 * B * H * T + 1024
+         and w[2] == w[1] else 1)" \
+  "$SCRATCH/ws_mma.json" "$SCRATCH/ws_cudnn.json" "$SCRATCH/ws_default.json"
 
 # layouts that do not divide: exit 2, naming the keys and their values
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 8 parallel.tp=16 >"$SCRATCH/bad.txt" 2>&1

@@ -1,7 +1,8 @@
 /* test_kernels_attention.c — the attention group of tests/cuda/test_kernels: the forward
- * and backward of every path (dev.h: fp32 kernel, WMMA and mma.sync tensor cores, the
+ * and backward of every path (dev.h: fp32 kernel, mma.sync tensor cores, the
  * fp32-arithmetic kernel on 16-bit storage, cuDNN where built) against the CPU kernels,
- * in fp32, bf16 and fp16, with the path each shape must take checked too.
+ * in fp32, bf16 and fp16, with the path each shape must take checked too, and which
+ * attention the backend takes by default.
  *
  * q, k, v live in one fused [B*T, (H+2KV)*hd] buffer (the model's layout), or in three
  * buffers of row stride H*hd.  The backward runs on the CPU's out and lse, so only the
@@ -15,7 +16,7 @@
 
 #include "kernels_util.h"
 
-static const char *const path_name[] = {"fp32 kernel", "wmma", "mma", "cudnn"};
+static const char *const path_name[] = {"fp32 kernel", "mma", "cudnn"};
 
 static tsr_ops_shapes att_shapes(tsr_dtype dt, int B, int T, int H, int KV, int hd) {
   tsr_ops_shapes s;
@@ -42,8 +43,7 @@ static int expected_path(tsr_dtype dt, int kind, int T, int hd) {
     if (must) return TSR_ATT_PATH_CUDNN;
     return -1;
   }
-  if (!tsr_cuda_attention_tc_supported(kind, hd)) return TSR_ATT_PATH_F32;
-  return kind == TSR_ATT_MMA ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_WMMA;
+  return tsr_cuda_attention_tc_supported(hd) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32;
 }
 
 /* One shape on the attention of `kind` (TSR_ATT_*; ignored for fp32 storage). */
@@ -54,12 +54,11 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
   const long rows = (long)B * T, nqkv = rows * stride, nout = rows * H * hd, nl = (long)B * H * T;
   const long nbuf = separate ? 3 * nqkv : nqkv;
   const long qo = 0, ko = separate ? nqkv : H * hd, vo = separate ? 2 * nqkv : (H + KV) * hd;
-  if (kind == TSR_ATT_CUDNN) setenv("TSR_CUDA_ATTENTION", "cudnn", 1);
+  setenv("TSR_CUDA_ATTENTION", kind == TSR_ATT_CUDNN ? "cudnn" : "mma", 1);
   tsr_ops_shapes s = att_shapes(dt, B, T, H, KV, hd);
   s.deterministic = deterministic;
   kreserve(s);
   unsetenv("TSR_CUDA_ATTENTION");
-  if (kind != TSR_ATT_CUDNN) tsr_cuda_attention_use(kind);
   const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, stride);
   const int want = expected_path(dt, kind, T, hd);
   snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
@@ -110,8 +109,9 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     /* grouped: without the partials' scratch the tensor-core backward refuses, launching
      * nothing, and the backend stays failed */
     s.attn_part = 0;
+    setenv("TSR_CUDA_ATTENTION", "mma", 1);
     kreserve(s);
-    tsr_cuda_attention_use(kind);
+    unsetenv("TSR_CUDA_ATTENTION");
     tbuf d3 = tb_out(dt, nbuf);
     printf("      (an error about scratch is expected next)\n");
     fflush(stdout);
@@ -129,21 +129,51 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
   tb_free(&buf), tb_free(&out), tb_free(&lse), tb_free(&dout), tb_free(&dbuf), tb_free(&dbuf2);
 }
 
-/* Which head dimensions the tensor-core kinds take on this GPU, and why. */
+/* Which head dimensions the tensor-core kernels take on this GPU, and why. */
 static void check_tc_table(void) {
   int dev = 0, optin = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  for (int kind = TSR_ATT_WMMA; kind <= TSR_ATT_MMA; kind++)
-    for (int hd = 16; hd <= 144; hd += 16) {
-      const size_t need = tsr_cuda_attention_tc_smem(kind, hd);
-      const int ok = tsr_cuda_attention_tc_supported(kind, hd);
-      kcheck(ok == (need > 0 && need <= (size_t)optin) &&
-                 (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
-             "attention tc (%s): head_dim %d %s (needs %zu bytes of shared memory, the GPU "
-             "gives %d)",
-             path_name[1 + kind], hd, ok ? "offered" : "not offered", need, optin);
-    }
+  for (int hd = 16; hd <= 144; hd += 16) {
+    const size_t need = tsr_cuda_attention_tc_smem(hd);
+    const int ok = tsr_cuda_attention_tc_supported(hd);
+    kcheck(ok == (need > 0 && need <= (size_t)optin) &&
+               (need > 0) == (hd == 32 || hd == 64 || hd == 96 || hd == 128),
+           "attention tc (mma): head_dim %d %s (needs %zu bytes of shared memory, the GPU "
+           "gives %d)",
+           hd, ok ? "offered" : "not offered", need, optin);
+  }
+}
+
+/* TSR_CUDA_ATTENTION unset: cuDNN's attention where the build has it, else the mma.sync
+ * kernels; 'mma' forces ours; 'wmma' (removed) is refused when the backend opens. */
+static void check_default_kind(void) {
+  unsetenv("TSR_CUDA_ATTENTION");
+  kreserve(att_shapes(TSR_BF16, 1, 64, 2, 1, 64));
+#ifdef TSR_HAVE_CUDNN
+  kcheck(tsr_dev_ctx.attention == TSR_ATT_CUDNN,
+         "attention: cuDNN's is the default of a build with cuDNN");
+  kcheck(tsr_dev_ctx.attn_ws_bytes > 0, "  ... its workspace reserved for 16-bit storage");
+#else
+  kcheck(tsr_dev_ctx.attention == TSR_ATT_MMA,
+         "attention: the mma.sync kernels are the default of a build without cuDNN");
+#endif
+  setenv("TSR_CUDA_ATTENTION", "mma", 1);
+  kreserve(att_shapes(TSR_BF16, 1, 64, 2, 1, 64));
+  kcheck(tsr_dev_ctx.attention == TSR_ATT_MMA && tsr_dev_ctx.attn_ws_bytes == 0,
+         "attention: TSR_CUDA_ATTENTION=mma takes the mma.sync kernels (no cuDNN workspace)");
+  const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
+  kcheck(path == (tsr_cuda_attention_tc_supported(64) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32),
+         "  ... bf16 hd 64 takes the %s path", path >= 0 ? path_name[path] : "no");
+  setenv("TSR_CUDA_ATTENTION", "wmma", 1);
+  kb->close();
+  kb = NULL;
+  const tsr_ops_backend *b2 = NULL;
+  printf("      (an error about TSR_CUDA_ATTENTION=wmma is expected next)\n");
+  fflush(stdout);
+  const int rc = tsr_cuda_ops_open_device(0, &b2);
+  kcheck(rc != 0 && !b2, "TSR_CUDA_ATTENTION=wmma (removed) is refused when the backend opens");
+  unsetenv("TSR_CUDA_ATTENTION");
 }
 
 void test_attention_group(void) {
@@ -154,14 +184,12 @@ void test_attention_group(void) {
   const int n_att = (int)(sizeof att / sizeof att[0]);
   kreserve(att_shapes(TSR_BF16, 1, 1, 1, 1, 8));
   check_tc_table();
+  check_default_kind();
+  /* our kernels (fp32 storage: the one kernel) */
   for (int d = 0; d < 3; d++) {
-    const tsr_dtype dt = dts[d];
-    const int kinds = dt == TSR_F32 ? 1 : 2; /* fp32 storage has the one kernel */
-    for (int kind = TSR_ATT_WMMA; kind < kinds; kind++) {
-      for (int i = 0; i < n_att; i++)
-        run_case(dt, kind, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0, 1);
-      run_case(dt, kind, 2, 45, 4, 2, 64, 1, 1);
-    }
+    for (int i = 0; i < n_att; i++)
+      run_case(dts[d], TSR_ATT_MMA, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0, 1);
+    run_case(dts[d], TSR_ATT_MMA, 2, 45, 4, 2, 64, 1, 1);
   }
 #ifdef TSR_HAVE_CUDNN
   if (!getenv("TSR_TEST_NO_CUDNN")) { /* device-test.sh sanitize: our kernels, not cuDNN's */
@@ -185,7 +213,7 @@ void test_attention_group(void) {
     kcheck(rc == TSR_CUDA_CUDNN_CANNOT && strstr(why, "workspace"),
            "cuDNN attention declines a workspace of 0 bytes (%s)", why);
     const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
-    kcheck(path == TSR_ATT_PATH_WMMA || path == TSR_ATT_PATH_F32,
+    kcheck(path == (tsr_cuda_attention_tc_supported(64) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32),
            "  ... and the shape runs on our kernels (%s)", path >= 0 ? path_name[path] : "none");
   }
 #endif
