@@ -28,8 +28,6 @@ void emu_warp_exchange(const void *v, void *out, int partner, size_t size);
 void emu_warp_gather(const void *v, void *all, size_t size);
 void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body);
 #define __syncthreads() emu_syncthreads()
-/* a warp barrier as a block barrier: kernels call both uniformly, so the result is the same */
-#define __syncwarp(...) emu_syncthreads()
 template <class V> V __shfl_xor_sync(unsigned mask, V v, int o) {
   V r;
   emu_warp_exchange(&v, &r, (int)(threadIdx.x ^ (unsigned)o), sizeof(V));
