@@ -4,11 +4,12 @@
 # emulation of the CUDA runtime, and window.sh --dry-run runs both calls with every part,
 # tiny shapes and PyTorch on the CPU, as the GPU machine will with the real bundle:
 #  (a) the bundle is made by one command and is well under the 64 MiB a call can carry;
-#  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16; WMMA,
-#      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the three
+#  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16;
+#      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the two
 #      attentions and at the largest micro-batch the planner fits, PyTorch eager, the op
 #      profile: each part ends with exit 0 and its result lines, and the summary takes the
-#      decisions (the cuDNN default, the family to delete, tokens/s against PyTorch);
+#      decisions and results (the cuDNN default, cuDNN against mma.sync, tokens/s against
+#      PyTorch);
 #  (c) call 2 with call 1's results: compute-sanitizer's stand-in over 2 bf16 steps and
 #      over the attention kernel tests, torch.compile's place; the summary reads both
 #      calls;
@@ -52,22 +53,24 @@ for p in info kernels train llama torch profile; do
   check "(b) part $p: exit 0" grep -q "^part name=$p rc=0 " "$R1"
 done
 check "(b) the kernel tests ran and passed" grep -q "^kernels passed=[1-9][0-9]* failed=0 rc=0" "$R1"
-check "(b) 9 trainer checks against the CPU, all passed" \
-  sh -c "test \$(grep -c '^check name=.* ok=1' '$R1') -eq 9 && ! grep -q '^check .* ok=0' '$R1'"
-for a in wmma mma cudnn; do
+check "(b) 8 trainer checks against the CPU, all passed" \
+  sh -c "test \$(grep -c '^check name=.* ok=1' '$R1') -eq 8 && ! grep -q '^check .* ok=0' '$R1'"
+for a in mma cudnn; do
   check "(b) llama at micro-batch 1 with $a: timed" grep -q "^llama attn=$a mb=1 steps=2 step_ms=[0-9.]* .*rc=0" "$R1"
 done
 check "(b) llama with cuDNN ran cuDNN's (stand-in) attention" grep -q "^llama attn=cudnn mb=1 .*cudnn=1" "$R1"
-check "(b) llama at the planner's largest micro-batch (4 here), cuDNN and one family" \
-  sh -c "test \$(grep -c '^llama attn=[a-z]* mb=4 .*rc=0' '$R1') -eq 2"
+check "(b) llama at the planner's largest micro-batch (4 here), cuDNN and mma.sync" \
+  sh -c "grep -q '^llama attn=cudnn mb=4 .*rc=0' '$R1' && grep -q '^llama attn=mma mb=4 .*rc=0' '$R1'"
 check "(b) PyTorch eager at micro-batch 1 and 4" \
   sh -c "grep -q '^torch mode=eager mb=1 rc=0 step_ms=' '$R1' && grep -q '^torch mode=eager mb=4 rc=0 step_ms=' '$R1'"
 check "(b) the FLOPs of a token from the planner" grep -q "^model name=llama1b flops_per_token=[0-9]" "$R1"
 check "(b) the profile printed its op table" grep -q "^profile what=llama1b_mb1 attn=cudnn steps=2 rc=0 table=1" "$R1"
 S1=$SCRATCH/o1/summary.txt
 check "(b) summary: the gate passed" grep -q "^gate .*: PASS" "$S1"
-check "(b) summary: cuDNN becomes the default" grep -q "^DECISION cudnn_default: yes" "$S1"
-check "(b) summary: one family to delete" grep -q "^DECISION delete_family: \(wmma\|mma\) (" "$S1"
+check "(b) summary: cuDNN the default, its decision held" grep -q "^DECISION cudnn_default: yes" "$S1"
+check "(b) summary: cuDNN against mma.sync at both micro-batches, no family decision" \
+  sh -c "test \$(grep -c '^RESULT cudnn/mma step time mb [14]: [0-9.]* (cuDNN ' '$S1') -eq 2 &&
+    ! grep -q '^DECISION delete_family' '$S1'"
 check "(b) summary: Tessera against PyTorch eager at both micro-batches" \
   sh -c "test \$(grep -c '^RESULT tessera/torch_eager mb' '$S1') -eq 2"
 check "(b) the logs came back packed" sh -c "tar tzf '$SCRATCH/o1/logs-call1.tgz' | grep -q 'logs/llama.log'"

@@ -13,14 +13,14 @@
                                     printed, one block
 
 A result line is a kind and key=value words (shell quoting for values with spaces):
-    llama attn=wmma mb=1 step_ms=52.1 tok_s=39300 mem_gb=21.2 cudnn=0 rc=0
+    llama attn=mma mb=1 step_ms=48.0 tok_s=42700 mem_gb=21.2 cudnn=0 rc=0
 The decisions are the ones bench/RESULTS.md ("What that run decides") sets out:
  1. nothing counts unless the kernel tests and the trainer's checks against the CPU pass
     (and compute-sanitizer is clean, where it ran);
- 2. cuDNN becomes the default 16-bit attention when the build has it, llama1b's shape ran
-    on it, and its losses held against the CPU;
- 3. of our two tensor-core attention families, WMMA and mma.sync, the slower one on llama1b
-    goes;
+ 2. cuDNN is the default 16-bit attention where the build has it: confirmed when
+    llama1b's shape ran on it and its losses held against the CPU;
+ 3. our own tensor-core attention is the mma.sync family (the WMMA one was removed): its
+    llama1b step time against cuDNN's, at every micro-batch both ran, is reported;
  4. llama1b's tokens/s against PyTorch eager and torch.compile in the same call, and MFU.
 """
 import json
@@ -174,29 +174,11 @@ def summary(files):
                "no cuDNN check against the CPU ran")
         say(f"DECISION cudnn_default: no ({why})")
 
-    # 3. WMMA against mma.sync, at every micro-batch both ran
-    pairs = [(mb, best[("wmma", mb)], best[("mma", mb)]) for (a, mb) in best
-             if a == "wmma" and ("mma", mb) in best]
-    if not gate:
-        say("DECISION delete_family: not taken (the gate failed)")
-    elif not pairs:
-        ran = {a for (a, mb) in best if a in ("wmma", "mma")}
-        if len(ran) == 1:
-            keep = ran.pop()
-            say(f"DECISION delete_family: {'mma' if keep == 'wmma' else 'wmma'} "
-                f"(only {keep} ran llama1b)")
-        else:
-            say("DECISION delete_family: not taken (neither family's llama1b time)")
-    else:
-        w = sum(num(x, "step_ms") / mb for mb, x, _ in pairs)
-        m = sum(num(y, "step_ms") / mb for mb, _, y in pairs)
-        slower = "wmma" if w > m else "mma"
-        gap = abs(w - m) / min(w, m) * 100
-        say(f"DECISION delete_family: {slower} (per-sequence step time summed over micro-batches "
-            f"{sorted(mb for mb, _, _ in pairs)}: wmma {w:.1f} ms, mma.sync {m:.1f} ms; "
-            f"{slower} {gap:.1f}% slower"
-            + ("; within 3%: the runs' own spread may decide it, read the profile)" if gap < 3
-               else ")"))
+    # 3. cuDNN against our mma.sync kernels, at every micro-batch both ran
+    for mb in sorted(m for (a, m) in best if a == "cudnn" and ("mma", m) in best):
+        c, o = num(best[("cudnn", mb)], "step_ms"), num(best[("mma", mb)], "step_ms")
+        say(f"RESULT cudnn/mma step time mb {mb}: {c / o:.2f} (cuDNN {c:.1f} ms, our mma.sync "
+            f"{o:.1f} ms, {(o - c) / c * 100:+.1f}% against cuDNN)")
 
     # 4. against PyTorch
     torch = [r for r in of("torch") if r.get("rc") == "0" and num(r, "tok_s")]

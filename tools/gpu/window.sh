@@ -12,12 +12,13 @@
 # OUT      a folder: results.txt (one line per result, written the moment it is known),
 #          summary.txt (the decisions), logs-callN.tgz (every part's log and run output,
 #          packed again after each part), all of it kept when the call is cut short.
-# CALL     1: kernel tests against the CPU (all three attention families and cuDNN); the
-#             trainer against the CPU (one step in fp32, bf16, fp16; WMMA, mma.sync and
-#             cuDNN attention; 50 bf16 steps); llama1b step times for each family at
-#             micro-batch 1 and at the largest micro-batch that fits; PyTorch eager on
-#             the same model; then, if the budget allows, one per-op profile of llama1b
-#             (TSR_CUDA_PROFILE) with the attention the summary chose.  At most 7 minutes.
+# CALL     1: kernel tests against the CPU (our attention kernels, fp32-arithmetic and
+#             mma.sync, and cuDNN's); the trainer against the CPU (one step in fp32,
+#             bf16, fp16; mma.sync and cuDNN attention; 50 bf16 steps); llama1b step
+#             times for each attention at micro-batch 1 and at the largest micro-batch
+#             that fits; PyTorch eager on the same model; then, if the budget allows,
+#             one per-op profile of llama1b (TSR_CUDA_PROFILE) with the attention the
+#             summary chose.  At most 7 minutes.
 #          2: compute-sanitizer memcheck over 2 bf16 steps and racecheck over the
 #             attention kernel tests; torch.compile.  At most 4 minutes.
 # BUDGET_S seconds for the whole call (default 400 for call 1, 220 for call 2): the parts
@@ -137,7 +138,7 @@ part_train() {
     check "1step_$prec" "$PY" "$TOP/tools/gpu/decide.py" agree "$TW_DIR/runs/gpu_$prec/metrics.jsonl" \
       "$TW_DIR/runs/cpu_$prec/metrics.jsonl" $tol
   done
-  for a in wmma mma cudnn; do
+  for a in mma cudnn; do
     TSR_CUDA_ATTENTION=$a one "gpu_bf16_$a" tiny cuda "${TINY[@]}" run.max_steps=1 train.precision=bf16
     ran_attention "gpu_bf16_$a"
     check "1step_bf16_$a" "$PY" "$TOP/tools/gpu/decide.py" agree \
@@ -177,7 +178,7 @@ llama() {
 part_llama() {
   local n=8 big_n=6 a
   [ "${TW_DRY:-0}" = 1 ] && n=3 big_n=2
-  for a in wmma mma cudnn; do llama "llama_${a}_mb1" $a 1 $n; done
+  for a in mma cudnn; do llama "llama_${a}_mb1" $a 1 $n; done
   # the largest micro-batch the planner fits in this GPU's memory (powers of two); a run
   # out of memory (exit 2) tries half
   local mb=0 m cands="32 16 8 4 2" hbm
@@ -195,21 +196,8 @@ part_llama() {
   done
   echo "largest micro-batch the planner fits: $mb"
   [ $mb -gt 1 ] || return 0
-  # cuDNN's and the faster of our two families'
-  local fam
-  fam=$("$PY" - "$TW_OUT/results.txt" <<'PY'
-import shlex, sys
-t = {}
-for line in open(sys.argv[1]):
-    w = shlex.split(line)
-    if w and w[0] == "llama":
-        d = dict(x.split("=", 1) for x in w[1:] if "=" in x)
-        if d.get("mb") == "1" and d.get("rc") == "0" and d.get("step_ms"):
-            t[d["attn"]] = float(d["step_ms"])
-print(min((a for a in ("wmma", "mma") if a in t), key=lambda a: t[a], default="wmma"))
-PY
-)
-  for a in cudnn $fam; do
+  # cuDNN's and our mma.sync kernels'
+  for a in cudnn mma; do
     m=$mb
     while [ $m -gt 1 ]; do
       llama "llama_${a}_mb$m" $a $m $big_n && break
