@@ -18,8 +18,10 @@
  *    GEMM curve and the network are the machine's: both implementations share them.
  *  - Tessera's kernels ('tessera'): bench/cuda_kernels on one H100 SXM (bench/RESULTS.md
  *    "CUDA backend on an H100", tree b476917).  Attention: the WMMA tensor-core kernels
- *    at B 2, T 2048, 32 heads: forward 63.7 TFLOP/s at hd 128 and 55.4 at hd 64
- *    (attention_half_hd 22 from their ratio), backward 33.5 at hd 128; fp32 9.0 and 6.7.
+ *    of that tree (since removed; cuDNN's fused attention is now the default, the
+ *    mma.sync kernels ours, neither profiled here yet) at B 2, T 2048, 32 heads: forward
+ *    63.7 TFLOP/s at hd 128 and 55.4 at hd 64 (attention_half_hd 22 from their ratio),
+ *    backward 33.5 at hd 128; fp32 9.0 and 6.7.
  *    How efficiency grows with T was not measured: attention_half_seq 256 is assumed, and
  *    the asymptotes are set so that the measured rows come out at T 2048.  Memory-bound
  *    kernels: SwiGLU backward, fused cross-entropy, AdamW and RMSNorm backward at 0.78,
