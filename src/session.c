@@ -200,44 +200,6 @@ int tsr_session_load(tsr_session *s, const char *path) {
   return tsr_zero_publish_params(s->zero);
 }
 
-int tsr_session_state_host(tsr_session *s, float *hb[3]) {
-  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                         tsr_zero_adam_v(s->zero)};
-  memcpy(hb, dev, sizeof dev);
-  if (!s->dev) {
-    tsr_ops_sync();
-    return 0;
-  }
-  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
-  const size_t n = (size_t)(view.shard_end - view.shard_begin);
-  float *h = tsr_ops_host_alloc(3 * (n ? n : 1) * sizeof(float));
-  TSR_CHECK(h, TSR_ERR, "checkpoint: no host memory for a copy of %zu parameters' state", n);
-  for (int k = 0; k < 3; k++) {
-    hb[k] = dev[k] ? h + (size_t)k * n : NULL;
-    if (dev[k]) tsr_ops_copy(hb[k], dev[k], n * sizeof(float));
-  }
-  tsr_ops_sync();
-  return 0;
-}
-
-void tsr_session_state_release(tsr_session *s, float *hb[3], int put) {
-  if (!s->dev) return;
-  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                         tsr_zero_adam_v(s->zero)};
-  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
-  const size_t n = (size_t)(view.shard_end - view.shard_begin);
-  for (int k = 0; put && k < 3; k++)
-    if (dev[k]) tsr_ops_copy(dev[k], hb[k], n * sizeof(float));
-  tsr_ops_sync();
-  for (int k = 0; k < 3; k++)
-    if (hb[k]) { /* the copy's start */
-      void *h = hb[k] - (size_t)k * n;
-      tsr_ops_host_free(&h);
-      break;
-    }
-  hb[0] = hb[1] = hb[2] = NULL;
-}
-
 static int resume_state(tsr_session *s);
 
 int tsr_session_resume(tsr_session *s) {
