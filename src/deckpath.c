@@ -91,7 +91,10 @@ static int places(place *p) {
     if (slash) *slash = '\0';
     relative(TSR_BINDIR, TSR_PKGDATADIR, rel, sizeof rel);
     p[n].why = "installed beside this binary";
-    n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s/%s/input", exe, rel), sizeof p[n].dir);
+    char raw[PATH_MAX + 16], real[PATH_MAX];
+    snprintf(raw, sizeof raw, "%s/%s/input", exe, rel); /* libexec/tessera/../../share/... */
+    n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s", realpath(raw, real) ? real : raw),
+              sizeof p[n].dir);
   }
   if (TSR_PKGDATADIR[0]) {
     p[n].why = "the configured install";

@@ -14,6 +14,7 @@
  * watchdog, or the heartbeat); `tessera plan --require-fit` exits 3 when the plan does
  * not fit (TSR_PLAN_NO_FIT). */
 #include <limits.h>
+#include <signal.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,10 +155,21 @@ static const char *mode_of(int argc, char **argv) {
  * .preinit_array is called by the dynamic loader once every library is mapped and
  * relocated and before their constructors (OpenBLAS starts its threads, CUDA's and MPI's
  * libraries initialise: tens of milliseconds in which a SIGUSR1 or SIGTERM would
- * otherwise take its default action and kill the rank).  Training only, as in main. */
+ * otherwise take its default action and kill the rank).  Training only, as in main.  The
+ * loader's mapping itself is covered by the launcher, which blocks the signals before it
+ * executes this program. */
 static void early_signals(int argc, char **argv, char **envp) {
   (void)envp;
   if (!strcmp(mode_of(argc, argv), "train")) tsr_run_install_signals();
+  /* `tessera` (src/launcher.c) ran this program with the stop signals blocked, so that
+   * none could kill it while the loader mapped the libraries: one that came meanwhile is
+   * delivered now, to the handler (or, for the other commands, with its default action) */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGUSR1);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigprocmask(SIG_UNBLOCK, &stop, NULL);
 }
 __attribute__((section(".preinit_array"), used)) static void (*const tsr_preinit)(
     int, char **, char **) = early_signals;

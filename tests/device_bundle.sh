@@ -10,7 +10,8 @@ set -u
 mpi_test_setup
 [ -d /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 ] || skip "no Debian Open MPI plugins"
 bytes_corpus computers
-bash "$top_srcdir/tools/device-bundle.sh" "$SCRATCH/bundle" "$TESSERA" >"$SCRATCH/bundle.log" 2>&1
+bash "$top_srcdir/tools/device-bundle.sh" "$SCRATCH/bundle" "$top_builddir/src/tessera-main" \
+  >"$SCRATCH/bundle.log" 2>&1
 check "the bundle is made" test $? -eq 0 -a -x "$SCRATCH/bundle/run.sh"
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
   model.d_ff=128 model.seq_len=32 train.micro_batch=2 train.global_batch=4 run.log_every=1

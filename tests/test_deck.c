@@ -389,6 +389,7 @@ static const field fields[] = {
     F(data, shuffle, 'l', "T"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
+    F(checkpoint, save_last, 'l', "F"),
     F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
     F(checkpoint, async, 'l', "F"), F(checkpoint, mtbf_hours, 'r', "0.5"),
     F(hardware, name, 'c', "a100"), F(hardware, peak_tflops, 'r', "0.5"),

@@ -15,10 +15,11 @@
 # GPU machine's C library does not matter.  TSR_EXTRA_LIBS: more library folders, searched
 # last (where NCCL or cuBLAS live outside CUDA_HOME, e.g. in Python wheels).  About 90 MB;
 # `tar cJf OUT_DIR.tar.xz OUT_DIR` packs it into about 20 MB (a minute) to copy over and
-# unpack there.  TESSERA: default src/tessera of the build in the current directory.
+# unpack there.  TESSERA: the trainer itself, default src/tessera-main of the build in the
+# current directory (src/tessera is its static launcher, which the bundle does not need).
 set -euo pipefail
 out=${1:?usage: device-bundle.sh OUT_DIR [TESSERA [PROGRAM...]]}
-bin=${2:-src/tessera}
+bin=${2:-src/tessera-main}
 extra=("${@:3}")
 for p in "$bin" "${extra[@]}"; do
   [ -x "$p" ] || { echo "device-bundle: no executable $p" >&2; exit 2; }

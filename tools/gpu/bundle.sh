@@ -33,10 +33,11 @@ if [ $emu = 1 ]; then
 else
   grep -q '^CUDA_LIBS = .*cudart' "$bld/Makefile" ||
     { echo "bundle: $bld was configured without CUDA" >&2; exit 2; }
-  echo "bundle: building tessera and tests/cuda/test_kernels"
-  make -C "$bld" -j"$(nproc)" src/tessera tests/cuda/test_kernels >"$W/make.log" 2>&1 ||
+  echo "bundle: building tessera (src/tessera-main) and tests/cuda/test_kernels"
+  make -C "$bld" -j"$(nproc)" src/tessera-main tests/cuda/test_kernels >"$W/make.log" 2>&1 ||
     { tail -20 "$W/make.log"; exit 1; }
-  cp "$bld/src/tessera" "$bld/tests/cuda/test_kernels" "$W/bin/"
+  cp "$bld/src/tessera-main" "$W/bin/tessera"
+  cp "$bld/tests/cuda/test_kernels" "$W/bin/"
   arch=$(sed -n 's/^CUDA_ARCH = //p' "$bld/Makefile")
 fi
 bash "$top/tools/device-bundle.sh" "$W/b/rt" "$W/bin/tessera" "$W/bin/test_kernels" 2>&1 |
