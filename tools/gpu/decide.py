@@ -129,7 +129,9 @@ def summary(files):
     for s in of("sanitizer"):
         if num(s, "errors", 1) != 0 or s.get("finished") != "1":
             problems.append(f"compute-sanitizer {s.get('tool')}: {s.get('errors')} errors, "
-                            f"finished {s.get('finished')}")
+                            f"finished {s.get('finished')}"
+                            + (f" ({s['checks_run']} checks run, {s.get('races_seen')} races "
+                               f"reported before it was cut)" if "checks_run" in s else ""))
     for p in of("part"):
         if p.get("name") in ("kernels", "train", "memcheck", "racecheck") and (
                 p.get("rc") != "0" or p.get("skipped")):

@@ -19,9 +19,10 @@
 #             that fits; PyTorch eager on the same model; then, if the budget allows,
 #             one per-op profile of llama1b (TSR_CUDA_PROFILE) with the attention the
 #             summary chose.  At most 7 minutes.
-#          2: compute-sanitizer memcheck over 2 bf16 steps and racecheck over the
-#             attention kernel tests; torch.compile.  At most 4 minutes.
-# BUDGET_S seconds for the whole call (default 400 for call 1, 220 for call 2): the parts
+#          2: compute-sanitizer memcheck over 2 bf16 steps; torch.compile; racecheck
+#             over the attention kernel tests with the rest of the budget (reporting
+#             how many checks it covered when the budget ends first).  At most 4 minutes.
+# BUDGET_S seconds for the whole call (default 400 for call 1, 240 for call 2): the parts
 #          run in priority order, each under its own limit cut to what is left of the
 #          budget; a part that would get under 20 s is skipped and says so.  A part that
 #          runs out of time is killed with what it started; the results before it stay.
@@ -257,14 +258,20 @@ part_memcheck() {
 }
 
 part_racecheck() {
-  local rc=0
+  # racecheck is slow (a first run checked 252 attention tests in 220 s without reaching the
+  # end): the tests run under a limit of their own, inside the part's, so that a cut-short
+  # run still reports how far it got and what it saw
+  local rc=0 inner=$((${TW_PART_LIMIT:-60} - 6))
+  [ $inner -lt 10 ] && inner=10
   TSR_TEST_ONLY=attention TSR_TEST_NO_CUDNN=1 TSR_BUNDLE_WRAP="$(sanitizer racecheck)" \
-    "$TW_DIR/rt/run.sh" test_kernels >"$TW_DIR/runs/race.out" 2>&1 || rc=$?
-  grep -h "RACECHECK SUMMARY\|^test_kernels:" "$TW_DIR/runs/race.out"
+    timeout -k 3 $inner "$TW_DIR/rt/run.sh" test_kernels >"$TW_DIR/runs/race.out" 2>&1 || rc=$?
+  grep -h "RACECHECK SUMMARY\|^test_kernels:\|Race reported" "$TW_DIR/runs/race.out" | head -20
   local e
   e=$(sed -n 's/.*RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$TW_DIR/runs/race.out" | tail -1)
   note sanitizer tool=racecheck what=attention_kernel_tests errors="${e:-?}" rc=$rc \
-    finished=$(grep -q "^test_kernels: .* 0 failed" "$TW_DIR/runs/race.out" && echo 1 || echo 0)
+    finished=$(grep -q "^test_kernels: .* 0 failed" "$TW_DIR/runs/race.out" && echo 1 || echo 0) \
+    checks_run=$(grep -c "^PASS" "$TW_DIR/runs/race.out") \
+    races_seen=$(grep -c "Race reported" "$TW_DIR/runs/race.out")
 }
 
 part_compile() {
@@ -321,7 +328,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#ARGS[@]} -ge 3 ] && [ ${#ARGS[@]} -le 4 ] || usage
 BUNDLE=${ARGS[0]} OUTD=${ARGS[1]} CALL=${ARGS[2]}
-case $CALL in 1) BUDGET=${ARGS[3]:-400} ;; 2) BUDGET=${ARGS[3]:-220} ;; *) usage ;; esac
+case $CALL in 1) BUDGET=${ARGS[3]:-400} ;; 2) BUDGET=${ARGS[3]:-240} ;; *) usage ;; esac
 [ -f "$BUNDLE" ] || { echo "window: no bundle $BUNDLE" >&2; exit 2; }
 T0=$(date +%s)
 mkdir -p "$OUTD"
@@ -367,7 +374,8 @@ part() { # part NAME LIMIT_S: run it under min(LIMIT_S, what is left of the budg
   [ "$limit" -gt "$left" ] && limit=$left
   t1=$(date +%s.%N)
   echo "=== part $name (limit ${limit}s)"
-  timeout -k 5 "$limit" "$SELF" --part "$name" >"$TW_DIR/logs/$name.log" 2>&1 || rc=$?
+  TW_PART_LIMIT=$limit timeout -k 5 "$limit" "$SELF" --part "$name" >"$TW_DIR/logs/$name.log" 2>&1 ||
+    rc=$?
   tail -30 "$TW_DIR/logs/$name.log"
   note part name=$name rc=$rc s=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') \
     limit=$limit
@@ -392,8 +400,8 @@ if [ "$CALL" = 1 ]; then
 else
   part info 40
   part memcheck 60
-  part racecheck 60
   part compile 100
+  part racecheck 240 # what is left of the budget: it took more than 220 s on an H100
 fi
 summarize
 [ $ALL_OK = 1 ]
