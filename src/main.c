@@ -190,6 +190,9 @@ int main(int argc, char **argv) {
    * library cannot, the watchdog falls back to _exit and there is no heartbeat. */
   int threads = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &threads);
+  /* ours again, whatever the MPI library installed for them (a signal meanwhile is kept:
+   * the handlers only set a flag, and setting them again leaves it) */
+  if (training) tsr_run_install_signals();
   int rank, world;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
