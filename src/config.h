@@ -34,6 +34,7 @@ typedef enum { TSR_IMPL_TESSERA, TSR_IMPL_REFERENCE } tsr_hw_impl;
 enum { TSR_SHARD_GLOBAL = 0, TSR_SHARD_NODE = -1 };
 /* checkpoint.every_steps = 'auto': the Young-Daly interval (session.c, ckpt_interval.h) */
 enum { TSR_EVERY_AUTO = -1 };
+enum { TSR_LOGI_AUTO = -1 }; /* a logical key left to the code's rule ('auto') */
 /* shard_scope as the deck writes it: "global", "node" or "8" */
 static inline const char *tsr_shard_scope_text(int64_t v, char *buf, size_t cap) {
   if (v == TSR_SHARD_GLOBAL || v == TSR_SHARD_NODE)
@@ -135,7 +136,7 @@ typedef struct {
   int save_last; /* a checkpoint after the last step (off: benchmark runs) */
   char mpiio_hints[TSR_STR_PATH]; /* "key=value,key=value" MPI_Info for writes; "" = none */
   int64_t alignment;              /* H5Pset_alignment bytes for writes; 0 = HDF5 default */
-  int async;                      /* write from a host snapshot in a background thread */
+  int async; /* write from a host snapshot in a background thread; TSR_LOGI_AUTO: by rule */
   double mtbf_hours;              /* the job's mean time between failures; 0 = not given */
 } tsr_checkpoint_config;
 

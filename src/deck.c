@@ -392,9 +392,17 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
   value_ctx_init(&e, P, k, t);
   const key_def *d = e.d;
   int rc;
+  if (d->type == K_LOGI_AUTO && deck_ieq("auto", t->p, t->n)) { /* 'auto' or auto */
+    *deck_lval(P->cfg, k) = TSR_LOGI_AUTO;
+    return;
+  }
   if (d->type != K_STRING && d->type != K_CHOICE && d->type != K_SCOPE && t->quoted) {
     errat(P, &e.l, "%s expects %s, got the string '%s'", e.q,
-          d->type == K_INT ? "an integer" : d->type == K_REAL ? "a real number" : "a logical", e.s);
+          d->type == K_INT           ? "an integer"
+          : d->type == K_REAL        ? "a real number"
+          : d->type == K_LOGI_AUTO   ? "a logical or 'auto'"
+                                     : "a logical",
+          e.s);
     return;
   }
   switch (d->type) {
@@ -427,8 +435,10 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
     return;
   }
   case K_LOGICAL:
+  case K_LOGI_AUTO:
     if (parse_logical(t->p, t->n, deck_lval(P->cfg, k)) != 0)
-      errat(P, &e.l, "%s expects a logical (.true. or .false., T or F), got '%s'", e.q, e.s);
+      errat(P, &e.l, "%s expects a logical (.true. or .false., T or F)%s, got '%s'", e.q,
+            d->type == K_LOGI_AUTO ? " or 'auto'" : "", e.s);
     return;
   default: break;
   }

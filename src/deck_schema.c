@@ -22,7 +22,7 @@ static const char *const group_help[N_GROUP] = {
     "the GPUs `tessera plan` plans for (training ignores it); 0 = the built-in figure of name"};
 
 static const char *const type_name[] = {"integer", "real", "logical", "string", "choice",
-                                        "string", "int|auto"};
+                                        "string", "int|auto", "log|auto"};
 
 #define FLD(g, f, t) GI_##g, #f, t, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f)
 #define INT(g, f, def, lo, hi, b, help) {FLD(g, f, K_INT), def, lo, hi, b, NULL, help}
@@ -32,6 +32,7 @@ static const char *const type_name[] = {"integer", "real", "logical", "string", 
 #define CHOICE(g, f, def, ch, help) {FLD(g, f, K_CHOICE), def, 0, 0, 0, ch, help}
 #define SCOPE(g, f, def, shown, help) {FLD(g, f, K_SCOPE), def, 0, 0, 0, shown, help}
 #define INT_AUTO(g, f, def, lo, help) {FLD(g, f, K_INT_AUTO), def, lo, 0, LO, NULL, help}
+#define LOGI_AUTO(g, f, def, help) {FLD(g, f, K_LOGI_AUTO), def, 0, 0, 0, NULL, help}
 
 const key_def deck_schema[] = {
     STR(run, name, "tessera", NULL, "run name, shown in the log and stored in checkpoints"),
@@ -138,10 +139,11 @@ const key_def deck_schema[] = {
     INT(checkpoint, alignment, "0", 0, 1073741824, LO | HI,
         "align file objects of at least this many bytes to it (H5Pset_alignment; 0 = HDF5 "
         "default)"),
-    LOGI(checkpoint, async, ".true.",
+    LOGI_AUTO(checkpoint, async, "auto",
          "copy the state to a host snapshot and write it in a background thread while training "
          "goes on (used when the snapshot fits in half the node's available memory; "
-         ".false. writes synchronously)"),
+         ".false. writes synchronously); 'auto': on with a GPU, or where the node's ranks and "
+         "their threads leave a core free for the writer, off otherwise"),
     REAL(checkpoint, mtbf_hours, "0", 0, 0, LO,
          "mean time between failures of the job, hours: every_steps = 'auto' needs it > 0; "
          "tessera plan gives the expected goodput with it (0 = not given)"),
@@ -282,6 +284,11 @@ void deck_fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
     break;
   case K_REAL: fmt_real(buf, cap, *deck_rval(cc, k)); break;
   case K_LOGICAL: snprintf(buf, cap, "%s", *deck_lval(cc, k) ? ".true." : ".false."); break;
+  case K_LOGI_AUTO:
+    snprintf(buf, cap, "%s", *deck_lval(cc, k) == TSR_LOGI_AUTO ? "'auto'"
+                             : *deck_lval(cc, k)                ? ".true."
+                                                                : ".false.");
+    break;
   case K_CHOICE: {
     char w[32];
     deck_choice_word(deck_schema[k].choices, *deck_lval(cc, k), w, sizeof w);
@@ -342,6 +349,7 @@ void tsr_deck_defaults(tsr_config *cfg) {
       break;
     case K_REAL: *deck_rval(cfg, k) = strtod(d, NULL); break;
     case K_LOGICAL: *deck_lval(cfg, k) = d[1] == 't'; break;
+    case K_LOGI_AUTO: *deck_lval(cfg, k) = !strcmp(d, "auto") ? TSR_LOGI_AUTO : d[1] == 't'; break;
     case K_CHOICE: *deck_lval(cfg, k) = deck_choice_index(deck_schema[k].choices, d, strlen(d)); break;
     case K_SCOPE: *deck_ival(cfg, k) = TSR_SHARD_GLOBAL; break; /* every default is 'global' */
     default: snprintf(deck_sval(cfg, k), deck_schema[k].size, "%s", d);
@@ -362,7 +370,9 @@ static void allowed(const key_def *d, char *buf, size_t cap) {
       c += m + (c[m] == '|');
     }
   } else {
-    snprintf(buf, cap, "%s", d->type == K_LOGICAL ? ".true.|.false." : "any text");
+    snprintf(buf, cap, "%s", d->type == K_LOGICAL     ? ".true.|.false."
+                             : d->type == K_LOGI_AUTO ? ".true.|.false.|'auto'"
+                                                      : "any text");
   }
 }
 

@@ -16,8 +16,10 @@ extern const char *const deck_group_name[N_GROUP];
 /* K_CHOICE keys are stored as the index of their word in `choices` (the enums of
  * config.h list them in the same order); K_SCOPE is shard_scope: TSR_SHARD_GLOBAL,
  * TSR_SHARD_NODE or a number of ranks, written 'global', 'node' or '8'; K_INT_AUTO is an
- * integer within the bounds or 'auto', stored as TSR_EVERY_AUTO (checkpoint.every_steps). */
-typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE, K_SCOPE, K_INT_AUTO } key_type;
+ * integer within the bounds or 'auto', stored as TSR_EVERY_AUTO (checkpoint.every_steps);
+ * K_LOGI_AUTO is a logical or 'auto', stored as 1, 0 or TSR_LOGI_AUTO (checkpoint.async). */
+typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE, K_SCOPE, K_INT_AUTO,
+               K_LOGI_AUTO } key_type;
 enum { LO = 1, HI = 2, LO_OPEN = 4, HI_OPEN = 8 }; /* which bounds apply, and open ends */
 
 typedef struct {

@@ -3,7 +3,8 @@
 # llama of ckpt_failures.sh, 2 ranks, dp 2 with ZeRO 1, a checkpoint every 3 steps, the LR
 # schedule fixed (decay_steps 20) so that it does not depend on run.max_steps.  The
 # reference is the same run with checkpoint.async = .false. (today's synchronous writes).
-#  (a) async against sync, 12 steps: the log says which; every step's loss and gradient
+#  (a) async against sync, 12 steps (checkpoint.async = .true.: this 2-core machine's
+#      ranks use every core, where 'auto' writes synchronously): the log says which; every step's loss and gradient
 #      norm equal as text (17 digits); the checkpoints of steps 3, 6, 9, 12 hold bitwise
 #      equal /model and /optim datasets and step / tokens / data_cursor; the metrics'
 #      checkpoint records say async true / false with blocked_s and write_s.
@@ -27,7 +28,11 @@
 #      and trained no step past 9 (the failure is agreed at a boundary at the latest when
 #      the next checkpoint waits for it).
 #  (g) a snapshot that does not fit (TSR_FAULT ckpt_host_mb=1: half of 1 MB is less than
-#      the node's 0.6 MB) makes the run write synchronously, and says so.
+#      the node's 0.6 MB) makes the run write synchronously, and says so;
+#  (h) checkpoint.async = 'auto' (the default): 4 ranks on this machine's cores write
+#      synchronously and the log says why; one rank of one thread leaves a core free and
+#      writes in the background (tests/cuda_train_emu.sh: a GPU run writes in the
+#      background too).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -37,7 +42,8 @@ bytes_corpus computers
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=4 model.n_kv_head=2
   model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1
   run.eval_every=0 optim.warmup_steps=2 optim.decay_steps=20 parallel.zero_stage=1
-  "data.train=$SCRATCH/data/train_*.bin" checkpoint.every_steps=3 checkpoint.keep=0)
+  "data.train=$SCRATCH/data/train_*.bin" checkpoint.every_steps=3 checkpoint.keep=0
+  checkpoint.async=.true.)
 run() { launch -n 2 -a -o "$@"; } # run NAME overrides... (appends to NAME.out)
 ck() { echo "$SCRATCH/$1/ckpt/step_$(printf %08d "$2").h5"; }
 compare() { "$PYTHON_REF" - "$@" <<'PY'
@@ -222,4 +228,19 @@ check "(g)   ... the run writes synchronously and says why" \
 check "(g)   ... its checkpoint records say async false" \
   sh -c "grep -q '\"event\":\"checkpoint\",\"detail\":\"[0-9.]* s\",\"async\":false' '$SCRATCH/nofit/metrics.jsonl' && ! grep -q '\"async\":true' '$SCRATCH/nofit/metrics.jsonl'"
 check "(g)   ... and its step-6 checkpoint is (a)'s" compare h5 "$(ck sync 6)" "$(ck nofit 6)"
+
+# ---- (h) checkpoint.async = 'auto', the default: by the node's cores ----
+launch -n 4 -o auto4 run.max_steps=3 train.global_batch=4 checkpoint.resume=none \
+  checkpoint.async=auto
+cores=$(getconf _NPROCESSORS_ONLN) # (nproc counts OMP_NUM_THREADS)
+check "(h) 'auto', 4 ranks on this machine's $cores cores: synchronous writes, saying why" \
+  grep -q "checkpoint: checkpoint.async = 'auto': synchronous writes, this node's 4 rank(s) x 1 thread(s) use all its $cores cores" \
+  "$SCRATCH/auto4.out"
+check "(h)   ... its checkpoint records say async false" \
+  sh -c "grep -q '\"async\":false' '$SCRATCH/auto4/metrics.jsonl' && ! grep -q '\"async\":true' '$SCRATCH/auto4/metrics.jsonl'"
+launch -o auto1 run.max_steps=3 checkpoint.resume=none checkpoint.async=auto
+check "(h) 'auto', one rank of one thread: a core is free, background writes" \
+  grep -q "checkpoint: checkpoint.async = 'auto': background writes, this node's 1 rank(s) x 1 thread(s) leave at least one of its $cores cores free" \
+  "$SCRATCH/auto1.out"
+check "(h)   ... its checkpoint records say async true" grep -q '"async":true' "$SCRATCH/auto1/metrics.jsonl"
 finish

@@ -141,6 +141,8 @@ check "(a) ... and the run finishes" rc_is cudnn_declines 0
 check "(a) the device is named in the log" grep -q "device: cuda, rank 0 on GPU 0 (CPU emulation" \
   "$SCRATCH/gpu_fp32.out"
 check "(a) fp16 on the device logs its loss scale" grep -q "| scale 65536 |" "$SCRATCH/gpu_fp16.out"
+check "(a) checkpoint.async = 'auto' on a GPU: background writes, saying why" grep -q \
+  "checkpoint.async = 'auto': background writes, the training runs on the GPUs" "$SCRATCH/gpu_fp32.out"
 
 # ---- (b) gpt2, full recompute, evaluation ----
 G=(model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true. train.recompute=full

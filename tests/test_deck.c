@@ -318,9 +318,28 @@ static void test_good_syntax(void) {
          "every_steps on the command line: a bare auto, and a number over the deck's 'auto'",
          errbuf);
   rc = parse(&c, "", 0, NULL, 1);
-  result(rc == 0 && c.checkpoint.async == 1 && c.checkpoint.every_steps == 0 &&
+  result(rc == 0 && c.checkpoint.async == TSR_LOGI_AUTO && c.checkpoint.every_steps == 0 &&
          c.checkpoint.mtbf_hours == 0 && c.hardware.fs_gbps == 5,
-         "defaults: checkpoint.async .true., every_steps 0, mtbf_hours 0, hardware.fs_gbps 5",
+         "defaults: checkpoint.async 'auto', every_steps 0, mtbf_hours 0, hardware.fs_gbps 5",
+         errbuf);
+  /* checkpoint.async: a logical or 'auto', in a deck (quoted or bare) and on the command line */
+  const char *av[] = {"checkpoint.async=auto", "checkpoint.async=.false.", "checkpoint.async=T"};
+  int got[5];
+  rc = parse(&c, "&checkpoint async = 'Auto' /", 0, NULL, 1);
+  got[0] = rc == 0 ? c.checkpoint.async : -9;
+  rc = parse(&c, "&checkpoint async = .false. /", 1, (char **)av, 1);
+  got[1] = rc == 0 ? c.checkpoint.async : -9;
+  rc = parse(&c, "&checkpoint async = auto /", 1, (char **)av + 1, 1);
+  got[2] = rc == 0 ? c.checkpoint.async : -9;
+  rc = parse(&c, "", 1, (char **)av + 2, 1);
+  got[3] = rc == 0 ? c.checkpoint.async : -9;
+  rc = parse(&c, "&checkpoint async = sometimes /", 0, NULL, 1);
+  got[4] = rc != 0 && strstr(errbuf, "async expects a logical (.true. or .false., T or F) or "
+                                     "'auto', got 'sometimes'") != NULL;
+  result(got[0] == TSR_LOGI_AUTO && got[1] == TSR_LOGI_AUTO && got[2] == 0 && got[3] == 1 &&
+             got[4] == 1,
+         "checkpoint.async: 'auto' and auto in a deck and an override, .false. and T, and "
+         "another word refused naming the three",
          errbuf);
 }
 
