@@ -497,11 +497,13 @@ static void test_llama(const char *root) {
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
   check(rc == 0 && strcmp(got, p30) == 0, "missing latest: auto still picks step 30");
 
-  /* `latest` naming an older file wins (it is the last completed save). */
+  /* `latest` naming an older file than a newer complete one (a job killed between
+   * publishing step 30 and updating `latest`): the newest complete one is taken. */
   FILE *lf = fopen(latest, "w");
   if (lf) fputs("step_00000020.h5\n", lf), fclose(lf);
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
-  check(rc == 0 && strcmp(got, p20) == 0, "latest is tried first: it names step 20, auto picks it");
+  check(rc == 0 && strcmp(got, p30) == 0,
+        "latest lagging (it names step 20, step 30 is complete): auto picks step 30");
 
   /* keep = 0 keeps everything. */
   cfg.checkpoint.keep = 0;
