@@ -19,6 +19,9 @@
 #include "tokenizer.h"
 #include "util.h"
 #include "watchdog.h"
+#include "grid.h"
+#include "data.h"
+#include "metrics.h"
 
 #define SAMPLE_TOKENS 32 /* the trainer's sample line */
 

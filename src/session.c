@@ -13,6 +13,14 @@
 #include "precision.h"
 #include "runctl.h"
 #include "util.h"
+#include "data.h"
+#include "grid.h"
+#include "metrics.h"
+#include "model.h"
+#include "ops_backend.h"
+#include "pipeline.h"
+#include "pp_exec.h"
+#include "zero.h"
 
 int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_backend **dev) {
   *dev = NULL;
@@ -125,7 +133,6 @@ static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
 
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
-  s->ckpt_saved_step = -1; /* no checkpoint written by this run yet */
   s->cfg = cfg;
   s->world = world;
   MPI_Comm_rank(world, &s->rank);

@@ -16,18 +16,18 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#include "ckpt.h"
-#include "ckpt_async.h"
-#include "config.h"
-#include "data.h"
-#include "grid.h"
-#include "layout.h"
-#include "metrics.h"
-#include "model.h"
-#include "ops_backend.h"
-#include "pipeline.h"
-#include "pp_exec.h"
-#include "zero.h"
+#include "ckpt.h" /* tsr_train_state, tsr_ckpt_view (and config.h, layout.h) */
+
+/* the objects a session holds, by pointer: their headers are their users' to include */
+typedef struct tsr_grid tsr_grid;
+typedef struct tsr_model tsr_model;
+typedef struct tsr_zero tsr_zero;
+typedef struct tsr_pp_schedule tsr_pp_schedule;
+typedef struct tsr_pp_exec tsr_pp_exec;
+typedef struct tsr_data tsr_data;
+typedef struct tsr_metrics tsr_metrics;
+typedef struct tsr_ops_backend tsr_ops_backend;
+typedef struct tsr_ckpt_policy tsr_ckpt_policy;
 
 typedef struct {
   const tsr_config *cfg;
@@ -49,20 +49,7 @@ typedef struct {
   double peak_flops; /* per rank, the denominator of MFU (the slowest rank's GEMM rate) */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
   double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
-  /* checkpoints (session_ckpt.c) */
-  tsr_ckpt_async *ckpt_async; /* the background writer; NULL: synchronous writes */
-  double ckpt_blocked_s;      /* the write in flight: how long it held training up */
-  double ckpt_write_s;        /* the last background write's duration (0: none yet) */
-  int64_t ckpt_next;          /* every_steps = 'auto': the step of the next checkpoint */
-  int64_t ckpt_saved_step;    /* the step of the last checkpoint written or started; -1 */
-  int64_t ckpt_steps;         /* steps this run has taken (tsr_session_ckpt_due) */
-  double ckpt_step_first_s, ckpt_step_sum_s; /* their times: the first, the others' sum */
-  /* 'auto' with background writes: the steps (but the first) taken while a write was in
-   * flight and while none was, their time sums, and what the last write cost the steps
-   * it overlapped (their count times the difference of the two means; 0 when unknown) */
-  int ckpt_writing;
-  int64_t ckpt_busy_n, ckpt_free_n;
-  double ckpt_busy_sum_s, ckpt_free_sum_s, ckpt_slowed_s;
+  tsr_ckpt_policy *ckpt; /* when and how checkpoints are written (ckpt_policy.h) */
 } tsr_session;
 
 /* Build every object of the run (training: also the training data and the GEMM rate).
@@ -98,8 +85,9 @@ int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);
 
 /* What this rank holds, for checkpoint I/O (tsr_ckpt_view). */
 tsr_ckpt_view tsr_session_ckpt_view(const tsr_session *s);
-/* Before the first step: synchronous or background writes (tsr_ckpt_async_create, logged),
- * and with every_steps = 'auto' the first checkpoint a few steps on.  Collective. */
+/* Before the first step: the run's checkpoint policy (tsr_ckpt_policy_open: synchronous or
+ * background writes, logged; with every_steps = 'auto' the first checkpoint a few steps
+ * on).  Collective. */
 int tsr_session_ckpt_open(tsr_session *s);
 /* Waits for a write in flight (reporting a failure), frees the writer. */
 void tsr_session_ckpt_close(tsr_session *s);

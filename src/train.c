@@ -1,6 +1,7 @@
-/* train.c — the training loop and the evaluation command, on a session (session.h):
+/* train.c — the training loop, on a session (session.h):
  * micro-batch accumulation, clipping, the non-finite skip, AdamW, the step line and
- * metrics, evaluation, periodic, timed and final checkpoints, stopping on a signal.
+ * metrics, evaluation, periodic, timed and final checkpoints, stopping on a signal
+ * (`tessera eval` is eval.c).
  *
  * Sample accounting (docs/formats.md "Token stream and samples"): optimizer step s
  * (0-based) consumes global samples s*global_batch .. s*global_batch + global_batch - 1,
@@ -25,6 +26,12 @@
 #include "tsr_build.h" /* PACKAGE_VERSION */
 #include "util.h"
 #include "watchdog.h"
+#include "data.h"
+#include "grid.h"
+#include "metrics.h"
+#include "model.h"
+#include "pp_exec.h"
+#include "zero.h"
 
 typedef struct {
   double loss, grad_norm, lr, scale; /* scale: the fp16 loss scale it ran at (0: none) */
@@ -360,39 +367,5 @@ done:
 #undef GO_ALONE
   tsr_session_close(&s);
   tsr_log_close();
-  return rc;
-}
-
-int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
-  tsr_session s;
-  int rc = tsr_session_open(&s, cfg, world, 0);
-  if (rc == 0 && !s.valid_data) {
-    tsr_error("tessera eval needs &data valid (a path or glob of token shards)");
-    rc = TSR_ERR_INPUT;
-  }
-  rc = tsr_run_agree(world, rc); /* from here on the ranks run collectives together */
-  char path[TSR_STR_PATH];
-  if (rc == 0) rc = tsr_ckpt_resolve(cfg, path, sizeof path, world);
-  if (rc == 0 && !path[0]) {
-    tsr_error("tessera eval: no checkpoint to evaluate (checkpoint.resume = '%s')",
-              cfg->checkpoint.resume);
-    rc = TSR_ERR_INPUT;
-  }
-  if (rc == 0) rc = tsr_session_load(&s, path);
-  double vl = 0;
-  int64_t batches = 0;
-  if (rc == 0 && (rc = tsr_session_evaluate(&s, &vl, &batches)) != 0)
-    tsr_run_abort(world, rc, "evaluation");
-  if (rc == 0) {
-    tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
-            (long long)s.st.step, vl, (long long)batches, (long long)cfg->train.micro_batch);
-    /* its own file: the training run's metrics.jsonl holds the training run only */
-    char mpath[TSR_STR_PATH + 32];
-    snprintf(mpath, sizeof mpath, "%s/eval.jsonl", cfg->run.out_dir);
-    if (s.rank == 0 && tsr_run_make_dirs(cfg->run.out_dir) == 0 &&
-        tsr_metrics_open(&s.metrics, mpath) == 0)
-      tsr_metrics_eval(s.metrics, s.st.step, vl);
-  }
-  tsr_session_close(&s);
   return rc;
 }

@@ -12,7 +12,7 @@
  * (SIGUSR1 / SIGTERM: runctl.h), or an error code. */
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world);
 
-/* Load checkpoint.resume and report the validation loss (eval_steps batches). */
+/* Load checkpoint.resume and report the validation loss (eval_steps batches; eval.c). */
 int tsr_eval(const tsr_config *cfg, MPI_Comm world);
 
 #endif
