@@ -15,6 +15,7 @@
  * not fit (TSR_PLAN_NO_FIT). */
 #include <limits.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,9 @@ static const char *mode_of(int argc, char **argv) {
  * executes this program. */
 static void early_signals(int argc, char **argv, char **envp) {
   (void)envp;
+  /* the process keeps the name users know it by (ps, top, pgrep -x tessera), not the
+   * name of the file the launcher executed; the threads started later inherit it */
+  prctl(PR_SET_NAME, "tessera", 0, 0, 0);
   if (!strcmp(mode_of(argc, argv), "train")) tsr_run_install_signals();
   /* `tessera` (src/launcher.c) ran this program with the stop signals blocked, so that
    * none could kill it while the loader mapped the libraries: one that came meanwhile is
