@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "stop_signals.h"
+
 #ifndef TSR_LIBEXECDIR
 #define TSR_LIBEXECDIR "/usr/local/libexec/tessera"
 #endif
@@ -52,12 +54,7 @@ static void relative(const char *from, const char *to, char *out, size_t len) {
 }
 
 int main(int argc, char **argv) {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGUSR1);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  sigprocmask(SIG_BLOCK, &stop, NULL);
+  tsr_stop_signals_mask(SIG_BLOCK);
   (void)argc;
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -75,7 +72,7 @@ int main(int argc, char **argv) {
   }
   try_exec(TSR_LIBEXECDIR, argv);
   const int e = errno;
-  sigprocmask(SIG_UNBLOCK, &stop, NULL);
+  tsr_stop_signals_mask(SIG_UNBLOCK);
   fprintf(stderr,
           "tessera: cannot run tessera-main (beside %s, or in %s): %s; reinstall Tessera "
           "(make install)\n",

@@ -30,6 +30,7 @@
 #include "ops.h"
 #include "plan.h"
 #include "runctl.h"
+#include "stop_signals.h"
 #include "train.h"
 #include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
@@ -168,12 +169,7 @@ static void early_signals(int argc, char **argv, char **envp) {
   /* `tessera` (src/launcher.c) ran this program with the stop signals blocked, so that
    * none could kill it while the loader mapped the libraries: one that came meanwhile is
    * delivered now, to the handler (or, for the other commands, with its default action) */
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGUSR1);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  sigprocmask(SIG_UNBLOCK, &stop, NULL);
+  tsr_stop_signals_mask(SIG_UNBLOCK);
 }
 __attribute__((section(".preinit_array"), used)) static void (*const tsr_preinit)(
     int, char **, char **) = early_signals;
