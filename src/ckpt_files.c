@@ -684,14 +684,23 @@ int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm com
     struct stat sb;
     if (strcmp(resume, "auto") == 0) {
       /* resolved above, together */
-    } else if (stat(resume, &sb) == 0 && S_ISREG(sb.st_mode)) {
-      snprintf(found, sizeof found, "%s", resume);
     } else {
-      tsr_error(
-          "&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
-          "'none'",
-          resume, errno ? strerror(errno) : "not a regular file");
-      rc = TSR_ERR_INPUT;
+      errno = 0;
+      const int st = stat(resume, &sb), err = errno;
+      if (st == 0 && S_ISREG(sb.st_mode)) {
+        snprintf(found, sizeof found, "%s", resume);
+      } else if (st == 0 && S_ISDIR(sb.st_mode)) {
+        tsr_error("&checkpoint resume = '%s' is a directory: give a checkpoint file (such as "
+                  "%s/step_NNNNNNNN.h5), 'auto' (the newest complete checkpoint of "
+                  "checkpoint.dir; set that to '%s' to resume from there) or 'none'",
+                  resume, resume, resume);
+        rc = TSR_ERR_INPUT;
+      } else {
+        tsr_error("&checkpoint resume = '%s': %s; give an existing checkpoint file, 'auto' or "
+                  "'none'",
+                  resume, st != 0 ? strerror(err) : "not a regular file");
+        rc = TSR_ERR_INPUT;
+      }
     }
     if (!rc && strlen(found) >= len) {
       tsr_error("checkpoint path '%s' is longer than the %zu bytes allowed", found, len - 1);

@@ -22,7 +22,7 @@
 #define TSR_PKGDATADIR ""
 #endif
 
-enum { MAX_PLACES = 3 };
+enum { MAX_PLACES = 4 };
 typedef struct {
   char dir[PATH_MAX]; /* .../input */
   const char *why;    /* where the directory comes from, for the error message */
@@ -83,12 +83,15 @@ static int places(place *p) {
     p[n].why = "$TESSERA_DATADIR";
     n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s/input", env), sizeof p[n].dir);
   }
-  char exe[PATH_MAX];
+  char exe[PATH_MAX]; /* the folder of this binary */
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (TSR_BINDIR[0] == '/' && TSR_PKGDATADIR[0] == '/' && len > 0) {
+  if (len > 0) {
     exe[len] = '\0';
-    char *slash = strrchr(exe, '/'), rel[PATH_MAX];
+    char *slash = strrchr(exe, '/');
     if (slash) *slash = '\0';
+  }
+  if (TSR_BINDIR[0] == '/' && TSR_PKGDATADIR[0] == '/' && len > 0) {
+    char rel[PATH_MAX];
     relative(TSR_BINDIR, TSR_PKGDATADIR, rel, sizeof rel);
     p[n].why = "installed beside this binary";
     char raw[PATH_MAX + 16], real[PATH_MAX];
@@ -96,6 +99,17 @@ static int places(place *p) {
     n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s", realpath(raw, real) ? real : raw),
               sizeof p[n].dir);
   }
+#ifdef TSR_BUILDDIR
+  /* a binary of a build tree (not installed): the decks of the source tree it was built
+   * from, so that `tessera plan llm70b` works where the job scripts say it */
+  if (len > 0) {
+    char here[PATH_MAX], built[PATH_MAX];
+    if (realpath(exe, here) && realpath(TSR_BUILDDIR "/src", built) && !strcmp(here, built)) {
+      p[n].why = "the source tree of this build";
+      n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s/input", TSR_SRCDIR), sizeof p[n].dir);
+    }
+  }
+#endif
   if (TSR_PKGDATADIR[0]) {
     p[n].why = "the configured install";
     n += fits(snprintf(p[n].dir, sizeof p[n].dir, "%s/input", TSR_PKGDATADIR), sizeof p[n].dir);

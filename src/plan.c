@@ -640,7 +640,7 @@ void tsr_plan_destroy(tsr_plan *p) {
 /* ---------------------------------------------------------------- the trainer's check */
 
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         double in_use, double peak) {
+                         int64_t step, double in_use, double peak) {
   if (tsr_rank() != 0) return;
   const tsr_plan_grid g = tsr_plan_grid_of(cfg, grid);
   double total = 0, top = 0, gpu = 0;
@@ -655,13 +655,13 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_b
   }
   const char *dt = tsr_dtype_name(cfg->train.precision);
   if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
-    tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned on a "
-            "GPU (%s storage): %.3f MB (%+.2f%% of measured)",
-            in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1));
+    tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned on "
+            "a GPU (%s storage): %.3f MB (%+.2f%% of measured)",
+            (long long)step, in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1));
   else
-    tsr_log("memory at step 1, most on any rank: in use %.3f MB, peak %.3f MB | planned for "
+    tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned for "
             "this build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 "
             "initial copy (%+.2f%%, %+.2f%% of measured) | planned on a GPU: %.3f MB",
-            in_use / 1e6, peak / 1e6, dt, total / 1e6, top / 1e6, 100 * (total / in_use - 1),
+            (long long)step, in_use / 1e6, peak / 1e6, dt, total / 1e6, top / 1e6, 100 * (total / in_use - 1),
             100 * (top / peak - 1), gpu / 1e6);
 }

@@ -211,10 +211,11 @@ int tsr_plan_main(int argc, char **argv);
  * command line is read here, and how main finds the deck among the arguments. */
 extern const char *const tsr_plan_valued_options[];
 
-/* The trainer, after step 1: logs the measured memory (max over ranks) next to the
- * planned figures of the backend that ran (`ran`: a GPU's device memory, or this build's
- * host memory with the GPU's figure beside it). */
+/* The trainer, after the first step of a run (`step`: 1, or the step after the one it
+ * resumed from): logs the measured memory (max over ranks) next to the planned figures
+ * of the backend that ran (`ran`: a GPU's device memory, or this build's host memory with
+ * the GPU's figure beside it). */
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         double in_use, double peak);
+                         int64_t step, double in_use, double peak);
 
 #endif

@@ -218,8 +218,8 @@ static void log_step(const tsr_session *s, const step_result *r, double dt, doub
   /* measured memory next to tessera plan's (src/plan.c); a collective */
   double mem[2] = {(double)tsr_ops_mem_bytes(), (double)tsr_ops_mem_peak_bytes()};
   MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, s->world);
-  tsr_plan_log_memory(cfg, s->grid, tsr_ops_on_device() ? TSR_PLAN_GPU : TSR_PLAN_CPU, mem[0],
-                      mem[1]);
+  tsr_plan_log_memory(cfg, s->grid, tsr_ops_on_device() ? TSR_PLAN_GPU : TSR_PLAN_CPU,
+                      s->st.step, mem[0], mem[1]);
 }
 
 /* Who runs what, where: the first lines of every run in tessera.log. */
