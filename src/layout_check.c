@@ -131,9 +131,20 @@ static void check_world(const tsr_config *c, int world, issues *is) {
   const long long dp = world / (tp * pp), mb = c->train.micro_batch, gb = c->train.global_batch;
   const long long per = mb > INT64_MAX / dp ? INT64_MAX : mb * dp;
   if (gb % per) {
+    /* what would work: the nearest multiples of micro_batch * dp, and the largest
+     * micro-batch below this one that divides the global batch's share of a dp rank */
+    const long long lo = gb / per * per, hi = lo + per;
+    long long mb_ok = 0;
+    for (long long b = mb - 1; b >= 1 && gb % dp == 0 && !mb_ok; b--)
+      if ((gb / dp) % b == 0) mb_ok = b;
+    char how[200];
+    int n = lo ? snprintf(how, sizeof how, ": train.global_batch = %lld or %lld would do", lo, hi)
+               : snprintf(how, sizeof how, ": train.global_batch = %lld would do", hi);
+    if (mb_ok && n > 0 && (size_t)n < sizeof how)
+      snprintf(how + n, sizeof how - (size_t)n, ", or train.micro_batch = %lld", mb_ok);
     add(is, "train.global_batch train.micro_batch parallel.tp parallel.pp",
         "%%0 is not a multiple of %%1 * dp %lld = %lld (dp = world size %d / (tp %lld * pp "
-        "%lld))", dp, per, world, tp, pp);
+        "%lld))%s", dp, per, world, tp, pp, how);
   } else {
     const long long m = gb / per;
     if (pc->micro_batches && pc->micro_batches != m)

@@ -138,6 +138,13 @@ static const bad_case bad[] = {
      "= 8 (dp = world size 2 / (tp 1 * pp 1))"},
     {"", 3, "<defaults>",
      "train.global_batch = 8 is not a multiple of train.micro_batch = 8 * dp 3 = 24"},
+    /* the values that would work: the nearest multiples, the largest micro-batch below */
+    {"&train micro_batch = 4, global_batch = 12 /", 2, "1:25",
+     "(dp = world size 2 / (tp 1 * pp 1)): train.global_batch = 8 or 16 would do, or "
+     "train.micro_batch = 3"},
+    {"&train micro_batch = 16, global_batch = 16 /", 4, "1:26",
+     "* dp 4 = 64 (dp = world size 4 / (tp 1 * pp 1)): train.global_batch = 64 would do, or "
+     "train.micro_batch = 4"},
     {"&optim lr = 1e-4, min_lr = 1e-3 /", 1, "1:19",
      "optim.min_lr = 0.001 is larger than optim.lr = 0.0001 (set at t.nml:1:8)"},
     {"&optim warmup_steps = 100, decay_steps = 50 /", 1, "1:28",
