@@ -4,8 +4,10 @@
  * of one row, of sizes that leave a ragged last chunk, of exactly n rows, of more than n
  * and 0 (all rows at once), in fp32, bf16 and fp16 storage.
  *
- * fp32 against the unfused ops: the loss within 1e-12 relative (the rows are xent's, summed
- * in xent's order; the line says when it is bitwise, as it has been), dx and dw within
+ * fp32 against the unfused ops: the loss bitwise, or within 1e-7 relative where OpenBLAS's
+ * kernel for the processor rounds the logits of a chunk's rows differently from those of
+ * all rows at once (the rows are xent's, summed in xent's order; the line says which:
+ * bitwise without AVX-512, 2.7e-9 apart with its kernels), dx and dw within
  * 1e-5 of the tensor's largest value: dw is summed one chunk at a time, and the GEMMs of a
  * chunk are split over the threads by its rows, not n's, so OpenBLAS rounds the sums of
  * some elements differently (measured up to 3e-6 on dx, whose rows cancel).  Against the double reference: loss 1e-5, gradients 1e-4 (as
@@ -161,7 +163,11 @@ static void test_head(tsr_dtype dt, int n, int C, int V, const int *chunks, int 
     if (dt == TSR_F32) {
       snprintf(what, sizeof what, "%s: loss vs unfused (%s)", name,
                loss == uloss ? "bitwise" : "not bitwise");
-      check(what, fabs(loss - uloss) / fabs(uloss - 0.5), 1e-12);
+      /* the chunk's rows are an sgemm of their own: OpenBLAS's kernels round an element's
+       * sum differently at the edges of a block of rows, which move with the chunk, and
+       * its kernel is chosen at run time for the processor (2.7e-9 measured with the
+       * AVX-512 kernels; bitwise on others) */
+      check(what, fabs(loss - uloss) / fabs(uloss - 0.5), loss == uloss ? 0 : 1e-7);
       snprintf(what, sizeof what, "%s: dx vs unfused", name);
       check(what, rel_ff(dxf, udxf, nx), 1e-5);
       snprintf(what, sizeof what, "%s: dw vs unfused", name);
