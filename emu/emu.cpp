@@ -141,7 +141,7 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev) { *pool = 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, enum cudaMemPoolAttr, void *) { return 0; }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int) { strcpy(p->name, "CPU emulation"); p->major = 9; p->minor = 0; p->multiProcessorCount = 1; return 0; }
 static int emu_current;
-static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 2 pinned host) */
+static std::map<uintptr_t, std::pair<size_t, int> > emu_allocs; /* base -> (bytes, 0 device / 1 managed / 2 pinned host) */
 static std::mutex dev_mu; /* emu_allocs and the device range below */
 cudaError_t cudaSetDevice(int dev) { if (dev < 0 || dev >= emu_devices()) return 101; emu_current = dev; return 0; }
 cudaError_t cudaGetDevice(int *dev) { *dev = emu_current; return 0; }
@@ -175,7 +175,8 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
   if (it != emu_allocs.begin()) {
     --it;
     if ((uintptr_t)p < it->first + it->second.first) {
-      a->type = it->second.second == 2 ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+      const int k = it->second.second;
+      a->type = k == 2 ? cudaMemoryTypeHost : k == 1 ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
       a->device = emu_current;
       a->devicePointer = (void *)p;
     }
@@ -298,6 +299,7 @@ cudaError_t cudaFree(void *p) {
   if (!p) return 0;
   std::lock_guard<std::mutex> lk(dev_mu);
   auto it = emu_allocs.find((uintptr_t)p);
+  if (it != emu_allocs.end() && it->second.second == 1) { emu_allocs.erase(it); free(p); return 0; } /* managed */
   if (it == emu_allocs.end() || it->second.second != 0) { fprintf(stderr, "emu: cudaFree of %p, which cudaMalloc did not give\n", p); return 1; }
   const size_t at = (size_t)((char *)p - dev_base), bytes = it->second.first;
   emu_allocs.erase(it);
@@ -336,6 +338,15 @@ cudaError_t cudaMemset(void *p, int v, size_t b) {
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { return cudaMemset(p, v, b); }
 cudaError_t cudaGetLastError(void) { return 0; }
+/* managed memory (tests/test_comm.c only): host memory the host may touch at any time */
+cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) {
+  *p = malloc(b ? b : 1);
+  if (!*p) return 2;
+  memset(*p, 0xA5, b);
+  std::lock_guard<std::mutex> lk(dev_mu);
+  emu_allocs[(uintptr_t)*p] = std::make_pair(b ? b : 1, 1);
+  return 0;
+}
 /* page-locked host memory: host memory, tracked so that cudaPointerGetAttributes knows it */
 cudaError_t cudaMallocHost(void **p, size_t b) {
   *p = malloc(b ? b : 1);

@@ -23,7 +23,10 @@
  * exit 1 on any failure.  Some checks provoke errors on purpose: their "error:" lines
  * are expected.
  *
- * Buffers are op memory (tsr_ops_alloc) and are read after tsr_ops_sync(), so the same
+ * Buffers are op memory (tsr_ops_alloc) and are read after tsr_ops_sync().  The device
+ * build's memory-only device gives managed memory, which the host reads and writes in
+ * place (the trainer's backend gives device memory, reached through copies: this test is
+ * about the transports, not the memory), so the same
  * checks run on a GPU: built with -DTEST_COMM_DEVICE (tests/cuda/comm_emu.sh, against the
  * CUDA runtime and NCCL, emulated), every rank drives its own device, the groups of more
  * than one rank get a device transport (comm_dev.h), and their operations on op memory

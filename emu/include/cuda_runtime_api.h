@@ -30,6 +30,11 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 #define CUDART_VERSION 13000
+/* managed memory: host memory the emulated device also takes, outside the device
+ * guard; only tests/test_comm.c's memory-only device uses it (the trainer's backend
+ * allocates device memory, cudaMalloc) */
+#define cudaMemAttachGlobal 1u
+cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags);
 /* device memory: its bytes free and in all (EMU_DEVICE_MEM, default 16 GiB) */
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 /* Emulation only: device work (a launch, a copy, a library call) runs between these two;
