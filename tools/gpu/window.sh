@@ -28,7 +28,7 @@
 #          runs out of time is killed with what it started; the results before it stay.
 # --previous FILE...  earlier calls' results.txt, read into this call's summary.
 # TW_LIMIT_<part>=S in the environment sets that part's own limit (info, kernels, train,
-# llama, torch, profile; memcheck, racecheck, compile).
+# llama, torch, profile; memcheck, racecheck, compile); 0 leaves the part out.
 # --dry-run  the rehearsal without a GPU: the bundle is bundle.sh --emu's (the same
 #          programs on the CPU emulation of the CUDA runtime), every part runs with tiny
 #          shapes and few steps, each part with three times its limit, PyTorch on the
@@ -363,8 +363,13 @@ ALL_OK=1
 part() { # part NAME LIMIT_S: run it under min(LIMIT_S, what is left of the budget)
   local name=$1 limit=$2 left rc=0 t1 over
   [ $DRY = 1 ] && limit=$((3 * limit)) # the emulation is slower than any GPU
-  over=TW_LIMIT_$name # TW_LIMIT_<part>=S: another limit for that part
+  over=TW_LIMIT_$name # TW_LIMIT_<part>=S: another limit for that part (0: leave it out)
   limit=${!over:-$limit}
+  if [ "$limit" -le 0 ]; then
+    note part name=$name skipped="left_out_by_TW_LIMIT_$name"
+    ALL_OK=0
+    return
+  fi
   left=$((BUDGET - ($(date +%s) - T0) - 8))
   if [ $left -lt 20 ]; then
     note part name=$name skipped="${left}s_of_the_budget_left"
