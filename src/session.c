@@ -92,6 +92,20 @@ static void measure_peak(tsr_session *s) {
           s->peak_flops / 1e9);
 }
 
+double tsr_session_mfu(tsr_session *s, double tok_per_s) {
+  if (s->peak_flops <= 0) return -1;
+  const double rate = tok_per_s * s->flops_per_token / s->world_size;
+  if (rate > s->peak_flops) {
+    if (!s->peak_raised++)
+      tsr_log("mfu: step %lld ran at %.2f GFLOP/s per rank, above the %.2f GFLOP/s the GEMM "
+              "probe measured at start-up (taken while the cores were busy?): that figure is "
+              "suspect; the fastest step's rate, a lower bound of the peak, is the denominator "
+              "from here on", (long long)s->st.step, rate / 1e9, s->peak_flops / 1e9);
+    s->peak_flops = rate;
+  }
+  return rate / s->peak_flops;
+}
+
 /* Train and valid shards made with different tokenizers would train happily and evaluate
  * nonsense: refuse them.  The data's tokenizer goes into every checkpoint. */
 static int same_tokenizer(tsr_session *s) {

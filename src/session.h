@@ -47,6 +47,7 @@ typedef struct {
   tsr_train_state st;
   double flops_per_token;
   double peak_flops; /* per rank, the denominator of MFU (the slowest rank's GEMM rate) */
+  int peak_raised;   /* steps ran faster than it (tsr_session_mfu): raised to theirs */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
   double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
   tsr_ckpt_policy *ckpt; /* when and how checkpoints are written (ckpt_policy.h) */
@@ -76,6 +77,12 @@ int tsr_session_load(tsr_session *s, const char *path);
  * it.  TSR_ERR (reported) when the host copy cannot be allocated. */
 int tsr_session_state_host(tsr_session *s, float *hb[3]);
 void tsr_session_state_release(tsr_session *s, float *hb[3], int put);
+/* The MFU of a step that trained tok_per_s tokens/s: the model's FLOPs per rank over the
+ * GEMM rate measured at start-up.  A step faster than that rate means the probe ran while
+ * the cores were busy (another job): the step's own rate, a lower bound of the peak,
+ * becomes the denominator from then on, and the log says so once per raise.  Never
+ * above 1; -1 when no rate was measured. */
+double tsr_session_mfu(tsr_session *s, double tok_per_s);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
  * smaller): the first samples of the validation set. */
 int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);

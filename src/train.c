@@ -180,13 +180,11 @@ static void log_setup(const tsr_session *s) {
 /* The step line (every log_every steps, the first and the last), the measured pipeline
  * bubble; after the first step of this run, the traffic and the measured memory beside
  * the plan's.  avg_s: the mean step time since the last line. */
-static void log_step(const tsr_session *s, const step_result *r, double dt, double avg_s,
-                     int first) {
+static void log_step(const tsr_session *s, const step_result *r, double dt, double mfu,
+                     double avg_s, int first) {
   const tsr_config *cfg = s->cfg;
   const int64_t step = s->st.step;
   const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
-  const double mfu =
-      s->peak_flops > 0 ? tok_per_s * s->flops_per_token / s->world_size / s->peak_flops : -1;
   char eta[32], phases[96] = "", scale[48] = "";
   fmt_eta(eta, sizeof eta, avg_s * (double)(cfg->run.max_steps - step));
   if (isfinite(r->phase_s[0]))
@@ -323,10 +321,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     const int64_t step = s.st.step;
     window_steps++;
     const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
-    tsr_step_metrics sm = {step, r.loss, r.lr, r.grad_norm, s.st.tokens, tok_per_s,
-                           s.peak_flops > 0 ? tok_per_s * s.flops_per_token / s.world_size /
-                                                  s.peak_flops
-                                            : -1.0,
+    const double mfu = tsr_session_mfu(&s, tok_per_s);
+    tsr_step_metrics sm = {step, r.loss, r.lr, r.grad_norm, s.st.tokens, tok_per_s, mfu,
                            (int64_t)tsr_ops_mem_bytes(), dt * 1e3, s.st.skipped,
                            r.phase_s[0] * 1e3, r.phase_s[1] * 1e3, r.phase_s[2] * 1e3, r.scale,
                            r.skipped};
@@ -340,7 +336,8 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
                (long long)step, (long long)s.st.skipped);
     if (step % cfg->run.log_every == 0 || step == first_step + 1 || step == cfg->run.max_steps) {
       const double now = tsr_now();
-      log_step(&s, &r, dt, (now - t_window) / (double)window_steps, step == first_step + 1);
+      log_step(&s, &r, dt, mfu, (now - t_window) / (double)window_steps,
+               step == first_step + 1);
       t_window = now;
       window_steps = 0;
     }

@@ -9,7 +9,10 @@
 #  (c) after a resume, the memory line names the step it is at (it said 'step 1');
 #  (d) the job script's advice runs as written from a source tree: `tessera plan llm70b
 #      --nodes 64 --gpus-per-node 8` finds the deck by name from another directory, and
-#      the checkpoint sizes the Slurm scripts quote are the planner's.
+#      the checkpoint sizes the Slurm scripts quote are the planner's;
+#  (e) MFU never shows above 1 from a GEMM probe that ran slow (a busy machine; here a
+#      4x4 probe, TSR_GEMM_PROBE_N): the log says the figure is suspect, once, and the
+#      fastest step's rate becomes the denominator.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -74,4 +77,14 @@ for job in llm70b llm7b; do
   check "(d) jobs/$job.slurm quotes the planner's checkpoint: $quoted GB, planned ${planned:-?} GB" \
     "$PYTHON_REF" -c "import sys; sys.exit(0 if abs(float('$quoted') - float('${planned:-0}')) < 0.05 else 1)"
 done
+# ---- (e) a start-up GEMM probe slower than the training ----
+TSR_GEMM_PROBE_N=4 launch -o mfu run.max_steps=4 run.log_every=1 checkpoint.resume=none \
+  train.micro_batch=2 model.d_model=64 model.d_ff=128
+check "(e) a probe slower than the steps: the run goes on (exit $?)" grep -q "^done: 4 steps" "$SCRATCH/mfu.out"
+check "(e) ... the log says the probe's figure is suspect, once" test \
+  "$(grep -c "^mfu: step [0-9]* ran at .* above the .* the GEMM probe measured at start-up .* suspect" "$SCRATCH/mfu.out")" -eq 1
+check "(e) ... and no step's MFU is above 1" "$PYTHON_REF" -c 'import json, sys
+m = [json.loads(l)["mfu"] for l in open(sys.argv[1]) if "\"loss\"" in l]
+print("    MFU", m)
+sys.exit(0 if len(m) == 4 and max(m) <= 1.0 else 1)' "$SCRATCH/mfu/metrics.jsonl"
 finish
