@@ -456,13 +456,16 @@ static int names_free(const char *dir) {
   while (!rc && (e = readdir(d)) != NULL) {
     const char *nm = e->d_name;
     const size_t n = strlen(nm);
-    const int ours = !strcmp(nm, "latest") || !strcmp(nm, "latest.tmp") ||
-                     (!strncmp(nm, "step_", 5) && ((n > 3 && !strcmp(nm + n - 3, ".h5")) ||
-                                                   (n > 7 && !strcmp(nm + n - 7, ".h5.tmp"))));
+    const int tmp = !strcmp(nm, "latest.tmp") ||
+                    (!strncmp(nm, "step_", 5) && n > 7 && !strcmp(nm + n - 7, ".h5.tmp"));
+    const int ours = tmp || !strcmp(nm, "latest") ||
+                     (!strncmp(nm, "step_", 5) && n > 3 && !strcmp(nm + n - 3, ".h5"));
     char path[TSR_STR_PATH + 300];
     struct stat sb;
     snprintf(path, sizeof path, "%s/%s", dir, nm);
-    if (ours && lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    /* a final name is renamed over, which replaces a file or a link, not a directory; a
+     * .tmp is created through, so it must be a file (a link would be followed) */
+    if (ours && lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && (tmp || !S_ISLNK(sb.st_mode))) {
       tsr_error("'%s' is %s, where the run writes %s: every such write would fail; move it "
                 "away (found before the first step)",
                 path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a file",

@@ -586,8 +586,12 @@ void tsr_ckpt_prune(const char *dir, const char *name, int64_t keep) {
 
 /* ---- resolve ---- */
 
-/* Rank 0: the candidates for resume = 'auto', the step files newest first; *latest_name
- * what `latest` names ("" when it names nothing usable).  *n = 0 when there are none. */
+/* Rank 0: the candidates for resume = 'auto', the step files newest first; `latest` what
+ * `latest` names ("" when it names nothing usable).  A step file newer by step than the
+ * one `latest` names counts only when it was written after `latest` (the job ended
+ * between publishing it and updating `latest`); one written before `latest` belongs to a
+ * run that was abandoned (a resume from an earlier checkpoint wrote `latest` since) and
+ * is left out, saying so.  *n = 0 when there are none. */
 static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *n,
                            char latest[TSR_CKPT_NAME]) {
   tsr_ckpt_step_file *files = NULL;
@@ -606,7 +610,7 @@ static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *
     fclose(f);
     latest[strcspn(latest, "\r\n")] = '\0';
   }
-  int64_t latest_step;
+  int64_t latest_step = 0;
   if (latest[0] && !parse_step_name(latest, &latest_step)) { /* '../x.h5', '/abs/x.h5' */
     tsr_warn("'%s' names '%s', which is not a checkpoint file of this directory "
              "(step_NNNNNNNN.h5): ignored, the step files are tried instead", path, latest);
@@ -618,7 +622,21 @@ static int list_candidates(const char *dir, char (**names)[TSR_CKPT_NAME], int *
     tsr_error("out of memory listing checkpoint directory '%s'", dir);
     return TSR_ERR;
   }
-  for (int i = 0; i < nf; i++) snprintf((*names)[(*n)++], TSR_CKPT_NAME, "%s", files[i].name);
+  struct stat lsb, fsb;
+  const int have_latest = latest[0] && stat(path, &lsb) == 0;
+  for (int i = 0; i < nf; i++) {
+    char fp[TSR_STR_PATH + TSR_CKPT_NAME + 2];
+    snprintf(fp, sizeof fp, "%s/%s", dir, files[i].name);
+    if (have_latest && files[i].step > latest_step && stat(fp, &fsb) == 0 &&
+        (fsb.st_mtim.tv_sec < lsb.st_mtim.tv_sec ||
+         (fsb.st_mtim.tv_sec == lsb.st_mtim.tv_sec && fsb.st_mtim.tv_nsec < lsb.st_mtim.tv_nsec))) {
+      tsr_warn("'%s' is past the checkpoint 'latest' names (%s) but older than 'latest' "
+               "itself: it belongs to a run abandoned for an earlier checkpoint, left out",
+               fp, latest);
+      continue;
+    }
+    snprintf((*names)[(*n)++], TSR_CKPT_NAME, "%s", files[i].name);
+  }
   free(files);
   return 0;
 }

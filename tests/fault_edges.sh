@@ -18,7 +18,9 @@
 #      other damage: the resume falls back to the older one with a warning (it used to
 #      stop with exit 2);
 #  (f) `latest` lagging behind a newer complete checkpoint (a job killed between the two
-#      renames): resume = 'auto' takes the newest complete one and says so.
+#      renames): resume = 'auto' takes the newest complete one and says so; but a step
+#      file older than `latest` itself (a resume from an earlier checkpoint abandoned it)
+#      is left out, saying so.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -94,8 +96,8 @@ check "(c) ... and not taken for a second value of arch" sh -c "! grep -q 'arch 
 launch -o ck run.max_steps=6 checkpoint.every_steps=2 checkpoint.resume=none
 check "(d) a run with checkpoints at 2, 4, 6 (exit $?)" test -f "$SCRATCH/ck/ckpt/step_00000006.h5"
 K=$SCRATCH/ck/ckpt
-cp -r "$K" "$SCRATCH/ck.orig"
-restore() { rm -rf "$K" && cp -r "$SCRATCH/ck.orig" "$K"; }
+cp -a "$K" "$SCRATCH/ck.orig" # (-a: the files keep their times, which resume compares)
+restore() { rm -rf "$K" && cp -a "$SCRATCH/ck.orig" "$K"; }
 # (d) step 6 is a directory: back to 4, and the run that would write 6 again refuses
 rm "$K/step_00000006.h5" && mkdir "$K/step_00000006.h5"
 launch -o ck -l dir run.max_steps=8 checkpoint.every_steps=2 checkpoint.resume=auto
@@ -114,12 +116,24 @@ check "(e) ... warning it is unusable for that reason" grep -q \
   "step_00000006.h5' (named by 'latest') is unusable: lacks the root attribute 'data_cursor'; falling back" \
   "$SCRATCH/attr.out"
 check "(e) ... and resuming from step 4" grep -q "resumed from .*step_00000004.h5 at step 4" "$SCRATCH/attr.out"
-# (f) latest names step 4 while step 6 is complete
+# (f) latest names step 4 while step 6 is complete and newer than latest (the job ended
+# between publishing step 6 and updating latest: latest keeps step 4's time)
 restore
 echo step_00000004.h5 >"$K/latest"
+touch -r "$K/step_00000004.h5" "$K/latest"
 launch -o ck -l lag run.max_steps=7 checkpoint.every_steps=0 checkpoint.resume=auto
 check "(f) 'latest' lagging: the run goes on (exit $?)" test $? -eq 0
 check "(f) ... from the newest complete checkpoint, step 6" grep -q "resumed from .*step_00000006.h5 at step 6" "$SCRATCH/lag.out"
 check "(f) ... saying 'latest' lagged" grep -q \
   "'latest' names step_00000004.h5, but step_00000006.h5 is newer and complete" "$SCRATCH/lag.out"
+# (f') the same names, but latest written after step 6 (a resume from step 4 abandoned 6)
+restore
+sleep 0.01
+echo step_00000004.h5 >"$K/latest"
+launch -o ck -l abandoned run.max_steps=5 checkpoint.every_steps=0 checkpoint.resume=auto
+check "(f') 'latest' newer than the step-6 file: resumed from step 4 (exit $?)" grep -q \
+  "resumed from .*step_00000004.h5 at step 4" "$SCRATCH/abandoned.out"
+check "(f') ... saying step 6 is from an abandoned run" grep -q \
+  "step_00000006.h5' is past the checkpoint 'latest' names (step_00000004.h5) but older than 'latest' itself" \
+  "$SCRATCH/abandoned.out"
 finish

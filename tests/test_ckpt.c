@@ -497,13 +497,23 @@ static void test_llama(const char *root) {
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
   check(rc == 0 && strcmp(got, p30) == 0, "missing latest: auto still picks step 30");
 
-  /* `latest` naming an older file than a newer complete one (a job killed between
-   * publishing step 30 and updating `latest`): the newest complete one is taken. */
+  /* `latest` naming step 20 and written after step 30 (a resume from step 20 that
+   * abandoned 30): `latest` wins, 30 is left out */
   FILE *lf = fopen(latest, "w");
   if (lf) fputs("step_00000020.h5\n", lf), fclose(lf);
   rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
+  check(rc == 0 && strcmp(got, p20) == 0,
+        "latest newer than step 30 and naming step 20 (30 abandoned): auto picks step 20");
+  /* the same `latest` older than step 30 (a job killed between publishing step 30 and
+   * updating `latest`): the newest complete one is taken */
+  struct stat s20;
+  if (stat(p20, &s20) == 0) {
+    const struct timespec t[2] = {s20.st_mtim, s20.st_mtim};
+    utimensat(AT_FDCWD, latest, t, 0);
+  }
+  rc = tsr_ckpt_resolve(&cfg, got, sizeof got, MPI_COMM_WORLD);
   check(rc == 0 && strcmp(got, p30) == 0,
-        "latest lagging (it names step 20, step 30 is complete): auto picks step 30");
+        "latest lagging (older than step 30, naming step 20): auto picks step 30");
 
   /* keep = 0 keeps everything. */
   cfg.checkpoint.keep = 0;
