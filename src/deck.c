@@ -943,7 +943,8 @@ static int has_group(const char *text, size_t len) {
 int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **overrides,
                   int world_size) {
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+  const int have_st = stat(path, &st) == 0;
+  if (have_st && S_ISDIR(st.st_mode)) {
     fprintf(stderr, "%s: is a directory, not a deck (a namelist file such as input/tiny.nml)\n",
             path);
     return TSR_ERR_INPUT;
@@ -974,7 +975,7 @@ int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **ove
   }
   /* a regular file with no group in it is a mistake (an empty or truncated deck, another
    * file); /dev/null is the way to train on the defaults and the overrides alone */
-  if (S_ISREG(st.st_mode) && !has_group(text, len)) {
+  if (have_st && S_ISREG(st.st_mode) && !has_group(text, len)) {
     fprintf(stderr, "%s:1:1: %s: a deck needs at least one group (&run ... /, &model ... /); "
             "to train on the built-in defaults and the command line's overrides alone, give "
             "/dev/null as the deck\n", path, len ? "no group in this deck" : "the deck is empty");
