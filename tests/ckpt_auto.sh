@@ -14,7 +14,8 @@
 #  (e) a background writer that slows the steps it overlaps (TSR_FAULT ckpt_overlap_s=0.5
 #      counts each such step 0.5 s longer; ckpt_sleep=0.05 makes each write last long
 #      enough to overlap steps): the decision after the first write counts that time in C
-#      ("(X s of it the steps the last background write slowed)", X >= 0.5, C >= X), and
+#      ("(X s of it the steps the last background write slowed)", X >= 0.45: the injected
+#      0.5 s less the noise of the steps' own times; C >= X), and
 #      its step time is that of the steps no write overlapped (< 0.5 s), and the decisions
 #      still follow the formula from what they log.
 #  (d) tessera plan for the same job: the file is 12 bytes per parameter, written in
@@ -129,7 +130,9 @@ pat = re.compile(r"'auto' interval \d+ steps, next at step \d+: C (\S+) s \((\S+
                  r"last background write slowed\), step time (\S+) s")
 found = [tuple(map(float, m.groups())) for m in map(pat.search, open(sys.argv[1])) if m]
 print(f"    (C, slowed, t) of the decisions after a write: {found}")
-sys.exit(0 if found and all(x >= 0.5 and c >= x and t < 0.5 for c, x, t in found) else 1)
+# X is 0.5 s per overlapped step plus those steps' own time less the other steps' mean:
+# a few ms either way (0.497 seen on one step), so 0.45 of the injected 0.5 s per step
+sys.exit(0 if found and all(x >= 0.45 and c >= x and t < 0.5 for c, x, t in found) else 1)
 PY
 check "(e)   ... and each decision follows the formula from what it logs" decisions overlap 40
 
