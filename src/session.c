@@ -161,9 +161,11 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   s->dp = s->grid->dp;
   s->dp_rank = s->grid->dp_rank;
   s->grad_accum_steps = cfg->train.global_batch / (cfg->train.micro_batch * s->dp);
-  const int mrc = open_model(s, cfg);
-  /* a device that ran out of memory says so (TSR_ERR_INPUT): the deck asks too much */
-  if (mrc) return s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : mrc;
+  /* every rank's outcome agreed before the next collective: a stage may run out of device
+   * memory alone (the embedding's, the head's); out of memory is bad input (exit 2) */
+  int mrc = open_model(s, cfg);
+  if (mrc && s->dev && tsr_ops_status() == TSR_ERR_INPUT) mrc = TSR_ERR_INPUT;
+  TSR_CALL(tsr_run_agree(world, mrc));
   if (s->dev) {
     tsr_comm *zg[2];
     const int n = tsr_zero_device_groups(cfg, s->grid, zg);
@@ -173,7 +175,12 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   s->inputs = tsr_calloc(ntok, sizeof(int32_t));
   s->targets = tsr_calloc(ntok, sizeof(int32_t));
   s->loss_acc = tsr_ops_alloc(1, sizeof(double));
-  TSR_CHECK(s->inputs && s->targets && s->loss_acc, TSR_ERR, "out of memory for the batch");
+  int brc = 0;
+  if (!s->inputs || !s->targets || !s->loss_acc) {
+    tsr_error("out of memory for the batch");
+    brc = s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : TSR_ERR;
+  }
+  TSR_CALL(tsr_run_agree(world, brc)); /* measure_peak's collective next */
   s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
   if (training) measure_peak(s);
   s->st.seed = (uint64_t)cfg->run.seed;

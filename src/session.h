@@ -80,8 +80,8 @@ void tsr_session_state_release(tsr_session *s, float *hb[3], int put);
 /* The MFU of a step that trained tok_per_s tokens/s: the model's FLOPs per rank over the
  * GEMM rate measured at start-up.  A step faster than that rate means the probe ran while
  * the cores were busy (another job): the step's own rate, a lower bound of the peak,
- * becomes the denominator from then on, and the log says so once per raise.  Never
- * above 1; -1 when no rate was measured. */
+ * becomes the denominator from then on (raised again by faster steps), and the log says
+ * so at the first raise.  Never above 1; -1 when no rate was measured. */
 double tsr_session_mfu(tsr_session *s, double tok_per_s);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
  * smaller): the first samples of the validation set. */

@@ -8,6 +8,7 @@
 #include "grid.h"
 #include "ops.h"
 #include "ops_backend.h"
+#include "runctl.h"
 #include "session.h"
 #include "util.h"
 #include "watchdog.h"
@@ -38,13 +39,20 @@ int tsr_session_state_host(tsr_session *s, float *hb[3]) {
   const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   const size_t n = (size_t)(view.shard_end - view.shard_begin);
   float *h = tsr_ops_host_alloc(3 * (n ? n : 1) * sizeof(float));
-  TSR_CHECK(h, TSR_ERR, "checkpoint: no host memory for a copy of %zu parameters' state", n);
-  for (int k = 0; k < 3; k++) {
+  if (!h) tsr_error("checkpoint: no host memory for a copy of %zu parameters' state", n);
+  for (int k = 0; h && k < 3; k++) {
     hb[k] = dev[k] ? h + (size_t)k * n : NULL;
     if (dev[k]) tsr_ops_copy(hb[k], dev[k], n * sizeof(float));
   }
   tsr_ops_sync();
-  return 0;
+  /* the checkpoint's I/O is collective: a copy that failed on one rank (no host memory, a
+   * failed device copy) stops every rank here, before a file is written from it */
+  const int rc = tsr_run_agree(s->world, !h ? TSR_ERR : tsr_ops_status());
+  if (rc) {
+    if (h) tsr_session_state_release(s, hb, 0);
+    hb[0] = hb[1] = hb[2] = NULL;
+  }
+  return rc;
 }
 
 void tsr_session_state_release(tsr_session *s, float *hb[3], int put) {

@@ -356,6 +356,7 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       t_last_ckpt = tsr_now();
     }
   }
+  GO(tsr_session_ckpt_wait(&s)); /* a background write still in flight ends, or fails, here */
   tsr_watchdog_activity(s.st.step, NULL);
   tsr_log("done: %lld steps in %.1f s this run, %lld skipped", (long long)(s.st.step - first_step),
           tsr_now() - t_start, (long long)s.st.skipped);
