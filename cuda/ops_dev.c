@@ -88,8 +88,13 @@ static void *d_alloc(size_t bytes) {
   cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
   if (e == cudaSuccess && b > free_b) e = cudaErrorMemoryAllocation;
   else e = cudaMalloc(&p, b);
-  if (e != cudaSuccess) {
+  if (e == cudaErrorMemoryAllocation) {
     out_of_memory(b, "an op buffer", e);
+    return NULL;
+  }
+  if (e != cudaSuccess) { /* not the deck's doing: a failure of the device (sticky error) */
+    fail_rt(e, "cudaMalloc of an op buffer", __LINE__);
+    cudaGetLastError();
     return NULL;
   }
   RT(cudaMemsetAsync(p, 0, b, c->stream));
@@ -151,6 +156,12 @@ static size_t d_mem_bytes(int what) {
 static void d_copy(void *dst, const void *src, size_t bytes) {
   if (tsr_dev_ctx.failed || !bytes || dst == src) return;
   RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, tsr_dev_ctx.stream));
+  /* ops.h: a copy from host memory is done when it returns.  From pageable memory the
+   * runtime returns once it has staged the bytes; from page-locked memory it returns at
+   * once, so wait for it */
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost)
+    RT(cudaStreamSynchronize(tsr_dev_ctx.stream)); /* (unregistered memory: no error) */
 }
 
 static void d_zero(void *dst, size_t bytes) {
@@ -180,9 +191,14 @@ static int grow(void **buf, size_t *have, size_t bytes, const char *what) {
   cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
   if (e == cudaSuccess && bytes > free_b) e = cudaErrorMemoryAllocation;
   else e = cudaMalloc(buf, bytes);
-  if (e != cudaSuccess) {
+  if (e == cudaErrorMemoryAllocation) {
     out_of_memory(bytes, what, e);
     return TSR_ERR_INPUT;
+  }
+  if (e != cudaSuccess) {
+    fail_rt(e, what, __LINE__);
+    cudaGetLastError();
+    return TSR_ERR;
   }
   *have = bytes;
   return 0;
@@ -329,9 +345,11 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaStreamCreate(&c->stream);
   if (e == cudaSuccess) e = cudaMalloc((void **)&c->result, sizeof(double) * TSR_DEV_RESULTS);
+  const int result_ok = e == cudaSuccess;
   if (e == cudaSuccess) e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);
   if (e == cudaErrorMemoryAllocation) {
-    out_of_memory(LT_WORKSPACE, "the cuBLASLt workspace", e);
+    out_of_memory(result_ok ? LT_WORKSPACE : sizeof(double) * TSR_DEV_RESULTS,
+                  result_ok ? "the cuBLASLt workspace" : "the device's result scalars", e);
     rc = TSR_ERR_INPUT;
   } else if (e != cudaSuccess) {
     tsr_error("cuda: setting up GPU %d: %s", device, cudaGetErrorString(e));

@@ -302,6 +302,7 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
   int rc = TSR_ERR;
   if (!master) {
     tsr_error("out of memory for %zu parameters", n);
+    if (tsr_ops_status() == TSR_ERR_INPUT) rc = TSR_ERR_INPUT; /* the device's: said above */
   } else {
     tsr_train_state st;
     rc = tsr_ckpt_load(path, g->lay, host, NULL, NULL, &st, MPI_COMM_SELF);

@@ -81,6 +81,7 @@ void tsr_ops_copy(void *dst, const void *src, size_t bytes) {
 void tsr_ops_read(void *host, const void *op, size_t bytes) {
   tsr_ops_copy(host, op, bytes);
   tsr_ops_sync();
+  if (tsr_ops_status() != 0 && bytes) memset(host, 0, bytes); /* a failed device: no copy */
 }
 void tsr_ops_zero(void *dst, size_t bytes) {
   if (dev)

@@ -43,8 +43,9 @@ void tsr_ops_copy(void *dst, const void *src, size_t bytes);
 void tsr_ops_read(void *host, const void *op, size_t bytes);
 void tsr_ops_zero(void *dst, size_t bytes);
 void tsr_ops_sync(void);
-/* 0, or TSR_ERR once a device call has failed (reported when it happened; sticky): the
- * trainer checks it once per step. */
+/* 0, or once a device call has failed (reported when it happened; sticky) TSR_ERR, or
+ * TSR_ERR_INPUT when it was an allocation beyond the device's memory (the deck asks too
+ * much): the trainer checks it once per step. */
 int tsr_ops_status(void);
 /* Bytes of op memory allocated now / at most (CPU: every tsr_calloc of the process). */
 size_t tsr_ops_mem_bytes(void);
