@@ -263,6 +263,7 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *
   grp[n++] = g->pp_comm;
   char line[512] = "";
   size_t used = 0;
+  const char *direct = NULL; /* a group handed to MPI on device memory, MPI not CUDA-aware */
   for (int i = 0; i < n; i++) {
     int seen = 0, spans = 0;
     for (int j = 0; j < i; j++) seen |= grp[j] == grp[i];
@@ -277,15 +278,23 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *
       g->staged_used = 1;
     }
     /* MPI on device memory itself: only an MPI that reads device memory can */
-    TSR_CHECK(aware != 0 || strcmp(tsr_comm_backend(grp[i]), "mpi"), TSR_ERR_INPUT,
-              "parallel.mpi_gpu = '%s' hands group '%s' device memory through MPI, and this "
-              "MPI is not CUDA-aware (MPIX_Query_cuda_support): set parallel.mpi_gpu = "
-              "'staged' or 'auto' (pinned host copies)",
-              tsr_deck_word(cfg, &pc->mpi_gpu), tsr_comm_name(grp[i]));
+    if (aware == 0 && !strcmp(tsr_comm_backend(grp[i]), "mpi") && !direct)
+      direct = tsr_comm_name(grp[i]);
     if (used < sizeof line)
       used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s%s", used ? ", " : "",
                                tsr_comm_name(grp[i]), tsr_comm_backend(grp[i]),
                                spans ? " (across nodes)" : "");
+  }
+  /* agreed: the groups that span nodes, and so their transports, differ between ranks */
+  int bad = direct != NULL;
+  TSR_CALL(tsr_comm_all_reduce_int(g->world, &bad, 1, TSR_COMM_MAX));
+  if (bad) {
+    if (direct)
+      tsr_error("parallel.mpi_gpu = '%s' hands group '%s' device memory through MPI, and this "
+                "MPI is not CUDA-aware (MPIX_Query_cuda_support): set parallel.mpi_gpu = "
+                "'staged' or 'auto' (pinned host copies)",
+                tsr_deck_word(cfg, &pc->mpi_gpu), direct);
+    return TSR_ERR_INPUT;
   }
   if (used)
     tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line,
