@@ -223,13 +223,21 @@ static void dev_on_segv(int sig, siginfo_t *si, void *ctx) {
     /* no lock: the faulting thread may hold it; the table is read to name the allocation */
     auto it = emu_allocs.upper_bound((uintptr_t)a);
     if (it != emu_allocs.begin()) --it, base = it->first, bytes = it->second.first;
-    int n = snprintf(msg, sizeof msg,
-                     "emu: host code touched device memory at %p (byte %zu of a cudaMalloc "
-                     "allocation of %zu bytes) outside any kernel, copy or library call: on a "
-                     "GPU this is a crash; copy it through the backend's copy op instead.  "
-                     "Host stack:\n",
-                     (const void *)a, base && (uintptr_t)a >= base ? (size_t)((uintptr_t)a - base) : 0,
-                     bytes);
+    const size_t off = base && (uintptr_t)a >= base ? (size_t)((uintptr_t)a - base) : 0;
+    char where[96];
+    if (base && off < bytes)
+      snprintf(where, sizeof where, "byte %zu of a cudaMalloc allocation of %zu bytes", off, bytes);
+    else
+      snprintf(where, sizeof where, "in no allocation: out of bounds");
+    int n = dev_open > 0 /* device work was running: a kernel or library call went astray */
+                ? snprintf(msg, sizeof msg, "emu: device memory at %p (%s) is not mapped: a kernel "
+                           "or library call read or wrote out of bounds.  Host stack:\n",
+                           (const void *)a, where)
+                : snprintf(msg, sizeof msg,
+                           "emu: host code touched device memory at %p (%s) outside any kernel, "
+                           "copy or library call: on a GPU this is a crash; copy it through the "
+                           "backend's copy op instead.  Host stack:\n",
+                           (const void *)a, where);
     if (write(2, msg, (size_t)n) < 0) _exit(86);
     void *bt[48];
     backtrace_symbols_fd(bt, backtrace(bt, 48), 2);
