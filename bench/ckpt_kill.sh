@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ckpt_kill.sh — kill -9 during background checkpoint writes (checkpoint.async), TRIALS times.
-# The tiny llama of tests/ckpt_async.sh on NP ranks (dp, ZeRO 1), 12 steps, a checkpoint
+# The tiny llama of tests/e2e/ckpt_async.sh on NP ranks (dp, ZeRO 1), 12 steps, a checkpoint
 # every 3 steps.  One uninterrupted run is the reference.  Each trial draws the checkpoint
 # whose write is hit (step 3, 6 or 9), where the write pauses (TSR_FAULT ckpt_sleep=2 with
 # ckpt_where 'start': before the file is created, or 'half': half-way, the .tmp open), the

@@ -23,7 +23,7 @@
 # GPT2_SEQ tokens per step (train.micro_batch = global_batch = 1; the deck has 16 x 1024
 # per rank and 512 per step) and fp32 instead of its bf16.
 #
-# Threads: Tessera runs its OpenMP team with OpenBLAS single-threaded inside it (src/cpu*.c).
+# Threads: Tessera runs its OpenMP team with OpenBLAS single-threaded inside it (src/cpu/*.c).
 # PyTorch runs torch.set_num_threads(THREADS) twice, with OPENBLAS_NUM_THREADS = THREADS
 # and = 1 (its intra-op pool and OpenBLAS's pthreads compete for the cores, so the second
 # is often faster here); the ratio is against the faster of the two.

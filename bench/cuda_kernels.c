@@ -15,7 +15,7 @@
  * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
  *
  * bench/cuda_kernels --profile > profile.nml instead measures what `tessera plan` prices
- * (src/plan_profile.h: GEMMs over sizes, attention over sequence lengths and head sizes,
+ * (src/plan/plan_profile.h: GEMMs over sizes, attention over sequence lengths and head sizes,
  * memory-bound kernels, a kernel's fixed cost), fits the profile's curves and prints them
  * as a &hardware group for `tessera plan --profile profile.nml` (the measurements on
  * stderr). */
@@ -111,7 +111,7 @@ static void row(const char *name, tsr_dtype dt, const char *shape, double ms, do
          ms * 1e3, rate, is_flops ? "TFLOP/s" : "GB/s", 100.0 * rate / peak, model);
 }
 
-/* ---- --profile: the planner's kernel profile (src/plan_profile.h) of this GPU ---- */
+/* ---- --profile: the planner's kernel profile (src/plan/plan_profile.h) of this GPU ---- */
 
 static double sat(double x, double half) { return x / (x + half); }
 
@@ -141,7 +141,7 @@ static int write_profile(const struct cudaDeviceProp *prop) {
   float ms;
   const char *name = strstr(prop->name, "H100") ? "h100" : strstr(prop->name, "H200") ? "h200"
                      : strstr(prop->name, "A100") ? "a100" : "custom";
-  /* the datasheet peaks tessera plan's built-in table holds (src/plan_profile.c) */
+  /* the datasheet peaks tessera plan's built-in table holds (src/plan/plan_profile.c) */
   const double sheet_tc = !strcmp(name, "a100") ? 312 : !strcmp(name, "custom") ? peak_tc[1] : 989;
   const double sheet_f32 = !strcmp(name, "a100") ? 19.5 : !strcmp(name, "custom") ? peak_f32 : 67;
   const double sheet_gbs = !strcmp(name, "a100") ? 2039 : !strcmp(name, "h200") ? 4800

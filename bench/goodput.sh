@@ -51,8 +51,8 @@ TESSERA=${TESSERA:-src/tessera}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 TESSERA=$(cd "$(dirname "$TESSERA")" && pwd)/$(basename "$TESSERA")
-# shellcheck source=tests/slurm_cluster.sh
-. "$here/tests/slurm_cluster.sh"
+# shellcheck source=tests/e2e/slurm_cluster.sh
+. "$here/tests/e2e/slurm_cluster.sh"
 tsr_slurm_have || { echo "bench/goodput.sh: Slurm and munge are not installed" >&2; exit 1; }
 export TESSERA
 tsr_slurm_start 2 4 || exit 1

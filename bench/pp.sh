@@ -20,7 +20,7 @@
 #   bub max   median over steps of the largest stage's bubble
 #   theory    the trainer's (p-1)/(m+p-1), interleaved (p-1)/(v m+p-1), zb_h1 (p-1)/(3m+p-1)
 #             for m >= p, zb_v (p-1)/(6m+p-1) for m >= 2p-1 (equal F, B, W;
-#             src/pipeline.c derives them): free transfers, equal stages, as a fraction of
+#             src/sched/pipeline.c derives them): free transfers, equal stages, as a fraction of
 #             the step
 #   slots/MB  stage 0's activation slots and their size, from the "pipeline:" line
 #

@@ -17,7 +17,7 @@ timed step, then
 or, when the micro-batch does not fit the GPU's memory, "torch: out of memory at batch B"
 and exit status 3.
 
-with the FLOPs counted as Tessera's planner counts them (src/plan.c,
+with the FLOPs counted as Tessera's planner counts them (src/plan/plan.c,
 tsr_plan_flops_per_token: 6 x parameters, the token embedding counted as a matrix, + 6 x
 n_layer x d_model x seq per token for causal attention's scores and values) and P the bf16 rate of an
 8192^3 torch.matmul measured first in the same run (MFU against a measured GEMM rate, as

@@ -10,7 +10,7 @@ read from the checkpoint: the weights (/model/<name>) and the effective deck (ro
 attribute "deck"), so the two sides cannot drift apart.
 
 The model is the one of docs/model.md (the structure of
-tests/torch_ref.py) in float32, written the way one would write it for speed in torch 1.13
+tests/ref/torch_ref.py) in float32, written the way one would write it for speed in torch 1.13
 (Debian's python3-torch; no scaled_dot_product_attention there): fused Q|K|V and gate|up
 weights, one GEMM each; explicit causal softmax attention; torch.optim.AdamW with the
 faster of its two CPU code paths (foreach); clip_grad_norm_.
@@ -65,7 +65,7 @@ def parse_deck(text):
 
 
 def lr_at(cfg, step):
-    """tsr_optim_lr (src/optim.c): warmup, then cosine / linear / wsd / constant."""
+    """tsr_optim_lr (src/model/optim.c): warmup, then cosine / linear / wsd / constant."""
     lr, min_lr, warm = cfg["lr"], cfg["min_lr"], cfg["warmup_steps"]
     if warm > 0 and step <= warm:
         return lr * step / warm

@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
-#include "util.h"
+#include "ops/ops.h"
+#include "cpu/ops_cpu.h"
+#include "core/util.h"
 
 static int cmp_d(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
@@ -33,7 +34,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: N C V REPS must be positive\n");
     return 2;
   }
-  tsr_ops_init(0);
+  tsr_cpu_open(0);
   printf("LM head + loss, %d tokens x d_model %d -> vocabulary %d, %d repetitions\n", N, C, V,
          reps);
   printf("%-5s %-10s %10s %10s %12s %8s %18s\n", "prec", "head", "best ms", "median ms",

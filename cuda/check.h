@@ -1,4 +1,4 @@
-/* check.h — the CUDA backend's members of the check-macro family of src/util.h: one per
+/* check.h — the CUDA backend's members of the check-macro family of src/core/util.h: one per
  * foreign library, each reporting "file:line func: expression: the library's error"
  * (tsr_errorf_at) and returning TSR_ERR from the calling function, as TSR_MPI_CALL does
  * for MPI.  The _GOTO form sets `rc` and jumps to the function's `done:`
@@ -22,7 +22,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "util.h"
+#include "core/util.h"
 #ifdef __cplusplus
 }
 #endif

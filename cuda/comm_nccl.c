@@ -1,4 +1,4 @@
-/* comm_nccl.c — the NCCL device transport of comm (src/comm_dev.h; see comm_nccl.h). */
+/* comm_nccl.c — the NCCL device transport of comm (src/comm/comm_dev.h; see comm_nccl.h). */
 #include "comm_nccl.h"
 
 #include <mpi.h>

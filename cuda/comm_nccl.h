@@ -1,4 +1,4 @@
-/* comm_nccl.h — the NCCL device transport of comm (src/comm_dev.h).
+/* comm_nccl.h — the NCCL device transport of comm (src/comm/comm_dev.h).
  *
  * Each group that gets it (the trainer attaches it to its intra-node groups, and to the
  * inter-node ones only under &parallel inter_node = 'nccl') has its own NCCL communicator,
@@ -18,7 +18,7 @@
 #ifndef TSR_CUDA_COMM_NCCL_H
 #define TSR_CUDA_COMM_NCCL_H
 
-#include "comm_dev.h"
+#include "comm/comm_dev.h"
 
 extern const tsr_comm_transport tsr_cuda_nccl_transport;
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm_cuda.h"
-#include "comm_mpi.h"
+#include "comm/comm_mpi.h"
 
 typedef enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_SEND,
                OP_RECV } op_kind;

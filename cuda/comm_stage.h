@@ -1,5 +1,5 @@
 /* comm_stage.h — MPI on GPU memory staged through pinned host buffers: a device
- * transport of comm (src/comm_dev.h) for groups that stay on MPI when the MPI library is
+ * transport of comm (src/comm/comm_dev.h) for groups that stay on MPI when the MPI library is
  * not CUDA-aware (MPIX_Query_cuda_support() == 0, or &parallel mpi_gpu = 'staged').
  *
  * Without it MPI would be handed device memory, which a host-only MPI cannot read (the
@@ -19,7 +19,7 @@
 #ifndef TSR_CUDA_COMM_STAGE_H
 #define TSR_CUDA_COMM_STAGE_H
 
-#include "comm_dev.h"
+#include "comm/comm_dev.h"
 
 extern const tsr_comm_transport tsr_cuda_staged_transport;
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "dev.h"
-#include "util.h"
+#include "core/util.h"
 
 tsr_dev_context tsr_dev_ctx;
 

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#include "ops.h"
+#include "ops/ops.h"
 
 #define TSR_DEV_RESULTS 512 /* device doubles for values the host fetches at once */
 

@@ -16,7 +16,7 @@
 #ifdef TSR_HAVE_CUDNN
 #include "sdpa_graphs.h"
 #endif
-#include "util.h"
+#include "core/util.h"
 
 static struct {
   size_t live_bytes, peak_bytes; /* op memory handed out */
@@ -273,7 +273,7 @@ static void d_close(void) {
     tsr_dev_prof_end(&sc);                   \
     return r_;                               \
   }
-#include "ops_list.h"
+#include "ops/ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
 
@@ -301,7 +301,7 @@ static const tsr_ops_backend table = {
     .zero = d_zero,
 #define TSR_OP(name, params, args) .name = tsr_dev_##name,
 #define TSR_OP_RET(type, name, params, args) .name = tsr_dev_##name,
-#include "ops_list.h"
+#include "ops/ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
 };
@@ -312,7 +312,7 @@ static const tsr_ops_backend table_profiled = {
     .zero = prof_zero,
 #define TSR_OP(name, params, args) .name = prof_##name,
 #define TSR_OP_RET(type, name, params, args) .name = prof_##name,
-#include "ops_list.h"
+#include "ops/ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
 };

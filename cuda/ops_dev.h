@@ -1,10 +1,10 @@
-/* ops_dev.h — the CUDA backend of ops.h as a device backend table (src/ops_backend.h).
+/* ops_dev.h — the CUDA backend of ops.h as a device backend table (src/ops/ops_backend.h).
  *
  * Installed by the trainer when run.device is 'cuda' (or 'auto' and every rank sees a
  * GPU): every tsr_ops_X call then runs tsr_dev_X on one stream of this rank's GPU, with
  * one cuBLASLt handle and one scratch buffer sized at setup (tsr_ops_reserve), so nothing
  * is allocated inside a step.  tsr_dev_X has the parameters and the semantics of the
- * list's entry X (src/ops_list.h), on device memory; each is defined in the .cu file of
+ * list's entry X (src/ops/ops_list.h), on device memory; each is defined in the .cu file of
  * its kernel family, next to its kernels, and queues them without waiting, except the
  * ops that return a value to the host (they fetch it: the only synchronisations besides
  * tsr_ops_sync).  A failing CUDA call is reported where it happens; from then on the ops
@@ -31,12 +31,12 @@
 #ifndef TSR_CUDA_OPS_DEV_H
 #define TSR_CUDA_OPS_DEV_H
 
-#include "ops_backend.h"
+#include "ops/ops_backend.h"
 
 /* The ops: tsr_dev_<name> for each entry of ops_list.h */
 #define TSR_OP(name, params, args) void tsr_dev_##name params;
 #define TSR_OP_RET(type, name, params, args) type tsr_dev_##name params;
-#include "ops_list.h"
+#include "ops/ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
 

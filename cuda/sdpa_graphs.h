@@ -13,7 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
-#include "dtype.h"
+#include "core/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,7 +10,7 @@
 # With PROGRAM.c, that program (a test: tests/cuda/comm_emu.sh) is linked the same way
 # instead of src/main.c, compiled with the CPPFLAGs given.
 #
-# Needs a configured build tree (top_builddir: src/libtessera.a, src/embedded_deck.c and
+# Needs a configured build tree (top_builddir: src/libtessera.a, src/cli/embedded_deck.c and
 # the Makefile's HDF5/OpenBLAS/OpenMP flags) and top_srcdir.
 set -euo pipefail
 out=$1
@@ -28,7 +28,9 @@ read -r -a BLAS_LIBS <<< "$(mkvar OPENBLAS_LIBS)"
 read -r -a SPM_LIBS <<< "$(mkvar SPM_LIBS)"
 read -r -a OMP <<< "$(mkvar OPENMP_CFLAGS)"
 CC=$(mkvar CC)
-make -C "$bld" src/libtessera.a src/embedded_deck.c >/dev/null
+# the trainer's libraries, highest layer first (Makefile.am's TSR_LIBS)
+read -r -a LIBS <<< "$(make -s -C "$bld" print-tsr-libs)"
+make -C "$bld" "${LIBS[@]}" src/cli/embedded_deck.c >/dev/null
 CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bld/src" -I"$top/cuda"
         "${HDF5_CFLAGS[@]}")
 . "$emu/kernels.sh"
@@ -45,8 +47,8 @@ if [ -n "$prog" ]; then
   : >"$B/embedded_deck.c"
 else
   $CC "${CFLAGS[@]}" -DTSR_LINK_CUDA -DTSR_HAVE_NCCL -c "$top/src/main.c" -o "$B/main.o"
-  $CC "${CFLAGS[@]}" -c "$top/src/deckpath.c" -o "$B/deckpath.o" # decks by name, no prefix
-  cp "$bld/src/embedded_deck.c" "$B/embedded_deck.c"
+  $CC "${CFLAGS[@]}" -c "$top/src/cli/deckpath.c" -o "$B/deckpath.o" # decks by name, no prefix
+  cp "$bld/src/cli/embedded_deck.c" "$B/embedded_deck.c"
 fi
 $CC "${CFLAGS[@]}" -c "$B/embedded_deck.c" -o "$B/embedded_deck.o"
 wait "$kernels"
@@ -54,5 +56,5 @@ MAIN_OBJS=()
 [ -n "$prog" ] || MAIN_OBJS=("$B/deckpath.o")
 $CC "${OMP[@]}" -rdynamic -o "$out" "$B/main.o" "${MAIN_OBJS[@]}" "$B/embedded_deck.o" "$B/ops_dev.o" "$B/dev.o" "$B/comm_nccl.o" "$B/comm_stage.o" "$B/device.o" \
   "$B/sdpa_fake.o" \
-  "${EMU_OBJS[@]/#/$B/}" "$bld/src/libtessera.a" \
+  "${EMU_OBJS[@]/#/$B/}" "${LIBS[@]/#/$bld/}" \
   "${SPM_LIBS[@]}" "${HDF5_LIBS[@]}" "${BLAS_LIBS[@]}" -lstdc++ -lpthread -lrt -lm

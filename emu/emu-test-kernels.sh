@@ -2,7 +2,7 @@
 # emu-test-kernels.sh DIR — tests/cuda/test_kernels (and, where mpicc is, test_device)
 # linked with the CUDA kernels on the CPU emulation of emu/, into DIR: what
 # tests/cuda/emulate.sh runs, and what tools/gpu/bundle.sh --emu packs for the device
-# plan's rehearsal.  The CPU reference is the CPU kernels (src/cpu*.c) with OpenBLAS.
+# plan's rehearsal.  The CPU reference is the CPU kernels (src/cpu/*.c) with OpenBLAS.
 # Needs only gcc, g++ and python3 (no CUDA toolkit).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +20,7 @@ if pkg-config --exists openblas 2>/dev/null; then
 fi
 # the CPU kernels (the reference), the backend, the cuDNN stand-in and the test
 CPU_OBJS=()
-for f in "$top"/src/cpu*.c "$top/src/ops.c" "$top/src/util.c"; do
+for f in "$top"/src/cpu/*.c "$top/src/ops/ops.c" "$top/src/core/util.c"; do
   o=$B/host_$(basename "$f" .c).o
   gcc "${CFLAGS[@]}" "${BLAS_INC[@]}" -c "$f" -o "$o"
   CPU_OBJS+=("$o")

@@ -346,7 +346,7 @@ cudaError_t cudaMemset(void *p, int v, size_t b) {
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t b, cudaStream_t) { return cudaMemset(p, v, b); }
 cudaError_t cudaGetLastError(void) { return 0; }
-/* managed memory (tests/test_comm.c only): host memory the host may touch at any time */
+/* managed memory (tests/mpi/test_comm.c only): host memory the host may touch at any time */
 cudaError_t cudaMallocManaged(void **p, size_t b, unsigned int) {
   *p = malloc(b ? b : 1);
   if (!*p) return 2;

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "cuda_runtime_api.h"
-#include "dtype.h"
+#include "core/dtype.h"
 #include "nccl.h"
 
 #define MAX_RANKS 64

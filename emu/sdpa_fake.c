@@ -8,7 +8,7 @@
  * of 8, or over 256) and asks for a workspace of an fp32 dq accumulator, which its
  * backward overwrites whole, so that a workspace overlapping anything shows in the
  * results.  Its "deterministic" backward is the only one it has.
- * What it cannot show is anything of cuDNN itself: tests/cuda_cudnn_offline.sh checks the
+ * What it cannot show is anything of cuDNN itself: tests/cuda/cuda_cudnn_offline.sh checks the
  * graphs against cuDNN, tests/cuda/test_kernels their numbers on a GPU. */
 #include <math.h>
 #include <stdint.h>
@@ -18,7 +18,7 @@
 
 #include "dev.h"
 #include "sdpa_graphs.h"
-#include "util.h"
+#include "core/util.h"
 
 long tsr_cuda_cudnn_version(void) { return 0; }
 

@@ -4,7 +4,7 @@
 # "done", "requeue" or "stop" and act on it.
 #
 # The decision itself (tsr_job_decide) is a pure function of its arguments so that
-# tests/jobs_lint.sh can check it without Slurm.  Everything that talks to Slurm is in
+# tests/lint/jobs_lint.sh can check it without Slurm.  Everything that talks to Slurm is in
 # tsr_job_finish and only runs inside a job.
 #
 # Exit codes of `tessera` (README.md): 0 done, 1 failure, 2 bad input, 3 stopped on

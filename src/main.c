@@ -6,7 +6,7 @@
  *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time,
  *                                               whether it fits, the layout search
  *   tessera --help-deck                         every deck key
- * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/deckpath.h).
+ * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/cli/deckpath.h).
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
@@ -21,18 +21,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "deck.h"
-#include "deckpath.h"
-#include "fault.h"
-#include "generate.h"
-#include "heartbeat.h"
-#include "ops.h"
-#include "plan.h"
-#include "runctl.h"
-#include "stop_signals.h"
-#include "train.h"
-#include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
+#include "core/config.h"
+#include "deck/deck.h"
+#include "cli/deckpath.h"
+#include "core/fault.h"
+#include "run/generate.h"
+#include "core/heartbeat.h"
+#include "ops/ops.h"
+#include "cpu/ops_cpu.h"
+#include "plan/plan.h"
+#include "core/runctl.h"
+#include "core/stop_signals.h"
+#include "run/train.h"
+#include "core/tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
 #include "comm_stage.h" /* MPI on GPU memory through pinned host buffers */
 #include "ops_dev.h"    /* the CUDA device backend (run.device) */
@@ -40,8 +41,8 @@
 #include "comm_nccl.h" /* NCCL for the collectives of GPU groups */
 #endif
 #endif
-#include "util.h"
-#include "watchdog.h"
+#include "core/util.h"
+#include "core/watchdog.h"
 
 extern const char tsr_embedded_deck[];     /* input/tiny.nml, built into the binary */
 extern const char tsr_embedded_deck_name[];
@@ -166,7 +167,7 @@ static void early_signals(int argc, char **argv, char **envp) {
    * name of the file the launcher executed; the threads started later inherit it */
   prctl(PR_SET_NAME, "tessera", 0, 0, 0);
   if (!strcmp(mode_of(argc, argv), "train")) tsr_run_install_signals();
-  /* `tessera` (src/launcher.c) ran this program with the stop signals blocked, so that
+  /* `tessera` (src/cli/launcher.c) ran this program with the stop signals blocked, so that
    * none could kill it while the loader mapped the libraries: one that came meanwhile is
    * delivered now, to the handler (or, for the other commands, with its default action) */
   tsr_stop_signals_mask(SIG_UNBLOCK);
@@ -262,7 +263,7 @@ int main(int argc, char **argv) {
   if (rc) goto out;
   static char deck_text[1 << 16];
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
-  tsr_ops_init(threads_per_rank());
+  tsr_cpu_open(threads_per_rank());
   link_device();
   if ((rc = tsr_watchdog_start(cfg.run.step_timeout_s, threads == MPI_THREAD_MULTIPLE)) != 0) goto out;
   if ((rc = tsr_heartbeat_start(cfg.run.heartbeat_s, threads == MPI_THREAD_MULTIPLE,

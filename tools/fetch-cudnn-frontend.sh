@@ -6,7 +6,7 @@
 # once when DIR/include/cudnn_frontend.h is there.  Exit status 1 (and a message) when
 # the download fails or the wheel is not the pinned one, leaving DIR/include as it was;
 # configure then builds without cuDNN attention.  PYPI_SIMPLE: another simple index
-# (default https://pypi.org/simple; tests/fetch_frontend.sh uses file:// ones).
+# (default https://pypi.org/simple; tests/cuda/fetch_frontend.sh uses file:// ones).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$here/ext/cudnn-frontend}

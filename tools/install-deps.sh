@@ -15,7 +15,7 @@ PKGS=(
   python3-matplotlib                                      # tools/tsr-plot (metrics.jsonl -> PNG)
   clang libclang-rt-dev                                   # libFuzzer for the deck fuzz test
   shellcheck                                              # lint of the Slurm job scripts
-  slurm-wlm munge libpmix-dev procps                      # tests/slurm.sh: its own slurmctld + 2 slurmd, srun --mpi=pmix
+  slurm-wlm munge libpmix-dev procps                      # tests/e2e/slurm.sh: its own slurmctld + 2 slurmd, srun --mpi=pmix
 )
 
 missing=()

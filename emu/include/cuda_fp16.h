@@ -1,7 +1,7 @@
 /* cuda_fp16.h (CPU emulation, tests/cuda/emulate.sh): __half as 16 raw IEEE binary16 bits;
  * conversions through the compiler's _Float16, which rounds to nearest even with
  * subnormals and overflow to inf as the hardware does: an implementation independent of
- * src/dtype.h's, so the tests' bitwise checks compare two.  Widening goes through a table
+ * src/core/dtype.h's, so the tests' bitwise checks compare two.  Widening goes through a table
  * of all 65536 values (made with _Float16 once), as the soft-float call per value made
  * the emulated fp16 tensor cores 30 times slower than the bf16 ones. */
 #ifndef EMU_FP16_H

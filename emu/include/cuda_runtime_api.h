@@ -31,7 +31,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaGetLastError(void);
 #define CUDART_VERSION 13000
 /* managed memory: host memory the emulated device also takes, outside the device
- * guard; only tests/test_comm.c's memory-only device uses it (the trainer's backend
+ * guard; only tests/mpi/test_comm.c's memory-only device uses it (the trainer's backend
  * allocates device memory, cudaMalloc) */
 #define cudaMemAttachGlobal 1u
 cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned int flags);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# comm_emu.sh — comm's device transports without a GPU: tests/test_comm.c built with
+# comm_emu.sh — comm's device transports without a GPU: tests/mpi/test_comm.c built with
 # -DTEST_COMM_DEVICE against the CPU emulation of the CUDA runtime and of NCCL
 # (emu/; NCCL between the ranks' processes in shared memory) runs every check
 # of test_comm, on fp32, bf16 and fp16 data, with each rank on its own emulated device,
@@ -17,14 +17,14 @@
 # the emulated runtime and NCCL; neither the trainer nor the kernels are linked.  ops.c's
 # op dispatch names the CPU kernels, which comm never calls: -ffunction-sections and
 # --gc-sections leave those functions, and their references, out of the link.
-# Needs a configured build tree (top_builddir: src/tsr_build.h, the Makefile's CC and
+# Needs a configured build tree (top_builddir: src/core/tsr_build.h, the Makefile's CC and
 # OpenMP flags) and top_srcdir.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 MPIRUN=${MPIRUN:-mpirun}
 command -v "${MPIRUN%% *}" >/dev/null || skip "no $MPIRUN"
 command -v g++ >/dev/null || skip "no g++"
-[ -f "$top_builddir/src/tsr_build.h" ] || skip "no configured build tree in $top_builddir"
+[ -f "$top_builddir/src/core/tsr_build.h" ] || skip "no configured build tree in $top_builddir"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 scratch
 
@@ -40,9 +40,9 @@ build() {
   local cxxflags=(-std=c++17 -O2 -g -w -I"$emu/include" -I"$top_srcdir/src")
   g++ "${cxxflags[@]}" -c "$emu/emu.cpp" -o "$SCRATCH/emu.o" &&
     g++ "${cxxflags[@]}" -c "$emu/nccl.cpp" -o "$SCRATCH/nccl.o" &&
-    "${CC:-mpicc}" "${cflags[@]}" -DTEST_COMM_DEVICE -o "$BIN" "$top_srcdir/tests/test_comm.c" \
-      "$top_srcdir/src/comm.c" "$top_srcdir/src/ops.c" "$top_srcdir/src/util.c" \
-      "$top_srcdir/src/watchdog.c" "$top_srcdir/cuda/device.c" "$top_srcdir/cuda/comm_nccl.c" \
+    "${CC:-mpicc}" "${cflags[@]}" -DTEST_COMM_DEVICE -o "$BIN" "$top_srcdir/tests/mpi/test_comm.c" \
+      "$top_srcdir/src/comm/comm.c" "$top_srcdir/src/ops/ops.c" "$top_srcdir/src/core/util.c" \
+      "$top_srcdir/src/core/watchdog.c" "$top_srcdir/cuda/device.c" "$top_srcdir/cuda/comm_nccl.c" \
       "$top_srcdir/cuda/comm_stage.c" "$SCRATCH/emu.o" "$SCRATCH/nccl.o" \
       -Wl,--gc-sections -lstdc++ -lpthread -lrt -lm
 }

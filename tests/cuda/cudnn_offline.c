@@ -9,7 +9,7 @@
  * sequences of one token) are declined with the reason.
  * Only the kernels' compilation, which needs the CUDA driver, is left for the GPU
  * (tests/cuda/test_kernels).  cuDNN loads the driver library before it will pick
- * runtime-compiled engines, so tests/cuda_cudnn_offline.sh puts the toolkit's stub
+ * runtime-compiled engines, so tests/cuda/cuda_cudnn_offline.sh puts the toolkit's stub
  * libcuda.so first on the library path. */
 #include <stdio.h>
 #include <stdlib.h>

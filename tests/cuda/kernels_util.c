@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "util.h"
+#include "core/util.h"
 
 static uint64_t g_seed, g_next;
 const tsr_ops_backend *kb;

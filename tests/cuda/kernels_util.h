@@ -17,8 +17,8 @@
 #include <stdlib.h>
 
 #include "dev.h"
-#include "ops_backend.h"
-#include "ops_cpu.h"
+#include "ops/ops_backend.h"
+#include "cpu/ops_cpu.h"
 #include "ops_dev.h"
 
 /* Tolerances (normwise: max |device - cpu| / max |cpu| over the tensor).  fp32 1e-5 (same

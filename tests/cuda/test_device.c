@@ -7,7 +7,7 @@
 
 #include "device.h"
 #include "testutil.h"
-#include "util.h"
+#include "core/util.h"
 
 static int verdict(const char *devices, int allow_shared, int *device) {
   setenv("EMU_DEVICES", devices, 1);

@@ -1,5 +1,5 @@
 /* test_kernels.c — every op of the CUDA backend (tsr_dev_X, cuda/ops_dev.h) against the
- * CPU kernel of the same op (tsr_cpu_X, src/ops_cpu.h), on random inputs, in fp32, bf16
+ * CPU kernel of the same op (tsr_cpu_X, src/cpu/ops_cpu.h), on random inputs, in fp32, bf16
  * and fp16 storage.
  *
  *  - The backend is opened without MPI on device 0 and reserved, for each test, for
@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static const tsr_dtype all_dt[3] = {TSR_F32, TSR_BF16, TSR_F16};
 

@@ -1,0 +1,106 @@
+/* ckpt_compat.c — a checkpoint against the deck that loads it, key by key (ckpt_compat.h). */
+#include "ckpt_compat.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "deck/deck.h"
+#include "model/optim.h"
+#include "core/util.h"
+
+/* Keys that fix the tensors' shapes and meaning: a different value cannot load. */
+static const char *const kShape[] = {"model.arch",      "model.n_layer",   "model.d_model",
+                                     "model.n_head",    "model.n_kv_head", "model.d_ff",
+                                     "model.vocab_size", "model.tie_embeddings"};
+/* Keys the weights were trained under: they load, but compute another function. */
+static const char *const kFunction[] = {"model.rope_theta", "model.norm_eps"};
+/* The learning-rate schedule of a continued run. */
+static const char *const kSchedule[] = {"run.max_steps",     "optim.lr",
+                                        "optim.min_lr",      "optim.warmup_steps",
+                                        "optim.decay",       "optim.decay_steps",
+                                        "optim.wsd_decay_frac"};
+
+/* Appends "key: checkpoint A, deck B" for each key of keys[] whose values differ; returns
+ * how many did. */
+static int differ(const tsr_config *ck, const tsr_config *cfg, const char *const *keys, int n,
+                  char *buf, size_t len) {
+  int count = 0;
+  for (int i = 0; i < n; i++) {
+    char a[320], b[320];
+    tsr_deck_value_text(ck, keys[i], a, sizeof a);
+    tsr_deck_value_text(cfg, keys[i], b, sizeof b);
+    if (!strcmp(a, b)) continue;
+    const size_t o = strlen(buf);
+    snprintf(buf + o, len - o, "%s%s: checkpoint %s, deck %s", o ? "; " : "", keys[i], a, b);
+    count++;
+  }
+  return count;
+}
+
+int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
+                          const char *data_tokenizer, MPI_Comm world) {
+  char *text = NULL, tokenizer[232];
+  int written_world = 0, rank;
+  int64_t step = 0;
+  MPI_Comm_rank(world, &rank);
+  TSR_CALL(tsr_ckpt_read_deck(path, &text, &written_world, &step, tokenizer, world));
+  tsr_config *ck = tsr_calloc(1, sizeof *ck);
+  char *err = tsr_calloc(8192, 1);
+  int rc = ck && err ? 0 : TSR_ERR;
+  /* every rank takes the same path from here: the same bytes, the same verdicts */
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, world);
+  if (rc) goto done;
+  if (data_tokenizer && data_tokenizer[0] && tokenizer[0] && strcmp(tokenizer, data_tokenizer)) {
+    if (rank == 0)
+      tsr_error("checkpoint %s was trained on tokens of tokenizer '%s', but the deck's data "
+                "was made with '%s': the token ids would mean other text", path, tokenizer,
+                data_tokenizer);
+    rc = TSR_ERR_INPUT;
+    goto done;
+  }
+  if (tsr_deck_parse(ck, text, strlen(text), path, 0, NULL, written_world, err, 8192)) {
+    if (rank == 0)
+      tsr_warn("checkpoint %s: its stored deck does not parse with this version, so it is "
+               "not compared with this deck key by key (tensor shapes are still checked):\n%s",
+               path, err);
+    goto done;
+  }
+  char diff[4096] = "";
+  if (differ(ck, cfg, kShape, (int)(sizeof kShape / sizeof *kShape), diff, sizeof diff) ||
+      (cfg->model.arch == TSR_ARCH_GPT2 && differ(ck, cfg, (const char *const[]){"model.seq_len"},
+                                                   1, diff, sizeof diff))) {
+    if (rank == 0)
+      tsr_error("checkpoint %s was written for another model: %s.  Use the deck it was written "
+              "with%s", path, diff, training ? ", or checkpoint.resume = 'none' to start afresh"
+                                            : "");
+    rc = TSR_ERR_INPUT;
+    goto done;
+  }
+  diff[0] = 0;
+  if (differ(ck, cfg, kFunction, (int)(sizeof kFunction / sizeof *kFunction), diff,
+             sizeof diff) && rank == 0)
+    tsr_warn("checkpoint %s: the model computes differently from the one it was trained as: "
+             "%s", path, diff);
+  if (!training) goto done;
+  diff[0] = 0;
+  if (differ(ck, cfg, kSchedule, (int)(sizeof kSchedule / sizeof *kSchedule), diff,
+             sizeof diff) && step < cfg->run.max_steps && rank == 0) {
+    const double was = tsr_optim_lr(&ck->optim, ck->run.max_steps, step + 1);
+    const double now = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step + 1);
+    char keep[160] = "";
+    if (ck->optim.decay_steps == 0 && cfg->optim.decay_steps == 0 &&
+        ck->run.max_steps != cfg->run.max_steps)
+      snprintf(keep, sizeof keep, "; optim.decay_steps = 0 follows run.max_steps, so the "
+               "decay is stretched: set optim.decay_steps = %lld to keep the checkpoint's decay",
+               (long long)ck->run.max_steps);
+    tsr_warn("resuming at step %lld with another learning-rate schedule: %s.  Step %lld "
+             "gets lr %.4e (the checkpoint's schedule: %.4e)%s", (long long)step, diff,
+             (long long)(step + 1), now, was, keep);
+  }
+done:
+  tsr_free(&err);
+  tsr_free(&ck);
+  tsr_free(&text);
+  return rc;
+}

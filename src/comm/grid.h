@@ -1,0 +1,77 @@
+/* grid.h — the 3D process grid (tp x dp x pp) and its communicators.
+ *
+ * Rank order is tp fastest, then dp, then pp:
+ *     world rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+ * so the tp ranks of a group are consecutive and, with tp dividing the ranks per node,
+ * live inside one node.  dp = world size / (tp * pp).
+ *
+ * Nodes are consecutive blocks of ranks_per_node world ranks (node = world_rank /
+ * ranks_per_node), detected with MPI_COMM_TYPE_SHARED or set by &parallel
+ * ranks_per_node to lay out several "nodes" on one machine.
+ *
+ * The dp group is split for hybrid sharding (HSDP) by &parallel shard_scope:
+ *   'global'  dp_shard = the whole dp group, dp_replicate = this rank alone
+ *   'node'    dp_shard = the ranks of this dp group on this node
+ *   'N'       dp_shard = N consecutive dp ranks (N divides dp)
+ * dp_replicate = the dp ranks that hold the same position in their dp_shard group, so
+ *   dp_rank = replicate_rank * shard_size + shard_rank,  dp = shard_size * replicate_size.
+ *
+ * This header does not include mpi.h: model code may read the grid.  The driver makes
+ * the world group with tsr_comm_create (comm_mpi.h) and passes it in. */
+#ifndef TSR_GRID_H
+#define TSR_GRID_H
+
+#include "comm.h"
+#include "core/config.h"
+
+typedef struct tsr_grid {
+  int world_rank, world_size;
+  int tp, pp, dp;
+  int tp_rank, pp_rank, dp_rank;
+  int node, n_nodes, ranks_per_node, local_rank;
+  int ranks_per_node_from_deck; /* 1: &parallel ranks_per_node, 0: detected */
+  int shard_size, shard_rank, replicate_size, replicate_rank;
+  int64_t shard_scope; /* as given: TSR_SHARD_GLOBAL, TSR_SHARD_NODE or a number of ranks */
+  tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *dp_shard, *dp_replicate, *node_comm;
+  /* tied embeddings across a pipeline (model.tie_embeddings, pp > 1): the first and the
+   * last stage of this rank's (dp, tp) column; NULL on the other stages and otherwise */
+  tsr_comm *embed_tied;
+  int nccl_used, staged_used; /* device transports attached (tsr_grid_attach_device) */
+} tsr_grid;
+
+/* Collective over `world`.  Checks the layout (every rank reaches the same verdict from
+ * the same inputs, so a bad layout never hangs): world size divisible by tp * pp,
+ * train.global_batch divisible by train.micro_batch * dp, ranks_per_node dividing the
+ * world size, tp dividing ranks_per_node, shard_scope dividing dp.  On a bad layout
+ * rank 0 prints one message, and every rank returns TSR_ERR_INPUT with *out = NULL. */
+int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world);
+
+/* Rank 0 logs the layout: a summary line and, per kind of group, which world ranks form
+ * each group and which node they are on (the first 16 groups and 16 members, then "…").
+ * Reads only the integer fields, so it needs no communication. */
+void tsr_grid_log(const tsr_grid *g);
+
+/* collective; NULLs *g; after its groups, closes the device transports they used */
+void tsr_grid_destroy(tsr_grid **g);
+
+/* On a GPU, the groups that move device memory get a device transport (comm_dev.h): the
+ * tp group, `n_zero` groups ZeRO names (tsr_zero_device_groups), the tied-embedding pair,
+ * and the pipeline's send/recv.  NCCL for those inside a node always, for those across
+ * nodes only under parallel.inter_node = 'nccl' (never the pipeline's: NCCL has no
+ * send/recv here).  What stays on MPI goes through pinned host buffers when MPI cannot
+ * take GPU memory itself (parallel.mpi_gpu: 'auto' asks MPIX_Query_cuda_support), else
+ * straight to MPI.  Collective over the world; rank 0 logs what each group uses. */
+int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *zero_groups,
+                           int n_zero);
+
+/* Traffic counters of the logged groups (dp, dp_shard, dp_replicate, tp, pp, world):
+ * reset them, or describe what they moved as "dp_shard 1.23 MB (reduce_scatter 0.61,
+ * all_gather 0.61); ..." ("none" when nothing moved). */
+void tsr_grid_reset_traffic(tsr_grid *g);
+void tsr_grid_describe_traffic(const tsr_grid *g, char *buf, size_t len);
+
+/* *spans = 1 when the ranks of c (one of the grid's groups, or another group of its
+ * ranks) are on more than one node.  Collective over c; 0 for a group of one rank. */
+int tsr_grid_spans_nodes(const tsr_grid *g, tsr_comm *c, int *spans);
+
+#endif

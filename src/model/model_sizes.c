@@ -1,0 +1,127 @@
+/* model_sizes.c — every buffer the model allocates, by size, from the config alone: the
+ * model sizes its allocations from it and the planner (plan.c) its memory figures, so the
+ * two cannot drift apart; and the largest shapes the model calls the ops with. */
+#include "model_internal.h"
+#include "sched/pipeline.h"
+
+#include <string.h>
+
+void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
+                        int layers_per_chunk) {
+  const tsr_model_config *mc = &cfg->model;
+  memset(s, 0, sizeof *s);
+  s->gpt2 = mc->arch == TSR_ARCH_GPT2;
+  s->recompute = cfg->train.recompute;
+  s->first = first;
+  s->last = last;
+  s->layers_per_chunk = layers_per_chunk;
+  s->B = cfg->train.micro_batch;
+  s->T = mc->seq_len;
+  s->C = mc->d_model;
+  s->hd = mc->d_model / mc->n_head;
+  s->H = mc->n_head / tp;
+  s->KV = mc->n_kv_head >= tp ? mc->n_kv_head / tp : 1;
+  s->F = mc->d_ff / tp;
+  s->V = mc->vocab_size / tp;
+  s->N = s->B * s->T;
+  s->sp = cfg->parallel.sequence_parallel && tp > 1;
+  s->Ns = s->sp ? s->N / tp : s->N;
+  s->qkv_dim = (s->H + 2 * s->KV) * s->hd;
+  s->fc_dim = s->gpt2 ? s->F : 2 * s->F;
+  s->kv_shared = tp > mc->n_kv_head;
+  s->kv_seg = 2 * s->hd * s->C + (s->gpt2 ? 2 * s->hd : 0);
+  const int64_t N = s->N, C = s->C, Ns = s->Ns;
+  s->layer = (tsr_model_layer_sizes){.norm1 = N * C, .norm2 = N * C, .qkv = N * s->qkv_dim,
+                                     .atty = N * s->H * s->hd, .lse = s->B * s->H * s->T,
+                                     .h = Ns * C, .fc = N * s->fc_dim, .norm1_mean = N,
+                                     .norm1_rstd = N, .norm2_mean = N, .norm2_rstd = N,
+                                     .act = N * s->F};
+  s->resid = (layers_per_chunk + 1) * Ns * C;
+  s->tokens = first ? N : 0;
+  const int64_t xc = cfg->train.xent_chunk_tokens;
+  if (last) {
+    s->final_norm = N * C, s->final_mean = N, s->final_rstd = N;
+    s->xent_chunk = xc > 0 ? (xc < N ? xc : N) : 0;
+    s->logits = s->xent_chunk ? 0 : N * s->V;
+    s->head_scratch = s->xent_chunk * s->V;
+    s->head_targets = s->xent_chunk ? N : 0;
+  }
+  s->tmp_nc = s->d_resid = s->d_nc = N * C;
+  s->d_atty = N * s->H * s->hd;
+  s->d_qkv = N * s->qkv_dim;
+  s->d_fc = N * s->fc_dim;
+  s->d_act = s->gpt2 ? 0 : N * s->F; /* gpt2: the GELU's backward is fused into a GEMM's */
+  if (s->kv_shared) s->kv_keep = s->kv_seg, s->kv_sum = s->kv_seg * mc->n_kv_head;
+  if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
+  s->xent = N;
+  s->act_elems = Ns * C;
+  s->split = tsr_pp_split_backward(cfg->parallel.schedule);
+  if (s->split) {
+    s->w_dy = 2 * N * C + N * s->fc_dim + N * s->qkv_dim; /* down, o, fc, qkv */
+    s->w_norm = 4 * C;                                    /* two norms' w and b */
+    s->w_embed = first ? N * C : 0;
+    s->w_head = last ? 2 * C : 0;
+  }
+}
+
+/* Bytes of the groups `which` of one layer's activation set: the norm statistics and lse
+ * stay fp32. */
+static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
+  const tsr_model_layer_sizes *n = &s->layer;
+  double b = 0;
+  if (which & A_NORMS) b += (double)(n->norm1 + n->norm2) * ab;
+  if (which & A_CORE)
+    b += (double)(n->qkv + n->atty + n->h + n->fc) * ab +
+         (double)(n->lse + n->norm1_mean + n->norm1_rstd + n->norm2_mean + n->norm2_rstd) * 4;
+  if (which & A_ACT) b += (double)n->act * ab;
+  return b;
+}
+
+/* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
+ * and its statistics, the logits (stored: they become their own gradient), or with the
+ * fused head the targets (int32) instead. */
+double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
+  return s->layers_per_chunk * (set_bytes(s, owned_mask(s->recompute), ab) +
+                                 (double)s->w_dy * ab + (double)s->w_norm * 4) +
+         (double)s->w_embed * ab + (double)s->w_head * 4 +
+         (double)s->resid * ab + (double)(s->tokens + s->head_targets) * 4 +
+         (double)(s->final_norm + s->logits) * ab +
+         (double)(s->final_mean + s->final_rstd) * 4;
+}
+
+/* The recompute target (what the layers do not own), the activation-gradient and
+ * projection scratch and the fused head's chunk of logits (stored), the shared-KV
+ * parameter-gradient buffers and the sequence-parallel norm gradients (fp32), the loss
+ * statistics (double) and, on the last stage, the targets (int32, where the ops can read
+ * them). */
+double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
+  const double stored = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
+                                 s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard +
+                                 s->head_scratch);
+  const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db);
+  return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + stored * ab + fp32 * 4 +
+         3.0 * (double)s->xent * 8 + (s->last ? (double)s->xent * 4 : 0.0);
+}
+
+static int64_t max_of(int64_t a, int64_t b) { return a > b ? a : b; }
+void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
+  /* the widest GEMM input or output: d_model, qkv, the MLP (fc and its input F), and the
+   * head's [N, V_local] output (and its gradient) only on the last stage */
+  const int64_t cols =
+      max_of(max_of(max_of(z->C, z->qkv_dim), max_of(z->fc_dim, z->H * z->hd)),
+             max_of(z->F, z->last ? z->V : 0));
+  const long bht = (long)z->B * z->H * z->T;
+  memset(s, 0, sizeof *s);
+  s->rows = (long)z->N;
+  s->cols = (long)cols;
+  s->vocab_local = (long)z->V;
+  s->attn_bht = bht;
+  s->attn_part = z->KV < z->H ? 2 * bht * z->hd : 0;
+  s->attn_io = (long)z->B * z->T * (z->H + z->KV) * z->hd;
+  s->attn_t = (long)z->T;
+  s->attn_hd = (long)z->hd;
+}
+void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {
+  tsr_model_ops_shapes_of(&m->sz, s);
+  s->dt = m->dt;
+}

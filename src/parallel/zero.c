@@ -1,0 +1,546 @@
+/* zero.c — ZeRO stages 0-3 with hybrid sharding, as the model's parameter/gradient
+ * provider (see zero.h for the stages).
+ *
+ * Buckets are the model's units (embedding block, each layer, head block): a unit's
+ * gradient is final for the micro-batch when the model releases it, and its reduction
+ * starts right then, non-blocking.  Because shards are contiguous ranges of the flat
+ * buffer and units are too, unit u meets shard r in count[u][r] elements (often zero):
+ * the unit's reduce-scatter and all-gather use those uneven blocks, and this rank's
+ * piece of unit u sits at a fixed place in its shard, disjoint from other units'.
+ *
+ * Stage 2-3 unit buffers live in small pools of slots: gradient slots (a unit's
+ * gradient of one micro-batch, then in flight to the shard accumulator) and, at stage
+ * 3, parameter slots (a gathered unit, or one being prefetched).  Sizes are fixed at
+ * setup; nothing is allocated inside a step. */
+#include "zero.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "model/optim.h"
+#include "core/util.h"
+
+enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
+
+typedef struct {
+  void *buf; /* a unit's gradient (fp32), or its parameters (the storage type) */
+  int unit;
+  int state;
+  int refs;
+  int64_t age; /* order of posting, to complete the oldest first */
+  tsr_comm_handle h;
+} slot;
+
+struct tsr_zero {
+  const tsr_config *cfg;
+  const tsr_layout *lay;
+  tsr_model *model;
+  const tsr_grid *grid;
+  int stage;
+  tsr_comm *shard_comm;     /* the group a shard is split over (dp for stage 0) */
+  tsr_comm *replicate_comm; /* copies of a shard (stages 1-3 with hybrid sharding) */
+  int S, shard_rank;
+  int64_t n, s0, s1; /* flat length, this rank's shard [s0, s1) */
+  int n_units;
+  tsr_unit *units;
+  size_t *counts; /* [n_units][S]: elements of unit u in shard r */
+  int64_t max_unit;
+  int last_micro;
+  int64_t age;
+
+  float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
+  int master_is_compute;           /* fp32: the master is the compute copy itself */
+  float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
+  float *incoming;                 /* stages 2-3: landing area of the unit reductions */
+  void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
+  tsr_dtype dt;                    /* the model's storage type (the compute copy's) */
+  size_t esz;                      /* its bytes per element */
+  slot gslots[TSR_ZERO_GRAD_SLOTS], pslots[TSR_ZERO_PARAM_SLOTS];
+  tsr_comm_handle *unit_handles; /* stages 0-1: one reduction per unit in flight */
+  int64_t *norm_ranges;          /* [2 n_norm_ranges]: the flat ranges the gradient norm counts */
+  int n_norm_ranges;
+  tsr_comm *tied;        /* tied embeddings over pp: this rank and its twin stage */
+  int64_t tied_b, tied_e;
+  int deferred;          /* the unit reduced only after the tied sum (-1: none) */
+  float *deferred_buf;   /* stages 2-3: its gradient, accumulated over the step */
+  tsr_zero_memory mem;
+};
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* This rank's piece of unit u: [a, b) of the flat buffer (empty when a >= b). */
+static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
+  *a = max64(z->units[u].begin, z->s0);
+  *b = min64(z->units[u].end, z->s1);
+}
+
+static void *compute_shard(tsr_zero *z);
+static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
+
+void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid) {
+  const int64_t S = cfg->parallel.zero_stage == 0 ? grid->dp : grid->shard_size;
+  lay->n_flat = tsr_zero_padded_length(lay->n_params, S);
+}
+
+void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads) {
+  *own_params = cfg->parallel.zero_stage < 3;
+  *own_grads = cfg->parallel.zero_stage < 2;
+}
+
+int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]) {
+  if (cfg->parallel.zero_stage == 0) {
+    out[0] = grid->dp_comm;
+    return 1;
+  }
+  out[0] = grid->dp_shard;
+  out[1] = grid->dp_replicate;
+  return 2;
+}
+
+int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
+  const int64_t q = 64 * shard;
+  return (n_params + q - 1) / q * q;
+}
+
+/* ---------------------------------------------------------------- gradient slots */
+
+/* Complete a pending unit reduction and add this rank's piece into the shard. */
+static int finish_grad_slot(tsr_zero *z, slot *s) {
+  if (s->state != SLOT_PENDING) return 0;
+  TSR_CALL(tsr_comm_wait(&s->h));
+  int64_t a, b;
+  piece(z, s->unit, &a, &b);
+  if (a < b) tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  s->state = SLOT_FREE;
+  return 0;
+}
+
+/* The gradient slot whose reduction was posted first, or NULL. */
+static slot *oldest_pending(tsr_zero *z) {
+  slot *old = NULL;
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++)
+    if (z->gslots[i].state == SLOT_PENDING && (!old || z->gslots[i].age < old->age))
+      old = &z->gslots[i];
+  return old;
+}
+
+static int finish_all_grad_slots(tsr_zero *z) {
+  /* oldest first, so reductions complete in the order they were posted */
+  for (slot *old; (old = oldest_pending(z)) != NULL;) TSR_CALL(finish_grad_slot(z, old));
+  return 0;
+}
+
+/* Give MPI a chance to move every operation in flight: Open MPI advances non-blocking
+ * collectives only inside MPI calls, so without this a reduction posted early in
+ * backward would wait for the final waitall instead of overlapping the layers after it. */
+static int progress(tsr_zero *z) {
+  int done;
+  for (int u = 0; u < z->n_units; u++)
+    if (z->unit_handles[u]) TSR_CALL(tsr_comm_test(&z->unit_handles[u], &done));
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++)
+    if (z->gslots[i].state == SLOT_PENDING && z->gslots[i].h) {
+      TSR_CALL(tsr_comm_test(&z->gslots[i].h, &done));
+      if (done) TSR_CALL(finish_grad_slot(z, &z->gslots[i])); /* lands in the shard now */
+    }
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++)
+    if (z->pslots[i].state == SLOT_PENDING) TSR_CALL(tsr_comm_test(&z->pslots[i].h, &done));
+  return 0;
+}
+
+static float *hook_grads_acquire(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  if (progress(z)) return NULL;
+  if (z->stage < 2) return tsr_model_grads(z->model) + z->units[u].begin;
+  if (u == z->deferred) return z->deferred_buf; /* accumulates over the step */
+  slot *s = NULL;
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS && !s; i++)
+    if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
+  if (!s) { /* all busy: complete the oldest reduction and take its slot */
+    slot *old = oldest_pending(z);
+    if (!old || finish_grad_slot(z, old)) return NULL;
+    s = old;
+  }
+  s->unit = u;
+  s->state = SLOT_IN_USE;
+  tsr_ops_zero(s->buf, (size_t)(z->units[u].end - z->units[u].begin) * sizeof(float));
+  return s->buf;
+}
+
+static int hook_grads_release(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  if (u == z->deferred) return 0; /* reduced after the tied sum, in reduce_grads */
+  const tsr_unit *U = &z->units[u];
+  const size_t len = (size_t)(U->end - U->begin);
+  if (z->stage < 2) {
+    if (!z->last_micro) return 0; /* accumulate locally; reduce after the last micro-batch */
+    float *g = tsr_model_grads(z->model) + U->begin;
+    if (z->stage == 0)
+      return tsr_comm_iall_reduce(z->shard_comm, g, len, TSR_F32, &z->unit_handles[u]);
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, g, z->grad_shard + (a < b ? a - z->s0 : 0),
+                                      unit_counts(z, u), TSR_F32, &z->unit_handles[u]);
+  }
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
+    slot *s = &z->gslots[i];
+    if (s->state != SLOT_IN_USE || s->unit != u) continue;
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    s->state = SLOT_PENDING;
+    s->age = z->age++;
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf,
+                                      z->incoming + (a < b ? a - z->s0 : 0), unit_counts(z, u),
+                                      TSR_F32, &s->h);
+  }
+  tsr_error("zero: gradient of unit %d released but not acquired", u);
+  return TSR_ERR;
+}
+
+/* ---------------------------------------------------------------- parameter slots */
+
+static slot *find_pslot(tsr_zero *z, int u) {
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++)
+    if (z->pslots[i].state != SLOT_FREE && z->pslots[i].unit == u) return &z->pslots[i];
+  return NULL;
+}
+
+/* Start gathering unit u into a free slot; NULL when no slot is free. */
+static slot *start_gather(tsr_zero *z, int u) {
+  slot *s = NULL;
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS && !s; i++)
+    if (z->pslots[i].state == SLOT_FREE) s = &z->pslots[i];
+  if (!s) return NULL;
+  int64_t a, b;
+  piece(z, u, &a, &b);
+  s->unit = u;
+  s->refs = 0;
+  s->state = SLOT_PENDING;
+  void *own = tsr_dtype_at(z->param_shard, z->dt, a < b ? a - z->s0 : 0);
+  if (tsr_comm_iall_gather_v(z->shard_comm, own, s->buf, unit_counts(z, u), z->dt, &s->h)) {
+    s->state = SLOT_FREE;
+    return NULL;
+  }
+  return s;
+}
+
+static const void *hook_params_acquire(void *ctx, int u, int next) {
+  tsr_zero *z = ctx;
+  if (z->stage < 3) return tsr_dtype_at_c(tsr_model_params(z->model), z->dt, z->units[u].begin);
+  if (progress(z)) return NULL;
+  slot *s = find_pslot(z, u);
+  if (!s && !(s = start_gather(z, u))) {
+    tsr_error("zero: no free parameter slot for unit %d", u);
+    return NULL;
+  }
+  if (s->state == SLOT_PENDING) {
+    if (tsr_comm_wait(&s->h)) return NULL;
+    s->state = SLOT_READY;
+  }
+  s->refs++;
+  if (next >= 0 && !find_pslot(z, next)) start_gather(z, next); /* prefetch, best effort */
+  return s->buf;
+}
+
+static int hook_params_release(void *ctx, int u) {
+  tsr_zero *z = ctx;
+  if (z->stage < 3) return 0;
+  slot *s = find_pslot(z, u);
+  TSR_CHECK(s && s->refs > 0, TSR_ERR, "zero: parameters of unit %d released but not acquired",
+            u);
+  if (--s->refs == 0) s->state = SLOT_FREE; /* freed after use: gathered again when needed */
+  return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
+                    tsr_model *model, const tsr_grid *grid) {
+  *out = NULL;
+  tsr_zero *z = tsr_calloc(1, sizeof *z);
+  TSR_CHECK(z, TSR_ERR, "out of memory");
+  z->cfg = cfg;
+  z->lay = lay;
+  z->model = model;
+  z->grid = grid;
+  z->stage = (int)cfg->parallel.zero_stage;
+  /* Stage 0 keeps no shards; its "shard" is only this rank's slice for the norm. */
+  z->shard_comm = z->stage == 0 ? grid->dp_comm : grid->dp_shard;
+  z->replicate_comm = z->stage == 0 ? NULL : grid->dp_replicate;
+  z->S = tsr_comm_size(z->shard_comm);
+  z->shard_rank = tsr_comm_rank(z->shard_comm);
+  z->n = lay->n_flat;
+  z->dt = tsr_model_dtype(model);
+  z->esz = tsr_dtype_size(z->dt);
+  int rc = TSR_ERR;
+  if (z->n % (64 * z->S) != 0) {
+    tsr_error("zero: flat length %lld is not padded to 64 x %d (call tsr_zero_pad_layout)",
+              (long long)z->n, z->S);
+    goto fail;
+  }
+  const int64_t len = z->n / z->S;
+  z->s0 = z->shard_rank * len;
+  z->s1 = z->s0 + len;
+  z->n_units = tsr_model_n_units(model);
+  z->units = tsr_calloc((size_t)z->n_units, sizeof *z->units);
+  z->counts = tsr_calloc((size_t)z->n_units * z->S, sizeof(size_t));
+  z->unit_handles = tsr_calloc((size_t)z->n_units, sizeof *z->unit_handles);
+  z->norm_ranges = tsr_calloc(2 * (size_t)lay->n_tensors + 2, sizeof *z->norm_ranges);
+  if (!z->units || !z->counts || !z->unit_handles || !z->norm_ranges) goto fail;
+  /* Every element of the model is counted once by the gradient norm: each rank its own
+   * shard (dp replicas hold equal shards and stay out of the sum), and of a tensor that
+   * several tp ranks hold identically (norms, row-parallel biases, shared KV heads) only
+   * copy 0. */
+  for (int i = 0; i < lay->n_tensors; i++) {
+    const tsr_tensor *t = &lay->tensors[i];
+    const int64_t a = max64(t->offset, z->s0), b = min64(t->offset + t->numel, z->s1);
+    if (t->tp_copy != 0 || t->tied_copy || a >= b) continue;
+    z->norm_ranges[2 * z->n_norm_ranges] = a;
+    z->norm_ranges[2 * z->n_norm_ranges + 1] = b;
+    z->n_norm_ranges++;
+  }
+  for (int u = 0; u < z->n_units; u++) {
+    z->units[u] = tsr_model_unit(model, u);
+    z->max_unit = max64(z->max_unit, z->units[u].end - z->units[u].begin);
+    for (int r = 0; r < z->S; r++) {
+      const int64_t a = max64(z->units[u].begin, r * len), b = min64(z->units[u].end, (r + 1) * len);
+      z->counts[(size_t)u * z->S + r] = a < b ? (size_t)(b - a) : 0;
+    }
+  }
+  if (z->units[z->n_units - 1].end != z->n) {
+    tsr_error("zero: the model's units do not cover the flat buffer");
+    goto fail;
+  }
+
+  const size_t F = sizeof(float);
+  const size_t own = (size_t)(z->stage == 0 ? z->n : len);
+  if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) goto fail;
+  z->mem.adam = 2 * own * F;
+  z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
+  z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
+  if (z->stage >= 1) {
+    if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
+    z->mem.grads += (size_t)len * F;
+  }
+  if (z->stage >= 2) {
+    if (!(z->incoming = tsr_ops_alloc((size_t)len, F))) goto fail;
+    z->mem.unit_bufs += (size_t)len * F;
+    for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
+      if (!(z->gslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_unit * F;
+    }
+  }
+  if (z->stage >= 3) {
+    if (!(z->param_shard = tsr_ops_alloc((size_t)len, z->esz))) goto fail;
+    for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
+      if (!(z->pslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, z->esz))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_unit * z->esz;
+    }
+  }
+  if ((z->stage < 3) != (tsr_model_params(model) != NULL) ||
+      (z->stage < 2) != (tsr_model_grads(model) != NULL)) {
+    tsr_error("zero: the model's own buffers do not match stage %d", z->stage);
+    goto fail;
+  }
+  /* In fp32 the compute copy of this rank's shard already holds the master values: the
+   * master is that memory (16 bytes per parameter with Adam, not 20); in bf16 and fp16 a
+   * separate fp32 master. */
+  z->master_is_compute = z->dt == TSR_F32;
+  if (z->master_is_compute) {
+    z->master = compute_shard(z);
+  } else {
+    if (!(z->master = tsr_ops_alloc(own, F))) goto fail;
+    z->mem.master = own * F;
+  }
+  z->deferred = -1;
+  tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
+                           hook_grads_release};
+  tsr_model_set_hooks(model, &hooks);
+  *out = z;
+  return 0;
+fail:
+  tsr_zero_destroy(&z);
+  return rc;
+}
+
+void tsr_zero_destroy(tsr_zero **zp) {
+  if (!zp || !*zp) return;
+  tsr_zero *z = *zp;
+  if (z->model) tsr_model_set_hooks(z->model, NULL);
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
+    tsr_comm_wait(&z->gslots[i].h);
+    tsr_ops_free(&z->gslots[i].buf);
+  }
+  for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
+    tsr_comm_wait(&z->pslots[i].h);
+    tsr_ops_free(&z->pslots[i].buf);
+  }
+  if (z->unit_handles) tsr_comm_waitall(z->n_units, z->unit_handles);
+  tsr_free(&z->unit_handles);
+  tsr_free(&z->norm_ranges);
+  tsr_free(&z->units);
+  tsr_free(&z->counts);
+  if (z->master_is_compute)
+    z->master = NULL; /* the model's or param_shard's memory */
+  else
+    tsr_ops_free(&z->master);
+  tsr_ops_free(&z->adam_m);
+  tsr_ops_free(&z->adam_v);
+  tsr_ops_free(&z->grad_shard);
+  tsr_ops_free(&z->incoming);
+  tsr_ops_free(&z->param_shard);
+  tsr_ops_free(&z->deferred_buf);
+  tsr_free(zp);
+}
+
+int tsr_zero_stage(const tsr_zero *z) { return z->stage; }
+int64_t tsr_zero_shard_begin(const tsr_zero *z) { return z->stage == 0 ? 0 : z->s0; }
+int64_t tsr_zero_shard_end(const tsr_zero *z) { return z->stage == 0 ? z->n : z->s1; }
+float *tsr_zero_master(tsr_zero *z) { return z->master; }
+float *tsr_zero_adam_m(tsr_zero *z) { return z->adam_m; }
+float *tsr_zero_adam_v(tsr_zero *z) { return z->adam_v; }
+tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
+
+/* ---------------------------------------------------------------- the step */
+
+int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end) {
+  z->tied = tied;
+  z->tied_b = begin;
+  z->tied_e = end;
+  for (int u = 0; u < z->n_units; u++)
+    if (z->units[u].begin <= begin && end <= z->units[u].end) z->deferred = u;
+  TSR_CHECK(z->deferred >= 0, TSR_ERR, "zero: the tied range is not inside one unit");
+  if (z->stage >= 2) {
+    const int64_t len = z->units[z->deferred].end - z->units[z->deferred].begin;
+    z->deferred_buf = tsr_ops_alloc((size_t)len, sizeof(float));
+    TSR_CHECK(z->deferred_buf, TSR_ERR, "out of memory");
+    z->mem.unit_bufs += (size_t)len * sizeof(float);
+  }
+  return 0;
+}
+
+/* The tied sum, then the data-parallel reduction of the deferred unit. */
+static int reduce_deferred(tsr_zero *z) {
+  const int u = z->deferred;
+  const tsr_unit *U = &z->units[u];
+  float *g = z->stage < 2 ? tsr_model_grads(z->model) + U->begin : z->deferred_buf;
+  if (z->tied) /* else both uses are on this rank (zb_v's stage 0): nothing to sum */
+    TSR_CALL(tsr_comm_all_reduce(z->tied, g + (z->tied_b - U->begin),
+                                 (size_t)(z->tied_e - z->tied_b), TSR_F32));
+  const size_t len = (size_t)(U->end - U->begin);
+  if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len, TSR_F32);
+  int64_t a, b;
+  piece(z, u, &a, &b);
+  float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
+  TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),
+                                     unit_counts(z, u), TSR_F32));
+  if (z->stage >= 2 && a < b)
+    tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  return 0;
+}
+
+int tsr_zero_begin_step(tsr_zero *z) {
+  tsr_model_zero_grads(z->model);
+  if (z->deferred_buf)
+    tsr_ops_zero(z->deferred_buf,
+           (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
+  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)(z->s1 - z->s0) * sizeof(float));
+  return 0;
+}
+
+int tsr_zero_begin_micro(tsr_zero *z, int last) {
+  z->last_micro = last;
+  return finish_all_grad_slots(z); /* the previous micro-batch's reductions land first */
+}
+
+int tsr_zero_reduce_grads(tsr_zero *z) {
+  TSR_CALL(tsr_comm_waitall(z->n_units, z->unit_handles));
+  TSR_CALL(finish_all_grad_slots(z)); /* the incoming area is free again */
+  if (z->deferred >= 0) TSR_CALL(reduce_deferred(z));
+  if (z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)
+    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0),
+                                 TSR_F32));
+  return 0;
+}
+
+/* The reduced gradient of this rank's shard (stage 0: the full buffer). */
+static float *reduced_grads(tsr_zero *z) {
+  return z->stage == 0 ? tsr_model_grads(z->model) : z->grad_shard;
+}
+float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
+
+int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
+  /* This rank's ranges (z->norm_ranges, from tsr_zero_create), then sums in rank order,
+   * so the norm is bitwise the same everywhere. */
+  const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
+  double dp_total, total;
+  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
+  double tp_total;
+  TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));
+  TSR_CALL(tsr_comm_sum_ordered(z->grid->pp_comm, tp_total, &total)); /* stages: disjoint */
+  *norm = sqrt(total);
+  return 0;
+}
+
+/* Where the compute copy of this rank's master shard lives (the model owns its parameters
+ * below stage 3: tsr_zero_create sees to it). */
+static void *compute_shard(tsr_zero *z) {
+  void *p = tsr_model_params_mut(z->model);
+  if (z->stage == 0) return p;
+  return z->stage < 3 ? tsr_dtype_at(p, z->dt, z->s0) : z->param_shard;
+}
+
+/* Stages 1-2: every rank's compute shard to every rank (stage 3 gathers per unit), in the
+ * storage type: 2 bytes per parameter in bf16 and fp16. */
+static int gather_params(tsr_zero *z) {
+  if (z->stage == 0 || z->stage == 3) return 0;
+  void *p = tsr_model_params_mut(z->model);
+  return tsr_comm_all_gather(z->shard_comm, tsr_dtype_at(p, z->dt, z->s0), p,
+                             (size_t)(z->s1 - z->s0), z->dt);
+}
+
+int tsr_zero_publish_params(tsr_zero *z) {
+  void *c = compute_shard(z);
+  const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
+  if (c && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, len);
+  return gather_params(z);
+}
+
+int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
+                    double grad_scale) {
+  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
+  tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
+                        grad_scale, z->master_is_compute ? NULL : compute_shard(z), z->dt);
+  return gather_params(z);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
+  const size_t len = (size_t)(z->s1 - z->s0);
+  float *full[3] = {master, m, v}, *own[3] = {z->master, z->adam_m, z->adam_v};
+  for (int i = 0; i < 3; i++) {
+    if (!full[i]) continue;
+    if (z->stage == 0)
+      tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
+    else
+      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len, TSR_F32));
+  }
+  return 0;
+}
+
+int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
+  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  const float *full[3] = {master, m, v};
+  float *own[3] = {z->master, z->adam_m, z->adam_v};
+  for (int i = 0; i < 3; i++) {
+    if (full[i])
+      tsr_ops_copy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
+    else
+      tsr_ops_zero(own[i], (size_t)(b - a) * sizeof(float));
+  }
+  return tsr_zero_publish_params(z);
+}

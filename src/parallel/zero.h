@@ -1,0 +1,100 @@
+/* zero.h — data parallelism with ZeRO stages 0-3 and hybrid sharding.
+ *
+ * The flat parameter buffer (layout order, n_flat elements, padded to a multiple of
+ * 64 x shard_size) is cut into shard_size contiguous shards (docs/sharding.md "ZeRO shards"): shard s
+ * owns [s n/S, (s+1) n/S).  The shard group is dp_shard (shard_scope); copies of a
+ * shard on other nodes form dp_replicate.
+ *
+ *   stage 0  every rank holds everything; gradients all-reduced over dp
+ *   stage 1  fp32 master + Adam m, v only for the own shard; gradients reduce-scattered
+ *            once per step, parameters all-gathered after the update
+ *   stage 2  + only the gradient shard is kept: each micro-batch's unit gradients are
+ *            reduce-scattered as backward produces them, into the shard accumulator
+ *   stage 3  + parameters sharded: a unit is all-gathered before use (the next one
+ *            prefetched) and its buffer released after
+ * Gradient reductions are non-blocking, one per model unit (the buckets), started
+ * the moment backward is done with the unit, so they overlap the rest of backward.
+ * With dp_replicate > 1 (hybrid), the reduced shard is then all-reduced across it.
+ *
+ * The model gets its parameter and gradient buffers through tsr_model_hooks (model.h). */
+#ifndef TSR_ZERO_H
+#define TSR_ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "comm/grid.h"
+#include "model/layout.h"
+#include "model/model.h"
+
+typedef struct tsr_zero tsr_zero;
+
+/* Bytes this rank holds for training state, by kind, as allocated. */
+typedef struct {
+  size_t params;     /* compute-precision parameters (full, or the shard at stage 3) */
+  size_t grads;      /* gradients: full buffer (stages 0-1) or shard accumulator */
+  size_t master;     /* fp32 master weights */
+  size_t adam;       /* Adam m and v */
+  size_t unit_bufs;  /* stage 2-3 per-unit gathering / reduction buffers */
+} tsr_zero_memory;
+
+/* What the model must own for this config's stage: its full parameter buffer below
+ * stage 3, its full gradient buffer below stage 2 (the rest ZeRO provides through the
+ * model's hooks).  Create the model with these options; pad the layout with
+ * tsr_zero_pad_layout first. */
+void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads);
+/* The groups ZeRO moves device memory over: the whole dp group at stage 0, else the shard
+ * and replicate halves.  Returns how many (written to out). */
+int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]);
+int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
+                    tsr_model *model, const tsr_grid *grid);
+void tsr_zero_destroy(tsr_zero **z);
+/* Pads lay->n_flat to a multiple of 64 x the shard size this config uses. */
+void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid);
+/* That padded length for n_params elements and a shard group of `shard` ranks (also what
+ * the planner, plan.c, counts). */
+int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard);
+/* Unit buffers of stages 2-3, each as long as the largest unit: gradient slots (the tied
+ * embedding held, the unit in backward, one in flight) and, at stage 3, parameter slots
+ * (the tied embedding, the current unit, the prefetched one, one spare). */
+enum { TSR_ZERO_GRAD_SLOTS = 3, TSR_ZERO_PARAM_SLOTS = 4 };
+
+int tsr_zero_stage(const tsr_zero *z);
+int64_t tsr_zero_shard_begin(const tsr_zero *z); /* this rank's shard of the flat buffer */
+int64_t tsr_zero_shard_end(const tsr_zero *z);
+float *tsr_zero_master(tsr_zero *z); /* fp32 master of the shard (stage 0: all of it) */
+float *tsr_zero_adam_m(tsr_zero *z);
+float *tsr_zero_adam_v(tsr_zero *z);
+tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
+/* Tied embeddings across pipeline stages: the flat range [begin, end) (embed.weight on the
+ * first stage, its copy on the last) holds one micro-batch-summed gradient that must be
+ * added to its twin's over `tied` (those two ranks) before the data-parallel reduction.
+ * The unit holding it is then reduced in tsr_zero_reduce_grads instead of as backward
+ * releases it.  tied = NULL: no twin (zb_v's stage 0 holds the embedding and the head's use
+ * of it), only the deferral, so that the two uses may acquire and release it apart. */
+int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end);
+/* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it). */
+float *tsr_zero_reduced_grads(tsr_zero *z);
+
+/* A step: begin_step, then for each micro-batch begin_micro(last) + model fwd_bwd,
+ * then reduce_grads, grad_norm, update. */
+int tsr_zero_begin_step(tsr_zero *z);
+int tsr_zero_begin_micro(tsr_zero *z, int last);
+int tsr_zero_reduce_grads(tsr_zero *z);
+/* Global L2 norm of the reduced gradient, each element counted once; bitwise the same
+ * on every rank. */
+int tsr_zero_grad_norm(tsr_zero *z, double *norm);
+/* AdamW on this rank's shard (optimizer step t, 1-based), refreshing the shard's
+ * compute-precision copy in the same pass, then the all-gather of stages 1-2. */
+int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
+                    double grad_scale);
+/* Master shard -> compute-precision parameters everywhere they are needed. */
+int tsr_zero_publish_params(tsr_zero *z);
+
+/* Whole-model state for checkpoints: gather the shards into full n_flat buffers (any of
+ * the three may be NULL), or take this rank's shard from full buffers. Collective. */
+int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v);
+int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v);
+
+#endif

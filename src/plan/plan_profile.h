@@ -1,0 +1,111 @@
+/* plan_profile.h — the machine `tessera plan` predicts for: a GPU's datasheet figures
+ * (peaks, memory, links) and a kernel profile that says what fraction of them each kind
+ * of kernel reaches, from which the planner prices one micro-batch's computations and
+ * transfers (plan_cost.c) before simulating the schedule (plan_sim.c).
+ *
+ * The profile's model, per kernel (docs/architecture.md "The planner's time model"):
+ *   GEMM [m, k] x [k, n]   2 m n k / (peak x gemm_eff x s(m) s(n) s(k)),  s(x) = x / (x +
+ *                          gemm_half_dim), at least its bytes at the memory rate;
+ *   causal attention       its counted FLOPs (forward 2 B H T^2 hd, backward 2.5 x that) /
+ *                          (peak x eff x T / (T + attention_half_seq) x hd / (hd +
+ *                          attention_half_hd)), forward and backward efficiencies apart;
+ *   element-wise kernels   their bytes / (hbm_gbps x memory_efficiency), AdamW's and the
+ *                          other passes over whole buffers at most hbm_gbps;
+ *   every kernel           + kernel_us (launch, or a CPU op's dispatch);
+ *   one message on a link  latency + bytes / (link GB/s x link efficiency), NVLink inside
+ *                          a node and the network between; a ring collective over t ranks
+ *                          is 2 (t - 1) (all-reduce) or t - 1 messages of its ring bytes.
+ * Built-in profiles describe either Tessera's kernels as measured (implementation
+ * 'tessera') or a well-tuned stack (cuBLAS GEMMs, FlashAttention-class attention,
+ * tensor-parallel collectives overlapped with GEMMs: 'reference'); plan_profile.c says
+ * where each number comes from.  Any &hardware key set in the deck, or in a profile file
+ * (`tessera plan --profile FILE`, what `bench/cuda_kernels --profile` writes), replaces the
+ * built-in figure.  hardware.name = 'cpu' is this host, its rates measured at start-up
+ * (tsr_plan_cpu_probe), so that a plan of a run on this machine can be checked against
+ * the run (bench/plan_local.sh). */
+#ifndef TSR_PLAN_PROFILE_H
+#define TSR_PLAN_PROFILE_H
+
+#include <stdio.h>
+
+#include "core/config.h"
+
+enum { TSR_LINK_INTRA = 0, TSR_LINK_INTER = 1 };
+
+typedef struct {
+  double gemm_eff[2];    /* [0] fp32 storage, [1] 16-bit: of the peak of that precision */
+  double gemm_half_dim;  /* s(x) = x / (x + gemm_half_dim) per GEMM dimension */
+  double attn_fwd[2], attn_bwd[2]; /* of the precision's peak, at long T and large hd */
+  double attn_half_seq, attn_half_hd;
+  double mem_eff;        /* of hbm_gbps: element-wise kernels, AdamW */
+  double kernel_s;       /* fixed cost of one kernel */
+  double link_eff[2], link_latency_s[2]; /* [TSR_LINK_INTRA], [TSR_LINK_INTER] */
+  double tp_overlap;     /* fraction of tensor-parallel collective time hidden by compute */
+  double gather_overlap; /* fraction of the next step's first forward that ZeRO 1-2's
+                            gather of the updated parameters hides behind */
+  double slowdown;       /* compute and memory times x this: ranks x threads over the
+                            cores (a 'cpu' plan of an oversubscribed node); 1 elsewhere */
+  char source[160];      /* where the figures come from, for the output */
+} tsr_plan_profile;
+
+/* One GPU's figures: the built-in table of &hardware name with the deck's figures on top. */
+typedef struct {
+  char name[TSR_STR_SHORT];
+  double peak_tflops;      /* dense bf16 tensor cores: bf16 runs */
+  double peak_fp32_tflops; /* dense fp32 without tensor cores: fp32 runs (the CUDA GEMMs
+                              compute in CUBLAS_COMPUTE_32F, TF32 off) */
+  double hbm_gb, hbm_gbps;
+  double intra_node_gbps; /* per GPU, one direction */
+  double inter_node_gbps;
+  int gpus_per_node;
+  double compute_efficiency, comm_efficiency, reserved_gb; /* the deck's (0: the profile) */
+  double max_mem_frac; /* headroom: a plan fits when the GPU's peak plus reserved_gb is at
+                          most this fraction of hbm_gb (1; `tessera plan --max-mem-frac`) */
+  tsr_hw_impl impl;    /* hardware.implementation */
+  tsr_plan_profile prof;
+} tsr_hardware;
+
+/* TSR_ERR_INPUT with a message naming the hardware.* key for an unknown name or a
+ * 'custom' figure left at 0.  'cpu' measures this host (tsr_plan_cpu_probe) unless the
+ * deck gives its figures, with gpus_per_node (1 if unset) ranks per node. */
+int tsr_plan_hardware(const tsr_hardware_config *deck, tsr_hardware *out);
+
+/* 'cpu': measures, with the threads a trainer rank would use (OMP_NUM_THREADS, else this
+ * host's cores over `ranks` ranks), the GEMM rate of the trainer's probe (the peak, as its
+ * MFU line counts); forward and backward of that GEMM and of a small one with their
+ * operands in rotation through 16 copies, as a step's layers meet them, not in the cache
+ * (gemm_efficiency, gemm_half_dim); fp32 and bf16 attention at two sequence lengths and
+ * two head sizes; a residual add and a norm streaming 8 MiB arrays (hbm_gbps), a layer's
+ * element-wise kernels on a cache-sized activation (memory_efficiency, their rate over
+ * it) and on 16 values (kernel_us); about a second in all.  The link is the one
+ * tsr_plan_set_cpu_link recorded, else this machine's Open MPI shared memory as measured
+ * by hand (plan_profile.c).  Figures the deck sets are kept. */
+void tsr_plan_cpu_probe(const tsr_hardware_config *deck, tsr_hardware *hw, int ranks);
+/* The shared-memory link between two ranks, measured by `mpirun -np 2 tessera plan`
+ * (main.c: a ping-pong of 8 bytes and of 64 KiB before rank 0 plans). */
+void tsr_plan_set_cpu_link(double latency_s, double bytes_per_s);
+
+/* Seconds of one kernel, as the model above prices it (half: 16-bit storage). */
+double tsr_plan_gemm_s(const tsr_hardware *hw, int half, double m, double n, double k);
+double tsr_plan_attention_s(const tsr_hardware *hw, int half, int backward, double B, double H,
+                            double T, double hd);
+/* `kernels` element-wise kernels moving `bytes` in all */
+double tsr_plan_memory_s(const tsr_hardware *hw, double bytes, double kernels);
+/* AdamW and the other passes over whole buffers, larger than any cache: hbm_gbps x
+ * min(1, memory_efficiency) */
+double tsr_plan_stream_s(const tsr_hardware *hw, double bytes);
+/* `messages` messages carrying `bytes` in all over the link */
+double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double messages);
+/* Ring collectives over t ranks (comm.h's convention), `bytes` the whole buffer.  A ring
+ * across nodes moves at one network port per GPU: every rank sends its ring bytes at the
+ * network's rate (bench/RESULTS.md "The planner against published runs" shows why not
+ * more). */
+double tsr_plan_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes);
+double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t,
+                         double bytes); /* or a reduce-scatter */
+
+/* The profile in deck syntax: the &hardware group with every figure, as a profile file
+ * holds it (`tessera plan --print-profile`). */
+void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw);
+
+#endif

@@ -1,0 +1,454 @@
+/* plan_search.c — `tessera plan --search` (plan.h): every layout of the deck's model on the
+ * machine, planned and ranked by predicted step time among those that fit.  A key given on
+ * the command line that the search would vary is held at its value.  When nothing fits,
+ * the larger node counts (same GPUs per node) are tried in increasing order, and the
+ * smallest at which a layout fits is reported with its fastest layout.  plan_cli.c parses
+ * the options and calls tsr_plan_search. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "deck/deck.h"
+#include "plan.h"
+#include "core/util.h"
+
+/* ---------------------------------------------------------------- the keys it varies */
+
+static const char *const searched[TSR_PLAN_N_SEARCHED] = {
+    "parallel.tp",         "parallel.pp",       "parallel.virtual_stages",
+    "parallel.schedule",   "parallel.sequence_parallel", "parallel.zero_stage",
+    "parallel.shard_scope", "train.micro_batch", "parallel.micro_batches",
+    "train.recompute"};
+
+unsigned tsr_plan_search_fixed(int n, char *const *overrides) {
+  unsigned fixed = 0;
+  for (int i = 0; i < n; i++) {
+    const char *a = overrides[i], *eq = strchr(a, '=');
+    if (!eq) continue;
+    while (*a == ' ') a++;
+    size_t len = eq > a ? (size_t)(eq - a) : 0;
+    while (len && a[len - 1] == ' ') len--;
+    for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++) /* deck keys ignore case, as the deck does */
+      if (strlen(searched[k]) == len && !strncasecmp(searched[k], a, len)) fixed |= 1u << k;
+  }
+  return fixed;
+}
+
+#define FIXED(k) (o->fixed & (1u << TSR_PLAN_FIX_##k))
+
+/* ---------------------------------------------------------------- candidates */
+
+typedef struct {
+  int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
+  double mem, step, mfu, tokens_per_s;
+  int fits;
+  const char *schedule; /* the deck's word (tsr_deck_word: static) */
+} candidate;
+
+typedef struct {
+  candidate *c;
+  int n, cap, divide, fit;
+  int first_fit; /* stop at the first layout that fits (probing a larger node count) */
+} candidates;
+
+static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
+
+static int keep(candidates *cs, const candidate *c) {
+  if (cs->n == cs->cap) {
+    const int cap = cs->cap ? 2 * cs->cap : 256;
+    candidate *grown = tsr_calloc((size_t)cap, sizeof *grown);
+    TSR_CHECK(grown, TSR_ERR, "out of memory");
+    if (cs->c) memcpy(grown, cs->c, (size_t)cs->n * sizeof *grown);
+    tsr_free(&cs->c);
+    cs->c = grown;
+    cs->cap = cap;
+  }
+  cs->c[cs->n++] = *c;
+  return 0;
+}
+
+/* The plan of one layout, as a row of the search. */
+static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_plan_grid *g,
+                        candidate *k) {
+  tsr_plan p;
+  const int rc = tsr_plan_make(&p, c, hw, g, 0);
+  if (!rc) {
+    const int r = (int)c->train.recompute;
+    *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
+                     (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
+                     p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
+                     p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule)};
+  }
+  tsr_plan_destroy(&p);
+  return rc;
+}
+
+/* Plan one layout (c's parallel and train keys) and keep it when it divides; with
+ * `node_scope`, only when the node-wide shard group differs from the whole dp group. */
+static int try_layout(const tsr_config *c, const tsr_hardware *hw, int world, int node_scope,
+                      candidates *cs) {
+  tsr_plan_grid g;
+  candidate k;
+  if (tsr_plan_layout(c, world, hw->gpus_per_node, &g, NULL, 0)) return 0;
+  if (node_scope && g.shard == g.dp) return 0; /* the same as shard_scope 'global' */
+  cs->divide++;
+  TSR_CALL(candidate_of(c, hw, &g, &k));
+  cs->fit += k.fits;
+  return keep(cs, &k);
+}
+
+/* A short list of values one key takes in the search. */
+typedef struct {
+  int64_t v[16];
+  int n;
+} values;
+
+static values one(int64_t x) { return (values){{x}, 1}; }
+
+/* For one (tp, pp, v): every ZeRO stage and shard scope, recompute mode, micro-batch. */
+static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardware *hw,
+                        int world, const tsr_plan_search_opts *o, candidates *cs) {
+  const int64_t dp = world / (c->parallel.tp * c->parallel.pp), gb = c->train.global_batch;
+  values zs = {{0, 1, 2, 3}, 4}, rs = {{0, 1, 2}, 3}, mbs = {{0}, 0};
+  if (FIXED(ZERO)) zs = one(deck->parallel.zero_stage);
+  if (FIXED(RECOMPUTE)) rs = one((int64_t)deck->train.recompute);
+  if (FIXED(MICRO_BATCH)) mbs = one(deck->train.micro_batch);
+  for (int64_t mb = 1; !FIXED(MICRO_BATCH) && mb <= 64 && mb * dp <= gb; mb *= 2)
+    mbs.v[mbs.n++] = mb;
+  for (int z = 0; z < zs.n; z++) {
+    values scopes = {{TSR_SHARD_GLOBAL, TSR_SHARD_NODE}, zs.v[z] > 0 ? 2 : 1};
+    if (FIXED(SHARD_SCOPE)) scopes = one(deck->parallel.shard_scope);
+    for (int s = 0; s < scopes.n; s++)
+      for (int r = 0; r < rs.n; r++)
+        for (int b = 0; b < mbs.n; b++) {
+          c->parallel.zero_stage = zs.v[z];
+          c->parallel.shard_scope = scopes.v[s];
+          c->train.recompute = (tsr_recompute)rs.v[r];
+          c->train.micro_batch = mbs.v[b];
+          const int node = !FIXED(SHARD_SCOPE) && scopes.v[s] == TSR_SHARD_NODE;
+          TSR_CALL(try_layout(c, hw, world, node, cs));
+          if (cs->first_fit && cs->fit) return 0;
+        }
+  }
+  return 0;
+}
+
+/* tp dividing the node, pp dividing the layers (any pp when parallel.stage_layers is set:
+ * the layout check keeps those its split goes with), 1F1B, ZB-H1 or interleaved with 2 chunks
+ * (with pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
+static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
+                      const tsr_plan_search_opts *o, candidates *cs) {
+  tsr_config c = *deck;
+  if (!FIXED(MICRO_BATCHES)) c.parallel.micro_batches = 0;
+  const int64_t G = hw->gpus_per_node, L = deck->model.n_layer;
+  const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
+  const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
+  for (int64_t tp = FIXED(TP) ? tp_max : 1; tp <= tp_max; tp++) {
+    if (!FIXED(TP) && G % tp) continue;
+    for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
+      const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
+      if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
+      /* (chunks, schedule): 1F1B, zero-bubble ZB-H1 (its layout check wants recompute
+       * 'none'), interleaved with 2 chunks, the zero-bubble V (2 chunks, recompute 'none');
+       * one entry with held virtual_stages, and with a held schedule one per number of
+       * chunks */
+      struct { int64_t v; tsr_schedule_choice kind; } pipes[4] = {
+          {1, TSR_SCHEDULE_1F1B}, {1, TSR_SCHEDULE_ZB_H1}, {2, TSR_SCHEDULE_INTERLEAVED},
+          {2, TSR_SCHEDULE_ZB_V}};
+      int n_pipes = pp > 1 ? 4 : 1;
+      if (FIXED(VIRTUAL_STAGES)) {
+        const int64_t v = deck->parallel.virtual_stages;
+        pipes[0].v = v, pipes[0].kind = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+        n_pipes = 1;
+      }
+      if (FIXED(SCHEDULE) && n_pipes == 4) pipes[1] = pipes[2], n_pipes = 2;
+      for (int i = 0; i < n_pipes; i++) {
+        if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
+        c.parallel.tp = tp;
+        c.parallel.pp = pp;
+        c.parallel.virtual_stages = pipes[i].v;
+        c.parallel.sequence_parallel = tp > 1;
+        if (FIXED(SEQUENCE_PARALLEL))
+          c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
+        c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
+        TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
+        if (cs->first_fit && cs->fit) return 0;
+      }
+    }
+  }
+  return 0;
+}
+
+static int by_fit_then_time(const void *a, const void *b) {
+  const candidate *x = a, *y = b;
+  if (x->fits != y->fits) return y->fits - x->fits;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+/* The search on `nodes` nodes, ranked (fitting first, then by predicted step time). */
+static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
+                     const tsr_plan_search_opts *o, candidates *cs) {
+  *cs = (candidates){NULL, 0, 0, 0, 0, 0};
+  const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
+  if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- more nodes */
+
+/* The most nodes the scan for a fitting node count goes to. */
+enum { MAX_NODES = 65536 };
+
+static int add_count(int **list, int *n, int *cap, int count) {
+  if (*n == *cap) {
+    const int grown_cap = *cap ? 2 * *cap : 64;
+    int *grown = tsr_calloc((size_t)grown_cap, sizeof *grown);
+    TSR_CHECK(grown, TSR_ERR, "out of memory");
+    if (*list) memcpy(grown, *list, (size_t)*n * sizeof *grown);
+    tsr_free(list);
+    *list = grown;
+    *cap = grown_cap;
+  }
+  (*list)[(*n)++] = count;
+  return 0;
+}
+
+static int by_value(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* The node counts in (nodes, bound] at which some layout the search tries could divide:
+ * tp x pp x dp ranks on whole nodes, dp dividing global_batch / micro_batch.  Ascending,
+ * each once; *beyond: some count past the bound. */
+static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nodes, int bound,
+                         const tsr_plan_search_opts *o, int **list, int *n, int *beyond) {
+  int cap = 0;
+  *list = NULL, *n = 0, *beyond = 0;
+  const int64_t G = hw->gpus_per_node, L = deck->model.n_layer, gb = deck->train.global_batch;
+  const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
+  const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
+  values mbs = {{0}, 0};
+  if (FIXED(MICRO_BATCH)) mbs = one(deck->train.micro_batch);
+  for (int64_t mb = 1; !FIXED(MICRO_BATCH) && mb <= 64 && mb <= gb; mb *= 2) mbs.v[mbs.n++] = mb;
+  for (int64_t tp = FIXED(TP) ? tp_max : 1; tp <= tp_max; tp++) {
+    if (!FIXED(TP) && G % tp) continue;
+    for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
+      if (!FIXED(PP) && L % pp) continue;
+      for (int b = 0; b < mbs.n; b++) {
+        if (gb % mbs.v[b]) continue;
+        const int64_t q = gb / mbs.v[b]; /* dp divides q */
+        for (int64_t d = 1; d <= q / d; d++) {
+          if (q % d) continue;
+          const int64_t dps[2] = {d, q / d};
+          for (int j = 0; j < 2; j++) {
+            const int64_t dp = dps[j];
+            if (tp * pp > INT64_MAX / dp || (tp * pp * dp) % G) continue;
+            const int64_t count = tp * pp * dp / G;
+            if (count > bound) *beyond = 1;
+            if (count > nodes && count <= bound) TSR_CALL(add_count(list, n, &cap, (int)count));
+          }
+        }
+      }
+    }
+  }
+  if (*n) qsort(*list, (size_t)*n, sizeof **list, by_value);
+  int u = 0;
+  for (int i = 0; i < *n; i++)
+    if (!u || (*list)[u - 1] != (*list)[i]) (*list)[u++] = (*list)[i];
+  *n = u;
+  return 0;
+}
+
+/* What the scan above `nodes` found: the smallest node count with a layout that fits (0:
+ * none up to `up_to`; `cut`: the scan stopped at MAX_NODES, not where layouts stop
+ * dividing), and there the ranked search. */
+typedef struct {
+  int count, up_to, cut;
+  candidates there;
+} larger;
+
+static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
+                       const tsr_plan_search_opts *o, larger *out) {
+  const int bound = (int)(INT_MAX / hw->gpus_per_node < MAX_NODES ? INT_MAX / hw->gpus_per_node
+                                                                   : MAX_NODES);
+  int *list = NULL, n = 0;
+  memset(out, 0, sizeof *out);
+  TSR_CALL(larger_counts(deck, hw, o->nodes, bound, o, &list, &n, &out->cut));
+  out->up_to = out->cut ? bound : n ? list[n - 1] : o->nodes;
+  if (!o->json && n)
+    fprintf(stderr, "tessera plan: nothing fits on %d node(s); trying %d larger node count(s) "
+            "up to %d ...\n", o->nodes, n, list[n - 1]);
+  int rc = 0;
+  for (int i = 0; i < n && !rc && !out->count; i++) {
+    candidates probe = {NULL, 0, 0, 0, 0, 1};
+    rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
+    if (!rc && probe.fit) out->count = list[i];
+    tsr_free(&probe.c);
+  }
+  tsr_free(&list);
+  if (!rc && out->count) rc = search_on(deck, hw, out->count, o, &out->there);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
+  if (json) {
+    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
+            "\"schedule\": \"%s\", \"dp\": %d, "
+            "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
+            "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
+            "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
+            k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
+            recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
+            k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
+    return;
+  }
+  fprintf(out, "  %4d %3d %3d %2d %-11s %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n",
+          rank, k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
+          recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
+          k->tokens_per_s, k->mfu);
+}
+
+static void print_table_head(void) {
+  printf("  %4s %3s %3s %2s %-11s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp",
+         "pp", "v", "schedule", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
+         "MFU");
+}
+
+/* The deck's own layout among the candidates: its row and how many that fit are faster. */
+static void print_deck_layout(const tsr_config *cfg, const tsr_hardware *hw, int world,
+                              const candidates *cs, int json, int invalid) {
+  tsr_plan_grid g;
+  candidate k;
+  if (invalid) {
+    printf(json ? "\"deck\": null" : "the deck's own layout is not valid with these overrides\n");
+    return;
+  }
+  if (tsr_plan_layout(cfg, world, hw->gpus_per_node, &g, NULL, 0) ||
+      candidate_of(cfg, hw, &g, &k)) {
+    printf(json ? "\"deck\": null" : "the deck's own layout does not divide on these GPUs\n");
+    return;
+  }
+  int rank = 1;
+  for (int i = 0; i < cs->n; i++) rank += cs->c[i].fits && cs->c[i].step < k.step;
+  if (json) {
+    printf("\"deck\": ");
+    print_candidate(stdout, rank, &k, 1);
+    return;
+  }
+  printf("the deck's own layout (%s, %s):\n", k.fits ? "fits" : "does NOT fit",
+         k.fits ? "ranked among those that fit" : "ranked as if it did");
+  print_candidate(stdout, rank, &k, 0);
+}
+
+/* The keys held: "parallel.tp = 8, train.recompute = 'full'" (text) or a JSON object of
+ * key: value (the deck's word, unquoted). */
+static void print_fixed(const tsr_config *cfg, unsigned fixed, int json) {
+  int first = 1;
+  if (json) printf("\"fixed\": {");
+  for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++) {
+    if (!(fixed & (1u << k))) continue;
+    char text[TSR_STR_PATH + 160];
+    tsr_deck_key_text(cfg, searched[k], text, sizeof text);
+    const char *value = strstr(text, " = ");
+    value = value ? value + 3 : "?";
+    if (json) {
+      const size_t n = strlen(value);
+      const int quoted = n >= 2 && value[0] == '\'' && value[n - 1] == '\'';
+      printf("%s\"%s\": \"%.*s\"", first ? "" : ", ", searched[k], (int)(quoted ? n - 2 : n),
+             value + quoted);
+    } else {
+      printf("%s%s", first ? "held fixed by the command line: " : ", ", text);
+    }
+    first = 0;
+  }
+  printf(json ? "}" : first ? "" : "\n");
+}
+
+/* "in 80 GB" or "in 0.9 x 80 GB = 72 GB" */
+static void fit_room(char *buf, size_t len, const tsr_hardware *hw) {
+  if (hw->max_mem_frac < 1)
+    snprintf(buf, len, "%.3g x %.4g GB = %.4g GB", hw->max_mem_frac, hw->hbm_gb,
+             hw->max_mem_frac * hw->hbm_gb);
+  else
+    snprintf(buf, len, "%.4g GB", hw->hbm_gb);
+}
+
+static void print_larger_text(const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                              const larger *l) {
+  printf("nothing fits on %d node(s) x %d GPUs", o->nodes, hw->gpus_per_node);
+  if (!l->count) {
+    if (l->up_to <= o->nodes)
+      printf(", and no layout divides on more nodes\n");
+    else
+      printf(", nor on any node count up to %d (%s)\n", l->up_to,
+             l->cut ? "the scan's bound" : "beyond it no layout divides");
+    return;
+  }
+  printf("; the smallest node count that fits is %d (%d x %d = %d GPUs, %d layout(s) fit); "
+         "the fastest there:\n", l->count, l->count, hw->gpus_per_node,
+         l->count * hw->gpus_per_node, l->there.fit);
+  print_table_head();
+  print_candidate(stdout, 1, &l->there.c[0], 0);
+}
+
+static void print_larger_json(const tsr_plan_search_opts *o, const larger *l) {
+  printf(",\n  \"larger\": {\"from_nodes\": %d, \"up_to_nodes\": %d, \"bound_reached\": %s, "
+         "\"smallest_nodes\": ", o->nodes, l->up_to, l->cut ? "true" : "false");
+  if (!l->count) {
+    printf("null, \"fit\": 0, \"fastest\": null}");
+    return;
+  }
+  printf("%d, \"fit\": %d, \"fastest\": ", l->count, l->there.fit);
+  print_candidate(stdout, 1, &l->there.c[0], 1);
+  printf("}");
+}
+
+int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
+                    int *any_fit) {
+  candidates cs;
+  larger more;
+  memset(&more, 0, sizeof more);
+  const int world = o->nodes * hw->gpus_per_node;
+  int rc = search_on(cfg, hw, o->nodes, o, &cs);
+  if (!rc && !cs.fit) rc = scan_larger(cfg, hw, o, &more);
+  const int shown = cs.fit < o->top ? cs.fit : o->top;
+  char room[96];
+  fit_room(room, sizeof room, hw);
+  if (!rc && o->json) {
+    printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
+           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d,\n  ", o->nodes,
+           hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit);
+    print_fixed(cfg, o->fixed, 1);
+    printf(",\n  ");
+    print_deck_layout(cfg, hw, world, &cs, 1, o->deck_invalid);
+    printf(",\n  \"layouts\": [");
+    for (int i = 0; i < shown; i++) {
+      printf("%s\n    ", i ? "," : "");
+      print_candidate(stdout, i + 1, &cs.c[i], 1);
+    }
+    printf("%s]", shown ? "\n  " : "");
+    if (!cs.fit) print_larger_json(o, &more);
+    printf("}}\n");
+  } else if (!rc) {
+    printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %s with %.1f GB "
+           "reserved", o->nodes, hw->gpus_per_node, hw->name, cs.divide, cs.fit, room,
+           hw->reserved_gb);
+    if (shown)
+      printf("; the %d fastest (predicted):\n", shown);
+    else
+      printf("\n");
+    print_fixed(cfg, o->fixed, 0);
+    if (shown) print_table_head();
+    for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
+    if (!cs.fit) print_larger_text(hw, o, &more);
+    print_deck_layout(cfg, hw, world, &cs, 0, o->deck_invalid);
+  }
+  *any_fit = cs.fit > 0;
+  tsr_free(&cs.c);
+  tsr_free(&more.there.c);
+  return rc;
+}

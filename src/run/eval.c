@@ -1,0 +1,44 @@
+/* eval.c — `tessera eval`: the validation loss of a checkpoint, on a session
+ * (session.h), logged and written to <run.out_dir>/eval.jsonl. */
+#include <stdio.h>
+
+#include "ckpt/ckpt.h"
+#include "core/metrics.h"
+#include "core/runctl.h"
+#include "session.h"
+#include "train.h"
+#include "core/util.h"
+
+int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
+  tsr_session s;
+  int rc = tsr_session_open(&s, cfg, world, 0);
+  if (rc == 0 && !s.valid_data) {
+    tsr_error("tessera eval needs &data valid (a path or glob of token shards)");
+    rc = TSR_ERR_INPUT;
+  }
+  rc = tsr_run_agree(world, rc); /* from here on the ranks run collectives together */
+  char path[TSR_STR_PATH];
+  if (rc == 0) rc = tsr_ckpt_resolve(cfg, path, sizeof path, world);
+  if (rc == 0 && !path[0]) {
+    tsr_error("tessera eval: no checkpoint to evaluate (checkpoint.resume = '%s')",
+              cfg->checkpoint.resume);
+    rc = TSR_ERR_INPUT;
+  }
+  if (rc == 0) rc = tsr_session_load(&s, path);
+  double vl = 0;
+  int64_t batches = 0;
+  if (rc == 0 && (rc = tsr_session_evaluate(&s, &vl, &batches)) != 0)
+    tsr_run_abort(world, rc, "evaluation");
+  if (rc == 0) {
+    tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
+            (long long)s.st.step, vl, (long long)batches, (long long)cfg->train.micro_batch);
+    /* its own file: the training run's metrics.jsonl holds the training run only */
+    char mpath[TSR_STR_PATH + 32];
+    snprintf(mpath, sizeof mpath, "%s/eval.jsonl", cfg->run.out_dir);
+    if (s.rank == 0 && tsr_run_make_dirs(cfg->run.out_dir) == 0 &&
+        tsr_metrics_open(&s.metrics, mpath) == 0)
+      tsr_metrics_eval(s.metrics, s.st.step, vl);
+  }
+  tsr_session_close(&s);
+  return rc;
+}

@@ -1,0 +1,293 @@
+/* session.c — building, resuming, saving and evaluating the objects of a run (session.h). */
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_compat.h"
+#include "comm/comm_mpi.h"
+#include "deck/deck.h"
+#include "ops/gemm_probe.h"
+#include "ops/ops.h"
+#include "plan/plan.h"
+#include "precision.h"
+#include "core/runctl.h"
+#include "core/util.h"
+#include "data/data.h"
+#include "comm/grid.h"
+#include "core/metrics.h"
+#include "model/model.h"
+#include "ops/ops_backend.h"
+#include "sched/pipeline.h"
+#include "parallel/pp_exec.h"
+#include "parallel/zero.h"
+
+int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_backend **dev) {
+  *dev = NULL;
+  if (cfg->run.device == TSR_DEVICE_CPU) return 0;
+  if (!tsr_ops_cuda_open) {
+    TSR_CHECK(cfg->run.device != TSR_DEVICE_CUDA, TSR_ERR_INPUT,
+              "run.device = 'cuda' but this tessera was built without CUDA (configure found no "
+              "CUDA toolkit, or --without-cuda): rebuild with ./configure --with-cuda, or set "
+              "run.device = 'cpu'");
+    return 0;
+  }
+  TSR_CALL(tsr_ops_cuda_open(&comm, tsr_deck_word(cfg, &cfg->run.device), cfg->run.gpu_share,
+                             dev));
+  if (*dev) tsr_ops_set_backend(*dev);
+  return 0;
+}
+
+/* The layout part, the pipeline schedule, the model (with as many activation slots as the
+ * schedule keeps in flight), the backend's scratch for its shapes, ZeRO. */
+static int open_model(tsr_session *s, const tsr_config *cfg) {
+  const tsr_grid *g = s->grid;
+  TSR_CALL(tsr_layout_create_split(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
+                                   (int)cfg->parallel.virtual_stages,
+                                   cfg->parallel.stage_layers, cfg->parallel.schedule));
+  tsr_zero_pad_layout(s->lay, cfg, g);
+  tsr_model_options mo = {0, 0, g->tp_comm, 1};
+  tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
+  if (g->pp > 1) {
+    TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
+    char split[1024]; /* which layers every stage holds */
+    if (!tsr_pp_split_text(&cfg->model, cfg->parallel.schedule, g->pp,
+                           (int)cfg->parallel.virtual_stages,
+                           cfg->parallel.stage_layers, split, sizeof split))
+      tsr_log("pipeline: %s", split);
+    mo.n_slots = tsr_pp_slots_needed(s->sched);
+    TSR_CHECK(mo.n_slots > 0, TSR_ERR, "pipeline: bad schedule");
+    s->bubble = tsr_calloc((size_t)g->pp, sizeof(double));
+    TSR_CHECK(s->bubble, TSR_ERR, "out of memory");
+  }
+  TSR_CALL(tsr_model_create_opt(&s->model, cfg, s->lay, &mo));
+  tsr_ops_shapes shapes;
+  tsr_model_ops_shapes(s->model, &shapes);
+  shapes.sumsq_elems = (long)s->lay->n_flat;
+  shapes.deterministic = cfg->train.deterministic;
+  TSR_CALL(tsr_ops_reserve(&shapes));
+  TSR_CALL(tsr_zero_create(&s->zero, cfg, s->lay, s->model, g));
+  if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, cfg, g, s->model, s->zero, s->sched));
+  /* The first stage's embed.weight and the last stage's copy; or, under zb_v, one
+   * embed.weight that the first and the last chunk of stage 0 both use at different
+   * times: its gradient is reduced once, after the step's last W. */
+  const int tied_v = cfg->model.tie_embeddings && g->pp > 1 && s->lay->embeds && s->lay->heads;
+  if (g->embed_tied || tied_v) {
+    const tsr_tensor *e = tsr_layout_find(s->lay, "embed.weight");
+    TSR_CHECK(e, TSR_ERR, "pipeline: no embed.weight on stage %d", g->pp_rank);
+    TSR_CALL(tsr_zero_set_tied(s->zero, g->embed_tied, e->offset, e->offset + e->numel));
+  }
+  return 0;
+}
+
+/* MFU's denominator: the slowest rank's GEMM rate, so MFU <= 1 for all.  A GPU's peak is
+ * its tensor cores' for 16-bit storage; a CPU computes in fp32 FMA whatever the storage,
+ * so its peak is the fp32 GEMM's. */
+static void measure_peak(tsr_session *s) {
+  const tsr_dtype dt = s->dev ? tsr_model_dtype(s->model) : TSR_F32;
+  s->peak_flops = tsr_gemm_probe_rate(dt);
+  MPI_Allreduce(MPI_IN_PLACE, &s->peak_flops, 1, MPI_DOUBLE, MPI_MIN, s->world);
+  tsr_log("mfu: measured against this %s's GEMM rate (%s storage, fp32 accumulation), "
+          "%.2f GFLOP/s per rank", s->dev ? "GPU" : "CPU", tsr_dtype_name(dt),
+          s->peak_flops / 1e9);
+}
+
+double tsr_session_mfu(tsr_session *s, double tok_per_s) {
+  if (s->peak_flops <= 0) return -1;
+  const double rate = tok_per_s * s->flops_per_token / s->world_size;
+  if (rate > s->peak_flops) {
+    if (!s->peak_raised++)
+      tsr_log("mfu: step %lld ran at %.2f GFLOP/s per rank, above the %.2f GFLOP/s the GEMM "
+              "probe measured at start-up (taken while the cores were busy?): that figure is "
+              "suspect; the fastest step's rate, a lower bound of the peak, is the denominator "
+              "from here on", (long long)s->st.step, rate / 1e9, s->peak_flops / 1e9);
+    s->peak_flops = rate;
+  }
+  return rate / s->peak_flops;
+}
+
+/* Train and valid shards made with different tokenizers would train happily and evaluate
+ * nonsense: refuse them.  The data's tokenizer goes into every checkpoint. */
+static int same_tokenizer(tsr_session *s) {
+  const char *train = s->train_data ? tsr_data_tokenizer(s->train_data) : NULL;
+  const char *valid = s->valid_data ? tsr_data_tokenizer(s->valid_data) : NULL;
+  TSR_CHECK(!train || !valid || !strcmp(train, valid), TSR_ERR_INPUT,
+            "data: the train shards (%s) were made with tokenizer '%s' but the valid shards "
+            "(%s) with '%s': prepare both with the same tokenizer (tools/tsr-prepare)",
+            s->cfg->data.train, train, s->cfg->data.valid, valid);
+  snprintf(s->st.tokenizer, sizeof s->st.tokenizer, "%s", train ? train : valid ? valid : "");
+  return 0;
+}
+
+/* Pre-flight of the data, first of all (seconds, not after the model, the backend and the
+ * GEMM probe are built): every rank opens and checks its view of the shards (each file
+ * there, a regular file, its header, every token, one sample at least), and rank 0 prints
+ * one error for all, naming the file and, when only some ranks failed, the first of them
+ * and its host. */
+static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
+  const uint64_t seed = (uint64_t)cfg->run.seed;
+  char why[1024];
+  int rc = 0;
+  tsr_error_hold(why, sizeof why);
+  if (training && !cfg->data.train[0]) {
+    tsr_error("&data train is empty: set it to a path or glob of token shards (make them with "
+              "tools/tsr-prepare)");
+    rc = TSR_ERR_INPUT;
+  }
+  if (!rc && training)
+    rc = tsr_data_open(&s->train_data, cfg->data.train, cfg->model.seq_len,
+                       cfg->model.vocab_size, cfg->data.shuffle, seed);
+  if (!rc && cfg->data.valid[0])
+    rc = tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
+                       cfg->model.vocab_size, 0, seed);
+  if (!rc) rc = same_tokenizer(s);
+  tsr_error_release();
+  return tsr_run_agree_report(s->world, rc, why);
+}
+
+int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
+  memset(s, 0, sizeof *s);
+  s->cfg = cfg;
+  s->world = world;
+  MPI_Comm_rank(world, &s->rank);
+  MPI_Comm_size(world, &s->world_size);
+  TSR_CALL(open_data(s, cfg, training));
+  tsr_comm *w;
+  TSR_CALL(tsr_comm_create(&w, world, "world"));
+  const int rc = tsr_grid_create(&s->grid, cfg, w);
+  tsr_comm_destroy(&w);
+  if (rc) return rc;
+  TSR_CALL(tsr_session_open_device(cfg, world, &s->dev));
+  s->dp = s->grid->dp;
+  s->dp_rank = s->grid->dp_rank;
+  s->grad_accum_steps = cfg->train.global_batch / (cfg->train.micro_batch * s->dp);
+  /* every rank's outcome agreed before the next collective: a stage may run out of device
+   * memory alone (the embedding's, the head's); out of memory is bad input (exit 2) */
+  int mrc = open_model(s, cfg);
+  if (mrc && s->dev && tsr_ops_status() == TSR_ERR_INPUT) mrc = TSR_ERR_INPUT;
+  TSR_CALL(tsr_run_agree(world, mrc));
+  if (s->dev) {
+    tsr_comm *zg[2];
+    const int n = tsr_zero_device_groups(cfg, s->grid, zg);
+    TSR_CALL(tsr_grid_attach_device(s->grid, cfg, zg, n));
+  }
+  const size_t ntok = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
+  s->inputs = tsr_calloc(ntok, sizeof(int32_t));
+  s->targets = tsr_calloc(ntok, sizeof(int32_t));
+  s->loss_acc = tsr_ops_alloc(1, sizeof(double));
+  int brc = 0;
+  if (!s->inputs || !s->targets || !s->loss_acc) {
+    tsr_error("out of memory for the batch");
+    brc = s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : TSR_ERR;
+  }
+  TSR_CALL(tsr_run_agree(world, brc)); /* measure_peak's collective next */
+  s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
+  if (training) measure_peak(s);
+  s->st.seed = (uint64_t)cfg->run.seed;
+  tsr_loss_scale_start(&cfg->train, &s->st);
+  return 0;
+}
+
+void tsr_session_close(tsr_session *s) {
+  tsr_session_ckpt_close(s); /* a write in flight ends first, and is reported */
+  tsr_metrics_close(&s->metrics);
+  tsr_data_destroy(&s->train_data);
+  tsr_data_destroy(&s->valid_data);
+  tsr_pp_exec_destroy(&s->exec);
+  tsr_pp_schedule_destroy(&s->sched);
+  tsr_free(&s->bubble);
+  tsr_zero_destroy(&s->zero);
+  tsr_model_destroy(&s->model);
+  tsr_free(&s->inputs);
+  tsr_free(&s->targets);
+  tsr_ops_free(&s->loss_acc);
+  tsr_layout_destroy(&s->lay);
+  tsr_grid_destroy(&s->grid); /* and the device transports its groups used */
+  if (s->dev) { /* every buffer of the device is freed by now */
+    tsr_ops_set_backend(NULL);
+    s->dev->close();
+    s->dev = NULL;
+  }
+}
+
+int tsr_session_load(tsr_session *s, const char *path) {
+  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->st.tokenizer,
+                                  s->world));
+  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
+  char data_tokenizer[sizeof s->st.tokenizer];
+  memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);
+  float *hb[3];
+  TSR_CALL(tsr_session_state_host(s, hb));
+  const int rc = tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, hb[0], hb[1], hb[2],
+                                    &s->st, s->world);
+  tsr_session_state_release(s, hb, rc == 0);
+  TSR_CALL(rc);
+  /* the check above refused another tokenizer; a checkpoint from before checkpoints named
+   * theirs takes the data's */
+  if (!s->st.tokenizer[0]) memcpy(s->st.tokenizer, data_tokenizer, sizeof data_tokenizer);
+  return tsr_zero_publish_params(s->zero);
+}
+
+static int resume_state(tsr_session *s);
+
+int tsr_session_resume(tsr_session *s) {
+  TSR_CALL(tsr_run_agree(s->world, resume_state(s)));
+  /* a run that will write checkpoints finds out now, not at the first one, whether it can
+   * (the deck's few kB are left out of the size) */
+  if (s->st.step >= s->cfg->run.max_steps) return 0;
+  TSR_CALL(tsr_ckpt_preflight(s->cfg, 0, s->world));
+  return tsr_session_ckpt_open(s); /* resume read every file it needed: writes may start */
+}
+
+static int resume_state(tsr_session *s) {
+  const tsr_config *cfg = s->cfg;
+  char path[TSR_STR_PATH];
+  TSR_CALL(tsr_ckpt_resolve(cfg, path, sizeof path, s->world));
+  if (!path[0]) {
+    /* the whole of this rank's part from the seed, then its shard kept */
+    float *init = tsr_calloc((size_t)s->lay->n_flat, sizeof(float));
+    TSR_CHECK(init, TSR_ERR, "out of memory for %lld parameters", (long long)s->lay->n_flat);
+    tsr_layout_init(s->lay, init, (uint64_t)cfg->run.seed);
+    const int rc = tsr_zero_scatter_state(s->zero, init, NULL, NULL);
+    tsr_free(&init);
+    TSR_CALL(rc);
+    tsr_metrics_event(s->metrics, 0, "start", "initialised from seed");
+    return 0;
+  }
+  TSR_CALL(tsr_session_load(s, path));
+  TSR_CHECK(s->st.seed == (uint64_t)cfg->run.seed, TSR_ERR_INPUT,
+            "checkpoint %s was written with run.seed = %llu but the deck has seed = %lld; the "
+            "data order would change: use the same seed or checkpoint.resume = 'none'",
+            path, (unsigned long long)s->st.seed, (long long)cfg->run.seed);
+  tsr_loss_scale_resumed(&cfg->train, &s->st);
+  if (s->st.step >= cfg->run.max_steps) { /* nothing to do: nothing written */
+    tsr_log("checkpoint %s is at step %lld: run.max_steps = %lld is reached, nothing to train",
+            path, (long long)s->st.step, (long long)cfg->run.max_steps);
+    return 0;
+  }
+  tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)s->st.step,
+          (long long)s->st.data_cursor);
+  tsr_metrics_event(s->metrics, s->st.step, "resume", path);
+  return 0;
+}
+
+int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches) {
+  const int64_t mb = s->cfg->train.micro_batch;
+  int64_t n_batches = s->cfg->run.eval_steps;
+  const int64_t avail = tsr_data_n_samples(s->valid_data) / mb;
+  if (avail < n_batches) n_batches = avail > 0 ? avail : 1; /* small valid sets wrap */
+  double sum = 0;
+  for (int64_t b = 0; b < n_batches; b++) {
+    double loss;
+    tsr_data_batch(s->valid_data, b * mb, mb, s->inputs, s->targets);
+    if (s->exec)
+      TSR_CALL(tsr_pp_exec_eval(s->exec, s->inputs, s->targets, &loss));
+    else
+      TSR_CALL(tsr_model_forward(s->model, s->inputs, s->targets, &loss));
+    sum += loss;
+  }
+  TSR_CALL(tsr_ops_status());
+  *val_loss = sum / (double)n_batches;
+  if (batches) *batches = n_batches;
+  return 0;
+}

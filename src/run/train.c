@@ -1,0 +1,369 @@
+/* train.c — the training loop, on a session (session.h):
+ * micro-batch accumulation, clipping, the non-finite skip, AdamW, the step line and
+ * metrics, evaluation, periodic, timed and final checkpoints, stopping on a signal
+ * (`tessera eval` is eval.c).
+ *
+ * Sample accounting (docs/formats.md "Token stream and samples"): optimizer step s
+ * (0-based) consumes global samples s*global_batch .. s*global_batch + global_batch - 1,
+ * split contiguously over dp replicas, then into micro-batches; the cursor (samples
+ * consumed) is saved in the checkpoint, so a resume continues the exact sample stream. */
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "deck/deck.h"
+#include "core/fault.h"
+#include "generate.h"
+#include "ops/ops.h"
+#include "model/optim.h"
+#include "plan/plan.h"
+#include "precision.h"
+#include "core/runctl.h"
+#include "session.h"
+#include "core/tsr_build.h" /* PACKAGE_VERSION */
+#include "core/util.h"
+#include "core/watchdog.h"
+#include "data/data.h"
+#include "comm/grid.h"
+#include "core/metrics.h"
+#include "model/model.h"
+#include "parallel/pp_exec.h"
+#include "parallel/zero.h"
+
+typedef struct {
+  double loss, grad_norm, lr, scale; /* scale: the fp16 loss scale it ran at (0: none) */
+  int skipped;
+  double phase_s[3]; /* forward, backward, optimizer (s); NAN where not separable */
+} step_result;
+
+/* The micro-batches of this rank's share of the global batch, forward and backward,
+ * through the pipeline schedule or one after another; the gradient reductions overlap
+ * backward (zero.c).  Returns the forward and backward times (0 through a schedule). */
+static int accumulate(tsr_session *s, float dloss, double *fwd_s, double *bwd_s) {
+  const tsr_config *cfg = s->cfg;
+  const int64_t mb = cfg->train.micro_batch, k = s->grad_accum_steps;
+  const int64_t first = s->st.data_cursor + s->dp_rank * (cfg->train.global_batch / s->dp);
+  *fwd_s = *bwd_s = 0;
+  if (s->exec) { /* pipeline: the schedule runs the k micro-batches */
+    tsr_pp_step_stats ps;
+    TSR_CALL(tsr_pp_exec_step(s->exec, s->train_data, first, dloss, s->loss_acc, &ps));
+    memset(s->bubble, 0, (size_t)s->grid->pp * sizeof(double));
+    s->bubble[s->grid->pp_rank] = ps.total_s > 0 ? ps.idle_s / ps.total_s : 0;
+    return tsr_comm_all_reduce_double(s->grid->pp_comm, s->bubble, (size_t)s->grid->pp,
+                                      TSR_COMM_SUM);
+  }
+  for (int64_t a = 0; a < k; a++) {
+    TSR_CALL(tsr_zero_begin_micro(s->zero, a == k - 1));
+    tsr_data_batch(s->train_data, first + a * mb, mb, s->inputs, s->targets);
+    const double t_fwd = tsr_now(); /* tsr_model_fwd_bwd, timed in its two phases */
+    TSR_CALL(tsr_model_chunk_forward(s->model, 0, 0, s->inputs, s->targets, NULL, dloss, 1,
+                                     s->loss_acc));
+    const double t_bwd = tsr_now();
+    TSR_CALL(tsr_model_chunk_backward(s->model, 0, 0, NULL));
+    *fwd_s += t_bwd - t_fwd;
+    *bwd_s += tsr_now() - t_bwd;
+  }
+  return 0;
+}
+
+/* One optimizer step: accumulate the gradients, then clip and update, or skip on a
+ * non-finite gradient (the norm is bitwise equal on every rank, so every rank decides
+ * the same).  The loss is multiplied by fp16's loss scale S (precision.h) and the update
+ * divides by it. */
+static int train_step(tsr_session *s, step_result *r) {
+  const tsr_config *cfg = s->cfg;
+  const int64_t k = s->grad_accum_steps;
+  const double S = tsr_loss_scale(&cfg->train, &s->st);
+  r->scale = cfg->train.precision == TSR_F16 ? S : 0;
+  /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
+   * gradient the mean over the global batch */
+  const float dloss = (float)(S / ((double)k * s->dp));
+  const double t_begin = tsr_now();
+  TSR_CALL(tsr_zero_begin_step(s->zero));
+  const double opt_s = tsr_now() - t_begin;
+  /* the micro-batch losses add up in op memory: no host round trip per micro-batch */
+  tsr_ops_zero(s->loss_acc, sizeof(double));
+  double fwd_s, bwd_s;
+  TSR_CALL(accumulate(s, dloss, &fwd_s, &bwd_s));
+  const double t_opt = tsr_now();
+  TSR_CALL(tsr_zero_reduce_grads(s->zero));
+  /* fault injection for the tests (fault.h): poison one gradient at the given step */
+  if (tsr_fault_int("nan_grad_step", -1) == s->st.step + 1 && s->rank == 0) {
+    const float nan = NAN;
+    tsr_ops_copy(tsr_zero_reduced_grads(s->zero), &nan, sizeof nan);
+  }
+  TSR_CALL(tsr_zero_grad_norm(s->zero, &r->grad_norm));
+  r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
+  double loss_sum;
+  tsr_ops_read(&loss_sum, s->loss_acc, sizeof loss_sum);
+  tsr_fault_host_read(s->st.step + 1, s->rank, tsr_zero_reduced_grads(s->zero)); /* tests */
+  if (s->exec) /* the last stage's (0 on the others) */
+    TSR_CALL(tsr_comm_sum_ordered(s->grid->pp_comm, loss_sum, &loss_sum));
+  TSR_CALL(tsr_comm_sum_ordered(s->grid->dp_comm, loss_sum / (double)k, &r->loss));
+  r->loss /= (double)s->dp;
+  const int64_t step = s->st.step + 1;
+  r->lr = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step);
+  r->skipped = !isfinite(r->grad_norm);
+  if (r->skipped) {
+    s->st.skipped++;
+  } else {
+    const double scale = tsr_optim_clip_scale(r->grad_norm, cfg->train.grad_clip) / S;
+    /* Adam's bias correction counts the updates actually made (skipped steps do not
+     * advance it, as with torch's GradScaler skipping optimizer.step()). */
+    TSR_CALL(tsr_zero_update(s->zero, &cfg->optim, r->lr, step - s->st.skipped, scale));
+  }
+  tsr_loss_scale_update(&cfg->train, &s->st, r->skipped);
+  s->st.step = step;
+  s->st.data_cursor += cfg->train.global_batch;
+  s->st.tokens += cfg->train.global_batch * cfg->model.seq_len;
+  /* a pipeline schedule interleaves forward and backward: only the optimizer is apart;
+   * on a GPU the host only queues the forward and backward (the step synchronises once,
+   * at the gradient norm), so none of the three is the device's time */
+  r->phase_s[0] = s->exec || s->dev ? NAN : fwd_s;
+  r->phase_s[1] = s->exec || s->dev ? NAN : bwd_s;
+  r->phase_s[2] = s->dev ? NAN : opt_s + (tsr_now() - t_opt);
+  return tsr_ops_status(); /* a failed device call fails the step */
+}
+
+static void fmt_eta(char *buf, size_t len, double seconds) {
+  long t = (long)(seconds + 0.5);
+  if (t >= 3600)
+    snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+/* What the run is, once, after the effective deck. */
+static void log_setup(const tsr_session *s) {
+  const tsr_config *cfg = s->cfg;
+  tsr_layout *whole = NULL; /* the whole model, for its parameter count */
+  const int64_t total = tsr_layout_create(&whole, &cfg->model) ? -1 : whole->n_params;
+  tsr_layout_destroy(&whole);
+  char part[160] = "";
+  if (s->grid->tp > 1 || s->grid->pp > 1)
+    snprintf(part, sizeof part, "; this rank's part (stage %d of %d, tp rank %d of %d): %lld "
+             "(%.2f M) in %d tensors", s->grid->pp_rank, s->grid->pp, s->grid->tp_rank,
+             s->grid->tp, (long long)s->lay->n_params, (double)s->lay->n_params / 1e6,
+             s->lay->n_tensors);
+  tsr_log("model: %s, %lld parameters (%.2f M)%s; activations %.3f MB for micro-batches of "
+          "%lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
+          (double)total / 1e6, part, (double)tsr_model_activation_bytes(s->model) / 1e6,
+          (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
+  tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
+          cfg->data.train, tsr_data_n_files(s->train_data),
+          (long long)tsr_data_n_tokens(s->train_data), (long long)tsr_data_n_samples(s->train_data),
+          (long long)cfg->model.seq_len, tsr_data_tokenizer(s->train_data),
+          cfg->data.shuffle ? ", shuffled" : "");
+  tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; precision %s, "
+          "recompute %s", (long long)cfg->train.global_batch, (long long)s->grad_accum_steps,
+          (long long)cfg->train.micro_batch, s->dp, tsr_deck_word(cfg, &cfg->train.precision),
+          tsr_deck_word(cfg, &cfg->train.recompute));
+  tsr_grid_log(s->grid);
+  if (s->sched)
+    tsr_log("pipeline: schedule %s, %d micro-batches per step, %d chunk(s) per stage; stage "
+            "%d keeps %d activation slot(s): %.2f MB (rank 0)",
+            tsr_deck_word(cfg, &cfg->parallel.schedule), s->sched->m, s->sched->v,
+            s->grid->pp_rank, tsr_model_n_slots(s->model),
+            (double)tsr_model_activation_bytes(s->model) / 1e6);
+  const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
+  tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
+          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
+          (long long)cfg->parallel.zero_stage, zm.params / 1e6, zm.grads / 1e6, zm.master / 1e6,
+          zm.adam / 1e6, zm.unit_bufs / 1e6,
+          (long long)(tsr_zero_shard_end(s->zero) - tsr_zero_shard_begin(s->zero)),
+          (long long)s->lay->n_flat);
+}
+
+/* The step line (every log_every steps, the first and the last), the measured pipeline
+ * bubble; after the first step of this run, the traffic and the measured memory beside
+ * the plan's.  avg_s: the mean step time since the last line. */
+static void log_step(const tsr_session *s, const step_result *r, double dt, double mfu,
+                     double avg_s, int first) {
+  const tsr_config *cfg = s->cfg;
+  const int64_t step = s->st.step;
+  const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
+  char eta[32], phases[96] = "", scale[48] = "";
+  fmt_eta(eta, sizeof eta, avg_s * (double)(cfg->run.max_steps - step));
+  if (isfinite(r->phase_s[0]))
+    snprintf(phases, sizeof phases, " (fwd %.1f bwd %.1f opt %.1f)", r->phase_s[0] * 1e3,
+             r->phase_s[1] * 1e3, r->phase_s[2] * 1e3);
+  if (r->scale > 0) snprintf(scale, sizeof scale, " | scale %g", r->scale);
+  tsr_log("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f%s | %8.0f tok/s | %7.1f ms%s "
+          "| %.2f GFLOP/s/rank, MFU %.2f | mem %.1f MB | ETA %s", (long long)step,
+          (long long)cfg->run.max_steps, r->loss, r->lr, r->grad_norm, scale, tok_per_s,
+          dt * 1e3, phases, tok_per_s * s->flops_per_token / 1e9 / s->world_size, mfu,
+          (double)tsr_ops_mem_bytes() / 1e6, eta);
+  if (s->sched) {
+    char line[1024];
+    size_t used = 0;
+    for (int i = 0; i < s->grid->pp && used < sizeof line; i++)
+      used += (size_t)snprintf(line + used, sizeof line - used, " %.3f", s->bubble[i]);
+    tsr_log("pipeline bubble (measured idle / step time, stages 0..%d):%s | theory %s %.3f "
+            "(p %d, m %d, v %d)", s->grid->pp - 1, line,
+            tsr_deck_word(cfg, &cfg->parallel.schedule),
+            tsr_pp_ideal_bubble(cfg->parallel.schedule, s->grid->pp, s->sched->m, s->sched->v),
+            s->grid->pp, s->sched->m, s->sched->v);
+  }
+  if (!first) return;
+  if (s->world_size > 1) {
+    char comm[1024];
+    tsr_grid_describe_traffic(s->grid, comm, sizeof comm);
+    tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
+  }
+  /* measured memory next to tessera plan's (src/plan/plan.c); a collective */
+  double mem[2] = {(double)tsr_ops_mem_bytes(), (double)tsr_ops_mem_peak_bytes()};
+  MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, s->world);
+  tsr_plan_log_memory(cfg, s->grid, tsr_ops_on_device() ? TSR_PLAN_GPU : TSR_PLAN_CPU,
+                      s->st.step, mem[0], mem[1]);
+}
+
+/* Who runs what, where: the first lines of every run in tessera.log. */
+static void log_start(MPI_Comm world) {
+  int n;
+  MPI_Comm_size(world, &n);
+  char host[256] = "?", when[40];
+  gethostname(host, sizeof host - 1);
+  tsr_iso_time(when, sizeof when);
+  tsr_log("tessera %s started %s on %s (rank 0 of %d)", PACKAGE_VERSION, when, host, n);
+  tsr_log("command: %s", tsr_run_command());
+}
+
+/* tessera.log opens before the session, so that what setting up the device, the grid and
+ * the transports logs is in the file too; metrics.jsonl is rank 0's, once it has a session. */
+static int open_log(const tsr_config *cfg) {
+  char path[TSR_STR_PATH + 32];
+  TSR_CALL(tsr_run_make_dirs(cfg->run.out_dir));
+  snprintf(path, sizeof path, "%s/tessera.log", cfg->run.out_dir);
+  return tsr_log_open(path);
+}
+
+static int open_metrics(tsr_session *s) {
+  if (s->rank != 0) return 0;
+  char path[TSR_STR_PATH + 32];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", s->cfg->run.out_dir);
+  return tsr_metrics_open(&s->metrics, path);
+}
+
+int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
+  tsr_session s;
+  int rc = tsr_run_agree_start(world, open_log(cfg), "while starting");
+  if (rc) return rc;
+  log_start(world);
+  rc = tsr_session_open(&s, cfg, world, 1);
+  if (!rc) rc = tsr_fault_init();
+  if (!rc) rc = open_metrics(&s);
+  if ((rc = tsr_run_agree_start(world, rc, "while setting up")) != 0) {
+    tsr_session_close(&s);
+    tsr_log_close();
+    return rc;
+  }
+  /* GO: an error every rank shares (checkpoint I/O); GO_ALONE: one that may be this
+   * rank's alone (a step, an evaluation): the job is aborted. */
+#define GO(expr)                       \
+  do {                                 \
+    if ((rc = (expr)) != 0) goto done; \
+  } while (0)
+#define GO_ALONE(expr)                                       \
+  do {                                                       \
+    if ((rc = (expr)) != 0) tsr_run_abort(world, rc, #expr); \
+  } while (0)
+  tsr_log("effective deck:\n%s", deck_text);
+  log_setup(&s);
+  tsr_fault_start_pause("resume");
+  GO(tsr_run_agree_start(world, tsr_session_resume(&s), "while resuming"));
+  if (cfg->checkpoint.save_initial && s.st.step == 0) GO(tsr_session_save(&s, deck_text, 0));
+
+  const double t_start = tsr_now();
+  double t_last_ckpt = t_start, t_window = t_start;
+  int64_t window_steps = 0;
+  const int64_t first_step = s.st.step;
+  while (s.st.step < cfg->run.max_steps) {
+    /* Decisions every rank must take together, agreed at the step boundary: stop on a
+     * signal (any rank's), a time-based checkpoint (rank 0's clock decides), and stop
+     * when a background checkpoint write has failed (seen by any rank). */
+    int flags[3] = {tsr_run_stop_signal(), /* the number: MAX over ranks gives one */
+                    s.rank == 0 && cfg->checkpoint.every_minutes > 0 && s.st.step > first_step &&
+                        tsr_now() - t_last_ckpt >= 60.0 * cfg->checkpoint.every_minutes,
+                    tsr_session_ckpt_poll(&s)};
+    GO_ALONE(tsr_comm_all_reduce_int(s.grid->world, flags, 3, TSR_COMM_MAX));
+    if ((rc = flags[2]) != 0) goto done;
+    if (flags[0] && s.st.step == first_step) {
+      /* before this run's first step: its state is the checkpoint it resumed from, or the
+       * seed's (save_initial wrote it if wanted); writing it again would only cost time */
+      tsr_run_log_early_stop(flags[0], "after start-up");
+      rc = TSR_ERR_SIGNAL;
+      goto done;
+    }
+    if (flags[0]) {
+      tsr_log("signal %d received: writing a checkpoint at step %lld and stopping (exit 3)",
+              flags[0], (long long)s.st.step);
+      GO(tsr_session_save(&s, deck_text, 1));
+      tsr_log("stopped cleanly at step %lld with its checkpoint written: exit 3 (requeue, or "
+              "run again, to go on from there)", (long long)s.st.step);
+      rc = TSR_ERR_SIGNAL;
+      goto done;
+    }
+    if (flags[1]) {
+      GO(tsr_session_save(&s, deck_text, 0));
+      t_last_ckpt = tsr_now();
+    }
+    const double t0 = tsr_now();
+    step_result r;
+    tsr_grid_reset_traffic(s.grid);
+    tsr_watchdog_activity(s.st.step + 1, "a training step");
+    /* fault injection for the tests (fault.h): one rank stops responding at the given step */
+    tsr_fault_hang(s.st.step + 1, s.rank);
+    GO_ALONE(train_step(&s, &r));
+    const double dt = tsr_now() - t0;
+    const int64_t step = s.st.step;
+    window_steps++;
+    const double tok_per_s = (double)(cfg->train.global_batch * cfg->model.seq_len) / dt;
+    const double mfu = tsr_session_mfu(&s, tok_per_s);
+    tsr_step_metrics sm = {step, r.loss, r.lr, r.grad_norm, s.st.tokens, tok_per_s, mfu,
+                           (int64_t)tsr_ops_mem_bytes(), dt * 1e3, s.st.skipped,
+                           r.phase_s[0] * 1e3, r.phase_s[1] * 1e3, r.phase_s[2] * 1e3, r.scale,
+                           r.skipped};
+    tsr_metrics_step(s.metrics, &sm);
+    if (r.skipped && r.scale > 0) /* expected now and then: the scale searches for its level */
+      tsr_log("step %lld: fp16 gradients overflowed at loss scale %g: update skipped, scale "
+              "now %g (%lld skipped so far)", (long long)step, r.scale, s.st.loss_scale,
+              (long long)s.st.skipped);
+    else if (r.skipped)
+      tsr_warn("step %lld: non-finite gradient norm; update skipped (%lld skipped so far)",
+               (long long)step, (long long)s.st.skipped);
+    if (step % cfg->run.log_every == 0 || step == first_step + 1 || step == cfg->run.max_steps) {
+      const double now = tsr_now();
+      log_step(&s, &r, dt, mfu, (now - t_window) / (double)window_steps,
+               step == first_step + 1);
+      t_window = now;
+      window_steps = 0;
+    }
+    const int last = step == cfg->run.max_steps;
+    if (s.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
+      double vl;
+      tsr_watchdog_activity(step, "an evaluation");
+      GO_ALONE(tsr_session_evaluate(&s, &vl, NULL));
+      tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
+      tsr_metrics_eval(s.metrics, step, vl);
+    }
+    if (cfg->run.sample_every > 0 && step % cfg->run.sample_every == 0) /* generate.c */
+      GO_ALONE(tsr_generate_train_sample(&s));
+    if (tsr_session_ckpt_due(&s, dt) || (last && cfg->checkpoint.save_last)) {
+      GO(tsr_session_save(&s, deck_text, last)); /* the last one is waited for */
+      t_last_ckpt = tsr_now();
+    }
+  }
+  GO(tsr_session_ckpt_wait(&s)); /* a background write still in flight ends, or fails, here */
+  tsr_watchdog_activity(s.st.step, NULL);
+  tsr_log("done: %lld steps in %.1f s this run, %lld skipped", (long long)(s.st.step - first_step),
+          tsr_now() - t_start, (long long)s.st.skipped);
+done:
+#undef GO
+#undef GO_ALONE
+  tsr_session_close(&s);
+  tsr_log_close();
+  return rc;
+}

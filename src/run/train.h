@@ -1,0 +1,18 @@
+/* train.h — the training and evaluation drivers (called by main.c after the deck is
+ * parsed and broadcast). */
+#ifndef TSR_TRAIN_H
+#define TSR_TRAIN_H
+
+#include <mpi.h>
+
+#include "core/config.h"
+
+/* Train per the config.  deck_text is the effective deck (logged, stored in checkpoints).
+ * Returns 0 when max_steps is reached, TSR_ERR_SIGNAL after a stop-on-signal checkpoint
+ * (SIGUSR1 / SIGTERM: runctl.h), or an error code. */
+int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world);
+
+/* Load checkpoint.resume and report the validation loss (eval_steps batches; eval.c). */
+int tsr_eval(const tsr_config *cfg, MPI_Comm world);
+
+#endif

@@ -1,0 +1,609 @@
+/* test_plan.c — the planner (src/plan/plan.c) against independent references:
+ *
+ *  1. the seeds' worked numbers: 7B parameters in fp32 are 28 GB of weights and 112 GB with
+ *     gradients and Adam (16 bytes per parameter); ZeRO-1/2/3 on 4 GPUs 70, 49, 28 GB (the
+ *     optimizer state, then + gradients, then + weights split four ways); mixed precision
+ *     14 GB bf16 weights + 28 GB fp32 master; the same arithmetic from the llm7b deck's own
+ *     tensor table (6.74 B parameters);
+ *  2. layouts that do not divide are refused with messages naming the deck keys and values;
+ *  3. the built-in hardware tables (NVIDIA's datasheet figures) and the 'custom' checks;
+ *  4. the in-flight activation sets of the closed forms equal the generated schedules' peak
+ *     (pipeline.c), for gpipe, 1f1b and interleaved, every stage;
+ *  5. the CPU build's figure of what the model allocates equals the bytes tsr_model_create_opt
+ *     actually allocates (tsr_mem_bytes), for llama and gpt2, every recompute mode, bf16,
+ *     pipeline parts, several activation slots;
+ *  6. tensor-parallel traffic per layer equals Megatron's count 4 x 2(T-1)/T x b s h x 4 bytes
+ *     (bench/tp.sh's reference) and ZeRO traffic the ring formulas of tests/mpi/test_zero.c;
+ *  7. FLOPs per token equal 6 N + 6 L T d with N counted from the shapes by hand, the
+ *     bubble of llm70b's interleaved layout is (p-1)/(v m+p-1) with Megatron's warm-up in
+ *     flight, and with a flat hardware.compute_efficiency a stage's compute time is its
+ *     FLOPs at that fraction of the datasheet peak of its precision: bf16 tensor cores,
+ *     or fp32 without them (the CUDA GEMMs compute in fp32 with TF32 off).  The profile's
+ *     curves and the replay of the schedule are tests/unit/plan/test_plan_sim.c's.
+ * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
+ * trainer's measured memory and traffic under real multi-rank layouts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deck/deck.h"
+#include "model/model.h"
+#include "sched/pipeline.h"
+#include "plan/plan.h"
+#include "testutil.h"
+#include "core/util.h"
+
+static int close_to(double got, double want, double rel) {
+  return fabs(got - want) <= rel * fabs(want);
+}
+
+static void test_seed_arithmetic(void) {
+  const double N = 7e9, GB = 1e9;
+  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0);
+  TU_CHECK(m.params == 28 * GB && m.total == 112 * GB,
+           "7B fp32: weights %.1f GB (seed: 28), with gradients and Adam %.1f GB (seed: 112)",
+           m.params / GB, m.total / GB);
+  const double want[4] = {112, 70, 49, 28};
+  for (int z = 1; z <= 3; z++) {
+    m = tsr_plan_state(N, z, 4, 0);
+    TU_CHECK(close_to(m.total, want[z] * GB, 1e-12),
+             "7B fp32 ZeRO-%d on 4 GPUs: %.1f GB per GPU (seed: %.0f; weights %.1f, grads %.2f, "
+             "Adam %.1f)", z, m.total / GB, want[z], m.params / GB, m.grads / GB, m.optim / GB);
+  }
+  m = tsr_plan_state(N, 0, 1, 1);
+  TU_CHECK(m.params == 14 * GB && m.master == 28 * GB && m.optim == 56 * GB && m.grads == 28 * GB,
+           "7B bf16: weights %.0f GB + fp32 master %.0f GB (seed: 14 + 28), Adam %.0f GB (seed: "
+           "56), fp32 gradients %.0f GB", m.params / GB, m.master / GB, m.optim / GB, m.grads / GB);
+  TU_CHECK(m.total == 126 * GB, "7B bf16 with Adam: %.0f GB = 18 B/param", m.total / GB);
+}
+
+/* Deck `name` as checked for `world` ranks. */
+static tsr_config deck_on(const char *name, int world) {
+  tsr_config c;
+  char path[1024], err[4096];
+  const char *top = getenv("top_srcdir") ? getenv("top_srcdir") : ".";
+  snprintf(path, sizeof path, "%s/input/%s.nml", top, name);
+  FILE *f = fopen(path, "rb");
+  static char text[1 << 16];
+  const size_t n = f ? fread(text, 1, sizeof text, f) : 0;
+  if (f) fclose(f);
+  tsr_deck_defaults(&c);
+  if (!n || tsr_deck_parse(&c, text, n, path, 0, NULL, world, err, sizeof err))
+    printf("    could not read %s: %s\n", path, err);
+  return c;
+}
+static tsr_config deck(const char *name) { return deck_on(name, 512); }
+
+/* The state of the real 7B shapes on 1 and 4 GPUs (fp32, tp = pp = 1). */
+static void test_llm7b_state(void) {
+  tsr_config c = deck("llm7b");
+  c.parallel.tp = 1;
+  c.parallel.sequence_parallel = 0;
+  c.train.precision = TSR_F32;
+  const double L = 32, C = 4096, F = 11008, V = 32000;
+  const double N = L * (4 * C * C + 3 * C * F + 2 * C) + 2 * V * C + C; /* by hand */
+  for (int z = 0; z <= 3; z++) {
+    c.parallel.zero_stage = z;
+    const int world = z ? 4 : 1;
+    tsr_plan_grid g;
+    char msg[1024];
+    const int bad = tsr_plan_layout(&c, world, world, &g, msg, sizeof msg);
+    tsr_plan_memory m = {0};
+    const int rc = bad ? -1 : tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_GPU, &m);
+    const double state = m.params + m.grads + m.master + m.optim;
+    const double bytes_per = z == 0 ? 16 : z == 1 ? 10 : z == 2 ? 7 : 4;
+    TU_CHECK(rc == 0 && close_to(state, bytes_per * N, 1e-6),
+             "llm7b deck (%.4g parameters) fp32 ZeRO-%d on %d GPU(s): state %.2f GB = %.0f B/param "
+             "(activations %.2f GB, buffers %.2f GB more)", N, z, world, state / 1e9, bytes_per,
+             m.activations / 1e9, (m.comm + m.workspace) / 1e9);
+  }
+}
+
+static int says(const char *msg, const char *what) {
+  if (strstr(msg, what)) return 1;
+  printf("    missing: \"%s\"\n", what);
+  return 0;
+}
+
+static void test_divisibility(void) {
+  tsr_config c = deck("llm7b");
+  char msg[4096];
+  tsr_plan_grid g;
+  c.parallel.tp = 3;
+  int n = tsr_plan_layout(&c, 8, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 7 && says(msg, "parallel.tp = 3 does not divide model.n_head = 32") &&
+               says(msg, "parallel.tp = 3 and model.n_kv_head = 32: one must divide the other") &&
+               says(msg, "parallel.tp = 3 does not divide model.d_ff = 11008") &&
+               says(msg, "parallel.tp = 3 does not divide model.vocab_size = 32000") &&
+               says(msg, "parallel.tp = 3 does not divide model.seq_len = 4096") &&
+               says(msg, "parallel.tp = 3 does not divide the 8 ranks per node") &&
+               says(msg, "world size 8 is not a multiple of parallel.tp = 3 * parallel.pp = 1 = 3"),
+           "tp 3 on one node of 8: %d problems, each naming the keys and their values", n);
+  c = deck("llm7b");
+  c.parallel.pp = 5;
+  c.train.micro_batch = 3;
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 2 && says(msg, "parallel.pp = 5 does not divide model.n_layer = 32") &&
+               says(msg, "world size 64 is not a multiple of parallel.tp = 8 * parallel.pp = 5 = "
+                         "40"),
+           "pp 5 on 64 GPUs: layers and world size named");
+  c.parallel.pp = 1;
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  printf("%s", msg);
+  TU_CHECK(n == 1 && says(msg, "train.global_batch = 1024 is not a multiple of "
+                               "train.micro_batch = 3 * dp 8 = 24"),
+           "micro_batch 3: the batch split named");
+  c.train.micro_batch = 1;
+  c.parallel.shard_scope = TSR_SHARD_NODE;
+  n = tsr_plan_layout(&c, 64, 8, &g, msg, sizeof msg);
+  TU_CHECK(n == 0 && g.dp == 8 && g.shard == 1 && g.replicate == 8 && g.micro_batches == 128,
+           "llm7b on 8 x 8 with shard_scope 'node': dp %d = shard %d x %d copies, %d micro-batches",
+           g.dp, g.shard, g.replicate, g.micro_batches);
+}
+
+static void test_hardware(void) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  tsr_hardware hw;
+  /* NVIDIA's SXM datasheets: dense bf16 tensor-core and fp32 (no tensor core) TFLOP/s */
+  const struct { const char *name; double tflops, fp32, gb, gbps; } want[] = {
+      {"h100", 989, 67, 80, 3350}, {"h200", 989, 67, 141, 4800}, {"a100", 312, 19.5, 80, 2039}};
+  for (int i = 0; i < 3; i++) {
+    c.hardware.name = (tsr_hw_name)tu_word("h100|h200|a100|custom", want[i].name);
+    const int rc = tsr_plan_hardware(&c.hardware, &hw);
+    TU_CHECK(rc == 0 && hw.peak_tflops == want[i].tflops && hw.peak_fp32_tflops == want[i].fp32 &&
+                 hw.hbm_gb == want[i].gb && hw.hbm_gbps == want[i].gbps && hw.gpus_per_node == 8,
+             "built-in %s: %.0f TFLOP/s bf16, %.3g fp32, %.0f GB, %.0f GB/s, %d per node",
+             want[i].name, hw.peak_tflops, hw.peak_fp32_tflops, hw.hbm_gb, hw.hbm_gbps,
+             hw.gpus_per_node);
+  }
+  c.hardware.hbm_gb = 96;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.hbm_gb == 96 && hw.peak_tflops == 312,
+           "a deck figure overrides the table's (a100 with hbm_gb = 96)");
+  c.hardware.name = TSR_HW_CUSTOM;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == TSR_ERR_INPUT,
+           "'custom' without every figure is refused (bad input)");
+  c.hardware.peak_tflops = 100, c.hardware.hbm_gbps = 1000, c.hardware.intra_node_gbps = 100;
+  c.hardware.inter_node_gbps = 10, c.hardware.gpus_per_node = 4;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == TSR_ERR_INPUT,
+           "'custom' without hardware.peak_fp32_tflops is refused (bad input)");
+  c.hardware.peak_fp32_tflops = 10;
+  TU_CHECK(tsr_plan_hardware(&c.hardware, &hw) == 0 && hw.gpus_per_node == 4 &&
+               hw.peak_fp32_tflops == 10,
+           "'custom' with every figure is taken as given");
+}
+
+static void test_in_flight(void) {
+  const char *kinds[] = {"gpipe", "1f1b", "interleaved", "zb_h1", "zb_v"};
+  int bad = 0, cases = 0;
+  for (int k = 0; k < 5; k++)
+    for (int pp = 2; pp <= 4; pp++)
+      for (int m = k == 4 ? 1 : pp; m <= 3 * pp; m += k == 4 ? 1 : pp) /* zb_v: any m */
+        for (int v = k == 4 ? 2 : 1; v <= (k == 2 ? 3 : k == 4 ? 2 : 1); v++)
+          for (int s = 0; s < pp; s++) {
+            tsr_pp_schedule *sc;
+            if (tsr_pp_schedule_create(&sc, (tsr_schedule_choice)k, pp, s, m, v)) {
+              bad++;
+              continue;
+            }
+            const int want = tsr_pp_peak_in_flight(sc);
+            const int got = tsr_plan_in_flight((tsr_schedule_choice)k, pp, s, m, v);
+            if (got != want) {
+              printf("    %s pp %d m %d v %d stage %d: closed form %d, schedule %d\n", kinds[k],
+                     pp, m, v, s, got, want);
+              bad++;
+            }
+            cases++;
+            tsr_pp_schedule_destroy(&sc);
+          }
+  TU_CHECK(bad == 0, "activation sets in flight: closed forms = generated schedules in %d cases",
+           cases);
+}
+
+/* The planner's figure of the model's own allocation against the real one (returned);
+ * head_chunk >= 0 sets train.xent_chunk_tokens (else the default). */
+static int64_t head_chunk = -1;
+static double model_case_kind(const char *kind, const char *arch, const char *recompute,
+                              const char *precision, int pp, int v, int stage, int zero,
+                              int tied, int n_layer, const char *split) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  c.model.arch = (tsr_arch)tu_word("llama|gpt2", arch);
+  snprintf(c.parallel.stage_layers, sizeof c.parallel.stage_layers, "%s", split);
+  c.model.n_layer = n_layer, c.model.d_model = 64, c.model.n_head = 4;
+  c.model.n_kv_head = strcmp(arch, "gpt2") ? 2 : 4;
+  c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
+  c.model.tie_embeddings = tied;
+  c.parallel.pp = pp, c.parallel.virtual_stages = v, c.parallel.zero_stage = zero;
+  c.parallel.schedule = kind ? (tsr_schedule_choice)tu_word("gpipe|1f1b|interleaved|zb_h1|zb_v",
+                                                            kind)
+                        : v > 1 ? TSR_SCHEDULE_INTERLEAVED
+                                : TSR_SCHEDULE_1F1B;
+  c.train.micro_batch = 2, c.train.global_batch = 2 * 2 * pp;
+  c.train.recompute = (tsr_recompute)tu_word("none|selective|full", recompute);
+  c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision);
+  if (head_chunk >= 0) c.train.xent_chunk_tokens = head_chunk;
+  tsr_plan_grid g;
+  tsr_plan_memory plan;
+  if (tsr_plan_layout(&c, pp, pp, &g, NULL, 0) ||
+      tsr_plan_stage_memory(&c, &g, stage, TSR_PLAN_CPU, &plan)) {
+    TU_CHECK(0, "%s %s: no plan", arch, recompute);
+    return 0;
+  }
+  tsr_layout *lay;
+  tsr_model *model = NULL;
+  tsr_layout_create_split(&lay, &c.model, 1, 0, pp, stage, v, split, c.parallel.schedule);
+  lay->n_flat = (lay->n_params + 63) / 64 * 64; /* zero.c's padding for one shard */
+  const size_t before = tsr_mem_bytes();
+  const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
+  const int rc = tsr_model_create_opt(&model, &c, lay, &o);
+  const double got = (double)(tsr_mem_bytes() - before);
+  TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
+           "%s%s%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
+           "slot(s), head chunk %lld: model allocates %.0f bytes, planned %.0f",
+           kind ? kind : "", kind ? " " : "", arch, recompute, precision, pp, v, stage, zero,
+           tied ? ", tied" : "", n_layer, split, plan.in_flight,
+           (long long)c.train.xent_chunk_tokens, got, plan.model);
+  tsr_model_destroy(&model);
+  tsr_layout_destroy(&lay);
+  return plan.model;
+}
+static double model_case_split(const char *arch, const char *recompute, const char *precision,
+                               int pp, int v, int stage, int zero, int tied, int n_layer,
+                               const char *split) {
+  return model_case_kind(NULL, arch, recompute, precision, pp, v, stage, zero, tied, n_layer,
+                         split);
+}
+static void model_case(const char *arch, const char *recompute, const char *precision, int pp,
+                       int v, int stage, int zero, int tied) {
+  model_case_split(arch, recompute, precision, pp, v, stage, zero, tied, 4, "");
+}
+
+static void test_model_bytes(void) {
+  const char *modes[] = {"none", "selective", "full"};
+  for (int r = 0; r < 3; r++) model_case("llama", modes[r], "fp32", 1, 1, 0, 0, 0);
+  for (int r = 0; r < 3; r++) model_case("gpt2", modes[r], "bf16", 1, 1, 0, 2, 1);
+  model_case("llama", "none", "fp32", 2, 1, 0, 1, 0);
+  model_case("llama", "selective", "fp32", 2, 1, 1, 3, 0);
+  model_case("gpt2", "none", "fp32", 2, 1, 1, 0, 1);
+  model_case("llama", "full", "bf16", 2, 2, 0, 1, 0);
+  model_case("llama", "none", "fp32", 2, 2, 1, 0, 0);
+  /* uneven splits: activation slots sized by the stage's largest chunk */
+  model_case_split("llama", "none", "fp32", 2, 1, 0, 0, 0, 7, "4,3");
+  model_case_split("llama", "selective", "fp32", 2, 1, 1, 1, 0, 7, "4,3");
+  model_case_split("llama", "none", "fp32", 3, 1, 1, 0, 0, 7, "3,2,2");
+  model_case_split("gpt2", "full", "bf16", 2, 2, 1, 0, 1, 7, "2,2,2,1");
+  model_case_split("llama", "none", "fp32", 2, 2, 0, 1, 0, 7, "1,3,2,1");
+  /* zb_v: stage 0 holds the embedding and the head (one embed.weight when tied), the
+   * last stage the V's bend; B/W buffers per slot */
+  model_case_kind("zb_h1", "llama", "none", "fp32", 2, 1, 0, 1, 0, 7, "4,3");
+  model_case_kind("zb_v", "llama", "none", "fp32", 2, 2, 0, 1, 0, 7, "1,3,2,1");
+  model_case_kind("zb_v", "llama", "none", "bf16", 2, 2, 1, 0, 0, 7, "1,3,2,1");
+  model_case_kind("zb_v", "gpt2", "none", "fp32", 3, 2, 0, 2, 1, 6, "");
+  model_case_kind("zb_v", "gpt2", "none", "bf16", 3, 2, 2, 0, 1, 6, "");
+  /* the fused head in chunks of 10 of the 64 tokens against the unfused head: the planner
+   * counts one chunk's logits (shared) and the targets of each slot instead of every
+   * slot's logits [64, 300] */
+  for (int k = 0; k < 2; k++) {
+    const char *prec[2] = {"fp32", "bf16"};
+    const double esz = k ? 2 : 4;
+    head_chunk = 0;
+    const double whole = model_case_split("gpt2", "none", prec[k], 2, 1, 1, 0, 1, 4, "");
+    head_chunk = 10;
+    const double fused = model_case_split("gpt2", "none", prec[k], 2, 1, 1, 0, 1, 4, "");
+    const double want = 2 * 64 * 300 * esz - (10 * 300 * esz + 2 * 64 * 4);
+    TU_CHECK(fabs(whole - fused - want) < 1,
+             "%s: the fused head's plan is %.0f bytes below the unfused one's: 2 slots' logits "
+             "less one chunk's and 2 slots' targets (%.0f)", prec[k], whole - fused, want);
+  }
+  head_chunk = -1;
+}
+
+/* Llama 3 405B's depth, 126 layers, on llm70b's widths over 16 stages with 'auto': 7 layers
+ * on the first and the last stage, 8 on the others; every stage is planned, the fullest
+ * (a middle one) is the critical and the worst in memory; a list that does not match pp
+ * is refused naming the key. */
+static void test_uneven(void) {
+  tsr_config c = deck_on("llm70b", 128);
+  c.model.n_layer = 126;
+  c.parallel.pp = 16, c.parallel.virtual_stages = 1, c.parallel.schedule = TSR_SCHEDULE_1F1B;
+  strcpy(c.parallel.stage_layers, "auto");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  char msg[4096] = "";
+  memset(&p, 0, sizeof p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 0);
+  int layers_ok = rc == 0, all_done = rc == 0;
+  for (int s = 0; s < 16 && rc == 0; s++) {
+    layers_ok &= p.stages[s].layers == (s == 0 || s == 15 ? 7 : 8);
+    all_done &= p.stages[s].done;
+  }
+  TU_CHECK(layers_ok && all_done, "126 layers, pp 16, auto: 7 + 14 x 8 + 7 layers, all 16 stages "
+           "planned (%s)", msg);
+  TU_CHECK(rc == 0 && p.stages[p.critical].layers == 8 && p.stages[p.worst[TSR_PLAN_GPU]].layers == 8 &&
+               p.stages[1].flops > p.stages[0].flops,
+           "the critical stage %d and the fullest in memory %d hold 8 layers", p.critical,
+           p.worst[TSR_PLAN_GPU]);
+  tsr_plan_destroy(&p);
+  strcpy(c.parallel.stage_layers, "8,8");
+  const int n = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  TU_CHECK(n == 1 && says(msg, "parallel.stage_layers = '8,8': 2 layer counts for 16 chunks"),
+           "a 2-item list on pp 16 refused, naming the key");
+  c.parallel.stage_layers[0] = 0;
+  const int even = tsr_plan_layout(&c, 128, 8, &g, msg, sizeof msg);
+  TU_CHECK(even == 1 && says(msg, "parallel.pp = 16 does not divide model.n_layer = 126"),
+           "without a split, 126 layers on pp 16 are refused");
+}
+
+/* Rank traffic of one plan (stage 0) in group `grp`, kind `k`. */
+static double traffic(const tsr_config *c, int world, int grp, tsr_comm_kind k) {
+  tsr_plan_grid g;
+  tsr_plan_traffic t[TSR_PLAN_N_GROUPS];
+  if (tsr_plan_layout(c, world, world, &g, NULL, 0) || tsr_plan_stage_traffic(c, &g, 0, t))
+    return -1;
+  return t[grp].bytes[k];
+}
+
+static void test_traffic(void) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  c.model.n_layer = 2, c.model.d_model = 128, c.model.n_head = 4, c.model.n_kv_head = 4;
+  c.model.d_ff = 352, c.model.vocab_size = 256, c.model.seq_len = 64;
+  c.train.micro_batch = 2, c.train.global_batch = 2;
+  for (int T = 2; T <= 4; T *= 2) {
+    c.parallel.tp = T;
+    c.model.n_layer = 2;
+    const double a2 = traffic(&c, T, TSR_PLAN_TP, TSR_COMM_ALL_REDUCE);
+    c.model.n_layer = 4;
+    const double a4 = traffic(&c, T, TSR_PLAN_TP, TSR_COMM_ALL_REDUCE);
+    const double megatron = 4 * 2.0 * (T - 1) / T * 2 * 64 * 128 * 4;
+    TU_CHECK(fabs((a4 - a2) / 2 - megatron) < 1e-6,
+             "tp %d: all-reduce bytes per layer %.0f = Megatron's 4 x 2(T-1)/T x b s h x 4 = %.0f",
+             T,
+             (a4 - a2) / 2, megatron);
+  }
+  c.parallel.tp = 1;
+  c.train.global_batch = 2 * 2 * 4; /* k = 2 micro-batches on each of 4 ranks */
+  tsr_plan_grid g;
+  tsr_plan_layout(&c, 4, 4, &g, NULL, 0);
+  tsr_layout *lay;
+  tsr_layout_create(&lay, &c.model);
+  const double B = 4.0 * (double)((lay->n_params + 255) / 256 * 256), r = 3.0 / 4;
+  const double emb = 4.0 * 256 * 128; /* unit 0: embed.weight */
+  tsr_layout_destroy(&lay);
+  c.parallel.zero_stage = 0;
+  const double ar = traffic(&c, 4, TSR_PLAN_DP, TSR_COMM_ALL_REDUCE);
+  c.parallel.zero_stage = 2;
+  const double rs2 = traffic(&c, 4, TSR_PLAN_DP_SHARD, TSR_COMM_REDUCE_SCATTER);
+  c.parallel.zero_stage = 3;
+  const double ag3 = traffic(&c, 4, TSR_PLAN_DP_SHARD, TSR_COMM_ALL_GATHER);
+  TU_CHECK(close_to(ar, 2 * r * B, 1e-12) && close_to(rs2, 2 * r * B, 1e-12) &&
+               close_to(ag3, 2 * r * (2 * B - emb), 1e-12),
+           "ZeRO on 4 ranks, k = 2: stage 0 all-reduce %.0f = 2(D-1)/D B, stage 2 reduce-scatter "
+           "%.0f = k (S-1)/S B, stage 3 gathers %.0f = k (S-1)/S (2B - 4|unit 0|)", ar, rs2, ag3);
+}
+
+static void test_flops_and_bubble(void) {
+  tsr_config c = deck("llm7b");
+  const double L = 32, C = 4096, F = 11008, V = 32000, T = 4096;
+  const double N = L * (4 * C * C + 3 * C * F) + V * C; /* GEMM weights: layers, the head */
+  const double got = tsr_plan_flops_per_token(&c.model);
+  TU_CHECK(close_to(got, 6 * N + 6 * L * T * C, 1e-12),
+           "llm7b FLOPs per token %.6g = 6 N + 6 L T d = %.6g (N = %.6g weights in GEMMs: not "
+           "the embedding lookup, the norms)", got, 6 * N + 6 * L * T * C, N);
+  c = deck_on("gpt2_124m", 4);
+  const double L2 = 12, C2 = 768, F2 = 3072, V2 = 50304, T2 = 1024;
+  const double N2 = L2 * (4 * C2 * C2 + 2 * C2 * F2) + V2 * C2; /* the tied head once */
+  const double got2 = tsr_plan_flops_per_token(&c.model);
+  TU_CHECK(close_to(got2, 6 * N2 + 6 * L2 * T2 * C2, 1e-12),
+           "gpt2_124m FLOPs per token %.6g = 6 N + 6 L T d = %.6g (N = %.6g: the tied "
+           "embedding once, as the head; no positions, biases or norms)", got2,
+           6 * N2 + 6 * L2 * T2 * C2, N2);
+  c = deck("llm70b");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 1);
+  /* pp 8, 2 chunks per stage: Megatron's interleaved warm-up keeps 2 (pp - s - 1) + pp + 1
+   * chunk activations in flight on stage s (23 on the first, 9 on the last) */
+  TU_CHECK(rc == 0 && close_to(p.bubble, 7.0 / 135.0, 1e-12) && p.fits && p.mfu > 0 && p.mfu < 1 &&
+               p.stages[0].mem[TSR_PLAN_GPU].in_flight == 23 &&
+               p.stages[7].mem[TSR_PLAN_GPU].in_flight == 9,
+           "llm70b on 64 x 8 (interleaved, 2 chunks): bubble %.4f = 7/(2 x 64 + 7), stage 0 keeps "
+           "%d chunk activations (Megatron: 23), the last %d (9); fits (%.1f GB); predicted step "
+           "%.2f s, MFU %.3f", p.bubble, rc ? 0 : p.stages[0].mem[TSR_PLAN_GPU].in_flight,
+           rc ? 0 : p.stages[7].mem[TSR_PLAN_GPU].in_flight,
+           p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].total / 1e9, p.t_step, p.mfu);
+  tsr_plan_destroy(&p);
+}
+
+/* One plan of deck `name` on `world` GPUs (8 per node) with recompute mode `r`; tp and pp
+ * as given (0: the deck's). */
+static int plan_of(const char *name, int world, int tp, int pp, const char *r, tsr_plan *p) {
+  tsr_config c = deck_on(name, world);
+  if (tp) c.parallel.tp = tp;
+  if (pp) c.parallel.pp = pp;
+  c.train.recompute = (tsr_recompute)tu_word("none|selective|full", r);
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  memset(p, 0, sizeof *p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, world, world < 8 ? world : 8, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(p, &c, &hw, &g, 1);
+  return rc;
+}
+
+/* Model FLOPs = 3 x forward whatever the recompute mode; executed FLOPs = model FLOPs (no
+ * lookup, one head) plus what recomputation runs again: 'selective' only element-wise
+ * work (no FLOPs counted), 'full' the forward of every layer (model_layer_recompute: not
+ * the head).  All by hand from llm70b's shapes on its own layout (tp 4, pp 8 with 2
+ * chunks, 2 of its 8 KV heads per tp rank, so no replicated KV weights). */
+static void test_flop_identities(void) {
+  const double L = 80, C = 8192, H = 64, KV = 8, hd = 128, F = 28672, V = 32000, T = 4096;
+  const double tokens = 1024 * T;
+  const double layer = C * (H + 2 * KV) * hd + H * hd * C + 3 * C * F; /* wqkv, wo, MLP */
+  const double core = 2 * T * C; /* causal QK^T and PV forward per token and layer */
+  const double fwd = 2 * (L * layer + V * C) + L * core, layers_fwd = 2 * L * layer + L * core;
+  const char *modes[3] = {"none", "selective", "full"};
+  double model[3], exec[3], rec[3];
+  int ok = 1;
+  for (int i = 0; i < 3; i++) {
+    tsr_plan p;
+    ok &= plan_of("llm70b", 512, 0, 0, modes[i], &p) == 0;
+    model[i] = p.model_flops, exec[i] = p.executed_flops, rec[i] = p.recompute_flops;
+    ok &= close_to(p.forward_flops * 3, p.model_flops, 1e-15);
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(ok && close_to(model[0], 3 * fwd * tokens, 1e-12) && model[1] == model[0] &&
+               model[2] == model[0],
+           "llm70b model FLOPs %.6g = 3 x forward by hand %.6g, in every recompute mode (%.6g, "
+           "%.6g)", model[0], 3 * fwd * tokens, model[1], model[2]);
+  TU_CHECK(close_to(exec[0], model[0], 1e-12) && rec[0] == 0,
+           "recompute 'none': executed %.6g = model %.6g (the embedding lookup counted in "
+           "neither)", exec[0], model[0]);
+  TU_CHECK(close_to(exec[1], exec[0], 1e-12) && rec[1] == 0,
+           "recompute 'selective': executed - none = %.6g (rebuilds norm outputs and the MLP "
+           "activation only: element-wise)", exec[1] - exec[0]);
+  TU_CHECK(close_to(exec[2] - exec[0], layers_fwd * tokens, 1e-9) &&
+               close_to(rec[2], layers_fwd * tokens, 1e-12),
+           "recompute 'full': executed - none = %.6g = the layers' forward by hand %.6g = model "
+           "forward %.6g less the head's %.6g", exec[2] - exec[0], layers_fwd * tokens,
+           fwd * tokens, 2 * V * C * tokens);
+  /* gpt2 on tp 2 x pp 2: the tied embedding is a lookup on stage 0 and a GEMM (its copy)
+   * on the last stage; biases, positions and LayerNorms count none */
+  tsr_plan p;
+  const int rc = plan_of("gpt2_124m", 4, 2, 2, "none", &p);
+  tsr_config c = deck_on("gpt2_124m", 4);
+  const double want = tsr_plan_flops_per_token(&c.model) * (double)c.train.global_batch * 1024;
+  TU_CHECK(rc == 0 && p.grid.tp == 2 && p.grid.pp == 2 && close_to(p.executed_flops, want, 1e-12) &&
+               close_to(p.model_flops, want, 1e-12),
+           "gpt2_124m on tp %d x pp %d: executed %.6g = model %.6g = flops per token x tokens "
+           "%.6g", p.grid.tp, p.grid.pp, p.executed_flops, p.model_flops, want);
+  tsr_plan_destroy(&p);
+  /* the same under zb_h1: its W pass computes the fused head's logits again (2 V C per
+   * token, over the tp ranks), not the unfused head's */
+  for (int fused = 0; fused < 2; fused++) {
+    tsr_config z = deck_on("gpt2_124m", 4);
+    z.parallel.tp = 2, z.parallel.pp = 2, z.parallel.schedule = TSR_SCHEDULE_ZB_H1;
+    z.train.xent_chunk_tokens = fused ? 1024 : 0;
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    memset(&p, 0, sizeof p);
+    int zc = tsr_plan_hardware(&z.hardware, &hw);
+    if (!zc) zc = tsr_plan_layout(&z, 4, 4, &g, NULL, 0);
+    if (!zc) zc = tsr_plan_make(&p, &z, &hw, &g, 1);
+    const double head = fused ? 2.0 * 50304 * 768 * (double)z.train.global_batch * 1024 : 0;
+    TU_CHECK(zc == 0 && close_to(p.executed_flops - p.model_flops, head, 1e-9) &&
+                 close_to(p.model_flops, want, 1e-12),
+             "gpt2_124m on tp 2 x pp 2, zb_h1, %s head: executed - model = %.6g (want %.6g)",
+             fused ? "fused" : "unfused", p.executed_flops - p.model_flops, head);
+    tsr_plan_destroy(&p);
+  }
+}
+
+/* --max-mem-frac: a layout fits when the GPU's peak plus the reserve is at most the
+ * fraction of HBM; just above and just below that point. */
+static void test_headroom(void) {
+  tsr_config c = deck("llm70b");
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 512, 8, &g, NULL, 0);
+  if (rc || hw.max_mem_frac != 1) {
+    TU_CHECK(0, "llm70b on 64 x 8: no plan, or a default headroom other than 1");
+    return;
+  }
+  int fits[3];
+  double need = 0;
+  for (int i = 0; i < 3; i++) {
+    hw.max_mem_frac = i == 0 ? 1 : need / (hw.hbm_gb * 1e9) * (i == 1 ? 1 + 1e-9 : 1 - 1e-9);
+    rc |= tsr_plan_make(&p, &c, &hw, &g, 0);
+    if (i == 0)
+      need = p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak + hw.reserved_gb * 1e9;
+    fits[i] = p.fits;
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(rc == 0 && fits[0] && fits[1] && !fits[2],
+           "llm70b: peak + reserve %.3f GB fits in 80 GB (%d), in %.10f x 80 GB (%d), not in "
+           "%.10f x 80 GB (%d)", need / 1e9, fits[0], need / 80e9 * (1 + 1e-9), fits[1],
+           need / 80e9 * (1 - 1e-9), fits[2]);
+}
+
+/* The search holds the searched keys that the command line names, matched as the deck
+ * matches keys (whatever the case, spaces around the name). */
+static void test_search_fixed(void) {
+  char *over[] = {"parallel.tp=8", " TRAIN.Recompute = full", "model.n_layer=4",
+                  "parallel.tpx=1", "train.micro_batch=2", "hardware.gpus_per_node=4"};
+  const unsigned got = tsr_plan_search_fixed(6, over);
+  const unsigned want = 1u << TSR_PLAN_FIX_TP | 1u << TSR_PLAN_FIX_RECOMPUTE |
+                        1u << TSR_PLAN_FIX_MICRO_BATCH;
+  TU_CHECK(got == want,
+           "overrides of parallel.tp, train.recompute (any case) and train.micro_batch hold "
+           "those keys, model.n_layer and hardware keys none: bits %#x (want %#x)", got, want);
+}
+
+/* With a flat hardware.compute_efficiency (memory and kernel launches made free), a stage's
+ * compute time is its executed FLOPs at that fraction of the datasheet peak of its
+ * precision, 989 TFLOP/s bf16 on an H100 and 67 fp32 (no TF32), plus the half forward
+ * more that attention's backward costs (priced at 2.5 x its forward, counted at 2 x). */
+static void test_compute_peak(void) {
+  const char *precision[] = {"bf16", "fp32"};
+  const double peak[] = {989e12, 67e12};
+  double t[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    tsr_config c = deck("llm7b");
+    c.hardware.name = TSR_HW_H100;
+    c.hardware.compute_efficiency = 0.6;
+    c.hardware.hbm_gbps = 1e12;
+    c.hardware.kernel_us = 1e-12;
+    c.train.precision = (tsr_dtype)tu_word("fp32|bf16|fp16", precision[i]);
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    tsr_plan p;
+    int rc = tsr_plan_hardware(&c.hardware, &hw);
+    if (!rc) rc = tsr_plan_layout(&c, 64, 8, &g, NULL, 0);
+    if (!rc) rc = tsr_plan_make(&p, &c, &hw, &g, 0);
+    if (rc) {
+      TU_CHECK(0, "llm7b %s on 8 x 8 H100: no plan", precision[i]);
+      continue;
+    }
+    const tsr_plan_stage *s = &p.stages[0];
+    const double tokens = 1024.0 * 4096 / g.dp, L = 32, T = 4096, C = 4096;
+    const double attention_fwd = tokens * L * 2 * T * C / g.tp;
+    const double want = (s->flops + 0.5 * attention_fwd) / (peak[i] * 0.6);
+    TU_CHECK(s->flops > 0 && fabs(s->t_compute - want) <= 1e-6 * want,
+             "llm7b %s on 8 x 8 H100: stage compute %.4g s = (%.4g FLOPs + %.4g for attention's "
+             "backward) / (%.0f TFLOP/s x 0.6) = %.4g s", precision[i], s->t_compute, s->flops,
+             0.5 * attention_fwd, peak[i] / 1e12, want);
+    t[i] = s->t_compute;
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(close_to(t[1] / t[0], 989.0 / 67.0, 1e-6),
+           "fp32 compute takes %.2f x the bf16 time (989 / 67 = %.2f; TF32 would be 2)",
+           t[0] > 0 ? t[1] / t[0] : 0, 989.0 / 67.0);
+}
+
+int main(void) {
+  test_seed_arithmetic();
+  test_llm7b_state();
+  test_divisibility();
+  test_hardware();
+  test_in_flight();
+  test_model_bytes();
+  test_traffic();
+  test_flops_and_bubble();
+  test_flop_identities();
+  test_headroom();
+  test_search_fixed();
+  test_compute_peak();
+  test_uneven();
+  return tu_summary("test_plan");
+}
