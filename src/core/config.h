@@ -16,13 +16,9 @@
  * in the same order.  tsr_deck_word (deck.h) gives the word back for logs. */
 typedef enum { TSR_DEVICE_AUTO, TSR_DEVICE_CPU, TSR_DEVICE_CUDA } tsr_device_choice;
 typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;
-typedef enum {
-  TSR_SCHEDULE_GPIPE,
-  TSR_SCHEDULE_1F1B,
-  TSR_SCHEDULE_INTERLEAVED,
-  TSR_SCHEDULE_ZB_H1, /* zero-bubble schedules (pipeline.h): split backward, 1 or 2 chunks/stage */
-  TSR_SCHEDULE_ZB_V
-} tsr_schedule_choice;
+/* parallel.schedule: a pipeline schedule of the registry (src/sched/registry.h), by its
+ * index there; everything about it is its descriptor's (src/sched/schedule.h) */
+typedef int tsr_schedule_choice;
 typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
 typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;
 typedef enum { TSR_RECOMPUTE_NONE, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
@@ -84,7 +80,7 @@ typedef struct {
   int64_t zero_stage;
   int64_t shard_scope;             /* TSR_SHARD_GLOBAL | TSR_SHARD_NODE | ranks */
   int64_t ranks_per_node;          /* 0 = from MPI_COMM_TYPE_SHARED */
-  tsr_schedule_choice schedule;    /* gpipe | 1f1b | interleaved */
+  tsr_schedule_choice schedule;    /* the registry's index (src/sched/registry.h) */
   int64_t micro_batches;           /* 0 = derived */
   int64_t virtual_stages;
   int sequence_parallel;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "sched/registry.h"
 
 const char *const deck_group_name[N_GROUP] = {"run",   "model", "parallel",  "train",
                                                 "optim", "data",  "checkpoint", "hardware"};
@@ -71,7 +72,7 @@ const key_def deck_schema[] = {
     SCOPE(parallel, shard_scope, "global", "global|node|<N>",
         "ZeRO shard group: all dp ranks, the ranks of a node, or N ranks"),
     INT(parallel, ranks_per_node, "0", 0, 65536, LO | HI, "0 = detect; set to test multi-node"),
-    CHOICE(parallel, schedule, "1f1b", "gpipe|1f1b|interleaved|zb_h1|zb_v",
+    CHOICE(parallel, schedule, "1f1b", TSR_SCHED_WORDS,
            "pipeline schedule; zb_h1: 1F1B with the backward split into B (input gradients) "
            "and W (weight gradients), W delayed into the bubble; zb_v: the split backward on "
            "two chunks per stage placed in a V (chunks s and 2 pp - 1 - s on stage s, so "

@@ -93,19 +93,20 @@ static void check_model(const tsr_config *c, issues *is) {
         (long long)(m->d_model / m->n_head));
   if (pc->shard_scope < TSR_SHARD_NODE)
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
-  const int zb = tsr_pp_split_backward(pc->schedule);
-  if (zb && pp < 2)
-    add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least 2");
-  if (zb && c->train.recompute != TSR_RECOMPUTE_NONE)
+  /* the schedule's own constraints, from its descriptor (src/sched/) */
+  const tsr_sched_desc *sd = tsr_sched(pc->schedule);
+  if (sd && pp < sd->min_pp)
+    add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least %d",
+        sd->min_pp);
+  if (sd && sd->split_backward && c->train.recompute != TSR_RECOMPUTE_NONE)
     add(is, "parallel.schedule train.recompute",
         "%%0 keeps every activation until its W pass: %%1 must be 'none'");
-  if (pc->schedule == TSR_SCHEDULE_ZB_V && v != 2)
-    add(is, "parallel.schedule parallel.virtual_stages",
-        "%%0 places two chunks on every stage (a V): %%1 must be 2");
-  else if (v > 1 && pc->schedule != TSR_SCHEDULE_INTERLEAVED &&
-           pc->schedule != TSR_SCHEDULE_ZB_V)
-    add(is, "parallel.virtual_stages parallel.schedule",
-        "%%0 needs parallel.schedule = 'interleaved' or 'zb_v', not %%1");
+  if (sd && sd->chunks > 1 && v != sd->chunks)
+    add(is, "parallel.schedule parallel.virtual_stages", "%%0 %s: %%1 must be %d",
+        sd->chunks_why, sd->chunks);
+  else if (sd && v > 1 && sd->chunks == 1)
+    add(is, "parallel.virtual_stages parallel.schedule", "%%0 needs parallel.schedule = %s, not %%1",
+        tsr_sched_chunked_words());
   if (pc->sequence_parallel && tp > 1 && m->seq_len % tp)
     add(is, "parallel.tp model.seq_len parallel.sequence_parallel",
         "%%0 does not divide %%1 (sequence_parallel shards the tokens over tensor-parallel "
@@ -124,7 +125,7 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     return;
   }
   /* a layout table may hold several chunks on one stage (layout.c asks without a world);
-   * a run cannot: the interleaved schedule needs stages to pass the chunks between */
+   * a run cannot: chunks are there to be passed between stages */
   if (pc->virtual_stages > 1 && pp == 1)
     add(is, "parallel.virtual_stages parallel.pp",
         "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
@@ -150,7 +151,8 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     if (pc->micro_batches && pc->micro_batches != m)
       add(is, "parallel.micro_batches train.global_batch train.micro_batch",
           "%%0 does not match %%1 / (%%2 * dp %lld) = %lld; set it to 0 to derive it", dp, m);
-    if (pc->virtual_stages > 1 && pc->schedule == TSR_SCHEDULE_INTERLEAVED && m % pp)
+    const tsr_sched_desc *sd = tsr_sched(pc->schedule);
+    if (pc->virtual_stages > 1 && sd && sd->chunked_divides && m % pp)
       add(is, "parallel.virtual_stages train.global_batch train.micro_batch parallel.pp",
           "%%0 needs the micro-batches per step, %%1 / (%%2 * dp %lld) = %lld, divisible by "
           "%%3", dp, m);

@@ -124,9 +124,9 @@ static int check_part(const tsr_model_config *m, int tp, int tp_rank, int pp, in
   c.parallel.tp = tp;
   c.parallel.pp = pp;
   c.parallel.virtual_stages = v;
-  c.parallel.schedule = placement == TSR_SCHEDULE_ZB_V ? TSR_SCHEDULE_ZB_V
-                        : v > 1                         ? TSR_SCHEDULE_INTERLEAVED
-                                                        : TSR_SCHEDULE_1F1B;
+  const tsr_sched_desc *sd = tsr_sched(placement);
+  TSR_CHECK(sd, TSR_ERR_INPUT, "layout: schedule %d is not one of the registry's", (int)placement);
+  c.parallel.schedule = tsr_sched_for(sd->placement, v); /* one that places v chunks so */
   TSR_CHECK(strlen(split) < sizeof c.parallel.stage_layers, TSR_ERR_INPUT,
             "layout: parallel.stage_layers is too long");
   strcpy(c.parallel.stage_layers, split);
@@ -147,7 +147,7 @@ int tsr_layout_create(tsr_layout **out, const tsr_model_config *m) {
 int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,
                            int pp, int pp_rank, int virtual_stages) {
   return tsr_layout_create_split(out, m, tp, tp_rank, pp, pp_rank, virtual_stages, "",
-                                 TSR_SCHEDULE_1F1B);
+                                 tsr_sched_for(TSR_PLACE_ROUND, virtual_stages));
 }
 
 int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp, int tp_rank,

@@ -6,10 +6,10 @@
  *
  *   stages   the n_layer layers are cut into pp * virtual_stages chunks of consecutive
  *            layers (equal, or as parallel.stage_layers says: tsr_pp_chunk_layers in
- *            pipeline.h); chunk c lives on stage c % pp, or under zb_v's V placement on
+ *            pipeline.h); chunk c lives on stage c % pp, or under the V placement on
  *            tsr_pp_chunk_owner's stage (s and 2 pp - 1 - s on stage s); a stage holds
  *            its layers in increasing order.  embed (+ pos_embed) on stage 0, final_norm
- *            and lm_head with the last chunk (stage pp-1; stage 0 under zb_v); with tied
+ *            and lm_head with the last chunk (stage pp-1; stage 0 under a V); with tied
  *            embeddings on two different stages the head's stage also holds a copy of
  *            embed.weight (tied_copy = 1), never written to a checkpoint.
  *   tp       column-parallel (wq w_gate w_up + biases): rows [r out/T, (r+1) out/T);
@@ -76,9 +76,9 @@ typedef struct {
   int64_t n_flat;   /* flat buffer length: n_params padded to a multiple of 64 */
   tsr_model_config model; /* the model it describes (the whole tensor list derives from it) */
   int tp, tp_rank, pp, pp_rank, virtual_stages;
-  tsr_schedule_choice placement; /* whose chunk placement: zb_v's V, or c % pp for the rest */
+  tsr_schedule_choice placement; /* the schedule whose chunk placement this is (schedule.h) */
   int embeds, heads; /* this stage holds the embedding (chunk 0) / the final norm and head
-                        (the last chunk): stage 0 / pp - 1, both stage 0 under zb_v */
+                        (the last chunk): stage 0 / pp - 1, both stage 0 under a V */
   char stage_layers[TSR_STR_PATH]; /* the layer split (parallel.stage_layers; "" equal) */
   int n_logical;          /* tensors of the whole model (tsr_layout_create's n_tensors) */
 } tsr_layout;
@@ -92,7 +92,7 @@ int tsr_layout_create_part(tsr_layout **out, const tsr_model_config *model, int 
                            int pp, int pp_rank, int virtual_stages);
 /* The same with the layers split over the chunks as parallel.stage_layers `split` says
  * ("" = equal chunks: tsr_layout_create_part) and the chunks placed on the stages as
- * schedule `placement` places them (tsr_pp_chunk_owner: only zb_v differs from c % pp). */
+ * schedule `placement` places them (tsr_pp_chunk_owner: c % pp, or the V placement). */
 int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *model, int tp,
                             int tp_rank, int pp, int pp_rank, int virtual_stages,
                             const char *split, tsr_schedule_choice placement);

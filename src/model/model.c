@@ -261,7 +261,7 @@ static int locate(tsr_model *m, const tsr_layout *lay) {
   m->final_w = off_global(lay, "final_norm.weight", head_base);
   m->final_b = off_global(lay, "final_norm.bias", head_base);
   /* Tied head: where one stage holds both the embedding and the head (one stage, or
-   * zb_v's stage 0) the head is unit 0's embed.weight; otherwise the head's stage holds its
+   * stage 0 of a V placement) the head is unit 0's embed.weight; otherwise the head's stage holds its
    * own copy of embed.weight after final_norm (docs/sharding.md "Tied embeddings across
    * stages"), whose gradient zero.c sums with the first stage's before the data-parallel
    * reduction. */
@@ -612,7 +612,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) { /* m->d_resid: the gradient of this chunk's input */
-    if (ge) REL(m->hooks.grads_release(hc, 0)); /* zb_v: the tied head's part of unit 0 */
+    if (ge) REL(m->hooks.grads_release(hc, 0)); /* a V's stage 0: the tied head's part of unit 0 */
     return 0;
   }
   const void *dfull = model_tp_gather_rows(m, m->d_resid);
@@ -669,7 +669,7 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) {
-    if (ge) REL(m->hooks.grads_release(hc, 0)); /* zb_v: the tied head's part of unit 0 */
+    if (ge) REL(m->hooks.grads_release(hc, 0)); /* a V's stage 0: the tied head's part of unit 0 */
     return 0;
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;

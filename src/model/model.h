@@ -158,8 +158,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
                             const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc);
 int tsr_model_chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out);
-/* The same backward in two passes, for the zero-bubble schedules (parallel.schedule
- * 'zb_h1' / 'zb_v': the model then keeps, per slot, what B leaves for W; recompute
+/* The same backward in two passes, for the schedules that split it (a descriptor's
+ * split_backward, src/sched/): the model then keeps, per slot, what B leaves for W; recompute
  * 'none').  B: the input gradients only (tsr_model_input_grad after it, as after the whole
  * backward); no parameter gradient is touched.  W, later, on the same slot: every weight
  * gradient of the chunk.  B then W gives the whole backward's gradients. */

@@ -13,10 +13,11 @@
  *
  * Slots: a micro-batch-chunk gets a slot at its first action (its receive, or its
  * forward) and gives it back after its backward (and the send of its input gradient).
- * The model keeps that many activation sets; 1F1B needs min(m, pp - stage) + the
+ * The model keeps that many activation sets; one chunk on the loop order needs
+ * min(m, pp - stage) + the
  * receives posted ahead.
  *
- * Chunks c - 1 and c on the same stage (zb_v's bend): no transfer; the forward of c copies
+ * Chunks c - 1 and c on the same stage (a V's bend): no transfer; the forward of c copies
  * its input from the output of (mb, c - 1)'s slot, and the B pass of c copies its input
  * gradient into (mb, c - 1)'s grad_in, which counts as c's send. */
 #include "ops/ops.h"
@@ -57,7 +58,7 @@ static int slot_of(tsr_pp_exec *ex, int mb, int chunk) {
   return -1;
 }
 
-/* Chunk c - 1 is on this stage too (zb_v's bend): hand over without a transfer. */
+/* Chunk c - 1 is on this stage too (a V's bend): hand over without a transfer. */
 static int same_stage_prev(const tsr_pp_schedule *s, int chunk) {
   return chunk > 0 && tsr_pp_chunk_owner(s->kind, s->pp, s->v, chunk - 1) == s->stage;
 }

@@ -425,7 +425,7 @@ static int reduce_deferred(tsr_zero *z) {
   const int u = z->deferred;
   const tsr_unit *U = &z->units[u];
   float *g = z->stage < 2 ? tsr_model_grads(z->model) + U->begin : z->deferred_buf;
-  if (z->tied) /* else both uses are on this rank (zb_v's stage 0): nothing to sum */
+  if (z->tied) /* else both uses are on this rank (a V's stage 0): nothing to sum */
     TSR_CALL(tsr_comm_all_reduce(z->tied, g + (z->tied_b - U->begin),
                                  (size_t)(z->tied_e - z->tied_b), TSR_F32));
   const size_t len = (size_t)(U->end - U->begin);

@@ -71,7 +71,7 @@ tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
  * first stage, its copy on the last) holds one micro-batch-summed gradient that must be
  * added to its twin's over `tied` (those two ranks) before the data-parallel reduction.
  * The unit holding it is then reduced in tsr_zero_reduce_grads instead of as backward
- * releases it.  tied = NULL: no twin (zb_v's stage 0 holds the embedding and the head's use
+ * releases it.  tied = NULL: no twin (stage 0 of a V placement holds the embedding and the head's use
  * of it), only the deferral, so that the two uses may acquire and release it apart. */
 int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end);
 /* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it). */

@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "cpu/ops_cpu.h"
 #include "sched/pipeline.h"
+#include "sched/registry.h"
 #include "parallel/pp_exec.h"
 #include "core/util.h"
 #include "parallel/zero.h"
@@ -145,7 +146,9 @@ static int build_part(const tsr_model_config *m, const char *split, tsr_schedule
 
 static int make_part(const tsr_model_config *m, const char *split, tsr_schedule_choice kind,
                      int tp, int pp, int v, int stage, part *p) {
-  if (kind != TSR_SCHEDULE_ZB_V) kind = TSR_SCHEDULE_1F1B; /* the same placement */
+  const tsr_sched_desc *sd = tsr_sched(kind);
+  TSR_CHECK(sd, TSR_ERR_INPUT, "plan: schedule %d is not one of the registry's", (int)kind);
+  kind = tsr_sched_for(sd->placement, 1); /* one schedule per placement in the memo */
   for (int i = 0; i < PART_MEMO; i++)
     if (memo[i].used && memo[i].tp == tp && memo[i].pp == pp && memo[i].v == v &&
         memo[i].kind == kind &&
@@ -291,19 +294,9 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
 }
 
 int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int m, int v) {
-  if (pp == 1) return 1;
-  if (schedule == TSR_SCHEDULE_GPIPE) return m;
-  /* zb_h1 holds W back until every stage has min(m, pp) micro-batches in flight */
-  if (schedule == TSR_SCHEDULE_ZB_H1) return m < pp ? m : pp;
-  /* zb_v, in chunks (half a stage's layers): min(2 pp, 2 m, m + stage + 1) */
-  if (schedule == TSR_SCHEDULE_ZB_V) {
-    const int a = 2 * pp < 2 * m ? 2 * pp : 2 * m;
-    return a < m + stage + 1 ? a : m + stage + 1;
-  }
-  if (v == 1) return m < pp - stage ? m : pp - stage;
-  if (m == pp) return m * v;
-  const int warm = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
-  return m * v < warm ? m * v : warm;
+  const tsr_sched_desc *d = tsr_sched(schedule);
+  if (pp == 1 || !d) return 1;
+  return d->in_flight(pp, stage, m, d->chunks == 0 ? v : d->chunks);
 }
 
 /* This build keeps a slot per micro-batch-chunk alive or with a receive posted. */
@@ -416,7 +409,7 @@ static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_
   const tsr_schedule_choice kind = cfg->parallel.schedule;
   for (int j = 0; j < g->v && g->pp > 1; j++) {
     const int c = tsr_pp_stage_chunk(kind, g->pp, g->v, stage, j);
-    /* neighbours of this chunk on other stages (zb_v's bend hands over in place) */
+    /* neighbours of this chunk on other stages (a V's bend hands over in place) */
     const int sides = (c > 0 && tsr_pp_chunk_owner(kind, g->pp, g->v, c - 1) != stage) +
                       (c < chunks - 1 && tsr_pp_chunk_owner(kind, g->pp, g->v, c + 1) != stage);
     add(&t[TSR_PLAN_PP], TSR_COMM_SEND, sides * k * msg);
@@ -469,7 +462,7 @@ static double attention_core(const tsr_model_config *m) {
 
 double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
   part whole;
-  if (make_part(m, "", TSR_SCHEDULE_1F1B, 1, 1, 1, 0, &whole)) return 0.0;
+  if (make_part(m, "", TSR_SCHEDULE_DEFAULT, 1, 1, 1, 0, &whole)) return 0.0;
   return 2.0 * whole.gemm + (double)m->n_layer * attention_core(m);
 }
 
@@ -484,7 +477,7 @@ double tsr_plan_flops_per_token(const tsr_model_config *m) {
  * (model_layer_recompute; not the embedding, the head or the loss); 'selective' rebuilds
  * the norm outputs and the MLP activation, element-wise work, which this count leaves out
  * like every element-wise op, the lookups and the loss.  The fused head (xent_chunk_tokens)
- * runs its logits' GEMM once more in a split backward's W pass (zb_h1, zb_v). */
+ * runs its logits' GEMM once more in a split backward's W pass. */
 static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
   return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
 }
@@ -609,7 +602,7 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
    * same; a split set by parallel.stage_layers may differ on every stage: all are planned */
   const char *split = cfg->parallel.stage_layers;
   const int uneven = split[0] != 0;
-  const tsr_schedule_choice kind = cfg->parallel.schedule; /* zb_v places chunks in a V */
+  const tsr_schedule_choice kind = cfg->parallel.schedule; /* its placement: schedule.h */
   part kinds[3];
   TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, 0, &kinds[0]));
   if (g->pp > 2) TSR_CALL(make_part(&cfg->model, split, kind, g->tp, g->pp, g->v, 1, &kinds[1]));
@@ -626,7 +619,7 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
     TSR_CALL(plan_stage(p, cfg, pt, s, all_stages));
   }
   part whole;
-  TSR_CALL(make_part(&cfg->model, "", TSR_SCHEDULE_1F1B, 1, 1, 1, 0, &whole));
+  TSR_CALL(make_part(&cfg->model, "", TSR_SCHEDULE_DEFAULT, 1, 1, 1, 0, &whole));
   p->n_params = whole.n_params;
   p->n_gemm = (int64_t)whole.gemm;
   plan_totals(p, cfg);

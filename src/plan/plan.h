@@ -76,8 +76,8 @@ tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half
 /* Memory of pipeline stage `stage` (its tp rank 0; tp ranks hold equal amounts). */
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend backend, tsr_plan_memory *out);
-/* Activation sets a stage keeps in flight on the GPU: gpipe m, 1f1b min(m, pp - stage),
- * interleaved min(v m, 2 (pp - stage - 1) + (v - 1) pp + 1) (all of v m when m = pp). */
+/* Activation sets a stage keeps in flight on the GPU: the schedule's descriptor says
+ * (its in_flight, src/sched/); 1 without a pipeline. */
 int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int micro_batches,
                        int v);
 

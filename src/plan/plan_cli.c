@@ -68,8 +68,9 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
   for (int s = 1; s < g->pp; s++)
     if (p->stages[s].layers > p->stages[full].layers) full = s;
   fprintf(out, "; the fullest stage is %d with %d layers (%s)\n", full, p->stages[full].layers,
-          cfg->parallel.schedule == TSR_SCHEDULE_ZB_V ? "zb_v: chunks s and 2 pp - 1 - s on stage s"
-                                                      : "chunk c on stage c % pp");
+          tsr_sched(cfg->parallel.schedule)->placement == TSR_PLACE_V
+              ? "V placement: chunks s and 2 pp - 1 - s on stage s"
+              : "chunk c on stage c % pp");
 }
 
 static void mem_row(FILE *out, const char *label, double gpu, double cpu) {
@@ -128,10 +129,7 @@ static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
                     : "nothing",
           p->stages[p->critical].flops / 1e12, p->critical);
   /* pipeline.h's ideal bubbles (tsr_pp_ideal_bubble), in words */
-  const tsr_schedule_choice k = cfg->parallel.schedule;
-  const char *theory = k == TSR_SCHEDULE_ZB_H1 ? "I/(3m + I), I = p-1 + max(0, p-m)"
-                       : k == TSR_SCHEDULE_ZB_V ? "I/(6m + I), I = max(p-1, 4p-2-2m)"
-                                                : "(p-1)/(v m + p-1)";
+  const char *theory = tsr_sched(cfg->parallel.schedule)->bubble_formula;
   fprintf(out, "  pipeline bubble   %.4f of the step (schedule %s: %s, p %d, m %d, v %d)\n",
           p->bubble, g->pp > 1 ? W(cfg->parallel.schedule) : "none", theory, g->pp,
           g->micro_batches, g->pp > 1 && g->v > 1 ? g->v : 1);
@@ -480,9 +478,11 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
 
 /* What a search puts in place of the deck's values of the searched keys the command line
  * does not hold, when those do not go with the held ones (parallel.pp=16 against the
- * deck's 2 chunks of 80 layers): by TSR_PLAN_FIX_*, NULL for keys no check involves. */
-static const char *const neutral[TSR_PLAN_N_SEARCHED] = {
-    "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", "parallel.schedule=interleaved",
+ * deck's 2 chunks of 80 layers): by TSR_PLAN_FIX_*, NULL for keys no check involves.  The
+ * schedule's is one that takes any number of chunks on the round placement (filled in by
+ * parse_neutral from the registry). */
+static const char *neutral[TSR_PLAN_N_SEARCHED] = {
+    "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", NULL,
     "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
     "parallel.micro_batches=0", NULL};
 
@@ -493,6 +493,10 @@ static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_c
   char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
   TSR_CHECK(over, TSR_ERR, "out of memory");
   char err[16384], pp_over[48];
+  static char schedule[64];
+  snprintf(schedule, sizeof schedule, "parallel.schedule=%s",
+           tsr_sched(tsr_sched_for(TSR_PLACE_ROUND, 2))->word);
+  neutral[TSR_PLAN_FIX_SCHEDULE] = schedule;
   int n = 0, pp_at = -1;
   for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++)
     if (neutral[k] && !(a->fixed & (1u << k))) {

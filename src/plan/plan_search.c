@@ -10,6 +10,8 @@
 #include <strings.h>
 
 #include "deck/deck.h"
+#include "sched/registry.h"
+#include "sched/schedule.h"
 #include "plan.h"
 #include "core/util.h"
 
@@ -134,9 +136,15 @@ static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardwar
   return 0;
 }
 
+static int pipe_key(tsr_schedule_choice k) {
+  const tsr_sched_desc *d = tsr_sched(k);
+  return d->search_chunks * 4 + (int)d->placement * 2 + d->split_backward;
+}
+
 /* tp dividing the node, pp dividing the layers (any pp when parallel.stage_layers is set:
- * the layout check keeps those its split goes with), 1F1B, ZB-H1 or interleaved with 2 chunks
- * (with pp > 1), sequence parallelism with tp; a fixed key takes the deck's value instead. */
+ * the layout check keeps those its split goes with), every schedule of the registry that
+ * says how many chunks to try it with (its search_chunks; with pp > 1, else only the
+ * default), sequence parallelism with tp; a fixed key takes the deck's value instead. */
 static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
                       const tsr_plan_search_opts *o, candidates *cs) {
   tsr_config c = *deck;
@@ -149,20 +157,39 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
     for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
       const int divides = deck->parallel.stage_layers[0] || L % pp == 0;
       if (!FIXED(PP) && (!divides || tp * pp > world || world % (tp * pp))) continue;
-      /* (chunks, schedule): 1F1B, zero-bubble ZB-H1 (its layout check wants recompute
-       * 'none'), interleaved with 2 chunks, the zero-bubble V (2 chunks, recompute 'none');
-       * one entry with held virtual_stages, and with a held schedule one per number of
-       * chunks */
-      struct { int64_t v; tsr_schedule_choice kind; } pipes[4] = {
-          {1, TSR_SCHEDULE_1F1B}, {1, TSR_SCHEDULE_ZB_H1}, {2, TSR_SCHEDULE_INTERLEAVED},
-          {2, TSR_SCHEDULE_ZB_V}};
-      int n_pipes = pp > 1 ? 4 : 1;
+      /* (chunks, schedule): the registry's searched schedules in its order (the layout
+       * check refuses those whose constraints the deck breaks, such as a split backward
+       * with recompute); one entry with held virtual_stages, and with a held schedule one
+       * per number of chunks */
+      struct { int64_t v; tsr_schedule_choice kind; } pipes[TSR_SCHEDULE_COUNT];
+      int n_pipes = 0;
+      for (int k = 0; k < TSR_SCHEDULE_COUNT; k++) {
+        const tsr_sched_desc *d = tsr_sched(k);
+        if (d->search_chunks > 0 && (pp > 1 || k == TSR_SCHEDULE_DEFAULT))
+          pipes[n_pipes].v = d->search_chunks, pipes[n_pipes++].kind = k;
+      }
+      /* fewer chunks first, then the round placement, then the fused backward */
+      for (int i = 1; i < n_pipes; i++)
+        for (int j = i; j > 0 && pipe_key(pipes[j].kind) < pipe_key(pipes[j - 1].kind); j--) {
+          const int64_t v = pipes[j].v;
+          const tsr_schedule_choice k = pipes[j].kind;
+          pipes[j] = pipes[j - 1];
+          pipes[j - 1].v = v, pipes[j - 1].kind = k;
+        }
       if (FIXED(VIRTUAL_STAGES)) {
         const int64_t v = deck->parallel.virtual_stages;
-        pipes[0].v = v, pipes[0].kind = v > 1 ? TSR_SCHEDULE_INTERLEAVED : TSR_SCHEDULE_1F1B;
+        pipes[0].v = v, pipes[0].kind = tsr_sched_for(TSR_PLACE_ROUND, (int)v);
         n_pipes = 1;
       }
-      if (FIXED(SCHEDULE) && n_pipes == 4) pipes[1] = pipes[2], n_pipes = 2;
+      if (FIXED(SCHEDULE) && n_pipes > 1) { /* one entry per distinct number of chunks */
+        int kept = 0;
+        for (int i = 0; i < n_pipes; i++) {
+          int seen = 0;
+          for (int j = 0; j < kept; j++) seen |= pipes[j].v == pipes[i].v;
+          if (!seen) pipes[kept++] = pipes[i];
+        }
+        n_pipes = kept;
+      }
       for (int i = 0; i < n_pipes; i++) {
         if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
         c.parallel.tp = tp;

@@ -5,7 +5,7 @@
  *
  * Many micro-batches.  The generator's lists and the replay cost about pp^2 m v, and the
  * search prices thousands of layouts, some with hundreds of thousands of micro-batches.
- * A schedule's steady state repeats (every micro-batch; interleaved every pp of them), so
+ * A schedule's steady state repeats (every micro-batch, or every pp of them with several chunks), so
  * beyond a window (tsr_plan_sim_window: m1 = 2 w + m mod u, u = pp v, w = u max(4,
  * ceil(256 / u))) the replay runs with m0 = m1 - w and m1 micro-batches, both congruent
  * to m modulo u, and every output grows linearly from m1 to m by its increment per

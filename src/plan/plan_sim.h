@@ -12,7 +12,7 @@
 
 /* One micro-batch through one chunk on one GPU (a tp rank), seconds. */
 typedef struct {
-  double f, b, w;          /* forward; backward (zb_h1, zb_v: its B part); W (else 0) */
+  double f, b, w;          /* forward; backward (its B part when split); W (else 0) */
   double f_tp, b_tp, w_tp; /* of which tensor-parallel collectives left on the critical path */
   double gemm, attention, memory; /* of f + b + w, by kind of kernel (the rest is tp) */
   double recompute;        /* of b: what recomputation runs again */
@@ -59,13 +59,14 @@ typedef struct { /* [pp] arrays the caller provides */
 } tsr_plan_sim_out;
 
 /* With many micro-batches the replay is extrapolated from two short ones.  Past its
- * warm-up a schedule repeats itself: 1F1B, gpipe, zb_h1 and zb_v every micro-batch,
- * interleaved every pp micro-batches (a group through all v chunks), so each stage's end,
+ * warm-up a schedule repeats itself: every micro-batch with one chunk per stage or a V,
+ * every pp micro-batches on the round placement with several (a group through all v
+ * chunks), so each stage's end,
  * busy time and last reduction grow by the same amount per micro-batch however many more
  * there are.  tsr_plan_sim_window picks the two replays for m: with u = pp v and the window
  * w = u max(4, ceil(TSR_PLAN_SIM_WINDOW / u)) micro-batches, m0 = w + m mod u and
  * m1 = m0 + w, both congruent to m modulo u (so multiples of pp wherever m is one, as
- * interleaved needs, and in the same phase of the repeating pattern); it returns 1 when
+ * several chunks on the round placement need, and in the same phase of the repeating pattern); it returns 1 when
  * m > m1, and then tsr_plan_simulate replays m0 and m1 and extends every output linearly
  * from m1 to m by its increment per micro-batch between the two (an end no earlier than
  * the busy time, a last reduction no earlier than the end).  For m <= m1 it is the full

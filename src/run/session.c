@@ -68,7 +68,7 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
   TSR_CALL(tsr_ops_reserve(&shapes));
   TSR_CALL(tsr_zero_create(&s->zero, cfg, s->lay, s->model, g));
   if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, cfg, g, s->model, s->zero, s->sched));
-  /* The first stage's embed.weight and the last stage's copy; or, under zb_v, one
+  /* The first stage's embed.weight and the last stage's copy; or, on a V placement, one
    * embed.weight that the first and the last chunk of stage 0 both use at different
    * times: its gradient is reduced once, after the step's last W. */
   const int tied_v = cfg->model.tie_embeddings && g->pp > 1 && s->lay->embeds && s->lay->heads;

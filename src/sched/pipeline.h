@@ -2,14 +2,15 @@
  * computations and point-to-point transfers an executor runs.  No MPI, no model here.
  *
  * Chunks.  The model's n_layer layers are cut into pp * v chunks of consecutive layers
- * (v = virtual stages: 1, except 'interleaved' (any v) and 'zb_v' (v = 2)), chunk 0
+ * (v = virtual stages: as many as the schedule places on a stage, schedule.h), chunk 0
  * holding the first layers.  How many each holds is parallel.stage_layers
  * (tsr_pp_split_counts): by default pp v equal chunks, else an explicit list or a split
- * balanced by cost ('auto').  Which stage holds a chunk depends on the schedule, and
- * tsr_pp_chunk_owner says: chunk c % pp for all kinds but zb_v, so stage s holds chunks
- * s, s + pp, s + 2 pp, ... (Megatron's interleaving); zb_v folds the chunks into a V,
- * stage s holding chunks s and 2 pp - 1 - s, so the first and the last chunk are both
- * on stage 0 and chunks pp - 1 and pp both on stage pp - 1.  A stage's own chunks, in
+ * balanced by cost ('auto').  Which stage holds a chunk depends on the schedule's
+ * placement (schedule.h), and tsr_pp_chunk_owner says: chunk c % pp on the round
+ * placement, so stage s holds chunks s, s + pp, s + 2 pp, ... (Megatron's interleaving);
+ * the V placement folds the chunks into a V, stage s holding chunks s and 2 pp - 1 - s,
+ * so the first and the last chunk are both on stage 0 and chunks pp - 1 and pp both on
+ * stage pp - 1.  A stage's own chunks, in
  * ascending order, are its local chunks 0 .. v - 1.  The embedding belongs to chunk 0,
  * the final norm, head and loss to the last chunk pp v - 1.
  *
@@ -18,7 +19,7 @@
  *     SEND_ACT  (mb, c) on owner(c)    <->  RECV_ACT  (mb, c + 1) on owner(c + 1)
  *     SEND_GRAD (mb, c) on owner(c)    <->  RECV_GRAD (mb, c - 1) on owner(c - 1)
  * so a tag built from (direction, mb, receiving chunk) is unique within a step.  When
- * chunks c and c + 1 are on the same stage (zb_v's bend, chunks pp - 1 and pp) there is
+ * chunks c and c + 1 are on the same stage (the V's bend, chunks pp - 1 and pp) there is
  * no transfer between them: the forward of c + 1 reads the output of the forward of c,
  * and the backward (B) of c reads the input gradient the backward (B) of c + 1 made.
  * FORWARD (mb, c) with c > 0 is preceded by its RECV_ACT and, unless c is the last chunk,
@@ -26,12 +27,13 @@
  * last chunk (whose backward starts from the loss computed by its own forward) and
  * followed by SEND_GRAD unless c = 0 (transfers only between different stages).
  *
- * Split backward (zb_h1, zb_v).  These schedules run a chunk's backward as two actions:
+ * Split backward (a descriptor's split_backward).  These schedules run a chunk's
+ * backward as two actions:
  * BACKWARD_B, the gradient w.r.t. the chunk's input (what SEND_GRAD sends; it takes the
  * place of BACKWARD in the rules above), and later BACKWARD_W, the gradients w.r.t. the
  * chunk's weights, on the same stage.  Only B is on the path between stages; W can wait,
- * and filling idle time with delayed W's is what shrinks the bubble.  The other kinds
- * emit BACKWARD (B and W together) and never B or W.
+ * and filling idle time with delayed W's is what shrinks the bubble.  The other
+ * schedules emit BACKWARD (B and W together) and never B or W.
  *
  * Posting order.  Every stage's list is the projection of ONE global sequence of events
  * (see pipeline.c), so the lists are deadlock-free even when executed with synchronous
@@ -52,6 +54,7 @@
 #include <stddef.h>
 
 #include "core/config.h" /* tsr_schedule_choice, tsr_model_config */
+#include "schedule.h"
 
 typedef enum {
   TSR_PP_RECV_ACT,  /* activation of (mb, chunk - 1) from `peer` */
@@ -78,23 +81,17 @@ typedef struct tsr_pp_schedule {
   tsr_schedule_choice kind; /* decides the chunk placement: tsr_pp_chunk_owner */
 } tsr_pp_schedule;
 
-/* kind: gpipe, 1f1b, interleaved, zb_h1 or zb_v (config.h).  virtual_stages must be 1
- * for gpipe, 1f1b and zb_h1, and exactly 2 for zb_v; interleaved with virtual_stages = 1
- * is 1F1B.  Interleaved with virtual_stages > 1 needs pp >= 2 and micro_batches % pp == 0
- * (as Megatron does); zb_v needs pp >= 2 and takes any micro_batches >= 1.
- *   zb_h1: 1F1B's warm-up, then the weight-gradient passes (W) held back so that every
- *          stage keeps min(m, pp) micro-batches in flight (1F1B's most, on stage 0), and
- *          spent in the cool-down, where 1F1B idles: a third of 1F1B's bubble for m >= pp.
- *   zb_v:  the V placement (two chunks per stage) with split backward; with m >= 2 pp - 1
- *          every stage idles only pp - 1 chunk passes per step, at 1F1B's activation
- *          memory (2 min(m, pp) half-size chunks in flight at most).
- * Both follow the handcrafted schedules of Qi et al., "Zero Bubble Pipeline Parallelism"
- * (ICLR 2024).  Returns TSR_ERR_INPUT with a message naming the offending values. */
+/* Stage `stage`'s action list under schedule `kind` (registry.h; its descriptor says
+ * everything that differs between schedules, schedule.h) with pp stages, micro_batches
+ * per step and virtual_stages chunks per stage, which must be what the schedule places
+ * (its `chunks`; any >= 1 when that is 0, and then v > 1 needs pp >= 2, and, for a
+ * schedule with chunked_divides, micro_batches % pp == 0, as Megatron does).  Returns
+ * TSR_ERR_INPUT with a message naming the offending values. */
 int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int pp, int stage,
                            int micro_batches, int virtual_stages);
 void tsr_pp_schedule_destroy(tsr_pp_schedule **s);
-/* 1 for the kinds that split a backward into B and W (zb_h1, zb_v): the model then keeps
- * what B leaves for W, and their layouts need recompute 'none'. */
+/* 1 for the schedules that split a backward into B and W (the descriptor's split_backward):
+ * the model then keeps what B leaves for W, and their layouts need recompute 'none'. */
 int tsr_pp_split_backward(tsr_schedule_choice kind);
 
 /* Most chunks a split can have: every chunk holds a layer and model.n_layer <= 1024. */
@@ -132,19 +129,15 @@ int tsr_pp_stage_max_chunk(const tsr_model_config *m, tsr_schedule_choice kind, 
  * stage (see Chunks above); -1 for arguments out of range.  tsr_pp_stage_chunk is its
  * inverse: the global index of stage `stage`'s local chunk `local` (0 .. v - 1).
  * tsr_pp_head_stage: the stage of the last chunk (final norm, LM head, loss): pp - 1, or
- * 0 for zb_v; the embedding's stage is 0 for every kind. */
+ * 0 on the V placement; the embedding's stage is 0 on every placement. */
 int tsr_pp_chunk_owner(tsr_schedule_choice kind, int pp, int v, int chunk);
 int tsr_pp_stage_chunk(tsr_schedule_choice kind, int pp, int v, int stage, int local);
 int tsr_pp_head_stage(tsr_schedule_choice kind, int pp, int v);
 
 /* Ideal bubble fraction (idle time over step time, as defined above) when forward and
- * backward of a chunk take fixed times and transfers are free:
- *     gpipe, 1f1b:  (p - 1) / (m + p - 1)
- *     interleaved:  (p - 1) / (v m + p - 1)
- * and, for the split kinds, when F, B and W of a chunk take equal times:
- *     zb_h1:  I / (3 m + I),  I = p - 1 + max(0, p - m)
- *     zb_v:   I / (6 m + I),  I = max(p - 1, 4 p - 2 - 2 m)   (v is 2 whatever is passed)
- * Negative for an unknown kind.  See pipeline.c for the derivations. */
+ * backward of a chunk take fixed times (F, B and W equal when split) and transfers are
+ * free: the descriptor's bubble, which its file derives.  Negative for an unknown
+ * schedule. */
 double tsr_pp_ideal_bubble(tsr_schedule_choice kind, int pp, int m, int v);
 
 /* Most (mb, chunk) pairs whose FORWARD has run and BACKWARD (BACKWARD_W when split) has

@@ -12,11 +12,11 @@ printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }
 clang -fsanitize=fuzzer,address,undefined -o "$SCRATCH/probe" "$SCRATCH/probe.c" \
   >"$SCRATCH/probe.log" 2>&1 || { cat "$SCRATCH/probe.log"; skip "libFuzzer runtime not available"; }
 # the deck parser and what it links: its schema, the layout rules it checks (with the
-# layer split of pipeline.c), util
+# layer split of pipeline.c and the schedules of src/sched/), util
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$top_srcdir/src" -I"$top_builddir/src" -o "$SCRATCH/fuzz_deck" \
   "$top_srcdir/tests/unit/deck/fuzz_deck.c" "$top_srcdir/src/deck/deck.c" "$top_srcdir/src/deck/deck_schema.c" \
-  "$top_srcdir/src/deck/layout_check.c" "$top_srcdir/src/sched/pipeline.c" "$top_srcdir/src/core/util.c" -lm \
+  "$top_srcdir/src/deck/layout_check.c" "$top_srcdir"/src/sched/*.c "$top_srcdir/src/core/util.c" -lm \
   >"$SCRATCH/build.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || cat "$SCRATCH/build.log"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "sched/registry.h"
 #include "deck/deck.h"
 #include "core/util.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "deck/deck.h"
+#include "sched/registry.h"
 #include "model/layout.h"
 #include "testutil.h"
 #include "core/util.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "deck/deck.h"
+#include "sched/registry.h"
 #include "model/layout.h"
 #include "model/model.h"
 #include "ops/ops.h"

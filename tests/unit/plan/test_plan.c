@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "deck/deck.h"
+#include "sched/registry.h"
 #include "model/model.h"
 #include "sched/pipeline.h"
 #include "plan/plan.h"

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "deck/deck.h"
+#include "sched/registry.h"
 #include "sched/pipeline.h"
 #include "plan/plan.h"
 #include "plan/plan_sim.h"

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "sched/pipeline.h"
+#include "sched/registry.h"
 #include "testutil.h"
 #include "core/util.h"
 
@@ -551,7 +552,32 @@ static int fails(const char *kind, int pp, int stage, int m, int v) {
   return ok;
 }
 
+/* The registry: its ids, the deck's words (TSR_SCHED_WORDS) and the descriptors agree, and
+ * each descriptor is whole. */
+static void check_registry(void) {
+  const char *words = TSR_SCHED_WORDS;
+  int bad = 0, n = 0;
+  for (int k = 0; k < TSR_SCHEDULE_COUNT; k++, n++) {
+    const tsr_sched_desc *d = tsr_sched(k);
+    const size_t len = strcspn(words, "|");
+    if (!d || strlen(d->word) != len || strncmp(d->word, words, len) ||
+        !d->order || !d->bubble || !d->in_flight || !d->bubble_formula || d->min_pp < 1 ||
+        (d->chunks > 1 && !d->chunks_why)) {
+      printf("  registry entry %d (%.*s) disagrees with its descriptor\n", k, (int)len, words);
+      bad++;
+    }
+    words += len + (words[len] == '|');
+  }
+  TU_CHECK(bad == 0 && !*words && !tsr_sched(TSR_SCHEDULE_COUNT) && !tsr_sched(-1),
+           "registry: %d schedules, ids, deck words and descriptors in one order", n);
+  TU_CHECK(tsr_sched_for(TSR_PLACE_ROUND, 1) == TSR_SCHEDULE_DEFAULT &&
+               tsr_sched(tsr_sched_for(TSR_PLACE_ROUND, 3))->chunks == 0 &&
+               tsr_sched(tsr_sched_for(TSR_PLACE_V, 2))->placement == TSR_PLACE_V,
+           "registry: the schedule of a placement and a number of chunks");
+}
+
 int main(void) {
+  check_registry();
   for (int k = 0; k < N_KINDS; k++)
     for (int pp = 1; pp <= 4; pp++)
       for (int m = 1; m <= 8; m++)
