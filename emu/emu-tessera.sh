@@ -10,7 +10,7 @@
 # With PROGRAM.c, that program (a test: tests/cuda/comm_emu.sh) is linked the same way
 # instead of src/main.c, compiled with the CPPFLAGs given.
 #
-# Needs a configured build tree (top_builddir: src/libtessera.a, src/cli/embedded_deck.c and
+# Needs a configured build tree (top_builddir: the libraries of src/, src/cli/embedded_deck.c and
 # the Makefile's HDF5/OpenBLAS/OpenMP flags) and top_srcdir.
 set -euo pipefail
 out=$1
