@@ -67,10 +67,13 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
   for (int c = 0; c < g->pp * g->v; c++) fprintf(out, "%s%d", c ? "," : " ", counts[c]);
   for (int s = 1; s < g->pp; s++)
     if (p->stages[s].layers > p->stages[full].layers) full = s;
-  fprintf(out, "; the fullest stage is %d with %d layers (%s)\n", full, p->stages[full].layers,
-          tsr_sched(cfg->parallel.schedule)->placement == TSR_PLACE_V
-              ? "V placement: chunks s and 2 pp - 1 - s on stage s"
-              : "chunk c on stage c % pp");
+  const tsr_sched_desc *sd = tsr_sched(cfg->parallel.schedule);
+  if (sd->placement == TSR_PLACE_V)
+    fprintf(out, "; the fullest stage is %d with %d layers (%s: chunks s and 2 pp - 1 - s on "
+            "stage s)\n", full, p->stages[full].layers, sd->word);
+  else
+    fprintf(out, "; the fullest stage is %d with %d layers (chunk c on stage c %% pp)\n", full,
+            p->stages[full].layers);
 }
 
 static void mem_row(FILE *out, const char *label, double gpu, double cpu) {
