@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include "cuda_runtime_api.h"
 #ifdef __cplusplus
-extern "C" { /* cuda/ops_dev.c, a C file, creates the handle */
+extern "C" { /* cuda/backend.c, a C file, creates the handle */
 #endif
 typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;

@@ -215,10 +215,10 @@ def check_ops():
     files = [f for f in sources() if not f.endswith(".cc")]
     text = {f: open(f"{top}/{f}", errors="replace").read() for f in files}
     plumbing = {"src/ops/ops.h", "src/ops/ops.c", "src/ops/ops_backend.h", "src/cpu/ops_cpu.h",
-                "src/cpu/cpu.c", "cuda/ops_dev.c", "cuda/ops_dev.h"}
+                "src/cpu/cpu.c", "cuda/backend.c", "cuda/backend.h"}
     bad, more = [], []
     for op in ops:
-        pat = re.compile(r"(?<![A-Za-z0-9_])tsr_(?:ops|cpu|dev)_" + op + r"(?![A-Za-z0-9_])")
+        pat = re.compile(r"(?<![A-Za-z0-9_])tsr_(?:ops|cpu|cuda)_" + op + r"(?![A-Za-z0-9_])")
         call = re.compile(r"(?<![A-Za-z0-9_])tsr_ops_" + op + r"\(")
         where = sorted(f for f in files if pat.search(text[f]))
         where = ["src/ops/ops_list.h"] + [f for f in where if f != "src/ops/ops_list.h"]

@@ -23,7 +23,7 @@ scratch
 read -r -a LIBS <<<"$(make -s -C "$bld" print-tsr-libs 2>/dev/null)"
 [ ${#LIBS[@]} -gt 0 ] && [ -f "$bld/${LIBS[0]}" ] || skip "no built libraries in $bld (build first)"
 libs=("${LIBS[@]/#/$bld/}")
-[ -f "$bld/cuda/libtessera_cuda.a" ] && libs+=("$bld/cuda/libtessera_cuda.a")
+[ -f "$bld/cuda/libtsr_cuda.a" ] && libs+=("$bld/cuda/libtsr_cuda.a")
 py() { python3 "$src/tests/lint/structure.py" "$@" >"$SCRATCH/out.txt" 2>&1; local rc=$?; cat "$SCRATCH/out.txt"; return $rc; }
 
 py "$src" layers-include
