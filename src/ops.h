@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "rope.h"
 
 /* One-time backend setup (threads).  n_threads <= 0 = backend default. */
 void tsr_ops_init(int n_threads);
