@@ -80,8 +80,8 @@ def linear(P, prefix, x):
 def llama3_scaled(freqs, cfg):
     """Llama 3.1's rescaling of RoPE's frequencies, as its reference code publishes it:
     per frequency, by its wavelength against the original context length."""
-    factor, low, high = cfg["rope_factor"], cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
-    old_context = cfg["rope_original_context"]
+    factor, low = float(cfg["rope_factor"]), float(cfg["rope_low_freq_factor"])
+    high, old_context = float(cfg["rope_high_freq_factor"]), float(cfg["rope_original_context"])
     low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
     out = []
     for freq in freqs.tolist():
