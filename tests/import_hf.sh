@@ -41,8 +41,11 @@ close() { # close A B TOL: |A - B| <= TOL |B|
 }
 
 # ---- the models, sharded ----
-hf make llama "$S/hf_llama" && hf make gpt2 "$S/hf_gpt2" || { bad "making the models"; finish; }
-n=$(ls "$S"/hf_llama/model-*-of-*.safetensors | wc -l)
+if ! hf make llama "$S/hf_llama" || ! hf make gpt2 "$S/hf_gpt2"; then
+  bad "making the models"
+  finish
+fi
+n=$(find "$S/hf_llama" -name 'model-*-of-*.safetensors' | wc -l)
 check "transformers saved the llama as $n safetensors shards with an index" \
   sh -c "test $n -ge 3 && test -f '$S/hf_llama/model.safetensors.index.json'"
 
