@@ -1,4 +1,4 @@
-/* cuda_kernels.c — throughput of each op of the CUDA backend (tsr_dev_X, cuda/ops_dev.h),
+/* cuda_kernels.c — throughput of each op of the CUDA backend (tsr_cuda_X, cuda/backend.h),
  * per storage type, against the device's peaks measured in the same run.
  *
  * The references, measured first, on the same device:
@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
-#include "ops_dev.h"
+#include "context.h"
+#include "backend.h"
 
 #define WARMUP 3
 #define REPS 21
@@ -157,14 +157,14 @@ static int write_profile(const struct cudaDeviceProp *prop) {
   double rate[16], e16 = 0, h16 = 0;
   for (int i = 0; i < ng; i++) {
     const int n = (int)g[i][0], in = (int)g[i][1], out = (int)g[i][2];
-    TIME_MS(ms, tsr_dev_matmul_fwd(TSR_BF16, y, x, w, NULL, n, in, out);
-                tsr_dev_matmul_bwd(TSR_BF16, dx, dw, NULL, y, x, w, NULL, n, in, out));
+    TIME_MS(ms, tsr_cuda_matmul_fwd(TSR_BF16, y, x, w, NULL, n, in, out);
+                tsr_cuda_matmul_bwd(TSR_BF16, dx, dw, NULL, y, x, w, NULL, n, in, out));
     rate[i] = 6.0 * n * in * out / (ms * 1e-3) / 1e12;
     fprintf(stderr, "gemm bf16 %5d x %5d -> %5d  fwd+bwd %8.1f TFLOP/s\n", n, in, out, rate[i]);
   }
   fit_curve(ng, g, rate, sheet_tc, &e16, &h16);
-  TIME_MS(ms, tsr_dev_matmul_fwd(TSR_F32, y, x, w, NULL, 4096, 4096, 4096);
-              tsr_dev_matmul_bwd(TSR_F32, dx, dw, NULL, y, x, w, NULL, 4096, 4096, 4096));
+  TIME_MS(ms, tsr_cuda_matmul_fwd(TSR_F32, y, x, w, NULL, 4096, 4096, 4096);
+              tsr_cuda_matmul_bwd(TSR_F32, dx, dw, NULL, y, x, w, NULL, 4096, 4096, 4096));
   const double s4 = sat(4096, h16) * sat(4096, h16) * sat(4096, h16);
   const double e32 = 6.0 * 4096 * 4096 * 4096.0 / (ms * 1e-3) / 1e12 / (sheet_f32 * s4);
   dfree(x), dfree(w), dfree(y), dfree(dx), dfree(dw);
@@ -188,10 +188,10 @@ static int write_profile(const struct cudaDeviceProp *prop) {
       char *q = qkv, *kk = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
       char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
       const double flops = 2.0 * B * H * (double)T * T * hd; /* causal forward, as counted */
-      tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride);
-      TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride));
+      tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride);
+      TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride));
       af[k][d] = flops / (ms * 1e-3) / 1e12;
-      TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, kk, v, B, T, H, KV,
+      TIME_MS(ms, tsr_cuda_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, kk, v, B, T, H, KV,
                                         hd, stride));
       ab[k][d] = 2.5 * flops / (ms * 1e-3) / 1e12;
       fprintf(stderr, "attention %s T %4d hd %3d  fwd %7.1f  bwd %7.1f TFLOP/s\n",
@@ -219,18 +219,18 @@ static int write_profile(const struct cudaDeviceProp *prop) {
   void *a = dev(2 * nf * 2), *b = dev(2 * nf * 2), *c = dev(2 * nf * 2), *wt = dev(4096 * 2);
   float *rs = dev(NT * 4), *p = dev(na * 4), *m = dev(na * 4), *vv = dev(na * 4), *gg = dev(na * 4);
   double gbs = 0;
-  TIME_MS(ms, tsr_dev_residual(TSR_BF16, c, a, b, nc));
+  TIME_MS(ms, tsr_cuda_residual(TSR_BF16, c, a, b, nc));
   gbs += 3.0 * nc * 2 / (ms * 1e-3) / 1e9;
-  TIME_MS(ms, tsr_dev_rmsnorm_fwd(TSR_BF16, c, rs, NULL, a, NULL, wt, NT, 4096, 1e-5f));
+  TIME_MS(ms, tsr_cuda_rmsnorm_fwd(TSR_BF16, c, rs, NULL, a, NULL, wt, NT, 4096, 1e-5f));
   gbs += 2.0 * nc * 2 / (ms * 1e-3) / 1e9;
-  TIME_MS(ms, tsr_dev_swiglu_fwd(TSR_BF16, c, a, NT, 11008));
+  TIME_MS(ms, tsr_cuda_swiglu_fwd(TSR_BF16, c, a, NT, 11008));
   gbs += 3.0 * nf * 2 / (ms * 1e-3) / 1e9;
-  TIME_MS(ms, tsr_dev_swiglu_bwd(TSR_BF16, c, b, a, NT, 11008));
+  TIME_MS(ms, tsr_cuda_swiglu_bwd(TSR_BF16, c, b, a, NT, 11008));
   gbs += 5.0 * nf * 2 / (ms * 1e-3) / 1e9;
-  TIME_MS(ms, tsr_dev_adamw(p, m, vv, gg, na, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+  TIME_MS(ms, tsr_cuda_adamw(p, m, vv, gg, na, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
                             TSR_F32));
   gbs += 7.0 * na * 4 / (ms * 1e-3) / 1e9;
-  TIME_MS(ms, tsr_dev_residual(TSR_BF16, c, a, b, 256)); /* a kernel that moves nothing */
+  TIME_MS(ms, tsr_cuda_residual(TSR_BF16, c, a, b, 256)); /* a kernel that moves nothing */
   const double kernel_us = ms * 1e3;
   dfree(a), dfree(b), dfree(c), dfree(wt), dfree(rs), dfree(p), dfree(m), dfree(vv), dfree(gg);
   printf("! The planner's profile of Tessera's kernels on %s (sm_%d%d, %d SMs), measured by\n"
@@ -295,10 +295,10 @@ int main(int argc, char **argv) {
     const int M = 8192, K = 4096;
     void *x = dev((size_t)M * M * 2), *w = dev((size_t)M * M * 2), *y = dev((size_t)M * M * 2);
     for (int d = 1; d < 3; d++) {
-      TIME_MS(ms, tsr_dev_matmul_fwd(all_dt[d], y, x, w, NULL, M, M, M));
+      TIME_MS(ms, tsr_cuda_matmul_fwd(all_dt[d], y, x, w, NULL, M, M, M));
       peak_tc[d] = 2.0 * M * M * (double)M / (ms * 1e-3) / 1e12;
     }
-    TIME_MS(ms, tsr_dev_matmul_fwd(TSR_F32, y, x, w, NULL, K, K, K));
+    TIME_MS(ms, tsr_cuda_matmul_fwd(TSR_F32, y, x, w, NULL, K, K, K));
     peak_f32 = 2.0 * K * K * (double)K / (ms * 1e-3) / 1e12;
     dfree(x), dfree(w), dfree(y);
   }
@@ -335,13 +335,13 @@ int main(int argc, char **argv) {
         void *y = dev((size_t)N * out * es), *dx = dev((size_t)N * in * es);
         float *dw = dev((size_t)out * in * 4);
         snprintf(shape, sizeof shape, "%s %dx%d->%d", names[i], N, in, out);
-        TIME_MS(ms, tsr_dev_matmul_fwd(dt, y, x, w, NULL, N, in, out));
+        TIME_MS(ms, tsr_cuda_matmul_fwd(dt, y, x, w, NULL, N, in, out));
         row("matmul_fwd", dt, shape, ms, 2.0 * N * in * out, 1, "2 n in out");
-        TIME_MS(ms, tsr_dev_matmul_bwd(dt, dx, dw, NULL, y, x, w, NULL, N, in, out));
+        TIME_MS(ms, tsr_cuda_matmul_bwd(dt, dx, dw, NULL, y, x, w, NULL, N, in, out));
         row("matmul_bwd (dx, dw)", dt, shape, ms, 4.0 * N * in * out, 1, "4 n in out");
         if (i == 2) { /* the MLP's down projection of GPT-2: the GELU's backward fused in */
           void *pre = dev((size_t)N * in * es);
-          TIME_MS(ms, tsr_dev_matmul_bwd(dt, dx, dw, NULL, y, x, w, pre, N, in, out));
+          TIME_MS(ms, tsr_cuda_matmul_bwd(dt, dx, dw, NULL, y, x, w, pre, N, in, out));
           row("matmul_bwd +gelu_pre", dt, shape, ms, 4.0 * N * in * out, 1, "4 n in out");
           CK(cudaFree(pre));
         }
@@ -371,10 +371,10 @@ int main(int argc, char **argv) {
                                                "attention_fwd cudnn"};
         static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd mma",
                                                "attention_bwd cudnn"};
-        tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
-        TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
+        tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
+        TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
         row(fwd_name[path], dt, shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
-        TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
+        TIME_MS(ms, tsr_cuda_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
                                           hd, (int)stride));
         row(bwd_name[path], dt, shape, ms, 2.5 * flops, 1, "2.5 x forward");
       }
@@ -382,7 +382,7 @@ int main(int argc, char **argv) {
       CK(cudaFree(lse));
     }
   }
-  tsr_cuda_attention_use(tsr_dev_ctx.attention); /* what the backend opened with */
+  tsr_cuda_attention_use(tsr_cuda_ctx.attention); /* what the backend opened with */
   /* ---- memory-bound ops, per storage type (bytes counted in it) ---- */
   for (int d = 0; d < 3; d++) {
     const tsr_dtype dt = all_dt[d];
@@ -392,23 +392,23 @@ int main(int argc, char **argv) {
     void *dy = dev(nc * es), *dx = dev(nc * es), *w = dev(C * es), *bb = dev(C * es);
     float *dw = dev(C * 4), *db = dev(C * 4), *rstd = dev(N * 4), *mean = dev(N * 4);
     snprintf(shape, sizeof shape, "%dx%d", N, C);
-    TIME_MS(ms, tsr_dev_rmsnorm_fwd(dt, o, rstd, NULL, x, NULL, w, N, C, 1e-5f));
+    TIME_MS(ms, tsr_cuda_rmsnorm_fwd(dt, o, rstd, NULL, x, NULL, w, N, C, 1e-5f));
     row("rmsnorm_fwd", dt, shape, ms, 2.0 * nc * es, 0, "x in, out out");
-    TIME_MS(ms, tsr_dev_rmsnorm_fwd(dt, o, rstd, h, x, y, w, N, C, 1e-5f));
+    TIME_MS(ms, tsr_cuda_rmsnorm_fwd(dt, o, rstd, h, x, y, w, N, C, 1e-5f));
     row("rmsnorm_fwd x+y fused", dt, shape, ms, 4.0 * nc * es, 0, "x, y in; h, out out");
-    TIME_MS(ms, tsr_dev_rmsnorm_bwd(dt, dx, dw, dy, x, w, rstd, N, C, 1));
+    TIME_MS(ms, tsr_cuda_rmsnorm_bwd(dt, dx, dw, dy, x, w, rstd, N, C, 1));
     row("rmsnorm_bwd (acc)", dt, shape, ms, 4.0 * nc * es, 0, "dy, x in; dx in+out");
-    TIME_MS(ms, tsr_dev_layernorm_fwd(dt, o, mean, rstd, NULL, x, NULL, w, bb, N, C, 1e-5f));
+    TIME_MS(ms, tsr_cuda_layernorm_fwd(dt, o, mean, rstd, NULL, x, NULL, w, bb, N, C, 1e-5f));
     row("layernorm_fwd", dt, shape, ms, 2.0 * nc * es, 0, "x in, out out");
-    TIME_MS(ms, tsr_dev_layernorm_bwd(dt, dx, dw, db, dy, x, w, mean, rstd, N, C, 1));
+    TIME_MS(ms, tsr_cuda_layernorm_bwd(dt, dx, dw, db, dy, x, w, mean, rstd, N, C, 1));
     row("layernorm_bwd (acc)", dt, shape, ms, 4.0 * nc * es, 0, "dy, x in; dx in+out");
-    TIME_MS(ms, tsr_dev_residual(dt, o, x, y, nc));
+    TIME_MS(ms, tsr_cuda_residual(dt, o, x, y, nc));
     row("residual", dt, shape, ms, 3.0 * nc * es, 0, "2 in, 1 out");
     if (dt != TSR_F32) {
-      TIME_MS(ms, tsr_dev_cast(dt, o, TSR_F32, x, nc / 2));
+      TIME_MS(ms, tsr_cuda_cast(dt, o, TSR_F32, x, nc / 2));
       row("cast from fp32", dt, shape, ms, (4.0 + es) * nc / 2, 0, "fp32 in, out out");
     } else {
-      TIME_MS(ms, tsr_dev_add((float *)o, (const float *)x, (const float *)y, nc));
+      TIME_MS(ms, tsr_cuda_add((float *)o, (const float *)x, (const float *)y, nc));
       row("add", dt, shape, ms, 3.0 * nc * 4, 0, "2 in, 1 out");
     }
     int32_t *tok = dev(N * 4);
@@ -420,14 +420,14 @@ int main(int argc, char **argv) {
     }
     void *wte = dev((size_t)V * C * es);
     float *dwte = dev((size_t)V * C * 4);
-    TIME_MS(ms, tsr_dev_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V));
+    TIME_MS(ms, tsr_cuda_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V));
     row("embedding_fwd", dt, shape, ms, 2.0 * nc * es, 0, "rows in, out");
-    TIME_MS(ms, tsr_dev_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V));
+    TIME_MS(ms, tsr_cuda_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V));
     row("embedding_bwd", dt, shape, ms, nc * (es + 8.0), 0, "dy in; fp32 rows in+out");
     dfree(wte), dfree(dwte), dfree(tok);
     void *qkv = dev((long)N * (H + 2 * KV) * 128 * es);
     snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, 128);
-    TIME_MS(ms, tsr_dev_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, tsr_rope_plain(10000.0f)));
+    TIME_MS(ms, tsr_cuda_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, tsr_rope_plain(10000.0f)));
     row("rope_fwd (q)", dt, shape, ms, 2.0 * N * H * 128 * es, 0, "in+out");
     CK(cudaFree(qkv));
     dfree(x), dfree(y), dfree(h), dfree(o), dfree(dy);
@@ -436,11 +436,11 @@ int main(int argc, char **argv) {
 
     void *gu = dev(2 * nf * es), *a = dev(nf * es), *dgu = dev(2 * nf * es);
     snprintf(shape, sizeof shape, "%dx%d", N, F);
-    TIME_MS(ms, tsr_dev_swiglu_fwd(dt, a, gu, N, F));
+    TIME_MS(ms, tsr_cuda_swiglu_fwd(dt, a, gu, N, F));
     row("swiglu_fwd", dt, shape, ms, 3.0 * nf * es, 0, "2F in, F out");
-    TIME_MS(ms, tsr_dev_swiglu_bwd(dt, dgu, a, gu, N, F));
+    TIME_MS(ms, tsr_cuda_swiglu_bwd(dt, dgu, a, gu, N, F));
     row("swiglu_bwd", dt, shape, ms, 5.0 * nf * es, 0, "3F in, 2F out");
-    TIME_MS(ms, tsr_dev_gelu_fwd(dt, a, gu, nf));
+    TIME_MS(ms, tsr_cuda_gelu_fwd(dt, a, gu, nf));
     row("gelu_fwd", dt, shape, ms, 2.0 * nf * es, 0, "in, out");
     dfree(gu), dfree(a), dfree(dgu);
 
@@ -449,7 +449,7 @@ int main(int argc, char **argv) {
     CK(cudaMemset(tgt, 0, N * 4));
     double *loss = dev(8);
     snprintf(shape, sizeof shape, "%dx%d", N, V);
-    TIME_MS(ms, tsr_dev_xent(dt, loss, 1.0, logits, tgt, N, V, 1.0f / N, 1));
+    TIME_MS(ms, tsr_cuda_xent(dt, loss, 1.0, logits, tgt, N, V, 1.0f / N, 1));
     row("xent +grad (fused)", dt, shape, ms, 4.0 * N * V * es, 0, "3 reads + 1 write");
     dfree(logits), dfree(tgt), dfree(loss);
   }
@@ -458,18 +458,18 @@ int main(int argc, char **argv) {
     float *p = dev(n * 4), *m = dev(n * 4), *v = dev(n * 4), *g = dev(n * 4);
     void *c = dev(n * 4);
     snprintf(shape, sizeof shape, "%ld", n);
-    TIME_MS(ms, tsr_dev_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
+    TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, NULL,
                               TSR_F32));
     row("adamw", TSR_F32, shape, ms, 7.0 * n * 4, 0, "p,m,v,g in; p,m,v out");
     for (int d = 1; d < 3; d++) {
-      TIME_MS(ms, tsr_dev_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, c,
+      TIME_MS(ms, tsr_cuda_adamw(p, m, v, g, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f, c,
                                 all_dt[d]));
       row("adamw + refresh", all_dt[d], shape, ms, 7.0 * n * 4 + 2.0 * n, 0,
           "p,m,v,g in; p,m,v, copy out");
     }
     const int64_t r[2] = {0, n};
     double sq = 0;
-    TIME_MS(ms, sq += tsr_dev_sumsq_ranges(g, r, 1));
+    TIME_MS(ms, sq += tsr_cuda_sumsq_ranges(g, r, 1));
     row("sumsq_ranges (1 range)", TSR_F32, shape, ms, 4.0 * n, 0, "x in; + one fetch");
     dfree(p), dfree(m), dfree(v), dfree(g), dfree(c);
     if (sq != sq) printf("# sumsq_ranges gave NaN\n");

@@ -1,5 +1,5 @@
 /* attention.cu — causal grouped-query attention, forward and backward: which kernels run
- * a shape (dev.h: cuDNN's fused attention, the mma.sync tensor-core kernels, or the
+ * a shape (context.h: cuDNN's fused attention, the mma.sync tensor-core kernels, or the
  * fp32-arithmetic kernel), the backward's row statistics D, and the sums of the
  * grouped-query partials of the tensor-core kernels (attn.cuh). */
 #include <initializer_list>
@@ -7,7 +7,7 @@
 #include "attn.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 #ifdef TSR_HAVE_CUDNN
 #include "sdpa_graphs.h"
 #endif
@@ -108,7 +108,7 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
   if (dt != TSR_F32) {
 #ifdef TSR_HAVE_CUDNN
     if (choice.kind == TSR_ATT_CUDNN) {
-      const tsr_dev_context *c = &tsr_dev_ctx;
+      const tsr_cuda_context *c = &tsr_cuda_ctx;
       const int rc = tsr_cuda_cudnn_attention_prepare(
           dt, B, T, H, KV, hd, qkv_stride, c->shapes.deterministic, (long long)c->attn_ws_bytes,
           why, sizeof why);
@@ -173,7 +173,7 @@ static int forward(tsr_dtype dt, void *out, float *lse, const void *q, const voi
     case TSR_ATT_PATH_CUDNN:
       if (cudnn_fits({out, q, k, v}))
         return tsr_sdpa_graphs_fwd(dt, B, T, H, KV, hd, qkv_stride, q, k, v, out, lse,
-                                   tsr_dev_ctx.attn_ws, tsr_dev_ctx.stream);
+                                   tsr_cuda_ctx.attn_ws, tsr_cuda_ctx.stream);
       return tsr_cuda_attention_tc_supported(hd)
                  ? tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride)
                  : tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
@@ -191,12 +191,12 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
   if (!dq && !dk && !dv) return 0;
   int path = 0;
   TSR_CALL(decide(dt, B, T, H, KV, hd, qkv_stride, &path));
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
 #ifdef TSR_HAVE_CUDNN
   if (path == TSR_ATT_PATH_CUDNN) {
     if (dq && dk && dv && cudnn_fits({dq, dk, dv, dout, out, q, k, v}))
       return tsr_sdpa_graphs_bwd(dt, B, T, H, KV, hd, qkv_stride, q, k, v, out, dout, lse, dq,
-                                 dk, dv, tsr_dev_ctx.attn_ws, stream);
+                                 dk, dv, tsr_cuda_ctx.attn_ws, stream);
     path = tsr_cuda_attention_tc_supported(hd) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32;
   }
 #endif
@@ -225,19 +225,19 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
   return 0;
 }
 
-extern "C" void tsr_dev_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q,
+extern "C" void tsr_cuda_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q,
                                       const void *k, const void *v, int B, int T, int H, int KV,
                                       int hd, int qkv_stride) {
-  TSR_DEV_SKIP();
-  tsr_dev_prof_note(2.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
-  TSR_DEV_RUN(forward(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(2.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
+  TSR_CUDA_RUN(forward(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
 }
 
-extern "C" void tsr_dev_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv,
+extern "C" void tsr_cuda_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv,
                                       const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v, int B, int T,
                                       int H, int KV, int hd, int qkv_stride) {
-  TSR_DEV_SKIP();
-  tsr_dev_prof_note(5.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
-  TSR_DEV_RUN(backward(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(5.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
+  TSR_CUDA_RUN(backward(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
 }

@@ -285,7 +285,7 @@ static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int
   const size_t smem = fwd_smem(hd);
   TSR_CUDA_CALL(allow_smem(flash_fwd_kernel<T, DPT>, smem));
   const dim3 grid((T_ + BQ - 1) / BQ, B * H);
-  flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_dev_ctx.stream>>>(
+  flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_cuda_ctx.stream>>>(
       out, lse, q, k, v, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
   TSR_CUDA_LAUNCHED();
   return 0;
@@ -296,7 +296,7 @@ static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const
                      const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
                      int qkv_stride) {
   const float scale = (float)(1.0 / sqrt((double)hd));
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dq) {
     const size_t smem = dq_smem(hd);
     TSR_CUDA_CALL(allow_smem(flash_dq_kernel<T, DPT>, smem));

@@ -482,7 +482,7 @@ static int mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B
   const float scale = (float)(1.0 / sqrt((double)HD));
   const size_t smem = mm_dims<HD>::FWD;
   TSR_CUDA_CALL(allow_smem(mma_fwd_kernel<T, HD>, smem));
-  mma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, tsr_dev_ctx.stream>>>(
+  mma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, tsr_cuda_ctx.stream>>>(
       out, lse, q, k, v, T_, H, KV, qkv_stride, scale * LOG2E_F);
   TSR_CUDA_LAUNCHED();
   return 0;
@@ -495,7 +495,7 @@ static int mma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float 
   const float scale = (float)(1.0 / sqrt((double)HD)), scale_log2 = scale * LOG2E_F;
   const size_t part_stride = (size_t)B * H * T_ * HD;
   const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dq) {
     const size_t smem = mm_dims<HD>::DQ;
     TSR_CUDA_CALL(allow_smem(mma_dq_kernel<T, HD>, smem));

@@ -6,7 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
-#include "ops_dev.h"
+#include "backend.h"
 
 /* The stream the ops run on. */
 static inline cudaStream_t tsr_cuda_compute_stream(void) {

@@ -118,15 +118,15 @@ static ncclRedOp_t red_op(int op) { return op == 1 ? ncclMax : op == 2 ? ncclMin
 /* NCCL's bf16 and fp16 sums add in fp32 and round each partial sum, as comm.h says. */
 static ncclDataType_t nccl_type(tsr_comm_dev_type t) {
   switch (t) {
-    case TSR_DEV_DOUBLE: return ncclFloat64;
-    case TSR_DEV_INT: return ncclInt32;
-    case TSR_DEV_BF16: return ncclBfloat16;
-    case TSR_DEV_F16: return ncclFloat16;
+    case TSR_CUDA_DOUBLE: return ncclFloat64;
+    case TSR_CUDA_INT: return ncclInt32;
+    case TSR_CUDA_BF16: return ncclBfloat16;
+    case TSR_CUDA_F16: return ncclFloat16;
     default: return ncclFloat32;
   }
 }
 static size_t type_size(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? 8 : t == TSR_DEV_BF16 || t == TSR_DEV_F16 ? 2 : 4;
+  return t == TSR_CUDA_DOUBLE ? 8 : t == TSR_CUDA_BF16 || t == TSR_CUDA_F16 ? 2 : 4;
 }
 
 static int nc_all_reduce(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type t, int op) {

@@ -220,19 +220,19 @@ static struct tsr_comm_dev_event *last;
 /* The element type of comm.h that t is (bf16 and fp16 are summed by comm.c's own MPI
  * operations, comm_mpi.h); fp32 for the others, which never reach it. */
 static tsr_dtype data_type(tsr_comm_dev_type t) {
-  return t == TSR_DEV_BF16 ? TSR_BF16 : t == TSR_DEV_F16 ? TSR_F16 : TSR_F32;
+  return t == TSR_CUDA_BF16 ? TSR_BF16 : t == TSR_CUDA_F16 ? TSR_F16 : TSR_F32;
 }
 static MPI_Datatype mpi_type(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? MPI_DOUBLE : t == TSR_DEV_INT ? MPI_INT
+  return t == TSR_CUDA_DOUBLE ? MPI_DOUBLE : t == TSR_CUDA_INT ? MPI_INT
                                                              : tsr_comm_mpi_type(data_type(t));
 }
 static size_t type_size(tsr_comm_dev_type t) {
-  return t == TSR_DEV_DOUBLE ? sizeof(double) : t == TSR_DEV_INT ? sizeof(int)
+  return t == TSR_CUDA_DOUBLE ? sizeof(double) : t == TSR_CUDA_INT ? sizeof(int)
                                                                  : tsr_dtype_size(data_type(t));
 }
 /* op: 0 sum, 1 max, 2 min; 16-bit data is only ever summed. */
 static MPI_Op mpi_op(tsr_comm_dev_type t, int op) {
-  if (t == TSR_DEV_BF16 || t == TSR_DEV_F16) return tsr_comm_mpi_sum(data_type(t));
+  if (t == TSR_CUDA_BF16 || t == TSR_CUDA_F16) return tsr_comm_mpi_sum(data_type(t));
   return op == 1 ? MPI_MAX : op == 2 ? MPI_MIN : MPI_SUM;
 }
 

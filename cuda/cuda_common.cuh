@@ -1,6 +1,6 @@
 /* cuda_common.cuh — what every kernel file of the CUDA backend shares: the check macros
  * (check.h: a failed CUDA call is reported as "file:line func: call: error" and the
- * function returns TSR_ERR, which its op turns into the context's failure, dev.h), the storage
+ * function returns TSR_ERR, which its op turns into the context's failure, context.h), the storage
  * types (float, bf16, fp16: compute is fp32, a value is widened exactly on load and
  * rounded once, to nearest even, on store, the bits of dtype.h's conversions), the switch
  * from a tsr_dtype to the type, deterministic reductions, launch geometry and the column
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "dev.h"
+#include "context.h"
 
 typedef __nv_bfloat16 bf16;
 typedef __half f16;
@@ -28,7 +28,7 @@ typedef __half f16;
 /* ptr = the context's scratch, which must hold `need` bytes (else TSR_ERR, reported). */
 #define TSR_CUDA_SCRATCH(ptr, need)                                 \
   do {                                                              \
-    void *tsr_s_ = tsr_dev_scratch((need), __func__);               \
+    void *tsr_s_ = tsr_cuda_scratch((need), __func__);               \
     if (!tsr_s_) return TSR_ERR;                                    \
     (ptr) = (decltype(ptr))tsr_s_;                                  \
   } while (0)
@@ -73,26 +73,26 @@ template <class T> __device__ __forceinline__ float round_as(float x) {
   } while (0)
 
 /* In an op (which returns nothing): `...`, a call returning 0 or TSR_ERR, with T the
- * storage type of dt; a failure (or an unknown dt) fails the backend (dev.h). */
-#define TSR_DEV_DTYPE(dt, T, ...)                                                    \
+ * storage type of dt; a failure (or an unknown dt) fails the backend (context.h). */
+#define TSR_CUDA_DTYPE(dt, T, ...)                                                    \
   do {                                                                               \
     switch (dt) {                                                                    \
       case TSR_F32: {                                                                \
         typedef float T;                                                             \
-        TSR_DEV_RUN((__VA_ARGS__));                                                  \
+        TSR_CUDA_RUN((__VA_ARGS__));                                                  \
       } break;                                                                       \
       case TSR_BF16: {                                                               \
         typedef bf16 T;                                                              \
-        TSR_DEV_RUN((__VA_ARGS__));                                                  \
+        TSR_CUDA_RUN((__VA_ARGS__));                                                  \
       } break;                                                                       \
       case TSR_F16: {                                                                \
         typedef f16 T;                                                               \
-        TSR_DEV_RUN((__VA_ARGS__));                                                  \
+        TSR_CUDA_RUN((__VA_ARGS__));                                                  \
       } break;                                                                       \
       default:                                                                       \
         tsr_errorf_at(__FILE__, __LINE__, __func__, "%s: storage type %d", __func__, \
                       (int)(dt));                                                    \
-        tsr_dev_ctx.failed = 1;                                                      \
+        tsr_cuda_ctx.failed = 1;                                                      \
     }                                                                                \
   } while (0)
 

@@ -5,7 +5,7 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 /* --------------------------------------------------------------------- RoPE
@@ -37,20 +37,20 @@ static int rope(T *x, int n, int T_, int n_heads, int head_dim, int stride, tsr_
   const long work = (long)n * (head_dim / 2);
   if (work <= 0 || n_heads <= 0) return 0;
   TSR_CUDA_ARG(T_ > 0 && stride >= n_heads * head_dim);
-  LAUNCH_ELEM(rope_kernel<T>, work, tsr_dev_ctx.stream, x, n, T_, n_heads, head_dim, stride, rp,
+  LAUNCH_ELEM(rope_kernel<T>, work, tsr_cuda_ctx.stream, x, n, T_, n_heads, head_dim, stride, rp,
               dir);
   return 0;
 }
 
-extern "C" void tsr_dev_rope_fwd(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
+extern "C" void tsr_cuda_rope_fwd(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
                                  int stride, tsr_rope rp) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S, rope<S>((S *)x, n, T, n_heads, head_dim, stride, rp, +1));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)x, n, T, n_heads, head_dim, stride, rp, +1));
 }
-extern "C" void tsr_dev_rope_bwd(tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim,
+extern "C" void tsr_cuda_rope_bwd(tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim,
                                  int stride, tsr_rope rp) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S, rope<S>((S *)dx, n, T, n_heads, head_dim, stride, rp, -1));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)dx, n, T, n_heads, head_dim, stride, rp, -1));
 }
 
 /* ------------------------------------------------------------ SwiGLU, GELU */
@@ -87,32 +87,32 @@ template <class T> __global__ void gelu_fwd_kernel(T *out, const T *x, long n) {
 }
 
 template <class T> static int swiglu_forward(T *out, const T *gate_up, int n, int F) {
-  LAUNCH_ELEM(swiglu_fwd_kernel<T>, (long)n * F, tsr_dev_ctx.stream, out, gate_up, n, F);
+  LAUNCH_ELEM(swiglu_fwd_kernel<T>, (long)n * F, tsr_cuda_ctx.stream, out, gate_up, n, F);
   return 0;
 }
 template <class T>
 static int swiglu_backward(T *dgate_up, const T *dout, const T *gate_up, int n, int F) {
-  LAUNCH_ELEM(swiglu_bwd_kernel<T>, (long)n * F, tsr_dev_ctx.stream, dgate_up, dout, gate_up, n, F);
+  LAUNCH_ELEM(swiglu_bwd_kernel<T>, (long)n * F, tsr_cuda_ctx.stream, dgate_up, dout, gate_up, n, F);
   return 0;
 }
 template <class T> static int gelu_forward(T *out, const T *x, long n) {
-  LAUNCH_ELEM(gelu_fwd_kernel<T>, n, tsr_dev_ctx.stream, out, x, n);
+  LAUNCH_ELEM(gelu_fwd_kernel<T>, n, tsr_cuda_ctx.stream, out, x, n);
   return 0;
 }
 
-extern "C" void tsr_dev_swiglu_fwd(tsr_dtype dt, void *out, const void *gate_up, int n, int F) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S, swiglu_forward<S>((S *)out, (const S *)gate_up, n, F));
+extern "C" void tsr_cuda_swiglu_fwd(tsr_dtype dt, void *out, const void *gate_up, int n, int F) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S, swiglu_forward<S>((S *)out, (const S *)gate_up, n, F));
 }
-extern "C" void tsr_dev_swiglu_bwd(tsr_dtype dt, void *dgate_up, const void *dout,
+extern "C" void tsr_cuda_swiglu_bwd(tsr_dtype dt, void *dgate_up, const void *dout,
                                    const void *gate_up, int n, int F) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S,
                 swiglu_backward<S>((S *)dgate_up, (const S *)dout, (const S *)gate_up, n, F));
 }
-extern "C" void tsr_dev_gelu_fwd(tsr_dtype dt, void *out, const void *x, long n_elem) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S, gelu_forward<S>((S *)out, (const S *)x, n_elem));
+extern "C" void tsr_cuda_gelu_fwd(tsr_dtype dt, void *out, const void *x, long n_elem) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S, gelu_forward<S>((S *)out, (const S *)x, n_elem));
 }
 
 /* ------------------------------------------------------------- element-wise sums */
@@ -129,31 +129,31 @@ __global__ void sum_into_kernel(float *out, const float *a, long n) {
 }
 
 template <class T> static int skip_sum(T *out, const T *x, const T *y, long n) {
-  LAUNCH_ELEM(skip_sum_kernel<T>, n, tsr_dev_ctx.stream, out, x, y, n);
+  LAUNCH_ELEM(skip_sum_kernel<T>, n, tsr_cuda_ctx.stream, out, x, y, n);
   return 0;
 }
 
-extern "C" void tsr_dev_residual(tsr_dtype dt, void *out, const void *x, const void *y,
+extern "C" void tsr_cuda_residual(tsr_dtype dt, void *out, const void *x, const void *y,
                                  long n_elem) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S, skip_sum<S>((S *)out, (const S *)x, (const S *)y, n_elem));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S, skip_sum<S>((S *)out, (const S *)x, (const S *)y, n_elem));
 }
 
 static int sum2(float *out, const float *a, const float *b, long n) {
-  LAUNCH_ELEM(sum2_kernel, n, tsr_dev_ctx.stream, out, a, b, n);
+  LAUNCH_ELEM(sum2_kernel, n, tsr_cuda_ctx.stream, out, a, b, n);
   return 0;
 }
 static int sum_into(float *out, const float *a, long n) {
-  LAUNCH_ELEM(sum_into_kernel, n, tsr_dev_ctx.stream, out, a, n);
+  LAUNCH_ELEM(sum_into_kernel, n, tsr_cuda_ctx.stream, out, a, n);
   return 0;
 }
-extern "C" void tsr_dev_add(float *out, const float *a, const float *b, long n_elem) {
-  TSR_DEV_SKIP();
-  TSR_DEV_RUN(sum2(out, a, b, n_elem));
+extern "C" void tsr_cuda_add(float *out, const float *a, const float *b, long n_elem) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(sum2(out, a, b, n_elem));
 }
-extern "C" void tsr_dev_acc(float *out, const float *a, long n_elem) {
-  TSR_DEV_SKIP();
-  TSR_DEV_RUN(sum_into(out, a, n_elem));
+extern "C" void tsr_cuda_acc(float *out, const float *a, long n_elem) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(sum_into(out, a, n_elem));
 }
 
 /* ------------------------------------------------------------- conversions
@@ -164,7 +164,7 @@ template <class S, class D> __global__ void convert_kernel(D *dst, const S *src,
 }
 
 template <class D> static int convert_to(D *dst, tsr_dtype src_dt, const void *src, long n) {
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   TSR_DTYPE_SWITCH(src_dt, S,
                    convert_kernel<S, D><<<grid_for(n, TSR_CUDA_THREADS), TSR_CUDA_THREADS, 0,
                                           stream>>>(dst, (const S *)src, n);
@@ -177,7 +177,7 @@ static int convert(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *sr
   if (dst_dt == src_dt) {
     if (dst != src)
       TSR_CUDA_CALL(cudaMemcpyAsync(dst, src, (size_t)n * tsr_dtype_size(dst_dt),
-                                     cudaMemcpyDefault, tsr_dev_ctx.stream));
+                                     cudaMemcpyDefault, tsr_cuda_ctx.stream));
     return 0;
   }
   TSR_CUDA_ARG(dst != src);
@@ -185,8 +185,8 @@ static int convert(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *sr
   return 0;
 }
 
-extern "C" void tsr_dev_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
+extern "C" void tsr_cuda_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
                              long n_elem) {
-  TSR_DEV_SKIP();
-  TSR_DEV_RUN(convert(dst_dt, dst, src_dt, src, n_elem));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(convert(dst_dt, dst, src_dt, src, n_elem));
 }

@@ -9,7 +9,7 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 template <class T>
@@ -91,7 +91,7 @@ static int embedding_forward(T *out, const int32_t *tokens, const T *wte, const 
                              int T_, int C, int vocab_start, int vocab_local) {
   if (n <= 0 || C <= 0) return 0;
   TSR_CUDA_ARG(T_ > 0 || !wpe);
-  LAUNCH_ELEM(embedding_fwd_kernel<T>, (long)n * C, tsr_dev_ctx.stream, out, tokens, wte, wpe, n,
+  LAUNCH_ELEM(embedding_fwd_kernel<T>, (long)n * C, tsr_cuda_ctx.stream, out, tokens, wte, wpe, n,
               T_, C, vocab_start, vocab_local);
   return 0;
 }
@@ -101,7 +101,7 @@ static int embedding_backward(float *dwte, float *dwpe, const T *dout, const int
                               int n, int T_, int C, int vocab_start, int vocab_local) {
   if (n <= 0 || C <= 0) return 0;
   TSR_CUDA_ARG(C <= 65535 * 256 && (T_ > 0 || !dwpe));
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dwte && vocab_local > 0) {
     const int bits = key_bits(vocab_local);
     size_t sort_bytes = 0, need = 0;
@@ -127,20 +127,20 @@ static int embedding_backward(float *dwte, float *dwpe, const T *dout, const int
   return 0;
 }
 
-extern "C" void tsr_dev_embedding_fwd(tsr_dtype dt, void *out, const int32_t *tokens,
+extern "C" void tsr_cuda_embedding_fwd(tsr_dtype dt, void *out, const int32_t *tokens,
                                       const void *wte, const void *wpe, int n, int T, int C,
                                       int vocab_start, int vocab_local) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S,
                 embedding_forward<S>((S *)out, tokens, (const S *)wte, (const S *)wpe, n, T, C,
                                      vocab_start, vocab_local));
 }
 
-extern "C" void tsr_dev_embedding_bwd(tsr_dtype dt, float *dwte, float *dwpe, const void *dout,
+extern "C" void tsr_cuda_embedding_bwd(tsr_dtype dt, float *dwte, float *dwpe, const void *dout,
                                       const int32_t *tokens, int n, int T, int C,
                                       int vocab_start, int vocab_local) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, S,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, S,
                 embedding_backward<S>(dwte, dwpe, (const S *)dout, tokens, n, T, C, vocab_start,
                                       vocab_local));
 }

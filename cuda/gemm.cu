@@ -20,7 +20,7 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 static cudaDataType_t cuda_type(tsr_dtype t) {
@@ -74,7 +74,7 @@ static int lt_matmul(const lt_args &g) {
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t hs;
-  tsr_dev_context *ctx = &tsr_dev_ctx;
+  tsr_cuda_context *ctx = &tsr_cuda_ctx;
 
   TSR_CUBLAS_GOTO(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   TSR_CUBLAS_GOTO(
@@ -169,7 +169,7 @@ static int dx_dgelu_unfused(tsr_dtype dt, void *dx, const void *dy, const void *
     const long m = (long)nr * in;
     const size_t off = (size_t)r0 * in * es;
     TSR_DTYPE_SWITCH(dt, T,
-                     LAUNCH_ELEM(dgelu_kernel<T>, m, tsr_dev_ctx.stream, (T *)((char *)dx + off),
+                     LAUNCH_ELEM(dgelu_kernel<T>, m, tsr_cuda_ctx.stream, (T *)((char *)dx + off),
                                  p, (const T *)((const char *)pre + off), m));
   }
   return 0;
@@ -192,7 +192,7 @@ static int matmul_backward(tsr_dtype dt, void *dx, float *dw, float *dbias, cons
   const cudaDataType_t t = cuda_type(dt);
   if (out <= 0) { /* an empty sum: dx = 0 (times gelu', still 0), written */
     if (dx) TSR_CUDA_CALL(cudaMemsetAsync(dx, 0, (size_t)n * in * tsr_dtype_size(dt),
-                                           tsr_dev_ctx.stream));
+                                           tsr_cuda_ctx.stream));
     return 0;
   }
   TSR_CUDA_ARG(dy && (!dx || w) && (!dw || x));
@@ -218,7 +218,7 @@ static int matmul_backward(tsr_dtype dt, void *dx, float *dw, float *dbias, cons
   if (dbias)
     TSR_DTYPE_SWITCH(dt, T,
                      TSR_CALL(col_reduce(dbias, ColumnOf<T>{(const T *)dy, out}, n, out,
-                                         tsr_dev_ctx.stream)));
+                                         tsr_cuda_ctx.stream)));
   return 0;
 }
 
@@ -241,20 +241,20 @@ extern "C" int tsr_cuda_scratch_gemm(const tsr_ops_shapes *s, size_t *bytes) {
   return 0;
 }
 
-extern "C" void tsr_dev_matmul_fwd(tsr_dtype dt, void *y, const void *x, const void *w,
+extern "C" void tsr_cuda_matmul_fwd(tsr_dtype dt, void *y, const void *x, const void *w,
                                    const void *bias, int n, int in, int out) {
-  TSR_DEV_SKIP();
-  tsr_dev_prof_note(2.0 * n * in * out, "%s %d x %d -> %d%s", tsr_dtype_name(dt), n, in, out,
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(2.0 * n * in * out, "%s %d x %d -> %d%s", tsr_dtype_name(dt), n, in, out,
                     bias ? " +bias" : "");
-  TSR_DEV_RUN(matmul_forward(dt, y, x, w, bias, n, in, out));
+  TSR_CUDA_RUN(matmul_forward(dt, y, x, w, bias, n, in, out));
 }
 
-extern "C" void tsr_dev_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
+extern "C" void tsr_cuda_matmul_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const void *dy,
                                    const void *x, const void *w, const void *gelu_pre, int n,
                                    int in, int out) {
-  TSR_DEV_SKIP();
+  TSR_CUDA_SKIP();
   const double flops = ((dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * in * out;
-  tsr_dev_prof_note(flops, "%s %d x %d -> %d%s%s", tsr_dtype_name(dt), n, in, out,
+  tsr_cuda_prof_note(flops, "%s %d x %d -> %d%s%s", tsr_dtype_name(dt), n, in, out,
                     dx ? "" : " (no dx)", gelu_pre ? " +dgelu" : "");
-  TSR_DEV_RUN(matmul_backward(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out));
+  TSR_CUDA_RUN(matmul_backward(dt, dx, dw, dbias, dy, x, w, gelu_pre, n, in, out));
 }

@@ -12,7 +12,7 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 #define ROW_THREADS 256 /* one block per row */
@@ -142,7 +142,7 @@ static int rms_forward(T *out, float *rstd, T *h, const T *x, const T *y, const 
                        int C, float eps) {
   if (n <= 0 || C <= 0) return 0;
   TSR_CUDA_ARG(out && rstd && x && w && (!y || h));
-  rmsnorm_fwd_kernel<T><<<n, ROW_THREADS, 0, tsr_dev_ctx.stream>>>(out, rstd, h, x, y, w, C, eps);
+  rmsnorm_fwd_kernel<T><<<n, ROW_THREADS, 0, tsr_cuda_ctx.stream>>>(out, rstd, h, x, y, w, C, eps);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
@@ -151,7 +151,7 @@ template <class T>
 static int rms_backward(T *dx, float *dw, const T *dout, const T *x, const T *w, const float *rstd,
                         int n, int C, int accumulate) {
   if (n <= 0 || C <= 0) return 0;
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dx) {
     rmsnorm_dx_kernel<T><<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, rstd, C, accumulate);
     TSR_CUDA_LAUNCHED();
@@ -165,7 +165,7 @@ static int ln_forward(T *out, float *mean, float *rstd, T *h, const T *x, const 
                       const T *b, int n, int C, float eps) {
   if (n <= 0 || C <= 0) return 0;
   TSR_CUDA_ARG(out && mean && rstd && x && w && (!y || h));
-  layernorm_fwd_kernel<T><<<n, ROW_THREADS, 0, tsr_dev_ctx.stream>>>(out, mean, rstd, h, x, y, w,
+  layernorm_fwd_kernel<T><<<n, ROW_THREADS, 0, tsr_cuda_ctx.stream>>>(out, mean, rstd, h, x, y, w,
                                                                       b, C, eps);
   TSR_CUDA_LAUNCHED();
   return 0;
@@ -175,7 +175,7 @@ template <class T>
 static int ln_backward(T *dx, float *dw, float *db, const T *dout, const T *x, const T *w,
                        const float *mean, const float *rstd, int n, int C, int accumulate) {
   if (n <= 0 || C <= 0) return 0;
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dx) {
     layernorm_dx_kernel<T><<<n, ROW_THREADS, 0, stream>>>(dx, dout, x, w, mean, rstd, C,
                                                           accumulate);
@@ -186,38 +186,38 @@ static int ln_backward(T *dx, float *dw, float *db, const T *dout, const T *x, c
   return 0;
 }
 
-extern "C" void tsr_dev_rmsnorm_fwd(tsr_dtype dt, void *out, float *rstd, void *h, const void *x,
+extern "C" void tsr_cuda_rmsnorm_fwd(tsr_dtype dt, void *out, float *rstd, void *h, const void *x,
                                     const void *y, const void *w, int n, int C, float eps) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 rms_forward<T>((T *)out, rstd, (T *)h, (const T *)x, (const T *)y, (const T *)w,
                                n, C, eps));
 }
 
-extern "C" void tsr_dev_rmsnorm_bwd(tsr_dtype dt, void *dx, float *dw, const void *dout,
+extern "C" void tsr_cuda_rmsnorm_bwd(tsr_dtype dt, void *dx, float *dw, const void *dout,
                                     const void *x, const void *w, const float *rstd, int n, int C,
                                     int accumulate) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 rms_backward<T>((T *)dx, dw, (const T *)dout, (const T *)x, (const T *)w, rstd, n,
                                 C, accumulate));
 }
 
-extern "C" void tsr_dev_layernorm_fwd(tsr_dtype dt, void *out, float *mean, float *rstd, void *h,
+extern "C" void tsr_cuda_layernorm_fwd(tsr_dtype dt, void *out, float *mean, float *rstd, void *h,
                                       const void *x, const void *y, const void *w, const void *b,
                                       int n, int C, float eps) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 ln_forward<T>((T *)out, mean, rstd, (T *)h, (const T *)x, (const T *)y,
                               (const T *)w, (const T *)b, n, C, eps));
 }
 
-extern "C" void tsr_dev_layernorm_bwd(tsr_dtype dt, void *dx, float *dw, float *db,
+extern "C" void tsr_cuda_layernorm_bwd(tsr_dtype dt, void *dx, float *dw, float *db,
                                       const void *dout, const void *x, const void *w,
                                       const float *mean, const float *rstd, int n, int C,
                                       int accumulate) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 ln_backward<T>((T *)dx, dw, db, (const T *)dout, (const T *)x, (const T *)w, mean,
                                rstd, n, C, accumulate));
 }

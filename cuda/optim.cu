@@ -4,12 +4,12 @@
  * Sums of squares: per range, blocks own contiguous chunks (a block count that depends on
  * the range's length only, so the result does not depend on the GPU model), each summed in
  * double in a fixed order, then one block sums the chunks in order into a device scalar.
- * Every range lands in its own scalar; the host fetches TSR_DEV_RESULTS of them at once and
+ * Every range lands in its own scalar; the host fetches TSR_CUDA_RESULTS of them at once and
  * adds them in range order, as the CPU does. */
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 /* -------------------------------------------------------------------- AdamW */
@@ -39,16 +39,16 @@ static int adamw_run(float *p, float *m, float *v, const float *g, long n, float
   if (n <= 0) return 0;
   TSR_CUDA_ARG(p && m && v && g && t >= 1);
   const tsr_adamw_scalars s = tsr_ops_adamw_scalars(lr, beta1, beta2, weight_decay, t);
-  LAUNCH_ELEM(adamw_kernel<O>, n, tsr_dev_ctx.stream, p, m, v, g, n, beta1, beta2, eps, s.decay,
+  LAUNCH_ELEM(adamw_kernel<O>, n, tsr_cuda_ctx.stream, p, m, v, g, n, beta1, beta2, eps, s.decay,
               s.step_size, s.bc2_sqrt, s.one_m_b1, s.one_m_b2, grad_scale, out);
   return 0;
 }
 
-extern "C" void tsr_dev_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
+extern "C" void tsr_cuda_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
                               float beta1, float beta2, float eps, float weight_decay, long t,
                               float grad_scale, void *out, tsr_dtype out_dt) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(out ? out_dt : TSR_F32, O,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(out ? out_dt : TSR_F32, O,
                 adamw_run<O>(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
                              (O *)out));
 }
@@ -79,7 +79,7 @@ extern "C" int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes) {
 
 /* *out (a device double) = the sum of squares of x[0, n) */
 static int sumsq_into(double *out, const float *x, long n) {
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (n <= 0) {
     TSR_CUDA_CALL(cudaMemsetAsync(out, 0, sizeof(double), stream));
     return 0;
@@ -96,7 +96,7 @@ static int sumsq_into(double *out, const float *x, long n) {
 
 /* The ranges k0 .. k0 + k - 1 into the result scalars, fetched: the host's k doubles */
 static int sumsq_batch(double *host, const float *x, const int64_t *r, int k) {
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   for (int i = 0; i < k; i++) {
     TSR_CUDA_ARG(r[2 * i] <= r[2 * i + 1]);
     TSR_CALL(sumsq_into(c->result + i, x + r[2 * i], (long)(r[2 * i + 1] - r[2 * i])));
@@ -107,13 +107,13 @@ static int sumsq_batch(double *host, const float *x, const int64_t *r, int k) {
   return 0;
 }
 
-extern "C" double tsr_dev_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
-  if (tsr_dev_ctx.failed) return NAN;
-  double s = 0.0, h[TSR_DEV_RESULTS];
-  for (int k0 = 0; k0 < n_ranges; k0 += TSR_DEV_RESULTS) {
-    const int k = n_ranges - k0 < TSR_DEV_RESULTS ? n_ranges - k0 : TSR_DEV_RESULTS;
-    TSR_DEV_RUN(sumsq_batch(h, x, r + 2 * k0, k));
-    if (tsr_dev_ctx.failed) return NAN;
+extern "C" double tsr_cuda_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  if (tsr_cuda_ctx.failed) return NAN;
+  double s = 0.0, h[TSR_CUDA_RESULTS];
+  for (int k0 = 0; k0 < n_ranges; k0 += TSR_CUDA_RESULTS) {
+    const int k = n_ranges - k0 < TSR_CUDA_RESULTS ? n_ranges - k0 : TSR_CUDA_RESULTS;
+    TSR_CUDA_RUN(sumsq_batch(h, x, r + 2 * k0, k));
+    if (tsr_cuda_ctx.failed) return NAN;
     for (int i = 0; i < k; i++) s += h[i];
   }
   return s;

@@ -3,7 +3,7 @@
  * header-only C++ graph API over cuDNN's backend descriptors; tools/fetch-cudnn-frontend.sh):
  * the graphs of sdpa_graphs.h on the op's own bf16 or fp16 tensors, read and written in
  * place (q, k, v and their gradients strided in the fused qkv buffer), and the decision
- * of cuda/dev.h's tsr_cuda_cudnn_attention_prepare.  Compiled only where configure found
+ * of cuda/context.h's tsr_cuda_cudnn_attention_prepare.  Compiled only where configure found
  * cuDNN and the frontend (TSR_HAVE_CUDNN).
  *
  * cuDNN's Stats is the natural log-sum-exp of the scaled scores of each row, [B,H,T,1]:
@@ -30,7 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "check.h"
-#include "dev.h"
+#include "context.h"
 #include "sdpa_graphs.h"
 
 namespace fe = cudnn_frontend;

@@ -3,7 +3,7 @@
  * qkv_stride (the fused qkv buffer), head h at column h*hd; O and dO compact [B, T, H, hd];
  * all bf16 or fp16 (dt); Stats fp32 [B, H, T] (ops_list.h's lse).  Causal, scale
  * 1/sqrt(hd); the backward writes dQ, dK, dV (dK, dV summed over each query group).  A
- * shape is run only once tsr_cuda_cudnn_attention_prepare (cuda/dev.h) has accepted it
+ * shape is run only once tsr_cuda_cudnn_attention_prepare (cuda/context.h) has accepted it
  * with the same deterministic flag; the workspace is the caller's, of the size prepare
  * checked.  The CPU emulation links emu/sdpa_fake.c instead, which computes the
  * same on the host. */

@@ -8,7 +8,7 @@
 #include "cuda_common.cuh"
 
 extern "C" {
-#include "ops_dev.h"
+#include "backend.h"
 }
 
 #define XENT_THREADS 512
@@ -58,7 +58,7 @@ static int fused(double *loss, double div, T *logits, const int32_t *targets, in
                  float dloss, int grad) {
   if (n <= 0) return 0;
   TSR_CUDA_ARG(loss && div != 0.0 && V > 0);
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   double *row_loss = NULL;
   TSR_CUDA_SCRATCH(row_loss, (size_t)n * sizeof(double));
   xent_row_kernel<T><<<n, XENT_THREADS, 0, stream>>>(row_loss, logits, targets, V, dloss, grad);
@@ -68,11 +68,11 @@ static int fused(double *loss, double div, T *logits, const int32_t *targets, in
   return 0;
 }
 
-extern "C" void tsr_dev_xent(tsr_dtype dt, double *loss, double div, void *logits,
+extern "C" void tsr_cuda_xent(tsr_dtype dt, double *loss, double div, void *logits,
                              const int32_t *targets, int n, int V, float dloss, int grad) {
-  TSR_DEV_SKIP();
-  tsr_dev_prof_note(0, "%s %d x %d%s", tsr_dtype_name(dt), n, V, grad ? " +grad" : "");
-  TSR_DEV_DTYPE(dt, T, fused<T>(loss, div, (T *)logits, targets, n, V, dloss, grad));
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(0, "%s %d x %d%s", tsr_dtype_name(dt), n, V, grad ? " +grad" : "");
+  TSR_CUDA_DTYPE(dt, T, fused<T>(loss, div, (T *)logits, targets, n, V, dloss, grad));
 }
 
 /* ---- vocab-parallel passes ---- */
@@ -136,7 +136,7 @@ static int local_stats(double *row_max, double *target_logit, const T *logits,
                        const int32_t *targets, int n, int V, int vocab_start) {
   if (n <= 0) return 0;
   TSR_CUDA_ARG(V > 0);
-  xent_stats_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(row_max, target_logit, logits,
+  xent_stats_kernel<T><<<n, XENT_THREADS, 0, tsr_cuda_ctx.stream>>>(row_max, target_logit, logits,
                                                                    targets, V, vocab_start);
   TSR_CUDA_LAUNCHED();
   return 0;
@@ -145,7 +145,7 @@ template <class T>
 static int local_sumexp(double *sumexp, const T *logits, const double *row_max, int n, int V) {
   if (n <= 0) return 0;
   TSR_CUDA_ARG(V > 0);
-  xent_sumexp_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(sumexp, logits, row_max, V);
+  xent_sumexp_kernel<T><<<n, XENT_THREADS, 0, tsr_cuda_ctx.stream>>>(sumexp, logits, row_max, V);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
@@ -153,7 +153,7 @@ static int rows_loss(double *loss, double div, const double *row_max, const doub
                      const double *target_logit, int n) {
   if (n <= 0) return 0;
   TSR_CUDA_ARG(loss && div != 0.0);
-  xent_rows_kernel<<<1, 1024, 0, tsr_dev_ctx.stream>>>(loss, div, row_max, sumexp, target_logit,
+  xent_rows_kernel<<<1, 1024, 0, tsr_cuda_ctx.stream>>>(loss, div, row_max, sumexp, target_logit,
                                                        n);
   TSR_CUDA_LAUNCHED();
   return 0;
@@ -163,35 +163,35 @@ static int grad_pass(T *logits, const int32_t *targets, const double *row_max,
                      const double *sumexp, int n, int V, int vocab_start, float dloss) {
   if (n <= 0) return 0;
   TSR_CUDA_ARG(V > 0);
-  xent_grad_kernel<T><<<n, XENT_THREADS, 0, tsr_dev_ctx.stream>>>(logits, targets, row_max,
+  xent_grad_kernel<T><<<n, XENT_THREADS, 0, tsr_cuda_ctx.stream>>>(logits, targets, row_max,
                                                                   sumexp, V, vocab_start, dloss);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 
-extern "C" void tsr_dev_xent_local_stats(tsr_dtype dt, double *row_max, double *target_logit,
+extern "C" void tsr_cuda_xent_local_stats(tsr_dtype dt, double *row_max, double *target_logit,
                                          const void *logits, const int32_t *targets, int n, int V,
                                          int vocab_start) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 local_stats<T>(row_max, target_logit, (const T *)logits, targets, n, V,
                                vocab_start));
 }
-extern "C" void tsr_dev_xent_local_sumexp(tsr_dtype dt, double *sumexp, const void *logits,
+extern "C" void tsr_cuda_xent_local_sumexp(tsr_dtype dt, double *sumexp, const void *logits,
                                           const double *row_max, int n, int V) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T, local_sumexp<T>(sumexp, (const T *)logits, row_max, n, V));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T, local_sumexp<T>(sumexp, (const T *)logits, row_max, n, V));
 }
-extern "C" void tsr_dev_xent_rows(double *loss, double div, const double *row_max,
+extern "C" void tsr_cuda_xent_rows(double *loss, double div, const double *row_max,
                                   const double *sumexp, const double *target_logit, int n) {
-  TSR_DEV_SKIP();
-  TSR_DEV_RUN(rows_loss(loss, div, row_max, sumexp, target_logit, n));
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(rows_loss(loss, div, row_max, sumexp, target_logit, n));
 }
-extern "C" void tsr_dev_xent_grad(tsr_dtype dt, void *logits, const int32_t *targets,
+extern "C" void tsr_cuda_xent_grad(tsr_dtype dt, void *logits, const int32_t *targets,
                                   const double *row_max, const double *sumexp, int n, int V,
                                   int vocab_start, float dloss) {
-  TSR_DEV_SKIP();
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_SKIP();
+  TSR_CUDA_DTYPE(dt, T,
                 grad_pass<T>((T *)logits, targets, row_max, sumexp, n, V, vocab_start, dloss));
 }
 
@@ -207,7 +207,7 @@ static int head_fused(tsr_dtype dt, double *loss, double div, void *dx, float *d
   TSR_CUDA_ARG(x && w && targets && scratch && C > 0 && V > 0 && (!loss || div != 0.0));
   if (chunk <= 0 || chunk > n) chunk = n;
   const int grad = dx || dw;
-  const cudaStream_t stream = tsr_dev_ctx.stream;
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
   double *row_loss = NULL;
   TSR_CUDA_SCRATCH(row_loss, (size_t)n * sizeof(double));
   for (int r0 = 0; r0 < n; r0 += chunk) {
@@ -228,14 +228,14 @@ static int head_fused(tsr_dtype dt, double *loss, double div, void *dx, float *d
   return 0;
 }
 
-extern "C" void tsr_dev_xent_head(tsr_dtype dt, double *acc, double div, void *dx, float *dw,
+extern "C" void tsr_cuda_xent_head(tsr_dtype dt, double *acc, double div, void *dx, float *dw,
                                   const void *x, const void *w, const int32_t *targets,
                                   void *scratch, int n, int C, int V, int chunk, float dloss) {
-  TSR_DEV_SKIP();
+  TSR_CUDA_SKIP();
   const double flops = (2.0 + (dx ? 2.0 : 0.0) + (dw ? 2.0 : 0.0)) * n * C * V;
-  tsr_dev_prof_note(flops, "%s %d x %d -> %d, chunks of %d%s%s", tsr_dtype_name(dt), n, C, V,
+  tsr_cuda_prof_note(flops, "%s %d x %d -> %d, chunks of %d%s%s", tsr_dtype_name(dt), n, C, V,
                     chunk, dx ? " +dx" : "", dw ? " +dw" : "");
-  TSR_DEV_DTYPE(dt, T,
+  TSR_CUDA_DTYPE(dt, T,
                 head_fused<T>(dt, acc, div, dx, dw, x, w, targets, scratch, n, C, V, chunk,
                               dloss));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# emu-tessera.sh OUT [PROGRAM.c CPPFLAG...] — link the whole trainer with its CUDA backend (cuda/ops_dev.c, the
-# kernels of cuda/*.cu, cuda/device.c) on the CPU emulation of emu/ instead of
+# emu-tessera.sh OUT [PROGRAM.c CPPFLAG...] — link the whole trainer with its CUDA backend (cuda/backend.c, the
+# kernels of cuda/*.cu, cuda/select.c) on the CPU emulation of emu/ instead of
 # the CUDA runtime: `OUT run.device=cuda ...` then trains with every op going through
 # the device backend (managed memory, the stream, scratch, results fetched from "device"
 # scalars), kernels run as CPU fibers and cuBLASLt as plain loops, and NCCL
@@ -33,10 +33,10 @@ CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bl
         "${HDF5_CFLAGS[@]}")
 . "$emu/kernels.sh"
 emu_kernels "$B" & kernels=$!
-$CC "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
-$CC "${CFLAGS[@]}" -c "$top/cuda/dev.c" -o "$B/dev.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/select.c" -o "$B/device.o"
+$CC "${CFLAGS[@]}" -c "$top/cuda/context.c" -o "$B/dev.o"
 # cuDNN attention's path with stand-in graphs (emu/sdpa_fake.c)
-$CC "${CFLAGS[@]}" -DTSR_HAVE_CUDNN -c "$top/cuda/ops_dev.c" -o "$B/ops_dev.o"
+$CC "${CFLAGS[@]}" -DTSR_HAVE_CUDNN -c "$top/cuda/backend.c" -o "$B/ops_dev.o"
 $CC "${CFLAGS[@]}" -c "$emu/sdpa_fake.c" -o "$B/sdpa_fake.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_nccl.c" -o "$B/comm_nccl.o"
 $CC "${CFLAGS[@]}" -c "$top/cuda/comm_stage.c" -o "$B/comm_stage.o"

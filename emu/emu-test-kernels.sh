@@ -26,7 +26,7 @@ for f in "$top"/src/cpu*.c "$top/src/ops.c" "$top/src/util.c"; do
   CPU_OBJS+=("$o")
 done
 HOST_OBJS=()
-for f in cuda/dev.c cuda/ops_dev.c emu/sdpa_fake.c tests/cuda/test_kernels.c \
+for f in cuda/context.c cuda/backend.c emu/sdpa_fake.c tests/cuda/test_kernels.c \
   tests/cuda/kernels_util.c tests/cuda/test_kernels_attention.c; do
   o=$B/host_$(basename "$f" .c).o
   gcc "${CFLAGS[@]}" -c "$top/$f" -o "$o"
@@ -37,9 +37,9 @@ DEV_OBJS=("${EMU_OBJS[@]/#/$B/}" "$B/host_dev.o" "$B/host_ops_dev.o" "$B/host_sd
 g++ -fopenmp -rdynamic -o "$B/test_kernels" "$B/host_test_kernels.o" "$B/host_kernels_util.o" \
   "$B/host_test_kernels_attention.o" \
   "${DEV_OBJS[@]}" "${CPU_OBJS[@]}" "${BLAS_LIB[@]}" -lm
-# device selection (cuda/device.c) over MPI ranks on emulated GPUs
+# device selection (cuda/select.c) over MPI ranks on emulated GPUs
 if command -v mpicc > /dev/null; then
-  mpicc "${CFLAGS[@]}" -c "$top/cuda/device.c" -o "$B/device.o"
+  mpicc "${CFLAGS[@]}" -c "$top/cuda/select.c" -o "$B/device.o"
   mpicc "${CFLAGS[@]}" -c "$top/tests/cuda/test_device.c" -o "$B/test_device.o"
   mpicc -fopenmp -o "$B/test_device" "$B/test_device.o" "$B/device.o" "${DEV_OBJS[@]}" \
     "${CPU_OBJS[@]}" "${BLAS_LIB[@]}" -lstdc++ -lm

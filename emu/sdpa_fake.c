@@ -1,5 +1,5 @@
 /* sdpa_fake.c — a stand-in for cuDNN's attention (cuda/sdpa_graphs.h and the prepare of
- * cuda/dev.h) in the CPU emulation, where there is no cuDNN: the same results, computed
+ * cuda/context.h) in the CPU emulation, where there is no cuDNN: the same results, computed
  * on the host in fp32 from the 16-bit tensors in place (the emulation's device memory,
  * opened to the host for the call), so that tests/cuda/test_kernels and the emulated trainer run attention.cu's
  * cuDNN path: the decision and its log, the strides of q, k, v and of their gradients in
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "context.h"
 #include "sdpa_graphs.h"
 #include "util.h"
 

@@ -363,7 +363,7 @@ static int dev_done(tsr_comm *c, int rc, tsr_comm_kind kind, tsr_comm_handle *h)
 
 /* The transport's name for an element type of comm.h. */
 static tsr_comm_dev_type dev_type(tsr_dtype dt) {
-  return dt == TSR_BF16 ? TSR_DEV_BF16 : dt == TSR_F16 ? TSR_DEV_F16 : TSR_DEV_FLOAT;
+  return dt == TSR_BF16 ? TSR_CUDA_BF16 : dt == TSR_F16 ? TSR_CUDA_F16 : TSR_CUDA_FLOAT;
 }
 
 /* The counts of an even reduce-scatter / all-gather, for the transport. */
@@ -774,7 +774,7 @@ int tsr_comm_all_reduce_double(tsr_comm *c, double *x, size_t count, tsr_comm_op
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(double) * (double)count));
   if (c->size == 1 || count == 0) return 0;
   if (dev_for(c, x, NULL))
-    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_DEV_DOUBLE, (int)op),
+    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_CUDA_DOUBLE, (int)op),
                     TSR_COMM_SCALAR, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_DOUBLE, mpi_op(op), c->comm)));
@@ -786,7 +786,7 @@ int tsr_comm_all_reduce_int(tsr_comm *c, int *x, size_t count, tsr_comm_op op) {
   tally(c, TSR_COMM_SCALAR, ring_all_reduce(c, (double)sizeof(int) * (double)count));
   if (c->size == 1 || count == 0) return 0;
   if (dev_for(c, x, NULL))
-    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_DEV_INT, (int)op),
+    return dev_done(c, c->tr->all_reduce(c->dev, x, count, TSR_CUDA_INT, (int)op),
                     TSR_COMM_SCALAR, NULL);
   tsr_ops_sync(); /* queued device work on the buffer is done before MPI touches it */
   TSR_MPI_CALL(BLOCKING(MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_INT, mpi_op(op), c->comm)));

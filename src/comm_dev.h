@@ -28,11 +28,11 @@ typedef struct tsr_comm_dev_event tsr_comm_dev_event; /* operations queued so fa
  * sums add in fp32 and round each partial sum to the type, as comm.h says; max and min
  * are never asked of them. */
 typedef enum {
-  TSR_DEV_FLOAT = 0,
-  TSR_DEV_DOUBLE,
-  TSR_DEV_INT,
-  TSR_DEV_BF16,
-  TSR_DEV_F16
+  TSR_CUDA_FLOAT = 0,
+  TSR_CUDA_DOUBLE,
+  TSR_CUDA_INT,
+  TSR_CUDA_BF16,
+  TSR_CUDA_F16
 } tsr_comm_dev_type;
 
 typedef struct tsr_comm_transport {
@@ -48,7 +48,7 @@ typedef struct tsr_comm_transport {
   /* op: 0 sum, 1 max, 2 min (tsr_comm_op) */
   int (*all_reduce)(tsr_comm_dev *d, void *buf, size_t count, tsr_comm_dev_type type, int op);
   /* counts[r] elements of type per rank r, blocks in rank order (even forms: all counts
-   * equal); type is TSR_DEV_FLOAT, TSR_DEV_BF16 or TSR_DEV_F16 */
+   * equal); type is TSR_CUDA_FLOAT, TSR_CUDA_BF16 or TSR_CUDA_F16 */
   int (*reduce_scatter)(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,
                         tsr_comm_dev_type type);
   int (*all_gather)(tsr_comm_dev *d, const void *send, void *recv, const size_t *counts,

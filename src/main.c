@@ -35,7 +35,7 @@
 #include "tsr_build.h" /* before the CUDA part: TSR_HAVE_NCCL */
 #ifdef TSR_LINK_CUDA
 #include "comm_stage.h" /* MPI on GPU memory through pinned host buffers */
-#include "ops_dev.h"    /* the CUDA device backend (run.device) */
+#include "backend.h"    /* the CUDA device backend (run.device) */
 #ifdef TSR_HAVE_NCCL
 #include "comm_nccl.h" /* NCCL for the collectives of GPU groups */
 #endif

@@ -3,7 +3,7 @@
  * The ops themselves are declared once, in ops_list.h (read its conventions: storage
  * types, what is written and what accumulates, determinism); this header turns the list
  * into the prototypes tsr_ops_<name>.  Each call runs the op on the CPU (the src/cpu_
- * files) or, once a device backend is installed (ops_backend.h; CUDA: cuda/ops_dev.c),
+ * files) or, once a device backend is installed (ops_backend.h; CUDA: cuda/backend.c),
  * queues it on the device: ops.c is the dispatch between them.  Model code never
  * branches on the backend.
  *

@@ -1,7 +1,7 @@
 /* ops_backend.h — a device backend of ops.h, as a table of functions.
  *
  * The CPU kernels (the src/cpu_ files) implement ops.h on the host.  A device backend
- * (cuda/ops_dev.c) fills one of these tables; once it is installed with
+ * (cuda/backend.c) fills one of these tables; once it is installed with
  * tsr_ops_set_backend, every tsr_ops_X call goes to its X member instead, with the same
  * arguments and the same semantics (ops_list.h), on memory from its alloc.  The members
  * for the ops are generated from ops_list.h, so a backend cannot miss one.

@@ -7,7 +7,7 @@
  * thing per op.  From it come the public prototypes tsr_ops_<name> (ops.h), the members
  * of a device backend's table (ops_backend.h), the dispatch between the CPU and a device
  * (ops.c), the CPU kernels' prototypes tsr_cpu_<name> (ops_cpu.h) and the CUDA ones,
- * tsr_dev_<name> (cuda/ops_dev.h).  A new op is one entry here plus its CPU kernel
+ * tsr_cuda_<name> (cuda/backend.h).  A new op is one entry here plus its CPU kernel
  * (a src/cpu_ file) and its CUDA kernel (a .cu file of cuda/).
  *
  * Conventions (every op):

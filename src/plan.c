@@ -243,7 +243,7 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
  * backward's per-query-head dk, dv sums under grouped-query attention (cuda/attention.cu,
  * tsr_ops_shapes.attn_part), and its D; with 16-bit storage, cuDNN attention's workspace,
  * unless TSR_CUDA_ATTENTION in the environment asks for another attention (mma): cuDNN's
- * is the default of a GPU build with cuDNN (cuda/ops_dev.h), the one planned for.  The
+ * is the default of a GPU build with cuDNN (cuda/backend.h), the one planned for.  The
  * other scratch parts (column sums, the embedding sort, cross-entropy rows) are kilobytes
  * to a few megabytes, left to the reserve. */
 static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cuda_train_emu.sh — the trainer on its CUDA backend (run.device = 'cuda', cuda/ops_dev.c)
+# cuda_train_emu.sh — the trainer on its CUDA backend (run.device = 'cuda', cuda/backend.c)
 # without a GPU: emu/emu-tessera.sh links tessera with the CUDA kernels run on the
 # CPU emulation (emu/), so every op, copy, fill, scratch use and device-scalar
 # fetch of the device path runs, against the CPU backend from the same seed:

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # structure.sh — the shape of the code, checked on the sources and the built objects:
 #  1. no two objects of the libraries use symbols the other defines (nm on the members of
-#     src/libtessera.a and, in a CUDA build, cuda/libtessera_cuda.a): the modules call each
+#     src/libtessera.a and, in a CUDA build, cuda/libtsr_cuda.a): the modules call each
 #     other in one direction only;
 #  2. no cycle among the headers' #include "..." lines;
 #  3. every op of src/ops_list.h is named (its entry there; tsr_ops_<name>, tsr_cpu_<name>
-#     or tsr_dev_<name> elsewhere) under src/ and cuda/ only in the list, one CPU kernel
+#     or tsr_cuda_<name> elsewhere) under src/ and cuda/ only in the list, one CPU kernel
 #     file, one CUDA file and the files that call it — never in the plumbing (ops.h, ops.c,
-#     ops_backend.h, ops_cpu.h, cuda/ops_dev.c, cuda/ops_dev.h), which the list
+#     ops_backend.h, ops_cpu.h, cuda/backend.c, cuda/backend.h), which the list
 #     generates — so a new op costs its entry, its two kernels and its call; the ops named
 #     in more than 4 files (those called from more than one module) are listed;
 #  4. the training loop stays a loop: src/train.c under 400 lines;
@@ -22,7 +22,7 @@ scratch
 [ -f "$bld/src/libtessera.a" ] || skip "no $bld/src/libtessera.a (build first)"
 
 libs=("$bld/src/libtessera.a")
-[ -f "$bld/cuda/libtessera_cuda.a" ] && libs+=("$bld/cuda/libtessera_cuda.a")
+[ -f "$bld/cuda/libtsr_cuda.a" ] && libs+=("$bld/cuda/libtsr_cuda.a")
 python3 - "${libs[@]}" >"$SCRATCH/circles.txt" 2>&1 <<'PY'
 import itertools, subprocess, sys
 defs, uses = {}, {}
@@ -84,11 +84,11 @@ ops = re.findall(r"^TSR_OP(?:_RET)?\((?:[a-z ]+, )?([a-z0-9_]+),", open(f"{top}/
 files = [f for f in glob.glob(f"{top}/src/*.[ch]") + glob.glob(f"{top}/cuda/*.[ch]") +
          glob.glob(f"{top}/cuda/*.cu") + glob.glob(f"{top}/cuda/*.cuh") + glob.glob(f"{top}/cuda/*.cpp")]
 text = {f: open(f, errors="replace").read() for f in files}
-plumbing = {"src/ops.h", "src/ops.c", "src/ops_backend.h", "src/ops_cpu.h", "cuda/ops_dev.c",
-            "cuda/ops_dev.h"}
+plumbing = {"src/ops.h", "src/ops.c", "src/ops_backend.h", "src/ops_cpu.h", "cuda/backend.c",
+            "cuda/backend.h"}
 bad, more = [], []
 for op in ops:
-    pat = re.compile(r"(?<![A-Za-z0-9_])tsr_(?:ops|cpu|dev)_" + op + r"(?![A-Za-z0-9_])")
+    pat = re.compile(r"(?<![A-Za-z0-9_])tsr_(?:ops|cpu|cuda)_" + op + r"(?![A-Za-z0-9_])")
     call = re.compile(r"(?<![A-Za-z0-9_])tsr_ops_" + op + r"\(")
     where = sorted(os.path.relpath(f, top) for f in files if pat.search(text[f]))
     where = ["src/ops_list.h"] + [f for f in where if f != "src/ops_list.h"]

@@ -54,9 +54,9 @@
 
 #include "comm_nccl.h"
 #include "comm_stage.h"
-#include "device.h"
+#include "select.h"
 #include "ops_backend.h"
-#include "ops_dev.h"
+#include "backend.h"
 #endif
 
 /* ---------------------------------------------------------------- data */
@@ -612,7 +612,7 @@ static const tsr_ops_backend dv_table = {.name = "comm-test device",
                                          .status = dv_status,
                                          .close = dv_close};
 
-/* This rank's own device (cuda/device.c picks it among the node's) and its stream. */
+/* This rank's own device (cuda/select.c picks it among the node's) and its stream. */
 static int dv_open(void) {
   TSR_CALL(tsr_cuda_select_device(MPI_COMM_WORLD, 0, &dv.device));
   dv_ok(cudaStreamCreate(&dv.stream), "cudaStreamCreate");

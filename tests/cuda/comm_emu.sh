@@ -13,7 +13,7 @@
 # checks through MPI on pinned host buffers (cuda/comm_stage.c), point-to-point included.
 #
 # The build is comm's own: comm.c, the memory half of ops.c, util.c, watchdog.c,
-# cuda/device.c, the two transports and the test's memory-only device (test_comm.c), on
+# cuda/select.c, the two transports and the test's memory-only device (test_comm.c), on
 # the emulated runtime and NCCL; neither the trainer nor the kernels are linked.  ops.c's
 # op dispatch names the CPU kernels, which comm never calls: -ffunction-sections and
 # --gc-sections leave those functions, and their references, out of the link.
@@ -42,7 +42,7 @@ build() {
     g++ "${cxxflags[@]}" -c "$emu/nccl.cpp" -o "$SCRATCH/nccl.o" &&
     "${CC:-mpicc}" "${cflags[@]}" -DTEST_COMM_DEVICE -o "$BIN" "$top_srcdir/tests/test_comm.c" \
       "$top_srcdir/src/comm.c" "$top_srcdir/src/ops.c" "$top_srcdir/src/util.c" \
-      "$top_srcdir/src/watchdog.c" "$top_srcdir/cuda/device.c" "$top_srcdir/cuda/comm_nccl.c" \
+      "$top_srcdir/src/watchdog.c" "$top_srcdir/cuda/select.c" "$top_srcdir/cuda/comm_nccl.c" \
       "$top_srcdir/cuda/comm_stage.c" "$SCRATCH/emu.o" "$SCRATCH/nccl.o" \
       -Wl,--gc-sections -lstdc++ -lpthread -lrt -lm
 }

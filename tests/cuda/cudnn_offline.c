@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "context.h"
 #include "testutil.h"
 
 static char *slurp(const char *path) {

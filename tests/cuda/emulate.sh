@@ -6,13 +6,13 @@
 # and the tensor-core instructions: every CUDA thread is a fiber, __syncthreads and warp
 # shuffles are real barriers (threads waiting at different barriers abort as a deadlock),
 # cuBLASLt is a naive loop with the documented semantics, and cuDNN's attention a host
-# loop (emu/sdpa_fake.c).  The device backend (cuda/ops_dev.c) runs as in the trainer: its
+# loop (emu/sdpa_fake.c).  The device backend (cuda/backend.c) runs as in the trainer: its
 # table, reserve, scratch, failure flag and attention choice.  It checks the kernels'
 # indexing, tiling, causal masks, online softmax, reductions, storage conversions and
 # barrier placement against the CPU kernels (src/cpu*.c) in fp32, bf16 and fp16.  It says
 # nothing about speed, coalescing, shared-memory limits, races between blocks, FMA
 # contraction, or the real cuBLASLt and cuDNN (whose epilogues and graphs only a GPU run
-# checks).  Then tests/cuda/test_device checks the device selection of cuda/device.c on 2
+# checks).  Then tests/cuda/test_device checks the device selection of cuda/select.c on 2
 # MPI ranks with 0, 1, 2 and 4 emulated GPUs.  A few minutes on 2 cores.
 #
 #   tests/cuda/emulate.sh                 (TSR_TEST_ONLY=attention,xent  TSR_TEST_SEED=N)
@@ -31,7 +31,7 @@ if [ -z "${TSR_TEST_ONLY:-}" ]; then
   EMU_SMEM_OPTIN=101376 TSR_TEST_ONLY=attention "$B/test_kernels" || rc=$?
 fi
 
-# device selection (cuda/device.c) over 2 MPI ranks on emulated GPUs
+# device selection (cuda/select.c) over 2 MPI ranks on emulated GPUs
 if [ -x "$B/test_device" ] && [ -z "${TSR_TEST_ONLY:-}" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   ${MPIRUN:-mpirun} -np 2 "$B/test_device" || rc=$?

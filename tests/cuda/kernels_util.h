@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dev.h"
+#include "context.h"
 #include "ops_backend.h"
 #include "ops_cpu.h"
-#include "ops_dev.h"
+#include "backend.h"
 
 /* Tolerances (normwise: max |device - cpu| / max |cpu| over the tensor).  fp32 1e-5 (same
  * arithmetic, another summation order); 16-bit outputs one or two roundings of their type
@@ -43,7 +43,7 @@ double tol_of(tsr_dtype dt);
     }                                                                                     \
   } while (0)
 
-/* ---- the backend (cuda/ops_dev.c) ---- */
+/* ---- the backend (cuda/backend.c) ---- */
 extern const tsr_ops_backend *kb;
 /* The backend closed and opened again (a clean context) and reserved for exactly *s
  * (deterministic), and the CPU kernels' buffers for it too: a scratch size the query gets

@@ -1,11 +1,11 @@
-/* test_device.c — device selection (cuda/device.c) on emulated devices (emu,
+/* test_device.c — device selection (cuda/select.c) on emulated devices (emu,
  * EMU_DEVICES = visible GPUs), 2 MPI ranks on one node: every rank must get the same
  * verdict, never hang in a collective.  Run by tests/cuda/emulate.sh. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "device.h"
+#include "select.h"
 #include "testutil.h"
 #include "util.h"
 

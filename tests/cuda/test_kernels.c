@@ -1,4 +1,4 @@
-/* test_kernels.c — every op of the CUDA backend (tsr_dev_X, cuda/ops_dev.h) against the
+/* test_kernels.c — every op of the CUDA backend (tsr_cuda_X, cuda/backend.h) against the
  * CPU kernel of the same op (tsr_cpu_X, src/ops_cpu.h), on random inputs, in fp32, bf16
  * and fp16 storage.
  *
@@ -72,14 +72,14 @@ static void test_casts(long n) {
       const tsr_dtype dst = all_dt[b];
       tbuf y = tb_out(dst, n);
       tsr_cpu_cast(dst, y.h, src, x.h, n);
-      tsr_dev_cast(dst, y.d, src, x.d, n);
+      tsr_cuda_cast(dst, y.d, src, x.d, n);
       ksync("cast");
       snprintf(name, sizeof name, "cast %s -> %s n=%ld", tsr_dtype_name(src), tsr_dtype_name(dst),
                n);
       check_bits(name, &y);
       tb_free(&y);
     }
-    tsr_dev_cast(src, x.d, src, x.d, n); /* in place: nothing to do */
+    tsr_cuda_cast(src, x.d, src, x.d, n); /* in place: nothing to do */
     ksync("cast in place");
     snprintf(name, sizeof name, "cast %s -> %s in place n=%ld", tsr_dtype_name(src),
              tsr_dtype_name(src), n);
@@ -104,7 +104,7 @@ static void test_embedding(tsr_dtype dt, int n, int T, int C, int vocab, int voc
   if (with_wpe) wpe = tb_rand(dt, (long)T * C, -1, 1);
   tbuf out = tb_out(dt, (long)n * C);
   tsr_cpu_embedding_fwd(dt, out.h, tok, wte.h, wpe.h, n, T, C, vocab_start, vocab_local);
-  tsr_dev_embedding_fwd(dt, out.d, d_tok, wte.d, wpe.d, n, T, C, vocab_start, vocab_local);
+  tsr_cuda_embedding_fwd(dt, out.d, d_tok, wte.d, wpe.d, n, T, C, vocab_start, vocab_local);
   ksync("embedding_fwd");
   snprintf(name, sizeof name, "embedding fwd n=%d T=%d C=%d V=%d+%d%s", n, T, C, vocab_start,
            vocab_local, with_wpe ? " +wpe" : "");
@@ -115,8 +115,8 @@ static void test_embedding(tsr_dtype dt, int n, int T, int C, int vocab, int voc
   tbuf dwte2 = tb_dup(&dwte), dwpe = {TSR_F32, 0, NULL, NULL};
   if (with_wpe) dwpe = tb_rand(TSR_F32, (long)T * C, -1, 1);
   tsr_cpu_embedding_bwd(dt, dwte.h, dwpe.h, dout.h, tok, n, T, C, vocab_start, vocab_local);
-  tsr_dev_embedding_bwd(dt, dwte.d, dwpe.d, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
-  tsr_dev_embedding_bwd(dt, dwte2.d, NULL, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
+  tsr_cuda_embedding_bwd(dt, dwte.d, dwpe.d, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
+  tsr_cuda_embedding_bwd(dt, dwte2.d, NULL, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
   ksync("embedding_bwd");
   snprintf(name, sizeof name, "embedding bwd dwte (fp32, accumulated) n=%d C=%d V=%d %s", n, C,
            vocab_local, tsr_dtype_name(dt));
@@ -158,10 +158,10 @@ static void test_norm(int layer, tsr_dtype dt, int n, int C, int with_b) {
     const void *yh = v ? y.h : NULL, *yd = v ? y.d : NULL;
     if (layer) {
       tsr_cpu_layernorm_fwd(dt, out.h, mean.h, rstd.h, hp->h, xin.h, yh, w.h, b.h, n, C, 1e-5f);
-      tsr_dev_layernorm_fwd(dt, out.d, mean.d, rstd.d, hp->d, xin.d, yd, w.d, b.d, n, C, 1e-5f);
+      tsr_cuda_layernorm_fwd(dt, out.d, mean.d, rstd.d, hp->d, xin.d, yd, w.d, b.d, n, C, 1e-5f);
     } else {
       tsr_cpu_rmsnorm_fwd(dt, out.h, rstd.h, hp->h, xin.h, yh, w.h, n, C, 1e-5f);
-      tsr_dev_rmsnorm_fwd(dt, out.d, rstd.d, hp->d, xin.d, yd, w.d, n, C, 1e-5f);
+      tsr_cuda_rmsnorm_fwd(dt, out.d, rstd.d, hp->d, xin.d, yd, w.d, n, C, 1e-5f);
     }
     ksync(what);
     snprintf(name, sizeof name, "%s fwd%s n=%d C=%d", what,
@@ -203,11 +203,11 @@ static void test_norm(int layer, tsr_dtype dt, int n, int C, int with_b) {
     if (layer) {
       tsr_cpu_layernorm_bwd(dt, dx.h, dw.h, db.h, dout.h, x.h, w.h, mean.h, rstd.h, n, C,
                             accumulate);
-      tsr_dev_layernorm_bwd(dt, dx.d, dw.d, db.d, dout.d, x.d, w.d, mean.d, rstd.d, n, C,
+      tsr_cuda_layernorm_bwd(dt, dx.d, dw.d, db.d, dout.d, x.d, w.d, mean.d, rstd.d, n, C,
                             accumulate);
     } else {
       tsr_cpu_rmsnorm_bwd(dt, dx.h, dw.h, dout.h, x.h, w.h, rstd.h, n, C, accumulate);
-      tsr_dev_rmsnorm_bwd(dt, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, n, C, accumulate);
+      tsr_cuda_rmsnorm_bwd(dt, dx.d, dw.d, dout.d, x.d, w.d, rstd.d, n, C, accumulate);
     }
     ksync(what);
     snprintf(name, sizeof name, "%s bwd dx %s n=%d C=%d%s", what,
@@ -235,14 +235,14 @@ static void test_rope(tsr_dtype dt, int n, int T, int n_heads, int hd, int strid
   kreserve(s);
   tbuf x = tb_rand(dt, total, -1, 1), x0 = tb_dup(&x);
   tsr_cpu_rope_fwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
-  tsr_dev_rope_fwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
+  tsr_cuda_rope_fwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
   ksync("rope_fwd");
   snprintf(name, sizeof name, "rope%s fwd n=%d T=%d heads=%d hd=%d stride=%d",
            theta.scaling ? " llama3" : "", n, T, n_heads, hd,
            stride);
   check_close(name, &x, tol_of(dt));
   tsr_cpu_rope_bwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
-  tsr_dev_rope_bwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
+  tsr_cuda_rope_bwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
   ksync("rope_bwd");
   check_close("rope bwd (the inverse rotation)", &x, tol_of(dt));
   const tbuf back = {dt, total, x0.h, x.d}; /* the device's result against the input */
@@ -263,9 +263,9 @@ static void test_activations(tsr_dtype dt, int n, int F) {
   tsr_cpu_swiglu_fwd(dt, out.h, gu.h, n, F);
   tsr_cpu_swiglu_bwd(dt, dgu.h, dout.h, gu.h, n, F);
   tsr_cpu_gelu_fwd(dt, gx.h, gu.h, n2);
-  tsr_dev_swiglu_fwd(dt, out.d, gu.d, n, F);
-  tsr_dev_swiglu_bwd(dt, dgu.d, dout.d, gu.d, n, F);
-  tsr_dev_gelu_fwd(dt, gx.d, gu.d, n2);
+  tsr_cuda_swiglu_fwd(dt, out.d, gu.d, n, F);
+  tsr_cuda_swiglu_bwd(dt, dgu.d, dout.d, gu.d, n, F);
+  tsr_cuda_gelu_fwd(dt, gx.d, gu.d, n2);
   ksync("activations");
   snprintf(name, sizeof name, "swiglu fwd n=%d F=%d", n, F);
   check_close(name, &out, tol_of(dt));
@@ -285,9 +285,9 @@ static void test_elementwise(long n) {
     tbuf x = tb_rand(dt, n, -1, 1), y = tb_rand(dt, n, -1, 1), o = tb_out(dt, n);
     tbuf xi = tb_dup(&x);
     tsr_cpu_residual(dt, o.h, x.h, y.h, n);
-    tsr_dev_residual(dt, o.d, x.d, y.d, n);
+    tsr_cuda_residual(dt, o.d, x.d, y.d, n);
     tsr_cpu_residual(dt, xi.h, xi.h, y.h, n);
-    tsr_dev_residual(dt, xi.d, xi.d, y.d, n);
+    tsr_cuda_residual(dt, xi.d, xi.d, y.d, n);
     ksync("residual");
     snprintf(name, sizeof name, "residual n=%ld", n);
     check_bits(name, &o);
@@ -297,9 +297,9 @@ static void test_elementwise(long n) {
   tbuf a = tb_rand(TSR_F32, n, -1, 1), b = tb_rand(TSR_F32, n, -1, 1), o = tb_out(TSR_F32, n);
   tbuf c = tb_rand(TSR_F32, n, -1, 1);
   tsr_cpu_add(o.h, a.h, b.h, n);
-  tsr_dev_add(o.d, a.d, b.d, n);
+  tsr_cuda_add(o.d, a.d, b.d, n);
   tsr_cpu_acc(c.h, a.h, n);
-  tsr_dev_acc(c.d, a.d, n);
+  tsr_cuda_acc(c.d, a.d, n);
   ksync("add, acc");
   snprintf(name, sizeof name, "add n=%ld", n);
   check_bits(name, &o);
@@ -356,13 +356,13 @@ static void test_xent(tsr_dtype dt, int n, int V) {
 
   tbuf g = tb_dup(&z), z2 = tb_dup(&z);
   tsr_cpu_xent(dt, &loss.h, div, g.h, tgt, n, V, 0.25f, 1);
-  tsr_dev_xent(dt, loss.d, div, g.d, d_tgt, n, V, 0.25f, 1);
+  tsr_cuda_xent(dt, loss.d, div, g.d, d_tgt, n, V, 0.25f, 1);
   ksync("xent");
   snprintf(name, sizeof name, "xent n=%d V=%d with grad: loss", n, V);
   check_added(name, &loss, TOL_F32);
   check_close("  ... gradient (logits overwritten)", &g, tol_of(dt));
   tsr_cpu_xent(dt, &loss.h, div, z2.h, tgt, n, V, 0.25f, 0);
-  tsr_dev_xent(dt, loss.d, div, z2.d, d_tgt, n, V, 0.25f, 0);
+  tsr_cuda_xent(dt, loss.d, div, z2.d, d_tgt, n, V, 0.25f, 0);
   ksync("xent");
   check_added("xent without grad: loss", &loss, TOL_F32);
   check_bits("  ... logits unchanged", &z2);
@@ -390,7 +390,7 @@ static void test_xent(tsr_dtype dt, int n, int V) {
     if (!Vp[k]) continue;
     tsr_cpu_xent_local_stats(dt, hrm, htl, part[k].h, tgt, n, Vp[k], start[k]);
     for (int r = 0; r < n; r++) cmax[r] = fmax(cmax[r], hrm[r]), ctl[r] += htl[r];
-    tsr_dev_xent_local_stats(dt, d_rm, d_tl, part[k].d, d_tgt, n, Vp[k], start[k]);
+    tsr_cuda_xent_local_stats(dt, d_rm, d_tl, part[k].d, d_tgt, n, Vp[k], start[k]);
     ksync("xent_local_stats");
     CUDA_CK(cudaMemcpy(hrm, d_rm, n * 8, cudaMemcpyDeviceToHost));
     CUDA_CK(cudaMemcpy(htl, d_tl, n * 8, cudaMemcpyDeviceToHost));
@@ -401,7 +401,7 @@ static void test_xent(tsr_dtype dt, int n, int V) {
     tsr_cpu_xent_local_sumexp(dt, hse, part[k].h, cmax, n, Vp[k]);
     for (int r = 0; r < n; r++) cse[r] += hse[r];
     CUDA_CK(cudaMemcpy(d_rm, gmax, n * 8, cudaMemcpyHostToDevice));
-    tsr_dev_xent_local_sumexp(dt, d_se, part[k].d, d_rm, n, Vp[k]);
+    tsr_cuda_xent_local_sumexp(dt, d_se, part[k].d, d_rm, n, Vp[k]);
     ksync("xent_local_sumexp");
     CUDA_CK(cudaMemcpy(hse, d_se, n * 8, cudaMemcpyDeviceToHost));
     for (int r = 0; r < n; r++) gse[r] += hse[r];
@@ -419,13 +419,13 @@ static void test_xent(tsr_dtype dt, int n, int V) {
   CUDA_CK(cudaMemcpy(d_tl, ctl, n * 8, cudaMemcpyHostToDevice));
   CUDA_CK(cudaMemcpy(d_se, cse, n * 8, cudaMemcpyHostToDevice));
   tsr_cpu_xent_rows(&loss.h, div, cmax, cse, ctl, n);
-  tsr_dev_xent_rows(loss.d, div, d_rm, d_se, d_tl, n);
+  tsr_cuda_xent_rows(loss.d, div, d_rm, d_se, d_tl, n);
   ksync("xent_rows");
   check_added("xent vocab-parallel rows: loss", &loss, TOL_DOUBLE);
   for (int k = 0; k < 2; k++) {
     if (!Vp[k]) continue;
     tsr_cpu_xent_grad(dt, part[k].h, tgt, cmax, cse, n, Vp[k], start[k], 0.25f);
-    tsr_dev_xent_grad(dt, part[k].d, d_tgt, d_rm, d_se, n, Vp[k], start[k], 0.25f);
+    tsr_cuda_xent_grad(dt, part[k].d, d_tgt, d_rm, d_se, n, Vp[k], start[k], 0.25f);
     ksync("xent_grad");
     snprintf(name, sizeof name, "xent vocab-parallel grad, rank %d of 2", k);
     check_close(name, &part[k], tol_of(dt));
@@ -459,18 +459,18 @@ static void test_xent_head(tsr_dtype dt, int n, int C, int V, int chunk) {
   const double div = 3.0 + n % 7;
   dacc loss = dacc_new();
   tsr_cpu_xent_head(dt, &loss.h, div, dx.h, dw.h, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
-  tsr_dev_xent_head(dt, loss.d, div, dx.d, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  tsr_cuda_xent_head(dt, loss.d, div, dx.d, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
   ksync("xent_head");
   snprintf(name, sizeof name, "xent_head n=%d C=%d V=%d chunk %d: loss", n, C, V, chunk);
   check_added(name, &loss, dt == TSR_F32 ? TOL_F32 : tol);
   check_close("  ... dx (written)", &dx, tol);
   check_close("  ... dw (fp32, accumulated)", &dw, dt == TSR_F32 ? TOL_F32 : tol);
   tsr_cpu_xent_head(dt, &loss.h, div, NULL, NULL, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
-  tsr_dev_xent_head(dt, loss.d, div, NULL, NULL, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  tsr_cuda_xent_head(dt, loss.d, div, NULL, NULL, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
   ksync("xent_head");
   check_added("xent_head, the loss alone", &loss, dt == TSR_F32 ? TOL_F32 : tol);
   tsr_cpu_xent_head(dt, NULL, div, NULL, dw.h, x.h, w.h, tgt, sc.h, n, C, V, chunk, 0.25f);
-  tsr_dev_xent_head(dt, NULL, div, NULL, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
+  tsr_cuda_xent_head(dt, NULL, div, NULL, dw.d, x.d, w.d, d_tgt, sc.d, n, C, V, chunk, 0.25f);
   ksync("xent_head");
   check_close("xent_head, dw alone (accumulated)", &dw, dt == TSR_F32 ? TOL_F32 : tol);
   free(tgt);
@@ -493,7 +493,7 @@ static void test_adamw(long n) {
     const tsr_dtype odt = t > 1 ? all_dt[t - 2] : TSR_F32;
     tbuf out = t > 1 ? tb_out(odt, n) : (tbuf){odt, 0, NULL, NULL};
     tsr_cpu_adamw(p.h, m.h, v.h, g.h, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, out.h, odt);
-    tsr_dev_adamw(p.d, m.d, v.d, g.d, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, out.d, odt);
+    tsr_cuda_adamw(p.d, m.d, v.d, g.d, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f, out.d, odt);
     ksync("adamw");
     if (out.n) {
       snprintf(name, sizeof name, "adamw n=%ld step %ld: the refreshed copy", n, t);
@@ -533,8 +533,8 @@ static void test_sumsq(long n, int n_ranges, long max_len) {
   s.sumsq_elems = longest;
   kreserve(s);
   const double ref = tsr_cpu_sumsq_ranges(x.h, r, n_ranges);
-  const double a = tsr_dev_sumsq_ranges(x.d, r, n_ranges);
-  const double b = tsr_dev_sumsq_ranges(x.d, r, n_ranges);
+  const double a = tsr_cuda_sumsq_ranges(x.d, r, n_ranges);
+  const double b = tsr_cuda_sumsq_ranges(x.d, r, n_ranges);
   ksync("sumsq_ranges");
   const double e = fabs(a - ref) / fabs(ref);
   kcheck(e <= TOL_DOUBLE, "%-58s %.12g vs %.12g, rel err %.2e (tol %.0e)", "sumsq_ranges", a, ref,
@@ -559,7 +559,7 @@ static void test_matmul(tsr_dtype dt, int n, int in, int out) {
     tbuf y = tb_out(dt, ny);
     const tbuf *b = with_bias ? &bias : NULL;
     tsr_cpu_matmul_fwd(dt, y.h, x.h, w.h, b ? b->h : NULL, n, in, out);
-    tsr_dev_matmul_fwd(dt, y.d, x.d, w.d, b ? b->d : NULL, n, in, out);
+    tsr_cuda_matmul_fwd(dt, y.d, x.d, w.d, b ? b->d : NULL, n, in, out);
     ksync("matmul_fwd");
     snprintf(name, sizeof name, "matmul fwd n=%d in=%d out=%d%s", n, in, out,
              with_bias ? " +bias" : "");
@@ -575,7 +575,7 @@ static void test_matmul(tsr_dtype dt, int n, int in, int out) {
     tbuf dx = tb_out(dt, nx);
     const void *ph = gelu ? pre.h : NULL, *pd = gelu ? pre.d : NULL;
     tsr_cpu_matmul_bwd(dt, dx.h, dw.h, db.h, dy.h, x.h, w.h, ph, n, in, out);
-    tsr_dev_matmul_bwd(dt, dx.d, dw.d, db.d, dy.d, x.d, w.d, pd, n, in, out);
+    tsr_cuda_matmul_bwd(dt, dx.d, dw.d, db.d, dy.d, x.d, w.d, pd, n, in, out);
     ksync("matmul_bwd");
     snprintf(name, sizeof name, "matmul bwd dx n=%d in=%d out=%d%s", n, in, out,
              gelu ? " * gelu'(pre)" : "");
@@ -586,7 +586,7 @@ static void test_matmul(tsr_dtype dt, int n, int in, int out) {
   }
   tbuf dx = tb_out(dt, nx);
   tsr_cpu_matmul_bwd(dt, NULL, dw.h, NULL, dy.h, x.h, w.h, NULL, n, in, out);
-  tsr_dev_matmul_bwd(dt, NULL, dw.d, NULL, dy.d, x.d, w.d, NULL, n, in, out);
+  tsr_cuda_matmul_bwd(dt, NULL, dw.d, NULL, dy.d, x.d, w.d, NULL, n, in, out);
   ksync("matmul_bwd");
   check_close("matmul bwd dw only", &dw, tol_w);
   check_bits("  ... dx untouched (NULL)", &dx);
@@ -603,7 +603,7 @@ static void test_matmul_empty_sum(tsr_dtype dt, int n, int in) {
   for (int gelu = 0; gelu < 2; gelu++) {
     tbuf dx = tb_out(dt, (long)n * in);
     tsr_cpu_matmul_bwd(dt, dx.h, NULL, NULL, NULL, NULL, w.h, gelu ? pre.h : NULL, n, in, 0);
-    tsr_dev_matmul_bwd(dt, dx.d, NULL, NULL, NULL, NULL, w.d, gelu ? pre.d : NULL, n, in, 0);
+    tsr_cuda_matmul_bwd(dt, dx.d, NULL, NULL, NULL, NULL, w.d, gelu ? pre.d : NULL, n, in, 0);
     ksync("matmul_bwd");
     void *got = hmalloc((size_t)dx.n * tsr_dtype_size(dt));
     tb_download(&dx, got);
@@ -630,10 +630,10 @@ static void test_failures(void) {
   tbuf x = tb_rand(TSR_BF16, 16, -1, 1), o = tb_out(TSR_BF16, 16);
   printf("      (an error about scratch is expected next)\n");
   fflush(stdout);
-  tsr_dev_matmul_bwd(TSR_BF16, NULL, NULL, db.d, dy.d, NULL, NULL, NULL, 1000, 1, 64);
+  tsr_cuda_matmul_bwd(TSR_BF16, NULL, NULL, db.d, dy.d, NULL, NULL, NULL, 1000, 1, 64);
   kb->sync();
   kcheck(kb->status() != 0, "an op beyond the reserved scratch fails the backend");
-  tsr_dev_residual(TSR_BF16, o.d, x.d, x.d, 16);
+  tsr_cuda_residual(TSR_BF16, o.d, x.d, x.d, 16);
   kb->sync();
   kcheck(kb->status() != 0, "  ... and it stays failed");
   check_bits("  ... the ops after it queue nothing (output still poisoned)", &o);

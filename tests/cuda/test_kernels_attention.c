@@ -1,5 +1,5 @@
 /* test_kernels_attention.c — the attention group of tests/cuda/test_kernels: the forward
- * and backward of every path (dev.h: fp32 kernel, mma.sync tensor cores, the
+ * and backward of every path (context.h: fp32 kernel, mma.sync tensor cores, the
  * fp32-arithmetic kernel on 16-bit storage, cuDNN where built) against the CPU kernels,
  * in fp32, bf16 and fp16, with the path each shape must take checked too, and which
  * attention the backend takes by default.
@@ -76,7 +76,7 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
   tbuf buf = tb_rand(dt, nbuf, -2, 2), out = tb_out(dt, nout), lse = tb_out(TSR_F32, nl);
   tsr_cpu_attention_fwd(dt, out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko), tb_hat(&buf, vo), B,
                         T, H, KV, hd, stride);
-  tsr_dev_attention_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B,
+  tsr_cuda_attention_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B,
                         T, H, KV, hd, stride);
   ksync("attention_fwd");
   char full[240];
@@ -92,7 +92,7 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
                         H, KV, hd, stride);
   for (int run = 0; run < 2; run++) {
     const tbuf *d = run ? &dbuf2 : &dbuf;
-    tsr_dev_attention_bwd(dt, tb_dat(d, qo), tb_dat(d, ko), tb_dat(d, vo), dout.d, out.d, lse.d,
+    tsr_cuda_attention_bwd(dt, tb_dat(d, qo), tb_dat(d, ko), tb_dat(d, vo), dout.d, out.d, lse.d,
                           tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H, KV, hd,
                           stride);
   }
@@ -115,7 +115,7 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     tbuf d3 = tb_out(dt, nbuf);
     printf("      (an error about scratch is expected next)\n");
     fflush(stdout);
-    tsr_dev_attention_bwd(dt, tb_dat(&d3, qo), tb_dat(&d3, ko), tb_dat(&d3, vo), dout.d, out.d,
+    tsr_cuda_attention_bwd(dt, tb_dat(&d3, qo), tb_dat(&d3, ko), tb_dat(&d3, vo), dout.d, out.d,
                           lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H,
                           KV, hd, stride);
     kb->sync();
@@ -151,16 +151,16 @@ static void check_default_kind(void) {
   unsetenv("TSR_CUDA_ATTENTION");
   kreserve(att_shapes(TSR_BF16, 1, 64, 2, 1, 64));
 #ifdef TSR_HAVE_CUDNN
-  kcheck(tsr_dev_ctx.attention == TSR_ATT_CUDNN,
+  kcheck(tsr_cuda_ctx.attention == TSR_ATT_CUDNN,
          "attention: cuDNN's is the default of a build with cuDNN");
-  kcheck(tsr_dev_ctx.attn_ws_bytes > 0, "  ... its workspace reserved for 16-bit storage");
+  kcheck(tsr_cuda_ctx.attn_ws_bytes > 0, "  ... its workspace reserved for 16-bit storage");
 #else
-  kcheck(tsr_dev_ctx.attention == TSR_ATT_MMA,
+  kcheck(tsr_cuda_ctx.attention == TSR_ATT_MMA,
          "attention: the mma.sync kernels are the default of a build without cuDNN");
 #endif
   setenv("TSR_CUDA_ATTENTION", "mma", 1);
   kreserve(att_shapes(TSR_BF16, 1, 64, 2, 1, 64));
-  kcheck(tsr_dev_ctx.attention == TSR_ATT_MMA && tsr_dev_ctx.attn_ws_bytes == 0,
+  kcheck(tsr_cuda_ctx.attention == TSR_ATT_MMA && tsr_cuda_ctx.attn_ws_bytes == 0,
          "attention: TSR_CUDA_ATTENTION=mma takes the mma.sync kernels (no cuDNN workspace)");
   const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
   kcheck(path == (tsr_cuda_attention_tc_supported(64) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32),

@@ -1,14 +1,14 @@
-/* ops_dev.h — the CUDA backend of ops.h as a device backend table (src/ops_backend.h).
+/* backend.h — the CUDA backend of ops.h as a device backend table (src/ops_backend.h).
  *
  * Installed by the trainer when run.device is 'cuda' (or 'auto' and every rank sees a
- * GPU): every tsr_ops_X call then runs tsr_dev_X on one stream of this rank's GPU, with
+ * GPU): every tsr_ops_X call then runs tsr_cuda_X on one stream of this rank's GPU, with
  * one cuBLASLt handle and one scratch buffer sized at setup (tsr_ops_reserve), so nothing
- * is allocated inside a step.  tsr_dev_X has the parameters and the semantics of the
+ * is allocated inside a step.  tsr_cuda_X has the parameters and the semantics of the
  * list's entry X (src/ops_list.h), on device memory; each is defined in the .cu file of
  * its kernel family, next to its kernels, and queues them without waiting, except the
  * ops that return a value to the host (they fetch it: the only synchronisations besides
  * tsr_ops_sync).  A failing CUDA call is reported where it happens; from then on the ops
- * do nothing and the backend's status() returns TSR_ERR (cuda/dev.h).
+ * do nothing and the backend's status() returns TSR_ERR (cuda/context.h).
  *
  * Storage: dt = TSR_F32 runs fp32 kernels and true fp32 GEMMs; TSR_BF16 and TSR_F16 run
  * the same kernels on 2-byte arrays (fp32 arithmetic and statistics, one rounding to
@@ -23,25 +23,25 @@
  * or MPI on pinned host copies (comm_stage.c).
  *
  * Environment, read when the backend opens: TSR_CUDA_ATTENTION = cudnn | mma picks the
- * 16-bit attention (cuda/dev.h): cudnn, cuDNN's fused attention, is the default of a build
+ * 16-bit attention (cuda/context.h): cudnn, cuDNN's fused attention, is the default of a build
  * with cuDNN and refused in one without; mma, our mma.sync tensor-core kernels, the
  * default otherwise, runs them even where cuDNN is built; any other value (wmma: those
  * kernels were removed) is refused.  TSR_CUDA_PROFILE=1 times every op and prints the
  * table on rank 0 when the backend closes. */
-#ifndef TSR_CUDA_OPS_DEV_H
-#define TSR_CUDA_OPS_DEV_H
+#ifndef TSR_CUDA_BACKEND_H
+#define TSR_CUDA_BACKEND_H
 
 #include "ops_backend.h"
 
-/* The ops: tsr_dev_<name> for each entry of ops_list.h */
-#define TSR_OP(name, params, args) void tsr_dev_##name params;
-#define TSR_OP_RET(type, name, params, args) type tsr_dev_##name params;
+/* The ops: tsr_cuda_<name> for each entry of ops_list.h */
+#define TSR_OP(name, params, args) void tsr_cuda_##name params;
+#define TSR_OP_RET(type, name, params, args) type tsr_cuda_##name params;
 #include "ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
 
 /* The tsr_ops_device_opener of this build (main.c installs it as tsr_ops_cuda_open;
- * cuda/device.c, collective over the MPI communicator comm points to). */
+ * cuda/select.c, collective over the MPI communicator comm points to). */
 int tsr_cuda_ops_open(const void *comm, const char *mode, int share, const tsr_ops_backend **b);
 
 /* The same without MPI, on GPU `device` (tests and benchmarks, single processes): the

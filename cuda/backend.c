@@ -1,8 +1,8 @@
-/* ops_dev.c — the CUDA device backend (ops_dev.h): its memory, the reserve of scratch,
+/* backend.c — the CUDA device backend (backend.h): its memory, the reserve of scratch,
  * opening and closing it, and the backend tables generated from ops_list.h (plain, and
  * profiled).  The ops themselves live in the .cu files, one kernel family each; the device
- * context they share and the profiler are dev.c's. */
-#include "ops_dev.h"
+ * context they share and the profiler are context.c's. */
+#include "backend.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "context.h"
 #ifdef TSR_HAVE_CUDNN
 #include "sdpa_graphs.h"
 #endif
@@ -33,7 +33,7 @@ static struct {
 static void fail_rt(cudaError_t e, const char *call, int line) {
   tsr_errorf_at(__FILE__, line, "ops_dev", "%s: CUDA error %s: %s", call, cudaGetErrorName(e),
                 cudaGetErrorString(e));
-  tsr_dev_ctx.failed = 1;
+  tsr_cuda_ctx.failed = 1;
 }
 #define RT(expr)                                               \
   do {                                                         \
@@ -61,7 +61,7 @@ static const char *human(char *buf, size_t len, size_t bytes) {
 /* An allocation that does not fit: said once, with the numbers, and the backend fails
  * with TSR_ERR_INPUT (the deck asks for more than the GPU has). */
 static void out_of_memory(size_t bytes, const char *what, cudaError_t e) {
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
   cudaGetLastError();
@@ -81,7 +81,7 @@ static void out_of_memory(size_t bytes, const char *what, cudaError_t e) {
  * memory is refused before it is asked for. */
 static void *d_alloc(size_t bytes) {
   void *p = NULL;
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   if (c->failed) return NULL;
   const size_t b = bytes ? bytes : 1;
   size_t free_b = 0, total_b = 0;
@@ -117,7 +117,7 @@ static void *d_alloc(size_t bytes) {
 
 static void d_free(void *p) {
   if (!p) return;
-  RT(cudaStreamSynchronize(tsr_dev_ctx.stream)); /* nothing queued may still use it */
+  RT(cudaStreamSynchronize(tsr_cuda_ctx.stream)); /* nothing queued may still use it */
   RT(cudaFree(p));
   for (int i = 0; i < mem.n_allocs; i++)
     if (mem.allocs[i].p == p) {
@@ -143,42 +143,42 @@ static void *d_host_alloc(size_t bytes) {
 
 static void d_host_free(void *p) {
   if (!p) return;
-  RT(cudaStreamSynchronize(tsr_dev_ctx.stream)); /* no copy queued may still use it */
+  RT(cudaStreamSynchronize(tsr_cuda_ctx.stream)); /* no copy queued may still use it */
   RT(cudaFreeHost(p));
 }
 
 static size_t d_mem_bytes(int what) {
   if (what == 2) mem.peak_bytes = mem.live_bytes;
-  return (what == 1 ? mem.peak_bytes : mem.live_bytes) + tsr_dev_ctx.scratch_bytes +
-         tsr_dev_ctx.attn_ws_bytes;
+  return (what == 1 ? mem.peak_bytes : mem.live_bytes) + tsr_cuda_ctx.scratch_bytes +
+         tsr_cuda_ctx.attn_ws_bytes;
 }
 
 static void d_copy(void *dst, const void *src, size_t bytes) {
-  if (tsr_dev_ctx.failed || !bytes || dst == src) return;
-  RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, tsr_dev_ctx.stream));
+  if (tsr_cuda_ctx.failed || !bytes || dst == src) return;
+  RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, tsr_cuda_ctx.stream));
   /* ops.h: a copy from host memory is done when it returns.  From pageable memory the
    * runtime returns once it has staged the bytes; from page-locked memory it returns at
    * once, so wait for it */
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost)
-    RT(cudaStreamSynchronize(tsr_dev_ctx.stream)); /* (unregistered memory: no error) */
+    RT(cudaStreamSynchronize(tsr_cuda_ctx.stream)); /* (unregistered memory: no error) */
 }
 
 static void d_zero(void *dst, size_t bytes) {
-  if (tsr_dev_ctx.failed || !bytes) return;
-  RT(cudaMemsetAsync(dst, 0, bytes, tsr_dev_ctx.stream));
+  if (tsr_cuda_ctx.failed || !bytes) return;
+  RT(cudaMemsetAsync(dst, 0, bytes, tsr_cuda_ctx.stream));
 }
 
 static void d_sync(void) {
-  if (!tsr_dev_ctx.failed) RT(cudaStreamSynchronize(tsr_dev_ctx.stream));
+  if (!tsr_cuda_ctx.failed) RT(cudaStreamSynchronize(tsr_cuda_ctx.stream));
 }
 
 static int d_status(void) {
-  if (!tsr_dev_ctx.failed) {
+  if (!tsr_cuda_ctx.failed) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) fail_rt(e, "a queued kernel", __LINE__);
   }
-  return !tsr_dev_ctx.failed ? 0 : mem.oom ? TSR_ERR_INPUT : TSR_ERR;
+  return !tsr_cuda_ctx.failed ? 0 : mem.oom ? TSR_ERR_INPUT : TSR_ERR;
 }
 
 /* *buf grown to hold `bytes` (never shrunk) */
@@ -207,7 +207,7 @@ static int grow(void **buf, size_t *have, size_t bytes, const char *what) {
 /* The scratch for the largest of every family's needs at shapes *s, and cuDNN attention's
  * workspace where it was asked for on 16-bit storage; grown, never shrunk. */
 static int d_reserve(const tsr_ops_shapes *s) {
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   int (*const need[])(const tsr_ops_shapes *, size_t *) = {
       tsr_cuda_scratch_gemm,  tsr_cuda_scratch_embedding, tsr_cuda_scratch_norms,
       tsr_cuda_scratch_crossent, tsr_cuda_scratch_optim, tsr_cuda_scratch_attention};
@@ -238,9 +238,9 @@ static int d_reserve(const tsr_ops_shapes *s) {
 }
 
 static void d_close(void) {
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   if (c->stream) cudaStreamSynchronize(c->stream);
-  tsr_dev_prof_print(mem.t_open);
+  tsr_cuda_prof_print(mem.t_open);
 #ifdef TSR_HAVE_CUDNN
   tsr_sdpa_graphs_close();
 #endif
@@ -260,17 +260,17 @@ static void d_close(void) {
 /* the profiled forms of the ops: the op's name is its line's name */
 #define TSR_OP(name, params, args) \
   static void prof_##name params { \
-    tsr_dev_prof_scope sc;         \
-    tsr_dev_prof_begin(&sc, #name); \
-    tsr_dev_##name args;           \
-    tsr_dev_prof_end(&sc);         \
+    tsr_cuda_prof_scope sc;         \
+    tsr_cuda_prof_begin(&sc, #name); \
+    tsr_cuda_##name args;           \
+    tsr_cuda_prof_end(&sc);         \
   }
 #define TSR_OP_RET(type, name, params, args) \
   static type prof_##name params {           \
-    tsr_dev_prof_scope sc;                   \
-    tsr_dev_prof_begin(&sc, #name);          \
-    const type r_ = tsr_dev_##name args;     \
-    tsr_dev_prof_end(&sc);                   \
+    tsr_cuda_prof_scope sc;                   \
+    tsr_cuda_prof_begin(&sc, #name);          \
+    const type r_ = tsr_cuda_##name args;     \
+    tsr_cuda_prof_end(&sc);                   \
     return r_;                               \
   }
 #include "ops_list.h"
@@ -278,16 +278,16 @@ static void d_close(void) {
 #undef TSR_OP_RET
 
 static void prof_copy(void *dst, const void *src, size_t bytes) {
-  tsr_dev_prof_scope sc;
-  tsr_dev_prof_begin(&sc, "copy");
+  tsr_cuda_prof_scope sc;
+  tsr_cuda_prof_begin(&sc, "copy");
   d_copy(dst, src, bytes);
-  tsr_dev_prof_end(&sc);
+  tsr_cuda_prof_end(&sc);
 }
 static void prof_zero(void *dst, size_t bytes) {
-  tsr_dev_prof_scope sc;
-  tsr_dev_prof_begin(&sc, "zero");
+  tsr_cuda_prof_scope sc;
+  tsr_cuda_prof_begin(&sc, "zero");
   d_zero(dst, bytes);
-  tsr_dev_prof_end(&sc);
+  tsr_cuda_prof_end(&sc);
 }
 
 #define BACKEND_MEMORY                                                                      \
@@ -299,8 +299,8 @@ static const tsr_ops_backend table = {
     BACKEND_MEMORY,
     .copy = d_copy,
     .zero = d_zero,
-#define TSR_OP(name, params, args) .name = tsr_dev_##name,
-#define TSR_OP_RET(type, name, params, args) .name = tsr_dev_##name,
+#define TSR_OP(name, params, args) .name = tsr_cuda_##name,
+#define TSR_OP_RET(type, name, params, args) .name = tsr_cuda_##name,
 #include "ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
@@ -319,8 +319,8 @@ static const tsr_ops_backend table_profiled = {
 
 /* ---------------------------------------------------------------- opening */
 
-void *tsr_cuda_ops_stream(void) { return tsr_dev_ctx.stream; }
-int tsr_cuda_ops_device(void) { return tsr_dev_ctx.device; }
+void *tsr_cuda_ops_stream(void) { return tsr_cuda_ctx.stream; }
+int tsr_cuda_ops_device(void) { return tsr_cuda_ctx.device; }
 
 int tsr_cuda_is_device_memory(const void *p) {
   struct cudaPointerAttributes a;
@@ -335,7 +335,7 @@ int tsr_cuda_is_device_memory(const void *p) {
 #define LT_WORKSPACE ((size_t)32 << 20)
 
 int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
-  tsr_dev_context *c = &tsr_dev_ctx;
+  tsr_cuda_context *c = &tsr_cuda_ctx;
   *b = NULL;
   memset(c, 0, sizeof *c);
   memset(&mem, 0, sizeof mem);
@@ -344,11 +344,11 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
   int rc = 0;
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaStreamCreate(&c->stream);
-  if (e == cudaSuccess) e = cudaMalloc((void **)&c->result, sizeof(double) * TSR_DEV_RESULTS);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&c->result, sizeof(double) * TSR_CUDA_RESULTS);
   const int result_ok = e == cudaSuccess;
   if (e == cudaSuccess) e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);
   if (e == cudaErrorMemoryAllocation) {
-    out_of_memory(result_ok ? LT_WORKSPACE : sizeof(double) * TSR_DEV_RESULTS,
+    out_of_memory(result_ok ? LT_WORKSPACE : sizeof(double) * TSR_CUDA_RESULTS,
                   result_ok ? "the cuBLASLt workspace" : "the device's result scalars", e);
     rc = TSR_ERR_INPUT;
   } else if (e != cudaSuccess) {

@@ -1,13 +1,13 @@
-/* device.h — which GPU a rank drives, the per-device setup the CUDA backend needs, and
- * the backend's MPI opener (tsr_cuda_ops_open of ops_dev.h, defined in device.c).
+/* select.h — which GPU a rank drives, the per-device setup the CUDA backend needs, and
+ * the backend's MPI opener (tsr_cuda_ops_open of backend.h, defined in select.c).
  *
  * One rank per GPU: the rank's index among the ranks of its node (MPI_COMM_TYPE_SHARED)
  * picks the device among those visible to it (so CUDA_VISIBLE_DEVICES and Slurm's
  * per-task GPU binding are respected).  Two ranks of a node ending up on the same
  * physical GPU (compared by PCI bus id) is an error unless sharing is asked for (tests
  * and the single-GPU development machine run several ranks on one GPU). */
-#ifndef TSR_CUDA_DEVICE_H
-#define TSR_CUDA_DEVICE_H
+#ifndef TSR_CUDA_SELECT_H
+#define TSR_CUDA_SELECT_H
 
 #include <mpi.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
-/* device.c — device selection and per-device setup (see device.h), and the MPI side of
- * opening the CUDA backend (ops_dev.h's tsr_cuda_ops_open): every rank picks its GPU and
- * opens the backend on it (ops_dev.c), and all ranks agree on the outcome. */
-#include "device.h"
+/* select.c — device selection and per-device setup (see select.h), and the MPI side of
+ * opening the CUDA backend (backend.h's tsr_cuda_ops_open): every rank picks its GPU and
+ * opens the backend on it (backend.c), and all ranks agree on the outcome. */
+#include "select.h"
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ops_dev.h"
+#include "backend.h"
 
 int tsr_cuda_device_count(char *why, size_t why_len) {
   int n = 0;

@@ -1,30 +1,30 @@
-/* dev.c — the device context the CUDA backend's files share (dev.h): the context itself,
- * the scratch lookup, and the op profiler that the profiled table of ops_dev.c and the
- * ops' notes (tsr_dev_prof_note) feed.  Depends on nothing of the backend: the kernel
- * files and ops_dev.c use it, not the other way round. */
+/* context.c — the device context the CUDA backend's files share (context.h): the context itself,
+ * the scratch lookup, and the op profiler that the profiled table of backend.c and the
+ * ops' notes (tsr_cuda_prof_note) feed.  Depends on nothing of the backend: the kernel
+ * files and backend.c use it, not the other way round. */
 #include <cuda_runtime_api.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev.h"
+#include "context.h"
 #include "util.h"
 
-tsr_dev_context tsr_dev_ctx;
+tsr_cuda_context tsr_cuda_ctx;
 
-void *tsr_dev_scratch(size_t need, const char *who) {
-  if (tsr_dev_ctx.scratch && need <= tsr_dev_ctx.scratch_bytes) return tsr_dev_ctx.scratch;
+void *tsr_cuda_scratch(size_t need, const char *who) {
+  if (tsr_cuda_ctx.scratch && need <= tsr_cuda_ctx.scratch_bytes) return tsr_cuda_ctx.scratch;
   tsr_error("cuda: %s needs %zu bytes of scratch, the backend reserved %zu (tsr_ops_reserve "
             "was given smaller shapes than this call's)",
-            who, need, tsr_dev_ctx.scratch_bytes);
+            who, need, tsr_cuda_ctx.scratch_bytes);
   return NULL;
 }
 
 /* ---------------------------------------------------------------- op profile
  * With TSR_CUDA_PROFILE=1 the table of profiled wrappers is installed: each op waits for
  * the stream before and after its kernels and adds the time to the line of its name,
- * plus the detail the op gives (tsr_dev_prof_note: GEMMs one line per shape and type,
+ * plus the detail the op gives (tsr_cuda_prof_note: GEMMs one line per shape and type,
  * with their rate); rank 0 prints the table, longest first, when the backend closes.  The
  * waits serialise host and device, so steps run slower than without: the shares are what
  * it is for. */
@@ -35,20 +35,20 @@ static struct prof_rec {
   long calls;
 } prof[N_PROF];
 static int n_prof;
-static tsr_dev_prof_scope *prof_current; /* the scope of the op running now */
+static tsr_cuda_prof_scope *prof_current; /* the scope of the op running now */
 
-void tsr_dev_prof_begin(tsr_dev_prof_scope *sc, const char *op) {
+void tsr_cuda_prof_begin(tsr_cuda_prof_scope *sc, const char *op) {
   memset(sc, 0, sizeof *sc);
-  if (tsr_dev_ctx.failed) return;
+  if (tsr_cuda_ctx.failed) return;
   snprintf(sc->name, sizeof sc->name, "%s", op);
-  cudaStreamSynchronize(tsr_dev_ctx.stream);
+  cudaStreamSynchronize(tsr_cuda_ctx.stream);
   sc->t0 = tsr_now();
   sc->open = 1;
   prof_current = sc;
 }
 
-void tsr_dev_prof_note(double flops, const char *fmt, ...) {
-  tsr_dev_prof_scope *sc = prof_current;
+void tsr_cuda_prof_note(double flops, const char *fmt, ...) {
+  tsr_cuda_prof_scope *sc = prof_current;
   if (!sc || !sc->open) return;
   const size_t len = strlen(sc->name);
   if (len + 2 < sizeof sc->name) {
@@ -61,10 +61,10 @@ void tsr_dev_prof_note(double flops, const char *fmt, ...) {
   sc->flops = flops;
 }
 
-void tsr_dev_prof_end(tsr_dev_prof_scope *sc) {
+void tsr_cuda_prof_end(tsr_cuda_prof_scope *sc) {
   prof_current = NULL;
   if (!sc->open) return;
-  cudaStreamSynchronize(tsr_dev_ctx.stream);
+  cudaStreamSynchronize(tsr_cuda_ctx.stream);
   const double dt = tsr_now() - sc->t0;
   int k = 0;
   while (k < n_prof && strcmp(prof[k].name, sc->name)) k++;
@@ -85,7 +85,7 @@ static int prof_cmp(const void *a, const void *b) {
   const double x = ((const struct prof_rec *)a)->s, y = ((const struct prof_rec *)b)->s;
   return (x < y) - (x > y);
 }
-void tsr_dev_prof_print(double t_open) {
+void tsr_cuda_prof_print(double t_open) {
   if (!n_prof || tsr_rank() != 0) return;
   double total = 0;
   for (int k = 0; k < n_prof; k++) total += prof[k].s;

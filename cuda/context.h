@@ -1,20 +1,20 @@
-/* dev.h — what the files of the CUDA backend share, and nothing else: the device context
+/* context.h — what the files of the CUDA backend share, and nothing else: the device context
  * (one per process: the GPU, its stream, the cuBLASLt handle, the scratch, the result
  * scalars, the sticky failure flag), how a failed call marks it, the scratch each kernel
- * family needs, and the cuDNN attention calls the tests reach.  cuda/dev.c defines the
+ * family needs, and the cuDNN attention calls the tests reach.  cuda/context.c defines the
  * context; every .cu file includes this header (through cuda_common.cuh).
  *
- * The op functions tsr_dev_<name> (cuda/ops_dev.h) return nothing, as ops_list.h says: a
+ * The op functions tsr_cuda_<name> (cuda/backend.h) return nothing, as ops_list.h says: a
  * failing CUDA or cuBLASLt call is reported where it happens ("file:line func: call:
- * error"), the op sets tsr_dev_ctx.failed, and from then on every op returns at once and
+ * error"), the op sets tsr_cuda_ctx.failed, and from then on every op returns at once and
  * the backend's status() says TSR_ERR.  Kernel faults are asynchronous: they surface at
  * the next checked synchronising call.
  *
  * Scratch: one device buffer, sized once by the backend's reserve for the largest shapes
  * (the maximum of the families' needs below), used by the ops in stream order.  An op
  * whose shapes need more reports both sizes and launches nothing. */
-#ifndef TSR_CUDA_DEV_H
-#define TSR_CUDA_DEV_H
+#ifndef TSR_CUDA_CONTEXT_H
+#define TSR_CUDA_CONTEXT_H
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -26,7 +26,7 @@ extern "C" {
 
 #include "ops.h"
 
-#define TSR_DEV_RESULTS 512 /* device doubles for values the host fetches at once */
+#define TSR_CUDA_RESULTS 512 /* device doubles for values the host fetches at once */
 
 /* Which attention TSR_CUDA_ATTENTION asked for (16-bit storage; fp32 runs its own kernel):
  * cuDNN's fused attention, the default of a build with cuDNN, or our mma.sync kernels, the
@@ -43,25 +43,25 @@ typedef struct {
   size_t scratch_bytes;
   void *attn_ws;        /* cuDNN attention's workspace (reserve, TSR_ATT_CUDNN only) */
   size_t attn_ws_bytes;
-  double *result;       /* TSR_DEV_RESULTS doubles */
+  double *result;       /* TSR_CUDA_RESULTS doubles */
   int failed;           /* sticky */
   tsr_ops_shapes shapes; /* as reserved: dt, deterministic, the largest shapes */
   int attention;        /* TSR_ATT_* */
   int profile;          /* TSR_CUDA_PROFILE */
-} tsr_dev_context;
-extern tsr_dev_context tsr_dev_ctx;
+} tsr_cuda_context;
+extern tsr_cuda_context tsr_cuda_ctx;
 
 /* Queue nothing once a call has failed; mark the failure of one that returned nonzero. */
-#define TSR_DEV_SKIP() \
-  if (tsr_dev_ctx.failed) return
-#define TSR_DEV_RUN(call)                          \
+#define TSR_CUDA_SKIP() \
+  if (tsr_cuda_ctx.failed) return
+#define TSR_CUDA_RUN(call)                          \
   do {                                             \
-    if ((call) != 0) tsr_dev_ctx.failed = 1;       \
+    if ((call) != 0) tsr_cuda_ctx.failed = 1;       \
   } while (0)
 
 /* The scratch when it holds `need` bytes; otherwise NULL after reporting `who` and both
  * sizes. */
-void *tsr_dev_scratch(size_t need, const char *who);
+void *tsr_cuda_scratch(size_t need, const char *who);
 
 /* The op profile (TSR_CUDA_PROFILE): a profiled op opens a scope named after it, which
  * waits for the stream, and closes it, which waits again and adds the time to the line of
@@ -71,14 +71,14 @@ typedef struct {
   char name[72];
   double t0, flops;
   int open;
-} tsr_dev_prof_scope;
-void tsr_dev_prof_begin(tsr_dev_prof_scope *sc, const char *op);
-void tsr_dev_prof_end(tsr_dev_prof_scope *sc);
-void tsr_dev_prof_print(double t_open);
+} tsr_cuda_prof_scope;
+void tsr_cuda_prof_begin(tsr_cuda_prof_scope *sc, const char *op);
+void tsr_cuda_prof_end(tsr_cuda_prof_scope *sc);
+void tsr_cuda_prof_print(double t_open);
 
 /* Inside an op under TSR_CUDA_PROFILE: the op's line of the profile gets this detail
  * (shape, storage type) and counts `flops` for its rate.  Nothing otherwise. */
-void tsr_dev_prof_note(double flops, const char *fmt, ...)
+void tsr_cuda_prof_note(double flops, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
