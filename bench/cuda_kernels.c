@@ -427,7 +427,7 @@ int main(int argc, char **argv) {
     dfree(wte), dfree(dwte), dfree(tok);
     void *qkv = dev((long)N * (H + 2 * KV) * 128 * es);
     snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, 128);
-    TIME_MS(ms, tsr_cuda_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, 10000.0f));
+    TIME_MS(ms, tsr_cuda_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, tsr_rope_plain(10000.0f)));
     row("rope_fwd (q)", dt, shape, ms, 2.0 * N * H * 128 * es, 0, "in+out");
     CK(cudaFree(qkv));
     dfree(x), dfree(y), dfree(h), dfree(o), dfree(dy);

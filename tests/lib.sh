@@ -116,6 +116,24 @@ corpus() {
     { cat "$CORPUS.log"; bad "building the fortunes corpus"; finish; }
 }
 
+# hf_python: HF_PYTHON, a Python that imports transformers and safetensors on Debian's
+# torch, for the tests that compare with Hugging Face's models: $TSR_HF_PYTHON when set,
+# else a virtual environment made once per build tree under a lock (tests/hf-venv:
+# $PYTHON_REF -m venv --system-site-packages, then pip install transformers==4.44.2 and
+# safetensors).  Skips (77), saying why, when neither can import them (no network for pip).
+hf_python() {
+  local venv="$top_builddir/tests/hf-venv"
+  HF_PYTHON=${TSR_HF_PYTHON:-$venv/bin/python}
+  if [ -z "${TSR_HF_PYTHON:-}" ]; then
+    (flock 9
+     "$HF_PYTHON" -c 'import transformers, safetensors' 2>/dev/null && exit 0
+     "$PYTHON_REF" -m venv --system-site-packages "$venv" &&
+       "$venv/bin/pip" install -q 'transformers==4.44.2' safetensors) 9>"$venv.lock" >"$venv.log" 2>&1
+  fi
+  "$HF_PYTHON" -c 'import transformers, safetensors, torch' >/dev/null 2>&1 ||
+    skip "transformers cannot be imported by $HF_PYTHON (its installation: $venv.log, last line: $(tail -n 1 "$venv.log" 2>/dev/null)); set TSR_HF_PYTHON to a Python that has it"
+}
+
 # agree_runs DIR_A DIR_B TOL [MIN_STEPS]: the runs in DIR_A and DIR_B logged the same
 # steps (at least MIN_STEPS, default 1), and every step's loss (and every validation loss)
 # agrees to TOL relative, its gradient norm to 10 x TOL.  Prints the worst differences.

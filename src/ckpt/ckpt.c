@@ -314,7 +314,8 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   } dims[] = {{"n_layer", mc->n_layer}, {"d_model", mc->d_model},
               {"n_head", mc->n_head},   {"n_kv_head", mc->n_kv_head},
               {"d_ff", mc->d_ff},       {"vocab_size", mc->vocab_size},
-              {"seq_len", mc->seq_len}, {"tie_embeddings", mc->tie_embeddings}};
+              {"seq_len", mc->seq_len}, {"tie_embeddings", mc->tie_embeddings},
+              {"max_positions", tsr_max_positions(mc)}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
     TSR_H5_GOTO(attr_put_i64(file, dims[i].name, dims[i].value));
 done:

@@ -14,7 +14,12 @@ static const char *const kShape[] = {"model.arch",      "model.n_layer",   "mode
                                      "model.n_head",    "model.n_kv_head", "model.d_ff",
                                      "model.vocab_size", "model.tie_embeddings"};
 /* Keys the weights were trained under: they load, but compute another function. */
-static const char *const kFunction[] = {"model.rope_theta", "model.norm_eps"};
+static const char *const kFunction[] = {"model.rope_theta", "model.norm_eps",
+                                        "model.rope_scaling"};
+/* ... and those of RoPE's llama3 rescaling, where either side uses it. */
+static const char *const kRopeScaling[] = {"model.rope_factor", "model.rope_low_freq_factor",
+                                           "model.rope_high_freq_factor",
+                                           "model.rope_original_context"};
 /* The learning-rate schedule of a continued run. */
 static const char *const kSchedule[] = {"run.max_steps",     "optim.lr",
                                         "optim.min_lr",      "optim.warmup_steps",
@@ -67,9 +72,16 @@ int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
     goto done;
   }
   char diff[4096] = "";
-  if (differ(ck, cfg, kShape, (int)(sizeof kShape / sizeof *kShape), diff, sizeof diff) ||
-      (cfg->model.arch == TSR_ARCH_GPT2 && differ(ck, cfg, (const char *const[]){"model.seq_len"},
-                                                   1, diff, sizeof diff))) {
+  int shape = differ(ck, cfg, kShape, (int)(sizeof kShape / sizeof *kShape), diff, sizeof diff);
+  /* gpt2's position table has max_positions rows (0: seq_len) */
+  const int64_t ck_pos = tsr_max_positions(&ck->model), pos = tsr_max_positions(&cfg->model);
+  if (cfg->model.arch == TSR_ARCH_GPT2 && ck->model.arch == TSR_ARCH_GPT2 && ck_pos != pos) {
+    const size_t o = strlen(diff);
+    snprintf(diff + o, sizeof diff - o, "%smodel.max_positions (the rows of pos_embed): "
+             "checkpoint %lld, deck %lld", o ? "; " : "", (long long)ck_pos, (long long)pos);
+    shape++;
+  }
+  if (shape) {
     if (rank == 0)
       tsr_error("checkpoint %s was written for another model: %s.  Use the deck it was written "
               "with%s", path, diff, training ? ", or checkpoint.resume = 'none' to start afresh"
@@ -78,8 +90,13 @@ int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
     goto done;
   }
   diff[0] = 0;
-  if (differ(ck, cfg, kFunction, (int)(sizeof kFunction / sizeof *kFunction), diff,
-             sizeof diff) && rank == 0)
+  int changed = differ(ck, cfg, kFunction, (int)(sizeof kFunction / sizeof *kFunction), diff,
+                       sizeof diff);
+  if (ck->model.rope_scaling != TSR_ROPE_SCALING_NONE ||
+      cfg->model.rope_scaling != TSR_ROPE_SCALING_NONE)
+    changed += differ(ck, cfg, kRopeScaling, (int)(sizeof kRopeScaling / sizeof *kRopeScaling),
+                      diff, sizeof diff);
+  if (changed && rank == 0)
     tsr_warn("checkpoint %s: the model computes differently from the one it was trained as: "
              "%s", path, diff);
   if (!training) goto done;

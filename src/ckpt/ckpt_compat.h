@@ -5,8 +5,9 @@
  * named by its key ("model.d_ff: checkpoint 352, deck 384") rather than found as a list of
  * tensor shapes:
  *   - keys that fix the tensors (architecture, sizes, heads, vocabulary, tied embeddings,
- *     and gpt2's seq_len, the position table's rows): an error, TSR_ERR_INPUT;
- *   - keys the weights were trained under (rope_theta, norm_eps): a warning;
+ *     and gpt2's max_positions, the position table's rows): an error, TSR_ERR_INPUT;
+ *   - keys the weights were trained under (rope_theta, norm_eps, the RoPE scaling keys): a
+ *     warning;
  *   - for a training run, the learning-rate schedule (run.max_steps, the optim schedule
  *     keys): a warning naming the old and new values and the learning rate of the next
  *     step under each, when the run still has steps to go.

@@ -433,17 +433,21 @@ done:
 static int check_own_model(hid_t file, const char *path, char *why, size_t why_len) {
   static const char *const dims[] = {"n_layer", "d_model",    "n_head",  "n_kv_head",
                                      "d_ff",    "vocab_size", "seq_len", "tie_embeddings"};
-  char arch[32] = "", text[512], err[2048];
-  int64_t v[8];
+  char arch[32] = "", text[600], err[2048];
+  int64_t v[8], maxpos;
   if (tsr_ckpt_attr_str(file, "arch", arch, sizeof arch) != 0 || strchr(arch, '\'')) return 0;
   for (int i = 0; i < 8; i++)
     if (tsr_ckpt_attr_get(file, dims[i], H5T_NATIVE_INT64, &v[i]) != 0) return 0;
+  /* written since the model's context may exceed seq_len; before, it was seq_len */
+  if (tsr_ckpt_attr_get(file, "max_positions", H5T_NATIVE_INT64, &maxpos) != 0) maxpos = v[6];
   /* the deck's own parser turns the attributes into a model */
   snprintf(text, sizeof text,
            "&model arch = '%s', n_layer = %lld, d_model = %lld, n_head = %lld, n_kv_head = "
-           "%lld, d_ff = %lld, vocab_size = %lld, seq_len = %lld, tie_embeddings = %s /",
+           "%lld, d_ff = %lld, vocab_size = %lld, seq_len = %lld, tie_embeddings = %s, "
+           "max_positions = %lld /",
            arch, (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
-           (long long)v[4], (long long)v[5], (long long)v[6], v[7] ? ".true." : ".false.");
+           (long long)v[4], (long long)v[5], (long long)v[6], v[7] ? ".true." : ".false.",
+           (long long)maxpos);
   tsr_config *cfg = calloc(1, sizeof *cfg);
   tsr_layout *lay = NULL;
   int rc = 0;

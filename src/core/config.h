@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "dtype.h" /* train.precision */
+#include "rope.h" /* model.rope_scaling */
 
 /* The choice keys hold the index of their word in the deck's list (deck_schema.c): these enums,
  * in the same order.  tsr_deck_word (deck.h) gives the word back for logs. */
@@ -68,11 +69,22 @@ typedef struct {
   int64_t d_ff;
   int64_t vocab_size;
   int64_t seq_len;
+  int64_t max_positions; /* the model's context (gpt2: pos_embed rows); seq_len <= it */
   double rope_theta;
+  tsr_rope_scaling rope_scaling; /* none | llama3 (rope.h) */
+  double rope_factor;           /* llama3: long wavelengths' frequencies divided by it */
+  double rope_low_freq_factor;  /* llama3: wavelengths above original_context / it: scaled */
+  double rope_high_freq_factor; /* llama3: wavelengths below original_context / it: kept */
+  int64_t rope_original_context; /* llama3: the context the model was first trained at */
   double norm_eps;
   int tie_embeddings; /* logical */
   double init_std;    /* std of the normal init of weight matrices */
 } tsr_model_config;
+
+/* model.max_positions, whose 0 (a configuration not made by the deck parser) means seq_len */
+static inline int64_t tsr_max_positions(const tsr_model_config *m) {
+  return m->max_positions > 0 ? m->max_positions : m->seq_len;
+}
 
 typedef struct {
   int64_t tp;
@@ -128,6 +140,7 @@ typedef struct {
   double every_minutes;   /* 0 = off */
   int64_t keep;           /* newest kept; 0 = keep all */
   char resume[TSR_STR_PATH]; /* "auto" | "none" | path */
+  char init_from[TSR_STR_PATH]; /* "" | a checkpoint whose weights start a new run */
   int save_initial;
   int save_last; /* a checkpoint after the last step (off: benchmark runs) */
   char mpiio_hints[TSR_STR_PATH]; /* "key=value,key=value" MPI_Info for writes; "" = none */

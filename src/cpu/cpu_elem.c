@@ -112,15 +112,15 @@ static inline void rope_pairs(float *restrict a, float *restrict b, const float 
 }
 
 /* dir = +1 rotates by +angle (forward), -1 by -angle (backward, the inverse).  Angles
- * are formed in double: pos * theta^(-2i/hd) reaches ~1e4 rad at long context, where
+ * are formed in double: pos * inv_freq reaches ~1e4 rad at long context, where
  * fp32 would lose the phase.  Work is split over positions so each cos/sin pair is
  * computed once per call and applied to every row and head at that position. */
 static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
-                       int stride, float theta, int dir) {
+                       int stride, tsr_rope rope, int dir) {
   const int half = head_dim / 2;
   if (n <= 0 || half <= 0) return;
   double inv_freq[half];
-  for (int i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * i / head_dim);
+  for (int i = 0; i < half; i++) inv_freq[i] = tsr_rope_inv_freq(rope, i, head_dim);
   const int npos = n < T ? n : T, width = n_heads * head_dim; /* a row's heads, contiguous */
   if (dt != TSR_F32) cpu_buf_need(0, (size_t)width);
 #pragma omp parallel for schedule(static) if ((long)n * n_heads * head_dim > PAR_MIN)
@@ -146,13 +146,13 @@ static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int hea
 }
 
 void tsr_cpu_rope_fwd(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim, int stride,
-                      float theta) {
-  rope_apply(dt, x, n, T, n_heads, head_dim, stride, theta, +1);
+                      tsr_rope rope) {
+  rope_apply(dt, x, n, T, n_heads, head_dim, stride, rope, +1);
 }
 
 void tsr_cpu_rope_bwd(tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim, int stride,
-                      float theta) {
-  rope_apply(dt, dx, n, T, n_heads, head_dim, stride, theta, -1);
+                      tsr_rope rope) {
+  rope_apply(dt, dx, n, T, n_heads, head_dim, stride, rope, -1);
 }
 
 /* -------------------------------------------------------- SwiGLU, GELU */

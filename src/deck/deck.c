@@ -900,6 +900,34 @@ static void cross_checks(parser *P) {
          "mean time between failures in hours, from which the interval sqrt(2 x checkpoint "
          "cost x MTBF) is found (now %s)", REF(0, ids[1]));
   }
+  const int seq = deck_key_id(GI_model, "seq_len"), maxpos = deck_key_id(GI_model, "max_positions");
+  if (c->model.max_positions > 0 && c->model.seq_len > c->model.max_positions) {
+    int ids[] = {seq, maxpos};
+    XERR(ids, "%s is larger than %s, the model's context%s", REF(0, seq), REF(1, maxpos),
+         c->model.arch == TSR_ARCH_GPT2 ? " (the rows of gpt2's pos_embed)" : "");
+  }
+  if (c->model.rope_scaling == TSR_ROPE_SCALING_LLAMA3) {
+    const int sc = deck_key_id(GI_model, "rope_scaling"), arch = deck_key_id(GI_model, "arch"),
+              lo = deck_key_id(GI_model, "rope_low_freq_factor"),
+              hi = deck_key_id(GI_model, "rope_high_freq_factor");
+    if (c->model.arch != TSR_ARCH_LLAMA) {
+      int ids[] = {sc, arch};
+      XERR(ids, "%s needs RoPE, which %s has not (learned positions)", REF(0, sc), REF(1, arch));
+    }
+    if (!(c->model.rope_low_freq_factor < c->model.rope_high_freq_factor)) {
+      int ids[] = {lo, hi};
+      XERR(ids, "%s must be smaller than %s (Llama 3.1: 1 and 4): the band between "
+           "rope_original_context / high and / low is interpolated", REF(0, lo), REF(1, hi));
+    }
+  }
+  if (c->checkpoint.init_from[0] && c->checkpoint.resume[0] &&
+      strcmp(c->checkpoint.resume, "auto") && strcmp(c->checkpoint.resume, "none")) {
+    int ids[] = {deck_key_id(GI_checkpoint, "init_from"), deck_key_id(GI_checkpoint, "resume")};
+    XERR(ids, "%s and %s both name weights to start from: init_from starts a new run from a "
+         "checkpoint's weights, resume continues a run; keep one (resume = 'auto' with "
+         "init_from resumes this run's own checkpoint when there is one, else starts from "
+         "init_from)", REF(0, ids[0]), REF(1, ids[1]));
+  }
   if (c->optim.min_lr > c->optim.lr) {
     int ids[] = {min_lr, lr};
     XERR(ids, "%s is larger than %s", REF(0, min_lr), REF(1, lr));

@@ -61,7 +61,21 @@ const key_def deck_schema[] = {
     INT(model, d_ff, "384", 1, 1048576, LO | HI, "MLP hidden size"),
     INT(model, vocab_size, "2048", 1, 16777216, LO | HI, "embedding rows (>= tokenizer vocab)"),
     INT(model, seq_len, "128", 1, 1048576, LO | HI, "tokens per sequence"),
+    INT(model, max_positions, "0", 0, 1048576, LO | HI,
+        "the model's context: the most tokens a sequence may have (seq_len <= it); gpt2's "
+        "pos_embed has this many rows (0 = seq_len)"),
     REAL(model, rope_theta, "10000", 0, 0, LO | LO_OPEN, "RoPE base (llama)"),
+    CHOICE(model, rope_scaling, "none", "none|llama3",
+           "RoPE frequencies as they are, or rescaled as Llama 3.1's (the rope_ keys below)"),
+    REAL(model, rope_factor, "8", 0, 0, LO | LO_OPEN,
+         "llama3: the long wavelengths' frequencies are divided by it"),
+    REAL(model, rope_low_freq_factor, "1", 0, 0, LO | LO_OPEN,
+         "llama3: wavelengths above rope_original_context / this are scaled by 1/rope_factor"),
+    REAL(model, rope_high_freq_factor, "4", 0, 0, LO | LO_OPEN,
+         "llama3: wavelengths below rope_original_context / this are kept; in between, "
+         "interpolated"),
+    INT(model, rope_original_context, "8192", 1, 1048576, LO | HI,
+        "llama3: the context length the model was pre-trained at"),
     REAL(model, norm_eps, "1e-5", 0, 1, LO | HI | LO_OPEN, "epsilon of RMSNorm / LayerNorm"),
     LOGI(model, tie_embeddings, ".false.", "LM head shares the embedding matrix"),
     REAL(model, init_std, "0.02", 0, 1, LO | HI | LO_OPEN, "std of the normal init of weights"),
@@ -131,6 +145,11 @@ const key_def deck_schema[] = {
     INT(checkpoint, keep, "3", 0, 0, LO, "newest checkpoints kept (0 = keep all)"),
     STR(checkpoint, resume, "auto", "auto|none|<path>",
         "'auto' newest complete checkpoint in dir, 'none', or a file"),
+    STR(checkpoint, init_from, "", NULL,
+        "a checkpoint (ours, or tools/tsr-import's) whose weights alone start this run: step "
+        "0, a fresh optimizer, this deck's schedule and data.  With resume = 'auto' a "
+        "checkpoint of this run's own directory wins (a requeued job resumes); with resume = "
+        "<file> it is an error"),
     LOGI(checkpoint, save_initial, ".false.", "write step_00000000.h5 before the first update"),
     LOGI(checkpoint, save_last, ".true.",
          "write a checkpoint after the last step (run.max_steps); .false. for runs that only "

@@ -190,7 +190,8 @@ int tsr_layout_create_split(tsr_layout **out, const tsr_model_config *m, int tp,
 
   ADD("embed.weight", 2, V, C, -1, TSR_SPLIT_VOCAB, CUT_ROWS, std, 0.0f);
   if (gpt2)
-    ADD("pos_embed.weight", 2, m->seq_len, C, -1, TSR_SPLIT_REPLICATED, CUT_WHOLE, std, 0.0f);
+    ADD("pos_embed.weight", 2, tsr_max_positions(m), C, -1, TSR_SPLIT_REPLICATED, CUT_WHOLE, std,
+        0.0f);
   for (int l = 0; l < (int)m->n_layer; l++) {
     char p[16]; /* "layers.NNN." */
     snprintf(p, sizeof p, "layers.%03d.", l % 10000);

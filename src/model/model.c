@@ -218,7 +218,14 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
   m->qkv_dim = (int)sz->qkv_dim;
   m->fc_dim = (int)sz->fc_dim;
   m->eps = (float)mc->norm_eps;
-  m->theta = (float)mc->rope_theta;
+  m->rope = tsr_rope_plain((float)mc->rope_theta);
+  if (mc->rope_scaling == TSR_ROPE_SCALING_LLAMA3) {
+    m->rope.scaling = TSR_ROPE_SCALING_LLAMA3;
+    m->rope.factor = mc->rope_factor;
+    m->rope.low_freq_factor = mc->rope_low_freq_factor;
+    m->rope.high_freq_factor = mc->rope_high_freq_factor;
+    m->rope.original_context = (double)mc->rope_original_context;
+  }
   m->kv_heads = (int)mc->n_kv_head;
   m->kv_shared = sz->kv_shared;
   if (m->kv_shared) {

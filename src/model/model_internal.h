@@ -62,7 +62,8 @@ struct tsr_model {
    * query heads all contribute to its gradient; these buffers sum those contributions */
   int kv_shared, kv_head, kv_heads, kv_seg;
   float *kv_keep, *kv_sum;
-  float eps, theta;
+  float eps;
+  tsr_rope rope; /* RoPE's base and scaling (llama) */
   /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
    * unit; lm_head in the head unit, or embed in unit 0 when tied */
   int64_t embed, pos_embed, final_w, final_b, head;

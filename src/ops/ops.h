@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "core/rope.h"
 
 void *tsr_ops_alloc(size_t count, size_t size); /* zeroed; NULL (reported) on failure */
 void tsr_ops_free_(void **p);                   /* NULLs *p */

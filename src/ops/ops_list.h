@@ -78,15 +78,16 @@ TSR_OP(layernorm_bwd, (tsr_dtype dt, void *dx, float *dw, float *db, const void 
 
 /* ---- RoPE, half-split convention, in place ----
  * x[r*stride + h*head_dim + i] for r in [0, n), h in [0, n_heads), position r % T.  For
- * i < head_dim/2 the pair (x[i], x[i + head_dim/2]) is rotated by pos * theta^(-2i/head_dim)
- * (angles formed in double): (a, b) -> (a cos - b sin, a sin + b cos).  bwd rotates the
+ * i < head_dim/2 the pair (x[i], x[i + head_dim/2]) is rotated by pos * inv_freq(i)
+ * (tsr_rope_inv_freq, rope.h: theta^(-2i/head_dim), rescaled when rope.scaling says so;
+ * angles formed in double): (a, b) -> (a cos - b sin, a sin + b cos).  bwd rotates the
  * gradient back (RoPE is orthogonal). */
 TSR_OP(rope_fwd, (tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim, int stride,
-                  float theta),
-       (dt, x, n, T, n_heads, head_dim, stride, theta))
+                  tsr_rope rope),
+       (dt, x, n, T, n_heads, head_dim, stride, rope))
 TSR_OP(rope_bwd, (tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim, int stride,
-                  float theta),
-       (dt, dx, n, T, n_heads, head_dim, stride, theta))
+                  tsr_rope rope),
+       (dt, dx, n, T, n_heads, head_dim, stride, rope))
 
 /* ---- causal grouped-query attention, scale 1/sqrt(hd) ----
  * q: element (b, t, h, i) at q[(b*T + t)*qkv_stride + h*hd + i] (h < H);  k, v likewise

@@ -173,7 +173,7 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   out->layers = L;
   out->units = L + first + last;
   out->elems = L * layer_elems(&d);
-  if (first) out->elems += V * C + (d.gpt2 ? (double)m->seq_len * C : 0);
+  if (first) out->elems += V * C + (d.gpt2 ? (double)tsr_max_positions(m) * C : 0);
   if (last)
     out->elems += C * (d.gpt2 ? 2 : 1) + (m->tie_embeddings && g->pp == 1 ? 0 : V * C);
   return 0;

@@ -154,7 +154,7 @@ static void elementwise(void *a) {
 static void layer_mix(void *a) {
   probe *p = a;
   elementwise(a);
-  tsr_ops_rope_fwd(p->dt, p->y, p->n, p->n, p->in / 64, 64, p->in, 10000.0f);
+  tsr_ops_rope_fwd(p->dt, p->y, p->n, p->n, p->in / 64, 64, p->in, tsr_rope_plain(10000.0f));
   tsr_ops_swiglu_fwd(p->dt, p->w, p->dx, p->n, p->in / 2);
   tsr_ops_swiglu_fwd(p->dt, p->x, p->dx, p->n, p->in / 2);
 }

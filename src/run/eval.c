@@ -19,25 +19,30 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
   rc = tsr_run_agree(world, rc); /* from here on the ranks run collectives together */
   char path[TSR_STR_PATH];
   if (rc == 0) rc = tsr_ckpt_resolve(cfg, path, sizeof path, world);
+  /* a run that has no checkpoint of its own yet starts from init_from's weights */
+  if (rc == 0 && !path[0] && cfg->checkpoint.init_from[0])
+    snprintf(path, sizeof path, "%s", cfg->checkpoint.init_from);
   if (rc == 0 && !path[0]) {
     tsr_error("tessera eval: no checkpoint to evaluate (checkpoint.resume = '%s')",
               cfg->checkpoint.resume);
     rc = TSR_ERR_INPUT;
   }
-  if (rc == 0) rc = tsr_session_load(&s, path);
+  /* the weights alone: the optimizer state plays no part (and an import has none) */
+  int64_t step = 0;
+  if (rc == 0) rc = tsr_session_load_weights(&s, path, &step);
   double vl = 0;
   int64_t batches = 0;
   if (rc == 0 && (rc = tsr_session_evaluate(&s, &vl, &batches)) != 0)
     tsr_run_abort(world, rc, "evaluation");
   if (rc == 0) {
     tsr_log("eval %s: step %lld | val loss %.6f over %lld batch(es) of %lld", path,
-            (long long)s.st.step, vl, (long long)batches, (long long)cfg->train.micro_batch);
+            (long long)step, vl, (long long)batches, (long long)cfg->train.micro_batch);
     /* its own file: the training run's metrics.jsonl holds the training run only */
     char mpath[TSR_STR_PATH + 32];
     snprintf(mpath, sizeof mpath, "%s/eval.jsonl", cfg->run.out_dir);
     if (s.rank == 0 && tsr_run_make_dirs(cfg->run.out_dir) == 0 &&
         tsr_metrics_open(&s.metrics, mpath) == 0)
-      tsr_metrics_eval(s.metrics, s.st.step, vl);
+      tsr_metrics_eval(s.metrics, step, vl);
   }
   tsr_session_close(&s);
   return rc;

@@ -272,6 +272,8 @@ static void gen_close(gen_state *g) {
 /* The checkpoint to read, or an input error saying why there is none. */
 static int find_checkpoint(const tsr_config *cfg, char *path, size_t len) {
   TSR_CALL(tsr_ckpt_resolve(cfg, path, len, MPI_COMM_SELF));
+  if (!path[0] && cfg->checkpoint.init_from[0]) /* no checkpoint of the run's own yet */
+    snprintf(path, len, "%s", cfg->checkpoint.init_from);
   if (path[0]) return 0;
   char dir[TSR_STR_PATH];
   tsr_ckpt_dir(cfg, dir, sizeof dir);

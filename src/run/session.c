@@ -1,8 +1,10 @@
 /* session.c — building, resuming, saving and evaluating the objects of a run (session.h). */
 #include "session.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_compat.h"
 #include "comm/comm_mpi.h"
@@ -210,22 +212,67 @@ void tsr_session_close(tsr_session *s) {
   }
 }
 
-int tsr_session_load(tsr_session *s, const char *path) {
-  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL, s->st.tokenizer,
-                                  s->world));
+/* The file into the parameters and, unless weights_only, into Adam's m and v and the train
+ * state; weights_only zeroes m and v and leaves the state, the file's in *file_st. */
+static int session_load(tsr_session *s, const char *path, int weights_only,
+                        tsr_train_state *file_st) {
+  TSR_CALL(tsr_ckpt_compat_check(s->cfg, path, s->train_data != NULL && !weights_only,
+                                  s->st.tokenizer, s->world));
   const tsr_ckpt_view view = tsr_session_ckpt_view(s);
   char data_tokenizer[sizeof s->st.tokenizer];
   memcpy(data_tokenizer, s->st.tokenizer, sizeof data_tokenizer);
   float *hb[3];
   TSR_CALL(tsr_session_state_host(s, hb));
-  const int rc = tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, hb[0], hb[1], hb[2],
-                                    &s->st, s->world);
+  const int rc = tsr_ckpt_load_view(path, &s->cfg->checkpoint, &view, hb[0],
+                                    weights_only ? NULL : hb[1], weights_only ? NULL : hb[2],
+                                    file_st, s->world);
   tsr_session_state_release(s, hb, rc == 0);
   TSR_CALL(rc);
-  /* the check above refused another tokenizer; a checkpoint from before checkpoints named
-   * theirs takes the data's */
-  if (!s->st.tokenizer[0]) memcpy(s->st.tokenizer, data_tokenizer, sizeof data_tokenizer);
+  if (weights_only) { /* a fresh optimizer */
+    const size_t n = (size_t)(view.shard_end - view.shard_begin) * sizeof(float);
+    if (tsr_zero_adam_m(s->zero)) tsr_ops_zero(tsr_zero_adam_m(s->zero), n);
+    if (tsr_zero_adam_v(s->zero)) tsr_ops_zero(tsr_zero_adam_v(s->zero), n);
+  } else {
+    /* the check above refused another tokenizer; a checkpoint from before checkpoints
+     * named theirs takes the data's */
+    if (!file_st->tokenizer[0]) memcpy(file_st->tokenizer, data_tokenizer, sizeof data_tokenizer);
+  }
   return tsr_zero_publish_params(s->zero);
+}
+
+int tsr_session_load(tsr_session *s, const char *path) {
+  return session_load(s, path, 0, &s->st);
+}
+
+int tsr_session_load_weights(tsr_session *s, const char *path, int64_t *step) {
+  tsr_train_state st = s->st;
+  TSR_CALL(session_load(s, path, 1, &st));
+  if (step) *step = st.step;
+  return 0;
+}
+
+/* checkpoint.init_from: a new run from a checkpoint's weights (resume found nothing). */
+static int init_from(tsr_session *s) {
+  const char *path = s->cfg->checkpoint.init_from;
+  int rc = 0;
+  if (s->rank == 0) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      tsr_error("checkpoint.init_from = '%s': %s; give a checkpoint file (one of a run's "
+                "step_NNNNNNNN.h5, or the .h5 tools/tsr-import wrote)", path,
+                stat(path, &sb) != 0 ? strerror(errno) : "not a regular file");
+      rc = TSR_ERR_INPUT;
+    }
+  }
+  TSR_CALL(tsr_run_agree(s->world, rc));
+  int64_t step = 0;
+  TSR_CALL(tsr_session_load_weights(s, path, &step));
+  tsr_log("initialised from the weights of %s (checkpoint.init_from; written at its step %lld): "
+          "step 0, a fresh optimizer, this deck's schedule and data", path, (long long)step);
+  char detail[TSR_STR_PATH + 64];
+  snprintf(detail, sizeof detail, "initialised from %s", path);
+  tsr_metrics_event(s->metrics, 0, "start", detail);
+  return 0;
 }
 
 static int resume_state(tsr_session *s);
@@ -243,6 +290,7 @@ static int resume_state(tsr_session *s) {
   const tsr_config *cfg = s->cfg;
   char path[TSR_STR_PATH];
   TSR_CALL(tsr_ckpt_resolve(cfg, path, sizeof path, s->world));
+  if (!path[0] && cfg->checkpoint.init_from[0]) return init_from(s);
   if (!path[0]) {
     /* the whole of this rank's part from the seed, then its shard kept */
     float *init = tsr_calloc((size_t)s->lay->n_flat, sizeof(float));
@@ -265,8 +313,10 @@ static int resume_state(tsr_session *s) {
             path, (long long)s->st.step, (long long)cfg->run.max_steps);
     return 0;
   }
-  tsr_log("resumed from %s at step %lld (%lld samples consumed)", path, (long long)s->st.step,
-          (long long)s->st.data_cursor);
+  tsr_log("resumed from %s at step %lld (%lld samples consumed)%s", path, (long long)s->st.step,
+          (long long)s->st.data_cursor,
+          cfg->checkpoint.init_from[0] ? "; checkpoint.init_from is not used: this run resumes "
+                                         "its own checkpoint" : "");
   tsr_metrics_event(s->metrics, s->st.step, "resume", path);
   return 0;
 }

@@ -62,13 +62,18 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
 int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_backend **dev);
 void tsr_session_close(tsr_session *s);
 
-/* The newest complete checkpoint (checkpoint.resume), or the seed's initialisation; then,
+/* The newest complete checkpoint (checkpoint.resume), else the weights of
+ * checkpoint.init_from (step 0, a fresh optimizer), else the seed's initialisation; then,
  * when steps are left to train, the checkpoint directory's pre-flight check
  * (tsr_ckpt_preflight) and the checkpoint writer (tsr_session_ckpt_open).  Collective; the
  * same outcome on every rank. */
 int tsr_session_resume(tsr_session *s);
 /* Load one checkpoint file into the state and the parameters. */
 int tsr_session_load(tsr_session *s, const char *path);
+/* Load only the weights (/model) of a checkpoint file, of any layout, into the parameters:
+ * Adam's m and v become zero, the train state is left as it is (the file's step in *step
+ * when step != NULL).  /optim need not be in the file (tools/tsr-import writes none). */
+int tsr_session_load_weights(tsr_session *s, const char *path, int64_t *step);
 
 /* This rank's optimizer state (ZeRO's master, Adam's m and v over the checkpoint view's
  * shard) as host arrays for checkpoint I/O, in hb[0..2] (NULL where there is none): on

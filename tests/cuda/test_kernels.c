@@ -227,7 +227,7 @@ static void test_norm(int layer, tsr_dtype dt, int n, int C, int with_b) {
 /* Rotates heads [col0/hd, col0/hd + n_heads) of rows of width `stride`: the other
  * columns must come back untouched, so the whole buffer is compared. */
 static void test_rope(tsr_dtype dt, int n, int T, int n_heads, int hd, int stride, int col0,
-                      float theta) {
+                      tsr_rope theta) {
   char name[160];
   const long total = (long)n * stride;
   tsr_ops_shapes s = shapes_of(dt);
@@ -237,7 +237,8 @@ static void test_rope(tsr_dtype dt, int n, int T, int n_heads, int hd, int strid
   tsr_cpu_rope_fwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
   tsr_cuda_rope_fwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
   ksync("rope_fwd");
-  snprintf(name, sizeof name, "rope fwd n=%d T=%d heads=%d hd=%d stride=%d", n, T, n_heads, hd,
+  snprintf(name, sizeof name, "rope%s fwd n=%d T=%d heads=%d hd=%d stride=%d",
+           theta.scaling ? " llama3" : "", n, T, n_heads, hd,
            stride);
   check_close(name, &x, tol_of(dt));
   tsr_cpu_rope_bwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
@@ -697,10 +698,14 @@ int main(void) {
     for (int i = 0; i < 6 && want("layernorm"); i++)
       test_norm(1, dt, norm_shapes[i][0], norm_shapes[i][1], i != 2);
     if (want("rope")) {
-      test_rope(dt, 2 * 33, 33, 3, 16, (3 + 2 * 1) * 16, 0, 10000.0f);      /* q of a fused qkv */
-      test_rope(dt, 2 * 33, 33, 1, 16, (3 + 2 * 1) * 16, 3 * 16, 10000.0f); /* its k head */
-      test_rope(dt, 3 * 7, 7, 2, 2, 4, 0, 500000.0f);
-      test_rope(dt, 4096, 4096, 1, 128, 128, 0, 10000.0f); /* long context: the phase */
+      const tsr_rope plain = tsr_rope_plain(10000.0f);
+      /* Llama 3.1's scaling: every band (kept, interpolated, scaled) at hd 16 */
+      const tsr_rope l3 = {500000.0f, TSR_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 64.0};
+      test_rope(dt, 2 * 33, 33, 3, 16, (3 + 2 * 1) * 16, 0, plain);      /* q of a fused qkv */
+      test_rope(dt, 2 * 33, 33, 1, 16, (3 + 2 * 1) * 16, 3 * 16, plain); /* its k head */
+      test_rope(dt, 3 * 7, 7, 2, 2, 4, 0, tsr_rope_plain(500000.0f));
+      test_rope(dt, 2 * 33, 33, 3, 16, 3 * 16, 0, l3);
+      test_rope(dt, 4096, 4096, 1, 128, 128, 0, plain); /* long context: the phase */
     }
     if (want("activations")) {
       test_activations(dt, 1, 1);

@@ -36,7 +36,7 @@ else
 fi
 
 missing=
-for f in "$B"/{tessera,tsr-prepare,tsr-export,tsr-plot,fortunes-corpus.sh}; do
+for f in "$B"/{tessera,tsr-prepare,tsr-export,tsr-import,tsr-plot,fortunes-corpus.sh}; do
   [ -x "$f" ] || missing="$missing $f"
 done
 for f in "$D"/input/{tiny,gpt2_124m,llama1b,llm7b,llm70b}.nml "$D"/jobs/{lib.sh,smoke.slurm,llm7b.slurm,llm70b.slurm}; do

@@ -112,6 +112,11 @@ static int write_config(hid_t file, const tsr_config *cfg) {
   TSR_CALL(attr_int(file, "vocab_size", m->vocab_size));
   TSR_CALL(attr_int(file, "seq_len", m->seq_len));
   TSR_CALL(attr_double(file, "rope_theta", m->rope_theta));
+  TSR_CALL(attr_string(file, "rope_scaling", tsr_deck_word(cfg, &m->rope_scaling)));
+  TSR_CALL(attr_double(file, "rope_factor", m->rope_factor));
+  TSR_CALL(attr_double(file, "rope_low_freq_factor", m->rope_low_freq_factor));
+  TSR_CALL(attr_double(file, "rope_high_freq_factor", m->rope_high_freq_factor));
+  TSR_CALL(attr_int(file, "rope_original_context", m->rope_original_context));
   TSR_CALL(attr_double(file, "norm_eps", m->norm_eps));
   TSR_CALL(attr_int(file, "tie_embeddings", m->tie_embeddings));
   TSR_CALL(attr_int(file, "micro_batch", cfg->train.micro_batch));

@@ -6,11 +6,12 @@ Written from Hugging Face's published conventions only, not from Tessera's code 
 config.json's fields (model_type llama or gpt2), the tensor names of LlamaForCausalLM and
 GPT2LMHeadModel in model.safetensors (read here with a small reader of its own), RoPE with
 rotate_half (element i paired with i + head_dim/2, cos/sin from inv_freq =
-1 / theta^(2j/head_dim) repeated twice), repeat_kv for grouped-query attention, GPT-2's
+1 / theta^(2j/head_dim) repeated twice; with rope_scaling of rope_type llama3, Llama 3.1's
+published rescaling of inv_freq by wavelength), repeat_kv for grouped-query attention, GPT-2's
 Conv1D (y = x W + b, W stored [in, out]) and its fused c_attn, gelu_new.  In float64 it
 computes the mean next-token cross-entropy of the first N_BATCHES micro-batches of the
 validation stream (the token shards' 256-byte header skipped, sample j = tokens
-[j T, j T + T], T = max_position_embeddings) and checks it against EXPECTED_LOSS (what
+[j T, j T + T], T the metadata's seq_len, else max_position_embeddings) and checks it against EXPECTED_LOSS (what
 `tessera eval` logged) to 1e-4.  For llama it also checks that rotating adjacent pairs
 instead misses by more than 1e-3, so the check can tell the two conventions apart.  When
 transformers is importable, AutoModelForCausalLM loads the directory and must give the
@@ -81,6 +82,19 @@ def rotate_adjacent(x, cos, sin):
     return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
 
 
+def llama3_inv_freq(inv, rs):
+    """Llama 3.1's rope_scaling (rope_type llama3): frequencies whose wavelength exceeds
+    original_max_position_embeddings / low_freq_factor are divided by factor, those below
+    original / high_freq_factor kept, the band between interpolated smoothly."""
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    mid = (wavelen <= old / low) & (wavelen >= old / high)
+    return torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
 def llama_logits(cfg, w, ids, adjacent=False):
     B, T = ids.shape
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -91,6 +105,10 @@ def llama_logits(cfg, w, ids, adjacent=False):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
 
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    rs = cfg.get("rope_scaling")
+    if rs:
+        assert rs.get("rope_type", rs.get("type")) == "llama3", rs
+        inv = llama3_inv_freq(inv, rs)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
     emb = torch.cat([freqs, freqs], -1)
     cos, sin = emb.cos(), emb.sin()
@@ -160,6 +178,7 @@ def main():
     w, meta = read_safetensors(os.path.join(hf, "model.safetensors"))
     arch = cfg["model_type"]
     T = cfg["max_position_embeddings"] if arch == "llama" else cfg["n_positions"]
+    T = int(meta.get("seq_len", T))  # the run's sequences (the model's context may be longer)
     L = cfg["num_hidden_layers"] if arch == "llama" else cfg["n_layer"]
     if arch == "llama":
         per = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",

@@ -77,12 +77,34 @@ def linear(P, prefix, x):
     return F.linear(x, P[prefix + ".weight"], P.get(prefix + ".bias"))
 
 
-def rope(x, theta):
-    """x [B, heads, T, h]; the pair (x[i], x[i+h/2]) is rotated by pos * theta^(-2i/h)."""
+def llama3_scaled(freqs, cfg):
+    """Llama 3.1's rescaling of RoPE's frequencies, as its reference code publishes it:
+    per frequency, by its wavelength against the original context length."""
+    factor, low = float(cfg["rope_factor"]), float(cfg["rope_low_freq_factor"])
+    high, old_context = float(cfg["rope_high_freq_factor"]), float(cfg["rope_original_context"])
+    low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+    out = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_freq_wavelen:
+            out.append(freq)
+        elif wavelen > low_freq_wavelen:
+            out.append(freq / factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            out.append((1 - smooth) * freq / factor + smooth * freq)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def rope(x, cfg):
+    """x [B, heads, T, h]; the pair (x[i], x[i+h/2]) is rotated by pos * theta^(-2i/h),
+    that frequency rescaled first with rope_scaling = llama3."""
     T, h = x.shape[-2], x.shape[-1]
     half = h // 2
     i = torch.arange(half, dtype=torch.float64)
-    inv_freq = theta ** (-2.0 * i / h)
+    inv_freq = cfg["rope_theta"] ** (-2.0 * i / h)
+    if cfg.get("rope_scaling", "none") == "llama3":
+        inv_freq = llama3_scaled(inv_freq, cfg)
     angle = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # [T, half]
     cos = torch.cos(angle).to(x.dtype)
     sin = torch.sin(angle).to(x.dtype)
@@ -102,8 +124,8 @@ def attention(cfg, P, prefix, x):
     k = linear(P, prefix + ".wk", x).view(B, T, KV, hd).transpose(1, 2)
     v = linear(P, prefix + ".wv", x).view(B, T, KV, hd).transpose(1, 2)
     if cfg["arch"] == "llama":
-        q = rope(q, cfg["rope_theta"])
-        k = rope(k, cfg["rope_theta"])
+        q = rope(q, cfg)
+        k = rope(k, cfg)
     # query head j reads KV head j // (H / KV)
     kv_of_head = torch.arange(H) // (H // KV)
     k = k[:, kv_of_head]
@@ -226,8 +248,10 @@ def main(path):
                 "tie_embeddings"):
         cfg[key] = int(cfg[key])
     for key in ("rope_theta", "norm_eps", "grad_clip", "beta1", "beta2", "eps", "weight_decay",
-                "lr"):
-        cfg[key] = float(cfg[key])
+                "lr", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                "rope_original_context"):
+        if key in cfg:
+            cfg[key] = float(cfg[key])
     inputs = torch.from_numpy(inputs_np)
     targets = torch.from_numpy(targets_np)
     ok = True

@@ -45,6 +45,13 @@ cases=(
               model.init_std=0.1 train.grad_clip=1.0 train.xent_chunk_tokens=7"
   "llama_head_unfused: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
               train.grad_clip=1.0 train.xent_chunk_tokens=0"
+  # Llama 3.1's RoPE rescaling; an original context of 64 puts the 8 frequencies of a head
+  # (wavelengths 6.3, 32, 167, ...) in all three bands: kept (< 64/4), interpolated, divided
+  # by the factor (> 64/1)
+  "llama_rope_llama3: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 model.rope_theta=500000 model.rope_scaling=llama3
+              model.rope_factor=8 model.rope_low_freq_factor=1 model.rope_high_freq_factor=4
+              model.rope_original_context=64"
 )
 
 failed=0

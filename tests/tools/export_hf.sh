@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # export_hf.sh — tools/tsr-export --hf and its inputs, end to end on the fortunes corpus
-# (SentencePiece): a llama (grouped-query, untied head) and a gpt2 (tied head) train 4 steps
+# (SentencePiece): a llama (grouped-query, untied head), a gpt2 (tied head) and a llama with
+# Llama 3.1's RoPE scaling and a context beyond its seq_len train 4 steps
 # from relative data paths, `tessera eval` gives each one's validation loss, and the
 # exported Hugging Face directories reproduce it to 1e-4 in tests/ref/hf_forward.py, a forward
 # written from HF's conventions alone (and with AutoModelForCausalLM when transformers is
@@ -33,6 +34,11 @@ cases=(
   "llama: model.arch=llama model.n_kv_head=2"
   "gpt2: model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true."
   "gpt2gqa: model.arch=gpt2 model.n_kv_head=2 run.max_steps=1"
+  # Llama 3.1's RoPE rescaling (an original context of 64: the frequencies of a head of 16
+  # fall in all three bands) and a context beyond the run's 64 positions
+  "llama3: model.arch=llama model.n_kv_head=2 model.rope_theta=500000 model.rope_scaling=llama3
+   model.rope_factor=8 model.rope_low_freq_factor=1 model.rope_high_freq_factor=4
+   model.rope_original_context=64 model.max_positions=128"
 )
 run_case() { # run_case NAME tessera-args...: from $SCRATCH, so the data paths are relative
   local name=$1
@@ -48,8 +54,8 @@ for spec in "${cases[@]}"; do
   run_case "$name" >"$SCRATCH/$name.out" 2>&1
   check "$name: tessera trains (exit $?)" test $? -eq 0
 done
-for name in llama gpt2; do
-  spec=$(printf '%s\n' "${cases[@]}" | grep "^$name:")
+for name in llama gpt2 llama3; do
+  for spec in "${cases[@]}"; do [ "${spec%%:*}" = "$name" ] && break; done
   run_case "$name" eval >"$SCRATCH/$name.eval" 2>&1
   check "$name: tessera eval (exit $?)" test $? -eq 0
   eval "VAL_$name=\$(val_loss \"\$SCRATCH/runs/$name/eval.jsonl\")"
@@ -71,6 +77,13 @@ check "  ... tokenizer.model is the corpus's SentencePiece model" \
   cmp -s "$SCRATCH/hf_llama/tokenizer.model" "$CORPUS/fortunes.model"
 (cd "$SCRATCH" && "$EXPORT" runs/gpt2/ckpt/latest --hf hf_gpt2) >"$SCRATCH/e4.out" 2>&1
 check "gpt2: export of ckpt/latest with --hf (exit $?)" test $? -eq 0
+(cd "$SCRATCH" && "$EXPORT" runs/llama3 --hf hf_llama3) >"$SCRATCH/e5.out" 2>&1
+check "llama3: export with --hf (exit $?)" test $? -eq 0
+check "  ... config.json has rope_scaling llama3 and the context of 128 positions" \
+  "$PYTHON_REF" -c "import json, sys; c = json.load(open(sys.argv[1]))
+sys.exit(0 if c['rope_scaling'] == {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0,
+  'high_freq_factor': 4.0, 'original_max_position_embeddings': 64} and
+  c['max_position_embeddings'] == 128 and c['rope_theta'] == 500000.0 else 1)" "$SCRATCH/hf_llama3/config.json"
 
 "$PYTHON_REF" - "$RUN/ckpt/step_00000004.h5" "$SCRATCH/dir.safetensors" "$SCRATCH/hf_llama" \
   "$SCRATCH/hf_gpt2" <<'PY'
@@ -117,7 +130,7 @@ sys.exit(1 if fails else 0)
 PY
 check "metadata and config.json describe the model (see above)" test $? -eq 0
 
-for name in llama gpt2; do
+for name in llama gpt2 llama3; do
   eval "expected=\$VAL_$name"
   "$PYTHON_REF" "$FORWARD" "$SCRATCH/hf_$name" "$CORPUS/valid_*.bin" 4 3 "$expected" 2>&1 |
     grep -v -i "warn" | sed 's/^/  /'

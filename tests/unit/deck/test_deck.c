@@ -150,6 +150,20 @@ static const bad_case bad[] = {
      "optim.min_lr = 0.001 is larger than optim.lr = 0.0001 (set at t.nml:1:8)"},
     {"&optim warmup_steps = 100, decay_steps = 50 /", 1, "1:28",
      "optim.warmup_steps = 100 (set at t.nml:1:8) is larger than optim.decay_steps = 50"},
+    /* the model's context, RoPE scaling, init_from */
+    {"&model seq_len = 256, max_positions = 128 /", 1, "1:23",
+     "model.seq_len = 256 (set at t.nml:1:8) is larger than model.max_positions = 128, the "
+     "model's context"},
+    {"&model rope_scaling = 'llama3', rope_low_freq_factor = 4, rope_high_freq_factor = 2 /", 1,
+     "1:59", "model.rope_low_freq_factor = 4.0 (set at t.nml:1:33) must be smaller than "
+     "model.rope_high_freq_factor = 2.0"},
+    {"&model arch = 'gpt2', rope_scaling = 'llama3' /", 1, "1:23",
+     "model.rope_scaling = 'llama3' needs RoPE, which model.arch = 'gpt2' (set at t.nml:1:8) "
+     "has not"},
+    {"&model rope_factor = 0 /", 1, "1:22", "rope_factor = 0 is out of range: must be > 0"},
+    {"&checkpoint init_from = 'a.h5', resume = 'b.h5' /", 1, "1:33",
+     "checkpoint.init_from = 'a.h5' (set at t.nml:1:13) and checkpoint.resume = 'b.h5' both "
+     "name weights"},
     {"&parallel virtual_stages = 2 /", 1, "1:11",
      "parallel.virtual_stages = 2 needs parallel.schedule = 'interleaved' or 'zb_v', not parallel.schedule = '1f1b'"},
     {"&parallel pp = 2, schedule = 'zb_v' /\n&model n_layer = 8 /", 2, "1:19",
@@ -396,6 +410,9 @@ static const field fields[] = {
     F(model, arch, 'c', "gpt2"), F(model, n_layer, 'i', "2"), F(model, d_model, 'i', "2"),
     F(model, n_head, 'i', "2"), F(model, n_kv_head, 'i', "2"), F(model, d_ff, 'i', "2"),
     F(model, vocab_size, 'i', "2"), F(model, seq_len, 'i', "2"), F(model, rope_theta, 'r', "0.5"),
+    F(model, max_positions, 'i', "2"), F(model, rope_scaling, 'c', "llama3"),
+    F(model, rope_factor, 'r', "0.5"), F(model, rope_low_freq_factor, 'r', "0.5"),
+    F(model, rope_high_freq_factor, 'r', "0.5"), F(model, rope_original_context, 'i', "2"),
     F(model, norm_eps, 'r', "0.5"), F(model, tie_embeddings, 'l', "T"),
     F(model, init_std, 'r', "0.5"), F(parallel, tp, 'i', "2"), F(parallel, pp, 'i', "2"),
     F(parallel, zero_stage, 'i', "2"), F(parallel, shard_scope, 'n', "node"),
@@ -415,7 +432,8 @@ static const field fields[] = {
     F(optim, weight_decay, 'r', "0.5"), F(data, train, 's', "zz"), F(data, valid, 's', "zz"),
     F(data, shuffle, 'l', "T"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
-    F(checkpoint, resume, 's', "zz"), F(checkpoint, save_initial, 'l', "T"),
+    F(checkpoint, resume, 's', "zz"), F(checkpoint, init_from, 's', "zz"),
+    F(checkpoint, save_initial, 'l', "T"),
     F(checkpoint, save_last, 'l', "F"),
     F(checkpoint, mpiio_hints, 's', "a=b"), F(checkpoint, alignment, 'i', "2"),
     F(checkpoint, async, 'l', "F"), F(checkpoint, mtbf_hours, 'r', "0.5"),

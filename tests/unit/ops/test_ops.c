@@ -461,21 +461,39 @@ static void test_norm(int layer, int n, int C) {
 
 typedef struct {
   int n, T, H, hd, stride;
-  double theta;
+  tsr_rope rope;
   double *x;
 } rope_ctx;
+/* Pair i's frequency, written from Llama 3.1's published rescaling (the reference code's
+ * apply_scaling, one frequency at a time). */
+static double rope_ref_freq(const tsr_rope *rp, int i, int hd) {
+  const double f = 1.0 / pow(rp->theta, 2.0 * i / hd);
+  if (rp->scaling != TSR_ROPE_SCALING_LLAMA3) return f;
+  const double old_ctx = rp->original_context, wavelen = 2 * M_PI / f;
+  const double low_wavelen = old_ctx / rp->low_freq_factor;
+  const double high_wavelen = old_ctx / rp->high_freq_factor;
+  if (wavelen < high_wavelen) return f;
+  if (wavelen > low_wavelen) return f / rp->factor;
+  const double smooth = (old_ctx / wavelen - rp->low_freq_factor) /
+                        (rp->high_freq_factor - rp->low_freq_factor);
+  return (1 - smooth) * f / rp->factor + smooth * f;
+}
 static void rope_ref(const void *vc, double *out) {
   const rope_ctx *c = vc;
   memcpy(out, c->x, sizeof(double) * c->n * c->stride);
   for (int r = 0; r < c->n; r++)
     for (int h = 0; h < c->H; h++)
       for (int i = 0; i < c->hd / 2; i++) {
-        double ang = (r % c->T) * pow(c->theta, -2.0 * i / c->hd);
+        double ang = (r % c->T) * rope_ref_freq(&c->rope, i, c->hd);
         long ia = (long)r * c->stride + h * c->hd + i, ib = ia + c->hd / 2;
         out[ia] = c->x[ia] * cos(ang) - c->x[ib] * sin(ang);
         out[ib] = c->x[ia] * sin(ang) + c->x[ib] * cos(ang);
       }
 }
+
+/* hd = 8: wavelengths 2 pi x (1, 10, 100, 1000): below 256/8 (kept), between (interpolated),
+ * above 256/2 (scaled) */
+static const tsr_rope llama3_rope = {10000.0f, TSR_ROPE_SCALING_LLAMA3, 8.0, 2.0, 8.0, 256.0};
 
 static void test_rope_hand(void) {
   /* hd = 4, theta = 1e4, pos 2: pair (x0, x2) turns by 2 rad, (x1, x3) by 2*1e4^-0.5 =
@@ -483,14 +501,27 @@ static void test_rope_hand(void) {
   float x[3 * 4];
   for (int r = 0; r < 3; r++)
     for (int i = 0; i < 4; i++) x[r * 4 + i] = (float)(i + 1);
-  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, 10000.0f);
+  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, tsr_rope_plain(10000.0f));
   const double want[4] = {-3.1440391170, 1.9196053466, -0.3391430828, 4.0391973601};
   const double pos0[4] = {1, 2, 3, 4};
   double e = fmax(rel_err(x + 8, want, 4), rel_err(x, pos0, 4));
   check("rope hand case (hd=4, pos 0 and 2, theta=1e4)", e, 1e-6);
+  /* llama3 scaling, hd = 4, theta = 1e4, original context 8, low 1, high 4, factor 8: pair
+   * 0 (wavelength 2 pi < 8/4? no; > 8? no) is interpolated, s = (8/(2 pi) - 1)/3 =
+   * 0.09108, f = (1 - s)/8 + s = 0.20470; pair 1 (wavelength 628 > 8) turns at 0.01/8.
+   * pos 2: angles 0.40940 and 0.0025 rad. */
+  tsr_rope l3 = {10000.0f, TSR_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8.0};
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < 4; i++) x[r * 4 + i] = (float)(i + 1);
+  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, l3);
+  const double s = (8.0 / (2 * M_PI) - 1) / 3, a0 = 2 * ((1 - s) / 8 + s), a1 = 2 * 0.01 / 8;
+  const double want3[4] = {cos(a0) - 3 * sin(a0), 2 * cos(a1) - 4 * sin(a1),
+                           sin(a0) + 3 * cos(a0), 2 * sin(a1) + 4 * cos(a1)};
+  check("rope llama3 hand case (hd=4, interpolated and scaled pairs)", rel_err(x + 8, want3, 4),
+        1e-6);
 }
 
-static void test_rope(int B, int T, int H, int hd, int pad, float theta) {
+static void test_rope(int B, int T, int H, int hd, int pad, tsr_rope theta) {
   char name[128];
   int n = B * T, stride = H * hd + pad;
   long len = (long)n * stride;
@@ -501,8 +532,8 @@ static void test_rope(int B, int T, int H, int hd, int pad, float theta) {
   float *y = fdup(x, len);
   tsr_ops_rope_fwd(TSR_F32, y, n, T, H, hd, stride, theta);
   rope_ref(&c, ref);
-  snprintf(name, sizeof name, "rope n=%d H=%d hd=%d stride=%d theta=%g fwd", n, H, hd, stride,
-           (double)theta);
+  snprintf(name, sizeof name, "rope n=%d H=%d hd=%d stride=%d theta=%g%s fwd", n, H, hd, stride,
+           (double)theta.theta, theta.scaling ? " llama3" : "");
   check(name, rel_err(y, ref, len), TOL_FWD);
   /* bwd is the inverse rotation applied in place: the analytic gradient of
    * sum(rope(x) * r) is rope_bwd(r); the pad columns of r must pass through. */
@@ -1082,7 +1113,7 @@ static void test16_reserve(void) {
                         qkv_w);
   tsr_ops_attention_bwd(dt, g, g + H * hd, g + (H + KV) * hd, a, a, st, qkv.h, qkv.h + H * hd,
                         qkv.h + (H + KV) * hd, B, T, H, KV, hd, qkv_w);
-  tsr_ops_rope_fwd(dt, qkv.h, n, T, H + KV, hd, qkv_w, 1e4f);
+  tsr_ops_rope_fwd(dt, qkv.h, n, T, H + KV, hd, qkv_w, tsr_rope_plain(1e4f));
   tsr_ops_swiglu_fwd(dt, sw, gu.h, n, F);
   tsr_ops_swiglu_bwd(dt, gu.h, sw, gu.h, n, F);
   tsr_ops_embedding_fwd(dt, o, tok, w.h, NULL, n, T, C, 0, V);
@@ -1239,7 +1270,7 @@ static void test16_norm(tsr_dtype dt, int layer, int n, int C) {
   free(dbr), free(dxr), free(dx1r), free(dx), free(dx1);
 }
 
-static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, float theta) {
+static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, tsr_rope theta) {
   char name[160];
   const int n = B * T, stride = H * hd + pad;
   const long len = (long)n * stride;
@@ -1539,9 +1570,10 @@ static void run16(void) {
       test16_norm(dt, layer, 300, 128); /* blocks of 16 rows, the last one short */
       test16_norm(dt, layer, 3, 3000);  /* rows wider than a block */
     }
-    test16_rope(dt, 2, 5, 3, 8, 5, 100.0f);
-    test16_rope(dt, 1, 1, 2, 6, 0, 10000.0f);
-    test16_rope(dt, 4, 37, 6, 32, 64, 10000.0f);
+    test16_rope(dt, 2, 5, 3, 8, 5, tsr_rope_plain(100.0f));
+    test16_rope(dt, 1, 1, 2, 6, 0, tsr_rope_plain(10000.0f));
+    test16_rope(dt, 4, 37, 6, 32, 64, tsr_rope_plain(10000.0f));
+    test16_rope(dt, 2, 37, 2, 8, 3, llama3_rope);
     test16_attention(dt, 2, 5, 2, 2, 8, 3, 0);
     test16_attention(dt, 1, 1, 2, 1, 4, 0, 0);
     test16_attention(dt, 2, 67, 4, 1, 8, 2, 0);
@@ -1603,8 +1635,9 @@ int main(int argc, char **argv) {
   test_norm(1, 6, 19);
   test_norm(1, 5, 70);
   test_rope_hand();
-  test_rope(2, 5, 3, 8, 5, 100.0f);
-  test_rope(1, 7, 2, 6, 0, 10000.0f);
+  test_rope(2, 5, 3, 8, 5, tsr_rope_plain(100.0f));
+  test_rope(1, 7, 2, 6, 0, tsr_rope_plain(10000.0f));
+  test_rope(2, 37, 3, 8, 5, llama3_rope); /* every band: kept, interpolated, scaled */
   test_attention(2, 5, 2, 2, 8, 3, 0);  /* H = KV, padded stride */
   test_attention(1, 13, 4, 2, 6, 0, 0); /* GQA 4:2 */
   test_attention(2, 9, 4, 1, 4, 2, 0);  /* MQA 4:1 */
