@@ -202,6 +202,8 @@ if command -v "${MPIRUN:-mpirun}" >/dev/null; then
   check "mpirun -np 2: the same shards as one process (exit $rc)" same_shards w1 mpi
   check "mpirun -np 2: rank 1 tokenized files, rank 0 wrote the shards" \
     grep -q "rank 1 of 2).*files tokenized.*rank 0 writes the shards" "$S/mpi.log"
+  check "mpirun -np 2: the work directory is removed once both ranks are done" \
+    test ! -e "$S/mpi/.tsr-prepare"
   [ "$TESTS_FAILED" -eq 0 ] || cat "$S/mpi.log"
 else
   echo "    (no mpirun: the 2-rank run is not checked)"
@@ -256,6 +258,13 @@ for f in notjson.jsonl nofield.jsonl notstring.jsonl truncated.jsonl.gz truncate
     cat "$S/bad/$f.log"; bad "$f: exit $rc, want 2 with '${WHERE[$f]}' and no shard"
   fi
 done
+if command -v "${MPIRUN:-mpirun}" >/dev/null; then # whichever rank reads the bad file
+  "${MPIRUN:-mpirun}" -np 2 "$TOOL" --out "$S/bad/out_mpi" "${HF[@]}" --workers 1 "$S/corpus/a.jsonl" \
+    "$S/corpus/b.jsonl.gz" "$S/bad/notstring.jsonl" >"$S/bad/mpi.log" 2>&1
+  rc=$?
+  check "mpirun -np 2, a bad record: exit 2 ($rc), the file and line named, no shard" \
+    test $rc = 2 -a -n "$(grep "error: $S/bad/notstring.jsonl:4:" "$S/bad/mpi.log")" -a -z "$(shards bad/out_mpi)"
+fi
 # a failed rerun into a directory with shards leaves them as they were
 prep keep "${HF[@]}" "$S/corpus/a.jsonl"
 before=$(cd "$S/keep" && md5sum train_*.bin valid_*.bin)
