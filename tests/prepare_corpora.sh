@@ -53,7 +53,7 @@ tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()
 tok.train_from_iterator(texts, trainers.BpeTrainer(
     vocab_size=600, special_tokens=["<|endoftext|>", "<|bos|>"],
-    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
 # a BOS from the post-processor, as Llama 3's adds <|begin_of_text|>: not for shards
 tok.post_processor = processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", 1)])
 tok.save(f"{S}/tok.json")
