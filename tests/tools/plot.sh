@@ -101,6 +101,93 @@ cut_record cut "$SCRATCH/cut.jsonl:$c" "$SCRATCH/cut.jsonl"
 cut_record joined "$SCRATCH/joined.jsonl:$c" "$SCRATCH/joined.jsonl"
 cut_record last_line "$SCRATCH/a_cut.jsonl:$c" "$SCRATCH/a_cut.jsonl" "$SCRATCH/b.jsonl"
 
+# Runs compared: two run directories are two lines (a colour each) on the same axes, named
+# by the directory ("run") or by run.name ("beta", a 10-step run of its own), with both
+# names in the legend; neither is drawn as a restart of the other.
+timeout 60 "$MPIRUN" -np 1 "$TESSERA" /dev/null "${C[@]}" run.max_steps=10 run.name=beta \
+  run.out_dir="$SCRATCH/b_dir" >"$SCRATCH/beta.out" 2>&1
+check "a second run (run.name beta, 10 steps) finishes" test $? -eq 0
+"$PLOT" "$R" "$SCRATCH/b_dir" --dump -o "$SCRATCH/two.png" >"$SCRATCH/two.out" 2>&1
+check "two run dirs: exit 0, a PNG" test $? -eq 0 -a "$(png_size "$SCRATCH/two.png")" = "1200 1000"
+cat "$SCRATCH/two.out"
+check "  ... one loss line per run: 'run' 30 points, 'beta' 10, in two colours" \
+  test "$(grep -c ": line loss: " "$SCRATCH/two.out")" -eq 2 \
+  -a -n "$(grep "^dump: run 1 'run': line loss: 30 points, steps 1-30" "$SCRATCH/two.out")" \
+  -a -n "$(grep "^dump: run 2 'beta': line loss: 10 points, steps 1-10" "$SCRATCH/two.out")" \
+  -a -n "$(grep "^dump: run 1 'run': colour C0" "$SCRATCH/two.out")" \
+  -a -n "$(grep "^dump: run 2 'beta': colour C1" "$SCRATCH/two.out")"
+check "  ... both names in the legend" grep -q "^dump: legend 'run', 'beta'," "$SCRATCH/two.out"
+check "  ... the second run is no restart of the first (no 'fresh start')" \
+  test "$(grep -c "marker" "$SCRATCH/two.out")" -eq 1 -a -z "$(grep "fresh start" "$SCRATCH/two.out")" \
+  -a -n "$(grep "^tsr-plot: beta (.*): steps up to 10 (10 steps, 2 validation losses), restarts: none" "$SCRATCH/two.out")"
+
+# A run stopped at step 10 on one rank and resumed to 20 on two (tp 2): one line, one
+# restart marker that names the new layout.
+L="$SCRATCH/layout"
+timeout 60 "$MPIRUN" -np 1 "$TESSERA" /dev/null "${C[@]}" run.max_steps=10 run.out_dir="$L" \
+  >"$SCRATCH/l1.out" 2>&1
+check "layout run: 10 steps on 1 rank" test $? -eq 0
+timeout 60 "$MPIRUN" -np 2 "$TESSERA" /dev/null "${C[@]}" run.max_steps=20 run.out_dir="$L" \
+  parallel.tp=2 >"$SCRATCH/l2.out" 2>&1
+check "  ... resumed to 20 on tp 2" test $? -eq 0
+"$PLOT" "$L" --dump >"$SCRATCH/layout.out" 2>&1
+check "  ... plotted: exit 0, RUN_DIR/plots.png" test $? -eq 0 -a "$(png_size "$L/plots.png")" = "1200 1000"
+cat "$SCRATCH/layout.out"
+check "  ... one run, one loss line of 20 points" \
+  test "$(grep -c "^dump: run .*: line loss:" "$SCRATCH/layout.out")" -eq 1 \
+  -a -n "$(grep "^dump: run 1 'layout': line loss: 20 points, steps 1-20" "$SCRATCH/layout.out")"
+check "  ... one restart marker, naming the new layout" \
+  test "$(grep -c "marker" "$SCRATCH/layout.out")" -eq 1 \
+  -a -n "$(grep "^dump: run 1 'layout': marker 'resumed at step 10 on tp2 (was 1 rank)'" "$SCRATCH/layout.out")"
+check "  ... the legend has the layout-change style" \
+  grep -q "^dump: legend .*'restart, new layout'" "$SCRATCH/layout.out"
+
+# Without events (an older file, or the events filtered out) the restart is found where the
+# steps go back: 11..15 are logged again after 15, a restart after step 10.
+grep -v '"event"' "$M" >"$SCRATCH/noevent.jsonl"
+"$PLOT" "$SCRATCH/noevent.jsonl" --dump -o "$SCRATCH/noevent.png" >"$SCRATCH/noevent.out" 2>&1
+check "no events: the restart at 10 (5 redone) is found from the steps" \
+  grep -q "30 steps, 6 validation losses), restarts: step 10 (5 redone), skipped: none" \
+  "$SCRATCH/noevent.out"
+check "  ... and marked" grep -q "marker 'restart at step 10 (the steps went back), 5 redone'" \
+  "$SCRATCH/noevent.out"
+
+# --tensorboard: with no writer importable, exit 2 naming what to install and no PNG; with
+# one (a stand-in tensorboardX that logs its calls, when torch's writer is not there), the
+# final history's scalars, a directory per run.
+if ! "$PYTHON_REF" -c "import torch.utils.tensorboard" 2>/dev/null; then
+  if ! "$PYTHON_REF" -c "import tensorboardX" 2>/dev/null; then
+    "$PLOT" "$R" --tensorboard "$SCRATCH/tb" -o "$SCRATCH/no.png" >"$SCRATCH/tb.out" 2>&1
+    rc=$?
+    cat "$SCRATCH/tb.out"
+    check "--tensorboard without a writer: exit 2, no PNG, names 'pip install tensorboard'" \
+      test $rc -eq 2 -a ! -e "$SCRATCH/no.png" -a -n "$(grep "pip install tensorboard" "$SCRATCH/tb.out")"
+  fi
+  mkdir -p "$SCRATCH/py"
+  cat >"$SCRATCH/py/tensorboardX.py" <<'EOF'
+import os
+class SummaryWriter:
+    def __init__(self, d):
+        os.makedirs(d, exist_ok=True)
+        self.f = open(os.path.join(d, "calls.txt"), "w")
+    def add_scalar(self, tag, value, step):
+        self.f.write(f"scalar {tag} {step}\n")
+    def add_text(self, tag, text, step):
+        self.f.write(f"text {tag} {step} {text}\n")
+    def close(self):
+        self.f.close()
+EOF
+  PYTHONPATH="$SCRATCH/py" "$PLOT" "$R" "$SCRATCH/b_dir" --tensorboard "$SCRATCH/tb" \
+    -o "$SCRATCH/tb.png" >"$SCRATCH/tb.out" 2>&1
+  rc=$?
+  cat "$SCRATCH/tb.out"
+  check "--tensorboard (stand-in writer): a directory per run, every step's loss once" \
+    test $rc -eq 0 -a "$(grep -c "^scalar train/loss " "$SCRATCH/tb/run/calls.txt")" -eq 30 \
+    -a "$(grep -c "^scalar train/loss " "$SCRATCH/tb/beta/calls.txt")" -eq 10 \
+    -a "$(grep -c "^scalar val/loss " "$SCRATCH/tb/run/calls.txt")" -eq 6
+  check "  ... the restart as text" grep -q "^text restarts 10 resumed at step 10" "$SCRATCH/tb/run/calls.txt"
+fi
+
 # Bad input: a garbled line 7 (followed by more records, not a restart), an empty file, a
 # missing file.
 sed '7s/.*/{"step":6,"loss":5.5,"lr/' "$M" >"$SCRATCH/bad.jsonl"
