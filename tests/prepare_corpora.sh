@@ -237,16 +237,21 @@ declare -A WHERE=([notjson.jsonl]=':3: not a JSON record' [nofield.jsonl]=":2: t
   [null.parquet]=": row 2: 'text' is null" [nocolumn.parquet]=": no column 'text'"
   [unreadable.jsonl]=': cannot open: Permission denied')
 as_user=()
+why_not=''
 if [ "$(id -u)" = 0 ]; then # root reads a mode-000 file: run that case as nobody
   chmod 755 "$S" && chmod 777 "$S/bad" && chmod 644 "$S/corpus/a.jsonl"
   as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$S/bad")
-  command -v setpriv >/dev/null || as_user=()
+  if ! command -v setpriv >/dev/null; then
+    why_not="no setpriv to run it as nobody"
+  elif ! "${as_user[@]}" "$VPY" -c "import tokenizers" 2>/dev/null || ! "${as_user[@]}" test -r "$TOOL"; then
+    why_not="the tree or its .venv is not readable by nobody"
+  fi
 fi
 for f in notjson.jsonl nofield.jsonl notstring.jsonl truncated.jsonl.gz truncated.jsonl.zst \
   corrupt.parquet null.parquet nocolumn.parquet unreadable.jsonl; do
   run=()
   if [ "$f" = unreadable.jsonl ]; then
-    if [ "$(id -u)" = 0 ] && [ ${#as_user[@]} = 0 ]; then echo "    (no setpriv: $f not checked)"; continue; fi
+    [ -n "$why_not" ] && { echo "    ($f not checked: $why_not)"; continue; }
     [ "$(id -u)" = 0 ] && run=("${as_user[@]}")
   fi
   "${run[@]}" "$TOOL" --out "$S/bad/out_$f" "${HF[@]}" "$S/corpus/a.jsonl" "$S/bad/$f" >"$S/bad/$f.log" 2>&1
