@@ -5,6 +5,7 @@
 #     records, already in memory, on the same C cores (its Rayon threads; the faster of one
 #     call and calls of 1024 records): target >= 0.8;
 #  2. --workers 2 against --workers 1: target >= 1.6 times on 2 cores.
+# Also timed: encode_batch_fast, which tsr-prepare calls (the same ids, no offsets).
 # The corpus: MB megabytes (default 32) of JSONL records made from Debian's fortunes (each
 # record an entry with a tenth of its words swapped for other fortune words, seeded) in
 # FILES files (default 16); the tokenizer: a byte-level BPE of 16000 pieces trained on the
@@ -56,7 +57,7 @@ PY
 # EOS a record; CPU: all its threads).
 cat >"$W/ref.py" <<'PY'
 import glob, json, os, sys, time
-W = sys.argv[1]
+W, method = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "encode_batch"
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 texts = [json.loads(l)["text"] for f in sorted(glob.glob(f"{W}/corpus/*.jsonl")) for l in open(f)]
 if not os.path.exists(f"{W}/tok.json"):
@@ -73,7 +74,7 @@ tok = Tokenizer.from_file(f"{W}/tok.json")
 best = None
 for batch in (len(texts), 1024):  # one call, and calls of 1024 records: the faster
     t, c = time.perf_counter(), time.process_time()
-    encs = [tok.encode_batch(texts[i:i + batch], add_special_tokens=False)
+    encs = [getattr(tok, method)(texts[i:i + batch], add_special_tokens=False)
             for i in range(0, len(texts), batch)]
     run = (time.perf_counter() - t, time.process_time() - c)
     best = run if best is None else min(best, run)
@@ -98,12 +99,13 @@ print(f"{time.perf_counter() - t:.3f} {ru.ru_utime + ru.ru_stime:.3f}" if rc == 
 }
 
 declare -A secs cpu tokens
-runs=(ref "w$C" w1)
+runs=(ref fast "w$C" w1)
 [ "$C" != 2 ] && runs+=(w2)
 for _ in $(seq "$REPS"); do
   for r in "${runs[@]}"; do
-    if [ "$r" = ref ]; then
-      out=$(RAYON_NUM_THREADS=$C TOKENIZERS_PARALLELISM=true "$VPY" "$W/ref.py" "$W")
+    if [ "$r" = ref ] || [ "$r" = fast ]; then
+      out=$(RAYON_NUM_THREADS=$C TOKENIZERS_PARALLELISM=true "$VPY" "$W/ref.py" "$W" \
+        "$([ "$r" = ref ] && echo encode_batch || echo encode_batch_fast)")
     else
       out=$(prep "${r#w}")
     fi
@@ -118,6 +120,7 @@ printf '%-38s %7s %10s %7s %12s   %s\n' "run ($REPS each, alternating)" "best s"
 for r in "${runs[@]}"; do
   case $r in
   ref) what="encode_batch, $C threads (reference)" ;;
+  fast) what="encode_batch_fast, $C threads" ;;
   *) what="tsr-prepare --workers ${r#w}" ;;
   esac
   b=$(best "${secs[$r]}")
