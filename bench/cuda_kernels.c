@@ -188,11 +188,11 @@ static int write_profile(const struct cudaDeviceProp *prop) {
       char *q = qkv, *kk = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
       char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
       const double flops = 2.0 * B * H * (double)T * T * hd; /* causal forward, as counted */
-      tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride);
-      TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride));
+      tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride, NULL);
+      TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride, NULL));
       af[k][d] = flops / (ms * 1e-3) / 1e12;
       TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, kk, v, B, T, H, KV,
-                                        hd, stride));
+                                        hd, stride, NULL));
       ab[k][d] = 2.5 * flops / (ms * 1e-3) / 1e12;
       fprintf(stderr, "attention %s T %4d hd %3d  fwd %7.1f  bwd %7.1f TFLOP/s\n",
               tsr_dtype_name(dt), T, hd, af[k][d], ab[k][d]);
@@ -364,18 +364,18 @@ int main(int argc, char **argv) {
       const int kinds[] = {TSR_ATT_MMA, TSR_ATT_CUDNN};
       for (int ki = 0; ki < (dt == TSR_F32 ? 1 : 2); ki++) {
         tsr_cuda_attention_use(kinds[ki]);
-        const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride);
+        const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride, 0);
         if (dt != TSR_F32 && path == TSR_ATT_PATH_F32 && ki) continue; /* shown once */
         if (ki == 1 && path != TSR_ATT_PATH_CUDNN) continue;
         static const char *const fwd_name[] = {"attention_fwd fp32-arith", "attention_fwd mma",
                                                "attention_fwd cudnn"};
         static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd mma",
                                                "attention_bwd cudnn"};
-        tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
-        TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
+        tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, NULL);
+        TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, NULL));
         row(fwd_name[path], dt, shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
         TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
-                                          hd, (int)stride));
+                                          hd, (int)stride, NULL));
         row(bwd_name[path], dt, shape, ms, 2.5 * flops, 1, "2.5 x forward");
       }
       dfree(qkv), dfree(dqkv), dfree(out), dfree(dout);
@@ -420,14 +420,14 @@ int main(int argc, char **argv) {
     }
     void *wte = dev((size_t)V * C * es);
     float *dwte = dev((size_t)V * C * 4);
-    TIME_MS(ms, tsr_dev_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V));
+    TIME_MS(ms, tsr_dev_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V, NULL));
     row("embedding_fwd", dt, shape, ms, 2.0 * nc * es, 0, "rows in, out");
-    TIME_MS(ms, tsr_dev_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V));
+    TIME_MS(ms, tsr_dev_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V, NULL));
     row("embedding_bwd", dt, shape, ms, nc * (es + 8.0), 0, "dy in; fp32 rows in+out");
     dfree(wte), dfree(dwte), dfree(tok);
     void *qkv = dev((long)N * (H + 2 * KV) * 128 * es);
     snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, 128);
-    TIME_MS(ms, tsr_dev_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, 10000.0f));
+    TIME_MS(ms, tsr_dev_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, 10000.0f, NULL));
     row("rope_fwd (q)", dt, shape, ms, 2.0 * N * H * 128 * es, 0, "in+out");
     CK(cudaFree(qkv));
     dfree(x), dfree(y), dfree(h), dfree(o), dfree(dy);

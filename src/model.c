@@ -536,7 +536,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
     void *full = m->sp ? m->tmp_nc : resid(m, sl, base);
     tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
-                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
+                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V, NULL);
     const void *rows = model_tp_rows(m, full);
     if (!rows) return TSR_ERR;
     if (rows != resid(m, sl, base)) tsr_ops_copy(resid(m, sl, base), rows, rows_bytes);
@@ -623,7 +623,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T,
-                        C, m->vocab_start, m->V);
+                        C, m->vocab_start, m->V, NULL);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }
@@ -674,7 +674,7 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), sl->w_embed, sl->tokens, N,
-                        m->T, C, m->vocab_start, m->V);
+                        m->T, C, m->vocab_start, m->V, NULL);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }
