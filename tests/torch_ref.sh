@@ -4,7 +4,7 @@
 #
 # tests/dump_ref (C, Tessera's modules) writes weights, gradients, the batch and the
 # weights after one optimizer step to HDF5; tests/torch_ref.py rebuilds the model from
-# docs/model.md in float64 and compares.  Skips (77) without Debian's torch/numpy/h5py.
+# docs/model.md in float64 and compares, document masking included.  Skips (77) without Debian's torch/numpy/h5py.
 set -u
 
 top_builddir=${top_builddir:-.}
@@ -45,6 +45,16 @@ cases=(
               model.init_std=0.1 train.grad_clip=1.0 train.xent_chunk_tokens=7"
   "llama_head_unfused: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
               train.grad_clip=1.0 train.xent_chunk_tokens=0"
+  # document masking: packed sequences of several documents (tests/dump_ref.c's batch: the
+  # first document of each sequence begun before it, one-token documents, an end of
+  # document on the last input, a sequence of one document), attention inside each and
+  # positions (RoPE; gpt2's learned ones) restarting at 0
+  "llama_gqa_docs: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 data.document_mask=.true. data.eos_id=5"
+  "gpt2_tied_docs: $small model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
+              model.init_std=0.1 train.grad_clip=1.0 data.document_mask=.true. data.eos_id=5"
+  "llama_docs_recompute_full: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 train.recompute=full data.document_mask=.true. data.eos_id=5"
 )
 
 failed=0
