@@ -199,7 +199,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
     brc = s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : TSR_ERR;
   }
   TSR_CALL(tsr_run_agree(world, brc)); /* measure_peak's collective next */
-  s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
+  s->flops_per_token = tsr_plan_run_flops_per_token(cfg); /* the planner's count */
   if (training) measure_peak(s);
   s->st.seed = (uint64_t)cfg->run.seed;
   tsr_loss_scale_start(&cfg->train, &s->st);
