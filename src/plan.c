@@ -467,17 +467,6 @@ static double attention_core(const tsr_model_config *m) {
   return 2.0 * (double)m->seq_len * (double)m->d_model;
 }
 
-double tsr_plan_doc_attention_share(const tsr_config *cfg) {
-  const double L = (double)cfg->data.mean_doc_tokens, T = (double)cfg->model.seq_len;
-  if (!cfg->data.document_mask || L <= 0 || T <= 0) return 1.0;
-  if (L <= 1) return 2.0 / (T + 1.0); /* every token its own document */
-  const double p = 1.0 / L, q = 1.0 - p;
-  const double one_minus_qT = -expm1(T * log1p(-p)); /* 1 - q^T */
-  const double pairs = (T - q * one_minus_qT / p) / p;
-  const double share = pairs / (T * (T + 1.0) / 2.0);
-  return share < 0 ? 0 : share > 1 ? 1 : share;
-}
-
 double tsr_plan_run_flops_per_token(const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
   return tsr_plan_flops_per_token(m) - 3.0 * (double)m->n_layer * attention_core(m) *

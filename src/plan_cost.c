@@ -31,6 +31,7 @@
  * the optimizer are left out here; plan_sim.c prices AdamW. */
 #include "plan_sim.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "model.h"
@@ -44,6 +45,18 @@ typedef struct {
   tsr_plan_chunk *out;
   double attn_share; /* of the causal attention's pairs, what document masking computes */
 } pricer;
+
+/* (plan.h; here, below plan.c, which prices the stages with this file's costs) */
+double tsr_plan_doc_attention_share(const tsr_config *cfg) {
+  const double L = (double)cfg->data.mean_doc_tokens, T = (double)cfg->model.seq_len;
+  if (!cfg->data.document_mask || L <= 0 || T <= 0) return 1.0;
+  if (L <= 1) return 2.0 / (T + 1.0); /* every token its own document */
+  const double p = 1.0 / L, q = 1.0 - p;
+  const double one_minus_qT = -expm1(T * log1p(-p)); /* 1 - q^T */
+  const double pairs = (T - q * one_minus_qT / p) / p;
+  const double share = pairs / (T * (T + 1.0) / 2.0);
+  return share < 0 ? 0 : share > 1 ? 1 : share;
+}
 
 static double gemm(pricer *pr, double m, double n, double k) {
   const double t = tsr_plan_gemm_s(pr->hw, pr->half, m, n, k);
