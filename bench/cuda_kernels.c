@@ -11,8 +11,10 @@
  * (attention counts the causal half: forward 2 * 2*B*H*T*T*hd / 2, backward 2.5x that),
  * and every row its share of the matching peak (16-bit rows of the tensor-core peak of
  * their type, fp32 rows of the fp32 one).  The shapes are those of a LLaMA-7B layer with
- * 4096 tokens per micro-batch.  Prints a table; never fails on time.  Exits 77 without a
- * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
+ * 4096 tokens per micro-batch.  Our attention kernels are timed again with document
+ * masking (the ops' doc: documents of T / 8 tokens each), counting the pairs of each
+ * document only (the causal count times (T/8 + 1) / (T + 1)).  Prints a table; never fails
+ * on time.  Exits 77 without a GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
  *
  * bench/cuda_kernels --profile > profile.nml instead measures what `tessera plan` prices
  * (src/plan_profile.h: GEMMs over sizes, attention over sequence lengths and head sizes,
@@ -99,6 +101,17 @@ static void *dev(size_t bytes) {
 }
 
 static void dfree(void *p) { CK(cudaFree(p)); }
+
+/* Device document starts (ops_list.h "Documents") of B sequences of T rows cut into
+ * documents of len rows. */
+static int32_t *dev_docs(int B, int T, int len) {
+  int32_t *h = malloc((size_t)B * T * sizeof(int32_t)), *d = dev((size_t)B * T * sizeof(int32_t));
+  if (!h) exit(1);
+  for (long r = 0; r < (long)B * T; r++) h[r] = (int32_t)(r % T / len * len);
+  CK(cudaMemcpy(d, h, (size_t)B * T * sizeof(int32_t), cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
 
 static double peak_gbs, peak_tc[3], peak_f32; /* peak_tc by dtype (bf16, fp16) */
 static const tsr_dtype all_dt[3] = {TSR_F32, TSR_BF16, TSR_F16};
@@ -377,6 +390,22 @@ int main(int argc, char **argv) {
         TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
                                           hd, (int)stride, NULL));
         row(bwd_name[path], dt, shape, ms, 2.5 * flops, 1, "2.5 x forward");
+        if (ki == 0) { /* document masking on our kernels: documents of T / 8 tokens */
+          const int len = T / 8 > 0 ? T / 8 : 1;
+          const double share = (len + 1.0) / (T + 1.0);
+          int32_t *doc = dev_docs(B, T, len);
+          char name[64];
+          tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, doc);
+          TIME_MS(ms, tsr_dev_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride,
+                                            doc));
+          snprintf(name, sizeof name, "%s docs", fwd_name[path]);
+          row(name, dt, shape, ms, share * flops, 1, "documents of T/8: their pairs");
+          TIME_MS(ms, tsr_dev_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
+                                            hd, (int)stride, doc));
+          snprintf(name, sizeof name, "%s docs", bwd_name[path]);
+          row(name, dt, shape, ms, 2.5 * share * flops, 1, "2.5 x forward");
+          dfree(doc);
+        }
       }
       dfree(qkv), dfree(dqkv), dfree(out), dfree(dout);
       CK(cudaFree(lse));
