@@ -11,8 +11,10 @@
  * (attention counts the causal half: forward 2 * 2*B*H*T*T*hd / 2, backward 2.5x that),
  * and every row its share of the matching peak (16-bit rows of the tensor-core peak of
  * their type, fp32 rows of the fp32 one).  The shapes are those of a LLaMA-7B layer with
- * 4096 tokens per micro-batch.  Prints a table; never fails on time.  Exits 77 without a
- * GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
+ * 4096 tokens per micro-batch.  Our attention kernels are timed again with document
+ * masking (the ops' doc: documents of T / 8 tokens each), counting the pairs of each
+ * document only (the causal count times (T/8 + 1) / (T + 1)).  Prints a table; never fails
+ * on time.  Exits 77 without a GPU.  Usage: bench/cuda_kernels [tokens (default 4096)]
  *
  * bench/cuda_kernels --profile > profile.nml instead measures what `tessera plan` prices
  * (src/plan/plan_profile.h: GEMMs over sizes, attention over sequence lengths and head sizes,
@@ -99,6 +101,17 @@ static void *dev(size_t bytes) {
 }
 
 static void dfree(void *p) { CK(cudaFree(p)); }
+
+/* Device document starts (ops_list.h "Documents") of B sequences of T rows cut into
+ * documents of len rows. */
+static int32_t *dev_docs(int B, int T, int len) {
+  int32_t *h = malloc((size_t)B * T * sizeof(int32_t)), *d = dev((size_t)B * T * sizeof(int32_t));
+  if (!h) exit(1);
+  for (long r = 0; r < (long)B * T; r++) h[r] = (int32_t)(r % T / len * len);
+  CK(cudaMemcpy(d, h, (size_t)B * T * sizeof(int32_t), cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
 
 static double peak_gbs, peak_tc[3], peak_f32; /* peak_tc by dtype (bf16, fp16) */
 static const tsr_dtype all_dt[3] = {TSR_F32, TSR_BF16, TSR_F16};
@@ -188,11 +201,11 @@ static int write_profile(const struct cudaDeviceProp *prop) {
       char *q = qkv, *kk = qkv + (size_t)H * hd * es, *v = qkv + (size_t)(H + KV) * hd * es;
       char *dq = dqkv, *dk = dqkv + (size_t)H * hd * es, *dv = dqkv + (size_t)(H + KV) * hd * es;
       const double flops = 2.0 * B * H * (double)T * T * hd; /* causal forward, as counted */
-      tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride);
-      TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride));
+      tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride, NULL);
+      TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, kk, v, B, T, H, KV, hd, stride, NULL));
       af[k][d] = flops / (ms * 1e-3) / 1e12;
       TIME_MS(ms, tsr_cuda_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, kk, v, B, T, H, KV,
-                                        hd, stride));
+                                        hd, stride, NULL));
       ab[k][d] = 2.5 * flops / (ms * 1e-3) / 1e12;
       fprintf(stderr, "attention %s T %4d hd %3d  fwd %7.1f  bwd %7.1f TFLOP/s\n",
               tsr_dtype_name(dt), T, hd, af[k][d], ab[k][d]);
@@ -364,19 +377,35 @@ int main(int argc, char **argv) {
       const int kinds[] = {TSR_ATT_MMA, TSR_ATT_CUDNN};
       for (int ki = 0; ki < (dt == TSR_F32 ? 1 : 2); ki++) {
         tsr_cuda_attention_use(kinds[ki]);
-        const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride);
+        const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, (int)stride, 0);
         if (dt != TSR_F32 && path == TSR_ATT_PATH_F32 && ki) continue; /* shown once */
         if (ki == 1 && path != TSR_ATT_PATH_CUDNN) continue;
         static const char *const fwd_name[] = {"attention_fwd fp32-arith", "attention_fwd mma",
                                                "attention_fwd cudnn"};
         static const char *const bwd_name[] = {"attention_bwd fp32-arith", "attention_bwd mma",
                                                "attention_bwd cudnn"};
-        tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride);
-        TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride));
+        tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, NULL);
+        TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, NULL));
         row(fwd_name[path], dt, shape, ms, flops, 1, "causal 4 B H T^2 hd / 2");
         TIME_MS(ms, tsr_cuda_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
-                                          hd, (int)stride));
+                                          hd, (int)stride, NULL));
         row(bwd_name[path], dt, shape, ms, 2.5 * flops, 1, "2.5 x forward");
+        if (ki == 0) { /* document masking on our kernels: documents of T / 8 tokens */
+          const int len = T / 8 > 0 ? T / 8 : 1;
+          const double share = (len + 1.0) / (T + 1.0);
+          int32_t *doc = dev_docs(B, T, len);
+          char name[64];
+          tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride, doc);
+          TIME_MS(ms, tsr_cuda_attention_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, (int)stride,
+                                            doc));
+          snprintf(name, sizeof name, "%s docs", fwd_name[path]);
+          row(name, dt, shape, ms, share * flops, 1, "documents of T/8: their pairs");
+          TIME_MS(ms, tsr_cuda_attention_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV,
+                                            hd, (int)stride, doc));
+          snprintf(name, sizeof name, "%s docs", bwd_name[path]);
+          row(name, dt, shape, ms, 2.5 * share * flops, 1, "2.5 x forward");
+          dfree(doc);
+        }
       }
       dfree(qkv), dfree(dqkv), dfree(out), dfree(dout);
       CK(cudaFree(lse));
@@ -420,14 +449,14 @@ int main(int argc, char **argv) {
     }
     void *wte = dev((size_t)V * C * es);
     float *dwte = dev((size_t)V * C * 4);
-    TIME_MS(ms, tsr_cuda_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V));
+    TIME_MS(ms, tsr_cuda_embedding_fwd(dt, o, tok, wte, NULL, N, N, C, 0, V, NULL));
     row("embedding_fwd", dt, shape, ms, 2.0 * nc * es, 0, "rows in, out");
-    TIME_MS(ms, tsr_cuda_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V));
+    TIME_MS(ms, tsr_cuda_embedding_bwd(dt, dwte, NULL, dy, tok, N, N, C, 0, V, NULL));
     row("embedding_bwd", dt, shape, ms, nc * (es + 8.0), 0, "dy in; fp32 rows in+out");
     dfree(wte), dfree(dwte), dfree(tok);
     void *qkv = dev((long)N * (H + 2 * KV) * 128 * es);
     snprintf(shape, sizeof shape, "%d x %d heads x %d", N, H, 128);
-    TIME_MS(ms, tsr_cuda_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, tsr_rope_plain(10000.0f)));
+    TIME_MS(ms, tsr_cuda_rope_fwd(dt, qkv, N, N, H, 128, (H + 2 * KV) * 128, tsr_rope_plain(10000.0f), NULL));
     row("rope_fwd (q)", dt, shape, ms, 2.0 * N * H * 128 * es, 0, "in+out");
     CK(cudaFree(qkv));
     dfree(x), dfree(y), dfree(h), dfree(o), dfree(dy);

@@ -97,8 +97,9 @@ static const char *path_what(int path, tsr_dtype dt) {
                          "shared memory fits)";
 }
 
-static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride, int *path) {
-  const int key[8] = {(int)dt, B, T, H, KV, hd, qkv_stride, 0};
+static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride, int docs,
+                  int *path) {
+  const int key[8] = {(int)dt, B, T, H, KV, hd, qkv_stride, docs != 0};
   if (choice.valid && !memcmp(key, choice.key, sizeof key)) {
     *path = choice.path;
     return 0;
@@ -107,7 +108,10 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
   char why[600] = "";
   if (dt != TSR_F32) {
 #ifdef TSR_HAVE_CUDNN
-    if (choice.kind == TSR_ATT_CUDNN) {
+    if (choice.kind == TSR_ATT_CUDNN && docs) {
+      snprintf(why, sizeof why, "document masking, which cuDNN's graphs here do not take (their "
+               "mask is causal only): our kernels run the masked attention");
+    } else if (choice.kind == TSR_ATT_CUDNN) {
       const tsr_cuda_context *c = &tsr_cuda_ctx;
       const int rc = tsr_cuda_cudnn_attention_prepare(
           dt, B, T, H, KV, hd, qkv_stride, c->shapes.deterministic, (long long)c->attn_ws_bytes,
@@ -119,9 +123,10 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
     if (p != TSR_ATT_PATH_CUDNN && tsr_cuda_attention_tc_supported(hd)) p = TSR_ATT_PATH_MMA;
   }
   if (tsr_rank() == 0)
-    tsr_log("attention: %s%s%s%s [%s B %d T %d H %d KV %d hd %d]", path_what(p, dt),
+    tsr_log("attention: %s%s%s%s [%s B %d T %d H %d KV %d hd %d%s]", path_what(p, dt),
             why[0] ? (p == TSR_ATT_PATH_CUDNN ? " (" : "; not cuDNN: ") : "", why,
-            why[0] && p == TSR_ATT_PATH_CUDNN ? ")" : "", tsr_dtype_name(dt), B, T, H, KV, hd);
+            why[0] && p == TSR_ATT_PATH_CUDNN ? ")" : "", tsr_dtype_name(dt), B, T, H, KV, hd,
+            docs ? ", document-masked" : "");
   memcpy(choice.key, key, sizeof key);
   choice.valid = 1;
   choice.path = *path = p;
@@ -129,9 +134,9 @@ static int decide(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_str
 }
 
 extern "C" int tsr_cuda_attention_path(tsr_dtype dt, int B, int T, int H, int KV, int hd,
-                                       int qkv_stride) {
+                                       int qkv_stride, int docs) {
   int p = -1;
-  return decide(dt, B, T, H, KV, hd, qkv_stride, &p) ? -1 : p;
+  return decide(dt, B, T, H, KV, hd, qkv_stride, docs, &p) ? -1 : p;
 }
 
 /* D, then the tensor-core backward's per-query-head dk, dv partials (grouped-query) */
@@ -164,33 +169,35 @@ static int cudnn_fits(std::initializer_list<const void *> ptrs) {
 #endif
 
 static int forward(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                   const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                   const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                   const int32_t *doc) {
   TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
   int path = 0;
-  TSR_CALL(decide(dt, B, T, H, KV, hd, qkv_stride, &path));
+  TSR_CALL(decide(dt, B, T, H, KV, hd, qkv_stride, doc != NULL, &path));
   switch (path) {
 #ifdef TSR_HAVE_CUDNN
-    case TSR_ATT_PATH_CUDNN:
+    case TSR_ATT_PATH_CUDNN: /* never with doc (decide) */
       if (cudnn_fits({out, q, k, v}))
         return tsr_sdpa_graphs_fwd(dt, B, T, H, KV, hd, qkv_stride, q, k, v, out, lse,
                                    tsr_cuda_ctx.attn_ws, tsr_cuda_ctx.stream);
       return tsr_cuda_attention_tc_supported(hd)
-                 ? tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride)
-                 : tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
+                 ? tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc)
+                 : tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc);
 #endif
     case TSR_ATT_PATH_MMA:
-      return tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
+      return tsr_attn_mma_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc);
   }
-  return tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
+  return tsr_attn_f32_fwd(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc);
 }
 
 static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                     const void *out, const float *lse, const void *q, const void *k,
-                    const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                    const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                    const int32_t *doc) {
   TSR_CALL(check_shape(B, T, H, KV, hd, qkv_stride));
   if (!dq && !dk && !dv) return 0;
   int path = 0;
-  TSR_CALL(decide(dt, B, T, H, KV, hd, qkv_stride, &path));
+  TSR_CALL(decide(dt, B, T, H, KV, hd, qkv_stride, doc != NULL, &path));
   const cudaStream_t stream = tsr_cuda_ctx.stream;
 #ifdef TSR_HAVE_CUDNN
   if (path == TSR_ATT_PATH_CUDNN) {
@@ -213,9 +220,10 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
                        D, (const S *)dout, (const S *)out, B, T, H, hd);
                    TSR_CUDA_LAUNCHED());
   if (path == TSR_ATT_PATH_F32)
-    return tsr_attn_f32_bwd(dt, dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, qkv_stride);
+    return tsr_attn_f32_bwd(dt, dq, dk, dv, dout, lse, D, q, k, v, B, T, H, KV, hd, qkv_stride,
+                            doc);
   TSR_CALL(tsr_attn_mma_bwd(dt, dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd,
-                            qkv_stride));
+                            qkv_stride, doc));
   if (grouped) {
     const float scale = (float)(1.0 / sqrt((double)hd));
     TSR_DTYPE_SWITCH(dt, S,
@@ -227,17 +235,19 @@ static int backward(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout
 
 extern "C" void tsr_cuda_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q,
                                       const void *k, const void *v, int B, int T, int H, int KV,
-                                      int hd, int qkv_stride) {
+                                      int hd, int qkv_stride, const int32_t *doc) {
   TSR_CUDA_SKIP();
-  tsr_cuda_prof_note(2.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
-  TSR_CUDA_RUN(forward(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
+  tsr_cuda_prof_note(2.0 * B * H * (double)T * T * hd, "%s T %d hd %d%s", tsr_dtype_name(dt), T,
+                    hd, doc ? " documents" : "");
+  TSR_CUDA_RUN(forward(dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc));
 }
 
 extern "C" void tsr_cuda_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv,
                                       const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v, int B, int T,
-                                      int H, int KV, int hd, int qkv_stride) {
+                                      int H, int KV, int hd, int qkv_stride, const int32_t *doc) {
   TSR_CUDA_SKIP();
-  tsr_cuda_prof_note(5.0 * B * H * (double)T * T * hd, "%s T %d hd %d", tsr_dtype_name(dt), T, hd);
-  TSR_CUDA_RUN(backward(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride));
+  tsr_cuda_prof_note(5.0 * B * H * (double)T * T * hd, "%s T %d hd %d%s", tsr_dtype_name(dt), T,
+                    hd, doc ? " documents" : "");
+  TSR_CUDA_RUN(backward(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc));
 }

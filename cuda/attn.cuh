@@ -9,7 +9,15 @@
  * grouped-query attention (KV < H) the tensor-core backwards write each query head's raw
  * dk, dv sums to `part` (dk's, then dv's part_stride = B*H*T*hd floats later), which
  * attention.cu then sums over each group, in order.  No family stores a T x T matrix;
- * every output element is summed in a fixed order: deterministic, no atomics. */
+ * every output element is summed in a fixed order: deterministic, no atomics.
+ *
+ * Documents (doc != NULL, ops_list.h): query t of sequence b sees the keys
+ * [doc[b*T + t], t].  doc does not decrease along a sequence, so a query tile's first row
+ * has its smallest start: the forward and dq walk the key tiles from the one holding it
+ * (the tiles before the document are skipped), and dk/dv stop walking the query tiles of
+ * a key tile at the first whose first row starts after the tile's last key; the tiles
+ * crossing a document start mask the keys left of each row's start as the diagonal tile
+ * masks the keys right of it. */
 #ifndef TSR_CUDA_ATTN_CUH
 #define TSR_CUDA_ATTN_CUH
 
@@ -18,20 +26,24 @@
 /* ---- attn_f32.cu: fp32 arithmetic on fp32, bf16 or fp16 storage, head_dim <= 128 ---- */
 #define ATT_HD_MAX 128
 int tsr_attn_f32_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc);
 int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                      const float *lse, const float *D, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc);
 
 /* ---- attn_mma.cu: the tensor cores (mma.sync), 16-bit storage (bf16 or fp16, the matrix
  * products in that type, fp32 accumulation and softmax), head_dim 32, 64, 96 or 128
  * (smem: bytes of shared memory per block, 0 for another head_dim) ---- */
 size_t tsr_attn_mma_smem(int hd);
 int tsr_attn_mma_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc);
 int tsr_attn_mma_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, float *part, const void *dout,
                      const float *lse, const float *D, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride);
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc);
 
 /* lse and D of the queries [q0, q0 + ROWS) of one head, from its row `stat` of the
  * statistics (zeros past T), by the THREADS threads of the block. */

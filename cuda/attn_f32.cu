@@ -13,7 +13,7 @@
  * Backward (D given): one kernel per key tile (b, kv head) sums dk, dv over the group's
  * query heads and the query tiles at or below the diagonal, one kernel per query tile
  * (b, h) sums dq over the key tiles; both rebuild P = exp(scale * q.k - lse) and write
- * their outputs. */
+ * their outputs.  Documents (doc): attn.cuh. */
 #include "attn.cuh"
 
 #define BQ 32
@@ -64,8 +64,8 @@ __device__ __forceinline__ void weighted_rows(float (&o)[DPT], const float *w, c
 
 template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
 __global__ void __launch_bounds__(ATT_THREADS)
-    flash_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
-                     int KV, int hd, int qkv_stride, float scale) {
+    flash_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                     int T_, int H, int KV, int hd, int qkv_stride, float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *Ks = Qs + BQ * ld, *Vs = Ks + BK * ld, *Ps = Vs + BK * ld; /* Ps: [BQ][BK+1] */
@@ -80,8 +80,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
   for (int i = 0; i < DPT; i++) o[i] = 0.0f;
 
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
+  const int kstart = tq < T_ && dc ? dc[tq] : 0; /* this row's first key */
   const int kend = min(q0 + BQ, T_); /* keys this tile's queries can see */
-  for (int k0 = 0; k0 < kend; k0 += BK) {
+  for (int k0 = dc ? dc[q0] / BK * BK : 0; k0 < kend; k0 += BK) {
     __syncthreads(); /* the previous tile's Ks/Vs/Ps are no longer read */
     load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
     load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
@@ -91,14 +93,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < BK / 8; j++) {
       const int key = k0 + sub + 8 * j;
-      s[j] = (key <= tq && key < T_) ? scale * s[j] : -INFINITY;
+      s[j] = (key <= tq && key < T_ && key >= kstart) ? scale * s[j] : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
 #pragma unroll
     for (int x = 1; x < 8; x <<= 1)
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, x));
     const float m_new = fmaxf(m, tile_max);
-    /* every row sees key 0 in the first tile, so m_new is finite; guard anyway */
+    /* a row whose document starts past this tile has seen no key yet: m_new = -inf */
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
     const float corr = expf(m - m_use);
     float rowsum = 0.0f;
@@ -147,8 +149,8 @@ __device__ __forceinline__ void load_query_side(float *Qs, float *dOs, float *Ls
 template <class T, int DPT>
 __global__ void __launch_bounds__(ATT_THREADS)
     flash_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
-                    const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
-                    float scale) {
+                    const T *k, const T *v, const int32_t *doc, int T_, int H, int KV, int hd,
+                    int qkv_stride, float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *dOs = Qs + BQ * ld, *Ks = dOs + BQ * ld, *Vs = Ks + BK * ld;
@@ -164,8 +166,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
   for (int i = 0; i < DPT; i++) sum[i] = 0.0f;
 
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
+  const int kstart = tq < T_ && dc ? dc[tq] : 0;
   const int kend = min(q0 + BQ, T_);
-  for (int k0 = 0; k0 < kend; k0 += BK) {
+  for (int k0 = dc ? dc[q0] / BK * BK : 0; k0 < kend; k0 += BK) {
     __syncthreads();
     load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
     load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int j = 0; j < BK / 8; j++) {
       const int c = sub + 8 * j, key = k0 + c;
       float ds = 0.0f;
-      if (key <= tq && key < T_ && tq < T_) {
+      if (key <= tq && key < T_ && tq < T_ && key >= kstart) {
         const float p = expf(scale * qk[j] - Ls[row]);
         ds = p * (dp[j] - Ds[row]);
       }
@@ -202,8 +206,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <class T, int DPT>
 __global__ void __launch_bounds__(ATT_THREADS)
     flash_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D, const T *q,
-                      const T *k, const T *v, int T_, int H, int KV, int hd, int qkv_stride,
-                      float scale) {
+                      const T *k, const T *v, const int32_t *doc, int T_, int H, int KV, int hd,
+                      int qkv_stride, float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Ks = smem, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *dOs = Qs + BQ * ld;
@@ -221,8 +225,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
   for (int i = 0; i < DPT; i++) sk[i] = sv[i] = 0.0f;
 
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
   for (int h = g * group; h < (g + 1) * group; h++) {
     for (int q0 = j0 / BQ * BQ; q0 < T_; q0 += BQ) {
+      if (dc && dc[q0] >= j0 + BK) break; /* these queries' and later ones' documents start later */
       __syncthreads(); /* previous Qs/dOs/Ps/dSs reads are done (first pass: Ks/Vs loaded) */
       load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
       __syncthreads();
@@ -233,7 +239,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
       for (int j = 0; j < BQ / 8; j++) {
         const int rr = sub + 8 * j, t = q0 + rr;
         float p = 0.0f, ds = 0.0f;
-        if (t < T_ && key <= t && key < T_) {
+        if (t < T_ && key <= t && key < T_ && (!dc || key >= dc[t])) {
           p = expf(scale * qk[j] - Ls[rr]);
           ds = p * (dp[j] - Ds[rr]);
         }
@@ -280,35 +286,35 @@ static size_t dkdv_smem(int hd) {
 }
 
 template <class T, int DPT>
-static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_, int H,
-                     int KV, int hd, int qkv_stride) {
+static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                     int B, int T_, int H, int KV, int hd, int qkv_stride) {
   const size_t smem = fwd_smem(hd);
   TSR_CUDA_CALL(allow_smem(flash_fwd_kernel<T, DPT>, smem));
   const dim3 grid((T_ + BQ - 1) / BQ, B * H);
   flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_cuda_ctx.stream>>>(
-      out, lse, q, k, v, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
+      out, lse, q, k, v, doc, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 
 template <class T, int DPT>
 static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const float *D,
-                     const T *q, const T *k, const T *v, int B, int T_, int H, int KV, int hd,
-                     int qkv_stride) {
+                     const T *q, const T *k, const T *v, const int32_t *doc, int B, int T_, int H,
+                     int KV, int hd, int qkv_stride) {
   const float scale = (float)(1.0 / sqrt((double)hd));
   const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dq) {
     const size_t smem = dq_smem(hd);
     TSR_CUDA_CALL(allow_smem(flash_dq_kernel<T, DPT>, smem));
     flash_dq_kernel<T, DPT><<<dim3((T_ + BQ - 1) / BQ, B * H), ATT_THREADS, smem, stream>>>(
-        dq, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+        dq, dout, lse, D, q, k, v, doc, T_, H, KV, hd, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
     const size_t smem = dkdv_smem(hd);
     TSR_CUDA_CALL(allow_smem(flash_dkdv_kernel<T, DPT>, smem));
     flash_dkdv_kernel<T, DPT><<<dim3((T_ + BK - 1) / BK, B * KV), ATT_THREADS, smem, stream>>>(
-        dk, dv, dout, lse, D, q, k, v, T_, H, KV, hd, qkv_stride, scale);
+        dk, dv, dout, lse, D, q, k, v, doc, T_, H, KV, hd, qkv_stride, scale);
     TSR_CUDA_LAUNCHED();
   }
   return 0;
@@ -316,27 +322,31 @@ static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const
 
 /* head_dim <= 64 uses 8 sums per thread, up to 128 uses 16 */
 int tsr_attn_f32_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc) {
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
                    return hd <= 64 ? flash_fwd<S, 8>((S *)out, lse, (const S *)q, (const S *)k,
-                                                     (const S *)v, B, T, H, KV, hd, qkv_stride)
+                                                     (const S *)v, doc, B, T, H, KV, hd,
+                                                     qkv_stride)
                                    : flash_fwd<S, 16>((S *)out, lse, (const S *)q, (const S *)k,
-                                                      (const S *)v, B, T, H, KV, hd, qkv_stride));
+                                                      (const S *)v, doc, B, T, H, KV, hd,
+                                                      qkv_stride));
   return 0;
 }
 
 int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                      const float *lse, const float *D, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc) {
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
                    return hd <= 64
                               ? flash_bwd<S, 8>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse, D,
-                                                (const S *)q, (const S *)k, (const S *)v, B, T, H,
-                                                KV, hd, qkv_stride)
+                                                (const S *)q, (const S *)k, (const S *)v, doc, B,
+                                                T, H, KV, hd, qkv_stride)
                               : flash_bwd<S, 16>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse,
-                                                 D, (const S *)q, (const S *)k, (const S *)v, B, T,
-                                                 H, KV, hd, qkv_stride));
+                                                 D, (const S *)q, (const S *)k, (const S *)v, doc,
+                                                 B, T, H, KV, hd, qkv_stride));
   return 0;
 }

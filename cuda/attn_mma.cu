@@ -17,7 +17,9 @@
  * so that every fragment is two 32-bit loads; both paddings put the 8 row groups x 4
  * lanes of a fragment load on 32 different banks.  The forward reads V transposed from
  * global memory (it needs no row-major V); the backward transposes K, Q and dO in shared
- * memory, so that each is read from global memory once per tile. */
+ * memory, so that each is read from global memory once per tile.  Documents (doc): the
+ * tiles skipped and masked as attn.cuh says; a lane reads its rows' document starts once,
+ * dk/dv the starts of a query tile's columns only where the tile crosses one. */
 #include "attn.cuh"
 
 #if defined(TSR_CUDA_EMULATION)
@@ -210,8 +212,8 @@ template <class T, int HD, int N_T> struct mm_bwd_layout {
  * rows 16 w + g and + 8; s holds the warp's 16 x 64 scores in log2 units. */
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
-    mma_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int T_, int H,
-                   int KV, int qkv_stride, float scale_log2) {
+    mma_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                   int T_, int H, int KV, int qkv_stride, float scale_log2) {
   typedef mm_dims<HD> Dm;
   extern __shared__ __align__(32) float smem[];
   T *Qs = (T *)smem, *Ks = Qs + TC_ROWS * Dm::LDB, *Vt = Ks + TC_ROWS * Dm::LDB;
@@ -229,8 +231,12 @@ __global__ void __launch_bounds__(TC_THREADS)
   float o[HD / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  /* documents: the first key of rows r0, r1 and the largest of the warp's rows */
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
+  const int ds0 = dc && r0 < T_ ? dc[r0] : 0, ds1 = dc && r1 < T_ ? dc[r1] : 0;
+  const int dsw = dc ? dc[min(q0 + 16 * w + 15, T_ - 1)] : 0;
 
-  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+  for (int k0 = dc ? dc[q0] / TC_ROWS * TC_ROWS : 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
     __syncthreads(); /* the previous tile is no longer read */
     tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, kvh * HD);
     mm_load_t<T, HD>(Vt, v, k0, T_, boff, qkv_stride, kvh * HD);
@@ -246,14 +252,17 @@ __global__ void __launch_bounds__(TC_THREADS)
         mma16816<T>(s[j], qa[kk], kb);
       }
     }
-    const bool edge = k0 + TC_ROWS - 1 > q0 + 16 * w || k0 + TC_ROWS > T_; /* a key to mask */
+    /* a key to mask: right of the diagonal, past T, or left of a row's document start */
+    const bool edge = k0 + TC_ROWS - 1 > q0 + 16 * w || k0 + TC_ROWS > T_ || k0 < dsw;
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + 8 * j + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
-        s[j][e] = edge && (key > row || key >= T_) ? -INFINITY : s[j][e] * scale_log2;
+        s[j][e] = edge && (key > row || key >= T_ || key < (e < 2 ? ds0 : ds1))
+                      ? -INFINITY
+                      : s[j][e] * scale_log2;
         if (e < 2) mx0 = fmaxf(mx0, s[j][e]);
         else mx1 = fmaxf(mx1, s[j][e]);
       }
@@ -261,7 +270,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    /* key 0 is in every row's first tile, so the maxima are finite; guard anyway */
+    /* a row whose document starts past this tile has seen no key yet: -inf maxima */
     const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
     const float u0 = n0 == -INFINITY ? 0.0f : n0, u1 = n1 == -INFINITY ? 0.0f : n1;
     const float c0 = exp2f(m0 - u0), c1 = exp2f(m1 - u1);
@@ -324,8 +333,8 @@ __device__ __forceinline__ void mm_store_rows(T *dst, const float (&sum)[HD / 8]
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     mma_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q, const T *k,
-                  const T *v, int T_, int H, int KV, int qkv_stride, float scale_log2,
-                  float scale) {
+                  const T *v, const int32_t *doc, int T_, int H, int KV, int qkv_stride,
+                  float scale_log2, float scale) {
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
   extern __shared__ __align__(32) float smem[];
@@ -348,8 +357,10 @@ __global__ void __launch_bounds__(TC_THREADS)
   float sum[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) sum[n][0] = sum[n][1] = sum[n][2] = sum[n][3] = 0.0f;
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
+  const int ds0 = dc && r0 < T_ ? dc[r0] : 0, ds1 = dc && r1 < T_ ? dc[r1] : 0;
 
-  for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
+  for (int k0 = dc ? dc[q0] / TC_ROWS * TC_ROWS : 0; k0 <= q0 && k0 < T_; k0 += TC_ROWS) {
     __syncthreads();
     tc_load<T, HD>(Ks, k, k0, T_, boff, qkv_stride, kvh * HD);
     tc_load<T, HD>(Vs, v, k0, T_, boff, qkv_stride, kvh * HD);
@@ -363,7 +374,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + 8 * j + 2 * t + (e & 1), row = e < 2 ? r0 : r1;
-        const float p = key <= row && key < T_ && row < T_
+        const float p = key <= row && key < T_ && row < T_ && key >= (e < 2 ? ds0 : ds1)
                             ? exp2f(s[j][e] * scale_log2 - (e < 2 ? L0 : L1))
                             : 0.0f;
         s[j][e] = p * (dp[j][e] - (e < 2 ? D0 : D1)); /* dS */
@@ -387,8 +398,9 @@ __global__ void __launch_bounds__(TC_THREADS)
 template <class T, int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     mma_dkdv_kernel(T *dk, T *dv, float *part, size_t part_stride, const T *dout,
-                    const float *lse, const float *D, const T *q, const T *k, const T *v, int T_,
-                    int H, int KV, int qkv_stride, float scale_log2, float scale) {
+                    const float *lse, const float *D, const T *q, const T *k, const T *v,
+                    const int32_t *doc, int T_, int H, int KV, int qkv_stride, float scale_log2,
+                    float scale) {
   typedef mm_dims<HD> Dm;
   const int LDB = Dm::LDB;
   extern __shared__ __align__(32) float smem[];
@@ -410,7 +422,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
     for (int e = 0; e < 4; e++) sk[n][e] = sv[n][e] = 0.0f;
 
+  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
   for (int q0 = j0; q0 < T_; q0 += TC_ROWS) {
+    /* this tile's queries, and all after them, start their documents past the keys */
+    if (dc && dc[q0] >= j0 + TC_ROWS) break;
+    /* some query of the tile starts its document past the tile's first key */
+    const bool cross = dc && dc[min(q0 + TC_ROWS - 1, T_ - 1)] > j0;
     __syncthreads();
     tc_load<T, HD>(Qs, q, q0, T_, boff, qkv_stride, h * HD);
     tc_load<T, HD>(dOs, dout, q0, T_, doff, H * HD, h * HD);
@@ -429,7 +446,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int c = c0 + 8 * j + 2 * t + (e & 1), tq = q0 + c, key = e < 2 ? key0 : key1;
-          const float p = tq < T_ && key <= tq && key < T_
+          const float p = tq < T_ && key <= tq && key < T_ && (!cross || key >= dc[tq])
                               ? exp2f(st[j][e] * scale_log2 - Ls[c] * LOG2E_F)
                               : 0.0f;
           st[j][e] = p;
@@ -476,22 +493,22 @@ size_t tsr_attn_mma_smem(int hd) {
 }
 
 template <class T, int HD>
-static int mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int T_, int H,
-                   int KV, int qkv_stride) {
+static int mma_fwd(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                   int B, int T_, int H, int KV, int qkv_stride) {
   const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
   const float scale = (float)(1.0 / sqrt((double)HD));
   const size_t smem = mm_dims<HD>::FWD;
   TSR_CUDA_CALL(allow_smem(mma_fwd_kernel<T, HD>, smem));
   mma_fwd_kernel<T, HD><<<grid, TC_THREADS, smem, tsr_cuda_ctx.stream>>>(
-      out, lse, q, k, v, T_, H, KV, qkv_stride, scale * LOG2E_F);
+      out, lse, q, k, v, doc, T_, H, KV, qkv_stride, scale * LOG2E_F);
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 
 template <class T, int HD>
 static int mma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float *lse,
-                   const float *D, const T *q, const T *k, const T *v, int B, int T_, int H,
-                   int KV, int qkv_stride) {
+                   const float *D, const T *q, const T *k, const T *v, const int32_t *doc, int B,
+                   int T_, int H, int KV, int qkv_stride) {
   const float scale = (float)(1.0 / sqrt((double)HD)), scale_log2 = scale * LOG2E_F;
   const size_t part_stride = (size_t)B * H * T_ * HD;
   const dim3 grid((unsigned)((T_ + TC_ROWS - 1) / TC_ROWS), B * H);
@@ -499,15 +516,15 @@ static int mma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float 
   if (dq) {
     const size_t smem = mm_dims<HD>::DQ;
     TSR_CUDA_CALL(allow_smem(mma_dq_kernel<T, HD>, smem));
-    mma_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(dq, dout, lse, D, q, k, v, T_, H, KV,
-                                                             qkv_stride, scale_log2, scale);
+    mma_dq_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(dq, dout, lse, D, q, k, v, doc, T_, H,
+                                                             KV, qkv_stride, scale_log2, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
     const size_t smem = mm_dims<HD>::DKDV;
     TSR_CUDA_CALL(allow_smem(mma_dkdv_kernel<T, HD>, smem));
     mma_dkdv_kernel<T, HD><<<grid, TC_THREADS, smem, stream>>>(
-        dk, dv, part, part_stride, dout, lse, D, q, k, v, T_, H, KV, qkv_stride, scale_log2,
+        dk, dv, part, part_stride, dout, lse, D, q, k, v, doc, T_, H, KV, qkv_stride, scale_log2,
         scale);
     TSR_CUDA_LAUNCHED();
   }
@@ -515,35 +532,37 @@ static int mma_bwd(T *dq, T *dk, T *dv, float *part, const T *dout, const float 
 }
 
 template <class T>
-static int fwd_t(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T_,
-                 int H, int KV, int hd, int qkv_stride) {
+static int fwd_t(void *out, float *lse, const void *q, const void *k, const void *v,
+                 const int32_t *doc, int B, int T_, int H, int KV, int hd, int qkv_stride) {
   TC_HD_SWITCH(hd, HD,
-               mma_fwd<T, HD>((T *)out, lse, (const T *)q, (const T *)k, (const T *)v, B, T_, H,
-                              KV, qkv_stride));
+               mma_fwd<T, HD>((T *)out, lse, (const T *)q, (const T *)k, (const T *)v, doc, B, T_,
+                              H, KV, qkv_stride));
   return 0;
 }
 template <class T>
 static int bwd_t(void *dq, void *dk, void *dv, float *part, const void *dout, const float *lse,
-                 const float *D, const void *q, const void *k, const void *v, int B, int T_,
-                 int H, int KV, int hd, int qkv_stride) {
+                 const float *D, const void *q, const void *k, const void *v, const int32_t *doc,
+                 int B, int T_, int H, int KV, int hd, int qkv_stride) {
   TC_HD_SWITCH(hd, HD,
                mma_bwd<T, HD>((T *)dq, (T *)dk, (T *)dv, part, (const T *)dout, lse, D,
-                              (const T *)q, (const T *)k, (const T *)v, B, T_, H, KV,
+                              (const T *)q, (const T *)k, (const T *)v, doc, B, T_, H, KV,
                               qkv_stride));
   return 0;
 }
 
 int tsr_attn_mma_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc) {
   TSR_CUDA_ARG(dt == TSR_BF16 || dt == TSR_F16);
-  if (dt == TSR_F16) return fwd_t<f16>(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
-  return fwd_t<bf16>(out, lse, q, k, v, B, T, H, KV, hd, qkv_stride);
+  if (dt == TSR_F16) return fwd_t<f16>(out, lse, q, k, v, doc, B, T, H, KV, hd, qkv_stride);
+  return fwd_t<bf16>(out, lse, q, k, v, doc, B, T, H, KV, hd, qkv_stride);
 }
 int tsr_attn_mma_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, float *part, const void *dout,
                      const float *lse, const float *D, const void *q, const void *k,
-                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                     const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                     const int32_t *doc) {
   TSR_CUDA_ARG(dt == TSR_BF16 || dt == TSR_F16);
   if (dt == TSR_F16)
-    return bwd_t<f16>(dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd, qkv_stride);
-  return bwd_t<bf16>(dq, dk, dv, part, dout, lse, D, q, k, v, B, T, H, KV, hd, qkv_stride);
+    return bwd_t<f16>(dq, dk, dv, part, dout, lse, D, q, k, v, doc, B, T, H, KV, hd, qkv_stride);
+  return bwd_t<bf16>(dq, dk, dv, part, dout, lse, D, q, k, v, doc, B, T, H, KV, hd, qkv_stride);
 }

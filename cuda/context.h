@@ -110,10 +110,13 @@ int tsr_cuda_linear_bwd(tsr_dtype dt, void *dx, float *dw, float *dbias, const v
  * fp32-arithmetic kernel on the 16-bit storage; fp32 storage always the fp32 kernel.
  * Decided once per shape (and said on rank 0); forward and backward of a shape take the
  * same path (a call whose tensors cuDNN cannot take, not 16-byte aligned, runs that
- * shape's fallback instead). */
+ * shape's fallback instead).  Document masking (docs != 0: the ops' doc argument) never
+ * takes cuDNN's, whose graphs here have the causal mask only: the tensor-core kernels or
+ * the fp32-arithmetic kernel run it, and the log says why. */
 enum { TSR_ATT_PATH_F32 = 0, TSR_ATT_PATH_MMA, TSR_ATT_PATH_CUDNN };
 void tsr_cuda_attention_use(int kind); /* TSR_ATT_*: what TSR_CUDA_ATTENTION says */
-int tsr_cuda_attention_path(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride);
+int tsr_cuda_attention_path(tsr_dtype dt, int B, int T, int H, int KV, int hd, int qkv_stride,
+                            int docs);
 /* Shared memory per block the mma.sync tensor-core kernels need at head_dim hd (0: none
  * for hd), and whether this GPU gives it (and has 16-bit MMA). */
 size_t tsr_cuda_attention_tc_smem(int hd);

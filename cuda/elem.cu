@@ -11,16 +11,18 @@ extern "C" {
 /* --------------------------------------------------------------------- RoPE
  * One thread per (row, pair i): the angle pos * inv_freq(i) (rope.h) and its cos/sin are
  * formed in double (as on the CPU: the phase at long context needs it), then applied to
- * every head of the row.  dir = -1 rotates backwards (the gradient). */
+ * every head of the row.  dir = -1 rotates backwards (the gradient).  The row's position
+ * is r % T, less its document's start with documents (ops_list.h). */
 template <class T>
 __global__ void rope_kernel(T *x, int n, int T_, int n_heads, int head_dim, int stride,
-                            tsr_rope rope, int dir) {
+                            tsr_rope rope, int dir, const int32_t *doc) {
   const int half = head_dim / 2;
   GRID_STRIDE_LOOP(idx, (long)n * half) {
     const int r = (int)(idx / half), i = (int)(idx % half);
     const double inv_freq = tsr_rope_inv_freq(rope, i, head_dim);
     double sn_d, cs_d;
-    sincos((double)(r % T_) * inv_freq, &sn_d, &cs_d);
+    const int pos = doc ? r % T_ - doc[r] : r % T_;
+    sincos((double)pos * inv_freq, &sn_d, &cs_d);
     const float cs = (float)cs_d, sn = (float)(dir * sn_d);
     T *row = x + (size_t)r * stride;
     for (int h = 0; h < n_heads; h++) {
@@ -33,24 +35,25 @@ __global__ void rope_kernel(T *x, int n, int T_, int n_heads, int head_dim, int 
 }
 
 template <class T>
-static int rope(T *x, int n, int T_, int n_heads, int head_dim, int stride, tsr_rope rp, int dir) {
+static int rope(T *x, int n, int T_, int n_heads, int head_dim, int stride, tsr_rope rp, int dir,
+                const int32_t *doc) {
   const long work = (long)n * (head_dim / 2);
   if (work <= 0 || n_heads <= 0) return 0;
   TSR_CUDA_ARG(T_ > 0 && stride >= n_heads * head_dim);
   LAUNCH_ELEM(rope_kernel<T>, work, tsr_cuda_ctx.stream, x, n, T_, n_heads, head_dim, stride, rp,
-              dir);
+              dir, doc);
   return 0;
 }
 
 extern "C" void tsr_cuda_rope_fwd(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
-                                 int stride, tsr_rope rp) {
+                                 int stride, tsr_rope rp, const int32_t *doc) {
   TSR_CUDA_SKIP();
-  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)x, n, T, n_heads, head_dim, stride, rp, +1));
+  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)x, n, T, n_heads, head_dim, stride, rp, +1, doc));
 }
 extern "C" void tsr_cuda_rope_bwd(tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim,
-                                 int stride, tsr_rope rp) {
+                                 int stride, tsr_rope rp, const int32_t *doc) {
   TSR_CUDA_SKIP();
-  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)dx, n, T, n_heads, head_dim, stride, rp, -1));
+  TSR_CUDA_DTYPE(dt, S, rope<S>((S *)dx, n, T, n_heads, head_dim, stride, rp, -1, doc));
 }
 
 /* ------------------------------------------------------------ SwiGLU, GELU */

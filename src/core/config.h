@@ -132,6 +132,9 @@ typedef struct {
   char train[TSR_STR_PATH]; /* path or glob of token shards */
   char valid[TSR_STR_PATH];
   int shuffle;
+  int document_mask;       /* attention and positions restart at each document (logical) */
+  int64_t eos_id;          /* the end-of-document id; -1 = the shards' tokenizer's */
+  int64_t mean_doc_tokens; /* tessera plan: the documents' mean length; 0 = not known */
 } tsr_data_config;
 
 typedef struct {

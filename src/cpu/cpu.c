@@ -43,8 +43,10 @@ static void reserve_floats(const tsr_ops_shapes *s, size_t *shared, size_t *per_
     n = cpu_attention_buf_floats((int)s->attn_t, (int)(q_elems / kv_elems), (int)hd);
     if (n > each) each = n;
   }
-  /* the shared part holds a widened norm weight and bias */
+  /* the shared part holds a widened norm weight and bias, or RoPE's table of the angles of
+   * positions [0, T) (with documents, cpu_elem.c): T x head_dim floats */
   *shared = 2 * (size_t)cols;
+  if (s->attn_t > 0 && hd > 0 && (size_t)s->attn_t * hd > *shared) *shared = (size_t)s->attn_t * hd;
   *per_thread = each;
 }
 

@@ -13,7 +13,14 @@
  * buffer before the products that read them, and rounds out, dk and dv once when a row
  * is final.  dq is summed over key chunks, so the backward keeps the task's dq rows in
  * fp32 (T x group x head_dim) and rounds them at the end.  The fp32 products see the
- * widened values, with leading dimension head_dim instead of the qkv stride. */
+ * widened values, with leading dimension head_dim instead of the qkv stride.
+ *
+ * Documents (doc != NULL, ops_list.h): a query row i sees the keys [doc[i], i].  doc does
+ * not decrease within a sequence, so a block's first row has the smallest start: the
+ * forward begins at the key chunk holding it, skipping every chunk before it; the
+ * backward stops a key chunk's walk down the query blocks at the first block whose first
+ * row starts after the chunk's last key.  The chunks crossing a boundary set P = 0 left of
+ * each row's start as they do right of the diagonal. */
 #include "cpu_internal.h"
 
 size_t cpu_attention_buf_floats(int T, int group, int hd) {
@@ -46,13 +53,15 @@ static inline const float *rows_f32(tsr_dtype dt, float *dst, const void *src, s
 }
 
 /* Query rows [i0, i1) of one (batch, head), against keys in chunks of ATT_KC with an
- * online softmax: q, k, v point at the head's row 0.  Each chunk is two GEMMs, S = Q K^T
- * and acc += P V; the chunk holding the diagonal computes its masked corner too (at most
- * ATT_QB^2/2 wasted products per row block) and sets P = 0 there.  buf: the thread's
- * buffer (16-bit storage). */
+ * online softmax: q, k, v point at the head's row 0, dc at the sequence's document
+ * starts (NULL: none).  Each chunk is two GEMMs, S = Q K^T and acc += P V; the chunk
+ * holding the diagonal computes its masked corner too (at most ATT_QB^2/2 wasted products
+ * per row block) and sets P = 0 there, as a chunk crossing a row's document start does
+ * left of it.  buf: the thread's buffer (16-bit storage). */
 TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, void *out, size_t out_stride, float *lse,
                                      const void *q, const void *k, const void *v, int stride,
-                                     int hd, int i0, int i1, float scale, float *buf) {
+                                     int hd, int i0, int i1, float scale, const int32_t *dc,
+                                     float *buf) {
   const int nq = i1 - i0;
   float s[ATT_QB * ATT_KC], acc[ATT_QB * hd], m[ATT_QB], l[ATT_QB];
   float *qw = buf, *kw = qw + ATT_QB * hd, *vw = kw + ATT_KC * hd;
@@ -60,7 +69,8 @@ TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, void *out, size_t out_stride,
   const float *qb = rows_f32(dt, qw, tsr_dtype_at_c(q, dt, (int64_t)i0 * stride), stride, nq,
                              hd, &ldq);
   for (int ii = 0; ii < nq; ii++) m[ii] = -INFINITY, l[ii] = 0.0f;
-  for (int j0 = 0; j0 < i1; j0 += ATT_KC) {
+  const int jfirst = dc ? dc[i0] / ATT_KC * ATT_KC : 0; /* no key before it is seen */
+  for (int j0 = jfirst; j0 < i1; j0 += ATT_KC) {
     const int nk = i1 - j0 < ATT_KC ? i1 - j0 : ATT_KC;
     const float *kc = rows_f32(dt, kw, tsr_dtype_at_c(k, dt, (int64_t)j0 * stride), stride, nk,
                                hd, &ldk);
@@ -69,24 +79,29 @@ TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, void *out, size_t out_stride,
     tile_gemm(CblasNoTrans, CblasTrans, nq, nk, hd, scale, qb, ldq, kc, ldk, 0.0f, s, ATT_KC);
     for (int ii = 0; ii < nq; ii++) {
       const int jn = i0 + ii - j0 + 1 < nk ? i0 + ii - j0 + 1 : nk; /* keys j <= i */
+      /* keys j >= the row's document start (lo may pass jn: the chunk has none for it) */
+      const int lo = dc && dc[i0 + ii] > j0 ? (dc[i0 + ii] - j0 < nk ? dc[i0 + ii] - j0 : nk) : 0;
       float *sr = s + ii * ATT_KC, *a = acc + ii * hd;
       float mx = m[ii];
 #pragma omp simd reduction(max : mx)
-      for (int jj = 0; jj < jn; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
+      for (int jj = lo; jj < jn; jj++) mx = sr[jj] > mx ? sr[jj] : mx;
 #pragma omp simd
-      for (int jj = 0; jj < jn; jj++) sr[jj] = expf_vec(sr[jj] - mx);
-      for (int jj = jn; jj < nk; jj++) sr[jj] = 0.0f;
-      /* online softmax: rescale what was summed under the old max */
-      const float c = j0 == 0 ? 0.0f : mx > m[ii] ? expf(m[ii] - mx) : 1.0f;
-      if (j0 > 0) {
+      for (int jj = lo; jj < jn; jj++) sr[jj] = expf_vec(sr[jj] - mx);
+      for (int jj = 0; jj < lo; jj++) sr[jj] = 0.0f;
+      for (int jj = jn > lo ? jn : lo; jj < nk; jj++) sr[jj] = 0.0f;
+      /* online softmax: rescale what was summed under the old max (the first chunk's
+       * products overwrite acc; a row with no key so far has m = mx = -inf, nothing to
+       * rescale) */
+      const float c = j0 == jfirst ? 0.0f : mx > m[ii] ? expf(m[ii] - mx) : 1.0f;
+      if (j0 > jfirst) {
 #pragma omp simd
         for (int d = 0; d < hd; d++) a[d] *= c;
       }
-      l[ii] = l[ii] * c + (float)sum_d(sr, jn);
+      l[ii] = l[ii] * c + (jn > lo ? (float)sum_d(sr + lo, jn - lo) : 0.0f);
       m[ii] = mx;
     }
     tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, s, ATT_KC, vc, ldv,
-              j0 == 0 ? 0.0f : 1.0f, acc, hd);
+              j0 == jfirst ? 0.0f : 1.0f, acc, hd);
   }
   for (int ii = 0; ii < nq; ii++) {
     float *a = acc + ii * hd;
@@ -105,7 +120,8 @@ TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, void *out, size_t out_stride,
 }
 
 void tsr_cpu_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                           const int32_t *doc) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   const int group = H / KV, nqb = (T + ATT_QB - 1) / ATT_QB;
   const float scale = attn_scale(hd);
@@ -124,7 +140,8 @@ void tsr_cpu_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q, c
                   tsr_dtype_at_c(q, dt, (int64_t)(base + (size_t)h * hd)),
                   tsr_dtype_at_c(k, dt, (int64_t)(base + (size_t)g * hd)),
                   tsr_dtype_at_c(v, dt, (int64_t)(base + (size_t)g * hd)), qkv_stride, hd, i0,
-                  i1, scale, dt == TSR_F32 ? NULL : cpu_buf_thread());
+                  i1, scale, doc ? doc + (size_t)b * T : NULL,
+                  dt == TSR_F32 ? NULL : cpu_buf_thread());
   }
 }
 
@@ -134,12 +151,13 @@ void tsr_cpu_attention_fwd(tsr_dtype dt, void *out, float *lse, const void *q, c
  * at or below it: S = Q K^T, P = exp(scale S - lse), dP = dO V^T, dS = P (dP - D) with
  * D = rowsum(dO O); then dV += P^T dO, dK += scale dS^T Q (both kept for the chunk and
  * written after it), dQ += scale dS K (fp32 storage: into dq directly, zeroed first —
- * this task owns those rows; 16-bit: into an fp32 copy, rounded at the end). */
+ * this task owns those rows; 16-bit: into an fp32 copy, rounded at the end).  dc: the
+ * sequence's document starts (NULL: none). */
 TSR_CLONES static void attn_bwd_head(tsr_dtype dt, void *dq, void *dk, void *dv,
                                      const void *dout, const void *out, size_t out_stride,
                                      const float *lse, const void *q, const void *k,
                                      const void *v, int stride, int T, int hd, int h0, int group,
-                                     float scale, float *buf) {
+                                     float scale, const int32_t *dc, float *buf) {
   float p[ATT_QB * ATT_KC], dp[ATT_QB * ATT_KC], dkl[ATT_KC * hd], dvl[ATT_KC * hd], D[ATT_QB];
   const int dq_cols = group * hd; /* dq columns of this task's heads, per row */
   float *dqf = NULL;         /* dq (fp32 storage) or its fp32 copy, at head h0 */
@@ -171,6 +189,7 @@ TSR_CLONES static void attn_bwd_head(tsr_dtype dt, void *dq, void *dk, void *dv,
     memset(dvl, 0, sizeof dvl);
     for (int h = h0; h < h0 + group; h++)
       for (int i0 = j0 / ATT_QB * ATT_QB; i0 < T; i0 += ATT_QB) {
+        if (dc && dc[i0] >= j0 + nk) break; /* this block's rows and all below start later */
         const int nq = T - i0 < ATT_QB ? T - i0 : ATT_QB;
         const int nkb = i0 + nq - j0 < nk ? i0 + nq - j0 : nk; /* keys j < i0 + nq */
         const float *qb = rows_f32(dt, qw, tsr_dtype_at_c(q, dt, (int64_t)i0 * stride + h * hd),
@@ -187,15 +206,18 @@ TSR_CLONES static void attn_bwd_head(tsr_dtype dt, void *dq, void *dk, void *dv,
         tile_gemm(CblasNoTrans, CblasTrans, nq, nkb, hd, 1.0f, gb, ldg, vc, ldv, 0.0f, dp, ATT_KC);
         for (int ii = 0; ii < nq; ii++) {
           const int i = i0 + ii, jn = i - j0 + 1 < 0 ? 0 : i - j0 + 1 < nkb ? i - j0 + 1 : nkb;
+          /* keys j >= the row's document start: [lo, jn) (empty when lo >= jn) */
+          const int lo = dc && dc[i] > j0 ? (dc[i] - j0 < nkb ? dc[i] - j0 : nkb) : 0;
           float *pr = p + ii * ATT_KC, *dr = dp + ii * ATT_KC;
           const float Li = L[ii], Di = D[ii];
 #pragma omp simd
-          for (int jj = 0; jj < jn; jj++) {
+          for (int jj = lo; jj < jn; jj++) {
             const float pij = expf_vec(pr[jj] - Li);
             pr[jj] = pij;
             dr[jj] = pij * (dr[jj] - Di); /* dS / scale */
           }
-          for (int jj = jn; jj < nkb; jj++) pr[jj] = dr[jj] = 0.0f;
+          for (int jj = 0; jj < lo; jj++) pr[jj] = dr[jj] = 0.0f;
+          for (int jj = jn > lo ? jn : lo; jj < nkb; jj++) pr[jj] = dr[jj] = 0.0f;
         }
         if (dv)
           tile_gemm(CblasTrans, CblasNoTrans, nkb, hd, nq, 1.0f, p, ATT_KC, gb, ldg, 1.0f, dvl, hd);
@@ -220,7 +242,8 @@ TSR_CLONES static void attn_bwd_head(tsr_dtype dt, void *dq, void *dk, void *dv,
 
 void tsr_cpu_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                            const void *out, const float *lse, const void *q, const void *k,
-                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride) {
+                           const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                           const int32_t *doc) {
   if (B <= 0 || T <= 0 || H <= 0) return;
   const int group = H / KV;
   const float scale = attn_scale(hd);
@@ -237,6 +260,6 @@ void tsr_cpu_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const voi
                   tsr_dtype_at_c(out, dt, ob), out_stride, lse + (size_t)b * H * T,
                   tsr_dtype_at_c(q, dt, base), tsr_dtype_at_c(k, dt, kv),
                   tsr_dtype_at_c(v, dt, kv), qkv_stride, T, hd, g * group, group, scale,
-                  dt == TSR_F32 ? NULL : cpu_buf_thread());
+                  doc ? doc + (size_t)b * T : NULL, dt == TSR_F32 ? NULL : cpu_buf_thread());
   }
 }

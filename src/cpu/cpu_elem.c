@@ -17,9 +17,14 @@ size_t cpu_elem_buf_floats(int C) {
 
 /* ------------------------------------------------------------ embedding */
 
+/* The position of row r (ops_list.h "Documents"). */
+static inline int row_pos(const int32_t *doc, int r, int T) {
+  return doc ? r % T - doc[r] : r % T;
+}
+
 void tsr_cpu_embedding_fwd(tsr_dtype dt, void *out, const int32_t *tokens, const void *wte,
                            const void *wpe, int n, int T, int C, int vocab_start,
-                           int vocab_local) {
+                           int vocab_local, const int32_t *doc) {
   if (n <= 0 || C <= 0) return;
   const size_t es = tsr_dtype_size(dt);
   if (dt != TSR_F32 && wpe) cpu_buf_need(0, 2 * (size_t)C);
@@ -36,14 +41,15 @@ void tsr_cpu_embedding_fwd(tsr_dtype dt, void *out, const int32_t *tokens, const
     }
     if (!wpe) continue;
     float *of = o, *pf = NULL;
-    const float *p = (const float *)wpe + (size_t)(r % T) * C;
+    const int pos = row_pos(doc, r, T);
+    const float *p = (const float *)wpe + (size_t)pos * C;
     if (dt != TSR_F32) { /* the same sum on widened rows, rounded once */
       of = cpu_buf_thread(), pf = of + C;
       if (in_range)
         widen_row(dt, of, tsr_dtype_at_c(wte, dt, (int64_t)tok * C), C);
       else
         memset(of, 0, (size_t)C * sizeof(float));
-      widen_row(dt, pf, tsr_dtype_at_c(wpe, dt, (int64_t)(r % T) * C), C);
+      widen_row(dt, pf, tsr_dtype_at_c(wpe, dt, (int64_t)pos * C), C);
       p = pf;
     }
 #pragma omp simd
@@ -54,7 +60,7 @@ void tsr_cpu_embedding_fwd(tsr_dtype dt, void *out, const int32_t *tokens, const
 
 void tsr_cpu_embedding_bwd(tsr_dtype dt, float *dwte, float *dwpe, const void *dout,
                            const int32_t *tokens, int n, int T, int C, int vocab_start,
-                           int vocab_local) {
+                           int vocab_local, const int32_t *doc) {
   if (n <= 0 || C <= 0) return;
   if (dwte) {
     /* Rows may share a token, so split over columns and walk rows in order. */
@@ -78,7 +84,27 @@ void tsr_cpu_embedding_bwd(tsr_dtype dt, float *dwte, float *dwpe, const void *d
       }
     }
   }
-  if (dwpe) {
+  if (dwpe && doc) {
+    /* a position's rows are scattered over the documents: split over columns like dwte,
+     * every row added to its position's row in increasing row order */
+    const int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+      const int c0 = blk * COL_BLOCK, nc = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
+      float tmp[COL_BLOCK];
+      for (int r = 0; r < n; r++) {
+        float *d = dwpe + (size_t)row_pos(doc, r, T) * C + c0;
+        const int64_t at = (int64_t)r * C + c0;
+        const float *g = (const float *)dout + at;
+        if (dt != TSR_F32) {
+          widen_row(dt, tmp, tsr_dtype_at_c(dout, dt, at), nc);
+          g = tmp;
+        }
+#pragma omp simd
+        for (int c = 0; c < nc; c++) d[c] += g[c];
+      }
+    }
+  } else if (dwpe) {
     const int npos = n < T ? n : T;
     if (dt != TSR_F32) cpu_buf_need(0, (size_t)C);
 #pragma omp parallel for schedule(static) if ((long)n * C > PAR_MIN)
@@ -111,17 +137,59 @@ static inline void rope_pairs(float *restrict a, float *restrict b, const float 
   }
 }
 
+/* The row's heads: in place, or widened, rotated and rounded back. */
+static inline void rope_row(tsr_dtype dt, void *x, int r, int stride, int n_heads,
+                            int head_dim, const float *cs, const float *sn) {
+  const int half = head_dim / 2, width = n_heads * head_dim;
+  void *row = tsr_dtype_at(x, dt, (int64_t)r * stride);
+  float *xf = row;
+  if (dt != TSR_F32) widen_row(dt, xf = cpu_buf_thread(), row, width);
+  for (int h = 0; h < n_heads; h++) {
+    float *a = xf + (size_t)h * head_dim;
+    rope_pairs(a, a + half, cs, sn, half);
+  }
+  if (dt != TSR_F32) narrow_row(dt, row, xf, width);
+}
+
+/* The angles of positions [0, npos): cos, then dir * sin, half values each per position,
+ * into tab (2 npos half floats). */
+static void rope_table(float *tab, int npos, int half, const double *inv_freq, int dir) {
+#pragma omp parallel for schedule(static) if ((long)npos * half > PAR_MIN / 16)
+  for (int t = 0; t < npos; t++) {
+    float *cs = tab + (size_t)2 * t * half, *sn = cs + half;
+    for (int i = 0; i < half; i++) {
+      const double ang = (double)t * inv_freq[i];
+      cs[i] = (float)cos(ang);
+      sn[i] = (float)(dir * sin(ang));
+    }
+  }
+}
+
 /* dir = +1 rotates by +angle (forward), -1 by -angle (backward, the inverse).  Angles
  * are formed in double: pos * inv_freq reaches ~1e4 rad at long context, where
- * fp32 would lose the phase.  Work is split over positions so each cos/sin pair is
- * computed once per call and applied to every row and head at that position. */
+ * fp32 would lose the phase.  Without documents the work is split over positions so each
+ * cos/sin pair is computed once per call and applied to every row and head at that
+ * position; with them (positions restart at each document) the pairs of positions
+ * [0, T) are tabulated once per call in the shared buffer and the rows split over the
+ * threads, each looking up its position's: the same values either way. */
 static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
-                       int stride, tsr_rope rope, int dir) {
+                       int stride, tsr_rope rope, int dir, const int32_t *doc) {
   const int half = head_dim / 2;
   if (n <= 0 || half <= 0) return;
   double inv_freq[half];
   for (int i = 0; i < half; i++) inv_freq[i] = tsr_rope_inv_freq(rope, i, head_dim);
   const int npos = n < T ? n : T, width = n_heads * head_dim; /* a row's heads, contiguous */
+  if (doc) {
+    cpu_buf_need((size_t)2 * npos * half, dt != TSR_F32 ? (size_t)width : 0);
+    float *tab = cpu_buf_shared();
+    rope_table(tab, npos, half, inv_freq, dir);
+#pragma omp parallel for schedule(static) if ((long)n * n_heads * head_dim > PAR_MIN)
+    for (int r = 0; r < n; r++) {
+      const float *cs = tab + (size_t)2 * (r % T - doc[r]) * half;
+      rope_row(dt, x, r, stride, n_heads, head_dim, cs, cs + half);
+    }
+    return;
+  }
   if (dt != TSR_F32) cpu_buf_need(0, (size_t)width);
 #pragma omp parallel for schedule(static) if ((long)n * n_heads * head_dim > PAR_MIN)
   for (int t = 0; t < npos; t++) {
@@ -131,28 +199,18 @@ static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int hea
       cs[i] = (float)cos(ang);
       sn[i] = (float)(dir * sin(ang));
     }
-    for (int r = t; r < n; r += T) {
-      /* the row's heads: in place, or widened, rotated and rounded back */
-      void *row = tsr_dtype_at(x, dt, (int64_t)r * stride);
-      float *xf = row;
-      if (dt != TSR_F32) widen_row(dt, xf = cpu_buf_thread(), row, width);
-      for (int h = 0; h < n_heads; h++) {
-        float *a = xf + (size_t)h * head_dim;
-        rope_pairs(a, a + half, cs, sn, half);
-      }
-      if (dt != TSR_F32) narrow_row(dt, row, xf, width);
-    }
+    for (int r = t; r < n; r += T) rope_row(dt, x, r, stride, n_heads, head_dim, cs, sn);
   }
 }
 
 void tsr_cpu_rope_fwd(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim, int stride,
-                      tsr_rope rope) {
-  rope_apply(dt, x, n, T, n_heads, head_dim, stride, rope, +1);
+                      tsr_rope rope, const int32_t *doc) {
+  rope_apply(dt, x, n, T, n_heads, head_dim, stride, rope, +1, doc);
 }
 
 void tsr_cpu_rope_bwd(tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim, int stride,
-                      tsr_rope rope) {
-  rope_apply(dt, dx, n, T, n_heads, head_dim, stride, rope, -1);
+                      tsr_rope rope, const int32_t *doc) {
+  rope_apply(dt, dx, n, T, n_heads, head_dim, stride, rope, -1, doc);
 }
 
 /* -------------------------------------------------------- SwiGLU, GELU */

@@ -101,6 +101,24 @@ const char *tsr_tokenizer_name(const tsr_tokenizer *t) { return t->name; }
 int64_t tsr_tokenizer_vocab(const tsr_tokenizer *t) { return t->vocab; }
 int32_t tsr_tokenizer_start(const tsr_tokenizer *t) { return t->eod >= 0 ? t->eod : 0; }
 
+int tsr_tokenizer_eos(const char *pattern, int64_t model_vocab, int32_t *eos) {
+  *eos = -1;
+  tsr_tokenizer *t = NULL;
+  int rc = tsr_tokenizer_open(&t, pattern, model_vocab);
+  if (rc == 0 && t->eod < 0) {
+    tsr_error("data.document_mask: the tokenizer '%s' of '%s' has no end-of-document token "
+              "(</s>); set data.eos_id to the id that ends the documents of the shards",
+              t->name, pattern);
+    rc = TSR_ERR_INPUT;
+  } else if (rc) {
+    tsr_error("data.document_mask needs the end-of-document id of the shards' tokenizer; "
+              "set data.eos_id to it when the tokenizer cannot be opened here");
+  }
+  if (rc == 0) *eos = t->eod;
+  tsr_tokenizer_close(&t);
+  return rc;
+}
+
 int tsr_tokenizer_encode(const tsr_tokenizer *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n) {
   *n = 0;

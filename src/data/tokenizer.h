@@ -28,6 +28,12 @@ int64_t tsr_tokenizer_vocab(const tsr_tokenizer *t);    /* its ids are [0, vocab
  * of the training stream (spm without </s>: id 0). */
 int32_t tsr_tokenizer_start(const tsr_tokenizer *t);
 
+/* The end-of-document id of the shards matching `pattern`, which document masking
+ * (data.document_mask) splits the training sequences at: 0 for 'bytes', the SentencePiece
+ * model's </s> for 'spm:NAME' (which needs the model beside the shards and the library).
+ * TSR_ERR_INPUT, reported, when it cannot be known (data.eos_id then names it). */
+int tsr_tokenizer_eos(const char *pattern, int64_t model_vocab, int32_t *eos);
+
 /* text[0..len) into *ids (tsr_calloc'd, *n of them; free with tsr_free). */
 int tsr_tokenizer_encode(const tsr_tokenizer *t, const char *text, size_t len, int32_t **ids,
                          int64_t *n);

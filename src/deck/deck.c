@@ -928,6 +928,12 @@ static void cross_checks(parser *P) {
          "init_from resumes this run's own checkpoint when there is one, else starts from "
          "init_from)", REF(0, ids[0]), REF(1, ids[1]));
   }
+  if (c->data.eos_id >= c->model.vocab_size) {
+    int ids[] = {deck_key_id(GI_data, "eos_id"), deck_key_id(GI_model, "vocab_size")};
+    XERR(ids, "%s is not a token of the model's vocabulary (%s): set it to the end-of-document "
+         "id of the shards' tokenizer, or -1 to take the tokenizer's", REF(0, ids[0]),
+         REF(1, ids[1]));
+  }
   if (c->optim.min_lr > c->optim.lr) {
     int ids[] = {min_lr, lr};
     XERR(ids, "%s is larger than %s", REF(0, min_lr), REF(1, lr));

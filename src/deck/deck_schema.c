@@ -136,6 +136,16 @@ const key_def deck_schema[] = {
     STR(data, train, "", NULL, "path or glob of training shards, e.g. 'data/x/train_*.bin'"),
     STR(data, valid, "", NULL, "path or glob of validation shards ('' = no evaluation)"),
     LOGI(data, shuffle, ".false.", "seeded permutation of samples (else in file order)"),
+    LOGI(data, document_mask, ".false.",
+         "document masking: a token attends only to the earlier tokens of its own document "
+         "(a document ends with its end-of-document token), and positions (RoPE, learned) "
+         "count from 0 at each document's first token; every target stays in the loss"),
+    INT(data, eos_id, "-1", -1, 16777215, LO | HI,
+        "document_mask: the end-of-document token id (-1 = the shards' tokenizer's: 0 for "
+        "'bytes', the SentencePiece model's </s> for 'spm:NAME'); below model.vocab_size"),
+    INT(data, mean_doc_tokens, "0", 0, 0, LO,
+        "document_mask: the documents' mean length in tokens, from which tessera plan counts "
+        "the attention FLOPs masking saves (0 = not known: none counted); training ignores it"),
     STR(checkpoint, dir, "", NULL, "checkpoint directory ('' = <out_dir>/ckpt)"),
     INT_AUTO(checkpoint, every_steps, "0", 0,
              "save every N steps (0 = only at the end); 'auto': the Young-Daly interval "

@@ -226,6 +226,8 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
     m->rope.high_freq_factor = mc->rope_high_freq_factor;
     m->rope.original_context = (double)mc->rope_original_context;
   }
+  m->docmask = cfg->data.document_mask != 0;
+  m->eos = m->docmask && cfg->data.eos_id >= 0 ? (int32_t)cfg->data.eos_id : -1;
   m->kv_heads = (int)mc->n_kv_head;
   m->kv_shared = sz->kv_shared;
   if (m->kv_shared) {
@@ -369,6 +371,9 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
   if (m->last && !(m->targets = tsr_ops_alloc((size_t)sz->xent, sizeof(int32_t))))
     return TSR_ERR;
   if (sz->head_scratch && !(m->head_buf = alloc_a(m, (size_t)sz->head_scratch))) return TSR_ERR;
+  if (sz->docs && (!(m->doc_host = tsr_calloc((size_t)sz->docs, sizeof(int32_t))) ||
+                   !(m->docs = tsr_ops_alloc((size_t)m->n_slots * sz->docs, sizeof(int32_t)))))
+    return TSR_ERR;
   return 0;
 }
 
@@ -429,6 +434,8 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_ops_free(&m->loss1);
   tsr_ops_free(&m->targets);
   tsr_ops_free(&m->head_buf);
+  tsr_free(&m->doc_host);
+  tsr_ops_free(&m->docs);
   tsr_ops_free(&m->kv_keep);
   tsr_ops_free(&m->kv_sum);
   tsr_ops_free(&m->d_full);
@@ -456,6 +463,8 @@ void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks) {
 
 tsr_dtype tsr_model_dtype(const tsr_model *m) { return m->dt; }
 
+void tsr_model_set_eos(tsr_model *m, int32_t eos) { m->eos = eos; }
+
 void tsr_model_set_params(tsr_model *m, const float *master) {
   if (m->params) tsr_model_to_compute(m, m->params, master, m->lay->n_flat);
 }
@@ -478,6 +487,26 @@ static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
     TSR_CHECK(ids[i] >= 0 && ids[i] < m->vocab, TSR_ERR_INPUT,
               "%s token id %d out of range [0, %d) at position %d of the micro-batch", what,
               ids[i], m->vocab, i);
+  return 0;
+}
+
+/* Document masking: the document starts of the micro-batch (ops_list.h "Documents") from
+ * its input tokens, into the slot.  A document ends with its end-of-document token, so
+ * the row after one starts the next; row 0 of a sequence starts the document it opens
+ * in (one that began in an earlier sample counts its positions from there). */
+static int set_docs(tsr_model *m, struct act_slot *sl, const int32_t *inputs) {
+  TSR_CHECK(inputs, TSR_ERR, "model: document masking needs the micro-batch's tokens on every "
+            "chunk");
+  TSR_CHECK(m->eos >= 0, TSR_ERR, "model: document masking without an end-of-document id");
+  for (int b = 0; b < m->B; b++) {
+    const int32_t *in = inputs + (size_t)b * m->T;
+    int32_t *d = m->doc_host + (size_t)b * m->T, start = 0;
+    for (int t = 0; t < m->T; t++) {
+      d[t] = start;
+      if (in[t] == m->eos) start = t + 1;
+    }
+  }
+  tsr_ops_copy(slot_doc(m, sl), m->doc_host, (size_t)m->N * sizeof(int32_t));
   return 0;
 }
 
@@ -534,6 +563,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   const size_t rows_bytes = (size_t)m->Ns * C * m->esz;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
+  if (m->docmask) TSR_CALL(set_docs(m, sl, inputs));
+  m->doc = slot_doc(m, sl);
   if (embeds) {
     TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
     TSR_CALL(check_ids(m, inputs, "input"));
@@ -543,7 +574,8 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
     void *full = m->sp ? m->tmp_nc : resid(m, sl, base);
     tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
-                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V);
+                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V,
+                          m->doc);
     const void *rows = model_tp_rows(m, full);
     if (!rows) return TSR_ERR;
     if (rows != resid(m, sl, base)) tsr_ops_copy(resid(m, sl, base), rows, rows_bytes);
@@ -586,6 +618,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   float *ge = NULL;
+  m->doc = slot_doc(m, sl); /* the layers' recompute and backward */
   if (heads) {
     /* final norm and LM head.  Tied (pp = 1): the head's weight and gradient are unit
      * 0's, which stays acquired for gradients until the embedding's backward. */
@@ -630,7 +663,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T,
-                        C, m->vocab_start, m->V);
+                        C, m->vocab_start, m->V, m->doc);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }
@@ -681,7 +714,7 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), sl->w_embed, sl->tokens, N,
-                        m->T, C, m->vocab_start, m->V);
+                        m->T, C, m->vocab_start, m->V, slot_doc(m, sl));
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

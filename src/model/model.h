@@ -38,6 +38,7 @@ typedef struct {
   int64_t kv_seg; /* one KV head's wk, wv rows (+ bk, bv) */
   tsr_model_layer_sizes layer; /* which of them each layer owns: the recompute mode */
   int64_t resid, tokens;                            /* per slot (tokens: int32) */
+  int64_t docs; /* per slot, document masking: the rows' document starts (int32) */
   int64_t final_norm, final_mean, final_rstd, logits; /* per slot, the head */
   /* the fused head (train.xent_chunk_tokens > 0; logits then 0): xent_chunk rows per
    * chunk (at most N), the one chunk's logits (shared), the targets kept per slot until
@@ -129,6 +130,12 @@ void tsr_model_zero_grads(tsr_model *m);
 void tsr_model_to_compute(const tsr_model *m, void *dst, const float *src, int64_t n);
 tsr_dtype tsr_model_dtype(const tsr_model *m); /* that storage type */
 
+/* Document masking (data.document_mask, docs/model.md "Document masking"): the
+ * end-of-document id that splits the input tokens into documents; data.eos_id when the
+ * deck sets it, else the session's, from the shards' tokenizer.  Needed before the first
+ * forward of a masked model. */
+void tsr_model_set_eos(tsr_model *m, int32_t eos);
+
 /* Forward + backward of one micro-batch (micro_batch sequences): inputs and targets are
  * [micro_batch * seq_len].  *loss = mean cross-entropy of this micro-batch.
  * grads += dloss * d(mean loss)/d(params).  For accumulation over k micro-batches
@@ -142,7 +149,9 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
 /* Pipeline stages.  The stage's layers form n_chunks chunks (virtual stages).  Forward of
  * chunk c for one micro-batch stores its activations in `slot` (in [0, n_slots)); x_in
  * is the chunk's input activation [micro_batch*seq_len, d_model], except for the first
- * stage's chunk 0, which embeds `inputs`.  The last stage's last chunk computes the mean
+ * stage's chunk 0, which embeds `inputs`.  With document masking every chunk takes the
+ * micro-batch's `inputs` (host memory), which the document starts of its attention and
+ * positions come from; they stay in the slot for its backward.  The last stage's last chunk computes the mean
  * loss on `targets` (and, with grad, the gradient of dloss * loss w.r.t. its logits) and
  * adds it to *loss_acc, a double of op memory (NULL: not wanted): on a GPU the host reads
  * it when it next synchronises, not once per micro-batch.  With the fused head

@@ -64,6 +64,14 @@ struct tsr_model {
   float *kv_keep, *kv_sum;
   float eps;
   tsr_rope rope; /* RoPE's base and scaling (llama) */
+  /* document masking (data.document_mask): the end-of-document id (-1: not known yet), the
+   * host rows the document starts are formed in, every slot's starts (op memory, n_slots x
+   * N: slot_doc) and those of the micro-batch the chunk being run holds: NULL without
+   * masking (ops_list.h) */
+  int docmask;
+  int32_t eos;
+  int32_t *doc_host, *docs;
+  const int32_t *doc;
   /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
    * unit; lm_head in the head unit, or embed in unit 0 when tied */
   int64_t embed, pos_embed, final_w, final_b, head;
@@ -122,6 +130,10 @@ static inline int owned_mask(tsr_recompute r) {
 static inline float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o; }
 static inline const void *PC(const tsr_model *m, const void *base, int64_t o) {
   return o < 0 ? NULL : tsr_dtype_at_c(base, m->dt, o);
+}
+/* Document masking: the document starts of the micro-batch in slot sl (NULL: no masking). */
+static inline int32_t *slot_doc(const tsr_model *m, const struct act_slot *sl) {
+  return m->docs ? m->docs + (size_t)(sl - m->slots) * m->N : NULL;
 }
 /* Element i of a stored (dt) activation buffer. */
 static inline void *A(const tsr_model *m, void *base, int64_t i) { return tsr_dtype_at(base, m->dt, i); }

@@ -38,6 +38,7 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
                                      .act = N * s->F};
   s->resid = (layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
+  s->docs = cfg->data.document_mask ? N : 0;
   const int64_t xc = cfg->train.xent_chunk_tokens;
   if (last) {
     s->final_norm = N * C, s->final_mean = N, s->final_rstd = N;
@@ -77,14 +78,14 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
   return b;
 }
 
-/* The layers of a chunk, its residual stream, the input tokens (int32), the final norm
- * and its statistics, the logits (stored: they become their own gradient), or with the
- * fused head the targets (int32) instead. */
+/* The layers of a chunk, its residual stream, the input tokens and the document starts
+ * (int32), the final norm and its statistics, the logits (stored: they become their own
+ * gradient), or with the fused head the targets (int32) instead. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
   return s->layers_per_chunk * (set_bytes(s, owned_mask(s->recompute), ab) +
                                  (double)s->w_dy * ab + (double)s->w_norm * 4) +
          (double)s->w_embed * ab + (double)s->w_head * 4 +
-         (double)s->resid * ab + (double)(s->tokens + s->head_targets) * 4 +
+         (double)s->resid * ab + (double)(s->tokens + s->docs + s->head_targets) * 4 +
          (double)(s->final_norm + s->logits) * ab +
          (double)(s->final_mean + s->final_rstd) * 4;
 }

@@ -25,7 +25,15 @@
  *  - Deterministic: the same inputs give bitwise the same outputs, run after run (no
  *    racy sums; a device backend may opt out where an op says so).
  *  - Pointers are op memory (tsr_ops_alloc), except where an op says host memory.
- *  - Empty shapes (n = 0, ...) do nothing; an empty sum (in = 0 for a GEMM) is zero. */
+ *  - Empty shapes (n = 0, ...) do nothing; an empty sum (in = 0 for a GEMM) is zero.
+ *
+ * Documents (data.document_mask: packed sequences, docs/model.md "Document masking").
+ * The position ops (embedding, RoPE) and attention take doc, int32 op memory [B*T] or
+ * NULL: row r = b*T + t belongs to the document of its sequence that starts at row
+ * doc[r] of the sequence (0 <= doc[r] <= t, and doc[r] does not decrease with t within a
+ * sequence: documents are contiguous).  Its position is pos(r) = t - doc[r], and it
+ * attends to the keys of its own document only.  doc NULL is doc[r] = 0 everywhere: one
+ * document per sequence, pos(r) = r % T, plain causal attention. */
 
 /* ---- linear layers: y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out]) ---- */
 TSR_OP(matmul_fwd, (tsr_dtype dt, void *y, const void *x, const void *w, const void *bias, int n,
@@ -42,16 +50,18 @@ TSR_OP(matmul_bwd, (tsr_dtype dt, void *dx, float *dw, float *dbias, const void 
 
 /* ---- embedding ----
  * out[r, :] = wte[tokens[r] - vocab_start, :] when tokens[r] is in [vocab_start,
- * vocab_start + vocab_local), else 0;  then + wpe[r % T, :] when wpe != NULL (GPT-2's
- * learned positions), rounded once.  tokens are int32 op memory.  The vocab range is
- * this rank's rows of a vocab-parallel table (one rank: 0, vocab). */
+ * vocab_start + vocab_local), else 0;  then + wpe[pos(r), :] when wpe != NULL (GPT-2's
+ * learned positions; pos: see "Documents" above), rounded once.  tokens are int32 op
+ * memory.  The vocab range is this rank's rows of a vocab-parallel table (one rank: 0,
+ * vocab).  bwd: dwpe[p] sums the rows at position p in increasing row order. */
 TSR_OP(embedding_fwd, (tsr_dtype dt, void *out, const int32_t *tokens, const void *wte,
-                       const void *wpe, int n, int T, int C, int vocab_start, int vocab_local),
-       (dt, out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local))
+                       const void *wpe, int n, int T, int C, int vocab_start, int vocab_local,
+                       const int32_t *doc),
+       (dt, out, tokens, wte, wpe, n, T, C, vocab_start, vocab_local, doc))
 TSR_OP(embedding_bwd, (tsr_dtype dt, float *dwte, float *dwpe, const void *dout,
                        const int32_t *tokens, int n, int T, int C, int vocab_start,
-                       int vocab_local),
-       (dt, dwte, dwpe, dout, tokens, n, T, C, vocab_start, vocab_local))
+                       int vocab_local, const int32_t *doc),
+       (dt, dwte, dwpe, dout, tokens, n, T, C, vocab_start, vocab_local, doc))
 
 /* ---- norms, with the residual add before them fused in ----
  * y == NULL: out = norm(x).  y != NULL: h = x + y (rounded: the residual stream as
@@ -77,33 +87,37 @@ TSR_OP(layernorm_bwd, (tsr_dtype dt, void *dx, float *dw, float *db, const void 
        (dt, dx, dw, db, dout, x, w, mean, rstd, n, C, acc))
 
 /* ---- RoPE, half-split convention, in place ----
- * x[r*stride + h*head_dim + i] for r in [0, n), h in [0, n_heads), position r % T.  For
- * i < head_dim/2 the pair (x[i], x[i + head_dim/2]) is rotated by pos * inv_freq(i)
- * (tsr_rope_inv_freq, rope.h: theta^(-2i/head_dim), rescaled when rope.scaling says so;
- * angles formed in double): (a, b) -> (a cos - b sin, a sin + b cos).  bwd rotates the
- * gradient back (RoPE is orthogonal). */
+ * x[r*stride + h*head_dim + i] for r in [0, n), h in [0, n_heads), position pos(r) (see
+ * "Documents" above).  For i < head_dim/2 the pair (x[i], x[i + head_dim/2]) is rotated by
+ * pos * inv_freq(i) (tsr_rope_inv_freq, rope.h: theta^(-2i/head_dim), rescaled when
+ * rope.scaling says so; angles formed in double): (a, b) -> (a cos - b sin, a sin + b cos).
+ * bwd rotates the gradient back (RoPE is orthogonal). */
 TSR_OP(rope_fwd, (tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim, int stride,
-                  tsr_rope rope),
-       (dt, x, n, T, n_heads, head_dim, stride, rope))
+                  tsr_rope rope, const int32_t *doc),
+       (dt, x, n, T, n_heads, head_dim, stride, rope, doc))
 TSR_OP(rope_bwd, (tsr_dtype dt, void *dx, int n, int T, int n_heads, int head_dim, int stride,
-                  tsr_rope rope),
-       (dt, dx, n, T, n_heads, head_dim, stride, rope))
+                  tsr_rope rope, const int32_t *doc),
+       (dt, dx, n, T, n_heads, head_dim, stride, rope, doc))
 
 /* ---- causal grouped-query attention, scale 1/sqrt(hd) ----
  * q: element (b, t, h, i) at q[(b*T + t)*qkv_stride + h*hd + i] (h < H);  k, v likewise
  * with g < KV heads;  query head h uses KV head h / (H / KV).  Typically q, k, v point into
- * one fused [n, (H + 2 KV) hd] buffer with qkv_stride = (H + 2 KV) hd.
+ * one fused [n, (H + 2 KV) hd] buffer with qkv_stride = (H + 2 KV) hd.  Query t of
+ * sequence b attends to the keys [doc[b*T + t], t] of its sequence: its own document's,
+ * causally ("Documents" above; doc NULL: keys [0, t]).
  * out[(b*T + t)*H*hd + h*hd + i] (contiguous);  lse[(b*H + h)*T + t] = log-sum-exp of row
  * t's scaled scores (fp32), which the backward rebuilds the probabilities from.  Never
  * stores a T x T matrix.
  * bwd: dq, dk, dv (the layout and stride of q, k, v) are written. */
 TSR_OP(attention_fwd, (tsr_dtype dt, void *out, float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride),
-       (dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride))
+                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                       const int32_t *doc),
+       (dt, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc))
 TSR_OP(attention_bwd, (tsr_dtype dt, void *dq, void *dk, void *dv, const void *dout,
                        const void *out, const float *lse, const void *q, const void *k,
-                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride),
-       (dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride))
+                       const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
+                       const int32_t *doc),
+       (dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc))
 
 /* ---- activations ----
  * SwiGLU: gate_up[r] = [gate (F) | up (F)], out[r, j] = silu(gate_j) * up_j;  the backward

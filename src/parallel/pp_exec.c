@@ -217,6 +217,7 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
   const int last_chunk = ex->pp * ex->v - 1;
   const int64_t mb_size = ex->cfg->train.micro_batch;
   const size_t bytes = ex->act_bytes;
+  const int docs = ex->cfg->data.document_mask;
   const double t_start = tsr_now();
   for (int k = 0; k < ex->s->n; k++) {
     const tsr_pp_action *a = &ex->s->a[k];
@@ -242,9 +243,12 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
                   a->micro_batch, a->chunk - 1);
         tsr_ops_copy(p->act_in, tsr_model_chunk_output(ex->model, prev), bytes);
       }
-      if (embeds || heads)
+      /* every stage reads the micro-batch's tokens it needs from the shards itself: the
+       * first its inputs, the last its targets, and with document masking every stage
+       * the inputs, which its document boundaries come from */
+      if (embeds || heads || docs)
         tsr_data_batch(data, first + a->micro_batch * mb_size, mb_size, ex->inputs, ex->targets);
-      TSR_CALL(tsr_model_chunk_forward(ex->model, local, si, embeds ? ex->inputs : NULL,
+      TSR_CALL(tsr_model_chunk_forward(ex->model, local, si, embeds || docs ? ex->inputs : NULL,
                                        heads ? ex->targets : NULL, embeds ? NULL : p->act_in,
                                        dloss, 1, heads ? loss_acc : NULL));
       break;
@@ -309,7 +313,8 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
     if (c > 0 && prev != ex->stage) TSR_CALL(tsr_comm_recv(pp, ex->eval_buf, bytes, prev, c));
     else if (c > 0) tsr_ops_copy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
     TSR_CALL(tsr_model_chunk_forward(ex->model, c / ex->pp, 0,
-                                     c == 0 ? inputs : NULL, c == n_chunks - 1 ? targets : NULL,
+                                     c == 0 || ex->cfg->data.document_mask ? inputs : NULL,
+                                     c == n_chunks - 1 ? targets : NULL,
                                      c == 0 ? NULL : ex->eval_buf, 0.0f, 0,
                                      c == n_chunks - 1 ? ex->eval_loss : NULL));
     const int next = c + 1 < n_chunks ? tsr_pp_chunk_owner(kind, ex->pp, ex->v, c + 1) : owner;

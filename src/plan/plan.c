@@ -460,6 +460,12 @@ static double attention_core(const tsr_model_config *m) {
   return 2.0 * (double)m->seq_len * (double)m->d_model;
 }
 
+double tsr_plan_run_flops_per_token(const tsr_config *cfg) {
+  const tsr_model_config *m = &cfg->model;
+  return tsr_plan_flops_per_token(m) - 3.0 * (double)m->n_layer * attention_core(m) *
+                                           (1.0 - tsr_plan_doc_attention_share(cfg));
+}
+
 double tsr_plan_forward_flops_per_token(const tsr_model_config *m) {
   part whole;
   if (make_part(m, "", TSR_SCHEDULE_DEFAULT, 1, 1, 1, 0, &whole)) return 0.0;
@@ -479,7 +485,8 @@ double tsr_plan_flops_per_token(const tsr_model_config *m) {
  * like every element-wise op, the lookups and the loss.  The fused head (xent_chunk_tokens)
  * runs its logits' GEMM once more in a split backward's W pass. */
 static double stage_forward(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  return 2.0 * p->gemm + p->layers * attention_core(&cfg->model) / g->tp;
+  return 2.0 * p->gemm +
+         p->layers * attention_core(&cfg->model) * tsr_plan_doc_attention_share(cfg) / g->tp;
 }
 static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
   double head = 0; /* a split backward's W pass computes the fused head's logits again */
@@ -487,7 +494,8 @@ static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, con
       cfg->train.xent_chunk_tokens > 0)
     head = 2.0 * (double)cfg->model.d_model * (double)cfg->model.vocab_size / g->tp;
   if (cfg->train.recompute != TSR_RECOMPUTE_FULL) return head;
-  return head + 2.0 * p->layer_gemm + p->layers * attention_core(&cfg->model) / g->tp;
+  return head + 2.0 * p->layer_gemm +
+         p->layers * attention_core(&cfg->model) * tsr_plan_doc_attention_share(cfg) / g->tp;
 }
 static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
   return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;
@@ -566,9 +574,11 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   const tsr_model_config *m = &cfg->model;
   const tsr_plan_grid *g = &p->grid;
   const double tokens = (double)cfg->train.global_batch * (double)m->seq_len;
-  p->forward_flops = tsr_plan_forward_flops_per_token(m) * tokens;
+  const double share = tsr_plan_doc_attention_share(cfg);
+  p->attention_saved_flops = 3.0 * (double)m->n_layer * attention_core(m) * tokens * (1 - share);
+  p->forward_flops = tsr_plan_forward_flops_per_token(m) * tokens - p->attention_saved_flops / 3;
   p->model_flops = 3.0 * p->forward_flops;
-  p->attention_flops = 3.0 * (double)m->n_layer * attention_core(m) * tokens;
+  p->attention_flops = 3.0 * (double)m->n_layer * attention_core(m) * tokens * share;
   p->bubble =
       g->pp > 1 ? tsr_pp_ideal_bubble(cfg->parallel.schedule, g->pp, g->micro_batches, g->v) : 0;
   double busy = 0, tail = 0;

@@ -102,8 +102,21 @@ int tsr_plan_stage_traffic(const tsr_config *cfg, const tsr_plan_grid *g, int st
  * loss are element-wise and left out. */
 double tsr_plan_forward_flops_per_token(const tsr_model_config *m);
 /* Model FLOPs per token: 3 x forward (the backward twice the forward), whatever
- * train.recompute is.  The trainer's GFLOP/s and MFU count with it. */
+ * train.recompute is. */
 double tsr_plan_flops_per_token(const tsr_model_config *m);
+/* The share of the causal attention core's (query, key) pairs that document masking
+ * (data.document_mask) leaves, for documents of data.mean_doc_tokens = L tokens on average:
+ * 1 without masking or without L.  The documents are taken as a memoryless stream: each
+ * token ends its document with probability 1/L, whatever came before, and the sequences
+ * cut it anywhere; a query at position t then sees (1 - q^(t+1)) / p keys on average
+ * (p = 1/L, q = 1 - p), and the share is their sum over t < T against T (T + 1) / 2
+ * (about 2 L / T for L << T).  It counts the pairs of one document, not the keys a kernel
+ * computes and masks in the tiles crossing a boundary. */
+double tsr_plan_doc_attention_share(const tsr_config *cfg);
+/* Model FLOPs per token of the run: tsr_plan_flops_per_token less the attention FLOPs
+ * document masking saves (tsr_plan_doc_attention_share).  The trainer's GFLOP/s and MFU
+ * count with it. */
+double tsr_plan_run_flops_per_token(const tsr_config *cfg);
 
 typedef struct {
   tsr_plan_memory mem[TSR_PLAN_N_BACKENDS];
@@ -125,7 +138,10 @@ typedef struct {
   int64_t n_gemm;         /* of which weights in GEMMs (tsr_plan_forward_flops_per_token) */
   double model_flops;     /* per step, whole job: flops_per_token x tokens = 3 x forward */
   double forward_flops;   /* the forward of one step */
-  double attention_flops; /* of model_flops, the causal attention core's */
+  double attention_flops; /* of model_flops, the causal attention core's (what document
+                             masking leaves of it) */
+  double attention_saved_flops; /* what document masking saves of the core, not counted in
+                                   model_flops (tsr_plan_doc_attention_share) */
   double recompute_flops; /* summed over GPUs: what recomputation runs again */
   double executed_flops;  /* summed over GPUs: model FLOPs (a KV head replicated over tp
                              ranks counted on each), plus recompute_flops */

@@ -122,6 +122,13 @@ static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           "count, the same for every recompute mode\n", p->model_flops / 1e15,
           p->forward_flops / 1e15, (p->model_flops - p->attention_flops) / 1e15,
           p->attention_flops / 1e15, (double)p->n_gemm / 1e9);
+  if (cfg->data.document_mask)
+    fprintf(out, "  document masking  attention %.4g PFLOP saved: %.3g of its causal pairs left "
+            "for documents of %lld tokens on average (data.mean_doc_tokens%s; a memoryless "
+            "stream of documents, each token ending one with probability 1 / that)\n",
+            p->attention_saved_flops / 1e15, tsr_plan_doc_attention_share(cfg),
+            (long long)cfg->data.mean_doc_tokens,
+            cfg->data.mean_doc_tokens > 0 ? "" : " not set: no saving counted");
   fprintf(out, "  executed FLOPs    %.4g PFLOP on all GPUs = model + recompute %.4g (recompute "
           "'%s': %s), %.4g TFLOP on one GPU of stage %d\n", p->executed_flops / 1e15,
           p->recompute_flops / 1e15, W(cfg->train.recompute),
@@ -287,9 +294,10 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   json_memory(out, &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU]);
   fprintf(out, ", \"fits\": %s},\n", p->fits ? "true" : "false");
   fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
-          "\"recompute\": %.17g, \"executed\": %.17g, \"gemm_weights\": %lld},\n",
-          p->model_flops, p->forward_flops, p->attention_flops, p->recompute_flops,
-          p->executed_flops, (long long)p->n_gemm);
+          "\"attention_saved\": %.17g, \"recompute\": %.17g, \"executed\": %.17g, "
+          "\"gemm_weights\": %lld},\n",
+          p->model_flops, p->forward_flops, p->attention_flops, p->attention_saved_flops,
+          p->recompute_flops, p->executed_flops, (long long)p->n_gemm);
   tsr_plan_json_checkpoint(out, p, cfg);
   fprintf(out, "  \"bubble\": %.6g,\n  \"time\": {\"critical_stage\": %d, \"pipeline_s\": %.6g, "
           "\"step_s\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.6g,\n           "

@@ -26,10 +26,12 @@
  * the last chunk the final norm, the LM head's GEMMs and the fused cross-entropy (three
  * reads and a write of the [N, V] logits, in the forward: model.c computes the loss and
  * its gradient there), and the head's input-gradient sum over tp.  Values are in the
- * storage type (2 bytes for bf16 and fp16, 4 for fp32).  Norm statistics, biases and
+ * storage type (2 bytes for bf16 and fp16, 4 for fp32).  Document masking scales the
+ * attention's time by the share of its pairs it computes (tsr_plan_doc_attention_share).  Norm statistics, biases and
  * the optimizer are left out here; plan_sim.c prices AdamW. */
 #include "plan_sim.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -41,7 +43,20 @@ typedef struct {
   int half;
   double e;  /* bytes per stored value */
   tsr_plan_chunk *out;
+  double attn_share; /* of the causal attention's pairs, what document masking computes */
 } pricer;
+
+/* (plan.h; here, below plan.c, which prices the stages with this file's costs) */
+double tsr_plan_doc_attention_share(const tsr_config *cfg) {
+  const double L = (double)cfg->data.mean_doc_tokens, T = (double)cfg->model.seq_len;
+  if (!cfg->data.document_mask || L <= 0 || T <= 0) return 1.0;
+  if (L <= 1) return 2.0 / (T + 1.0); /* every token its own document */
+  const double p = 1.0 / L, q = 1.0 - p;
+  const double one_minus_qT = -expm1(T * log1p(-p)); /* 1 - q^T */
+  const double pairs = (T - q * one_minus_qT / p) / p;
+  const double share = pairs / (T * (T + 1.0) / 2.0);
+  return share < 0 ? 0 : share > 1 ? 1 : share;
+}
 
 static double gemm(pricer *pr, double m, double n, double k) {
   const double t = tsr_plan_gemm_s(pr->hw, pr->half, m, n, k);
@@ -54,8 +69,8 @@ static double mem(pricer *pr, double values, double kernels) {
   return t;
 }
 static double attention(pricer *pr, const tsr_model_sizes *d, int backward) {
-  const double t = tsr_plan_attention_s(pr->hw, pr->half, backward, (double)d->B, (double)d->H,
-                                        (double)d->T, (double)d->hd);
+  const double t = pr->attn_share * tsr_plan_attention_s(pr->hw, pr->half, backward, (double)d->B,
+                                                         (double)d->H, (double)d->T, (double)d->hd);
   pr->out->attention += t;
   return t;
 }
@@ -109,7 +124,7 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   tsr_model_sizes d;
   tsr_model_sizes_of(&d, cfg, g->tp, first, last, L);
   const int half = cfg->train.precision != TSR_F32;
-  pricer pr = {hw, half, half ? 2.0 : 4.0, out};
+  pricer pr = {hw, half, half ? 2.0 : 4.0, out, tsr_plan_doc_attention_share(cfg)};
   const int split = tsr_pp_split_backward(cfg->parallel.schedule);
   const int full = cfg->train.recompute == TSR_RECOMPUTE_FULL;
   const int sel = cfg->train.recompute == TSR_RECOMPUTE_SELECTIVE;

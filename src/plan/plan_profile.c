@@ -133,14 +133,14 @@ static void attn_fwd(void *a) {
   probe *p = a;
   const size_t es = tsr_dtype_size(p->dt), q = (size_t)p->H * p->hd * es;
   tsr_ops_attention_fwd(p->dt, p->y, p->lse, p->x, (char *)p->x + q, (char *)p->x + 2 * q, p->B,
-                        p->T, p->H, p->H, p->hd, 3 * p->H * p->hd);
+                        p->T, p->H, p->H, p->hd, 3 * p->H * p->hd, NULL);
 }
 static void attn_bwd(void *a) {
   probe *p = a;
   const size_t es = tsr_dtype_size(p->dt), q = (size_t)p->H * p->hd * es;
   char *x = p->x, *dx = p->dx;
   tsr_ops_attention_bwd(p->dt, dx, dx + q, dx + 2 * q, p->w, p->y, p->lse, x, x + q, x + 2 * q,
-                        p->B, p->T, p->H, p->H, p->hd, 3 * p->H * p->hd);
+                        p->B, p->T, p->H, p->H, p->hd, 3 * p->H * p->hd, NULL);
 }
 /* a residual add and an RMSNorm over [n, in]: 5 n in values moved (streaming) */
 static void elementwise(void *a) {
@@ -154,7 +154,7 @@ static void elementwise(void *a) {
 static void layer_mix(void *a) {
   probe *p = a;
   elementwise(a);
-  tsr_ops_rope_fwd(p->dt, p->y, p->n, p->n, p->in / 64, 64, p->in, tsr_rope_plain(10000.0f));
+  tsr_ops_rope_fwd(p->dt, p->y, p->n, p->n, p->in / 64, 64, p->in, tsr_rope_plain(10000.0f), NULL);
   tsr_ops_swiglu_fwd(p->dt, p->w, p->dx, p->n, p->in / 2);
   tsr_ops_swiglu_fwd(p->dt, p->x, p->dx, p->n, p->in / 2);
 }

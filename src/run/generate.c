@@ -294,6 +294,11 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
   TSR_CALL(tsr_model_create_opt(&g->model, cfg, g->lay, &mo));
+  /* a model trained with document masking reads its context the same way: the start token
+   * ends a document, so the prompt opens a new one at position 0 */
+  if (cfg->data.document_mask)
+    tsr_model_set_eos(g->model, cfg->data.eos_id >= 0 ? (int32_t)cfg->data.eos_id
+                                                      : tsr_tokenizer_start(g->tok));
   tsr_ops_shapes shapes;
   tsr_model_ops_shapes(g->model, &shapes);
   shapes.deterministic = cfg->train.deterministic;

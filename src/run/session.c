@@ -14,6 +14,7 @@
 #include "plan/plan.h"
 #include "precision.h"
 #include "core/runctl.h"
+#include "data/tokenizer.h"
 #include "core/util.h"
 #include "data/data.h"
 #include "comm/grid.h"
@@ -63,6 +64,7 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
     TSR_CHECK(s->bubble, TSR_ERR, "out of memory");
   }
   TSR_CALL(tsr_model_create_opt(&s->model, cfg, s->lay, &mo));
+  if (cfg->data.document_mask) tsr_model_set_eos(s->model, s->eos);
   tsr_ops_shapes shapes;
   tsr_model_ops_shapes(s->model, &shapes);
   shapes.sumsq_elems = (long)s->lay->n_flat;
@@ -121,6 +123,20 @@ static int same_tokenizer(tsr_session *s) {
   return 0;
 }
 
+/* data.document_mask: the end-of-document id, the deck's or the tokenizer's (of the
+ * training shards, or the validation ones when only evaluating). */
+static int document_eos(tsr_session *s, const tsr_config *cfg, int training) {
+  const char *pattern = training || !cfg->data.valid[0] ? cfg->data.train : cfg->data.valid;
+  if (cfg->data.eos_id >= 0)
+    s->eos = (int32_t)cfg->data.eos_id;
+  else
+    TSR_CALL(tsr_tokenizer_eos(pattern, cfg->model.vocab_size, &s->eos));
+  tsr_log("document masking: documents end with token %d (%s, tokenizer '%s'); attention and "
+          "positions restart at each document", (int)s->eos,
+          cfg->data.eos_id >= 0 ? "data.eos_id" : "the tokenizer's", s->st.tokenizer);
+  return 0;
+}
+
 /* Pre-flight of the data, first of all (seconds, not after the model, the backend and the
  * GEMM probe are built): every rank opens and checks its view of the shards (each file
  * there, a regular file, its header, every token, one sample at least), and rank 0 prints
@@ -143,12 +159,14 @@ static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
     rc = tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
                        cfg->model.vocab_size, 0, seed);
   if (!rc) rc = same_tokenizer(s);
+  if (!rc && cfg->data.document_mask) rc = document_eos(s, cfg, training);
   tsr_error_release();
   return tsr_run_agree_report(s->world, rc, why);
 }
 
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
   memset(s, 0, sizeof *s);
+  s->eos = -1;
   s->cfg = cfg;
   s->world = world;
   MPI_Comm_rank(world, &s->rank);
@@ -183,7 +201,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
     brc = s->dev && tsr_ops_status() == TSR_ERR_INPUT ? TSR_ERR_INPUT : TSR_ERR;
   }
   TSR_CALL(tsr_run_agree(world, brc)); /* measure_peak's collective next */
-  s->flops_per_token = tsr_plan_flops_per_token(&cfg->model); /* the planner's count */
+  s->flops_per_token = tsr_plan_run_flops_per_token(cfg); /* the planner's count */
   if (training) measure_peak(s);
   s->st.seed = (uint64_t)cfg->run.seed;
   tsr_loss_scale_start(&cfg->train, &s->st);

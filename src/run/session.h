@@ -50,6 +50,7 @@ typedef struct {
   int peak_raised;   /* steps ran faster than it (tsr_session_mfu): raised to theirs */
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
   double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
+  int32_t eos;      /* data.document_mask: the end-of-document id (-1: no masking) */
   tsr_ckpt_policy *ckpt; /* when and how checkpoints are written (ckpt_policy.h) */
 } tsr_session;
 

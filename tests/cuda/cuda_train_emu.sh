@@ -37,6 +37,12 @@
 #      CPU's losses; the emulated NCCL's trace shows it carried the traffic;
 #  (d) restart on the device: 2 steps + resume to 4 equals 4 straight steps bitwise, and
 #      the device's checkpoint resumes on the CPU;
+#  (f) document masking (data.document_mask, shards of one document per line): llama with
+#      head_dim 32 in fp32 and bf16 (cuDNN's attention asked for by default: the masked
+#      attention runs on the mma.sync kernels, and the log says why), gpt2 (learned
+#      positions restarting at each document: the position gradient's sort) in fp32, and
+#      pp 2 on two ranks sharing the GPU, each against the masked CPU run (fp32 2e-6,
+#      bf16 2e-4), validation included;
 #  (e) errors: run.device = 'cuda' on a rank without a GPU, and two ranks on one GPU
 #      without run.gpu_share, each stop every rank with the reason; a host read of device
 #      memory (planted) stops the run naming it; a model larger than the device's memory
@@ -233,6 +239,32 @@ a, b = ({d["step"]: d["loss"] for d in map(json.loads, open(p)) if "loss" in d} 
 print(f"    step 3: device {a[3]!r}, CPU from the device's checkpoint {b[3]!r}")
 sys.exit(0 if abs(a[3] - b[3]) <= 2e-6 * a[3] else 1)
 PY
+
+# ---- (f) document masking ----
+"$top_srcdir/tools/tsr-prepare" --out "$SCRATCH/lines" --tokenizer bytes --split-by lines \
+  /usr/share/games/fortunes/computers >/dev/null
+D=(data.document_mask=.true. "data.train=$SCRATCH/lines/train_*.bin" model.seq_len=64
+  "data.valid=$SCRATCH/lines/valid_*.bin" run.max_steps=3 run.eval_every=3)
+for L in "llama_fp32 train.precision=fp32 model.n_head=2 model.n_kv_head=1" \
+  "llama_bf16 train.precision=bf16 model.n_head=2 model.n_kv_head=1" \
+  "gpt2_fp32 train.precision=fp32 model.arch=gpt2 model.n_kv_head=4"; do
+  set -- $L
+  name=$1
+  shift
+  tol=$(tol_of "${name#*_}")
+  run "cpu_docs_$name" cpu 1 "${D[@]}" "$@"
+  run "gpu_docs_$name" cuda 1 "${D[@]}" "$@"
+  check "(f) document masking, $name, on the device finishes" rc_is "gpu_docs_$name" 0
+  check "(f) ... device and CPU agree to $tol, validation included" \
+    agree "gpu_docs_$name" "cpu_docs_$name" $tol
+done
+check "(f) bf16 masked attention: cuDNN's by default, so the log says our kernels run it" \
+  grep -q "^attention: tensor cores, mma.sync kernels (bf16 .*; not cuDNN: document masking.*document-masked\]" \
+  "$SCRATCH/gpu_docs_llama_bf16.out"
+run cpu_docs_pp cpu 2 "${D[@]}" parallel.pp=2
+run gpu_docs_pp cuda 2 "${D[@]}" parallel.pp=2
+check "(f) document masking, pp 2 sharing the GPU, finishes" rc_is gpu_docs_pp 0
+check "(f) ... device and CPU agree" agree gpu_docs_pp cpu_docs_pp 2e-6
 
 # ---- (e) errors ----
 # device memory is the host's to reach through copies only: a planted host read of op

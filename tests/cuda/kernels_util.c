@@ -72,6 +72,25 @@ void *hmalloc(size_t bytes) {
   if (!p) exit(1);
   return p;
 }
+
+int32_t *docs_make(int n, int T, int every, int32_t **dev) {
+  int32_t *d = hmalloc((size_t)n * sizeof(int32_t));
+  const int B = n / T;
+  for (int b = 0; b < B; b++) {
+    int start = 0;
+    for (int t = 0; t < T; t++) {
+      const int cut = urand(0.0f, 1.0f) * every < 1.0f ||
+                      (b == 0 && (t == 1 || t % 64 == 0 || t == T - 1));
+      if (t > 0 && cut && !(B > 1 && b == B - 1)) start = t;
+      d[(long)b * T + t] = start;
+    }
+  }
+  if (dev) {
+    *dev = dmalloc((size_t)n * sizeof(int32_t));
+    CUDA_CK(cudaMemcpy(*dev, d, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  return d;
+}
 static size_t tb_bytes(const tbuf *t) { return (size_t)t->n * tsr_dtype_size(t->dt); }
 
 void tb_upload(tbuf *t) { CUDA_CK(cudaMemcpy(t->d, t->h, tb_bytes(t), cudaMemcpyHostToDevice)); }

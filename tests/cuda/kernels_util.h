@@ -96,6 +96,12 @@ void check_lse(const char *name, const tbuf *t, double tol);
 /* a device double against the host's */
 void check_double(const char *name, const double *d, double ref, double tol);
 
+/* Document starts (ops_list.h "Documents") of n / T sequences of T rows: a new document
+ * after about one row in `every`, and in sequence 0 also at row 1, at every 64th row (the
+ * tiles) and at its last row; the last sequence (of several) is one document.  On the
+ * host (free()) and, when dev, the device (*dev, cudaFree). */
+int32_t *docs_make(int n, int T, int every, int32_t **dev);
+
 /* the attention group (test_kernels_attention.c) */
 void test_attention_group(void);
 

@@ -90,12 +90,14 @@ static void test_casts(long n) {
 
 /* ---------------------------------------------------------------- embedding */
 
+/* docs > 0: document starts (about one per docs rows) restart the positions */
 static void test_embedding(tsr_dtype dt, int n, int T, int C, int vocab, int vocab_start,
-                           int vocab_local, int with_wpe) {
+                           int vocab_local, int with_wpe, int docs) {
   char name[128];
   tsr_ops_shapes s = shapes_of(dt);
-  s.rows = n, s.cols = C, s.vocab_local = vocab_local;
+  s.rows = n, s.cols = C, s.vocab_local = vocab_local, s.attn_t = T;
   kreserve(s);
+  int32_t *d_doc = NULL, *doc = docs > 0 ? docs_make(n, T, docs, &d_doc) : NULL;
   int32_t *tok = hmalloc((size_t)n * sizeof(int32_t));
   for (int r = 0; r < n; r++) tok[r] = (int32_t)(urand(0.0f, 1.0f) * vocab) % vocab;
   int32_t *d_tok = dmalloc((size_t)n * sizeof(int32_t));
@@ -103,28 +105,38 @@ static void test_embedding(tsr_dtype dt, int n, int T, int C, int vocab, int voc
   tbuf wte = tb_rand(dt, (long)vocab_local * C, -1, 1), wpe = {dt, 0, NULL, NULL};
   if (with_wpe) wpe = tb_rand(dt, (long)T * C, -1, 1);
   tbuf out = tb_out(dt, (long)n * C);
-  tsr_cpu_embedding_fwd(dt, out.h, tok, wte.h, wpe.h, n, T, C, vocab_start, vocab_local);
-  tsr_cuda_embedding_fwd(dt, out.d, d_tok, wte.d, wpe.d, n, T, C, vocab_start, vocab_local);
+  tsr_cpu_embedding_fwd(dt, out.h, tok, wte.h, wpe.h, n, T, C, vocab_start, vocab_local, doc);
+  tsr_cuda_embedding_fwd(dt, out.d, d_tok, wte.d, wpe.d, n, T, C, vocab_start, vocab_local, d_doc);
   ksync("embedding_fwd");
-  snprintf(name, sizeof name, "embedding fwd n=%d T=%d C=%d V=%d+%d%s", n, T, C, vocab_start,
-           vocab_local, with_wpe ? " +wpe" : "");
+  snprintf(name, sizeof name, "embedding fwd n=%d T=%d C=%d V=%d+%d%s%s", n, T, C, vocab_start,
+           vocab_local, with_wpe ? " +wpe" : "", doc ? " documents" : "");
   check_close(name, &out, tol_of(dt));
 
   tbuf dout = tb_rand(dt, (long)n * C, -1, 1);
   tbuf dwte = tb_rand(TSR_F32, (long)vocab_local * C, -1, 1);
   tbuf dwte2 = tb_dup(&dwte), dwpe = {TSR_F32, 0, NULL, NULL};
   if (with_wpe) dwpe = tb_rand(TSR_F32, (long)T * C, -1, 1);
-  tsr_cpu_embedding_bwd(dt, dwte.h, dwpe.h, dout.h, tok, n, T, C, vocab_start, vocab_local);
-  tsr_cuda_embedding_bwd(dt, dwte.d, dwpe.d, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
-  tsr_cuda_embedding_bwd(dt, dwte2.d, NULL, dout.d, d_tok, n, T, C, vocab_start, vocab_local);
+  tbuf dwpe2 = with_wpe ? tb_dup(&dwpe) : dwpe;
+  tsr_cpu_embedding_bwd(dt, dwte.h, dwpe.h, dout.h, tok, n, T, C, vocab_start, vocab_local, doc);
+  tsr_cuda_embedding_bwd(dt, dwte.d, dwpe.d, dout.d, d_tok, n, T, C, vocab_start, vocab_local,
+                        d_doc);
+  tsr_cuda_embedding_bwd(dt, dwte2.d, dwpe2.d, dout.d, d_tok, n, T, C, vocab_start, vocab_local,
+                        d_doc);
   ksync("embedding_bwd");
   snprintf(name, sizeof name, "embedding bwd dwte (fp32, accumulated) n=%d C=%d V=%d %s", n, C,
            vocab_local, tsr_dtype_name(dt));
   check_close(name, &dwte, TOL_F32);
   check_same_runs("embedding bwd dwte", &dwte, &dwte2);
-  if (with_wpe) check_close("embedding bwd dwpe (fp32, accumulated)", &dwpe, TOL_F32);
-  free(tok);
+  if (with_wpe) {
+    check_close(doc ? "embedding bwd dwpe (fp32, accumulated), documents"
+                    : "embedding bwd dwpe (fp32, accumulated)",
+                &dwpe, TOL_F32);
+    check_same_runs("embedding bwd dwpe", &dwpe, &dwpe2);
+    tb_free(&dwpe2);
+  }
+  free(tok), free(doc);
   CUDA_CK(cudaFree(d_tok));
+  if (d_doc) CUDA_CK(cudaFree(d_doc));
   tb_free(&wte), tb_free(&wpe), tb_free(&out), tb_free(&dout), tb_free(&dwte), tb_free(&dwte2);
   tb_free(&dwpe);
 }
@@ -227,27 +239,29 @@ static void test_norm(int layer, tsr_dtype dt, int n, int C, int with_b) {
 /* Rotates heads [col0/hd, col0/hd + n_heads) of rows of width `stride`: the other
  * columns must come back untouched, so the whole buffer is compared. */
 static void test_rope(tsr_dtype dt, int n, int T, int n_heads, int hd, int stride, int col0,
-                      tsr_rope theta) {
+                      tsr_rope theta, int docs) {
   char name[160];
   const long total = (long)n * stride;
   tsr_ops_shapes s = shapes_of(dt);
-  s.rows = n, s.cols = stride;
+  s.rows = n, s.cols = stride, s.attn_t = T, s.attn_hd = hd;
   kreserve(s);
+  int32_t *d_doc = NULL, *doc = docs > 0 ? docs_make(n, T, docs, &d_doc) : NULL;
   tbuf x = tb_rand(dt, total, -1, 1), x0 = tb_dup(&x);
-  tsr_cpu_rope_fwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
-  tsr_cuda_rope_fwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
+  tsr_cpu_rope_fwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta, doc);
+  tsr_cuda_rope_fwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta, d_doc);
   ksync("rope_fwd");
-  snprintf(name, sizeof name, "rope%s fwd n=%d T=%d heads=%d hd=%d stride=%d",
-           theta.scaling ? " llama3" : "", n, T, n_heads, hd,
-           stride);
+  snprintf(name, sizeof name, "rope fwd n=%d T=%d heads=%d hd=%d stride=%d%s", n, T, n_heads, hd,
+           stride, doc ? " documents" : "");
   check_close(name, &x, tol_of(dt));
-  tsr_cpu_rope_bwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta);
-  tsr_cuda_rope_bwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta);
+  tsr_cpu_rope_bwd(dt, tb_hat(&x, col0), n, T, n_heads, hd, stride, theta, doc);
+  tsr_cuda_rope_bwd(dt, tb_dat(&x, col0), n, T, n_heads, hd, stride, theta, d_doc);
   ksync("rope_bwd");
   check_close("rope bwd (the inverse rotation)", &x, tol_of(dt));
   const tbuf back = {dt, total, x0.h, x.d}; /* the device's result against the input */
   check_close("rope fwd then bwd gives the input back", &back, 2 * tol_of(dt));
   tb_free(&x), tb_free(&x0);
+  free(doc);
+  if (d_doc) CUDA_CK(cudaFree(d_doc));
 }
 
 /* ------------------------------------------------------------- activations */
@@ -687,10 +701,13 @@ int main(void) {
   for (int k = 0; k < 3; k++) {
     const tsr_dtype dt = all_dt[k];
     if (want("embedding")) {
-      test_embedding(dt, 39, 13, 70, 50, 10, 30, 1); /* tokens outside this rank's slice */
-      test_embedding(dt, 300, 100, 256, 7, 0, 7, 0); /* few tokens: long runs of one row */
-      test_embedding(dt, 1, 1, 1, 3, 0, 3, 1);
-      test_embedding(dt, 1000, 500, 300, 32000, 0, 32000, 1);
+      test_embedding(dt, 39, 13, 70, 50, 10, 30, 1, 0); /* tokens outside this rank's slice */
+      test_embedding(dt, 300, 100, 256, 7, 0, 7, 0, 0); /* few tokens: long runs of one row */
+      test_embedding(dt, 1, 1, 1, 3, 0, 3, 1, 0);
+      test_embedding(dt, 1000, 500, 300, 32000, 0, 32000, 1, 0);
+      /* document masking: positions restart at each document (T above the vocabulary) */
+      test_embedding(dt, 39, 13, 70, 50, 10, 30, 1, 4);
+      test_embedding(dt, 600, 200, 96, 7, 0, 7, 1, 30);
     }
     const int norm_shapes[][2] = {{1, 1}, {1, 64}, {37, 100}, {300, 1000}, {64, 4096}, {5, 5000}};
     for (int i = 0; i < 6 && want("rmsnorm"); i++)
@@ -701,11 +718,14 @@ int main(void) {
       const tsr_rope plain = tsr_rope_plain(10000.0f);
       /* Llama 3.1's scaling: every band (kept, interpolated, scaled) at hd 16 */
       const tsr_rope l3 = {500000.0f, TSR_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 64.0};
-      test_rope(dt, 2 * 33, 33, 3, 16, (3 + 2 * 1) * 16, 0, plain);      /* q of a fused qkv */
-      test_rope(dt, 2 * 33, 33, 1, 16, (3 + 2 * 1) * 16, 3 * 16, plain); /* its k head */
-      test_rope(dt, 3 * 7, 7, 2, 2, 4, 0, tsr_rope_plain(500000.0f));
-      test_rope(dt, 2 * 33, 33, 3, 16, 3 * 16, 0, l3);
-      test_rope(dt, 4096, 4096, 1, 128, 128, 0, plain); /* long context: the phase */
+      test_rope(dt, 2 * 33, 33, 3, 16, (3 + 2 * 1) * 16, 0, plain, 0);      /* q of a fused qkv */
+      test_rope(dt, 2 * 33, 33, 1, 16, (3 + 2 * 1) * 16, 3 * 16, plain, 0); /* its k head */
+      test_rope(dt, 3 * 7, 7, 2, 2, 4, 0, tsr_rope_plain(500000.0f), 0);
+      test_rope(dt, 2 * 33, 33, 3, 16, 3 * 16, 0, l3, 0);
+      test_rope(dt, 4096, 4096, 1, 128, 128, 0, plain, 0); /* long context: the phase */
+      test_rope(dt, 2 * 33, 33, 3, 16, (3 + 2 * 1) * 16, 0, plain, 5);   /* documents */
+      test_rope(dt, 2 * 33, 33, 3, 16, 3 * 16, 0, l3, 5);                /* documents, llama3 */
+      test_rope(dt, 4096, 4096, 1, 128, 128, 0, plain, 700);
     }
     if (want("activations")) {
       test_activations(dt, 1, 1);

@@ -8,7 +8,9 @@
  * buffers of row stride H*hd.  The backward runs on the CPU's out and lse, so only the
  * backward is under test; it writes dq, dk, dv (poisoned first) and runs twice, bitwise
  * alike.  Tolerances: kernels_util.h (the lse of the fp32-arithmetic kernels to 1e-5,
- * of the tensor cores and cuDNN to the storage type's). */
+ * of the tensor cores and cuDNN to the storage type's).  Document masking (the ops' doc:
+ * documents packed in the sequences) runs on our kernels whatever kind is asked, cuDNN's
+ * too, and is checked against the CPU's masked attention the same way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +31,10 @@ static tsr_ops_shapes att_shapes(tsr_dtype dt, int B, int T, int H, int KV, int 
 }
 
 /* The path a shape must take with attention kind `kind` asked for (cuDNN: where it must
- * run, see below; -1 where it may run or decline). */
-static int expected_path(tsr_dtype dt, int kind, int T, int hd) {
+ * run, see below; -1 where it may run or decline); never cuDNN with documents. */
+static int expected_path(tsr_dtype dt, int kind, int T, int hd, int docs) {
   if (dt == TSR_F32) return TSR_ATT_PATH_F32;
-  if (kind == TSR_ATT_CUDNN) {
+  if (kind == TSR_ATT_CUDNN && !docs) {
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -46,9 +48,10 @@ static int expected_path(tsr_dtype dt, int kind, int T, int hd) {
   return tsr_cuda_attention_tc_supported(hd) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32;
 }
 
-/* One shape on the attention of `kind` (TSR_ATT_*; ignored for fp32 storage). */
-static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd, int separate,
-                     int deterministic) {
+/* One shape on the attention of `kind` (TSR_ATT_*; ignored for fp32 storage); docs > 0:
+ * documents of about that many rows (docs_make). */
+static void run_case_docs(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd,
+                          int separate, int deterministic, int docs) {
   char name[200];
   const int stride = separate ? H * hd : (H + 2 * KV) * hd;
   const long rows = (long)B * T, nqkv = rows * stride, nout = rows * H * hd, nl = (long)B * H * T;
@@ -59,10 +62,10 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
   s.deterministic = deterministic;
   kreserve(s);
   unsetenv("TSR_CUDA_ATTENTION");
-  const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, stride);
-  const int want = expected_path(dt, kind, T, hd);
-  snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
-           separate ? " (separate q,k,v)" : "");
+  const int path = tsr_cuda_attention_path(dt, B, T, H, KV, hd, stride, docs > 0);
+  const int want = expected_path(dt, kind, T, hd, docs > 0);
+  snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d%s%s", B, T, H, KV, hd,
+           separate ? " (separate q,k,v)" : "", docs > 0 ? " documents" : "");
   if (want >= 0)
     kcheck(path == want, "%s %s takes the %s path (%s)", name, tsr_dtype_name(dt),
            path >= 0 ? path_name[path] : "no", path_name[want]);
@@ -70,14 +73,15 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     printf("      %s %s: cuDNN declined, the %s path runs\n", name, tsr_dtype_name(dt),
            path >= 0 ? path_name[path] : "no");
   if (path < 0) return;
+  int32_t *d_doc = NULL, *doc = docs > 0 ? docs_make(B * T, T, docs, &d_doc) : NULL;
   const int tc = path != TSR_ATT_PATH_F32;
   const double tol = tol_of(dt), tol_lse = tc ? tol_of(dt) : TOL_F32;
 
   tbuf buf = tb_rand(dt, nbuf, -2, 2), out = tb_out(dt, nout), lse = tb_out(TSR_F32, nl);
   tsr_cpu_attention_fwd(dt, out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko), tb_hat(&buf, vo), B,
-                        T, H, KV, hd, stride);
+                        T, H, KV, hd, stride, doc);
   tsr_cuda_attention_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B,
-                        T, H, KV, hd, stride);
+                        T, H, KV, hd, stride, d_doc);
   ksync("attention_fwd");
   char full[240];
   snprintf(full, sizeof full, "%s fwd [%s]", name, path_name[path]);
@@ -89,12 +93,12 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
   tbuf dout = tb_rand(dt, nout, -1, 1), dbuf = tb_out(dt, nbuf), dbuf2 = tb_out(dt, nbuf);
   tsr_cpu_attention_bwd(dt, tb_hat(&dbuf, qo), tb_hat(&dbuf, ko), tb_hat(&dbuf, vo), dout.h,
                         out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko), tb_hat(&buf, vo), B, T,
-                        H, KV, hd, stride);
+                        H, KV, hd, stride, doc);
   for (int run = 0; run < 2; run++) {
     const tbuf *d = run ? &dbuf2 : &dbuf;
     tsr_cuda_attention_bwd(dt, tb_dat(d, qo), tb_dat(d, ko), tb_dat(d, vo), dout.d, out.d, lse.d,
                           tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H, KV, hd,
-                          stride);
+                          stride, d_doc);
   }
   ksync("attention_bwd");
   snprintf(full, sizeof full, "%s bwd dq, dk, dv (written) [%s]", name, path_name[path]);
@@ -105,7 +109,7 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     printf("      (deterministic off: cuDNN's backward may differ run to run, not compared)\n");
 
   if (tc && KV < H && path != TSR_ATT_PATH_CUDNN && kind != TSR_ATT_CUDNN && !separate &&
-      hd == 64) {
+      hd == 64 && !doc) {
     /* grouped: without the partials' scratch the tensor-core backward refuses, launching
      * nothing, and the backend stays failed */
     s.attn_part = 0;
@@ -117,7 +121,7 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     fflush(stdout);
     tsr_cuda_attention_bwd(dt, tb_dat(&d3, qo), tb_dat(&d3, ko), tb_dat(&d3, vo), dout.d, out.d,
                           lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko), tb_dat(&buf, vo), B, T, H,
-                          KV, hd, stride);
+                          KV, hd, stride, NULL);
     kb->sync();
     kcheck(kb->status() != 0, "attention %s bwd (KV < H) refuses a scratch without attn_part",
            path_name[path]);
@@ -127,6 +131,12 @@ static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd
     tb_free(&d3), tb_free(&poison);
   }
   tb_free(&buf), tb_free(&out), tb_free(&lse), tb_free(&dout), tb_free(&dbuf), tb_free(&dbuf2);
+  free(doc);
+  if (d_doc) CUDA_CK(cudaFree(d_doc));
+}
+static void run_case(tsr_dtype dt, int kind, int B, int T, int H, int KV, int hd, int separate,
+                     int deterministic) {
+  run_case_docs(dt, kind, B, T, H, KV, hd, separate, deterministic, 0);
 }
 
 /* Which head dimensions the tensor-core kernels take on this GPU, and why. */
@@ -162,7 +172,7 @@ static void check_default_kind(void) {
   kreserve(att_shapes(TSR_BF16, 1, 64, 2, 1, 64));
   kcheck(tsr_cuda_ctx.attention == TSR_ATT_MMA && tsr_cuda_ctx.attn_ws_bytes == 0,
          "attention: TSR_CUDA_ATTENTION=mma takes the mma.sync kernels (no cuDNN workspace)");
-  const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
+  const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64, 0);
   kcheck(path == (tsr_cuda_attention_tc_supported(64) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32),
          "  ... bf16 hd 64 takes the %s path", path >= 0 ? path_name[path] : "no");
   setenv("TSR_CUDA_ATTENTION", "wmma", 1);
@@ -190,6 +200,14 @@ void test_attention_group(void) {
     for (int i = 0; i < n_att; i++)
       run_case(dts[d], TSR_ATT_MMA, att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0, 1);
     run_case(dts[d], TSR_ATT_MMA, 2, 45, 4, 2, 64, 1, 1);
+    /* document masking: documents of ~7 to ~90 rows, tiles skipped before a query tile's
+     * first document and masked where they cross one; every head dimension of the mma
+     * kernels, GQA, and a last sequence of one document */
+    run_case_docs(dts[d], TSR_ATT_MMA, 2, 33, 4, 2, 16, 0, 1, 7);
+    run_case_docs(dts[d], TSR_ATT_MMA, 2, 130, 4, 4, 64, 0, 1, 40);
+    run_case_docs(dts[d], TSR_ATT_MMA, 1, 257, 8, 2, 32, 0, 1, 90);
+    run_case_docs(dts[d], TSR_ATT_MMA, 1, 200, 2, 1, 128, 0, 1, 60);
+    run_case_docs(dts[d], TSR_ATT_MMA, 2, 150, 3, 1, 96, 1, 1, 50);
   }
 #ifdef TSR_HAVE_CUDNN
   if (!getenv("TSR_TEST_NO_CUDNN")) { /* device-test.sh sanitize: our kernels, not cuDNN's */
@@ -199,6 +217,8 @@ void test_attention_group(void) {
                  1);
       run_case(dts[d], TSR_ATT_CUDNN, 2, 45, 4, 2, 64, 1, 1);
       run_case(dts[d], TSR_ATT_CUDNN, 2, 130, 4, 2, 64, 0, 0); /* deterministic off */
+      /* cuDNN asked for, document masking: our kernels run it */
+      run_case_docs(dts[d], TSR_ATT_CUDNN, 2, 130, 4, 2, 64, 0, 1, 40);
     }
     /* a workspace reserved too small (none at all here): cuDNN declines, saying so, and
      * the shape runs on our kernels */
@@ -212,7 +232,7 @@ void test_attention_group(void) {
                                                     sizeof why);
     kcheck(rc == TSR_CUDA_CUDNN_CANNOT && strstr(why, "workspace"),
            "cuDNN attention declines a workspace of 0 bytes (%s)", why);
-    const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64);
+    const int path = tsr_cuda_attention_path(TSR_BF16, 1, 64, 2, 1, 64, 4 * 64, 0);
     kcheck(path == (tsr_cuda_attention_tc_supported(64) ? TSR_ATT_PATH_MMA : TSR_ATT_PATH_F32),
            "  ... and the shape runs on our kernels (%s)", path >= 0 ? path_name[path] : "none");
   }

@@ -9,7 +9,9 @@
  *   /after/<name>   master weights after one AdamW step, done as the trainer does it
  *   /batch/inputs, /batch/targets   int32 [micro_batch, seq_len]
  * and attributes on the root group: loss, loss_after, lr, grad_norm and the model and
- * optimizer numbers the reference needs.  A singleton MPI program (HDF5 is parallel). */
+ * optimizer numbers the reference needs (with data.document_mask, document_mask and eos_id:
+ * the batch then holds end-of-document tokens where make_batch puts them).  A singleton
+ * MPI program (HDF5 is parallel). */
 #include <hdf5.h>
 #include <math.h>
 #include <mpi.h>
@@ -128,18 +130,36 @@ static int write_config(hid_t file, const tsr_config *cfg) {
   TSR_CALL(attr_double(file, "eps", o->eps));
   TSR_CALL(attr_double(file, "weight_decay", o->weight_decay));
   TSR_CALL(attr_double(file, "optim_lr", o->lr));
+  TSR_CALL(attr_int(file, "document_mask", cfg->data.document_mask));
+  TSR_CALL(attr_int(file, "eos_id", cfg->data.eos_id));
+  return 0;
+}
+
+/* Where sequence b's sample of T+1 tokens holds an end-of-document token (eos >= 0): every
+ * sequence opens inside a document that began before it; b % 3 == 0 has documents of one
+ * token (3, 4) and of several, and ends one on its last input (T - 1); 1 begins with one
+ * (its first document is that token alone) and has another in the middle; 2 is one
+ * document throughout. */
+static int is_eos_at(int64_t b, int64_t t, int64_t T) {
+  switch (b % 3) {
+    case 0: return t == 3 || t == 4 || t == 9 || t == T - 1;
+    case 1: return t == 0 || t == T / 2;
+  }
   return 0;
 }
 
 /* A seeded random batch: row b of micro_batch rows is seq_len+1 ids; inputs are its first
- * seq_len, targets its last seq_len (next-token prediction, as the data loader does). */
+ * seq_len, targets its last seq_len (next-token prediction, as the data loader does).  With
+ * eos >= 0 (document masking) that id is only where is_eos_at puts it. */
 static void make_batch(int32_t *inputs, int32_t *targets, int64_t B, int64_t T, int64_t V,
-                       uint64_t seed) {
+                       uint64_t seed, int64_t eos) {
   const uint64_t key = tsr_mix64(seed) ^ tsr_hash_str("dump_ref.batch");
   for (int64_t b = 0; b < B; b++) {
     for (int64_t t = 0; t <= T; t++) {
       uint64_t idx = (uint64_t)(b * (T + 1) + t);
       int32_t id = (int32_t)(tsr_mix64(key + tsr_mix64(idx)) % (uint64_t)V);
+      if (eos >= 0 && id == eos) id = (int32_t)((eos + 1) % V);
+      if (eos >= 0 && is_eos_at(b, t, T)) id = (int32_t)eos;
       if (t < T) inputs[b * T + t] = id;
       if (t > 0) targets[b * T + t - 1] = id;
     }
@@ -168,7 +188,10 @@ static int run(const char *out_path, int n_overrides, char **overrides) {
   TSR_CHECK(master && adam_m && adam_v && inputs && targets, TSR_ERR, "out of memory");
 
   tsr_layout_init(lay, master, (uint64_t)cfg.run.seed);
-  make_batch(inputs, targets, B, T, V, (uint64_t)cfg.run.seed);
+  TSR_CHECK(!cfg.data.document_mask || cfg.data.eos_id >= 0, TSR_ERR_INPUT,
+            "dump_ref: data.document_mask needs data.eos_id (no shards to take it from)");
+  make_batch(inputs, targets, B, T, V, (uint64_t)cfg.run.seed,
+             cfg.data.document_mask ? cfg.data.eos_id : -1);
 
   tsr_model *model = NULL;
   TSR_CALL(tsr_model_create(&model, &cfg, lay));

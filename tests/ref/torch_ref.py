@@ -7,7 +7,9 @@ against an independent PyTorch model (correctness ladder, level 2).
 DUMP.h5 comes from tests/ref/dump_ref: /model/<name> (initial fp32 weights), /grad/<name>
 (Tessera's gradient of the mean loss), /after/<name> (weights after one AdamW step),
 /batch/inputs and /batch/targets [B, T], and root attributes (loss, loss_after, lr,
-grad_norm, model and optimizer numbers).
+grad_norm, model and optimizer numbers; document_mask and eos_id: with document masking
+the inputs are split into documents at each end-of-document token, attention stays
+inside a document and positions count from its first token).
 
 The model here is written from docs/model.md alone and runs in
 float64 (the reference) and float32 (to show how large plain fp32 roundoff is).
@@ -96,16 +98,38 @@ def llama3_scaled(freqs, cfg):
     return torch.tensor(out, dtype=torch.float64)
 
 
-def rope(x, cfg):
+def documents(cfg, inputs):
+    """(positions [B, T], allowed [B, 1, T, T]) of the batch: without document masking
+    position t and the causal mask; with it (docs/model.md "Document masking") a document
+    is the tokens up to and including an end-of-document token, so the token after one
+    starts the next document at position 0, and a query sees the keys of its own document
+    at or before it.  A sequence's first tokens continue a document begun before it."""
+    B, T = inputs.shape
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    if not cfg["document_mask"]:
+        return torch.arange(T).expand(B, T), causal.expand(B, 1, T, T)
+    start = torch.zeros(B, T, dtype=torch.long)  # the first position of each token's document
+    for b in range(B):
+        s = 0
+        for t in range(T):
+            start[b, t] = s
+            if int(inputs[b, t]) == cfg["eos_id"]:
+                s = t + 1
+    positions = torch.arange(T)[None, :] - start
+    same_doc = torch.arange(T)[None, None, :] >= start[:, :, None]  # [B, query, key]
+    return positions, (causal[None] & same_doc)[:, None]
+
+
+def rope(x, cfg, positions):
     """x [B, heads, T, h]; the pair (x[i], x[i+h/2]) is rotated by pos * theta^(-2i/h),
-    that frequency rescaled first with rope_scaling = llama3."""
-    T, h = x.shape[-2], x.shape[-1]
+    pos = positions[b, t], that frequency rescaled first with rope_scaling = llama3."""
+    h = x.shape[-1]
     half = h // 2
     i = torch.arange(half, dtype=torch.float64)
     inv_freq = cfg["rope_theta"] ** (-2.0 * i / h)
     if cfg.get("rope_scaling", "none") == "llama3":
         inv_freq = llama3_scaled(inv_freq, cfg)
-    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # [T, half]
+    angle = positions.to(torch.float64)[:, None, :, None] * inv_freq  # [B, 1, T, half]
     cos = torch.cos(angle).to(x.dtype)
     sin = torch.sin(angle).to(x.dtype)
     a, b = x[..., :half], x[..., half:]
@@ -116,7 +140,7 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def attention(cfg, P, prefix, x):
+def attention(cfg, P, prefix, x, positions, allowed):
     B, T, C = x.shape
     H, KV = cfg["n_head"], cfg["n_kv_head"]
     hd = C // H
@@ -124,15 +148,14 @@ def attention(cfg, P, prefix, x):
     k = linear(P, prefix + ".wk", x).view(B, T, KV, hd).transpose(1, 2)
     v = linear(P, prefix + ".wv", x).view(B, T, KV, hd).transpose(1, 2)
     if cfg["arch"] == "llama":
-        q = rope(q, cfg)
-        k = rope(k, cfg)
+        q = rope(q, cfg, positions)
+        k = rope(k, cfg, positions)
     # query head j reads KV head j // (H / KV)
     kv_of_head = torch.arange(H) // (H // KV)
     k = k[:, kv_of_head]
     v = v[:, kv_of_head]
     scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
-    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    scores = scores.masked_fill(future, float("-inf"))
+    scores = scores.masked_fill(~allowed, float("-inf"))
     y = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
     y = y.transpose(1, 2).reshape(B, T, H * hd)
     return linear(P, prefix + ".wo", y)
@@ -148,13 +171,13 @@ def mlp(cfg, P, prefix, x):
 
 def logits_fn(cfg, P, inputs):
     """The logits [B, T, V] of inputs [B, T]."""
-    T = inputs.shape[1]
+    positions, allowed = documents(cfg, inputs)
     x = P["embed.weight"][inputs]
     if cfg["arch"] == "gpt2":
-        x = x + P["pos_embed.weight"][:T][None]
+        x = x + P["pos_embed.weight"][positions]
     for layer in range(cfg["n_layer"]):
         p = "layers.%03d." % layer
-        x = x + attention(cfg, P, p + "attn", norm(cfg, P, p + "attn_norm", x))
+        x = x + attention(cfg, P, p + "attn", norm(cfg, P, p + "attn_norm", x), positions, allowed)
         x = x + mlp(cfg, P, p + "mlp", norm(cfg, P, p + "mlp_norm", x))
     x = norm(cfg, P, "final_norm", x)
     head = P["embed.weight"] if cfg["tie_embeddings"] else P["lm_head.weight"]
@@ -244,8 +267,10 @@ def grads_of(P):
 def main(path):
     attrs, groups, inputs_np, targets_np = load(path)
     cfg = dict(attrs)
+    cfg.setdefault("document_mask", 0)
+    cfg.setdefault("eos_id", -1)
     for key in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab_size", "seq_len",
-                "tie_embeddings"):
+                "tie_embeddings", "document_mask", "eos_id"):
         cfg[key] = int(cfg[key])
     for key in ("rope_theta", "norm_eps", "grad_clip", "beta1", "beta2", "eps", "weight_decay",
                 "lr", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
@@ -266,6 +291,15 @@ def main(path):
           % (path, cfg["arch"], cfg["n_layer"], cfg["d_model"], cfg["n_head"], cfg["n_kv_head"],
              cfg["d_ff"], cfg["vocab_size"], cfg["seq_len"], inputs.shape[0],
              cfg["tie_embeddings"], cfg.get("recompute", "?")))
+    if cfg["document_mask"]:
+        eos = inputs == cfg["eos_id"]
+        print("  document masking: end-of-document id %d; %d documents begin in the %d sequences "
+              "(%s per sequence), %d sequences end one on their last token"
+              % (cfg["eos_id"], int(eos[:, :-1].sum()), inputs.shape[0],
+                 ", ".join(str(int(n)) for n in eos[:, :-1].sum(dim=1)), int(eos[:, -1].sum())))
+        if int(eos[:, :-1].sum()) == 0:
+            print("  FAIL: document masking on, but no document begins inside a sequence")
+            return 1
 
     names = expected_names(cfg)
     for g in ("model", "grad", "after"):

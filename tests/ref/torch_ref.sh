@@ -4,7 +4,7 @@
 #
 # tests/ref/dump_ref (C, Tessera's modules) writes weights, gradients, the batch and the
 # weights after one optimizer step to HDF5; tests/ref/torch_ref.py rebuilds the model from
-# docs/model.md in float64 and compares.  Skips (77) without Debian's torch/numpy/h5py.
+# docs/model.md in float64 and compares, document masking included.  Skips (77) without Debian's torch/numpy/h5py.
 set -u
 
 top_builddir=${top_builddir:-.}
@@ -52,6 +52,16 @@ cases=(
               train.grad_clip=1.0 model.rope_theta=500000 model.rope_scaling=llama3
               model.rope_factor=8 model.rope_low_freq_factor=1 model.rope_high_freq_factor=4
               model.rope_original_context=64"
+  # document masking: packed sequences of several documents (tests/ref/dump_ref.c's batch: the
+  # first document of each sequence begun before it, one-token documents, an end of
+  # document on the last input, a sequence of one document), attention inside each and
+  # positions (RoPE; gpt2's learned ones) restarting at 0
+  "llama_gqa_docs: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 data.document_mask=.true. data.eos_id=5"
+  "gpt2_tied_docs: $small model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
+              model.init_std=0.1 train.grad_clip=1.0 data.document_mask=.true. data.eos_id=5"
+  "llama_docs_recompute_full: $small model.arch=llama model.n_kv_head=2 model.init_std=0.1
+              train.grad_clip=1.0 train.recompute=full data.document_mask=.true. data.eos_id=5"
 )
 
 failed=0

@@ -280,10 +280,31 @@ static void test_matmul_gelu(int n, int in, int out) {
 
 /* --------------------------------------------------------------- embedding */
 
+/* Document starts (ops_list.h "Documents") of B sequences of T rows: a new document after
+ * about one row in `every`, at random; in sequence 0 also at row 1 (a one-row document
+ * first), at multiples of 64 (attention tiles) and at the last row (a one-row document
+ * last); the last sequence (B > 1) is one document.  free() it. */
+static int32_t *make_docs(int B, int T, int every) {
+  int32_t *d = malloc(sizeof(int32_t) * (size_t)B * T);
+  for (int b = 0; b < B; b++) {
+    int start = 0;
+    for (int t = 1; t < T; t++) {
+      const int cut = irand(0, every) == 0 || (b == 0 && (t == 1 || t % 64 == 0 || t == T - 1));
+      if (cut && !(B > 1 && b == B - 1)) start = t;
+      d[(long)b * T + t] = start;
+    }
+    d[(long)b * T] = 0;
+  }
+  return d;
+}
+/* The position of row r of sequences of T rows (ops_list.h). */
+static int pos_of(const int32_t *doc, int r, int T) { return doc ? r % T - doc[r] : r % T; }
+
 typedef struct {
   int n, T, C, vs, vl;
   const int32_t *tok;
   double *wte, *wpe;
+  const int32_t *doc;
 } emb_ctx;
 static void emb_ref(const void *vc, double *out) {
   const emb_ctx *c = vc;
@@ -291,7 +312,7 @@ static void emb_ref(const void *vc, double *out) {
     for (int k = 0; k < c->C; k++) {
       int t = c->tok[r];
       double v = (t >= c->vs && t < c->vs + c->vl) ? c->wte[(t - c->vs) * c->C + k] : 0.0;
-      out[r * c->C + k] = v + (c->wpe ? c->wpe[(r % c->T) * c->C + k] : 0.0);
+      out[r * c->C + k] = v + (c->wpe ? c->wpe[pos_of(c->doc, r, c->T) * c->C + k] : 0.0);
     }
 }
 
@@ -307,22 +328,25 @@ static int32_t *emb_tokens(int n, int vocab, int vs, int vl) {
   return tok;
 }
 
-static void test_embedding(int B, int T, int C, int vocab, int vs, int vl) {
+/* doc: the rows' document starts (NULL: none) */
+static void test_embedding_docs(int B, int T, int C, int vocab, int vs, int vl,
+                                const int32_t *doc) {
   char name[128];
   int n = B * T;
   int32_t *tok = emb_tokens(n, vocab, vs, vl);
   float *wte = fnew((long)vl * C), *wpe = fnew((long)T * C), *out = fnan((long)n * C);
   fill(wte, (long)vl * C, 1), fill(wpe, (long)T * C, 1);
-  emb_ctx c = {n, T, C, vs, vl, tok, to_d(wte, (long)vl * C), to_d(wpe, (long)T * C)};
+  emb_ctx c = {n, T, C, vs, vl, tok, to_d(wte, (long)vl * C), to_d(wpe, (long)T * C), doc};
   double *ref = dnew((long)n * C);
 
-  tsr_ops_embedding_fwd(TSR_F32, out, tok, wte, wpe, n, T, C, vs, vl);
+  tsr_ops_embedding_fwd(TSR_F32, out, tok, wte, wpe, n, T, C, vs, vl, doc);
   emb_ref(&c, ref);
-  snprintf(name, sizeof name, "embedding n=%d C=%d vocab[%d,%d) fwd", n, C, vs, vs + vl);
+  snprintf(name, sizeof name, "embedding n=%d C=%d vocab[%d,%d)%s fwd", n, C, vs, vs + vl,
+           doc ? " documents" : "");
   check(name, rel_err(out, ref, (long)n * C), TOL_FWD);
   double *wpe_save = c.wpe;
   c.wpe = NULL;
-  tsr_ops_embedding_fwd(TSR_F32, out, tok, wte, NULL, n, T, C, vs, vl);
+  tsr_ops_embedding_fwd(TSR_F32, out, tok, wte, NULL, n, T, C, vs, vl, doc);
   emb_ref(&c, ref);
   c.wpe = wpe_save;
   snprintf(name, sizeof name, "embedding n=%d C=%d fwd without positions", n, C);
@@ -332,16 +356,16 @@ static void test_embedding(int B, int T, int C, int vocab, int vs, int vl) {
   fill(r, (long)n * C, 1);
   double *rd = to_d(r, (long)n * C);
   float *dwte = fnew((long)vl * C), *dwpe = fnew((long)T * C);
-  tsr_ops_embedding_bwd(TSR_F32, dwte, dwpe, r, tok, n, T, C, vs, vl);
+  tsr_ops_embedding_bwd(TSR_F32, dwte, dwpe, r, tok, n, T, C, vs, vl, doc);
   objective o = {emb_ref, &c, (long)n * C, rd, ref};
   snprintf(name, sizeof name, "embedding n=%d C=%d dwte vs FD", n, C);
   check(name, fd_err(&o, c.wte, (long)vl * C, dwte), TOL_GRAD);
-  snprintf(name, sizeof name, "embedding n=%d C=%d dwpe vs FD", n, C);
+  snprintf(name, sizeof name, "embedding n=%d C=%d%s dwpe vs FD", n, C, doc ? " documents" : "");
   check(name, fd_err(&o, c.wpe, (long)T * C, dwpe), TOL_GRAD);
 
   float *dwte2 = fnew((long)vl * C), *dwpe2 = fnew((long)T * C);
-  tsr_ops_embedding_bwd(TSR_F32, dwte2, dwpe2, r, tok, n, T, C, vs, vl);
-  tsr_ops_embedding_bwd(TSR_F32, dwte2, dwpe2, r, tok, n, T, C, vs, vl);
+  tsr_ops_embedding_bwd(TSR_F32, dwte2, dwpe2, r, tok, n, T, C, vs, vl, doc);
+  tsr_ops_embedding_bwd(TSR_F32, dwte2, dwpe2, r, tok, n, T, C, vs, vl, doc);
   double e = fmax(rel_err_ff(dwte2, dwte, (long)vl * C, 2),
                   rel_err_ff(dwpe2, dwpe, (long)T * C, 2));
   snprintf(name, sizeof name, "embedding n=%d C=%d bwd accumulates", n, C);
@@ -349,6 +373,9 @@ static void test_embedding(int B, int T, int C, int vocab, int vs, int vl) {
 
   free(tok), free(wte), free(wpe), free(out), free(c.wte), free(c.wpe), free(ref), free(r);
   free(rd), free(dwte), free(dwpe), free(dwte2), free(dwpe2);
+}
+static void test_embedding(int B, int T, int C, int vocab, int vs, int vl) {
+  test_embedding_docs(B, T, C, vocab, vs, vl, NULL);
 }
 
 /* ------------------------------------------------------ RMSNorm, LayerNorm */
@@ -463,6 +490,7 @@ typedef struct {
   int n, T, H, hd, stride;
   tsr_rope rope;
   double *x;
+  const int32_t *doc;
 } rope_ctx;
 /* Pair i's frequency, written from Llama 3.1's published rescaling (the reference code's
  * apply_scaling, one frequency at a time). */
@@ -484,7 +512,7 @@ static void rope_ref(const void *vc, double *out) {
   for (int r = 0; r < c->n; r++)
     for (int h = 0; h < c->H; h++)
       for (int i = 0; i < c->hd / 2; i++) {
-        double ang = (r % c->T) * rope_ref_freq(&c->rope, i, c->hd);
+        double ang = pos_of(c->doc, r, c->T) * rope_ref_freq(&c->rope, i, c->hd);
         long ia = (long)r * c->stride + h * c->hd + i, ib = ia + c->hd / 2;
         out[ia] = c->x[ia] * cos(ang) - c->x[ib] * sin(ang);
         out[ib] = c->x[ia] * sin(ang) + c->x[ib] * cos(ang);
@@ -501,7 +529,7 @@ static void test_rope_hand(void) {
   float x[3 * 4];
   for (int r = 0; r < 3; r++)
     for (int i = 0; i < 4; i++) x[r * 4 + i] = (float)(i + 1);
-  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, tsr_rope_plain(10000.0f));
+  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, tsr_rope_plain(10000.0f), NULL);
   const double want[4] = {-3.1440391170, 1.9196053466, -0.3391430828, 4.0391973601};
   const double pos0[4] = {1, 2, 3, 4};
   double e = fmax(rel_err(x + 8, want, 4), rel_err(x, pos0, 4));
@@ -513,7 +541,7 @@ static void test_rope_hand(void) {
   tsr_rope l3 = {10000.0f, TSR_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 8.0};
   for (int r = 0; r < 3; r++)
     for (int i = 0; i < 4; i++) x[r * 4 + i] = (float)(i + 1);
-  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, l3);
+  tsr_ops_rope_fwd(TSR_F32, x, 3, 3, 1, 4, 4, l3, NULL);
   const double s = (8.0 / (2 * M_PI) - 1) / 3, a0 = 2 * ((1 - s) / 8 + s), a1 = 2 * 0.01 / 8;
   const double want3[4] = {cos(a0) - 3 * sin(a0), 2 * cos(a1) - 4 * sin(a1),
                            sin(a0) + 3 * cos(a0), 2 * sin(a1) + 4 * cos(a1)};
@@ -521,19 +549,19 @@ static void test_rope_hand(void) {
         1e-6);
 }
 
-static void test_rope(int B, int T, int H, int hd, int pad, tsr_rope theta) {
+static void test_rope_docs(int B, int T, int H, int hd, int pad, tsr_rope theta, const int32_t *doc) {
   char name[128];
   int n = B * T, stride = H * hd + pad;
   long len = (long)n * stride;
   float *x = fnew(len);
   fill(x, len, 1);
-  rope_ctx c = {n, T, H, hd, stride, theta, to_d(x, len)};
+  rope_ctx c = {n, T, H, hd, stride, theta, to_d(x, len), doc};
   double *ref = dnew(len);
   float *y = fdup(x, len);
-  tsr_ops_rope_fwd(TSR_F32, y, n, T, H, hd, stride, theta);
+  tsr_ops_rope_fwd(TSR_F32, y, n, T, H, hd, stride, theta, doc);
   rope_ref(&c, ref);
-  snprintf(name, sizeof name, "rope n=%d H=%d hd=%d stride=%d theta=%g%s fwd", n, H, hd, stride,
-           (double)theta.theta, theta.scaling ? " llama3" : "");
+  snprintf(name, sizeof name, "rope n=%d H=%d hd=%d stride=%d theta=%g%s%s fwd", n, H, hd, stride,
+           (double)theta.theta, theta.scaling ? " llama3" : "", doc ? " documents" : "");
   check(name, rel_err(y, ref, len), TOL_FWD);
   /* bwd is the inverse rotation applied in place: the analytic gradient of
    * sum(rope(x) * r) is rope_bwd(r); the pad columns of r must pass through. */
@@ -541,14 +569,17 @@ static void test_rope(int B, int T, int H, int hd, int pad, tsr_rope theta) {
   fill(r, len, 1);
   double *rd = to_d(r, len);
   float *g = fdup(r, len);
-  tsr_ops_rope_bwd(TSR_F32, g, n, T, H, hd, stride, theta);
+  tsr_ops_rope_bwd(TSR_F32, g, n, T, H, hd, stride, theta, doc);
   objective o = {rope_ref, &c, len, rd, ref};
   snprintf(name, sizeof name, "rope n=%d H=%d hd=%d dx vs FD", n, H, hd);
   check(name, fd_err(&o, c.x, len, g), TOL_GRAD);
-  tsr_ops_rope_bwd(TSR_F32, y, n, T, H, hd, stride, theta);
+  tsr_ops_rope_bwd(TSR_F32, y, n, T, H, hd, stride, theta, doc);
   snprintf(name, sizeof name, "rope n=%d H=%d hd=%d bwd(fwd(x)) == x", n, H, hd);
   check(name, rel_err(y, c.x, len), 1e-6);
   free(x), free(c.x), free(ref), free(y), free(r), free(rd), free(g);
+}
+static void test_rope(int B, int T, int H, int hd, int pad, float theta) {
+  test_rope_docs(B, T, H, hd, pad, theta, NULL);
 }
 
 /* --------------------------------------------------------------- attention */
@@ -557,8 +588,10 @@ typedef struct {
   int B, T, H, KV, hd, stride;
   double *qkv;
   double *lse; /* optional output */
+  const int32_t *doc; /* document starts, or NULL */
 } attn_ctx;
-/* Naive O(T^2) attention with an explicit causal mask on the full score matrix. */
+/* Naive O(T^2) attention with an explicit causal mask on the full score matrix (and the
+ * keys before the query's document start masked too, with documents). */
 static void attn_ref(const void *vc, double *out) {
   const attn_ctx *c = vc;
   const int T = c->T, hd = c->hd;
@@ -568,12 +601,13 @@ static void attn_ref(const void *vc, double *out) {
       int g = h / (c->H / c->KV);
       for (int t = 0; t < T; t++) {
         const double *q = c->qkv + ((long)b * T + t) * c->stride + h * hd;
+        const int j0 = c->doc ? c->doc[(long)b * T + t] : 0;
         double m = -INFINITY, l = 0;
         for (int j = 0; j < T; j++) {
           const double *k = c->qkv + ((long)b * T + j) * c->stride + (c->H + g) * hd;
           double d = 0;
           for (int i = 0; i < hd; i++) d += q[i] * k[i];
-          s[j] = j <= t ? d / sqrt((double)hd) : -INFINITY;
+          s[j] = j <= t && j >= j0 ? d / sqrt((double)hd) : -INFINITY;
           if (s[j] > m) m = s[j];
         }
         for (int j = 0; j < T; j++) l += exp(s[j] - m);
@@ -593,17 +627,19 @@ static void attn_ref(const void *vc, double *out) {
 
 /* n_fd_samples = 0: FD over every element of the fused qkv buffer; else over that many
  * random elements (large shapes). */
-static void test_attention(int B, int T, int H, int KV, int hd, int pad, int n_fd_samples) {
+static void test_attention_docs(int B, int T, int H, int KV, int hd, int pad, int n_fd_samples,
+                                const int32_t *doc) {
   char name[160], shape[96];
-  snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+  snprintf(shape, sizeof shape, "B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd,
+           doc ? " documents" : "");
   const int stride = (H + 2 * KV) * hd + pad, n = B * T;
   const long len = (long)n * stride, olen = (long)n * H * hd;
   float *qkv = fnew(len), *out = fnan(olen), *lse = fnan((long)B * H * T);
   fill(qkv, len, 1.5f);
   const float *q = qkv, *k = qkv + H * hd, *v = qkv + (H + KV) * hd;
-  attn_ctx c = {B, T, H, KV, hd, stride, to_d(qkv, len), dnew((long)B * H * T)};
+  attn_ctx c = {B, T, H, KV, hd, stride, to_d(qkv, len), dnew((long)B * H * T), doc};
   double *ref = dnew(olen);
-  tsr_ops_attention_fwd(TSR_F32, out, lse, q, k, v, B, T, H, KV, hd, stride);
+  tsr_ops_attention_fwd(TSR_F32, out, lse, q, k, v, B, T, H, KV, hd, stride, doc);
   attn_ref(&c, ref);
   snprintf(name, sizeof name, "attention %s fwd out", shape);
   check(name, rel_err(out, ref, olen), TOL_FWD);
@@ -617,7 +653,7 @@ static void test_attention(int B, int T, int H, int KV, int hd, int pad, int n_f
   double *rd = to_d(r, olen);
   float *g1 = fnan(len), *g2 = fnan(len); /* dq, dk, dv written; the padding left alone */
   float *dq = g1, *dk = g1 + H * hd, *dv = g1 + (H + KV) * hd;
-  tsr_ops_attention_bwd(TSR_F32, dq, dk, dv, r, out, lse, q, k, v, B, T, H, KV, hd, stride);
+  tsr_ops_attention_bwd(TSR_F32, dq, dk, dv, r, out, lse, q, k, v, B, T, H, KV, hd, stride, doc);
   objective o = {attn_ref, &c, olen, rd, ref};
   double *num = NULL;
   if (n_fd_samples == 0) {
@@ -668,16 +704,33 @@ static void test_attention(int B, int T, int H, int KV, int hd, int pad, int n_f
   }
   for (int rep = 0; rep < 2; rep++)
     tsr_ops_attention_bwd(TSR_F32, g2, g2 + H * hd, g2 + (H + KV) * hd, r, out, lse, q, k, v, B,
-                          T, H, KV, hd, stride);
+                          T, H, KV, hd, stride, doc);
   snprintf(name, sizeof name, "attention %s bwd writes (twice on NaN: bitwise once)", shape);
   check(name, same_bits(g1, g2, sizeof(float) * len), 0);
+  if (!doc) { /* documents all starting at row 0 are no documents: bitwise the same */
+    int32_t *zeros = calloc((size_t)n, sizeof(int32_t));
+    float *out0 = fnan(olen), *lse0 = fnan((long)B * H * T), *g0 = fnan(len);
+    tsr_ops_attention_fwd(TSR_F32, out0, lse0, q, k, v, B, T, H, KV, hd, stride, zeros);
+    tsr_ops_attention_bwd(TSR_F32, g0, g0 + H * hd, g0 + (H + KV) * hd, r, out, lse, q, k, v, B,
+                          T, H, KV, hd, stride, zeros);
+    snprintf(name, sizeof name, "attention %s with one document per sequence: bitwise", shape);
+    check(name,
+          same_bits(out0, out, sizeof(float) * olen) +
+              same_bits(lse0, lse, sizeof(float) * B * H * T) +
+              same_bits(g0, g1, sizeof(float) * len),
+          0);
+    free(zeros), free(out0), free(lse0), free(g0);
+  }
 
   free(qkv), free(out), free(lse), free(c.qkv), free(ref), free(r), free(rd), free(g1), free(g2);
   free(num);
 }
+static void test_attention(int B, int T, int H, int KV, int hd, int pad, int n_fd_samples) {
+  test_attention_docs(B, T, H, KV, hd, pad, n_fd_samples, NULL);
+}
 
 /* Forward and backward must be bitwise identical for 1, 2 and 3 threads. */
-static void test_attention_threads(int B, int T, int H, int KV, int hd) {
+static void test_attention_threads_docs(int B, int T, int H, int KV, int hd, const int32_t *doc) {
   char name[160];
   const int stride = (H + 2 * KV) * hd, n = B * T;
   const long len = (long)n * stride, olen = (long)n * H * hd;
@@ -690,9 +743,9 @@ static void test_attention_threads(int B, int T, int H, int KV, int hd) {
     omp_set_num_threads(threads[k]);
     out[k] = fnew(olen), lse[k] = fnew((long)B * H * T), g[k] = fnew(len);
     tsr_ops_attention_fwd(TSR_F32, out[k], lse[k], qkv, qkv + H * hd, qkv + (H + KV) * hd, B, T,
-                          H, KV, hd, stride);
+                          H, KV, hd, stride, doc);
     tsr_ops_attention_bwd(TSR_F32, g[k], g[k] + H * hd, g[k] + (H + KV) * hd, r, out[k], lse[k],
-                          qkv, qkv + H * hd, qkv + (H + KV) * hd, B, T, H, KV, hd, stride);
+                          qkv, qkv + H * hd, qkv + (H + KV) * hd, B, T, H, KV, hd, stride, doc);
   }
   omp_set_num_threads(saved);
   int same = 1;
@@ -700,11 +753,14 @@ static void test_attention_threads(int B, int T, int H, int KV, int hd) {
     same &= !memcmp(out[0], out[k], sizeof(float) * olen) &&
             !memcmp(lse[0], lse[k], sizeof(float) * B * H * T) &&
             !memcmp(g[0], g[k], sizeof(float) * len);
-  snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d bitwise 1/2/3 threads", B, T,
-           H, KV, hd);
+  snprintf(name, sizeof name, "attention B=%d T=%d H=%d KV=%d hd=%d%s bitwise 1/2/3 threads", B,
+           T, H, KV, hd, doc ? " documents" : "");
   check(name, same ? 0.0 : 1.0, 0);
   for (int k = 0; k < 3; k++) free(out[k]), free(lse[k]), free(g[k]);
   free(qkv), free(r);
+}
+static void test_attention_threads(int B, int T, int H, int KV, int hd) {
+  test_attention_threads_docs(B, T, H, KV, hd, NULL);
 }
 
 /* --------------------------------------------------------------- SwiGLU, GELU */
@@ -1110,14 +1166,14 @@ static void test16_reserve(void) {
   tsr_ops_rmsnorm_fwd(dt, o, rs, x.h, x.h, o, wc.h, n, C, 1e-5f);
   tsr_ops_rmsnorm_bwd(dt, o, dw, x.h, x.h, wc.h, rs, n, C, 1);
   tsr_ops_attention_fwd(dt, a, st, qkv.h, qkv.h + H * hd, qkv.h + (H + KV) * hd, B, T, H, KV, hd,
-                        qkv_w);
+                        qkv_w, NULL);
   tsr_ops_attention_bwd(dt, g, g + H * hd, g + (H + KV) * hd, a, a, st, qkv.h, qkv.h + H * hd,
-                        qkv.h + (H + KV) * hd, B, T, H, KV, hd, qkv_w);
-  tsr_ops_rope_fwd(dt, qkv.h, n, T, H + KV, hd, qkv_w, tsr_rope_plain(1e4f));
+                        qkv.h + (H + KV) * hd, B, T, H, KV, hd, qkv_w, NULL);
+  tsr_ops_rope_fwd(dt, qkv.h, n, T, H + KV, hd, qkv_w, tsr_rope_plain(1e4f), NULL);
   tsr_ops_swiglu_fwd(dt, sw, gu.h, n, F);
   tsr_ops_swiglu_bwd(dt, gu.h, sw, gu.h, n, F);
-  tsr_ops_embedding_fwd(dt, o, tok, w.h, NULL, n, T, C, 0, V);
-  tsr_ops_embedding_bwd(dt, dw, NULL, o, tok, n, T, C, 0, V);
+  tsr_ops_embedding_fwd(dt, o, tok, w.h, NULL, n, T, C, 0, V, NULL);
+  tsr_ops_embedding_bwd(dt, dw, NULL, o, tok, n, T, C, 0, V, NULL);
   tsr_ops_residual(dt, o, o, x.h, (long)n * C);
   tsr_ops_xent(dt, &acc, 1.0, lg.h, tok, n, V, 0.1f, 1);
   const size_t grown = tsr_ops_mem_bytes() - warm;
@@ -1186,7 +1242,8 @@ static void test16_matmul(tsr_dtype dt, int n, int in, int out, int threads_chec
   free(dwr), free(db), free(dbr);
 }
 
-static void test16_embedding(tsr_dtype dt, int B, int T, int C, int vocab, int vs, int vl) {
+static void test16_embedding_docs(tsr_dtype dt, int B, int T, int C, int vocab, int vs, int vl,
+                                  const int32_t *doc) {
   char name[160];
   const int n = B * T;
   const long len = (long)n * C;
@@ -1194,26 +1251,29 @@ static void test16_embedding(tsr_dtype dt, int B, int T, int C, int vocab, int v
   t16 wte = r16(dt, (long)vl * C, 1), wpe = r16(dt, (long)T * C, 1), dout = r16(dt, len, 1);
   uint16_t *out = hnew(len), *out0 = hnew(len);
   float *outr = fnan(len), *out0r = fnan(len);
-  tsr_ops_embedding_fwd(dt, out, tok, wte.h, wpe.h, n, T, C, vs, vl);
-  tsr_ops_embedding_fwd(TSR_F32, outr, tok, wte.w, wpe.w, n, T, C, vs, vl);
-  tsr_ops_embedding_fwd(dt, out0, tok, wte.h, NULL, n, T, C, vs, vl);
-  tsr_ops_embedding_fwd(TSR_F32, out0r, tok, wte.w, NULL, n, T, C, vs, vl);
-  snprintf(name, sizeof name, "%s embedding n=%d C=%d fwd, with positions and not, bitwise",
-           tsr_dtype_name(dt), n, C);
+  tsr_ops_embedding_fwd(dt, out, tok, wte.h, wpe.h, n, T, C, vs, vl, doc);
+  tsr_ops_embedding_fwd(TSR_F32, outr, tok, wte.w, wpe.w, n, T, C, vs, vl, doc);
+  tsr_ops_embedding_fwd(dt, out0, tok, wte.h, NULL, n, T, C, vs, vl, doc);
+  tsr_ops_embedding_fwd(TSR_F32, out0r, tok, wte.w, NULL, n, T, C, vs, vl, doc);
+  snprintf(name, sizeof name, "%s embedding n=%d C=%d%s fwd, with positions and not, bitwise",
+           tsr_dtype_name(dt), n, C, doc ? " documents" : "");
   check(name, diff16(dt, out, outr, len) + diff16(dt, out0, out0r, len), 0);
   float *dwte = fnew((long)vl * C), *dwpe = fnew((long)T * C);
   fill(dwte, (long)vl * C, 1), fill(dwpe, (long)T * C, 1);
   float *dwter = fdup(dwte, (long)vl * C), *dwper = fdup(dwpe, (long)T * C);
-  tsr_ops_embedding_bwd(dt, dwte, dwpe, dout.h, tok, n, T, C, vs, vl);
-  tsr_ops_embedding_bwd(TSR_F32, dwter, dwper, dout.w, tok, n, T, C, vs, vl);
-  snprintf(name, sizeof name, "%s embedding n=%d C=%d dwte, dwpe (fp32, accumulated) bitwise",
-           tsr_dtype_name(dt), n, C);
+  tsr_ops_embedding_bwd(dt, dwte, dwpe, dout.h, tok, n, T, C, vs, vl, doc);
+  tsr_ops_embedding_bwd(TSR_F32, dwter, dwper, dout.w, tok, n, T, C, vs, vl, doc);
+  snprintf(name, sizeof name, "%s embedding n=%d C=%d%s dwte, dwpe (fp32, accumulated) bitwise",
+           tsr_dtype_name(dt), n, C, doc ? " documents" : "");
   check(name,
         same_bits(dwte, dwter, sizeof(float) * vl * C) +
             same_bits(dwpe, dwper, sizeof(float) * T * C),
         0);
   free(tok), free16(&wte), free16(&wpe), free16(&dout), free(out), free(out0), free(outr);
   free(out0r), free(dwte), free(dwpe), free(dwter), free(dwper);
+}
+static void test16_embedding(tsr_dtype dt, int B, int T, int C, int vocab, int vs, int vl) {
+  test16_embedding_docs(dt, B, T, C, vocab, vs, vl, NULL);
 }
 
 static void test16_norm(tsr_dtype dt, int layer, int n, int C) {
@@ -1270,42 +1330,46 @@ static void test16_norm(tsr_dtype dt, int layer, int n, int C) {
   free(dbr), free(dxr), free(dx1r), free(dx), free(dx1);
 }
 
-static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, tsr_rope theta) {
+static void test16_rope_docs(tsr_dtype dt, int B, int T, int H, int hd, int pad, tsr_rope theta,
+                             const int32_t *doc) {
   char name[160];
   const int n = B * T, stride = H * hd + pad;
   const long len = (long)n * stride;
   t16 x = r16(dt, len, 1);
   uint16_t *y = hdup(x.h, len);
   float *yr = fdup(x.w, len);
-  tsr_ops_rope_fwd(dt, y, n, T, H, hd, stride, theta);
-  tsr_ops_rope_fwd(TSR_F32, yr, n, T, H, hd, stride, theta);
+  tsr_ops_rope_fwd(dt, y, n, T, H, hd, stride, theta, doc);
+  tsr_ops_rope_fwd(TSR_F32, yr, n, T, H, hd, stride, theta, doc);
   double e = diff16(dt, y, yr, len); /* the padding too: it stays as it was */
-  tsr_ops_rope_bwd(dt, y, n, T, H, hd, stride, theta);
+  tsr_ops_rope_bwd(dt, y, n, T, H, hd, stride, theta, doc);
   for (long i = 0; i < len; i++) yr[i] = from16(dt, y[i]);
   uint16_t *z = hdup(y, len);
-  tsr_ops_rope_bwd(dt, z, n, T, H, hd, stride, theta);
-  tsr_ops_rope_bwd(TSR_F32, yr, n, T, H, hd, stride, theta);
+  tsr_ops_rope_bwd(dt, z, n, T, H, hd, stride, theta, doc);
+  tsr_ops_rope_bwd(TSR_F32, yr, n, T, H, hd, stride, theta, doc);
   e += diff16(dt, z, yr, len);
-  snprintf(name, sizeof name, "%s rope n=%d H=%d hd=%d stride=%d fwd, bwd bitwise",
-           tsr_dtype_name(dt), n, H, hd, stride);
+  snprintf(name, sizeof name, "%s rope n=%d H=%d hd=%d stride=%d%s fwd, bwd bitwise",
+           tsr_dtype_name(dt), n, H, hd, stride, doc ? " documents" : "");
   check(name, e, 0);
   free16(&x), free(y), free(yr), free(z);
 }
+static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, float theta) {
+  test16_rope_docs(dt, B, T, H, hd, pad, theta, NULL);
+}
 
-static void test16_attention(tsr_dtype dt, int B, int T, int H, int KV, int hd, int pad,
-                             int threads_check) {
+static void test16_attention_docs(tsr_dtype dt, int B, int T, int H, int KV, int hd, int pad,
+                                  int threads_check, const int32_t *doc) {
   char name[160], sh[96];
-  snprintf(sh, sizeof sh, "%s attention B=%d T=%d H=%d KV=%d hd=%d", tsr_dtype_name(dt), B, T, H,
-           KV, hd);
+  snprintf(sh, sizeof sh, "%s attention B=%d T=%d H=%d KV=%d hd=%d%s", tsr_dtype_name(dt), B, T,
+           H, KV, hd, doc ? " documents" : "");
   const int stride = (H + 2 * KV) * hd + pad, n = B * T;
   const long len = (long)n * stride, olen = (long)n * H * hd, nl = (long)B * H * T;
   t16 qkv = r16(dt, len, 1.5f), dout = r16(dt, olen, 1);
   const int ko = H * hd, vo = (H + KV) * hd;
   uint16_t *out = hnew(olen), *g = hnew(len);
   float *outr = fnan(olen), *lse = fnan(nl), *lser = fnan(nl), *gr = fnan(len);
-  tsr_ops_attention_fwd(dt, out, lse, qkv.h, qkv.h + ko, qkv.h + vo, B, T, H, KV, hd, stride);
+  tsr_ops_attention_fwd(dt, out, lse, qkv.h, qkv.h + ko, qkv.h + vo, B, T, H, KV, hd, stride, doc);
   tsr_ops_attention_fwd(TSR_F32, outr, lser, qkv.w, qkv.w + ko, qkv.w + vo, B, T, H, KV, hd,
-                        stride);
+                        stride, doc);
   snprintf(name, sizeof name, "%s fwd out vs fp32 (ulps)", sh);
   check(name, close16_flat(dt, out, outr, olen), 1);
   snprintf(name, sizeof name, "%s fwd lse (fp32) vs fp32", sh);
@@ -1314,9 +1378,9 @@ static void test16_attention(tsr_dtype dt, int B, int T, int H, int KV, int hd, 
   float *ow = fnew(olen);
   for (long i = 0; i < olen; i++) ow[i] = from16(dt, out[i]);
   tsr_ops_attention_bwd(dt, g, g + ko, g + vo, dout.h, out, lse, qkv.h, qkv.h + ko, qkv.h + vo, B,
-                        T, H, KV, hd, stride);
+                        T, H, KV, hd, stride, doc);
   tsr_ops_attention_bwd(TSR_F32, gr, gr + ko, gr + vo, dout.w, ow, lse, qkv.w, qkv.w + ko,
-                        qkv.w + vo, B, T, H, KV, hd, stride);
+                        qkv.w + vo, B, T, H, KV, hd, stride, doc);
   const char *part[3] = {"dq", "dk", "dv"};
   const int c0[3] = {0, ko, vo}, w[3] = {H * hd, KV * hd, KV * hd};
   for (int p = 0; p < 3; p++) {
@@ -1338,9 +1402,9 @@ static void test16_attention(tsr_dtype dt, int B, int T, int H, int KV, int hd, 
       omp_set_num_threads(k ? 3 : 1);
       uint16_t *o = k ? o3 : o1, *gg = k ? g3 : g1;
       float *l = k ? l3 : l1;
-      tsr_ops_attention_fwd(dt, o, l, qkv.h, qkv.h + ko, qkv.h + vo, B, T, H, KV, hd, stride);
+      tsr_ops_attention_fwd(dt, o, l, qkv.h, qkv.h + ko, qkv.h + vo, B, T, H, KV, hd, stride, doc);
       tsr_ops_attention_bwd(dt, gg, gg + ko, gg + vo, dout.h, o, l, qkv.h, qkv.h + ko,
-                            qkv.h + vo, B, T, H, KV, hd, stride);
+                            qkv.h + vo, B, T, H, KV, hd, stride, doc);
     }
     omp_set_num_threads(saved);
     snprintf(name, sizeof name, "%s bitwise 1/3 threads", sh);
@@ -1352,6 +1416,10 @@ static void test16_attention(tsr_dtype dt, int B, int T, int H, int KV, int hd, 
   }
   free16(&qkv), free16(&dout), free(out), free(g), free(outr), free(lse), free(lser), free(gr);
   free(ow);
+}
+static void test16_attention(tsr_dtype dt, int B, int T, int H, int KV, int hd, int pad,
+                             int threads_check) {
+  test16_attention_docs(dt, B, T, H, KV, hd, pad, threads_check, NULL);
 }
 
 static void test16_activations(tsr_dtype dt, int n, int F, long n_gelu) {
@@ -1578,6 +1646,14 @@ static void run16(void) {
     test16_attention(dt, 1, 1, 2, 1, 4, 0, 0);
     test16_attention(dt, 2, 67, 4, 1, 8, 2, 0);
     test16_attention(dt, 1, 300, 4, 2, 16, 0, 1); /* T past one key chunk */
+    { /* document masking */
+      int32_t *d1 = make_docs(2, 5, 3), *d2 = make_docs(4, 37, 9), *d3 = make_docs(1, 300, 90);
+      test16_embedding_docs(dt, 2, 5, 6, 14, 3, 7, d1);
+      test16_rope_docs(dt, 4, 37, 6, 32, 64, 10000.0f, d2);
+      test16_attention_docs(dt, 2, 5, 2, 2, 8, 3, 0, d1);
+      test16_attention_docs(dt, 1, 300, 4, 2, 16, 0, 1, d3);
+      free(d1), free(d2), free(d3);
+    }
     test16_activations(dt, 4, 9, 3 * 4096 + 5);
     test16_activations(dt, 1, 1000, 1);
     test16_residual(dt, 3 * 4096 + 33, 1);
@@ -1650,6 +1726,23 @@ int main(int argc, char **argv) {
   test_attention(2, 260, 2, 1, 8, 3, 200);
   test_attention_threads(1, 300, 4, 2, 16);
   test_attention_threads(2, 257, 6, 3, 64);
+  { /* document masking (ops_list.h "Documents"): positions restart, attention stays inside */
+    int32_t *d1 = make_docs(2, 5, 3), *d2 = make_docs(1, 13, 4), *d3 = make_docs(2, 67, 20);
+    int32_t *d4 = make_docs(1, 300, 90), *d5 = make_docs(2, 260, 60), *d6 = make_docs(2, 4, 2);
+    test_embedding_docs(2, 5, 6, 14, 3, 7, d1);
+    test_embedding_docs(2, 4, 70, 9, 0, 9, d6); /* two column blocks */
+    test_rope_docs(2, 5, 3, 8, 5, 100.0f, d1);
+    test_rope_docs(1, 13, 2, 6, 0, 10000.0f, d2);
+    test_attention_docs(2, 5, 2, 2, 8, 3, 0, d1);
+    test_attention_docs(1, 13, 4, 2, 6, 0, 0, d2);
+    test_attention_docs(2, 67, 4, 2, 16, 0, 96, d3);
+    /* documents starting past the first key chunk: the chunks before them are skipped */
+    test_attention_docs(1, 300, 4, 2, 16, 0, 300, d4);
+    test_attention_docs(2, 260, 2, 1, 8, 3, 200, d5);
+    test_attention_threads_docs(2, 67, 4, 2, 16, d3);
+    test_attention_threads_docs(1, 300, 4, 2, 16, d4);
+    free(d1), free(d2), free(d3), free(d4), free(d5), free(d6);
+  }
   test_swiglu(4, 9);
   test_gelu(53);
   test_xent(6, 11, 1);

@@ -19,7 +19,11 @@
  *     flight, and with a flat hardware.compute_efficiency a stage's compute time is its
  *     FLOPs at that fraction of the datasheet peak of its precision: bf16 tensor cores,
  *     or fp32 without them (the CUDA GEMMs compute in fp32 with TF32 off).  The profile's
- *     curves and the replay of the schedule are tests/unit/plan/test_plan_sim.c's.
+ *     curves and the replay of the schedule are tests/unit/plan/test_plan_sim.c's;
+ *  8. document masking: the share of the causal attention's pairs left for documents of a
+ *     mean length against a sum over the positions and a simulated stream of documents,
+ *     and the model FLOPs and a stage's compute time lose exactly that share's complement
+ *     of the attention.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -592,6 +596,89 @@ static void test_compute_peak(void) {
            t[0] > 0 ? t[1] / t[0] : 0, 989.0 / 67.0);
 }
 
+/* The share of attention pairs document masking leaves (tsr_plan_doc_attention_share):
+ * against its sum over the positions, and a simulated memoryless stream of documents cut
+ * into sequences; then what it takes off the plan's FLOPs and compute time. */
+static void test_doc_mask(void) {
+  tsr_config c = deck("llm7b");
+  const double T = (double)c.model.seq_len;
+  TU_CHECK(tsr_plan_doc_attention_share(&c) == 1.0, "no document masking: share 1");
+  c.data.document_mask = 1;
+  TU_CHECK(tsr_plan_doc_attention_share(&c) == 1.0,
+           "document masking without data.mean_doc_tokens: share 1 (no saving counted)");
+  c.data.mean_doc_tokens = 1;
+  TU_CHECK(close_to(tsr_plan_doc_attention_share(&c), 2 / (T + 1), 1e-12),
+           "documents of one token: share 2 / (T + 1)");
+  const int64_t lens[] = {7, 300, 4096, 100000};
+  double prev = 0;
+  for (int i = 0; i < 4; i++) {
+    c.data.mean_doc_tokens = lens[i];
+    const double share = tsr_plan_doc_attention_share(&c), p = 1.0 / (double)lens[i];
+    double sum = 0; /* a query at t sees sum_{j <= t} (1 - p)^j keys on average */
+    for (int t = 0; t < (int)T; t++) sum += (1 - pow(1 - p, t + 1)) / p;
+    /* a stream of documents, each token ending one with probability p, in sequences of T */
+    uint64_t rng = 12345;
+    double pairs = 0;
+    const int seqs = 2000;
+    for (int s = 0; s < seqs; s++) {
+      int start = 0;
+      for (int t = 0; t < (int)T; t++) {
+        pairs += t - start + 1;
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        if ((double)(rng >> 11) * (1.0 / 9007199254740992.0) < p) start = t + 1;
+      }
+    }
+    const double sim = pairs / seqs / (T * (T + 1) / 2);
+    TU_CHECK(close_to(share, sum / (T * (T + 1) / 2), 1e-9) && close_to(share, sim, 0.03) &&
+                 share > prev && share <= 1,
+             "documents of %lld tokens on average, T %.0f: share %.5f = the positions' sum "
+             "%.5f, a simulated stream %.5f (3%%), growing with the length", (long long)lens[i],
+             T, share, sum / (T * (T + 1) / 2), sim);
+    prev = share;
+  }
+  /* the plan: llm7b bf16 on 8 x 8 H100 at a flat efficiency, documents of 512 tokens */
+  tsr_plan p[2];
+  int made = 0;
+  for (int k = 0; k < 2; k++) {
+    tsr_config d = deck("llm7b");
+    d.hardware.name = TSR_HW_H100;
+    d.hardware.compute_efficiency = 0.6;
+    d.hardware.hbm_gbps = 1e12;
+    d.hardware.kernel_us = 1e-12;
+    d.train.precision = TSR_BF16;
+    d.data.document_mask = k, d.data.mean_doc_tokens = 512;
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    int rc = tsr_plan_hardware(&d.hardware, &hw);
+    if (!rc) rc = tsr_plan_layout(&d, 64, 8, &g, NULL, 0);
+    if (!rc) rc = tsr_plan_make(&p[k], &d, &hw, &g, 0);
+    made += rc == 0;
+    if (k == 1) c = d;
+  }
+  if (made != 2) {
+    TU_CHECK(0, "llm7b with and without document masking: no plan");
+    return;
+  }
+  const double share = tsr_plan_doc_attention_share(&c), saved = p[0].attention_flops * (1 - share);
+  const double tokens = 1024.0 * 4096 / p[1].grid.dp, L = 32, C = 4096;
+  const double attention_fwd = tokens * L * 2 * T * C / p[1].grid.tp;
+  const double dt = (3.5 * attention_fwd * (1 - share)) / (989e12 * 0.6);
+  TU_CHECK(close_to(p[1].attention_saved_flops, saved, 1e-12) &&
+               close_to(p[1].attention_flops, p[0].attention_flops * share, 1e-12) &&
+               close_to(p[1].model_flops, p[0].model_flops - saved, 1e-12) &&
+               close_to(p[1].forward_flops * 3, p[1].model_flops, 1e-12) &&
+               close_to(tsr_plan_run_flops_per_token(&c) * 1024.0 * 4096, p[1].model_flops,
+                        1e-12) &&
+               close_to(p[0].stages[0].t_compute - p[1].stages[0].t_compute, dt, 1e-6),
+           "llm7b, documents of 512 tokens: share %.4f, attention %.4g of %.4g PFLOP saved, "
+           "model FLOPs %.4g -> %.4g PFLOP, stage 0 compute %.4g -> %.4g s (%.4g s less = "
+           "3.5 x the forward's saved attention at 989 TFLOP/s x 0.6)", share, saved / 1e15,
+           p[0].attention_flops / 1e15, p[0].model_flops / 1e15, p[1].model_flops / 1e15,
+           p[0].stages[0].t_compute, p[1].stages[0].t_compute, dt);
+  tsr_plan_destroy(&p[0]);
+  tsr_plan_destroy(&p[1]);
+}
+
 int main(void) {
   test_seed_arithmetic();
   test_llm7b_state();
@@ -599,6 +686,7 @@ int main(void) {
   test_hardware();
   test_in_flight();
   test_model_bytes();
+  test_doc_mask();
   test_traffic();
   test_flops_and_bubble();
   test_flop_identities();
