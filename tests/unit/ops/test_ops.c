@@ -578,7 +578,7 @@ static void test_rope_docs(int B, int T, int H, int hd, int pad, tsr_rope theta,
   check(name, rel_err(y, c.x, len), 1e-6);
   free(x), free(c.x), free(ref), free(y), free(r), free(rd), free(g);
 }
-static void test_rope(int B, int T, int H, int hd, int pad, float theta) {
+static void test_rope(int B, int T, int H, int hd, int pad, tsr_rope theta) {
   test_rope_docs(B, T, H, hd, pad, theta, NULL);
 }
 
@@ -1352,7 +1352,7 @@ static void test16_rope_docs(tsr_dtype dt, int B, int T, int H, int hd, int pad,
   check(name, e, 0);
   free16(&x), free(y), free(yr), free(z);
 }
-static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, float theta) {
+static void test16_rope(tsr_dtype dt, int B, int T, int H, int hd, int pad, tsr_rope theta) {
   test16_rope_docs(dt, B, T, H, hd, pad, theta, NULL);
 }
 
@@ -1649,7 +1649,8 @@ static void run16(void) {
     { /* document masking */
       int32_t *d1 = make_docs(2, 5, 3), *d2 = make_docs(4, 37, 9), *d3 = make_docs(1, 300, 90);
       test16_embedding_docs(dt, 2, 5, 6, 14, 3, 7, d1);
-      test16_rope_docs(dt, 4, 37, 6, 32, 64, 10000.0f, d2);
+      test16_rope_docs(dt, 4, 37, 6, 32, 64, tsr_rope_plain(10000.0f), d2);
+      test16_rope_docs(dt, 4, 37, 6, 32, 64, llama3_rope, d2);
       test16_attention_docs(dt, 2, 5, 2, 2, 8, 3, 0, d1);
       test16_attention_docs(dt, 1, 300, 4, 2, 16, 0, 1, d3);
       free(d1), free(d2), free(d3);
@@ -1731,8 +1732,9 @@ int main(int argc, char **argv) {
     int32_t *d4 = make_docs(1, 300, 90), *d5 = make_docs(2, 260, 60), *d6 = make_docs(2, 4, 2);
     test_embedding_docs(2, 5, 6, 14, 3, 7, d1);
     test_embedding_docs(2, 4, 70, 9, 0, 9, d6); /* two column blocks */
-    test_rope_docs(2, 5, 3, 8, 5, 100.0f, d1);
-    test_rope_docs(1, 13, 2, 6, 0, 10000.0f, d2);
+    test_rope_docs(2, 5, 3, 8, 5, tsr_rope_plain(100.0f), d1);
+    test_rope_docs(2, 5, 3, 8, 5, llama3_rope, d1);
+    test_rope_docs(1, 13, 2, 6, 0, tsr_rope_plain(10000.0f), d2);
     test_attention_docs(2, 5, 2, 2, 8, 3, 0, d1);
     test_attention_docs(1, 13, 4, 2, 6, 0, 0, d2);
     test_attention_docs(2, 67, 4, 2, 16, 0, 96, d3);

