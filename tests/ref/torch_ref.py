@@ -106,7 +106,7 @@ def documents(cfg, inputs):
     at or before it.  A sequence's first tokens continue a document begun before it."""
     B, T = inputs.shape
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    if not cfg["document_mask"]:
+    if not cfg.get("document_mask", 0):
         return torch.arange(T).expand(B, T), causal.expand(B, 1, T, T)
     start = torch.zeros(B, T, dtype=torch.long)  # the first position of each token's document
     for b in range(B):
