@@ -29,7 +29,7 @@ read -r -a SPM_LIBS <<< "$(mkvar SPM_LIBS)"
 read -r -a OMP <<< "$(mkvar OPENMP_CFLAGS)"
 CC=$(mkvar CC)
 # the trainer's libraries, highest layer first (Makefile.am's TSR_LIBS)
-read -r -a LIBS <<< "$(make -s -C "$bld" print-tsr-libs)"
+read -r -a LIBS <<< "$(MAKEFLAGS= make -s --no-print-directory -C "$bld" print-tsr-libs 2>/dev/null)"
 make -C "$bld" "${LIBS[@]}" src/cli/embedded_deck.c >/dev/null
 CFLAGS=(-std=gnu11 -O2 -g "${OMP[@]}" -Wall -I"$emu/include" -I"$top/src" -I"$bld/src" -I"$top/cuda"
         "${HDF5_CFLAGS[@]}")

@@ -20,7 +20,7 @@ command -v nm >/dev/null || skip "no nm"
 command -v python3 >/dev/null || skip "no python3"
 src=$top_srcdir bld=$top_builddir
 scratch
-read -r -a LIBS <<<"$(make -s -C "$bld" print-tsr-libs 2>/dev/null)"
+read -r -a LIBS <<<"$(MAKEFLAGS= make -s --no-print-directory -C "$bld" print-tsr-libs 2>/dev/null)"
 [ ${#LIBS[@]} -gt 0 ] && [ -f "$bld/${LIBS[0]}" ] || skip "no built libraries in $bld (build first)"
 libs=("${LIBS[@]/#/$bld/}")
 [ -f "$bld/cuda/libtsr_cuda.a" ] && libs+=("$bld/cuda/libtsr_cuda.a")
