@@ -12,7 +12,7 @@
 #  - SIGINT stops like SIGTERM (checkpoint, a line saying so, exit 3); a second SIGINT
 #    stops at once;
 #  - metrics.jsonl's step_skipped marks the skipped step, skipped counts them.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib.sh"
 mpi_test_setup
 bytes_corpus art computers
 D="$SCRATCH/data"
