@@ -113,7 +113,7 @@ def documents(cfg, inputs):
         s = 0
         for t in range(T):
             start[b, t] = s
-            if int(inputs[b, t]) == cfg["eos_id"]:
+            if int(inputs[b, t]) == cfg.get("eos_id", -1):
                 s = t + 1
     positions = torch.arange(T)[None, :] - start
     same_doc = torch.arange(T)[None, None, :] >= start[:, :, None]  # [B, query, key]
@@ -291,11 +291,11 @@ def main(path):
           % (path, cfg["arch"], cfg["n_layer"], cfg["d_model"], cfg["n_head"], cfg["n_kv_head"],
              cfg["d_ff"], cfg["vocab_size"], cfg["seq_len"], inputs.shape[0],
              cfg["tie_embeddings"], cfg.get("recompute", "?")))
-    if cfg["document_mask"]:
-        eos = inputs == cfg["eos_id"]
+    if cfg.get("document_mask", 0):
+        eos = inputs == cfg.get("eos_id", -1)
         print("  document masking: end-of-document id %d; %d documents begin in the %d sequences "
               "(%s per sequence), %d sequences end one on their last token"
-              % (cfg["eos_id"], int(eos[:, :-1].sum()), inputs.shape[0],
+              % (cfg.get("eos_id", -1), int(eos[:, :-1].sum()), inputs.shape[0],
                  ", ".join(str(int(n)) for n in eos[:, :-1].sum(dim=1)), int(eos[:, -1].sum())))
         if int(eos[:, :-1].sum()) == 0:
             print("  FAIL: document masking on, but no document begins inside a sequence")
