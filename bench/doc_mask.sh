@@ -18,8 +18,14 @@
 # run taking turns in each round (a busy machine slows both alike).  The ratios are masked
 # / unmasked, of the medians and of the bests: below 1 masking is faster (it skips the
 # attention blocks before each query block's first document).  `uptime` before and after
-# shows the load.
+# shows the load.  The whole script holds `flock /tmp/bench.lock`, so that no other
+# benchmark runs alongside; other work on the shared machine still can.  On a loaded
+# machine THREADS=1 gives steadier figures (a parallel region waits for its slower thread
+# whenever another job holds a core).
 set -euo pipefail
+if [ -z "${DOC_MASK_LOCKED:-}" ]; then
+  exec env DOC_MASK_LOCKED=1 flock /tmp/bench.lock "$0" "$@"
+fi
 TESSERA=${1:-src/tessera}
 ROUNDS=${2:-3}
 SHAPES=${SHAPES:-"tiny gpt2_124m"}
