@@ -245,8 +245,9 @@ static double model_case_kind(const char *kind, const char *arch, const char *re
   const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
   const int rc = tsr_model_create_opt(&model, &c, lay, &o);
   const double got = (double)(tsr_mem_bytes() - before);
-  /* the planner counts the buffers; the model's own struct and its few small bookkeeping
-   * arrays (a few hundred bytes, the largest model here at 264 unplanned) are not */
+  /* the planner counts the buffers, not a few small bookkeeping allocations (at most 264
+   * bytes unplanned here since the document-masking merge; which ones grew is not yet
+   * traced) */
   TU_CHECK(rc == 0 && fabs(plan.model - got) <= 512,
            "%s%s%s, recompute %s, %s, pp %d v %d stage %d, zero %d%s, %d layers split '%s', %d "
            "slot(s), head chunk %lld: model allocates %.0f bytes, planned %.0f",
