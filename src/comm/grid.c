@@ -14,7 +14,6 @@
 #include "comm_dev.h"
 #include "comm_mpi.h"
 #include "deck/deck.h"
-#include "deck/layout_check.h"
 #include "sched/pipeline.h"
 #include "core/util.h"
 
@@ -109,8 +108,8 @@ static int node_shard_size(const tsr_grid *g, int *shard) {
   return 0;
 }
 
-static int check_layout(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
-  const tsr_parallel_config *pc = &cfg->parallel;
+static int check_layout(tsr_grid *g, const tsr_grid_spec *spec, const tsr_comm *world) {
+  const tsr_parallel_config *pc = &spec->parallel;
   const int rank = g->world_rank, ws = g->world_size;
   g->ranks_per_node_from_deck = pc->ranks_per_node > 0;
   if (g->ranks_per_node_from_deck)
@@ -119,13 +118,10 @@ static int check_layout(tsr_grid *g, const tsr_config *cfg, const tsr_comm *worl
     TSR_CALL(detect_nodes(world, &g->ranks_per_node));
   /* the rules the deck and the planner apply too (layout_check.c), now with the world size
    * and the nodes known */
-  tsr_layout_issue is;
-  if (tsr_layout_check(cfg, ws, g->ranks_per_node, &is, 1)) {
-    char text[1024];
-    tsr_layout_issue_text(&is, cfg, NULL, NULL, text, sizeof text);
+  char text[1024];
+  if (spec->check && spec->check(spec->check_ctx, ws, g->ranks_per_node, text, sizeof text))
     return layout_error(rank, "%s%s", text,
                         g->ranks_per_node_from_deck ? "" : " (ranks per node as detected)");
-  }
   g->tp = (int)pc->tp;
   g->pp = (int)pc->pp;
   g->dp = ws / (g->tp * g->pp);
@@ -181,10 +177,10 @@ static int build(tsr_grid *g, const tsr_comm *world) {
 }
 
 /* The pair of first and last stage that holds the two copies of a tied embedding. */
-static int build_tied(tsr_grid *g, const tsr_config *cfg, const tsr_comm *world) {
-  const int head = tsr_pp_head_stage(cfg->parallel.schedule, g->pp,
-                                     (int)cfg->parallel.virtual_stages);
-  if (!cfg->model.tie_embeddings || head == 0) return 0; /* one stage holds both */
+static int build_tied(tsr_grid *g, const tsr_grid_spec *spec, const tsr_comm *world) {
+  const int head = tsr_pp_head_stage(spec->parallel.schedule, g->pp,
+                                     (int)spec->parallel.virtual_stages);
+  if (!spec->tie_embeddings || head == 0) return 0; /* one stage holds both */
   const int ends = g->pp_rank == 0 || g->pp_rank == head;
   MPI_Comm c;
   TSR_MPI_CALL(MPI_Comm_split(tsr_comm_mpi(world),
@@ -210,16 +206,16 @@ static int verify(const tsr_grid *g, const tsr_comm *world) {
   return rc ? TSR_ERR : 0;
 }
 
-int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world) {
+int tsr_grid_create(tsr_grid **out, const tsr_grid_spec *spec, const tsr_comm *world) {
   *out = NULL;
   tsr_grid *g = tsr_calloc(1, sizeof *g);
   TSR_CHECK(g, TSR_ERR, "out of memory for the grid");
   g->world_rank = tsr_comm_rank(world);
   g->world_size = tsr_comm_size(world);
-  int rc = check_layout(g, cfg, world);
+  int rc = check_layout(g, spec, world);
   if (!rc) rc = build(g, world);
   if (!rc) rc = verify(g, world);
-  if (!rc) rc = build_tied(g, cfg, world);
+  if (!rc) rc = build_tied(g, spec, world);
   if (rc) {
     tsr_grid_destroy(&g);
     return rc;
@@ -245,9 +241,8 @@ void tsr_grid_destroy(tsr_grid **gp) {
   tsr_free(gp);
 }
 
-int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *zero_groups,
-                           int n_zero) {
-  const tsr_parallel_config *pc = &cfg->parallel;
+int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *pc,
+                           tsr_comm *const *zero_groups, int n_zero) {
   const int across = pc->inter_node == TSR_INTER_NODE_NCCL;
   /* every rank takes the same path (attaching is collective): CUDA-aware only if all are */
   int aware = tsr_comm_mpi_cuda_aware();
@@ -293,12 +288,12 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *
       tsr_error("parallel.mpi_gpu = '%s' hands group '%s' device memory through MPI, and this "
                 "MPI is not CUDA-aware (MPIX_Query_cuda_support): set parallel.mpi_gpu = "
                 "'staged' or 'auto' (pinned host copies)",
-                tsr_deck_word(cfg, &pc->mpi_gpu), direct);
+                tsr_deck_choice_word("parallel.mpi_gpu", pc->mpi_gpu), direct);
     return TSR_ERR_INPUT;
   }
   if (used)
     tsr_log("comm: %s; inter_node = '%s', mpi_gpu = '%s' (MPI %s)", line,
-            tsr_deck_word(cfg, &pc->inter_node), tsr_deck_word(cfg, &pc->mpi_gpu),
+            tsr_deck_choice_word("parallel.inter_node", pc->inter_node), tsr_deck_choice_word("parallel.mpi_gpu", pc->mpi_gpu),
             aware == 1   ? "is CUDA-aware"
             : aware == 0 ? "is not CUDA-aware"
                          : "cannot say if it is CUDA-aware");

@@ -21,6 +21,8 @@
 #ifndef TSR_GRID_H
 #define TSR_GRID_H
 
+#include <stddef.h>
+
 #include "comm.h"
 #include "core/config.h"
 
@@ -39,12 +41,28 @@ typedef struct tsr_grid {
   int nccl_used, staged_used; /* device transports attached (tsr_grid_attach_device) */
 } tsr_grid;
 
+/* What the grid is built from: the parallel group, whether the embedding is tied (a pair of
+ * stages then shares it), and the check of the whole layout once the world size and the
+ * ranks per node are known: 0, or nonzero with the problem written to msg.  A run's
+ * configuration gives all three (tsr_grid_spec_of, grid_spec.c: the check is the deck's
+ * layout rules, tsr_layout_check, on that configuration, which must outlive the spec). */
+typedef int (*tsr_grid_check_fn)(const void *ctx, int world, int ranks_per_node, char *msg,
+                                 size_t len);
+typedef struct {
+  tsr_parallel_config parallel;
+  int tie_embeddings;
+  tsr_grid_check_fn check; /* NULL: none */
+  const void *check_ctx;
+} tsr_grid_spec;
+void tsr_grid_spec_of(tsr_grid_spec *spec, const tsr_config *cfg);
+
 /* Collective over `world`.  Checks the layout (every rank reaches the same verdict from
- * the same inputs, so a bad layout never hangs): world size divisible by tp * pp,
- * train.global_batch divisible by train.micro_batch * dp, ranks_per_node dividing the
- * world size, tp dividing ranks_per_node, shard_scope dividing dp.  On a bad layout
- * rank 0 prints one message, and every rank returns TSR_ERR_INPUT with *out = NULL. */
-int tsr_grid_create(tsr_grid **out, const tsr_config *cfg, const tsr_comm *world);
+ * the same inputs, so a bad layout never hangs) with spec->check: for a run's
+ * configuration, world size divisible by tp * pp, train.global_batch divisible by
+ * train.micro_batch * dp, ranks_per_node dividing the world size, tp dividing
+ * ranks_per_node, shard_scope dividing dp, and the model's rules.  On a bad layout rank 0
+ * prints one message, and every rank returns TSR_ERR_INPUT with *out = NULL. */
+int tsr_grid_create(tsr_grid **out, const tsr_grid_spec *spec, const tsr_comm *world);
 
 /* Rank 0 logs the layout: a summary line and, per kind of group, which world ranks form
  * each group and which node they are on (the first 16 groups and 16 members, then "…").
@@ -61,8 +79,8 @@ void tsr_grid_destroy(tsr_grid **g);
  * send/recv here).  What stays on MPI goes through pinned host buffers when MPI cannot
  * take GPU memory itself (parallel.mpi_gpu: 'auto' asks MPIX_Query_cuda_support), else
  * straight to MPI.  Collective over the world; rank 0 logs what each group uses. */
-int tsr_grid_attach_device(tsr_grid *g, const tsr_config *cfg, tsr_comm *const *zero_groups,
-                           int n_zero);
+int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *par,
+                           tsr_comm *const *zero_groups, int n_zero);
 
 /* Traffic counters of the logged groups (dp, dp_shard, dp_replicate, tp, pp, world):
  * reset them, or describe what they moved as "dp_shard 1.23 MB (reduce_scatter 0.61,

@@ -40,6 +40,9 @@ void tsr_deck_help(FILE *out);
  * tsr_deck_word(cfg, &cfg->train.recompute) is "selective" (for logs; "?" for a field
  * that is not a choice key). */
 const char *tsr_deck_word(const tsr_config *cfg, const void *field);
+/* The same for a choice key named "group.key" and a value of it (for a module that holds
+ * only its group): tsr_deck_choice_word("parallel.mpi_gpu", 2) is "staged". */
+const char *tsr_deck_choice_word(const char *key, int value);
 
 /* The value of `key` ("group.key") as the effective deck writes it ("352", "'cosine'");
  * "?" for an unknown key. */

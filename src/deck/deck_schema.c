@@ -453,17 +453,26 @@ size_t tsr_deck_write(const tsr_config *cfg, char *buf, size_t len) {
   return pos + 1;
 }
 
+/* Key k's word for value v (each choice key's words split once); "?" when not a choice. */
+static const char *choice_word(int k, int v) {
+  static char words[DECK_MAX_KEYS][8][24];
+  if (k < 0 || deck_schema[k].type != K_CHOICE || v < 0 || v >= 8) return "?";
+  if (!words[k][v][0]) deck_choice_word(deck_schema[k].choices, v, words[k][v], sizeof words[k][v]);
+  return words[k][v][0] ? words[k][v] : "?";
+}
+
 const char *tsr_deck_word(const tsr_config *cfg, const void *field) {
-  static char words[DECK_MAX_KEYS][8][24]; /* each choice key's words, split once */
   const size_t off = (size_t)((const char *)field - (const char *)cfg);
-  for (int k = 0; k < deck_n_keys; k++) {
-    if (deck_schema[k].type != K_CHOICE || deck_schema[k].offset != off) continue;
-    const int i = *(const int *)field;
-    if (i < 0 || i >= 8) return "?";
-    if (!words[k][i][0]) deck_choice_word(deck_schema[k].choices, i, words[k][i], sizeof words[k][i]);
-    return words[k][i][0] ? words[k][i] : "?";
-  }
+  for (int k = 0; k < deck_n_keys; k++)
+    if (deck_schema[k].type == K_CHOICE && deck_schema[k].offset == off)
+      return choice_word(k, *(const int *)field);
   return "?";
+}
+
+const char *tsr_deck_choice_word(const char *key, int value) {
+  const char *dot = strchr(key, '.');
+  const int g = dot ? deck_find_group(key, (size_t)(dot - key)) : -1;
+  return choice_word(g >= 0 ? deck_find_key(g, dot + 1, strlen(dot + 1)) : -1, value);
 }
 
 void tsr_deck_value_text(const tsr_config *cfg, const char *key, char *buf, size_t len) {

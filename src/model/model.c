@@ -160,23 +160,23 @@ static void free_acts(layer_acts *a, int which) {
   if (which & A_ACT) tsr_ops_free(&a->act);
 }
 
-int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay) {
-  return tsr_model_create_ext(out, cfg, lay, 1, 1);
+int tsr_model_create(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay) {
+  return tsr_model_create_ext(out, spec, lay, 1, 1);
 }
 
-int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_model_create_ext(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          int own_params, int own_grads) {
   const tsr_model_options o = {own_params, own_grads, NULL, 1};
-  return tsr_model_create_opt(out, cfg, lay, &o);
+  return tsr_model_create_opt(out, spec, lay, &o);
 }
 
 /* This stage's layers (in the layout's increasing order), the chunks, and every size. */
-static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
+static int shape_of(tsr_model *m, const tsr_model_spec *spec, const tsr_layout *lay,
                     const tsr_model_options *opt) {
-  const tsr_model_config *mc = &cfg->model;
-  m->cfg = *cfg;
+  const tsr_model_config *mc = &spec->model;
+  m->spec = *spec;
   m->lay = lay;
-  m->dt = cfg->train.precision;
+  m->dt = spec->precision;
   m->esz = tsr_dtype_size(m->dt);
   m->tp = opt->tp;
   m->tp_size = m->tp ? tsr_comm_size(m->tp) : 1;
@@ -203,7 +203,7 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
     if (n > m->Lc) m->Lc = n;
   }
   m->n_slots = opt->n_slots > 0 ? opt->n_slots : 1;
-  tsr_model_sizes_of(&m->sz, cfg, m->tp_size, m->first, m->last, m->Lc);
+  tsr_model_sizes_of(&m->sz, spec, m->tp_size, m->first, m->last, m->Lc);
   const tsr_model_sizes *sz = &m->sz;
   m->gpt2 = sz->gpt2;
   m->recompute = sz->recompute;
@@ -226,8 +226,8 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
     m->rope.high_freq_factor = mc->rope_high_freq_factor;
     m->rope.original_context = (double)mc->rope_original_context;
   }
-  m->docmask = cfg->data.document_mask != 0;
-  m->eos = m->docmask && cfg->data.eos_id >= 0 ? (int32_t)cfg->data.eos_id : -1;
+  m->docmask = spec->document_mask != 0;
+  m->eos = m->docmask && spec->eos_id >= 0 ? (int32_t)spec->eos_id : -1;
   m->kv_heads = (int)mc->n_kv_head;
   m->kv_shared = sz->kv_shared;
   if (m->kv_shared) {
@@ -247,7 +247,7 @@ static int shape_of(tsr_model *m, const tsr_config *cfg, const tsr_layout *lay,
 /* The units ([0, layer 0), each layer, [end of the last layer, n_flat)) and where each
  * tensor sits in its unit. */
 static int locate(tsr_model *m, const tsr_layout *lay) {
-  const tsr_model_config *mc = &m->cfg.model;
+  const tsr_model_config *mc = &m->spec.model;
   m->n_units = m->L + 2;
   m->units = tsr_calloc((size_t)m->n_units, sizeof *m->units);
   m->lp = tsr_calloc((size_t)m->L, sizeof *m->lp);
@@ -377,12 +377,12 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
   return 0;
 }
 
-int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_model_create_opt(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          const tsr_model_options *opt) {
   *out = NULL;
   tsr_model *m = tsr_calloc(1, sizeof *m);
   if (!m) return TSR_ERR;
-  int rc = shape_of(m, cfg, lay, opt);
+  int rc = shape_of(m, spec, lay, opt);
   if (!rc) rc = locate(m, lay);
   if (!rc) rc = allocate(m, opt);
   if (rc) {
@@ -392,6 +392,19 @@ int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layou
   m->hooks = (tsr_model_hooks){m, own_params_acquire, own_release, own_grads_acquire, own_release};
   *out = m;
   return 0;
+}
+
+const tsr_model_spec *tsr_model_spec_get(const tsr_model *m) { return &m->spec; }
+
+double tsr_model_table_bytes(const tsr_model_sizes *s, int n_layer, int layers, int chunks,
+                             int n_slots) {
+  const double Lc = s->layers_per_chunk;
+  const double slot = sizeof(struct act_slot) + Lc * sizeof(layer_acts) +
+                      (s->split ? Lc * sizeof(layer_wstash) : 0);
+  return (double)sizeof(tsr_model) + (double)n_layer * sizeof(int) +
+         (chunks + 1.0) * sizeof(int) + (layers + 2.0) * sizeof(*((tsr_model *)0)->units) +
+         (double)layers * sizeof(*((tsr_model *)0)->lp) + n_slots * slot +
+         (double)s->docs * sizeof(int32_t);
 }
 
 void tsr_model_destroy(tsr_model **mp) {

@@ -19,6 +19,21 @@
 
 typedef struct tsr_model tsr_model;
 
+/* What the model is built from: its definition and the few settings of other groups that
+ * shape its buffers and kernels.  tsr_model_spec_of derives it from a run's configuration;
+ * nothing else of the configuration reaches the model. */
+typedef struct {
+  tsr_model_config model;
+  tsr_dtype precision;       /* train.precision: the storage type */
+  tsr_recompute recompute;   /* train.recompute */
+  int64_t micro_batch;       /* train.micro_batch: sequences per micro-batch */
+  int64_t xent_chunk_tokens; /* train.xent_chunk_tokens: 0 = unfused head */
+  int sequence_parallel;     /* parallel.sequence_parallel (with tp > 1) */
+  int split_backward;        /* the schedule runs W after B (a zero-bubble schedule) */
+  int document_mask;         /* data.document_mask */
+  int64_t eos_id;            /* data.eos_id: the end-of-document id; < 0: none */
+} tsr_model_spec;
+void tsr_model_spec_of(tsr_model_spec *spec, const tsr_config *cfg);
 
 /* Every buffer tsr_model_create_opt allocates besides the parameters and gradients, in
  * elements, for one tp rank of a pipeline stage.  The model sizes its allocations from it
@@ -56,10 +71,10 @@ typedef struct {
   int64_t w_dy, w_norm, w_embed, w_head;
 } tsr_model_sizes;
 
-/* The sizes for `cfg` on a tp rank of a tp-way group, on a stage that is the first and/or
+/* The sizes for `spec` on a tp rank of a tp-way group, on a stage that is the first and/or
  * the last, with layers_per_chunk layers per chunk. */
-void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
-                        int layers_per_chunk);
+void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, int first,
+                        int last, int layers_per_chunk);
 /* Bytes of one activation slot and of the buffers outside the slots (the recompute scratch,
  * gradient scratch, loss statistics), with stored activations, logits and activation
  * gradients at act_bytes per element (the storage type's size) and statistics and the
@@ -98,8 +113,8 @@ typedef struct {
 
 /* own_params / own_grads: allocate full flat buffers for them (without them, hooks must
  * be set before the first forward). */
-int tsr_model_create(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay);
-int tsr_model_create_ext(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_model_create(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay);
+int tsr_model_create_ext(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          int own_params, int own_grads);
 /* The general form: `lay` may be any (pipeline stage, tp rank) part (tsr_layout_create_part)
  * with tp its tp group (NULL: none); n_slots activation sets are kept for micro-batches in
@@ -109,7 +124,7 @@ typedef struct {
   tsr_comm *tp;
   int n_slots;
 } tsr_model_options;
-int tsr_model_create_opt(tsr_model **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_model_create_opt(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          const tsr_model_options *opt);
 void tsr_model_destroy(tsr_model **m);
 void tsr_model_set_hooks(tsr_model *m, const tsr_model_hooks *hooks);
@@ -163,6 +178,14 @@ int tsr_model_forward(tsr_model *m, const int32_t *inputs, const int32_t *target
  * once its backward has run. */
 int tsr_model_n_chunks(const tsr_model *m);
 int tsr_model_n_slots(const tsr_model *m);
+/* Host bytes of the model object and its tables (layer ids, chunk starts, units, per-layer
+ * offsets, activation-slot tables, the split backward's stash tables, the document starts'
+ * host copy) for a stage of `layers` layers in `chunks` chunks, the largest max_chunk, of
+ * a model of n_layer layers, n_slots slots: what the planner counts besides the buffers. */
+double tsr_model_table_bytes(const tsr_model_sizes *s, int n_layer, int layers, int chunks,
+                             int n_slots);
+/* What the model was built from (its micro-batch, sequence length, document masking). */
+const tsr_model_spec *tsr_model_spec_get(const tsr_model *m);
 int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *inputs,
                             const int32_t *targets, const void *x_in, float dloss, int grad,
                             double *loss_acc);

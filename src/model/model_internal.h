@@ -35,7 +35,7 @@ typedef struct { /* what one layer's B pass leaves for its W pass (split backwar
 } layer_wstash;
 
 struct tsr_model {
-  tsr_config cfg;
+  tsr_model_spec spec;
   const tsr_layout *lay;
   int gpt2;
   tsr_dtype dt; /* storage of the parameters' compute copy, activations and their gradients */

@@ -2,20 +2,19 @@
  * model sizes its allocations from it and the planner (plan.c) its memory figures, so the
  * two cannot drift apart; and the largest shapes the model calls the ops with. */
 #include "model_internal.h"
-#include "sched/pipeline.h"
 
 #include <string.h>
 
-void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int first, int last,
-                        int layers_per_chunk) {
-  const tsr_model_config *mc = &cfg->model;
+void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, int first,
+                        int last, int layers_per_chunk) {
+  const tsr_model_config *mc = &spec->model;
   memset(s, 0, sizeof *s);
   s->gpt2 = mc->arch == TSR_ARCH_GPT2;
-  s->recompute = cfg->train.recompute;
+  s->recompute = spec->recompute;
   s->first = first;
   s->last = last;
   s->layers_per_chunk = layers_per_chunk;
-  s->B = cfg->train.micro_batch;
+  s->B = spec->micro_batch;
   s->T = mc->seq_len;
   s->C = mc->d_model;
   s->hd = mc->d_model / mc->n_head;
@@ -24,7 +23,7 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
   s->F = mc->d_ff / tp;
   s->V = mc->vocab_size / tp;
   s->N = s->B * s->T;
-  s->sp = cfg->parallel.sequence_parallel && tp > 1;
+  s->sp = spec->sequence_parallel && tp > 1;
   s->Ns = s->sp ? s->N / tp : s->N;
   s->qkv_dim = (s->H + 2 * s->KV) * s->hd;
   s->fc_dim = s->gpt2 ? s->F : 2 * s->F;
@@ -38,8 +37,8 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
                                      .act = N * s->F};
   s->resid = (layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
-  s->docs = cfg->data.document_mask ? N : 0;
-  const int64_t xc = cfg->train.xent_chunk_tokens;
+  s->docs = spec->document_mask ? N : 0;
+  const int64_t xc = spec->xent_chunk_tokens;
   if (last) {
     s->final_norm = N * C, s->final_mean = N, s->final_rstd = N;
     s->xent_chunk = xc > 0 ? (xc < N ? xc : N) : 0;
@@ -56,7 +55,7 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_config *cfg, int tp, int f
   if (s->sp) s->d_full = N * C, s->tmp_s = s->d_shard = Ns * C, s->norm_dw = s->norm_db = C;
   s->xent = N;
   s->act_elems = Ns * C;
-  s->split = tsr_pp_split_backward(cfg->parallel.schedule);
+  s->split = spec->split_backward != 0;
   if (s->split) {
     s->w_dy = 2 * N * C + N * s->fc_dim + N * s->qkv_dim; /* down, o, fc, qkv */
     s->w_norm = 4 * C;                                    /* two norms' w and b */
@@ -93,15 +92,15 @@ double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
 /* The recompute target (what the layers do not own), the activation-gradient and
  * projection scratch and the fused head's chunk of logits (stored), the shared-KV
  * parameter-gradient buffers and the sequence-parallel norm gradients (fp32), the loss
- * statistics (double) and, on the last stage, the targets (int32, where the ops can read
- * them). */
+ * statistics (double), the one double a forward's loss lands in and, on the last stage,
+ * the targets (int32, where the ops can read them). */
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
   const double stored = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
                                  s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard +
                                  s->head_scratch);
   const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db);
   return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + stored * ab + fp32 * 4 +
-         3.0 * (double)s->xent * 8 + (s->last ? (double)s->xent * 4 : 0.0);
+         3.0 * (double)s->xent * 8 + 8.0 + (s->last ? (double)s->xent * 4 : 0.0);
 }
 
 static int64_t max_of(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -39,7 +39,6 @@ typedef struct {
 } pslot;
 
 struct tsr_pp_exec {
-  const tsr_config *cfg;
   const tsr_grid *grid;
   tsr_model *model;
   tsr_zero *zero;
@@ -97,18 +96,17 @@ int tsr_pp_slots_needed(const tsr_pp_schedule *s) {
   return peak;
 }
 
-int tsr_pp_schedule_for(tsr_pp_schedule **out, const tsr_config *cfg, const tsr_grid *grid) {
-  const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * grid->dp);
-  return tsr_pp_schedule_create(out, cfg->parallel.schedule, grid->pp, grid->pp_rank, (int)m,
-                                (int)cfg->parallel.virtual_stages);
+int tsr_pp_schedule_for(tsr_pp_schedule **out, const tsr_parallel_config *par, int micro_batches,
+                        const tsr_grid *grid) {
+  return tsr_pp_schedule_create(out, par->schedule, grid->pp, grid->pp_rank, micro_batches,
+                                (int)par->virtual_stages);
 }
 
-int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid *grid,
-                       tsr_model *model, tsr_zero *zero, tsr_pp_schedule *sched) {
+int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_grid *grid, tsr_model *model, tsr_zero *zero,
+                       tsr_pp_schedule *sched) {
   *out = NULL;
   tsr_pp_exec *ex = tsr_calloc(1, sizeof *ex);
   TSR_CHECK(ex, TSR_ERR, "out of memory");
-  ex->cfg = cfg;
   ex->grid = grid;
   ex->model = model;
   ex->zero = zero;
@@ -118,7 +116,8 @@ int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid 
   ex->v = sched->v;
   ex->stage = sched->stage;
   ex->n_slots = tsr_model_n_slots(model);
-  const size_t N = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
+  const tsr_model_spec *spec = tsr_model_spec_get(model);
+  const size_t N = (size_t)(spec->micro_batch * spec->model.seq_len);
   ex->act_bytes = tsr_model_act_elems(model) * tsr_dtype_size(tsr_model_dtype(model));
   int rc = TSR_ERR;
   ex->slots = tsr_calloc((size_t)ex->n_slots, sizeof *ex->slots);
@@ -215,9 +214,10 @@ int tsr_pp_exec_step(tsr_pp_exec *ex, const tsr_data *data, int64_t first, float
   memset(stats, 0, sizeof *stats);
   tsr_comm *pp = ex->grid->pp_comm;
   const int last_chunk = ex->pp * ex->v - 1;
-  const int64_t mb_size = ex->cfg->train.micro_batch;
+  const tsr_model_spec *spec = tsr_model_spec_get(ex->model);
+  const int64_t mb_size = spec->micro_batch;
   const size_t bytes = ex->act_bytes;
-  const int docs = ex->cfg->data.document_mask;
+  const int docs = spec->document_mask;
   const double t_start = tsr_now();
   for (int k = 0; k < ex->s->n; k++) {
     const tsr_pp_action *a = &ex->s->a[k];
@@ -313,7 +313,7 @@ int tsr_pp_exec_eval(tsr_pp_exec *ex, const int32_t *inputs, const int32_t *targ
     if (c > 0 && prev != ex->stage) TSR_CALL(tsr_comm_recv(pp, ex->eval_buf, bytes, prev, c));
     else if (c > 0) tsr_ops_copy(ex->eval_buf, tsr_model_chunk_output(ex->model, 0), bytes);
     TSR_CALL(tsr_model_chunk_forward(ex->model, c / ex->pp, 0,
-                                     c == 0 || ex->cfg->data.document_mask ? inputs : NULL,
+                                     c == 0 || tsr_model_spec_get(ex->model)->document_mask ? inputs : NULL,
                                      c == n_chunks - 1 ? targets : NULL,
                                      c == 0 ? NULL : ex->eval_buf, 0.0f, 0,
                                      c == n_chunks - 1 ? ex->eval_loss : NULL));

@@ -20,12 +20,15 @@ typedef struct tsr_pp_exec tsr_pp_exec;
  * whose activations (or a posted receive) are alive at once. */
 int tsr_pp_slots_needed(const tsr_pp_schedule *s);
 
-/* The schedule for this stage (kind from &parallel schedule, virtual_stages, and
- * micro_batches = global_batch / (micro_batch * dp)). */
-int tsr_pp_schedule_for(tsr_pp_schedule **out, const tsr_config *cfg, const tsr_grid *grid);
+/* The schedule for this stage: its kind and virtual stages from the parallel group, over
+ * `micro_batches` micro-batches a step (global_batch / (micro_batch * dp)). */
+int tsr_pp_schedule_for(tsr_pp_schedule **out, const tsr_parallel_config *par, int micro_batches,
+                        const tsr_grid *grid);
 
-int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_config *cfg, const tsr_grid *grid,
-                       tsr_model *model, tsr_zero *zero, tsr_pp_schedule *sched);
+/* The executor of `sched` on this stage; the micro-batch's shape and whether documents are
+ * masked come from the model (tsr_model_spec_get). */
+int tsr_pp_exec_create(tsr_pp_exec **out, const tsr_grid *grid, tsr_model *model, tsr_zero *zero,
+                       tsr_pp_schedule *sched);
 void tsr_pp_exec_destroy(tsr_pp_exec **ex);
 
 typedef struct {

@@ -33,7 +33,6 @@ typedef struct {
 } slot;
 
 struct tsr_zero {
-  const tsr_config *cfg;
   const tsr_layout *lay;
   tsr_model *model;
   const tsr_grid *grid;
@@ -79,18 +78,19 @@ static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
 static void *compute_shard(tsr_zero *z);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
-void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid) {
-  const int64_t S = cfg->parallel.zero_stage == 0 ? grid->dp : grid->shard_size;
+void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid) {
+  const int64_t S = par->zero_stage == 0 ? grid->dp : grid->shard_size;
   lay->n_flat = tsr_zero_padded_length(lay->n_params, S);
 }
 
-void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads) {
-  *own_params = cfg->parallel.zero_stage < 3;
-  *own_grads = cfg->parallel.zero_stage < 2;
+void tsr_zero_model_options(const tsr_parallel_config *par, int *own_params, int *own_grads) {
+  *own_params = par->zero_stage < 3;
+  *own_grads = par->zero_stage < 2;
 }
 
-int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]) {
-  if (cfg->parallel.zero_stage == 0) {
+int tsr_zero_device_groups(const tsr_parallel_config *par, const tsr_grid *grid,
+                           tsr_comm *out[2]) {
+  if (par->zero_stage == 0) {
     out[0] = grid->dp_comm;
     return 1;
   }
@@ -255,16 +255,15 @@ static int hook_params_release(void *ctx, int u) {
 
 /* ---------------------------------------------------------------- setup */
 
-int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_layout *lay,
                     tsr_model *model, const tsr_grid *grid) {
   *out = NULL;
   tsr_zero *z = tsr_calloc(1, sizeof *z);
   TSR_CHECK(z, TSR_ERR, "out of memory");
-  z->cfg = cfg;
   z->lay = lay;
   z->model = model;
   z->grid = grid;
-  z->stage = (int)cfg->parallel.zero_stage;
+  z->stage = (int)par->zero_stage;
   /* Stage 0 keeps no shards; its "shard" is only this rank's slice for the norm. */
   z->shard_comm = z->stage == 0 ? grid->dp_comm : grid->dp_shard;
   z->replicate_comm = z->stage == 0 ? NULL : grid->dp_replicate;

@@ -43,15 +43,16 @@ typedef struct {
  * stage 3, its full gradient buffer below stage 2 (the rest ZeRO provides through the
  * model's hooks).  Create the model with these options; pad the layout with
  * tsr_zero_pad_layout first. */
-void tsr_zero_model_options(const tsr_config *cfg, int *own_params, int *own_grads);
+void tsr_zero_model_options(const tsr_parallel_config *par, int *own_params, int *own_grads);
 /* The groups ZeRO moves device memory over: the whole dp group at stage 0, else the shard
  * and replicate halves.  Returns how many (written to out). */
-int tsr_zero_device_groups(const tsr_config *cfg, const tsr_grid *grid, tsr_comm *out[2]);
-int tsr_zero_create(tsr_zero **out, const tsr_config *cfg, const tsr_layout *lay,
+int tsr_zero_device_groups(const tsr_parallel_config *par, const tsr_grid *grid,
+                           tsr_comm *out[2]);
+int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_layout *lay,
                     tsr_model *model, const tsr_grid *grid);
 void tsr_zero_destroy(tsr_zero **z);
 /* Pads lay->n_flat to a multiple of 64 x the shard size this config uses. */
-void tsr_zero_pad_layout(tsr_layout *lay, const tsr_config *cfg, const tsr_grid *grid);
+void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid);
 /* That padded length for n_params elements and a shard group of `shard` ranks (also what
  * the planner, plan.c, counts). */
 int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard);

@@ -180,8 +180,10 @@ static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const par
 
 /* Sizes on one tp rank of the stage: model.c's own (tsr_model_sizes_of). */
 static tsr_model_sizes sizes_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, cfg);
   tsr_model_sizes s;
-  tsr_model_sizes_of(&s, cfg, g->tp, p->first, p->last, p->max_chunk);
+  tsr_model_sizes_of(&s, &spec, g->tp, p->first, p->last, p->max_chunk);
   return s;
 }
 
@@ -210,16 +212,12 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half) {
   return mem;
 }
 
-/* Host-side tables of this build (small, sizes of model.c's private structs): the model
- * object with its copies of the config and of its sizes, layer ids, per-layer offsets,
- * units, slot tables (with the split backward's six stash pointers per layer). */
+/* Host-side tables of this build: the model object and its tables, as model.c counts them
+ * (tsr_model_table_bytes). */
 static double model_books(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
                           int slots) {
-  const double L = p->layers;
-  const int split = tsr_pp_split_backward(cfg->parallel.schedule);
-  return (double)(sizeof(tsr_config) + sizeof(tsr_model_sizes)) + 512 +
-         4.0 * (double)cfg->model.n_layer + 4.0 * (g->v + 1) + 96 * L + 16 * (L + 2) +
-         slots * (80 + (104.0 + (split ? 6 * sizeof(void *) : 0)) * p->max_chunk);
+  const tsr_model_sizes s = sizes_of(cfg, g, p);
+  return tsr_model_table_bytes(&s, (int)cfg->model.n_layer, p->layers, g->v, slots);
 }
 /* ... and the layout's tensor table, zero.c's per-unit tables. */
 static double other_books(const part *p, int64_t S) {

@@ -121,8 +121,10 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   const int C_total = g->pp * g->v, first = chunk == 0, last = chunk == C_total - 1;
   int begin = 0, L = 0;
   TSR_CALL(tsr_pp_chunk_layers(m, g->pp, g->v, cfg->parallel.stage_layers, chunk, &begin, &L));
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, cfg);
   tsr_model_sizes d;
-  tsr_model_sizes_of(&d, cfg, g->tp, first, last, L);
+  tsr_model_sizes_of(&d, &spec, g->tp, first, last, L);
   const int half = cfg->train.precision != TSR_F32;
   pricer pr = {hw, half, half ? 2.0 : 4.0, out, tsr_plan_doc_attention_share(cfg)};
   const int split = tsr_pp_split_backward(cfg->parallel.schedule);

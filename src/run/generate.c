@@ -293,7 +293,9 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
   TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, tsr_tokenizer_name(g->tok), MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
-  TSR_CALL(tsr_model_create_opt(&g->model, cfg, g->lay, &mo));
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, cfg);
+  TSR_CALL(tsr_model_create_opt(&g->model, &spec, g->lay, &mo));
   /* a model trained with document masking reads its context the same way: the start token
    * ends a document, so the prompt opens a new one at position 0 */
   if (cfg->data.document_mask)

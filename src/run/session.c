@@ -48,11 +48,12 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
   TSR_CALL(tsr_layout_create_split(&s->lay, &cfg->model, g->tp, g->tp_rank, g->pp, g->pp_rank,
                                    (int)cfg->parallel.virtual_stages,
                                    cfg->parallel.stage_layers, cfg->parallel.schedule));
-  tsr_zero_pad_layout(s->lay, cfg, g);
+  tsr_zero_pad_layout(s->lay, &cfg->parallel, g);
   tsr_model_options mo = {0, 0, g->tp_comm, 1};
-  tsr_zero_model_options(cfg, &mo.own_params, &mo.own_grads);
+  tsr_zero_model_options(&cfg->parallel, &mo.own_params, &mo.own_grads);
   if (g->pp > 1) {
-    TSR_CALL(tsr_pp_schedule_for(&s->sched, cfg, g));
+    const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * g->dp);
+    TSR_CALL(tsr_pp_schedule_for(&s->sched, &cfg->parallel, (int)m, g));
     char split[1024]; /* which layers every stage holds */
     if (!tsr_pp_split_text(&cfg->model, cfg->parallel.schedule, g->pp,
                            (int)cfg->parallel.virtual_stages,
@@ -63,15 +64,17 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
     s->bubble = tsr_calloc((size_t)g->pp, sizeof(double));
     TSR_CHECK(s->bubble, TSR_ERR, "out of memory");
   }
-  TSR_CALL(tsr_model_create_opt(&s->model, cfg, s->lay, &mo));
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, cfg);
+  TSR_CALL(tsr_model_create_opt(&s->model, &spec, s->lay, &mo));
   if (cfg->data.document_mask) tsr_model_set_eos(s->model, s->eos);
   tsr_ops_shapes shapes;
   tsr_model_ops_shapes(s->model, &shapes);
   shapes.sumsq_elems = (long)s->lay->n_flat;
   shapes.deterministic = cfg->train.deterministic;
   TSR_CALL(tsr_ops_reserve(&shapes));
-  TSR_CALL(tsr_zero_create(&s->zero, cfg, s->lay, s->model, g));
-  if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, cfg, g, s->model, s->zero, s->sched));
+  TSR_CALL(tsr_zero_create(&s->zero, &cfg->parallel, s->lay, s->model, g));
+  if (s->sched) TSR_CALL(tsr_pp_exec_create(&s->exec, g, s->model, s->zero, s->sched));
   /* The first stage's embed.weight and the last stage's copy; or, on a V placement, one
    * embed.weight that the first and the last chunk of stage 0 both use at different
    * times: its gradient is reduced once, after the step's last W. */
@@ -174,7 +177,9 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   TSR_CALL(open_data(s, cfg, training));
   tsr_comm *w;
   TSR_CALL(tsr_comm_create(&w, world, "world"));
-  const int rc = tsr_grid_create(&s->grid, cfg, w);
+  tsr_grid_spec gs;
+  tsr_grid_spec_of(&gs, cfg);
+  const int rc = tsr_grid_create(&s->grid, &gs, w);
   tsr_comm_destroy(&w);
   if (rc) return rc;
   TSR_CALL(tsr_session_open_device(cfg, world, &s->dev));
@@ -188,8 +193,8 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   TSR_CALL(tsr_run_agree(world, mrc));
   if (s->dev) {
     tsr_comm *zg[2];
-    const int n = tsr_zero_device_groups(cfg, s->grid, zg);
-    TSR_CALL(tsr_grid_attach_device(s->grid, cfg, zg, n));
+    const int n = tsr_zero_device_groups(&cfg->parallel, s->grid, zg);
+    TSR_CALL(tsr_grid_attach_device(s->grid, &cfg->parallel, zg, n));
   }
   const size_t ntok = (size_t)(cfg->train.micro_batch * cfg->model.seq_len);
   s->inputs = tsr_calloc(ntok, sizeof(int32_t));

@@ -129,7 +129,9 @@ int main(int argc, char **argv) {
   tsr_comm *world = NULL;
   if (tsr_comm_create(&world, MPI_COMM_WORLD, "test-world")) MPI_Abort(MPI_COMM_WORLD, 1);
   tsr_grid *g = NULL;
-  int rc = tsr_grid_create(&g, &cfg, world);
+  tsr_grid_spec gs;
+  tsr_grid_spec_of(&gs, &cfg);
+  int rc = tsr_grid_create(&g, &gs, world);
   int rc_min = rc, rc_max = rc;
   MPI_Allreduce(MPI_IN_PLACE, &rc_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &rc_max, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -85,7 +85,9 @@ static void run_case(int stage, const char *scope) {
   tsr_comm *w;
   tsr_comm_create(&w, MPI_COMM_WORLD, "world");
   tsr_grid *g;
-  if (tsr_grid_create(&g, &cfg, w)) {
+  tsr_grid_spec gs;
+  tsr_grid_spec_of(&gs, &cfg);
+  if (tsr_grid_create(&g, &gs, w)) {
     tsr_comm_destroy(&w);
     CHECK_ALL(0, "stage %d scope %s: grid", stage, scope);
     return;
@@ -95,13 +97,15 @@ static void run_case(int stage, const char *scope) {
 
   tsr_layout *lay;
   tsr_layout_create(&lay, &cfg.model);
-  tsr_zero_pad_layout(lay, &cfg, g);
+  tsr_zero_pad_layout(lay, &cfg.parallel, g);
   const int64_t psi = lay->n_flat;
   tsr_model *model;
-  tsr_model_create_ext(&model, &cfg, lay, stage < 3, stage < 2);
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, &cfg);
+  tsr_model_create_ext(&model, &spec, lay, stage < 3, stage < 2);
   const size_t before = tsr_mem_bytes();
   tsr_zero *z;
-  int rc = tsr_zero_create(&z, &cfg, lay, model, g);
+  int rc = tsr_zero_create(&z, &cfg.parallel, lay, model, g);
   const size_t allocated = tsr_mem_bytes() - before;
   CHECK_ALL(rc == 0, "stage %d scope %s (dp %d = shard %d x replicate %d): zero created", stage,
             scope, D, S, R);
@@ -170,7 +174,9 @@ static void run_case(int stage, const char *scope) {
   one.train.micro_batch = n_seq;
   one.parallel.zero_stage = 0;
   tsr_model *ref;
-  tsr_model_create(&ref, &one, lay);
+  tsr_model_spec spec_one;
+  tsr_model_spec_of(&spec_one, &one);
+  tsr_model_create(&ref, &spec_one, lay);
   tsr_model_set_params(ref, init);
   tsr_model_zero_grads(ref);
   double ref_loss;

@@ -194,7 +194,9 @@ static int run(const char *out_path, int n_overrides, char **overrides) {
              cfg.data.document_mask ? cfg.data.eos_id : -1);
 
   tsr_model *model = NULL;
-  TSR_CALL(tsr_model_create(&model, &cfg, lay));
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, &cfg);
+  TSR_CALL(tsr_model_create(&model, &spec, lay));
   tsr_model_set_params(model, master);
   tsr_model_zero_grads(model);
   double loss = 0.0;

@@ -47,7 +47,9 @@ typedef struct {
 static setup make(const tsr_config *c) {
   setup s;
   tsr_layout_create(&s.lay, &c->model);
-  tsr_model_create(&s.model, c, s.lay);
+  tsr_model_spec spec;
+  tsr_model_spec_of(&spec, c);
+  tsr_model_create(&s.model, &spec, s.lay);
   s.master = tsr_calloc((size_t)s.lay->n_flat, sizeof(float));
   tsr_layout_init(s.lay, s.master, 7);
   tsr_model_set_params(s.model, s.master);
@@ -106,7 +108,9 @@ int main(void) {
         setup w = make(&cz), z;
         z.lay = w.lay, z.master = w.master;
         const tsr_model_options mo = {1, 1, NULL, 2};
-        tsr_model_create_opt(&z.model, &cz, z.lay, &mo);
+        tsr_model_spec sz;
+        tsr_model_spec_of(&sz, &cz);
+        tsr_model_create_opt(&z.model, &sz, z.lay, &mo);
         tsr_model_set_params(z.model, z.master);
         double *acc = tsr_ops_alloc(1, sizeof(double));
         int32_t in2[6 * 12], tg2[6 * 12];
