@@ -95,16 +95,19 @@ static void check_model(const tsr_config *c, issues *is) {
     add(is, "parallel.shard_scope", "%%0 is not 'global', 'node' or a positive number of ranks");
   /* the schedule's own constraints, from its descriptor (src/sched/) */
   const tsr_sched_desc *sd = tsr_sched(pc->schedule);
-  if (sd && pp < sd->min_pp)
+  const unsigned broken =
+      sd ? tsr_sched_broken(sd, (int)pp, (int)v, 0, c->train.recompute != TSR_RECOMPUTE_NONE)
+         : 0;
+  if (broken & 1u << TSR_SCHED_FEW_STAGES)
     add(is, "parallel.schedule parallel.pp", "%%0 needs a pipeline: %%1 must be at least %d",
         sd->min_pp);
-  if (sd && sd->split_backward && c->train.recompute != TSR_RECOMPUTE_NONE)
+  if (broken & 1u << TSR_SCHED_RECOMPUTE)
     add(is, "parallel.schedule train.recompute",
         "%%0 keeps every activation until its W pass: %%1 must be 'none'");
-  if (sd && sd->chunks > 1 && v != sd->chunks)
+  if (broken & 1u << TSR_SCHED_CHUNK_COUNT)
     add(is, "parallel.schedule parallel.virtual_stages", "%%0 %s: %%1 must be %d",
         sd->chunks_why, sd->chunks);
-  else if (sd && v > 1 && sd->chunks == 1)
+  else if (broken & 1u << TSR_SCHED_NOT_CHUNKED)
     add(is, "parallel.virtual_stages parallel.schedule", "%%0 needs parallel.schedule = %s, not %%1",
         tsr_sched_chunked_words());
   if (pc->sequence_parallel && tp > 1 && m->seq_len % tp)
@@ -126,7 +129,9 @@ static void check_world(const tsr_config *c, int world, issues *is) {
   }
   /* a layout table may hold several chunks on one stage (layout.c asks without a world);
    * a run cannot: chunks are there to be passed between stages */
-  if (pc->virtual_stages > 1 && pp == 1)
+  const tsr_sched_desc *sd = tsr_sched(pc->schedule);
+  if (sd && tsr_sched_broken(sd, (int)pp, (int)pc->virtual_stages, 0, -1) &
+                1u << TSR_SCHED_ONE_STAGE)
     add(is, "parallel.virtual_stages parallel.pp",
         "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
   const long long dp = world / (tp * pp), mb = c->train.micro_batch, gb = c->train.global_batch;
@@ -151,8 +156,8 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     if (pc->micro_batches && pc->micro_batches != m)
       add(is, "parallel.micro_batches train.global_batch train.micro_batch",
           "%%0 does not match %%1 / (%%2 * dp %lld) = %lld; set it to 0 to derive it", dp, m);
-    const tsr_sched_desc *sd = tsr_sched(pc->schedule);
-    if (pc->virtual_stages > 1 && sd && sd->chunked_divides && m % pp)
+    if (sd && tsr_sched_broken(sd, (int)pp, (int)pc->virtual_stages, (int)m, -1) &
+                  1u << TSR_SCHED_MICRO_BATCHES)
       add(is, "parallel.virtual_stages train.global_batch train.micro_batch parallel.pp",
           "%%0 needs the micro-batches per step, %%1 / (%%2 * dp %lld) = %lld, divisible by "
           "%%3", dp, m);

@@ -490,34 +490,38 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
 /* What a search puts in place of the deck's values of the searched keys the command line
  * does not hold, when those do not go with the held ones (parallel.pp=16 against the
  * deck's 2 chunks of 80 layers): by TSR_PLAN_FIX_*, NULL for keys no check involves.  The
- * schedule's is one that takes any number of chunks on the round placement (filled in by
- * parse_neutral from the registry). */
-static const char *neutral[TSR_PLAN_N_SEARCHED] = {
-    "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", NULL,
-    "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
-    "parallel.micro_batches=0", NULL};
+ * schedule's is one that takes any number of chunks on the round placement, from the
+ * registry (derived once). */
+static const char *neutral(int k) {
+  static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
+      "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", NULL,
+      "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
+      "parallel.micro_batches=0", NULL};
+  static char schedule[64];
+  if (k != TSR_PLAN_FIX_SCHEDULE) return fixed[k];
+  if (!schedule[0])
+    snprintf(schedule, sizeof schedule, "parallel.schedule=%s",
+             tsr_sched(tsr_sched_for(TSR_PLACE_ROUND, 2))->word);
+  return schedule;
+}
 
-/* The deck with neutral[] before the command line's overrides, on the held tp x pp ranks
+/* The deck with the neutral values before the command line's overrides, on the held tp x pp ranks
  * (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
  * world size: it is checked as 0 and put back. */
 static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
   char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
   TSR_CHECK(over, TSR_ERR, "out of memory");
   char err[16384], pp_over[48];
-  static char schedule[64];
-  snprintf(schedule, sizeof schedule, "parallel.schedule=%s",
-           tsr_sched(tsr_sched_for(TSR_PLACE_ROUND, 2))->word);
-  neutral[TSR_PLAN_FIX_SCHEDULE] = schedule;
   int n = 0, pp_at = -1;
   for (int k = 0; k < TSR_PLAN_N_SEARCHED; k++)
-    if (neutral[k] && !(a->fixed & (1u << k))) {
+    if (neutral(k) && !(a->fixed & (1u << k))) {
       if (k == TSR_PLAN_FIX_PP) pp_at = n;
-      over[n++] = (char *)neutral[k];
+      over[n++] = (char *)neutral(k);
     }
   for (int i = 0; i < a->n_over; i++) over[n++] = a->over[i];
   const int64_t micro_batches = cfg->parallel.micro_batches;
   if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
-    over[n++] = (char *)neutral[TSR_PLAN_FIX_MICRO_BATCHES];
+    over[n++] = (char *)neutral(TSR_PLAN_FIX_MICRO_BATCHES);
   const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
   int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
   int rc = TSR_ERR_INPUT;

@@ -317,16 +317,17 @@ int tsr_pp_schedule_create(tsr_pp_schedule **out, tsr_schedule_choice kind, int 
             "pipeline: stage %d is not in 0..pp-1 with parallel.pp = %d", stage, pp);
   TSR_CHECK(m >= 1, TSR_ERR_INPUT, "pipeline: parallel.micro_batches = %d must be >= 1", m);
   TSR_CHECK(v >= 1, TSR_ERR_INPUT, "pipeline: parallel.virtual_stages = %d must be >= 1", v);
-  TSR_CHECK(d->chunks <= 1 || v == d->chunks, TSR_ERR_INPUT,
+  const unsigned broken = tsr_sched_broken(d, pp, v, m, -1);
+  TSR_CHECK(!(broken & 1u << TSR_SCHED_CHUNK_COUNT), TSR_ERR_INPUT,
             "pipeline: parallel.schedule = '%s' %s: set parallel.virtual_stages = %d, not %d",
             d->word, d->chunks_why, d->chunks, v);
-  TSR_CHECK(d->chunks != 1 || v == 1, TSR_ERR_INPUT,
+  TSR_CHECK(!(broken & 1u << TSR_SCHED_NOT_CHUNKED), TSR_ERR_INPUT,
             "pipeline: parallel.virtual_stages = %d needs parallel.schedule = %s, not '%s'", v,
             tsr_sched_chunked_words(), d->word);
-  TSR_CHECK(v == 1 || pp >= 2, TSR_ERR_INPUT,
+  TSR_CHECK(!(broken & 1u << TSR_SCHED_ONE_STAGE), TSR_ERR_INPUT,
             "pipeline: parallel.virtual_stages = %d needs parallel.pp >= 2 (with one stage "
             "there is no bubble to shrink)", v);
-  TSR_CHECK(v == 1 || !d->chunked_divides || m % pp == 0, TSR_ERR_INPUT,
+  TSR_CHECK(!(broken & 1u << TSR_SCHED_MICRO_BATCHES), TSR_ERR_INPUT,
             "pipeline: parallel.schedule = '%s' needs parallel.micro_batches "
             "divisible by parallel.pp, but micro_batches = %d, pp = %d: use a multiple of "
             "%d (set through train.global_batch)", d->word, m, pp, pp);

@@ -24,6 +24,18 @@ tsr_schedule_choice tsr_sched_for(tsr_sched_placement placement, int v) {
   return TSR_SCHEDULE_DEFAULT;
 }
 
+unsigned tsr_sched_broken(const tsr_sched_desc *d, int pp, int v, int m, int recompute) {
+  unsigned broken = 0;
+  if (pp < d->min_pp) broken |= 1u << TSR_SCHED_FEW_STAGES;
+  if (d->split_backward && recompute > 0) broken |= 1u << TSR_SCHED_RECOMPUTE;
+  if (d->chunks > 1 && v != d->chunks) broken |= 1u << TSR_SCHED_CHUNK_COUNT;
+  else if (d->chunks == 1 && v > 1) broken |= 1u << TSR_SCHED_NOT_CHUNKED;
+  if (v > 1 && pp < 2) broken |= 1u << TSR_SCHED_ONE_STAGE;
+  if (v > 1 && d->chunked_divides && m >= 1 && pp >= 1 && m % pp)
+    broken |= 1u << TSR_SCHED_MICRO_BATCHES;
+  return broken;
+}
+
 const char *tsr_sched_chunked_words(void) {
   static char text[128];
   if (!text[0]) {

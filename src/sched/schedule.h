@@ -55,4 +55,19 @@ tsr_schedule_choice tsr_sched_for(tsr_sched_placement placement, int v);
 /* The words of the schedules that take v > 1 chunks per stage, "'a' or 'b'", for messages. */
 const char *tsr_sched_chunked_words(void);
 
+/* A descriptor's constraints, stated once: the deck's layout rules (layout_check.c) and
+ * the generator (tsr_pp_schedule_create) each word the ones they check. */
+typedef enum {
+  TSR_SCHED_FEW_STAGES,    /* pp below min_pp */
+  TSR_SCHED_RECOMPUTE,     /* a split backward keeps every activation: no recompute */
+  TSR_SCHED_CHUNK_COUNT,   /* a fixed count of chunks above 1, and v is not it */
+  TSR_SCHED_NOT_CHUNKED,   /* v > 1 on a schedule of one chunk per stage */
+  TSR_SCHED_ONE_STAGE,     /* v > 1 on one stage: chunks are there to pass between stages */
+  TSR_SCHED_MICRO_BATCHES, /* v > 1 with micro-batches a step not divisible by pp */
+} tsr_sched_rule;
+/* The rules d breaks on pp stages of v chunks with m micro-batches a step and recompute
+ * (1: train.recompute is not 'none'), as a mask of 1u << rule; m < 1 or recompute < 0:
+ * not known, the rules that need them not checked. */
+unsigned tsr_sched_broken(const tsr_sched_desc *d, int pp, int v, int m, int recompute);
+
 #endif
