@@ -15,6 +15,12 @@ for t in $(find tests -name '*.trs'); do
     SKIP) echo "skipped: ${t%.trs} ($(grep -m1 -i skip "${t%.trs}.log" || true))" ;;
   esac
 done
+# the slowest scripts of this run (tests/timed.sh ends each log with its duration)
+echo "slowest tests:"
+for l in $(find tests -name '*.log'); do
+  d=$(sed -n 's/^duration: \([0-9]*\) s$/\1/p' "$l" | tail -1)
+  [ -n "$d" ] && echo "$d ${l%.log}"
+done | sort -rn | head -12 | awk '{ printf "  %5d s  %s\n", $1, $2 }'
 skip=$(grep -l '^:test-result: SKIP' $(find tests -name '*.trs') 2>/dev/null | wc -l)
 [ $rc -ne 0 ] && [ $fail -eq 0 ] && fail=1
 echo "$pass passed, $fail failed, $skip skipped"
