@@ -456,3 +456,40 @@ void tsr_session_val_text(const tsr_session *s, double val_loss, const double *s
                           s->cfg->data.valid_names[i], set_loss[i],
                           i == s->n_valid - 1 ? ")" : "");
 }
+
+void tsr_session_log_data(const tsr_session *s) {
+  const int n_sets = tsr_data_n_sets(s->train_data);
+  if (n_sets == 0)
+    tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
+            s->cfg->data.train_glob[0], tsr_data_n_files(s->train_data),
+            (long long)tsr_data_n_tokens(s->train_data),
+            (long long)tsr_data_n_samples(s->train_data), (long long)s->cfg->model.seq_len,
+            tsr_data_tokenizer(s->train_data), s->cfg->data.shuffle ? ", shuffled" : "");
+  else
+    tsr_log("data: a mixture of %d datasets, samples of %lld+1 tokens (tokenizer %s)%s; the run "
+            "takes %lld samples", n_sets, (long long)s->cfg->model.seq_len,
+            tsr_data_tokenizer(s->train_data),
+            s->cfg->data.shuffle ? ", each shuffled on its own seed" : "",
+            (long long)(s->cfg->run.max_steps * s->cfg->train.global_batch));
+  for (int i = 0; i < n_sets; i++) { /* the blend keeps each within a sample of its share */
+    const tsr_data *set = tsr_data_set(s->train_data, i);
+    const double w = tsr_data_set_weight(s->train_data, i);
+    const double take = w * (double)(s->cfg->run.max_steps * s->cfg->train.global_batch);
+    tsr_log("data: %-12s %s: %d file(s), %lld tokens, %lld samples; weight %.4f: %.0f "
+            "samples, %.3f epochs", tsr_data_set_name(s->train_data, i),
+            s->cfg->data.train_glob[i], tsr_data_n_files(set), (long long)tsr_data_n_tokens(set),
+            (long long)tsr_data_n_samples(set), w, take,
+            take / (double)tsr_data_n_samples(set));
+  }
+  for (int i = 0; i < s->n_valid && s->n_valid > 1; i++)
+    tsr_log("data: validation set %s: %s, %lld samples, weight %.4f in the total val loss",
+            s->cfg->data.valid_names[i], s->cfg->data.valid_glob[i],
+            (long long)tsr_data_n_samples(s->valid_data[i]), s->valid_weight[i]);
+}
+
+int tsr_session_set_samples(const tsr_session *s, const char **names, int64_t *samples) {
+  const int n = tsr_data_n_sets(s->train_data);
+  if (n) tsr_data_mix_counts(s->train_data, s->st.data_cursor, samples);
+  for (int i = 0; i < n; i++) names[i] = tsr_data_set_name(s->train_data, i);
+  return n;
+}

@@ -96,6 +96,12 @@ double tsr_session_mfu(tsr_session *s, double tok_per_s);
  * smaller): the first samples of each validation set, set_loss[i] of set i (may be NULL),
  * and *val_loss their total weighted by data.valid_weights; batches: each set's count. */
 int tsr_session_evaluate(tsr_session *s, double *val_loss, double *set_loss, int64_t *batches);
+/* The data's lines of the log at start: the training data (each dataset of a mixture
+ * with its tokens, weight and the epochs the run takes of it) and the validation sets. */
+void tsr_session_log_data(const tsr_session *s);
+/* A mixture: its datasets' names and the samples of each consumed so far (at the
+ * cursor); returns how many datasets (0: one dataset, nothing written). */
+int tsr_session_set_samples(const tsr_session *s, const char **names, int64_t *samples);
 /* The validation losses as the log writes them: "val loss 3.2100", or with several sets
  * "val loss 3.2100 (web 3.4000, code 2.7600)". */
 void tsr_session_val_text(const tsr_session *s, double val_loss, const double *set_loss,

@@ -154,33 +154,7 @@ static void log_setup(const tsr_session *s) {
           "%lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
           (double)total / 1e6, part, (double)tsr_model_activation_bytes(s->model) / 1e6,
           (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
-  const int n_sets = tsr_data_n_sets(s->train_data);
-  if (n_sets == 0)
-    tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
-            cfg->data.train_glob[0], tsr_data_n_files(s->train_data),
-            (long long)tsr_data_n_tokens(s->train_data),
-            (long long)tsr_data_n_samples(s->train_data), (long long)cfg->model.seq_len,
-            tsr_data_tokenizer(s->train_data), cfg->data.shuffle ? ", shuffled" : "");
-  else
-    tsr_log("data: a mixture of %d datasets, samples of %lld+1 tokens (tokenizer %s)%s; the run "
-            "takes %lld samples", n_sets, (long long)cfg->model.seq_len,
-            tsr_data_tokenizer(s->train_data),
-            cfg->data.shuffle ? ", each shuffled on its own seed" : "",
-            (long long)(cfg->run.max_steps * cfg->train.global_batch));
-  for (int i = 0; i < n_sets; i++) { /* the blend keeps each within a sample of its share */
-    const tsr_data *set = tsr_data_set(s->train_data, i);
-    const double w = tsr_data_set_weight(s->train_data, i);
-    const double take = w * (double)(cfg->run.max_steps * cfg->train.global_batch);
-    tsr_log("data: %-12s %s: %d file(s), %lld tokens, %lld samples; weight %.4f: %.0f "
-            "samples, %.3f epochs", tsr_data_set_name(s->train_data, i),
-            cfg->data.train_glob[i], tsr_data_n_files(set), (long long)tsr_data_n_tokens(set),
-            (long long)tsr_data_n_samples(set), w, take,
-            take / (double)tsr_data_n_samples(set));
-  }
-  for (int i = 0; i < s->n_valid && s->n_valid > 1; i++)
-    tsr_log("data: validation set %s: %s, %lld samples, weight %.4f in the total val loss",
-            cfg->data.valid_names[i], cfg->data.valid_glob[i],
-            (long long)tsr_data_n_samples(s->valid_data[i]), s->valid_weight[i]);
+  tsr_session_log_data(s);
   tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; precision %s, "
           "recompute %s", (long long)cfg->train.global_batch, (long long)s->grad_accum_steps,
           (long long)cfg->train.micro_batch, s->dp, tsr_deck_word(cfg, &cfg->train.precision),
@@ -352,13 +326,9 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
                            r.skipped, 0, NULL, NULL};
     int64_t set_samples[TSR_MAX_DATASETS];
     const char *set_names[TSR_MAX_DATASETS];
-    if (s.rank == 0 && tsr_data_n_sets(s.train_data) > 0) { /* a mixture: samples per dataset */
-      sm.n_sets = tsr_data_n_sets(s.train_data);
-      tsr_data_mix_counts(s.train_data, s.st.data_cursor, set_samples);
-      for (int i = 0; i < sm.n_sets; i++) set_names[i] = tsr_data_set_name(s.train_data, i);
-      sm.set_names = set_names;
-      sm.set_samples = set_samples;
-    }
+    if (s.rank == 0) /* a mixture: the samples of each dataset */
+      sm.n_sets = tsr_session_set_samples(&s, set_names, set_samples);
+    sm.set_names = set_names, sm.set_samples = set_samples;
     tsr_metrics_step(s.metrics, &sm);
     if (r.skipped && r.scale > 0) /* expected now and then: the scale searches for its level */
       tsr_log("step %lld: fp16 gradients overflowed at loss scale %g: update skipped, scale "
