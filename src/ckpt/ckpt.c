@@ -306,6 +306,7 @@ static int write_root_attrs(hid_t file, const tsr_config *cfg, const tsr_train_s
   TSR_H5_GOTO(attr_put(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &st->seed));
   TSR_H5_GOTO(attr_put_str(file, "deck", deck));
   if (st->tokenizer[0]) TSR_H5_GOTO(attr_put_str(file, "tokenizer", st->tokenizer));
+  if (st->data_mix[0]) TSR_H5_GOTO(attr_put_str(file, "data_mix", st->data_mix));
   TSR_H5_GOTO(attr_put_str(file, "layout", layout));
   TSR_H5_GOTO(attr_put_str(file, "arch", tsr_deck_word(cfg, &mc->arch)));
   const struct {
@@ -736,6 +737,12 @@ static int read_state(hid_t file, const char *path, tsr_train_state *st) {
   st->tokenizer[0] = 0;
   if (tsr_ckpt_attr_str(file, "tokenizer", st->tokenizer, sizeof st->tokenizer) < 0) {
     tsr_error("checkpoint %s: cannot read the root attribute 'tokenizer'", path);
+    return TSR_ERR_INPUT;
+  }
+  /* written by the runs on a mixture of datasets */
+  st->data_mix[0] = 0;
+  if (tsr_ckpt_attr_str(file, "data_mix", st->data_mix, sizeof st->data_mix) < 0) {
+    tsr_error("checkpoint %s: cannot read the root attribute 'data_mix'", path);
     return TSR_ERR_INPUT;
   }
   /* written since fp16 training; older checkpoints come from fp32 / bf16 runs */

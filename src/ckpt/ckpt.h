@@ -2,7 +2,8 @@
  *
  * File layout (docs/formats.md "Checkpoint files"): /model/<tensor name> fp32 master weights in the logical
  * shape, /optim/m/<name>, /optim/v/<name>; root attributes step, tokens, data cursor,
- * seed, skipped steps, loss scale, effective deck, layout, format version, and one
+ * seed, skipped steps, loss scale, a mixture's blend state, effective deck, layout, format
+ * version, and one
  * checksum attribute per dataset (docs/formats.md "Checksums").  Written as step_NNNNNNNN.h5.tmp,
  * closed, verified, renamed; `latest` (a text file naming the newest) is replaced
  * atomically; only the newest `keep` are kept.
@@ -31,6 +32,9 @@ typedef struct {
   int64_t scale_good_steps; /* fp16: steps since the scale last changed; -1: not an fp16 run */
   uint64_t seed;       /* run.seed: init and shuffle keys */
   char tokenizer[232]; /* the training data's tokenizer ("bytes", "spm:NAME"); "": unknown */
+  /* a mixture of datasets: its blend's state at data_cursor (tsr_data_mix_state's text,
+   * root attribute data_mix); "": one dataset */
+  char data_mix[8192];
 } tsr_train_state;
 
 /* What one rank holds.  master, m, v passed with a view hold exactly the flat range

@@ -128,9 +128,35 @@ typedef struct {
   double weight_decay;
 } tsr_optim_config;
 
+/* &data's lists: at most TSR_MAX_DATASETS training datasets (a weighted mixture) and as
+ * many validation sets, each named (TSR_SET_NAME bytes with the NUL). */
+#define TSR_MAX_DATASETS 16
+#define TSR_SET_NAME 64
+#define TSR_DECK_LOC 256 /* "file:line:col" of a value, for messages */
+
 typedef struct {
-  char train[TSR_STR_PATH]; /* path or glob of token shards */
-  char valid[TSR_STR_PATH];
+  /* data.train: n_train globs ('' alone: none); weights (n_weights, each >= 0, a positive
+   * sum) and names (n_names) one per glob once the deck is read (the deck fills the
+   * defaults: equal weights, each glob's directory name) */
+  char train_glob[TSR_MAX_DATASETS][TSR_STR_PATH];
+  int n_train;
+  double weights[TSR_MAX_DATASETS];
+  int n_weights;
+  char names[TSR_MAX_DATASETS][TSR_SET_NAME];
+  int n_names;
+  /* data.valid: the same for the validation sets ('' alone: no evaluation); valid_weights
+   * weigh the sets' losses into the total val_loss */
+  char valid_glob[TSR_MAX_DATASETS][TSR_STR_PATH];
+  int n_valid;
+  double valid_weights[TSR_MAX_DATASETS];
+  int n_valid_weights;
+  char valid_names[TSR_MAX_DATASETS][TSR_SET_NAME];
+  int n_valid_names;
+  /* where each glob was given ("deck.nml:7:11", "<command line>:arg2:12"; "" = the
+   * default), for the messages about the files it matches: not a value (the effective
+   * deck does not write it, and a deck read back from that has other places) */
+  char train_at[TSR_MAX_DATASETS][TSR_DECK_LOC];
+  char valid_at[TSR_MAX_DATASETS][TSR_DECK_LOC];
   int shuffle;
   int document_mask;       /* attention and positions restart at each document (logical) */
   int64_t eos_id;          /* the end-of-document id; -1 = the shards' tokenizer's */

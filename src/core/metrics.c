@@ -64,13 +64,33 @@ void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s) {
   num(f, "optimizer_ms", s->optimizer_ms, 0);
   if (s->loss_scale > 0) num(f, "loss_scale", s->loss_scale, 0);
   fprintf(f, "\"skipped\":%lld,\"step_skipped\":%d,", (long long)s->skipped, s->step_skipped);
+  if (s->n_sets > 0) {
+    fprintf(f, "\"samples\":{");
+    for (int i = 0; i < s->n_sets; i++) /* the deck's names need no escaping */
+      fprintf(f, "%s\"%s\":%lld", i ? "," : "", s->set_names[i], (long long)s->set_samples[i]);
+    fprintf(f, "},");
+  }
   end_record(f);
 }
 
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss) {
+  tsr_metrics_eval_sets(mt, step, val_loss, 0, NULL, NULL);
+}
+
+void tsr_metrics_eval_sets(tsr_metrics *mt, int64_t step, double val_loss, int n,
+                           const char *const *names, const double *losses) {
   if (!mt) return;
   fprintf(mt->f, "{\"step\":%lld,", (long long)step);
   num(mt->f, "val_loss", val_loss, 0);
+  if (n > 0) {
+    fprintf(mt->f, "\"val_losses\":{");
+    for (int i = 0; i < n; i++) {
+      char key[96];
+      snprintf(key, sizeof key, "%s", names[i]);
+      num(mt->f, key, losses[i], i == n - 1);
+    }
+    fprintf(mt->f, "},");
+  }
   end_record(mt->f);
 }
 

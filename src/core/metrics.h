@@ -18,12 +18,20 @@ typedef struct {
   double forward_ms, backward_ms, optimizer_ms; /* phases of the step; NAN: not separable */
   double loss_scale; /* fp16: the dynamic loss scale the step ran at; 0: not written */
   int step_skipped;  /* 1: this step's update was skipped (skipped counts them all) */
+  /* a mixture of datasets: the samples of each consumed so far, written as
+   * "samples":{"<name>":n,...} (n_sets 0: not written) */
+  int n_sets;
+  const char *const *set_names;
+  const int64_t *set_samples;
 } tsr_step_metrics;
 
 int tsr_metrics_open(tsr_metrics **out, const char *path);
 void tsr_metrics_close(tsr_metrics **mt);
 void tsr_metrics_step(tsr_metrics *mt, const tsr_step_metrics *s);
 void tsr_metrics_eval(tsr_metrics *mt, int64_t step, double val_loss);
+/* Several validation sets: {"step":…, "val_loss":<total>, "val_losses":{"<name>":…}} */
+void tsr_metrics_eval_sets(tsr_metrics *mt, int64_t step, double val_loss, int n,
+                           const char *const *names, const double *losses);
 /* {"step":…, "event":"<what>", "detail":"<detail>"}: starts, resumes. */
 void tsr_metrics_event(tsr_metrics *mt, int64_t step, const char *what, const char *detail);
 /* A checkpoint's event, once its write has ended: {"step":…, "event":"checkpoint",

@@ -45,6 +45,15 @@ struct tsr_data {
   int shuffle;
   uint64_t seed;
   char tokenizer[NAME_BYTES + 1];
+  /* a mixture (n_sets > 0; the fields above are then its sets' totals): the sets, their
+   * normalised weights and names, the blend's origin and its counts there, and a state
+   * remembered at `base` (data.h) */
+  int n_sets;
+  tsr_data **sets;
+  double *w;
+  char **names;
+  int64_t origin, base;
+  int64_t *origin_counts, *base_counts;
 };
 
 static uint32_t load_u32(const unsigned char *p) {
@@ -262,6 +271,18 @@ static int expand_pattern(const char *pattern, char ***paths, int *n_paths) {
   return 0;
 }
 
+int tsr_data_n_matches(const char *pattern) {
+  if (strpbrk(pattern, "*?[") == NULL) return 1;
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  const int rc = glob(pattern, 0, NULL, &g);
+  const int n = rc == GLOB_NOMATCH ? 0
+                : rc == 0            ? (int)(g.gl_pathc < INT32_MAX ? g.gl_pathc : INT32_MAX)
+                                     : -1;
+  globfree(&g);
+  return n;
+}
+
 int tsr_data_open(tsr_data **out, const char *pattern, int64_t seq_len, int64_t vocab_size,
                   int shuffle, uint64_t seed) {
   *out = NULL;
@@ -356,7 +377,16 @@ int tsr_data_peek(const char *pattern, int64_t vocab_size, char *tokenizer, size
 void tsr_data_destroy(tsr_data **dp) {
   if (!dp || !*dp) return;
   tsr_data *d = *dp;
-  for (int i = 0; i < d->n_files; i++) {
+  for (int i = 0; i < d->n_sets; i++) {
+    tsr_data_destroy(&d->sets[i]);
+    if (d->names) tsr_free(&d->names[i]);
+  }
+  tsr_free(&d->sets);
+  tsr_free(&d->names);
+  tsr_free(&d->w);
+  tsr_free(&d->origin_counts);
+  tsr_free(&d->base_counts);
+  for (int i = 0; i < d->n_files && d->files; i++) { /* a mixture's are its sets' */
     if (d->files[i].map) munmap((void *)d->files[i].map, d->files[i].map_bytes);
     tsr_free(&d->files[i].path);
   }
@@ -437,12 +467,211 @@ static int64_t sample_start(const tsr_data *d, int64_t k) {
   return j * d->seq_len;
 }
 
+/* ---- mixtures ---- */
+
+/* The set global sample i goes to, given the counts c at i (data.h). */
+static int pick(const tsr_data *d, int64_t i, const int64_t *c) {
+  const double n = (double)(i - d->origin + 1);
+  int best = 0;
+  double best_err = 0;
+  for (int s = 0; s < d->n_sets; s++) {
+    const double err = d->w[s] * n - (double)(c[s] - d->origin_counts[s]);
+    if (s == 0 || err > best_err) best = s, best_err = err;
+  }
+  return best;
+}
+
+/* c: the counts at global sample k (from the remembered state when it is at or before k,
+ * else from the origin). */
+static void counts_from_state(const tsr_data *d, int64_t k, int64_t *c) {
+  const int from_base = d->base <= k;
+  int64_t i = from_base ? d->base : d->origin;
+  memcpy(c, from_base ? d->base_counts : d->origin_counts, (size_t)d->n_sets * sizeof *c);
+  for (; i < k; i++) c[pick(d, i, c)]++;
+}
+
+void tsr_data_mix_counts(const tsr_data *d, int64_t k, int64_t *counts) {
+  counts_from_state(d, k, counts);
+}
+
+void tsr_data_mix_seek(tsr_data *d, int64_t k) {
+  if (d->n_sets == 0 || k == d->base || k < d->origin) return;
+  int64_t c[TSR_DATA_MAX_SETS];
+  counts_from_state(d, k, c);
+  memcpy(d->base_counts, c, (size_t)d->n_sets * sizeof *c);
+  d->base = k;
+}
+
+/* Samples first .. first+count-1 of a mixture into tokens (seq_len + 1 each, `stride`
+ * apart) or into inputs and targets. */
+static void mix_read(const tsr_data *d, int64_t first, int64_t count, int32_t *tokens,
+                     int32_t *inputs, int32_t *targets) {
+  int64_t c[TSR_DATA_MAX_SETS];
+  const int64_t L = d->seq_len;
+  counts_from_state(d, first, c);
+  for (int64_t i = 0; i < count; i++) {
+    const int s = pick(d, first + i, c);
+    const tsr_data *set = d->sets[s];
+    const int64_t start = sample_start(set, c[s]++);
+    if (tokens) {
+      read_tokens(set, start, L + 1, tokens + i * (L + 1));
+    } else {
+      read_tokens(set, start, L, inputs + i * L);
+      read_tokens(set, start + 1, L, targets + i * L);
+    }
+  }
+}
+
+uint64_t tsr_data_set_seed(uint64_t seed, const char *name) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a of the name */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    h = (h ^ *p) * UINT64_C(0x100000001b3);
+  return tsr_mix64(seed ^ tsr_mix64(h));
+}
+
+int tsr_data_mix(tsr_data **out, tsr_data **sets, const double *weights,
+                 const char *const *names, int n) {
+  *out = NULL;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += weights[i] >= 0 ? weights[i] : -1e300;
+  int rc = n >= 1 && n <= TSR_DATA_MAX_SETS && sum > 0 ? 0 : TSR_ERR_INPUT;
+  if (rc) tsr_error("a mixture needs 1 to %d datasets with weights >= 0 of a positive sum",
+                    TSR_DATA_MAX_SETS);
+  for (int i = 1; i < n && !rc; i++)
+    if (strcmp(sets[i]->tokenizer, sets[0]->tokenizer)) {
+      tsr_error("dataset '%s' (%s ...) was made with tokenizer '%s' but dataset '%s' (%s ...) "
+                "with '%s': the datasets of a mixture must share a tokenizer (tools/tsr-prepare "
+                "--spm-model or --tokenizer-file of the first)", names[i], sets[i]->files[0].path,
+                sets[i]->tokenizer, names[0], sets[0]->files[0].path, sets[0]->tokenizer);
+      rc = TSR_ERR_INPUT;
+    }
+  tsr_data *d = rc ? NULL : tsr_calloc(1, sizeof *d);
+  if (d) {
+    d->sets = tsr_calloc((size_t)n, sizeof *d->sets);
+    d->names = tsr_calloc((size_t)n, sizeof *d->names);
+    d->w = tsr_calloc((size_t)n, sizeof *d->w);
+    d->origin_counts = tsr_calloc((size_t)n, sizeof *d->origin_counts);
+    d->base_counts = tsr_calloc((size_t)n, sizeof *d->base_counts);
+  }
+  if (!rc && (!d || !d->sets || !d->names || !d->w || !d->origin_counts || !d->base_counts))
+    rc = TSR_ERR;
+  if (rc) {
+    tsr_data_destroy(&d);
+    for (int i = 0; i < n; i++) tsr_data_destroy(&sets[i]);
+    return rc;
+  }
+  d->n_sets = n;
+  for (int i = 0; i < n; i++) {
+    d->sets[i] = sets[i];
+    sets[i] = NULL;
+    d->w[i] = weights[i] / sum;
+    d->names[i] = dup_string(names[i]);
+    if (!d->names[i]) rc = TSR_ERR;
+    d->n_files += d->sets[i]->n_files;
+    d->n_tokens += d->sets[i]->n_tokens;
+    d->n_samples += d->sets[i]->n_samples;
+  }
+  d->seq_len = d->sets[0]->seq_len;
+  memcpy(d->tokenizer, d->sets[0]->tokenizer, sizeof d->tokenizer);
+  if (rc) {
+    tsr_data_destroy(&d);
+    return rc;
+  }
+  *out = d;
+  return 0;
+}
+
+int tsr_data_n_sets(const tsr_data *d) { return d->n_sets; }
+const tsr_data *tsr_data_set(const tsr_data *d, int i) { return d->sets[i]; }
+const char *tsr_data_set_name(const tsr_data *d, int i) { return d->names[i]; }
+double tsr_data_set_weight(const tsr_data *d, int i) { return d->w[i]; }
+
+void tsr_data_mix_state(const tsr_data *d, int64_t cursor, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = 0;
+  if (d->n_sets == 0) return;
+  int64_t c[TSR_DATA_MAX_SETS];
+  counts_from_state(d, cursor, c);
+  o += (size_t)snprintf(buf, len, "origin %" PRId64 "\n", d->origin);
+  for (int s = 0; s < d->n_sets && o < len; s++)
+    o += (size_t)snprintf(buf + o, len - o, "%s %.17g %" PRId64 " %" PRId64 "\n", d->names[s],
+                          d->w[s], d->origin_counts[s], c[s]);
+}
+
+int tsr_data_mix_resume(tsr_data *d, int64_t cursor, const char *state, char *why,
+                        size_t len) {
+  why[0] = 0;
+  if (d->n_sets == 0) return 0;
+  /* the state's sets */
+  char name[TSR_DATA_MAX_SETS][128];
+  double w[TSR_DATA_MAX_SETS];
+  int64_t oc[TSR_DATA_MAX_SETS], c[TSR_DATA_MAX_SETS], origin = 0, total = 0;
+  int n = 0, consumed = 0;
+  const char *p = state;
+  if (state[0]) {
+    if (sscanf(p, "origin %" SCNd64 "\n%n", &origin, &consumed) != 1) goto damaged;
+    for (p += consumed; *p; p += consumed) {
+      if (n == TSR_DATA_MAX_SETS ||
+          sscanf(p, "%127s %lg %" SCNd64 " %" SCNd64 "\n%n", name[n], &w[n], &oc[n], &c[n],
+                 &consumed) != 4 || c[n] < 0 || oc[n] < 0 || oc[n] > c[n])
+        goto damaged;
+      total += c[n++];
+    }
+    if (total != cursor || origin < 0 || origin > cursor) goto damaged;
+  }
+  int same = n == d->n_sets;
+  for (int s = 0; s < n && same; s++) same = !strcmp(name[s], d->names[s]) && w[s] == d->w[s];
+  if (same) {
+    d->origin = origin;
+    for (int s = 0; s < n; s++) d->origin_counts[s] = oc[s], d->base_counts[s] = c[s];
+    d->base = cursor;
+    return 0;
+  }
+  /* a new blend from here, each set where the checkpoint left its name */
+  size_t o = 0;
+  if (!state[0])
+    o += (size_t)snprintf(why, len, "the checkpoint was written without a mixture");
+  for (int s = 0; s < d->n_sets; s++) {
+    int64_t at = 0;
+    int found = -1;
+    for (int t = 0; t < n; t++)
+      if (!strcmp(name[t], d->names[s])) found = t;
+    if (found >= 0) at = c[found];
+    d->origin_counts[s] = d->base_counts[s] = at;
+    if (o < len && state[0])
+      o += (size_t)snprintf(why + o, len - o, "%s%s: weight %.4g%s%.4g, at sample %" PRId64,
+                            o ? "; " : "", d->names[s], found >= 0 ? w[found] : 0.0,
+                            " -> ", d->w[s], at);
+  }
+  for (int t = 0; t < n && o < len; t++) {
+    int found = 0;
+    for (int s = 0; s < d->n_sets; s++) found |= !strcmp(name[t], d->names[s]);
+    if (!found)
+      o += (size_t)snprintf(why + o, len - o, "; %s (%" PRId64 " samples) is no longer in it",
+                            name[t], c[t]);
+  }
+  d->origin = d->base = cursor;
+  return 1;
+damaged:
+  tsr_error("the checkpoint's mixture state (root attribute 'data_mix') is damaged: '%.200s'; "
+            "resume from another checkpoint", state);
+  return TSR_ERR_INPUT;
+}
+
 void tsr_data_sample(const tsr_data *d, int64_t k, int32_t *tokens) {
+  if (d->n_sets) {
+    mix_read(d, k, 1, tokens, NULL, NULL);
+    return;
+  }
   read_tokens(d, sample_start(d, k), d->seq_len + 1, tokens);
 }
 
 void tsr_data_batch(const tsr_data *d, int64_t first, int64_t count, int32_t *inputs,
                     int32_t *targets) {
+  if (d->n_sets) {
+    mix_read(d, first, count, NULL, inputs, targets);
+    return;
+  }
   int64_t L = d->seq_len;
   for (int64_t i = 0; i < count; i++) {
     int64_t start = sample_start(d, first + i);

@@ -382,8 +382,73 @@ static void assign_int_auto(parser *P, int k, const token *t, int bare) {
   *deck_ival(P->cfg, k) = v;
 }
 
+/* The text of a string value, unquoted (a doubled quote is one), into v (TSR_STR_PATH + 1
+ * bytes) and its length into *n; `size`, where not 0, the field's bytes with the NUL.
+ * Returns -1 (reported) when it is not a string, has a control character or is too long. */
+static int string_value(parser *P, const value_ctx *e, const token *t, int bare, size_t size,
+                        char *v, size_t *n_out) {
+  if (!t->quoted && !bare) {
+    errat(P, &e->l, "%s expects a quoted string, got %s; write '%s'", e->q, e->s, e->s);
+    return -1;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->quoted && t->p[i] == t->quote && i + 1 < t->n) i++; /* doubled quote */
+    if ((unsigned char)t->p[i] < 0x20 || t->p[i] == 0x7f) {
+      errat(P, &e->l, "%s contains a control character", e->q);
+      return -1;
+    }
+    if (n < TSR_STR_PATH) v[n] = t->p[i];
+    n++;
+  }
+  if (size && n >= size) {
+    errat(P, &e->l, "%s is too long: %zu characters, at most %zu", e->q, n, size - 1);
+    return -1;
+  }
+  v[n < TSR_STR_PATH ? n : TSR_STR_PATH] = 0;
+  *n_out = n;
+  return 0;
+}
+
+/* Value i of the n values of list key k ("&data weights value 2" in messages when n > 1). */
+static void assign_elem(parser *P, int k, int i, int n, const token *t, int bare) {
+  value_ctx e;
+  value_ctx_init(&e, P, k, t);
+  if (n > 1) {
+    const size_t o = strlen(e.q);
+    snprintf(e.q + o, sizeof e.q - o, " value %d", i + 1);
+  }
+  if (deck_schema[k].at_off) /* where it was given, for the data's messages */
+    fmt_loc((char *)P->cfg + deck_schema[k].at_off + (size_t)i * TSR_DECK_LOC, TSR_DECK_LOC,
+            &e.l);
+  if (deck_schema[k].type == K_REALLIST) {
+    double v = 0;
+    int rc;
+    if (t->quoted) {
+      errat(P, &e.l, "%s expects a real number, got the string '%s'", e.q, e.s);
+    } else if ((rc = parse_real(t->p, t->n, &v)) != 0) {
+      errat(P, &e.l, rc == -2 ? "%s = %s overflows a double" : "%s expects a real number, got '%s'", e.q, e.s);
+    } else if (!deck_in_range(e.d, v)) {
+      errat(P, &e.l, "%s = %s is out of range: must be %s", e.q, e.s, e.r);
+    } else {
+      deck_rval(P->cfg, k)[i] = v;
+    }
+    return;
+  }
+  char v[TSR_STR_PATH + 1];
+  size_t len = 0;
+  if (string_value(P, &e, t, bare, deck_elem_size(k), v, &len)) return;
+  memset(deck_sval_at(P->cfg, k, i), 0, deck_elem_size(k));
+  memcpy(deck_sval_at(P->cfg, k, i), v, len);
+}
+
 /* Check and store one value for key k.  `bare`: an unquoted word is a string (overrides). */
 static void assign_value(parser *P, int k, const token *t, int bare) {
+  if (deck_is_list(k)) { /* one value */
+    *deck_nval(P->cfg, k) = 1;
+    assign_elem(P, k, 0, 1, t, bare);
+    return;
+  }
   if (deck_schema[k].type == K_INT_AUTO) {
     assign_int_auto(P, k, t, bare);
     return;
@@ -442,26 +507,9 @@ static void assign_value(parser *P, int k, const token *t, int bare) {
     return;
   default: break;
   }
-  if (!t->quoted && !bare) {
-    errat(P, &e.l, "%s expects a quoted string, got %s; write '%s'", e.q, e.s, e.s);
-    return;
-  }
   char v[TSR_STR_PATH + 1];
   size_t n = 0;
-  for (size_t i = 0; i < t->n; i++) {
-    if (t->quoted && t->p[i] == t->quote && i + 1 < t->n) i++; /* doubled quote */
-    if ((unsigned char)t->p[i] < 0x20 || t->p[i] == 0x7f) {
-      errat(P, &e.l, "%s contains a control character", e.q);
-      return;
-    }
-    if (n < sizeof v - 1) v[n] = t->p[i];
-    n++;
-  }
-  if (d->type == K_STRING && n >= d->size) {
-    errat(P, &e.l, "%s is too long: %zu characters, at most %zu", e.q, n, d->size - 1);
-    return;
-  }
-  v[n] = 0;
+  if (string_value(P, &e, t, bare, d->type == K_STRING ? d->size : 0, v, &n)) return;
   if (d->type == K_CHOICE) {
     const int i = deck_choice_index(d->choices, v, n);
     if (i >= 0) {
@@ -551,7 +599,9 @@ static int key_ahead(const lexer *L) {
 /* The values after `key =`: up to the next key, '/', '&' or the end.  k < 0 skips them.
  * Overrides (P->argn > 0) take every token to the end of the argument. */
 static void read_values(parser *P, lexer *L, int k, const token *keytok) {
-  token first, extra, t;
+  token first = {0}, extra = {0}, t;
+  token list[TSR_MAX_DATASETS + 1]; /* a list key's values, repeats expanded */
+  int n_list = 0;
   int64_t count = 0;
   int have_extra = 0, bad = 0;
   for (;;) {
@@ -574,6 +624,7 @@ static void read_values(parser *P, lexer *L, int k, const token *keytok) {
     if (t.unterminated) report_bad(P, &t), bad = 1;
     if (count == 0) first = t;
     else if (!have_extra) extra = t, have_extra = 1;
+    for (int64_t r = 0; r < t.count && n_list <= TSR_MAX_DATASETS; r++) list[n_list++] = t;
     count += t.count;
     if (count > 1000000000) count = 1000000000;
   }
@@ -585,6 +636,15 @@ static void read_values(parser *P, lexer *L, int k, const token *keytok) {
     loc_t l = tok_loc(P, keytok);
     errat(P, &l, "%s has no value after '='", q);
     P->failed[k] = 1;
+  } else if (deck_is_list(k) && count > TSR_MAX_DATASETS) {
+    loc_t l = tok_loc(P, &list[TSR_MAX_DATASETS]);
+    errat(P, &l, "%s takes at most %d values, got %lld", q, TSR_MAX_DATASETS, (long long)count);
+    P->failed[k] = 1;
+  } else if (deck_is_list(k)) {
+    const int nerr = P->nerr;
+    *deck_nval(P->cfg, k) = n_list;
+    for (int i = 0; i < n_list; i++) assign_elem(P, k, i, n_list, &list[i], 0);
+    if (P->nerr != nerr) P->failed[k] = 1;
   } else if (count != 1) {
     loc_t l = first.count != 1 ? tok_loc(P, &first) : tok_loc(P, &extra);
     errat(P, &l, "%s expects one value, got %lld", q, (long long)count);
@@ -747,7 +807,7 @@ static void parse_override(parser *P, int argn, const char *arg) {
   token key = {0};
   key.line = 1, key.col = l.col;
   const key_type kt = deck_schema[k].type;
-  if (kt == K_STRING || kt == K_CHOICE || kt == K_SCOPE || kt == K_INT_AUTO) {
+  if (kt == K_STRING || kt == K_CHOICE || kt == K_SCOPE || kt == K_INT_AUTO || kt == K_STRLIST) {
     while (peekc(&L, 0) == ' ') adv(&L);
     if (peekc(&L, 0) != '\'' && peekc(&L, 0) != '"') {
       token t = {0};
@@ -871,6 +931,115 @@ static void layout_checks(parser *P) {
   }
 }
 
+/* A dataset's name: letters, digits, '_', '-', '.', not empty (metrics.jsonl's keys, the
+ * log's words). */
+static int name_ok(const char *s) {
+  if (!s[0]) return 0;
+  for (; *s; s++)
+    if (!is_alnum_((unsigned char)*s) && *s != '-' && *s != '.') return 0;
+  return 1;
+}
+
+/* The default name of a dataset: the last directory of its glob ('data/web/train_*.bin':
+ * 'web'), else `fallback` (numbered when there are several). */
+static void derived_name(const char *glob, const char *fallback, int i, int n, char *out,
+                         size_t cap) {
+  const char *end = strrchr(glob, '/');
+  while (end && end > glob && end[-1] == '/') end--;
+  const char *b = end;
+  while (b && b > glob && b[-1] != '/') b--;
+  const size_t len = end ? (size_t)(end - b) : 0;
+  if (len && !(len == 1 && b[0] == '.') && !(len == 2 && b[0] == '.' && b[1] == '.'))
+    snprintf(out, cap, "%.*s", (int)len, b);
+  else if (n > 1)
+    snprintf(out, cap, "%s%d", fallback, i + 1);
+  else
+    snprintf(out, cap, "%s", fallback);
+}
+
+/* &data's lists, for the training datasets (v = 0) and then the validation sets: no empty
+ * glob among several, one weight and one name per glob (the defaults filled in: equal
+ * weights, or the training weights for as many validation sets; each glob's directory),
+ * weights of a positive sum, names that are names and differ. */
+static void data_checks(parser *P) {
+  tsr_data_config *d = &P->cfg->data;
+  char r[2][TSR_STR_PATH + 200];
+  for (int v = 0; v < 2; v++) {
+    const int kg = deck_key_id(GI_data, v ? "valid" : "train"),
+              kw = deck_key_id(GI_data, v ? "valid_weights" : "weights"),
+              kn = deck_key_id(GI_data, v ? "valid_names" : "names");
+    if (P->failed[kg]) continue;
+    const int n = *deck_nval(P->cfg, kg);
+    char(*glob)[TSR_STR_PATH] = v ? d->valid_glob : d->train_glob;
+    char(*names)[TSR_SET_NAME] = v ? d->valid_names : d->names;
+    double *w = v ? d->valid_weights : d->weights;
+    int *nw = deck_nval(P->cfg, kw), *nn = deck_nval(P->cfg, kn);
+    for (int i = 0; i < n && n > 1; i++)
+      if (!glob[i][0]) {
+        int ids[] = {kg};
+        XERR(ids, "data.%s value %d is empty: each dataset of a list needs a path or glob",
+             deck_schema[kg].name, i + 1);
+      }
+    if (!P->set_seq[kw]) {
+      const int as_train = v && n == d->n_train && !P->failed[deck_key_id(GI_data, "weights")];
+      for (int i = 0; i < n; i++) w[i] = as_train ? d->weights[i] : 1.0;
+      *nw = n;
+    } else if (!P->failed[kw] && *nw != n) {
+      int ids[] = {kg, kw};
+      XERR(ids, "data.%s has %d value%s but data.%s has %d: give one weight per dataset (%s)",
+           deck_schema[kg].name, n, n > 1 ? "s" : "", deck_schema[kw].name, *nw,
+           REF(0, kg));
+    } else if (!P->failed[kw]) {
+      double sum = 0;
+      for (int i = 0; i < n; i++) sum += w[i];
+      if (!(sum > 0)) {
+        int ids[] = {kw};
+        XERR(ids, "data.%s sum to 0: give at least one dataset a weight > 0 (the weights are "
+             "shares of the samples, normalised by their sum)", deck_schema[kw].name);
+      }
+    }
+    if (!P->set_seq[kn]) {
+      for (int i = 0; i < n; i++)
+        derived_name(glob[i], v ? "valid" : "train", i, n, names[i], TSR_SET_NAME);
+      *nn = n;
+      for (int i = 0; i < n; i++) {
+        if (!name_ok(names[i])) {
+          int ids[] = {kg};
+          XERR(ids, "the name '%.*s' taken from the directory of data.%s value %d is not a "
+               "name (letters, digits, '_', '-', '.'): set data.%s", TSR_SET_NAME - 1, names[i],
+               deck_schema[kg].name, i + 1, deck_schema[kn].name);
+          break;
+        }
+        for (int j = 0; j < i; j++)
+          if (!strcmp(names[i], names[j])) {
+            int ids[] = {kg};
+            XERR(ids, "data.%s values %d and %d are both in a directory named '%s': set "
+                 "data.%s to tell them apart (%s)", deck_schema[kg].name, j + 1, i + 1,
+                 names[i], deck_schema[kn].name, REF(0, kg));
+            i = n;
+            break;
+          }
+      }
+    } else if (!P->failed[kn] && *nn != n) {
+      int ids[] = {kg, kn};
+      XERR(ids, "data.%s has %d value%s but data.%s has %d: give one name per dataset (%s)",
+           deck_schema[kg].name, n, n > 1 ? "s" : "", deck_schema[kn].name, *nn, REF(0, kg));
+    } else if (!P->failed[kn]) {
+      for (int i = 0; i < n; i++) {
+        int bad = !name_ok(names[i]);
+        for (int j = 0; j < i && !bad; j++) bad = !strcmp(names[i], names[j]) ? 2 : 0;
+        if (bad) {
+          int ids[] = {kn};
+          XERR(ids, "data.%s value %d '%s' %s", deck_schema[kn].name, i + 1, names[i],
+               bad == 2 ? "is given twice: each dataset needs its own name"
+                        : "is not a name: use letters, digits, '_', '-', '.'");
+          break;
+        }
+      }
+    }
+  }
+}
+
 static void cross_checks(parser *P) {
   tsr_config *c = P->cfg;
   char r[3][TSR_STR_PATH + 200];
@@ -878,6 +1047,7 @@ static void cross_checks(parser *P) {
             warm = deck_key_id(GI_optim, "warmup_steps"),
             dsteps = deck_key_id(GI_optim, "decay_steps");
   layout_checks(P);
+  data_checks(P);
   if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {
     int ids[] = {deck_key_id(GI_checkpoint, "mpiio_hints")};
     XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "

@@ -23,17 +23,23 @@ static const char *const group_help[N_GROUP] = {
     "the GPUs `tessera plan` plans for (training ignores it); 0 = the built-in figure of name"};
 
 static const char *const type_name[] = {"integer", "real", "logical", "string", "choice",
-                                        "string", "int|auto", "log|auto"};
+                                        "string", "int|auto", "log|auto", "strings", "reals"};
 
 #define FLD(g, f, t) GI_##g, #f, t, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f)
-#define INT(g, f, def, lo, hi, b, help) {FLD(g, f, K_INT), def, lo, hi, b, NULL, help}
-#define REAL(g, f, def, lo, hi, b, help) {FLD(g, f, K_REAL), def, lo, hi, b, NULL, help}
-#define LOGI(g, f, def, help) {FLD(g, f, K_LOGICAL), def, 0, 0, 0, NULL, help}
-#define STR(g, f, def, shown, help) {FLD(g, f, K_STRING), def, 0, 0, 0, shown, help}
-#define CHOICE(g, f, def, ch, help) {FLD(g, f, K_CHOICE), def, 0, 0, 0, ch, help}
-#define SCOPE(g, f, def, shown, help) {FLD(g, f, K_SCOPE), def, 0, 0, 0, shown, help}
-#define INT_AUTO(g, f, def, lo, help) {FLD(g, f, K_INT_AUTO), def, lo, 0, LO, NULL, help}
-#define LOGI_AUTO(g, f, def, help) {FLD(g, f, K_LOGI_AUTO), def, 0, 0, 0, NULL, help}
+#define INT(g, f, def, lo, hi, b, help) {FLD(g, f, K_INT), def, lo, hi, b, NULL, help, 0, 0}
+#define REAL(g, f, def, lo, hi, b, help) {FLD(g, f, K_REAL), def, lo, hi, b, NULL, help, 0, 0}
+#define LOGI(g, f, def, help) {FLD(g, f, K_LOGICAL), def, 0, 0, 0, NULL, help, 0, 0}
+#define STR(g, f, def, shown, help) {FLD(g, f, K_STRING), def, 0, 0, 0, shown, help, 0, 0}
+#define CHOICE(g, f, def, ch, help) {FLD(g, f, K_CHOICE), def, 0, 0, 0, ch, help, 0, 0}
+#define SCOPE(g, f, def, shown, help) {FLD(g, f, K_SCOPE), def, 0, 0, 0, shown, help, 0, 0}
+#define INT_AUTO(g, f, def, lo, help) {FLD(g, f, K_INT_AUTO), def, lo, 0, LO, NULL, help, 0, 0}
+#define LOGI_AUTO(g, f, def, help) {FLD(g, f, K_LOGI_AUTO), def, 0, 0, 0, NULL, help, 0, 0}
+/* lists: key `k` stored in field f, its count in n_k */
+#define FLDN(g, k, f, t) GI_##g, #k, t, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f)
+#define STRLIST(g, k, f, def, at, help)                                                       \
+  {FLDN(g, k, f, K_STRLIST), def, 0, 0, 0, NULL, help, offsetof(tsr_config, g.n_##k), at}
+#define REALLIST(g, k, def, lo, hi, b, help)                                                  \
+  {FLDN(g, k, k, K_REALLIST), def, lo, hi, b, NULL, help, offsetof(tsr_config, g.n_##k), 0}
 
 const key_def deck_schema[] = {
     STR(run, name, "tessera", NULL, "run name, shown in the log and stored in checkpoints"),
@@ -133,8 +139,23 @@ const key_def deck_schema[] = {
     REAL(optim, beta2, "0.95", 0, 1, LO | HI | HI_OPEN, "Adam second-moment decay"),
     REAL(optim, eps, "1e-8", 0, 1, LO | HI | LO_OPEN, "Adam epsilon"),
     REAL(optim, weight_decay, "0.1", 0, 10, LO | HI, "decoupled weight decay (2-D weights)"),
-    STR(data, train, "", NULL, "path or glob of training shards, e.g. 'data/x/train_*.bin'"),
-    STR(data, valid, "", NULL, "path or glob of validation shards ('' = no evaluation)"),
+    STRLIST(data, train, train_glob, "", offsetof(tsr_config, data.train_at),
+            "path or glob of training shards, e.g. 'data/x/train_*.bin'; several make a "
+            "weighted mixture of datasets: 'web/train_*.bin', 'code/train_*.bin'"),
+    REALLIST(data, weights, "1.0", 0, 0, LO,
+             "each training dataset's share of the samples, normalised by their sum (one "
+             "per train glob; default: equal)"),
+    STRLIST(data, names, names, "train", 0,
+            "each training dataset's name in the log and metrics.jsonl (letters, digits, "
+            "'_', '-', '.'; default: the directory of its glob)"),
+    STRLIST(data, valid, valid_glob, "", offsetof(tsr_config, data.valid_at),
+            "path or glob of validation shards ('' = no evaluation); several are validation "
+            "sets, each reported on its own"),
+    REALLIST(data, valid_weights, "1.0", 0, 0, LO,
+             "the validation sets' weights in the total val_loss (default: data.weights "
+             "when there are as many sets as training datasets, else equal)"),
+    STRLIST(data, valid_names, valid_names, "valid", 0,
+            "each validation set's name (default: the directory of its glob)"),
     LOGI(data, shuffle, ".false.", "seeded permutation of samples (else in file order)"),
     LOGI(data, document_mask, ".false.",
          "document masking: a token attends only to the earlier tokens of its own document "
@@ -274,6 +295,14 @@ int64_t *deck_ival(tsr_config *c, int k) { return (int64_t *)((char *)c + deck_s
 double *deck_rval(tsr_config *c, int k) { return (double *)((char *)c + deck_schema[k].offset); }
 int *deck_lval(tsr_config *c, int k) { return (int *)((char *)c + deck_schema[k].offset); }
 char *deck_sval(tsr_config *c, int k) { return (char *)c + deck_schema[k].offset; }
+int deck_is_list(int k) {
+  return deck_schema[k].type == K_STRLIST || deck_schema[k].type == K_REALLIST;
+}
+int *deck_nval(tsr_config *c, int k) { return (int *)((char *)c + deck_schema[k].count_off); }
+size_t deck_elem_size(int k) { return deck_schema[k].size / TSR_MAX_DATASETS; }
+char *deck_sval_at(tsr_config *c, int k, int i) {
+  return (char *)c + deck_schema[k].offset + (size_t)i * deck_elem_size(k);
+}
 
 /* Word i of a choice list "a|b|c" into buf (empty when there is none). */
 void deck_choice_word(const char *choices, int i, char *buf, size_t cap) {
@@ -303,9 +332,36 @@ static void fmt_real(char *buf, size_t cap, double v) {
   if (!strpbrk(buf, ".eni")) strncat(buf, ".0", cap - strlen(buf) - 1);
 }
 
-/* Value of key k in deck syntax.  cap >= 2*TSR_STR_PATH + 4 always fits a quoted string. */
+/* A string in deck syntax: quoted, a quote doubled; at most n bytes of s. */
+static void fmt_string(char *buf, size_t cap, const char *s, size_t n) {
+  size_t o = 0;
+  buf[o++] = '\'';
+  for (size_t i = 0; i < n && s[i] && o + 3 < cap; i++) {
+    if (s[i] == '\'') buf[o++] = '\'';
+    buf[o++] = s[i];
+  }
+  buf[o++] = '\'';
+  buf[o] = 0;
+}
+
+/* Value of key k in deck syntax (a list: its values separated by ", ").  cap >= VALBUF
+ * always fits it. */
 void deck_fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
   tsr_config *cc = (tsr_config *)c;
+  if (deck_is_list(k)) {
+    size_t o = 0;
+    const int n = *deck_nval(cc, k);
+    buf[0] = 0;
+    for (int i = 0; i < n && o + 8 < cap; i++) {
+      if (i) o += (size_t)snprintf(buf + o, cap - o, ", ");
+      if (deck_schema[k].type == K_REALLIST)
+        fmt_real(buf + o, cap - o, deck_rval(cc, k)[i]);
+      else
+        fmt_string(buf + o, cap - o, deck_sval_at(cc, k, i), deck_elem_size(k));
+      o += strlen(buf + o);
+    }
+    return;
+  }
   switch (deck_schema[k].type) {
   case K_INT: snprintf(buf, cap, "%lld", (long long)*deck_ival(cc, k)); break;
   case K_INT_AUTO:
@@ -330,17 +386,7 @@ void deck_fmt_value(const tsr_config *c, int k, char *buf, size_t cap) {
     snprintf(buf, cap, "'%s'", tsr_shard_scope_text(*deck_ival(cc, k), w, sizeof w));
     break;
   }
-  default: {
-    const char *s = deck_sval(cc, k);
-    size_t o = 0;
-    buf[o++] = '\'';
-    for (size_t i = 0; i < deck_schema[k].size && s[i] && o + 3 < cap; i++) {
-      if (s[i] == '\'') buf[o++] = '\'';
-      buf[o++] = s[i];
-    }
-    buf[o++] = '\'';
-    buf[o] = 0;
-  }
+  default: fmt_string(buf, cap, deck_sval(cc, k), deck_schema[k].size);
   }
 }
 
@@ -382,15 +428,27 @@ void tsr_deck_defaults(tsr_config *cfg) {
     case K_LOGI_AUTO: *deck_lval(cfg, k) = !strcmp(d, "auto") ? TSR_LOGI_AUTO : d[1] == 't'; break;
     case K_CHOICE: *deck_lval(cfg, k) = deck_choice_index(deck_schema[k].choices, d, strlen(d)); break;
     case K_SCOPE: *deck_ival(cfg, k) = TSR_SHARD_GLOBAL; break; /* every default is 'global' */
+    case K_REALLIST:
+      *deck_rval(cfg, k) = strtod(d, NULL);
+      *deck_nval(cfg, k) = 1;
+      break;
+    case K_STRLIST:
+      snprintf(deck_sval(cfg, k), deck_elem_size(k), "%s", d);
+      *deck_nval(cfg, k) = 1;
+      break;
     default: snprintf(deck_sval(cfg, k), deck_schema[k].size, "%s", d);
     }
   }
 }
 
 static void allowed(const key_def *d, char *buf, size_t cap) {
-  if (d->type == K_INT || d->type == K_REAL || d->type == K_INT_AUTO) {
+  if (d->type == K_INT || d->type == K_REAL || d->type == K_INT_AUTO || d->type == K_REALLIST) {
     deck_fmt_range(buf, cap, d);
     if (d->type == K_INT_AUTO) strncat(buf, " or 'auto'", cap - strlen(buf) - 1);
+    if (d->type == K_REALLIST)
+      snprintf(buf + strlen(buf), cap - strlen(buf), ", 1 to %d values", TSR_MAX_DATASETS);
+  } else if (d->type == K_STRLIST) {
+    snprintf(buf, cap, "1 to %d strings", TSR_MAX_DATASETS);
   } else if (d->choices) {
     size_t o = 0;
     for (const char *c = d->choices; *c && o + 4 < cap;) {

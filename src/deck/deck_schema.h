@@ -17,9 +17,13 @@ extern const char *const deck_group_name[N_GROUP];
  * config.h list them in the same order); K_SCOPE is shard_scope: TSR_SHARD_GLOBAL,
  * TSR_SHARD_NODE or a number of ranks, written 'global', 'node' or '8'; K_INT_AUTO is an
  * integer within the bounds or 'auto', stored as TSR_EVERY_AUTO (checkpoint.every_steps);
- * K_LOGI_AUTO is a logical or 'auto', stored as 1, 0 or TSR_LOGI_AUTO (checkpoint.async). */
+ * K_LOGI_AUTO is a logical or 'auto', stored as 1, 0 or TSR_LOGI_AUTO (checkpoint.async).
+ * K_STRLIST and K_REALLIST take 1 to TSR_MAX_DATASETS values (`a = 'x', 'y'`): an array
+ * of TSR_MAX_DATASETS strings (each size / TSR_MAX_DATASETS bytes) or doubles, and an int
+ * at count_off holding how many were given; at_off, where not 0, is an array of
+ * TSR_DECK_LOC texts that receives where each value was given. */
 typedef enum { K_INT, K_REAL, K_LOGICAL, K_STRING, K_CHOICE, K_SCOPE, K_INT_AUTO,
-               K_LOGI_AUTO } key_type;
+               K_LOGI_AUTO, K_STRLIST, K_REALLIST } key_type;
 enum { LO = 1, HI = 2, LO_OPEN = 4, HI_OPEN = 8 }; /* which bounds apply, and open ends */
 
 typedef struct {
@@ -32,14 +36,15 @@ typedef struct {
   int bounds;
   const char *choices; /* "a|b|c": enforced for K_CHOICE, shown for K_STRING and K_SCOPE */
   const char *help;
+  size_t count_off, at_off; /* lists only */
 } key_def;
 
 extern const key_def deck_schema[];
 extern const int deck_n_keys; /* at most DECK_MAX_KEYS (checked where the schema is) */
 #define DECK_MAX_KEYS 160
 
-/* Value buffers: cap >= 2*TSR_STR_PATH + 4 always fits a quoted string. */
-#define VALBUF (2 * TSR_STR_PATH + 8)
+/* Value buffers: always fit a quoted string (2*TSR_STR_PATH + 4), or a list of them. */
+#define VALBUF (TSR_MAX_DATASETS * (2 * TSR_STR_PATH + 4) + 8)
 
 int deck_lower(int c);
 int deck_ieq(const char *a, const char *p, size_t n); /* a equals p[0..n), ignoring case */
@@ -51,6 +56,11 @@ int64_t *deck_ival(tsr_config *c, int k);
 double *deck_rval(tsr_config *c, int k);
 int *deck_lval(tsr_config *c, int k);
 char *deck_sval(tsr_config *c, int k);
+/* a list key's count of values, its element i (string, real), its element size */
+int *deck_nval(tsr_config *c, int k);
+char *deck_sval_at(tsr_config *c, int k, int i);
+size_t deck_elem_size(int k);
+int deck_is_list(int k);
 /* word i of a choice list "a|b|c" into buf (empty when there is none); the index of word
  * v[0..n) in it (case-insensitive), or -1 */
 void deck_choice_word(const char *choices, int i, char *buf, size_t cap);

@@ -332,7 +332,8 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
   const double t0 = tsr_now();
   char path[TSR_STR_PATH];
   TSR_CALL(find_checkpoint(cfg, path, sizeof path));
-  const char *shards = cfg->data.train[0] ? cfg->data.train : cfg->data.valid;
+  const char *shards =
+      cfg->data.train_glob[0][0] ? cfg->data.train_glob[0] : cfg->data.valid_glob[0];
   TSR_CHECK(shards[0], TSR_ERR_INPUT,
             "tessera generate takes the tokenizer from the token shards: set &data train (or "
             "valid) to the shards the model was trained on");
@@ -462,7 +463,7 @@ static void sample_context(const tsr_config *cfg, tsr_tokenizer **tok, int32_t *
   const char *p = cfg->run.sample_prompt;
   int32_t *ids = NULL;
   int64_t k = 0;
-  if (unusable || tsr_tokenizer_open(tok, cfg->data.train, cfg->model.vocab_size) != 0 ||
+  if (unusable || tsr_tokenizer_open(tok, cfg->data.train_glob[0], cfg->model.vocab_size) != 0 ||
       tsr_tokenizer_encode(*tok, p, strlen(p), &ids, &k) != 0) {
     if (!unusable++)
       tsr_log("sample: none in this run: the tokenizer cannot be used (said above)");

@@ -116,12 +116,18 @@ double tsr_session_mfu(tsr_session *s, double tok_per_s) {
 /* Train and valid shards made with different tokenizers would train happily and evaluate
  * nonsense: refuse them.  The data's tokenizer goes into every checkpoint. */
 static int same_tokenizer(tsr_session *s) {
+  const tsr_data_config *dc = &s->cfg->data;
   const char *train = s->train_data ? tsr_data_tokenizer(s->train_data) : NULL;
-  const char *valid = s->valid_data ? tsr_data_tokenizer(s->valid_data) : NULL;
-  TSR_CHECK(!train || !valid || !strcmp(train, valid), TSR_ERR_INPUT,
-            "data: the train shards (%s) were made with tokenizer '%s' but the valid shards "
-            "(%s) with '%s': prepare both with the same tokenizer (tools/tsr-prepare)",
-            s->cfg->data.train, train, s->cfg->data.valid, valid);
+  const char *valid = s->n_valid ? tsr_data_tokenizer(s->valid_data[0]) : NULL;
+  for (int i = 0; i < s->n_valid; i++) {
+    const char *v = tsr_data_tokenizer(s->valid_data[i]);
+    const char *other = train ? train : valid;
+    TSR_CHECK(!strcmp(other, v), TSR_ERR_INPUT,
+              "data: the %s shards (%s) were made with tokenizer '%s' but the valid shards "
+              "(%s) with '%s': prepare both with the same tokenizer (tools/tsr-prepare)",
+              train ? "train" : "valid", train ? dc->train_glob[0] : dc->valid_glob[0], other,
+              dc->valid_glob[i], v);
+  }
   snprintf(s->st.tokenizer, sizeof s->st.tokenizer, "%s", train ? train : valid ? valid : "");
   return 0;
 }
@@ -129,7 +135,8 @@ static int same_tokenizer(tsr_session *s) {
 /* data.document_mask: the end-of-document id, the deck's or the tokenizer's (of the
  * training shards, or the validation ones when only evaluating). */
 static int document_eos(tsr_session *s, const tsr_config *cfg, int training) {
-  const char *pattern = training || !cfg->data.valid[0] ? cfg->data.train : cfg->data.valid;
+  const char *pattern =
+      training || !cfg->data.valid_glob[0][0] ? cfg->data.train_glob[0] : cfg->data.valid_glob[0];
   if (cfg->data.eos_id >= 0)
     s->eos = (int32_t)cfg->data.eos_id;
   else
@@ -145,22 +152,65 @@ static int document_eos(tsr_session *s, const tsr_config *cfg, int training) {
  * there, a regular file, its header, every token, one sample at least), and rank 0 prints
  * one error for all, naming the file and, when only some ranks failed, the first of them
  * and its host. */
+/* One glob of &data train (valid: of &data valid), dataset i of n: a glob that matches
+ * nothing is reported where the deck gave it. */
+static int open_set(tsr_data **d, const tsr_config *cfg, int valid, int i, int n,
+                    int shuffle, uint64_t seed) {
+  const tsr_data_config *dc = &cfg->data;
+  const char *glob = valid ? dc->valid_glob[i] : dc->train_glob[i];
+  const char *at = valid ? dc->valid_at[i] : dc->train_at[i];
+  const char *name = valid ? dc->valid_names[i] : dc->names[i];
+  if (tsr_data_n_matches(glob) == 0) {
+    char which[TSR_SET_NAME + 64] = "";
+    if (n > 1) snprintf(which, sizeof which, " value %d (dataset '%s')", i + 1, name);
+    tsr_error("%s%sdata.%s%s: no files match the data glob '%s'; check the path, or create "
+              "shards with tools/tsr-prepare", at, at[0] ? ": " : "", valid ? "valid" : "train",
+              which, glob);
+    return TSR_ERR_INPUT;
+  }
+  return tsr_data_open(d, glob, cfg->model.seq_len, cfg->model.vocab_size, shuffle, seed);
+}
+
+/* &data train: one dataset as it always was, or a mixture of several, each shuffled on
+ * its own seed. */
+static int open_train(tsr_session *s, const tsr_config *cfg, uint64_t seed) {
+  const tsr_data_config *dc = &cfg->data;
+  const int n = dc->n_train;
+  if (n == 1) return open_set(&s->train_data, cfg, 0, 0, 1, dc->shuffle, seed);
+  tsr_data *sets[TSR_MAX_DATASETS] = {0};
+  const char *names[TSR_MAX_DATASETS];
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    names[i] = dc->names[i];
+    rc = open_set(&sets[i], cfg, 0, i, n, dc->shuffle, tsr_data_set_seed(seed, dc->names[i]));
+  }
+  if (rc) {
+    for (int i = 0; i < n; i++) tsr_data_destroy(&sets[i]);
+    return rc;
+  }
+  return tsr_data_mix(&s->train_data, sets, dc->weights, names, n);
+}
+
 static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
   const uint64_t seed = (uint64_t)cfg->run.seed;
+  const tsr_data_config *dc = &cfg->data;
   char why[1024];
   int rc = 0;
   tsr_error_hold(why, sizeof why);
-  if (training && !cfg->data.train[0]) {
+  if (training && dc->n_train == 1 && !dc->train_glob[0][0]) {
     tsr_error("&data train is empty: set it to a path or glob of token shards (make them with "
               "tools/tsr-prepare)");
     rc = TSR_ERR_INPUT;
   }
-  if (!rc && training)
-    rc = tsr_data_open(&s->train_data, cfg->data.train, cfg->model.seq_len,
-                       cfg->model.vocab_size, cfg->data.shuffle, seed);
-  if (!rc && cfg->data.valid[0])
-    rc = tsr_data_open(&s->valid_data, cfg->data.valid, cfg->model.seq_len,
-                       cfg->model.vocab_size, 0, seed);
+  if (!rc && training) rc = open_train(s, cfg, seed);
+  const int n_valid = dc->n_valid == 1 && !dc->valid_glob[0][0] ? 0 : dc->n_valid;
+  double sum = 0;
+  for (int i = 0; i < n_valid && !rc; i++) {
+    rc = open_set(&s->valid_data[i], cfg, 1, i, n_valid, 0, seed);
+    if (!rc) s->n_valid = i + 1;
+    sum += dc->valid_weights[i];
+  }
+  for (int i = 0; i < s->n_valid; i++) s->valid_weight[i] = dc->valid_weights[i] / sum;
   if (!rc) rc = same_tokenizer(s);
   if (!rc && cfg->data.document_mask) rc = document_eos(s, cfg, training);
   tsr_error_release();
@@ -217,7 +267,8 @@ void tsr_session_close(tsr_session *s) {
   tsr_session_ckpt_close(s); /* a write in flight ends first, and is reported */
   tsr_metrics_close(&s->metrics);
   tsr_data_destroy(&s->train_data);
-  tsr_data_destroy(&s->valid_data);
+  for (int i = 0; i < s->n_valid; i++) tsr_data_destroy(&s->valid_data[i]);
+  s->n_valid = 0;
   tsr_pp_exec_destroy(&s->exec);
   tsr_pp_schedule_destroy(&s->sched);
   tsr_free(&s->bubble);
@@ -309,6 +360,28 @@ int tsr_session_resume(tsr_session *s) {
   return tsr_session_ckpt_open(s); /* resume read every file it needed: writes may start */
 }
 
+/* The mixture's blend goes on from the checkpoint's state: the same sample sequence when
+ * the deck's mixture is the checkpoint's, else (said in the log) a new blend from its
+ * cursor, each dataset where the checkpoint left it. */
+static int resume_mixture(tsr_session *s, const char *path) {
+  const int64_t cursor = s->st.data_cursor;
+  if (!s->train_data) return 0;
+  if (tsr_data_n_sets(s->train_data) == 0) {
+    if (s->st.data_mix[0])
+      tsr_warn("checkpoint %s was written by a run on a mixture of datasets; this deck has "
+               "one dataset (%s), which goes on at its sample %lld (the samples consumed)",
+               path, s->cfg->data.train_glob[0], (long long)cursor);
+    return 0;
+  }
+  char why[2048];
+  const int rc = tsr_data_mix_resume(s->train_data, cursor, s->st.data_mix, why, sizeof why);
+  if (rc < 0) return rc;
+  if (rc == 1)
+    tsr_warn("data: the deck's mixture is not the one checkpoint %s was written with (%s): a "
+             "new blend of the weights starts at sample %lld", path, why, (long long)cursor);
+  return 0;
+}
+
 static int resume_state(tsr_session *s) {
   const tsr_config *cfg = s->cfg;
   char path[TSR_STR_PATH];
@@ -331,6 +404,7 @@ static int resume_state(tsr_session *s) {
             "data order would change: use the same seed or checkpoint.resume = 'none'",
             path, (unsigned long long)s->st.seed, (long long)cfg->run.seed);
   tsr_loss_scale_resumed(&cfg->train, &s->st);
+  TSR_CALL(resume_mixture(s, path));
   if (s->st.step >= cfg->run.max_steps) { /* nothing to do: nothing written */
     tsr_log("checkpoint %s is at step %lld: run.max_steps = %lld is reached, nothing to train",
             path, (long long)s->st.step, (long long)cfg->run.max_steps);
@@ -344,15 +418,16 @@ static int resume_state(tsr_session *s) {
   return 0;
 }
 
-int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches) {
+/* The mean loss of one validation set's first batches. */
+static int evaluate_set(tsr_session *s, const tsr_data *d, double *val_loss, int64_t *batches) {
   const int64_t mb = s->cfg->train.micro_batch;
   int64_t n_batches = s->cfg->run.eval_steps;
-  const int64_t avail = tsr_data_n_samples(s->valid_data) / mb;
+  const int64_t avail = tsr_data_n_samples(d) / mb;
   if (avail < n_batches) n_batches = avail > 0 ? avail : 1; /* small valid sets wrap */
   double sum = 0;
   for (int64_t b = 0; b < n_batches; b++) {
     double loss;
-    tsr_data_batch(s->valid_data, b * mb, mb, s->inputs, s->targets);
+    tsr_data_batch(d, b * mb, mb, s->inputs, s->targets);
     if (s->exec)
       TSR_CALL(tsr_pp_exec_eval(s->exec, s->inputs, s->targets, &loss));
     else
@@ -363,4 +438,63 @@ int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches) {
   *val_loss = sum / (double)n_batches;
   if (batches) *batches = n_batches;
   return 0;
+}
+
+int tsr_session_evaluate(tsr_session *s, double *val_loss, double *set_loss, int64_t *batches) {
+  double total = 0;
+  for (int i = 0; i < s->n_valid; i++) {
+    double loss;
+    TSR_CALL(evaluate_set(s, s->valid_data[i], &loss, batches ? &batches[i] : NULL));
+    if (set_loss) set_loss[i] = loss;
+    /* one set: its loss as it always was */
+    total = s->n_valid == 1 ? loss : total + s->valid_weight[i] * loss;
+  }
+  *val_loss = total;
+  return 0;
+}
+
+void tsr_session_val_text(const tsr_session *s, double val_loss, const double *set_loss,
+                          char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "val loss %.4f", val_loss);
+  for (int i = 0; s->n_valid > 1 && i < s->n_valid && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%s %.4f%s", i ? ", " : " (",
+                          s->cfg->data.valid_names[i], set_loss[i],
+                          i == s->n_valid - 1 ? ")" : "");
+}
+
+void tsr_session_log_data(const tsr_session *s) {
+  const int n_sets = tsr_data_n_sets(s->train_data);
+  if (n_sets == 0)
+    tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
+            s->cfg->data.train_glob[0], tsr_data_n_files(s->train_data),
+            (long long)tsr_data_n_tokens(s->train_data),
+            (long long)tsr_data_n_samples(s->train_data), (long long)s->cfg->model.seq_len,
+            tsr_data_tokenizer(s->train_data), s->cfg->data.shuffle ? ", shuffled" : "");
+  else
+    tsr_log("data: a mixture of %d datasets, samples of %lld+1 tokens (tokenizer %s)%s; the run "
+            "takes %lld samples", n_sets, (long long)s->cfg->model.seq_len,
+            tsr_data_tokenizer(s->train_data),
+            s->cfg->data.shuffle ? ", each shuffled on its own seed" : "",
+            (long long)(s->cfg->run.max_steps * s->cfg->train.global_batch));
+  for (int i = 0; i < n_sets; i++) { /* the blend keeps each within a sample of its share */
+    const tsr_data *set = tsr_data_set(s->train_data, i);
+    const double w = tsr_data_set_weight(s->train_data, i);
+    const double take = w * (double)(s->cfg->run.max_steps * s->cfg->train.global_batch);
+    tsr_log("data: %-12s %s: %d file(s), %lld tokens, %lld samples; weight %.4f: %.0f "
+            "samples, %.3f epochs", tsr_data_set_name(s->train_data, i),
+            s->cfg->data.train_glob[i], tsr_data_n_files(set), (long long)tsr_data_n_tokens(set),
+            (long long)tsr_data_n_samples(set), w, take,
+            take / (double)tsr_data_n_samples(set));
+  }
+  for (int i = 0; i < s->n_valid && s->n_valid > 1; i++)
+    tsr_log("data: validation set %s: %s, %lld samples, weight %.4f in the total val loss",
+            s->cfg->data.valid_names[i], s->cfg->data.valid_glob[i],
+            (long long)tsr_data_n_samples(s->valid_data[i]), s->valid_weight[i]);
+}
+
+int tsr_session_set_samples(const tsr_session *s, const char **names, int64_t *samples) {
+  const int n = tsr_data_n_sets(s->train_data);
+  if (n) tsr_data_mix_counts(s->train_data, s->st.data_cursor, samples);
+  for (int i = 0; i < n; i++) names[i] = tsr_data_set_name(s->train_data, i);
+  return n;
 }

@@ -41,7 +41,10 @@ typedef struct {
   tsr_pp_schedule *sched; /* pp > 1: this stage's schedule and its executor */
   tsr_pp_exec *exec;
   double *bubble; /* [pp] measured idle fraction per stage, last step */
-  tsr_data *train_data, *valid_data;
+  tsr_data *train_data; /* one dataset, or a mixture of several (data.h) */
+  int n_valid;           /* validation sets (0: none), their data and normalised weights */
+  tsr_data *valid_data[TSR_MAX_DATASETS];
+  double valid_weight[TSR_MAX_DATASETS];
   int32_t *inputs, *targets; /* one micro-batch */
   tsr_metrics *metrics;
   tsr_train_state st;
@@ -90,8 +93,19 @@ void tsr_session_state_release(tsr_session *s, float *hb[3], int put);
  * so at the first raise.  Never above 1; -1 when no rate was measured. */
 double tsr_session_mfu(tsr_session *s, double tok_per_s);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
- * smaller): the first samples of the validation set. */
-int tsr_session_evaluate(tsr_session *s, double *val_loss, int64_t *batches);
+ * smaller): the first samples of each validation set, set_loss[i] of set i (may be NULL),
+ * and *val_loss their total weighted by data.valid_weights; batches: each set's count. */
+int tsr_session_evaluate(tsr_session *s, double *val_loss, double *set_loss, int64_t *batches);
+/* The data's lines of the log at start: the training data (each dataset of a mixture
+ * with its tokens, weight and the epochs the run takes of it) and the validation sets. */
+void tsr_session_log_data(const tsr_session *s);
+/* A mixture: its datasets' names and the samples of each consumed so far (at the
+ * cursor); returns how many datasets (0: one dataset, nothing written). */
+int tsr_session_set_samples(const tsr_session *s, const char **names, int64_t *samples);
+/* The validation losses as the log writes them: "val loss 3.2100", or with several sets
+ * "val loss 3.2100 (web 3.4000, code 2.7600)". */
+void tsr_session_val_text(const tsr_session *s, double val_loss, const double *set_loss,
+                          char *buf, size_t len);
 
 /* ---- checkpoints (session_ckpt.c; docs/formats.md "Checkpoint write protocol",
  * "Asynchronous checkpoints", "Checkpoint interval") ---- */

@@ -12,6 +12,7 @@
 #include "session.h"
 #include "core/util.h"
 #include "core/watchdog.h"
+#include "data/data.h"
 #include "parallel/zero.h"
 
 /* Its (stage, tp) part, its ZeRO shard of that, and which of the identical copies of the
@@ -97,6 +98,8 @@ void tsr_session_ckpt_close(tsr_session *s) {
 
 int tsr_session_save(tsr_session *s, const char *deck_text, int wait) {
   if (!s->ckpt) TSR_CALL(tsr_session_ckpt_open(s)); /* a save before the loop's set-up */
+  if (s->train_data) /* a mixture's blend state at the cursor ("" for one dataset) */
+    tsr_data_mix_state(s->train_data, s->st.data_cursor, s->st.data_mix, sizeof s->st.data_mix);
   const int background = tsr_ckpt_policy_background(s->ckpt);
   if (tsr_ckpt_policy_claim(s->ckpt, s->st.step)) { /* a stop right after a periodic one */
     tsr_log("checkpoint: step %lld is written already%s", (long long)s->st.step,

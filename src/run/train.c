@@ -81,6 +81,8 @@ static int train_step(tsr_session *s, step_result *r) {
   /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
    * gradient the mean over the global batch */
   const float dloss = (float)(S / ((double)k * s->dp));
+  /* a mixture: its blend's state at this step's first sample (every rank reads from it) */
+  tsr_data_mix_seek(s->train_data, s->st.data_cursor);
   const double t_begin = tsr_now();
   TSR_CALL(tsr_zero_begin_step(s->zero));
   const double opt_s = tsr_now() - t_begin;
@@ -152,11 +154,7 @@ static void log_setup(const tsr_session *s) {
           "%lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
           (double)total / 1e6, part, (double)tsr_model_activation_bytes(s->model) / 1e6,
           (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
-  tsr_log("data: %s: %d file(s), %lld tokens, %lld samples of %lld+1 tokens (tokenizer %s)%s",
-          cfg->data.train, tsr_data_n_files(s->train_data),
-          (long long)tsr_data_n_tokens(s->train_data), (long long)tsr_data_n_samples(s->train_data),
-          (long long)cfg->model.seq_len, tsr_data_tokenizer(s->train_data),
-          cfg->data.shuffle ? ", shuffled" : "");
+  tsr_session_log_data(s);
   tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; precision %s, "
           "recompute %s", (long long)cfg->train.global_batch, (long long)s->grad_accum_steps,
           (long long)cfg->train.micro_batch, s->dp, tsr_deck_word(cfg, &cfg->train.precision),
@@ -325,7 +323,12 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
     tsr_step_metrics sm = {step, r.loss, r.lr, r.grad_norm, s.st.tokens, tok_per_s, mfu,
                            (int64_t)tsr_ops_mem_bytes(), dt * 1e3, s.st.skipped,
                            r.phase_s[0] * 1e3, r.phase_s[1] * 1e3, r.phase_s[2] * 1e3, r.scale,
-                           r.skipped};
+                           r.skipped, 0, NULL, NULL};
+    int64_t set_samples[TSR_MAX_DATASETS];
+    const char *set_names[TSR_MAX_DATASETS];
+    if (s.rank == 0) /* a mixture: the samples of each dataset */
+      sm.n_sets = tsr_session_set_samples(&s, set_names, set_samples);
+    sm.set_names = set_names, sm.set_samples = set_samples;
     tsr_metrics_step(s.metrics, &sm);
     if (r.skipped && r.scale > 0) /* expected now and then: the scale searches for its level */
       tsr_log("step %lld: fp16 gradients overflowed at loss scale %g: update skipped, scale "
@@ -342,12 +345,16 @@ int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world) {
       window_steps = 0;
     }
     const int last = step == cfg->run.max_steps;
-    if (s.valid_data && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
-      double vl;
+    if (s.n_valid && cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || last)) {
+      double vl, set_loss[TSR_MAX_DATASETS];
+      char text[TSR_MAX_DATASETS * (TSR_SET_NAME + 16) + 32];
       tsr_watchdog_activity(step, "an evaluation");
-      GO_ALONE(tsr_session_evaluate(&s, &vl, NULL));
-      tsr_log("step %6lld | val loss %.4f", (long long)step, vl);
-      tsr_metrics_eval(s.metrics, step, vl);
+      GO_ALONE(tsr_session_evaluate(&s, &vl, set_loss, NULL));
+      tsr_session_val_text(&s, vl, set_loss, text, sizeof text);
+      tsr_log("step %6lld | %s", (long long)step, text);
+      const char *names[TSR_MAX_DATASETS];
+      for (int i = 0; i < s.n_valid; i++) names[i] = cfg->data.valid_names[i];
+      tsr_metrics_eval_sets(s.metrics, step, vl, s.n_valid > 1 ? s.n_valid : 0, names, set_loss);
     }
     if (cfg->run.sample_every > 0 && step % cfg->run.sample_every == 0) /* generate.c */
       GO_ALONE(tsr_generate_train_sample(&s));

@@ -188,6 +188,23 @@ EOF
   check "  ... the restart as text" grep -q "^text restarts 10 resumed at step 10" "$SCRATCH/tb/run/calls.txt"
 fi
 
+# Several validation sets ("val_losses" beside the weighted total val_loss): each set's
+# loss is a line of its own, named in the legend.
+"$PYTHON_REF" - "$SCRATCH/sets.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 5):
+        f.write(json.dumps({"step": s, "loss": 5.0 - 0.1 * s, "lr": 1e-3, "grad_norm": 1.0,
+                            "samples": {"web": 6 * s, "code": 2 * s}}) + "\n")
+        if s % 2 == 0:
+            f.write(json.dumps({"step": s, "val_loss": 4.5 - 0.1 * s,
+                                "val_losses": {"web": 4.6 - 0.1 * s, "code": 4.2 - 0.1 * s}}) + "\n")
+PY
+"$PLOT" "$SCRATCH/sets.jsonl" --dump -o "$SCRATCH/sets.png" >"$SCRATCH/sets.out" 2>&1
+check "several validation sets: a line per set beside the total"   test $? -eq 0 -a -n "$(grep "^dump: run 1 .*: line val_loss: 2 points, steps 2-4" "$SCRATCH/sets.out")"   -a -n "$(grep "^dump: run 1 .*: line val_loss:web: 2 points, steps 2-4" "$SCRATCH/sets.out")"   -a -n "$(grep "^dump: run 1 .*: line val_loss:code: 2 points, steps 2-4" "$SCRATCH/sets.out")"
+check "  ... named in the legend" grep -q "^dump: legend .*'validation web', 'validation code'" \
+  "$SCRATCH/sets.out"
+
 # Bad input: a garbled line 7 (followed by more records, not a restart), an empty file, a
 # missing file.
 sed '7s/.*/{"step":6,"loss":5.5,"lr/' "$M" >"$SCRATCH/bad.jsonl"

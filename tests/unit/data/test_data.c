@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +386,117 @@ static void test_errors(void) {
   expect_error("second shard of a glob truncated", pattern, 8, 2048, path, "truncated");
 }
 
+/* ---- mixtures: the blend's prefix counts, random access, its state and a resume ---- */
+
+/* Three sets of 10 samples of 4 tokens each; set s's tokens are s*100 + their position, so a
+ * sample's first token names its set and its place in it. */
+static int open_mix(tsr_data **mix, const double *w, const char *tokenizer_of_2) {
+  const char *const names[3] = {"web", "code", "books"};
+  tsr_data *sets[3] = {0};
+  int rc = 0;
+  for (int s = 0; s < 3 && !rc; s++) {
+    uint32_t tok[41];
+    for (int i = 0; i < 41; i++) tok[i] = (uint32_t)(s * 100 + i);
+    char name[32], path[512];
+    snprintf(name, sizeof name, "mix_%d.bin", s);
+    write_shard_raw(name, "TSRTOK01", 2, 1000, 41, tok, 41,
+                    s == 2 && tokenizer_of_2 ? tokenizer_of_2 : "bytes", 0);
+    path_of(path, sizeof path, name);
+    rc = tsr_data_open(&sets[s], path, 4, 1000, 0, 1);
+  }
+  if (rc) {
+    for (int s = 0; s < 3; s++) tsr_data_destroy(&sets[s]);
+    return rc;
+  }
+  return tsr_data_mix(mix, sets, w, names, 3);
+}
+
+static void sample_of(const tsr_data *d, int64_t k, int *set, int *j) {
+  int32_t t[5];
+  tsr_data_sample(d, k, t);
+  *set = t[0] / 100;
+  *j = (t[0] % 100) / 4;
+}
+
+static void test_mixture(void) {
+  const double w[3] = {5, 3, 2}, share[3] = {0.5, 0.3, 0.2};
+  tsr_data *d = NULL;
+  report(open_mix(&d, w, NULL) == 0 && tsr_data_n_sets(d) == 3 &&
+             tsr_data_set_weight(d, 1) == 0.3 && !strcmp(tsr_data_set_name(d, 2), "books"),
+         "a mixture of three sets opens, weights normalised (5 : 3 : 2)");
+  if (!d) return;
+  enum { N = 600 };
+  static int set[N], j[N];
+  int64_t c[3] = {0, 0, 0};
+  int prefix_ok = 1, order_ok = 1;
+  for (int64_t k = 0; k < N; k++) {
+    if (k % 8 == 0) tsr_data_mix_seek(d, k); /* as the trainer does each step */
+    sample_of(d, k, &set[k], &j[k]);
+    order_ok &= j[k] == (int)(c[set[k]] % 10); /* each set in its own order, wrapping */
+    c[set[k]]++;
+    for (int s = 0; s < 3; s++) prefix_ok &= fabs((double)c[s] - share[s] * (double)(k + 1)) <= 1.0;
+  }
+  report(prefix_ok, "every prefix of %d samples holds each set within one sample of its share "
+         "(%lld, %lld, %lld)", N, (long long)c[0], (long long)c[1], (long long)c[2]);
+  report(order_ok, "each set's samples come in its own order and wrap into its epochs");
+  int same = 1;
+  for (int64_t k = N - 1; k >= 0; k -= 37) { /* backwards: replayed from the origin */
+    int a, b;
+    sample_of(d, k, &a, &b);
+    same &= a == set[k] && b == j[k];
+  }
+  int64_t at[3];
+  tsr_data_mix_counts(d, 300, at);
+  report(same && at[0] + at[1] + at[2] == 300, "any sample again, in any order; counts at 300 "
+         "sum to 300");
+
+  /* the state at 300, resumed by another object of the same mixture: the same samples */
+  char state[512], why[512];
+  tsr_data_mix_state(d, 300, state, sizeof state);
+  tsr_data *e = NULL;
+  open_mix(&e, w, NULL);
+  int rc = e ? tsr_data_mix_resume(e, 300, state, why, sizeof why) : -9;
+  same = rc == 0;
+  for (int64_t k = 300; k < N && same; k++) {
+    int a, b;
+    sample_of(e, k, &a, &b);
+    same = a == set[k] && b == j[k];
+  }
+  report(same, "resumed from its state at sample 300, the same samples follow (state '%s')",
+         state);
+  tsr_data_destroy(&e);
+
+  /* other weights: a new blend at 300, each set going on from its count there */
+  const double w2[3] = {1, 1, 1};
+  open_mix(&e, w2, NULL);
+  rc = e ? tsr_data_mix_resume(e, 300, state, why, sizeof why) : -9;
+  int64_t c2[3] = {at[0], at[1], at[2]};
+  int ok = rc == 1 && strstr(why, "web: weight 0.5 -> 0.3333, at sample") != NULL;
+  for (int64_t k = 300; k < 330 && ok; k++) {
+    int a, b;
+    sample_of(e, k, &a, &b);
+    ok = b == (int)(c2[a] % 10);
+    c2[a]++;
+  }
+  report(ok && c2[0] - at[0] == 10 && c2[1] - at[1] == 10 && c2[2] - at[2] == 10,
+         "another mixture's state: a new blend from 300, each set where it was (%s)", why);
+  tsr_data_destroy(&e);
+
+  open_mix(&e, w, NULL);
+  rc = e ? tsr_data_mix_resume(e, 40, "", why, sizeof why) : -9;
+  int a = -1, b = -1;
+  if (e) sample_of(e, 40, &a, &b);
+  report(rc == 1 && a == 0 && b == 0, "a state of no mixture: each set from its first sample");
+  rc = e ? tsr_data_mix_resume(e, 300, "origin 0\nweb 0.5 0 10\n", why, sizeof why) : -9;
+  report(rc == TSR_ERR_INPUT, "a damaged state (counts that do not add up to the cursor) is "
+         "refused");
+  tsr_data_destroy(&e);
+  tsr_data_destroy(&d);
+
+  rc = open_mix(&d, w, "spm:other");
+  report(rc == TSR_ERR_INPUT && d == NULL, "sets of different tokenizers are refused");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0); /* a crash still shows the cases that ran */
   snprintf(g_dir, sizeof g_dir, "%s/tsr_test_data_XXXXXX",
@@ -397,6 +509,7 @@ int main(void) {
   test_u32();
   test_shuffle();
   test_errors();
+  test_mixture();
   report(tsr_mem_bytes() == 0, "all tsr_calloc memory released (%zu bytes live)",
          tsr_mem_bytes());
 

@@ -40,9 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *out = malloc(need);
     tsr_deck_write(&cfg, out, need);
     memset(&again, 0, sizeof again);
-    if (tsr_deck_parse(&again, out, strlen(out), "written.nml", 0, NULL, world_size, errbuf,
-                       sizeof errbuf) != 0 ||
-        memcmp(&cfg, &again, sizeof cfg) != 0)
+    const int rc2 = tsr_deck_parse(&again, out, strlen(out), "written.nml", 0, NULL,
+                                   world_size, errbuf, sizeof errbuf);
+    /* where the data globs were given is not a value: the written deck has other places */
+    memset(cfg.data.train_at, 0, sizeof cfg.data.train_at);
+    memset(cfg.data.valid_at, 0, sizeof cfg.data.valid_at);
+    memset(again.data.train_at, 0, sizeof again.data.train_at);
+    memset(again.data.valid_at, 0, sizeof again.data.valid_at);
+    if (rc2 != 0 || memcmp(&cfg, &again, sizeof cfg) != 0)
       __builtin_trap(); /* the effective deck must read back as the same config */
     free(out);
   }

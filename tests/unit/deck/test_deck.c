@@ -270,7 +270,7 @@ static void test_overrides(void) {
                         "checkpoint.dir=", "run.out_dir=\"a \"\"b\"\"\"", "train.micro_batch=2"};
   int rc = parse(&c, "&model\n  n_layer = 2\n/\n&data shuffle = F /", 12, (char **)good, 4);
   int ok = rc == 0 && c.parallel.schedule == TSR_SCHEDULE_GPIPE &&
-           !strcmp(c.data.train, "data/x_*.bin") && !strcmp(c.run.name, "it's") &&
+           !strcmp(c.data.train_glob[0], "data/x_*.bin") && !strcmp(c.run.name, "it's") &&
            c.model.n_layer == 6 && c.optim.lr == 1.0e-3 && c.data.shuffle == 1 &&
            c.model.arch == TSR_ARCH_GPT2 && !strcmp(c.checkpoint.resume, "none") &&
            c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
@@ -306,7 +306,7 @@ static void test_good_syntax(void) {
            c.model.rope_theta == 1.0e4 && c.model.norm_eps == 1e-6 && c.model.init_std == 0.05 &&
            c.model.arch == TSR_ARCH_LLAMA && c.optim.lr == 1.5e-3 && c.optim.min_lr == 0 &&
            c.optim.beta1 == 0.9 && c.optim.eps == 1e-8 && c.optim.weight_decay == 1.0 &&
-           c.data.shuffle == 1 && !strcmp(c.data.train, "a/b\"c!d") && c.data.valid[0] == 0 &&
+           c.data.shuffle == 1 && !strcmp(c.data.train_glob[0], "a/b\"c!d") && c.data.valid_glob[0][0] == 0 &&
            c.checkpoint.save_initial == 1 && !strcmp(c.checkpoint.resume, "none") &&
            c.checkpoint.every_minutes == 2.5 && c.train.precision == TSR_BF16 &&
            c.train.recompute == TSR_RECOMPUTE_FULL && c.train.grad_clip == 0.0 &&
@@ -367,6 +367,12 @@ static void test_good_syntax(void) {
 
 /* ---------------------------------------------------------------- round trip */
 
+/* Where the data globs were given is not a value: a deck read back has other places. */
+static void forget_places(tsr_config *c) {
+  memset(c->data.train_at, 0, sizeof c->data.train_at);
+  memset(c->data.valid_at, 0, sizeof c->data.valid_at);
+}
+
 static void test_round_trip(void) {
   const char *ov[] = {"optim.weight_decay=0.30000000000000004", "model.init_std=0.0123456789012345678",
                       "run.name='q''uote \"dq\" ! & /'", "optim.min_lr=1e-300", "run.step_timeout_s=1.5e6",
@@ -378,6 +384,8 @@ static void test_round_trip(void) {
   char *text = malloc(need);
   size_t got = tsr_deck_write(&a, text, need);
   int rc2 = parse(&b, text, strlen(text), NULL, 1);
+  forget_places(&a);
+  forget_places(&b);
   int ok = rc == 0 && rc2 == 0 && got == need && strlen(text) + 1 == need &&
            !memcmp(&a, &b, sizeof a);
   result(ok, "write -> parse round trip is identical (memcmp)", errbuf);
@@ -400,6 +408,16 @@ typedef struct {
   const char *value;
 } field;
 #define F(g, f, t, v) {#g "." #f, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f), t, v}
+/* a list key (S strings, R reals): its field f, and n_k its count */
+#define FL(g, k, f, t, v)                                                                     \
+  {#g "." #k, offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f), t, v}
+/* the fields list keys fill besides their values: their counts and where they were given */
+#define X(g, f) {offsetof(tsr_config, g.f), sizeof(((tsr_config *)0)->g.f)}
+static const struct {
+  size_t off, size;
+} list_extras[] = {X(data, n_train),     X(data, n_weights),       X(data, n_names),
+                   X(data, n_valid),     X(data, n_valid_weights), X(data, n_valid_names),
+                   X(data, train_at),    X(data, valid_at)};
 static const field fields[] = {
     F(run, name, 's', "zz"), F(run, out_dir, 's', "zz"), F(run, seed, 'i', "2"),
     F(run, max_steps, 'i', "2"), F(run, log_every, 'i', "2"), F(run, eval_every, 'i', "2"),
@@ -429,7 +447,10 @@ static const field fields[] = {
     F(optim, min_lr, 'r', "0.5"), F(optim, warmup_steps, 'i', "2"), F(optim, decay, 'c', "wsd"),
     F(optim, decay_steps, 'i', "2"), F(optim, wsd_decay_frac, 'r', "0.5"),
     F(optim, beta1, 'r', "0.5"), F(optim, beta2, 'r', "0.5"), F(optim, eps, 'r', "0.5"),
-    F(optim, weight_decay, 'r', "0.5"), F(data, train, 's', "zz"), F(data, valid, 's', "zz"),
+    F(optim, weight_decay, 'r', "0.5"), FL(data, train, train_glob, 'S', "zz"),
+    FL(data, weights, weights, 'R', "0.5"), FL(data, names, names, 'S', "zz"),
+    FL(data, valid, valid_glob, 'S', "zz"), FL(data, valid_weights, valid_weights, 'R', "0.5"),
+    FL(data, valid_names, valid_names, 'S', "zz"),
     F(data, shuffle, 'l', "T"), F(data, document_mask, 'l', "T"), F(data, eos_id, 'i', "2"),
     F(data, mean_doc_tokens, 'i', "2"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
@@ -463,6 +484,8 @@ static void test_schema_covers_config(void) {
   unsigned char covered[sizeof(tsr_config)] = {0};
   size_t n = sizeof fields / sizeof fields[0];
   for (size_t i = 0; i < n; i++) memset(covered + fields[i].off, 1, fields[i].size);
+  for (size_t i = 0; i < sizeof list_extras / sizeof list_extras[0]; i++)
+    memset(covered + list_extras[i].off, 1, list_extras[i].size);
   int ok = 1;
   size_t gap = 0;
   for (size_t i = 0; i < sizeof covered; i++) {
@@ -496,9 +519,17 @@ static void test_schema_covers_config(void) {
                                                                             fields[i].off) &&
                                             !strcmp(tsr_deck_word(&c, p), fields[i].value)
               : fields[i].type == 'n' ? *(const int64_t *)p == TSR_SHARD_NODE
+              : fields[i].type == 'R' ? *(const double *)p == 0.5
                                       : !strcmp(p, fields[i].value);
-    /* and nothing else moved */
+    /* and nothing else moved (but a glob's default name, and where it was given) */
     memcpy((char *)&c + fields[i].off, (const char *)&dflt + fields[i].off, fields[i].size);
+    if (fields[i].type == 'S' || fields[i].type == 'R') {
+      memcpy(c.data.names, dflt.data.names, sizeof c.data.names);
+      memcpy(c.data.valid_weights, dflt.data.valid_weights, sizeof c.data.valid_weights);
+      memcpy(c.data.valid_names, dflt.data.valid_names, sizeof c.data.valid_names);
+      memcpy(c.data.train_at, dflt.data.train_at, sizeof c.data.train_at);
+      memcpy(c.data.valid_at, dflt.data.valid_at, sizeof c.data.valid_at);
+    }
     got = got && !memcmp(&c, &dflt, sizeof c);
     const char *dot = strchr(fields[i].key, '.');
     snprintf(line, sizeof line, "\n  %s ", dot + 1);
@@ -550,7 +581,7 @@ static void test_shipped_decks(void) {
     }
     if (rc == 0 && !strcmp(decks[i].name, "tiny")) {
       int ok = c.model.n_kv_head == 2 && c.run.max_steps == 300 && c.data.shuffle &&
-               !strcmp(c.data.train, "data/fortunes/train_*.bin") && c.optim.lr == 3e-3;
+               !strcmp(c.data.train_glob[0], "data/fortunes/train_*.bin") && c.optim.lr == 3e-3;
       result(ok, "input/tiny.nml has the demo settings", NULL);
     }
     free(text);
