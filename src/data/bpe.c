@@ -426,6 +426,12 @@ static int64_t largest_id(const tsr_json *vocab, const tsr_json *adds) {
   return top >= 0 && top < INT32_MAX ? (int64_t)top : -1;
 }
 
+/* A whole number in [0, vocab): a token id. */
+static int is_id(const tsr_json *j, int64_t vocab) {
+  return j && j->type == TSR_JSON_NUMBER && j->num >= 0 && j->num < (double)vocab &&
+         j->num == (double)(int64_t)j->num;
+}
+
 static int by_length_desc(const void *a, const void *b) {
   const added *x = a, *y = b;
   return (x->len < y->len) - (x->len > y->len);
@@ -459,7 +465,7 @@ static int load_tokens(tsr_bpe *p, const tsr_json *root, char *err, size_t errle
   for (int64_t i = 0; i < p->vocab; i++) p->id_len[i] = UINT32_MAX;
   for (size_t i = 0; i < vocab->n; i++) {
     const tsr_json *t = &vocab->items[i];
-    if (t->type != TSR_JSON_NUMBER || t->num != (double)(int32_t)t->num) {
+    if (!is_id(t, p->vocab)) {
       snprintf(err, errlen, "model.vocab['%.100s'] is not a token id", t->key);
       return -1;
     }
@@ -474,7 +480,7 @@ static int load_tokens(tsr_bpe *p, const tsr_json *root, char *err, size_t errle
   for (size_t i = 0; adds && i < adds->n; i++) {
     const tsr_json *a = &adds->items[i], *id = tsr_json_get(a, "id");
     const tsr_json *content = tsr_json_get(a, "content");
-    if (!id || id->type != TSR_JSON_NUMBER || !content || content->type != TSR_JSON_STRING) {
+    if (!is_id(id, p->vocab) || !content || content->type != TSR_JSON_STRING) {
       snprintf(err, errlen, "added_tokens[%zu] has no id or content", i);
       return -1;
     }

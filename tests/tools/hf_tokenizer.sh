@@ -10,7 +10,8 @@
 #    emoji, combining marks, Unicode spaces, added tokens in the text) and 2000 random ones
 #    to the library's ids (encode, add_special_tokens=False), decodes the library's ids to
 #    its text (decode) and every text back to itself;
-#  - a tokenizer the reader does not support (a normalizer) is refused naming it;
+#  - a tokenizer the reader does not support (a normalizer) is refused naming it, and a
+#    file cut short as not JSON;
 #  - a small model trains 8 steps on hf: shards (tools/tsr-prepare) with the sample line
 #    on: the log has the sample lines; tessera generate from a directory holding only the
 #    last checkpoint prints the step-8 sample's text greedily, its prompt is the library's
@@ -134,6 +135,10 @@ done
 echo v | "$BPE" "$S/nfc.json" >"$S/nfc.out" 2>&1
 check "a normalizer is refused, named: $(cat "$S/nfc.out")" \
   grep -q "normalizer 'NFC' is not supported" "$S/nfc.out"
+head -c 5000 "$S/gpt2.json" >"$S/cut.json"
+echo v | "$BPE" "$S/cut.json" >"$S/cut.out" 2>&1
+check "a tokenizer.json cut short is refused: $(cat "$S/cut.out")" \
+  grep -q "not JSON: unterminated string at byte\|not JSON: unexpected end at byte\|not JSON: expected" "$S/cut.out"
 
 # ---- training on hf: shards with the sample line, generate from the lone checkpoint
 "$top_srcdir/tools/tsr-prepare" --out "$S/data" --tokenizer hf --tokenizer-file "$S/llama3.json" \
