@@ -1,12 +1,14 @@
 /* main.c — the tessera command: train, eval, --help-deck.
  *
  *   tessera [DECK] [group.key=value ...]        train (no DECK: the embedded input/tiny.nml)
- *   tessera eval DECK [group.key=value ...]     validation loss of checkpoint.resume
+ *   tessera eval DECK [--tokenizer PATH] [group.key=value ...]
+ *                                               validation loss of checkpoint.resume
  *   tessera generate DECK [--prompt TEXT ...]   text sampled from checkpoint.resume
  *   tessera plan DECK [--nodes N ...]           the planner: memory, FLOPs, traffic, time,
  *                                               whether it fits, the layout search
  *   tessera --help-deck                         every deck key
- * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/cli/deckpath.h).
+ * DECK is a file, or the name of an installed deck (`tessera llama1b`; src/cli/deckpath.h);
+ * for eval and generate also a checkpoint file, read with the deck it was written with. 
  *
  * Rank 0 parses the deck and broadcasts the config bytes: no rank ever sees a different
  * configuration.  Exit codes: 0 done, 1 other failure, 2 bad input, 3 stopped on a
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_compat.h"
 #include "core/config.h"
 #include "deck/deck.h"
 #include "cli/deckpath.h"
@@ -50,9 +53,11 @@ extern const char tsr_embedded_deck_name[];
 static void usage(FILE *out) {
   fprintf(out,
           "usage: tessera [DECK] [group.key=value ...]       train (no DECK: built-in copy of %s)\n"
-          "       tessera eval DECK [group.key=value ...]    validation loss of checkpoint.resume\n"
-          "       tessera generate DECK [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
-          "                    [--seed S] [--ids] [group.key=value ...]   text from checkpoint.resume\n"
+          "       tessera eval DECK|CHECKPOINT [--tokenizer PATH] [group.key=value ...]\n"
+          "                    validation loss of checkpoint.resume (or of CHECKPOINT)\n"
+          "       tessera generate DECK|CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T]\n"
+          "                    [--top-k K] [--seed S] [--ids] [--tokenizer PATH] [group.key=value ...]\n"
+          "                    text from checkpoint.resume (or from CHECKPOINT)\n"
           "       tessera plan DECK [--nodes N] [--gpus-per-node G] [--hardware NAME] [--json]\n"
           "                    [--max-mem-frac F] [--require-fit] [--search [--top K]]\n"
           "                    [group.key=value ...]   plan a run, no training (plan --help)\n"
@@ -123,15 +128,20 @@ static void plan_link_probe(int rank, int world) {
     tsr_plan_set_cpu_link(one_way[0], BIG / (one_way[1] - one_way[0]));
 }
 
-/* Rank 0 parses; everyone gets the outcome and the config. */
-static int load_config(tsr_config *cfg, const char *deck, int n_over, char **over, int world) {
+/* Rank 0 parses; everyone gets the outcome and the config.  checkpoint_deck (eval): a
+ * checkpoint file in place of the deck brings the deck it was written with. */
+static int load_config(tsr_config *cfg, const char *deck, int n_over, char **over, int world,
+                       int checkpoint_deck) {
   int rc = 0, rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) {
     if (deck) {
       char path[PATH_MAX];
       rc = tsr_deck_path(deck, path, sizeof path);
-      if (!rc) rc = tsr_deck_load(cfg, path, n_over, over, world);
+      if (!rc && checkpoint_deck && tsr_ckpt_is_checkpoint(path)) /* with its deck */
+        rc = tsr_ckpt_deck_load(cfg, path, n_over, over, world);
+      else if (!rc)
+        rc = tsr_deck_load(cfg, path, n_over, over, world);
     } else {
       char err[8192];
       rc = tsr_deck_parse(cfg, tsr_embedded_deck, strlen(tsr_embedded_deck),
@@ -247,6 +257,22 @@ int main(int argc, char **argv) {
     rc = TSR_ERR_INPUT;
     goto out;
   }
+  /* eval's one option: --tokenizer PATH (or =PATH), taken out of the overrides */
+  const char *tokenizer = NULL;
+  for (int i = a; !strcmp(mode, "eval") && i < argc; i++) {
+    const int joined = !strncmp(argv[i], "--tokenizer=", 12);
+    if (!joined && strcmp(argv[i], "--tokenizer")) continue;
+    if (!joined && i + 1 >= argc) {
+      if (rank == 0) fprintf(stderr, "error: --tokenizer needs a value\n");
+      rc = TSR_ERR_INPUT;
+      goto out;
+    }
+    tokenizer = joined ? argv[i] + 12 : argv[i + 1];
+    const int take = joined ? 1 : 2;
+    for (int j = i; j + take < argc; j++) argv[j] = argv[j + take];
+    argc -= take;
+    i--;
+  }
   for (int i = a; i < argc; i++) {
     if (argv[i][0] == '-') {
       if (rank == 0) {
@@ -259,7 +285,7 @@ int main(int argc, char **argv) {
   }
 
   tsr_config cfg;
-  rc = load_config(&cfg, deck, argc - a, argv + a, world);
+  rc = load_config(&cfg, deck, argc - a, argv + a, world, !strcmp(mode, "eval"));
   if (rc) goto out;
   static char deck_text[1 << 16];
   tsr_deck_write(&cfg, deck_text, sizeof deck_text);
@@ -270,7 +296,7 @@ int main(int argc, char **argv) {
                                 MPI_COMM_WORLD)) != 0)
     goto out;
   if (training) tsr_fault_start_pause("setup");
-  rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, MPI_COMM_WORLD)
+  rc = !strcmp(mode, "eval") ? tsr_eval(&cfg, tokenizer, MPI_COMM_WORLD)
                              : tsr_train(&cfg, deck_text, MPI_COMM_WORLD);
   /* tsr_train / tsr_eval return only outcomes every rank shares (a failure of one rank
    * alone aborts the job there); this makes the exit code the same everywhere. */

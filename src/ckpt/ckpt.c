@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -323,6 +324,77 @@ done:
   return rc;
 }
 
+/* Collective: /tokenizer/<name> for each of the tokenizer files of st (every rank has
+ * them, bcast_tokenizer), the bytes written by rank 0 alone. */
+static int write_tokenizer(hid_t file, const tsr_train_state *st, hid_t dxpl, int rank) {
+  int rc = 0;
+  hid_t g = -1, fspace = -1, mspace = -1, d = -1;
+  if (!st->n_tokenizer_files) return 0;
+  TSR_H5_GOTO(g = H5Gcreate2(file, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  for (int i = 0; i < st->n_tokenizer_files; i++) {
+    const tsr_tokenizer_file *f = &st->tokenizer_files[i];
+    hsize_t n = (hsize_t)f->len, one = 1;
+    TSR_H5_GOTO(fspace = H5Screate_simple(1, &n, NULL));
+    TSR_H5_GOTO(d = H5Dcreate2(g, f->name, H5T_STD_U8LE, fspace, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT));
+    TSR_H5_GOTO(mspace = H5Screate_simple(1, rank == 0 && n ? &n : &one, NULL));
+    if (rank != 0 || !n) {
+      TSR_H5_GOTO(H5Sselect_none(fspace));
+      TSR_H5_GOTO(H5Sselect_none(mspace));
+    }
+    const unsigned char none = 0;
+    TSR_H5_GOTO(H5Dwrite(d, H5T_NATIVE_UCHAR, mspace, fspace, dxpl,
+                         rank == 0 && n ? f->bytes : &none));
+    CLOSE(H5Dclose, d);
+    CLOSE(H5Sclose, mspace);
+    CLOSE(H5Sclose, fspace);
+  }
+done:
+  CLOSE(H5Dclose, d);
+  CLOSE(H5Sclose, mspace);
+  CLOSE(H5Sclose, fspace);
+  CLOSE(H5Gclose, g);
+  return rc;
+}
+
+/* Rank 0's tokenizer files (st_in's) to every rank: st->tokenizer_files points at rank
+ * 0's own array there and at *copy (the caller frees it) on the others. */
+static int bcast_tokenizer(tsr_train_state *st, const tsr_train_state *st_in,
+                           tsr_tokenizer_file **copy, MPI_Comm comm) {
+  int rank, rc = 0;
+  MPI_Comm_rank(comm, &rank);
+  *copy = NULL;
+  int n = rank == 0 ? st_in->n_tokenizer_files : 0;
+  MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+  st->n_tokenizer_files = n;
+  st->tokenizer_files = rank == 0 ? st_in->tokenizer_files : NULL;
+  if (!n) return 0;
+  if (rank != 0 && !(*copy = tsr_calloc((size_t)n, sizeof **copy))) rc = TSR_ERR;
+  if ((rc = tsr_ckpt_agree(rc, comm))) return rc;
+  for (int i = 0; i < n && !rc; i++) {
+    /* rank 0 sends from its own file, the others receive into their copy */
+    tsr_tokenizer_file *f = rank == 0 ? (tsr_tokenizer_file *)&st_in->tokenizer_files[i]
+                                      : &(*copy)[i];
+    long long len = (long long)f->len;
+    MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm);
+    MPI_Bcast(f->name, sizeof f->name, MPI_CHAR, 0, comm);
+    if (len > INT_MAX) {
+      if (rank == 0) tsr_error("checkpoint: the tokenizer file %s (%lld bytes) is too large",
+                               f->name, len);
+      rc = TSR_ERR;
+      break;
+    }
+    if (rank != 0) {
+      f->len = (size_t)len;
+      f->bytes = tsr_calloc((size_t)len + 1, 1);
+    }
+    rc = tsr_ckpt_agree(f->bytes ? 0 : TSR_ERR, comm);
+    if (!rc) MPI_Bcast(f->bytes, (int)len, MPI_BYTE, 0, comm);
+  }
+  if (rank != 0) st->tokenizer_files = *copy;
+  return rc;
+}
+
 static int create_groups(hid_t file, hid_t groups[3], hid_t *optim, hid_t *dxpl) {
   int rc = 0;
   TSR_H5_GOTO(groups[0] = H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -375,6 +447,7 @@ static int write_file(const char *tmp, const tsr_config *cfg, const tsr_layout *
   if (rank == 0) log_hints(file, cfg->checkpoint.mpiio_hints);
   if ((rc = tsr_ckpt_agree(write_root_attrs(file, cfg, st, deck, world), comm))) goto done;
   if ((rc = tsr_ckpt_agree(create_groups(file, groups, &optim, &dxpl), comm))) goto done;
+  if ((rc = tsr_ckpt_agree(write_tokenizer(file, st, dxpl, rank), comm))) goto done;
   for (int i = 0; i < nt && !rc; i++)
     for (int k = 0; k < 3 && !rc; k++) {
       const tsr_tensor *t = &whole->tensors[i];
@@ -540,12 +613,14 @@ int tsr_ckpt_save_view(const tsr_config *cfg, const tsr_ckpt_view *view, const f
   tsr_layout *whole = NULL;
   const tsr_tensor **local = NULL;
   tsr_train_state st = *st_in;
+  tsr_tokenizer_file *tok_copy = NULL; /* rank 0's tokenizer files, on the others */
   double t0 = MPI_Wtime();
   tsr_ckpt_quiet_begin(&q);
   MPI_Comm_rank(comm, &rank);
   tsr_ckpt_dir(cfg, dir, sizeof dir);
   /* Attribute writes are collective: every rank must pass rank 0's bytes. */
   TSR_MPI_GOTO(MPI_Bcast(&st, (int)sizeof st, MPI_BYTE, 0, comm));
+  if ((rc = bcast_tokenizer(&st, st_in, &tok_copy, comm))) goto done;
   int deck_len = rank == 0 && deck_text ? (int)strlen(deck_text) : 0;
   TSR_MPI_GOTO(MPI_Bcast(&deck_len, 1, MPI_INT, 0, comm));
   /* Every rank creates every dataset: the whole model's list, from the config all share. */
@@ -612,6 +687,7 @@ done:
   tsr_free(&deck);
   tsr_free(&zeros);
   tsr_free(&local);
+  tsr_tokenizer_files_free(&tok_copy, st.n_tokenizer_files);
   tsr_layout_destroy(&whole);
   tsr_ckpt_quiet_end(&q);
   return rc;
@@ -714,6 +790,72 @@ int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
   MPI_Bcast(deck, (int)len + 1, MPI_CHAR, 0, comm);
   *text = deck;
   return 0;
+}
+
+/* /tokenizer/<name> of an open file into f (name, tsr_calloc'd bytes). */
+static int read_tokenizer_file(hid_t g, const char *name, tsr_tokenizer_file *f) {
+  int rc = 0;
+  hid_t d = -1, space = -1;
+  snprintf(f->name, sizeof f->name, "%s", name);
+  TSR_H5_GOTO(d = H5Dopen2(g, name, H5P_DEFAULT));
+  TSR_H5_GOTO(space = H5Dget_space(d));
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  TSR_H5_GOTO(n);
+  f->len = (size_t)n;
+  if (!(f->bytes = tsr_calloc((size_t)n + 1, 1))) {
+    rc = TSR_ERR;
+    goto done;
+  }
+  if (n) TSR_H5_GOTO(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->bytes));
+done:
+  CLOSE(H5Sclose, space);
+  CLOSE(H5Dclose, d);
+  return rc;
+}
+
+int tsr_ckpt_read_tokenizer(const char *path, char name[232], tsr_tokenizer_file **files,
+                            int *n) {
+  int rc = 0;
+  hid_t file = -1, g = -1;
+  tsr_ckpt_quiet q;
+  name[0] = 0;
+  *files = NULL;
+  *n = 0;
+  tsr_ckpt_quiet_begin(&q);
+  file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0 || tsr_ckpt_attr_str(file, "tokenizer", name, 232) < 0) {
+    tsr_error("checkpoint %s: cannot open it to read its tokenizer", path);
+    rc = TSR_ERR_INPUT;
+    goto done;
+  }
+  if (H5Lexists(file, "tokenizer", H5P_DEFAULT) <= 0) goto done; /* none carried */
+  H5G_info_t info;
+  TSR_H5_GOTO(g = H5Gopen2(file, "tokenizer", H5P_DEFAULT));
+  TSR_H5_GOTO(H5Gget_info(g, &info));
+  if (!info.nlinks) goto done;
+  if (!(*files = tsr_calloc((size_t)info.nlinks, sizeof **files))) {
+    rc = TSR_ERR;
+    goto done;
+  }
+  for (hsize_t i = 0; i < info.nlinks && !rc; i++) {
+    char link[256];
+    ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, link, sizeof link,
+                                     H5P_DEFAULT);
+    TSR_H5_GOTO(len);
+    if ((size_t)len >= sizeof link) continue; /* not a name tessera writes */
+    rc = read_tokenizer_file(g, link, &(*files)[*n]);
+    if (!rc) (*n)++;
+  }
+  if (rc) tsr_error("checkpoint %s: cannot read the tokenizer files it carries", path);
+done:
+  CLOSE(H5Gclose, g);
+  CLOSE(H5Fclose, file);
+  if (rc) {
+    tsr_tokenizer_files_free(files, *n + 1);
+    *n = 0;
+  }
+  tsr_ckpt_quiet_end(&q);
+  return rc;
 }
 
 static int read_state(hid_t file, const char *path, tsr_train_state *st) {

@@ -1,10 +1,10 @@
 /* ckpt.h — checkpoints: one HDF5 file per checkpoint, written through the MPI-IO driver.
  *
  * File layout (docs/formats.md "Checkpoint files"): /model/<tensor name> fp32 master weights in the logical
- * shape, /optim/m/<name>, /optim/v/<name>; root attributes step, tokens, data cursor,
- * seed, skipped steps, loss scale, a mixture's blend state, effective deck, layout, format
- * version, and one
- * checksum attribute per dataset (docs/formats.md "Checksums").  Written as step_NNNNNNNN.h5.tmp,
+ * shape, /optim/m/<name>, /optim/v/<name>, /tokenizer/<file> the tokenizer's files (bytes);
+ * root attributes step, tokens, data cursor, seed, skipped steps, loss scale, a mixture's
+ * blend state, effective deck, tokenizer, layout, format version, and one checksum
+ * attribute per dataset (docs/formats.md "Checksums").  Written as step_NNNNNNNN.h5.tmp,
  * closed, verified, renamed; `latest` (a text file naming the newest) is replaced
  * atomically; only the newest `keep` are kept.
  *
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "data/tokenizer.h"
 #include "model/layout.h"
 
 #define TSR_CKPT_FORMAT_VERSION 1
@@ -31,7 +32,12 @@ typedef struct {
   double loss_scale;   /* fp16 dynamic loss scale (1 otherwise) */
   int64_t scale_good_steps; /* fp16: steps since the scale last changed; -1: not an fp16 run */
   uint64_t seed;       /* run.seed: init and shuffle keys */
-  char tokenizer[232]; /* the training data's tokenizer ("bytes", "spm:NAME"); "": unknown */
+  char tokenizer[232]; /* the training data's tokenizer ("bytes", "spm:NAME", "hf:FILE"); "":
+                       * unknown */
+  /* Saving: rank 0's files of that tokenizer, which the checkpoint carries in /tokenizer
+   * (NULL, 0: none); they must stay valid until the write ends.  A load leaves them. */
+  const tsr_tokenizer_file *tokenizer_files;
+  int n_tokenizer_files;
   /* a mixture of datasets: its blend's state at data_cursor (tsr_data_mix_state's text,
    * root attribute data_mix); "": one dataset */
   char data_mix[8192];
@@ -94,6 +100,14 @@ int tsr_ckpt_resolve(const tsr_config *cfg, char *path, size_t len, MPI_Comm com
  * caller frees it).  TSR_ERR_INPUT when the file cannot be read.  Collective. */
 int tsr_ckpt_read_deck(const char *path, char **text, int *world, int64_t *step,
                        char tokenizer[232], MPI_Comm comm);
+
+/* The tokenizer a checkpoint names (root attribute `tokenizer`; "" when none) and the files
+ * of it that it carries (/tokenizer/<file>; *files NULL and *n 0 when none: written before
+ * checkpoints carried them, or "bytes", which needs none).  Free them with
+ * tsr_tokenizer_files_free.  Not collective: one rank reads (the plain HDF5 driver).
+ * TSR_ERR_INPUT, reported, when the file cannot be read. */
+int tsr_ckpt_read_tokenizer(const char *path, char name[232], tsr_tokenizer_file **files,
+                            int *n);
 
 /* Read the checkpoint into whole flat buffers of `lay` on every rank (tsr_ckpt_load_view
  * with the whole buffer).  Collective. */

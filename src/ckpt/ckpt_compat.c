@@ -2,6 +2,7 @@
 #include "ckpt_compat.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
@@ -119,5 +120,44 @@ done:
   tsr_free(&err);
   tsr_free(&ck);
   tsr_free(&text);
+  return rc;
+}
+
+int tsr_ckpt_is_checkpoint(const char *path) {
+  static const unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  unsigned char head[8];
+  FILE *f = fopen(path, "rb");
+  const int yes = f && fread(head, 1, sizeof head, f) == sizeof head &&
+                  !memcmp(head, kSignature, sizeof head);
+  if (f) fclose(f);
+  return yes;
+}
+
+int tsr_ckpt_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **overrides,
+                       int world_size) {
+  char *text = NULL, tokenizer[232];
+  int written_world = 0;
+  int64_t step = 0;
+  TSR_CALL(tsr_ckpt_read_deck(path, &text, &written_world, &step, tokenizer, MPI_COMM_SELF));
+  const size_t n = strlen(path) + 32;
+  char *resume = tsr_calloc(n, 1);
+  char **all = tsr_calloc((size_t)n_overrides + 1, sizeof *all);
+  char *err = tsr_calloc(16384, 1);
+  int rc = resume && all && err ? 0 : TSR_ERR;
+  if (!rc) {
+    snprintf(resume, n, strchr(path, '\'') ? "checkpoint.resume=\"%s\"" : "checkpoint.resume='%s'",
+             path);
+    all[0] = resume;
+    for (int i = 0; i < n_overrides; i++) all[i + 1] = overrides[i];
+    char name[TSR_STR_PATH + 32];
+    snprintf(name, sizeof name, "%s (its deck)", path);
+    rc = tsr_deck_parse(cfg, text, strlen(text), name, n_overrides + 1, all, world_size, err,
+                        16384);
+    if (rc) fputs(err, stderr);
+  }
+  tsr_free(&text);
+  tsr_free(&resume);
+  tsr_free(&all);
+  tsr_free(&err);
   return rc;
 }

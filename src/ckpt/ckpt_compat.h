@@ -25,4 +25,13 @@
 int tsr_ckpt_compat_check(const tsr_config *cfg, const char *path, int training,
                           const char *data_tokenizer, MPI_Comm world);
 
+/* A checkpoint given where a deck is expected (`tessera generate step_00000100.h5`,
+ * `tessera eval ...`): 1 when the file at path is an HDF5 file, 0 otherwise. */
+int tsr_ckpt_is_checkpoint(const char *path);
+/* Load the effective deck the checkpoint at path was written with, as tsr_deck_load loads
+ * a deck file (messages on stderr), with checkpoint.resume set to path, then the
+ * overrides.  One process (it reads the file on its own). */
+int tsr_ckpt_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **overrides,
+                       int world_size);
+
 #endif

@@ -15,7 +15,8 @@ struct tsr_spm {
   sentencepiece::SentencePieceProcessor proc;
 };
 
-extern "C" int tsr_spm_load(tsr_spm **out, const char *path, char *err, size_t errlen) {
+extern "C" int tsr_spm_load_bytes(tsr_spm **out, const void *bytes, size_t len, char *err,
+                                  size_t errlen) {
   *out = nullptr;
   tsr_spm *p = new (std::nothrow) tsr_spm;
   if (!p) {
@@ -23,7 +24,8 @@ extern "C" int tsr_spm_load(tsr_spm **out, const char *path, char *err, size_t e
     return 1;
   }
   try {
-    const auto st = p->proc.Load(path);
+    const auto st =
+        p->proc.LoadFromSerializedProto(absl::string_view(static_cast<const char *>(bytes), len));
     if (!st.ok()) {
       snprintf(err, errlen, "%s", st.ToString().c_str());
       delete p;

@@ -15,9 +15,9 @@ extern "C" {
 
 typedef struct tsr_spm tsr_spm;
 
-/* Load a model file (NAME.model).  On failure returns nonzero with the library's reason
- * in err. */
-int tsr_spm_load(tsr_spm **out, const char *path, char *err, size_t errlen);
+/* Load a model from the bytes of its file (NAME.model) in memory.  On failure returns
+ * nonzero with the library's reason in err. */
+int tsr_spm_load_bytes(tsr_spm **out, const void *bytes, size_t len, char *err, size_t errlen);
 void tsr_spm_free(tsr_spm **p);
 
 int tsr_spm_pieces(const tsr_spm *p);                    /* vocabulary size */

@@ -163,7 +163,8 @@ const key_def deck_schema[] = {
          "count from 0 at each document's first token; every target stays in the loss"),
     INT(data, eos_id, "-1", -1, 16777215, LO | HI,
         "document_mask: the end-of-document token id (-1 = the shards' tokenizer's: 0 for "
-        "'bytes', the SentencePiece model's </s> for 'spm:NAME'); below model.vocab_size"),
+        "'bytes', the SentencePiece model's </s> for 'spm:NAME', the eos_token of "
+        "tokenizer_config.json for 'hf:FILE'); below model.vocab_size"),
     INT(data, mean_doc_tokens, "0", 0, 0, LO,
         "document_mask: the documents' mean length in tokens, from which tessera plan counts "
         "the attention FLOPs masking saves (0 = not known: none counted); training ignores it"),

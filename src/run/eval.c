@@ -9,7 +9,7 @@
 #include "train.h"
 #include "core/util.h"
 
-int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
+int tsr_eval(const tsr_config *cfg, const char *tokenizer, MPI_Comm world) {
   tsr_session s;
   int rc = tsr_session_open(&s, cfg, world, 0);
   if (rc == 0 && !s.n_valid) {
@@ -27,6 +27,8 @@ int tsr_eval(const tsr_config *cfg, MPI_Comm world) {
               cfg->checkpoint.resume);
     rc = TSR_ERR_INPUT;
   }
+  /* document masking splits at the end-of-document id of the checkpoint's tokenizer */
+  if (rc == 0) rc = tsr_session_eval_eos(&s, path, tokenizer);
   /* the weights alone: the optimizer state plays no part (and an import has none) */
   int64_t step = 0;
   if (rc == 0) rc = tsr_session_load_weights(&s, path, &step);

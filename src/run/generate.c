@@ -18,6 +18,7 @@
 #include "cpu/ops_cpu.h"
 #include "ops/ops_backend.h"
 #include "data/tokenizer.h"
+#include "run_tokenizer.h"
 #include "core/util.h"
 #include "core/watchdog.h"
 #include "comm/grid.h"
@@ -113,7 +114,7 @@ static int64_t read_logits(tsr_model *m, int64_t row, int64_t limit, float *out,
 /* ---------------------------------------------------------------- tessera generate */
 
 typedef struct {
-  const char *deck, *prompt;
+  const char *deck, *prompt, *tokenizer; /* tokenizer: --tokenizer PATH, or NULL */
   int64_t tokens, top_k, seed; /* seed < 0: run.seed */
   double temperature;
   int ids; /* print the ids instead of the text */
@@ -123,14 +124,17 @@ typedef struct {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: tessera generate DECK [--prompt TEXT] [--tokens N] [--temperature T] "
-          "[--top-k K]\n"
-          "                        [--seed S] [--ids] [group.key=value ...]\n"
+          "usage: tessera generate DECK|CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T]\n"
+          "                        [--top-k K] [--seed S] [--ids] [--tokenizer PATH]\n"
+          "                        [group.key=value ...]\n"
           "Continues TEXT (default: a new document) with N tokens (default 64) sampled from the\n"
           "checkpoint that checkpoint.resume names ('auto': the newest complete one), written\n"
           "under any parallel layout, and prints the continuation on stdout; the log goes to\n"
-          "stderr.  The tokenizer is the one named in the deck's token shards (&data train,\n"
-          "else valid).  --temperature 0 takes the most likely token (default 1), --top-k K\n"
+          "stderr.  A checkpoint file in place of DECK is read with the deck it was written\n"
+          "with.  The tokenizer is the one the checkpoint carries (older checkpoints: the one\n"
+          "the deck's token shards name, &data train, else valid); --tokenizer PATH takes\n"
+          "another (a NAME.model, a tokenizer.json, or 'bytes').\n"
+          "--temperature 0 takes the most likely token (default 1), --top-k K\n"
           "draws among the K most likely only (default 0: all), --seed S fixes the draws\n"
           "(default run.seed), --ids prints the token ids instead of the text.  Runs on one\n"
           "rank (the deck's parallel layout and batch sizes are ignored); on more, rank 0\n"
@@ -176,6 +180,8 @@ static int parse_options(int argc, char **argv, options *o) {
     const char *v;
     if ((v = opt_value(argc, argv, &i, "--prompt", &bad))) {
       o->prompt = v;
+    } else if (!bad && (v = opt_value(argc, argv, &i, "--tokenizer", &bad))) {
+      o->tokenizer = v;
     } else if (!bad && (v = opt_value(argc, argv, &i, "--tokens", &bad))) {
       TSR_CALL(parse_int("--tokens", v, 1, 1 << 20, &o->tokens));
     } else if (!bad && (v = opt_value(argc, argv, &i, "--top-k", &bad))) {
@@ -237,7 +243,9 @@ static int load_deck(tsr_config *cfg, const options *o, tsr_deck_finder find_dec
   if (!all) return TSR_ERR;
   for (int i = 0; i < o->n_over; i++) all[i] = o->over[i];
   for (int i = 0; i < n_fixed; i++) all[o->n_over + i] = one_rank[i];
-  const int rc = tsr_deck_load(cfg, path, o->n_over + n_fixed, all, 1);
+  const int rc = tsr_ckpt_is_checkpoint(path)
+                     ? tsr_ckpt_deck_load(cfg, path, o->n_over + n_fixed, all, 1)
+                     : tsr_deck_load(cfg, path, o->n_over + n_fixed, all, 1);
   tsr_free(&all);
   return rc;
 }
@@ -248,6 +256,7 @@ typedef struct {
   tsr_layout *lay;
   tsr_model *model;
   tsr_tokenizer *tok;
+  const char *tok_from; /* where the tokenizer came from (run_tokenizer.h) */
   int32_t *ctx, *inputs, *targets;
   float *row;
   scored *sc;
@@ -289,8 +298,11 @@ static int find_checkpoint(const tsr_config *cfg, char *path, size_t len) {
 /* One rank's whole model with the checkpoint's weights (fp32 master rounded into the
  * compute copy); m and v are not read. */
 static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int64_t *step) {
-  /* a deck whose model or tokenizer differs is named before any tensor is read */
-  TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, tsr_tokenizer_name(g->tok), MPI_COMM_SELF));
+  /* a deck whose model or tokenizer differs is named before any tensor is read (a
+   * tokenizer the user gave is taken as it is) */
+  const int given = !strcmp(g->tok_from, "--tokenizer");
+  TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, given ? NULL : tsr_tokenizer_name(g->tok),
+                                 MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
   const tsr_model_options mo = {1, 0, NULL, 1};
   tsr_model_spec spec;
@@ -332,12 +344,9 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
   const double t0 = tsr_now();
   char path[TSR_STR_PATH];
   TSR_CALL(find_checkpoint(cfg, path, sizeof path));
-  const char *shards =
-      cfg->data.train_glob[0][0] ? cfg->data.train_glob[0] : cfg->data.valid_glob[0];
-  TSR_CHECK(shards[0], TSR_ERR_INPUT,
-            "tessera generate takes the tokenizer from the token shards: set &data train (or "
-            "valid) to the shards the model was trained on");
-  TSR_CALL(tsr_tokenizer_open(&g->tok, shards, cfg->model.vocab_size));
+  const char *shards = cfg->data.train_glob[0][0] ? cfg->data.train_glob[0] : cfg->data.valid_glob[0];
+  TSR_CALL(tsr_run_tokenizer_open(&g->tok, o->tokenizer, path, shards, cfg->model.vocab_size,
+                                  &g->tok_from));
   int32_t *prompt = NULL;
   int64_t n_prompt = 0;
   TSR_CALL(tsr_tokenizer_encode(g->tok, o->prompt, strlen(o->prompt), &prompt, &n_prompt));
@@ -359,10 +368,10 @@ static int generate(const tsr_config *cfg, const options *o, gen_state *g) {
   TSR_CHECK(g->inputs && g->targets && g->row && g->sc, TSR_ERR, "out of memory");
   const uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : cfg->run.seed);
   const sampling sp = {o->temperature, o->top_k, tsr_mix64(seed ^ tsr_hash_str("generate"))};
-  tsr_log("generate: %s (step %lld), %s on %s, tokenizer %s; context %lld token(s) (with the "
-          "start token), %lld to generate; temperature %g, top-k %lld, seed %llu", path,
+  tsr_log("generate: %s (step %lld), %s on %s, tokenizer %s (%s); context %lld token(s) (with "
+          "the start token), %lld to generate; temperature %g, top-k %lld, seed %llu", path,
           (long long)step, tsr_deck_word(cfg, &cfg->train.precision),
-          g->dev ? "a GPU" : "the CPU", tsr_tokenizer_name(g->tok), (long long)n,
+          g->dev ? "a GPU" : "the CPU", tsr_tokenizer_name(g->tok), g->tok_from, (long long)n,
           (long long)o->tokens, o->temperature, (long long)o->top_k, (unsigned long long)seed);
 
   const int64_t n0 = n;

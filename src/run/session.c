@@ -15,6 +15,7 @@
 #include "precision.h"
 #include "core/runctl.h"
 #include "data/tokenizer.h"
+#include "run_tokenizer.h"
 #include "core/util.h"
 #include "data/data.h"
 #include "comm/grid.h"
@@ -132,15 +133,13 @@ static int same_tokenizer(tsr_session *s) {
   return 0;
 }
 
-/* data.document_mask: the end-of-document id, the deck's or the tokenizer's (of the
- * training shards, or the validation ones when only evaluating). */
-static int document_eos(tsr_session *s, const tsr_config *cfg, int training) {
-  const char *pattern =
-      training || !cfg->data.valid_glob[0][0] ? cfg->data.train_glob[0] : cfg->data.valid_glob[0];
+/* data.document_mask when training: the end-of-document id, the deck's or the training
+ * shards' tokenizer's. */
+static int document_eos(tsr_session *s, const tsr_config *cfg) {
   if (cfg->data.eos_id >= 0)
     s->eos = (int32_t)cfg->data.eos_id;
   else
-    TSR_CALL(tsr_tokenizer_eos(pattern, cfg->model.vocab_size, &s->eos));
+    TSR_CALL(tsr_tokenizer_eos(cfg->data.train_glob[0], cfg->model.vocab_size, &s->eos));
   tsr_log("document masking: documents end with token %d (%s, tokenizer '%s'); attention and "
           "positions restart at each document", (int)s->eos,
           cfg->data.eos_id >= 0 ? "data.eos_id" : "the tokenizer's", s->st.tokenizer);
@@ -212,9 +211,28 @@ static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
   }
   for (int i = 0; i < s->n_valid; i++) s->valid_weight[i] = dc->valid_weights[i] / sum;
   if (!rc) rc = same_tokenizer(s);
-  if (!rc && cfg->data.document_mask) rc = document_eos(s, cfg, training);
+  /* evaluation: from the checkpoint's tokenizer once it is known (tsr_session_eval_eos) */
+  if (!rc && cfg->data.document_mask && training) rc = document_eos(s, cfg);
   tsr_error_release();
   return tsr_run_agree_report(s->world, rc, why);
+}
+
+/* Rank 0, training: the files of the data's tokenizer, for the checkpoints to carry
+ * (docs/formats.md "Checkpoint datasets").  Shards whose tokenizer file is missing still
+ * train: their checkpoints then name the tokenizer only, which the log says. */
+static void carry_tokenizer(tsr_session *s, const tsr_config *cfg) {
+  char why[1024], name[232];
+  tsr_error_hold(why, sizeof why);
+  const int rc = tsr_tokenizer_shard_files(cfg->data.train_glob[0], cfg->model.vocab_size, name,
+                                           sizeof name, &s->tok_files, &s->n_tok_files);
+  tsr_error_release();
+  if (rc) {
+    tsr_warn("the checkpoints of this run will name their tokenizer '%s' but not carry it: %s",
+             s->st.tokenizer, why);
+    return;
+  }
+  s->st.tokenizer_files = s->tok_files;
+  s->st.n_tokenizer_files = s->n_tok_files;
 }
 
 int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int training) {
@@ -225,6 +243,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   MPI_Comm_rank(world, &s->rank);
   MPI_Comm_size(world, &s->world_size);
   TSR_CALL(open_data(s, cfg, training));
+  if (training && s->rank == 0) carry_tokenizer(s, cfg);
   tsr_comm *w;
   TSR_CALL(tsr_comm_create(&w, world, "world"));
   tsr_grid_spec gs;
@@ -265,6 +284,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
 
 void tsr_session_close(tsr_session *s) {
   tsr_session_ckpt_close(s); /* a write in flight ends first, and is reported */
+  tsr_tokenizer_files_free(&s->tok_files, s->n_tok_files);
   tsr_metrics_close(&s->metrics);
   tsr_data_destroy(&s->train_data);
   for (int i = 0; i < s->n_valid; i++) tsr_data_destroy(&s->valid_data[i]);
@@ -415,6 +435,37 @@ static int resume_state(tsr_session *s) {
           cfg->checkpoint.init_from[0] ? "; checkpoint.init_from is not used: this run resumes "
                                          "its own checkpoint" : "");
   tsr_metrics_event(s->metrics, s->st.step, "resume", path);
+  return 0;
+}
+
+int tsr_session_eval_eos(tsr_session *s, const char *ckpt_path, const char *tokenizer) {
+  const tsr_config *cfg = s->cfg;
+  if (!cfg->data.document_mask) return 0;
+  int32_t eos = cfg->data.eos_id >= 0 ? (int32_t)cfg->data.eos_id : -1;
+  const char *from = "data.eos_id";
+  char name[232] = "";
+  int rc = 0;
+  if (s->rank == 0 && eos < 0) {
+    tsr_tokenizer *t = NULL;
+    rc = tsr_run_tokenizer_open(&t, tokenizer, ckpt_path, cfg->data.valid_glob[0],
+                                cfg->model.vocab_size, &from);
+    if (rc == 0 && (eos = tsr_tokenizer_eod(t)) < 0) {
+      tsr_error("data.document_mask: the tokenizer '%s' (%s) has no end-of-document token; "
+                "set data.eos_id to the id that ends the documents", tsr_tokenizer_name(t), from);
+      rc = TSR_ERR_INPUT;
+    }
+    if (t) snprintf(name, sizeof name, "%s", tsr_tokenizer_name(t));
+    tsr_tokenizer_close(&t);
+  }
+  TSR_CALL(tsr_run_agree(s->world, rc));
+  MPI_Bcast(&eos, 1, MPI_INT32_T, 0, s->world);
+  s->eos = eos;
+  tsr_model_set_eos(s->model, eos);
+  if (name[0])
+    tsr_log("document masking: documents end with token %d (the end of document of tokenizer "
+            "'%s', from %s)", (int)eos, name, from);
+  else
+    tsr_log("document masking: documents end with token %d (data.eos_id)", (int)eos);
   return 0;
 }
 

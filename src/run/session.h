@@ -54,6 +54,8 @@ typedef struct {
   const tsr_ops_backend *dev; /* the device the ops run on (NULL: the CPU) */
   double *loss_acc; /* op memory: a step's micro-batch losses, read once per step */
   int32_t eos;      /* data.document_mask: the end-of-document id (-1: no masking) */
+  tsr_tokenizer_file *tok_files; /* rank 0, training: the data's tokenizer files, which */
+  int n_tok_files;               /* every checkpoint carries (st.tokenizer_files) */
   tsr_ckpt_policy *ckpt; /* when and how checkpoints are written (ckpt_policy.h) */
 } tsr_session;
 
@@ -92,6 +94,10 @@ void tsr_session_state_release(tsr_session *s, float *hb[3], int put);
  * becomes the denominator from then on (raised again by faster steps), and the log says
  * so at the first raise.  Never above 1; -1 when no rate was measured. */
 double tsr_session_mfu(tsr_session *s, double tok_per_s);
+/* Evaluation with data.document_mask: the end-of-document id (data.eos_id, or that of
+ * the tokenizer of --tokenizer PATH when given, else of the checkpoint at ckpt_path, else
+ * of the validation shards) into the model.  Collective. */
+int tsr_session_eval_eos(tsr_session *s, const char *ckpt_path, const char *tokenizer);
 /* Mean validation loss over run.eval_steps micro-batches (fewer when the set is
  * smaller): the first samples of each validation set, set_loss[i] of set i (may be NULL),
  * and *val_loss their total weighted by data.valid_weights; batches: each set's count. */

@@ -12,7 +12,9 @@
  * (SIGUSR1 / SIGTERM: runctl.h), or an error code. */
 int tsr_train(const tsr_config *cfg, const char *deck_text, MPI_Comm world);
 
-/* Load checkpoint.resume and report the validation loss (eval_steps batches; eval.c). */
-int tsr_eval(const tsr_config *cfg, MPI_Comm world);
+/* Load checkpoint.resume and report the validation loss (eval_steps batches; eval.c).
+ * tokenizer: --tokenizer PATH (NULL: the checkpoint's), for data.document_mask's
+ * end-of-document id. */
+int tsr_eval(const tsr_config *cfg, const char *tokenizer, MPI_Comm world);
 
 #endif

@@ -11,9 +11,15 @@
 #    greedily from the same file; the pp 2 run says once that it makes no sample line;
 #  - a tp 2 run's sample line (the vocabulary split over the ranks) equals one-rank
 #    generate's greedy text from its checkpoint;
-#  - bad inputs (no checkpoint, bad options, a deck that does not fit the checkpoint, shards
-#    of another tokenizer, a missing SentencePiece model) exit 2 with an error and print
-#    nothing on stdout;
+#  - the checkpoint carries its tokenizer (/tokenizer/fortunes.model): copied alone to an
+#    empty directory, `generate CHECKPOINT` prints the same greedy text with no shards,
+#    and so does a deck whose shards are of another tokenizer; --tokenizer PATH gives it
+#    too; a checkpoint without /tokenizer (as written before) falls back to the deck's
+#    shards; `eval CHECKPOINT` with document masking takes its end of document from the
+#    checkpoint, with valid shards that have no model beside them;
+#  - bad inputs (no checkpoint, bad options, a deck that does not fit the checkpoint, an
+#    old checkpoint with neither shards nor --tokenizer, or with shards missing their
+#    SentencePiece model) exit 2 with an error and print nothing on stdout;
 #  - tessera linked with the CUDA backend on the emulated GPU draws the CPU's tokens in
 #    fp32 and bf16 (run.device = 'cuda').
 set -u
@@ -86,8 +92,57 @@ check "spm: generate on 2 ranks exits 0 ($rc)" test $rc -eq 0
 check "spm: on 2 ranks rank 0's text is printed once, the same as on one" \
   cmp -s "$SCRATCH/np2.txt" "$SCRATCH/seed11a.txt"
 
-# ---- bytes: checkpoints of tp 2 and pp 2 runs against PyTorch
+# ---- the tokenizer travels with the checkpoint
+CK="$SCRATCH/spm/ckpt/step_00000008.h5"
+check "spm: the checkpoint carries the tokenizer's model, byte for byte" \
+  "$PYTHON_REF" -c 'import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+sys.exit(0 if f.attrs["tokenizer"] in (b"spm:fortunes", "spm:fortunes") and
+         bytes(f["tokenizer/fortunes.model"][()]) == open(sys.argv[2], "rb").read() else 1)' \
+  "$CK" "$CORPUS/fortunes.model"
+mkdir -p "$SCRATCH/alone"
+cp "$CK" "$SCRATCH/alone/"
+(cd "$SCRATCH/alone" && "$TESSERA" generate step_00000008.h5 --prompt "Q: What" --tokens 32 \
+  --temperature 0 >../alone.txt 2>../alone.err)
+rc=$?
+check "alone: generate CHECKPOINT in a directory with nothing else exits 0 ($rc)" test $rc -eq 0
+check "alone: it prints the greedy text of the run's deck" cmp -s "$SCRATCH/alone.txt" "$SCRATCH/greedy.txt"
+check "alone: the log says the tokenizer is the checkpoint's" \
+  grep -q "^generate: .*tokenizer spm:fortunes (the checkpoint)" "$SCRATCH/alone.err"
+(cd "$SCRATCH/alone" && "$TESSERA" generate step_00000008.h5 --prompt "Q: What" --tokens 32 \
+  --temperature 0 --tokenizer "$CORPUS/fortunes.model" >../given.txt 2>../given.err)
+check "alone: --tokenizer NAME.model gives the same text" cmp -s "$SCRATCH/given.txt" "$SCRATCH/greedy.txt"
+check "alone: the log says the tokenizer is --tokenizer's" \
+  grep -q "^generate: .*tokenizer spm:fortunes (--tokenizer)" "$SCRATCH/given.err"
 bytes_corpus computers science
+gen "${G[@]}" "data.train=$SCRATCH/data/train_*.bin" --prompt "Q: What" --tokens 32 --temperature 0 \
+  >"$SCRATCH/other.txt" 2>/dev/null
+check "a deck whose shards are of another tokenizer: the checkpoint's tokenizer still" \
+  cmp -s "$SCRATCH/other.txt" "$SCRATCH/greedy.txt"
+# a checkpoint as written before checkpoints carried their tokenizer
+mkdir -p "$SCRATCH/old/ckpt"
+cp "$CK" "$SCRATCH/old/ckpt/"
+"$PYTHON_REF" -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f: del f["tokenizer"]' "$SCRATCH/old/ckpt/step_00000008.h5"
+gen "${SPM[@]}" run.out_dir="$SCRATCH/old" --prompt "Q: What" --tokens 32 --temperature 0 \
+  >"$SCRATCH/old.txt" 2>"$SCRATCH/old.err"
+check "old checkpoint: the tokenizer of the deck's shards, the same text" \
+  cmp -s "$SCRATCH/old.txt" "$SCRATCH/greedy.txt"
+check "old checkpoint: the log says so" \
+  grep -q "^generate: .*tokenizer spm:fortunes (the shards)" "$SCRATCH/old.err"
+mkdir -p "$SCRATCH/valonly"
+cp "$CORPUS"/valid_*.bin "$SCRATCH/valonly/"
+(cd "$SCRATCH/alone" && "$TESSERA" eval step_00000008.h5 "data.valid=$SCRATCH/valonly/valid_*.bin" \
+  data.document_mask=.true. run.out_dir=out >../eval.out 2>&1)
+rc=$?
+check "alone: eval CHECKPOINT with valid shards alone and document masking exits 0 ($rc)" \
+  test $rc -eq 0
+check "alone: eval's end of document is the checkpoint tokenizer's </s>" \
+  grep -q "document masking: documents end with token 2 .*spm:fortunes', from the checkpoint" \
+  "$SCRATCH/eval.out"
+check "alone: eval wrote its loss" grep -q '"val_loss"' "$SCRATCH/alone/out/eval.jsonl"
+
+# ---- bytes: checkpoints of tp 2 and pp 2 runs against PyTorch
 BYTES=(model.vocab_size=256 optim.lr=1e-2 run.max_steps=10 "run.sample_prompt=Hello"
   run.sample_every=5 "data.train=$SCRATCH/data/train_*.bin" "data.valid=$SCRATCH/data/valid_*.bin")
 for layout in tp pp; do
@@ -151,13 +206,17 @@ expect_input_error "--top-k without a value" "--top-k needs a value" "${G[@]}" -
 expect_input_error "an unknown option" "unknown option '--topk'" "${G[@]}" --topk 3
 expect_input_error "a deck whose model differs from the checkpoint's" \
   "model.d_ff: checkpoint 160, deck 128" "${G[@]}" model.d_ff=128
-expect_input_error "shards of another tokenizer than the checkpoint's" \
+expect_input_error "an old checkpoint, shards of another tokenizer" \
   "tokenizer 'spm:fortunes', but the deck's data was made with 'bytes'" \
-  run.out_dir="$SCRATCH/spm" "data.train=$SCRATCH/data/train_*.bin"
+  run.out_dir="$SCRATCH/old" "data.train=$SCRATCH/data/train_*.bin"
+expect_input_error "an old checkpoint, no shards, no --tokenizer" "carries no tokenizer file of" \
+  run.out_dir="$SCRATCH/old" "data.train=''" "data.valid=''"
 mkdir -p "$SCRATCH/nomodel"
 cp "$CORPUS"/train_*.bin "$SCRATCH/nomodel/"
-expect_input_error "spm shards without their model file" "fortunes.model is missing" \
-  "data.train=$SCRATCH/nomodel/train_*.bin" run.out_dir="$SCRATCH/spm"
+expect_input_error "an old checkpoint, spm shards without their model file" \
+  "fortunes.model is missing" "data.train=$SCRATCH/nomodel/train_*.bin" run.out_dir="$SCRATCH/old"
+expect_input_error "--tokenizer of an unknown kind" "give a SentencePiece model" "${G[@]}" \
+  --tokenizer "$SCRATCH/nomodel/train_000.bin"
 "$TESSERA" generate >"$SCRATCH/bad.out" 2>&1
 rc=$?
 check "no deck: exit 2 ($rc) with the usage" \

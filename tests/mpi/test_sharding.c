@@ -251,8 +251,10 @@ static int file_diff(const char *path, const tsr_model_config *m) {
 /* ---- save and load ---- */
 
 static tsr_train_state state_of(int64_t step) {
-  tsr_train_state st = {step, step * 1000 + 3, step * 16 + 1, 2, 1024.5, 17,
-                        0xABCDEF0123456789ULL};
+  tsr_train_state st;
+  memset(&st, 0, sizeof st);
+  st.step = step, st.tokens = step * 1000 + 3, st.data_cursor = step * 16 + 1, st.skipped = 2;
+  st.loss_scale = 1024.5, st.scale_good_steps = 17, st.seed = 0xABCDEF0123456789ULL;
   return st;
 }
 

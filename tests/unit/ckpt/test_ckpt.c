@@ -94,6 +94,7 @@ static void fill(float *x, int64_t n, uint64_t key) {
 
 /* The state of "step" s: different values for every s, so a load shows which file it read. */
 static void make_bufs(bufs *b, const tsr_layout *lay, int64_t s) {
+  memset(&b->st, 0, sizeof b->st);
   b->master = tsr_calloc((size_t)lay->n_flat, sizeof(float));
   b->m = tsr_calloc((size_t)lay->n_flat, sizeof(float));
   b->v = tsr_calloc((size_t)lay->n_flat, sizeof(float));
@@ -227,11 +228,30 @@ static void test_gpt2(const char *root) {
   tsr_layout_create(&lay, &cfg.model);
   bufs b;
   make_bufs(&b, lay, 7);
+  /* the tokenizer's files ride along, byte for byte (a NUL and a high byte included) */
+  tsr_tokenizer_file tok[2] = {{"tokenizer.json", (unsigned char *)"{\"model\": \0\xff}", 13},
+                               {"tokenizer_config.json", (unsigned char *)"{}", 2}};
+  snprintf(b.st.tokenizer, sizeof b.st.tokenizer, "hf:tokenizer.json");
+  b.st.tokenizer_files = tok;
+  b.st.n_tokenizer_files = 2;
   int rc = tsr_ckpt_save(&cfg, lay, b.master, b.m, b.v, &b.st, kDeck, MPI_COMM_WORLD);
   check(rc == 0, "gpt2: save step 7 rc=%d", rc);
   char path[1200];
   snprintf(path, sizeof path, "%s/gpt2/step_00000007.h5", root);
   loads_as(path, lay, &b, "gpt2 round trip");
+  char tname[232];
+  tsr_tokenizer_file *got = NULL;
+  int ngot = 0;
+  rc = tsr_ckpt_read_tokenizer(path, tname, &got, &ngot);
+  check(rc == 0 && !strcmp(tname, "hf:tokenizer.json") && ngot == 2,
+        "gpt2: the tokenizer and its 2 files read back (rc=%d, '%s', %d files)", rc, tname, ngot);
+  for (int i = 0; i < ngot && ngot == 2; i++) {
+    const tsr_tokenizer_file *want = !strcmp(got[i].name, tok[0].name) ? &tok[0] : &tok[1];
+    check(!strcmp(got[i].name, want->name) && got[i].len == want->len &&
+              !memcmp(got[i].bytes, want->bytes, want->len),
+          "gpt2: /tokenizer/%s holds the file's %zu bytes", want->name, want->len);
+  }
+  tsr_tokenizer_files_free(&got, ngot);
 
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   check(f >= 0, "gpt2: file opens with the plain (serial) HDF5 API");
@@ -325,6 +345,14 @@ static void test_llama(const char *root) {
   }
   check(!exists(p10) && exists(p20) && exists(p30), "keep = 2: step 10 deleted, 20 and 30 kept");
   check(file_is(latest, "step_00000030.h5\n"), "latest names step_00000030.h5");
+  {
+    char tname[232] = "x";
+    tsr_tokenizer_file *files = NULL;
+    int ngot = -1;
+    rc = tsr_ckpt_read_tokenizer(p30, tname, &files, &ngot);
+    check(rc == 0 && !tname[0] && !files && ngot == 0,
+          "llama: a checkpoint that names no tokenizer carries no files (rc=%d, %d)", rc, ngot);
+  }
   hid_t f = H5Fopen(p30, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f >= 0) {
     check_dataset(f, "/model/layers.001.attn.wk.weight", 2, 8, 16,
