@@ -119,7 +119,8 @@ TSR_CLONES static void attn_fwd_rows(tsr_dtype dt, tsr_dtype odt, void *out, siz
     tile_gemm(CblasNoTrans, CblasNoTrans, nq, hd, nk, 1.0f, s, ATT_KC, vc, ldv,
               j0 == jfirst ? 0.0f : 1.0f, acc, hd);
   }
-  if (jend <= jfirst) memset(acc, 0, (size_t)nq * hd * sizeof(float)); /* a block with no key for these rows */
+  if (jend <= jfirst) /* no key of the block for these rows */
+    memset(acc, 0, (size_t)nq * hd * sizeof(float));
   for (int ii = 0; ii < nq; ii++) {
     float *a = acc + ii * hd;
     const float inv = l[ii] > 0.0f ? 1.0f / l[ii] : 0.0f; /* no key: out 0, lse -inf */

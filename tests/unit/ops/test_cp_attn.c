@@ -198,7 +198,8 @@ static void test_ring(tsr_dtype dt, int cp, int B, int Tc, int H, int KV, int hd
   float *scratch = xalloc(sizeof(float) * B * Tc * (qw + H));
   tsr_cp_attention_fwd_local(dt, out, lse, scratch, qp, kp, vp, cp, B, Tc, H, KV, hd, stride,
                              stride);
-  double *qd = to_double(q, rows * qw), *kd = to_double(k, rows * kw), *vd = to_double(v, rows * kw);
+  double *qd = to_double(q, rows * qw), *kd = to_double(k, rows * kw);
+  double *vd = to_double(v, rows * kw);
   double *gd = to_double(g, rows * qw);
   const ref_attn ra = {B, T, H, KV, hd, qd, kd, vd};
   double *ro = xalloc(sizeof(double) * rows * qw), *rl = xalloc(sizeof(double) * B * H * T);
@@ -435,7 +436,8 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
             bitwise(cl, ml, sizeof(float) * B * H * Tk),
         "%g", 0.0);
   /* merge in place against the formula in double */
-  for (long i = 0; i < (long)B * H * Tq; i++) rl[i] = (float)(3 * urand()), cl[i] = (float)(3 * urand());
+  for (long i = 0; i < (long)B * H * Tq; i++)
+    rl[i] = (float)(3 * urand()), cl[i] = (float)(3 * urand());
   for (long i = 0; i < (long)B * Tq * H * hd; i++) ro[i] = (float)urand(), co[i] = (float)urand();
   float *xo = xalloc(sizeof(float) * nq), *xl = xalloc(sizeof(float) * B * H * Tq);
   tsr_ops_attention_merge(xo, xl, ro, rl, co, cl, B, Tq, H, hd);
