@@ -1,7 +1,9 @@
 /* attention.cu — causal grouped-query attention, forward and backward: which kernels run
  * a shape (context.h: cuDNN's fused attention, the mma.sync tensor-core kernels, or the
  * fp32-arithmetic kernel), the backward's row statistics D, and the sums of the
- * grouped-query partials of the tensor-core kernels (attn.cuh). */
+ * grouped-query partials of the tensor-core kernels (attn.cuh).  And the block ops of a
+ * chunked sequence (attention_block_fwd/bwd: the fp32-arithmetic kernels with the block's
+ * diagonal offset, whatever the storage; attention_merge). */
 #include <initializer_list>
 
 #include "attn.cuh"
@@ -250,4 +252,107 @@ extern "C" void tsr_cuda_attention_bwd(tsr_dtype dt, void *dq, void *dk, void *d
   tsr_cuda_prof_note(5.0 * B * H * (double)T * T * hd, "%s T %d hd %d%s", tsr_dtype_name(dt), T,
                     hd, doc ? " documents" : "");
   TSR_CUDA_RUN(backward(dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc));
+}
+
+/* ------------------------------------------------------- blocks of a chunked sequence */
+
+/* the block's diagonal as a row offset (query row i sees key row j when j <= i + off), as
+ * the CPU kernel forms it */
+static int block_off(int Tq, int Tk, long q0, long k0, int causal) {
+  if (!causal) return Tk;
+  const long d = q0 - k0;
+  return d > Tk ? Tk : d < -(long)Tq ? -Tq : (int)d;
+}
+
+static int block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
+                     const void *v, int B, int Tq, int Tk, int H, int KV, int hd, int q_stride,
+                     int kv_stride, long q0, long k0, int causal) {
+  if (B <= 0 || Tq <= 0 || H <= 0) return 0;
+  TSR_CUDA_ARG(Tk >= 0 && KV > 0 && H % KV == 0 && hd > 0);
+  TSR_CUDA_ARG(q_stride >= H * hd && kv_stride >= KV * hd);
+  TSR_CUDA_ARG((long)B * H <= 65535);
+  return tsr_attn_f32_block_fwd(dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride,
+                                block_off(Tq, Tk, q0, k0, causal));
+}
+
+static int block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
+                     const void *out, const float *lse, const void *q, const void *k,
+                     const void *v, int B, int Tq, int Tk, int H, int KV, int hd, int q_stride,
+                     int kv_stride, long q0, long k0, int causal) {
+  if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0 || (!dq && !dk && !dv)) return 0;
+  TSR_CUDA_ARG(KV > 0 && H % KV == 0 && hd > 0);
+  TSR_CUDA_ARG(q_stride >= H * hd && kv_stride >= KV * hd);
+  TSR_CUDA_ARG((long)B * H <= 65535);
+  const int off = block_off(Tq, Tk, q0, k0, causal);
+  if (off <= -Tq) return 0; /* fully masked: nothing to add */
+  const cudaStream_t stream = tsr_cuda_ctx.stream;
+  const size_t bht = (size_t)B * H * Tq;
+  float *D = NULL;
+  TSR_CUDA_SCRATCH(D, tsr_ops_attention_scratch_bytes((long)bht, 0));
+  TSR_DTYPE_SWITCH(dt, S,
+                   row_dot_kernel<S><<<(unsigned)(((long)bht * 32 + 255) / 256), 256, 0, stream>>>(
+                       D, (const S *)dout, (const S *)out, B, Tq, H, hd);
+                   TSR_CUDA_LAUNCHED());
+  return tsr_attn_f32_block_bwd(dt, dq, dk, dv, dout, lse, D, q, k, v, B, Tq, Tk, H, KV, hd,
+                                q_stride, kv_stride, off);
+}
+
+/* One warp per (row, head): lane 0 reads both lse (which lse may overwrite), the warp
+ * shares them, and every lane forms the weights and its head dims. */
+__global__ void merge_kernel(float *out, float *lse, const float *o1, const float *lse1,
+                             const float *o2, const float *lse2, int B, int T_, int H, int hd) {
+  const long w = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= (long)B * T_ * H) return; /* whole warps leave together (blocks of 256) */
+  const long row = w / H, b = row / T_, t = row % T_;
+  const int h = (int)(w % H);
+  const size_t st = ((size_t)b * H + h) * T_ + t, o = (size_t)w * hd;
+  float l1 = 0.0f, l2 = 0.0f;
+  if (lane == 0) l1 = lse1[st], l2 = lse2[st];
+  l1 = __shfl_sync(0xffffffffu, l1, 0);
+  l2 = __shfl_sync(0xffffffffu, l2, 0);
+  float w1, w2, l;
+  tsr_ops_attn_merge_weights(l1, l2, &w1, &w2, &l);
+  for (int d = lane; d < hd; d += 32) out[o + d] = w1 * o1[o + d] + w2 * o2[o + d];
+  if (lane == 0) lse[st] = l;
+}
+
+extern "C" void tsr_cuda_attention_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q,
+                                            const void *k, const void *v, int B, int Tq, int Tk,
+                                            int H, int KV, int hd, int q_stride, int kv_stride,
+                                            long q0, long k0, int causal) {
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(4.0 * B * H * (double)Tq * Tk * hd, "%s Tq %d Tk %d hd %d",
+                    tsr_dtype_name(dt), Tq, Tk, hd);
+  TSR_CUDA_RUN(block_fwd(dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0,
+                         k0, causal));
+}
+
+extern "C" void tsr_cuda_attention_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv,
+                                            const void *dout, const void *out, const float *lse,
+                                            const void *q, const void *k, const void *v, int B,
+                                            int Tq, int Tk, int H, int KV, int hd, int q_stride,
+                                            int kv_stride, long q0, long k0, int causal) {
+  TSR_CUDA_SKIP();
+  tsr_cuda_prof_note(10.0 * B * H * (double)Tq * Tk * hd, "%s Tq %d Tk %d hd %d",
+                    tsr_dtype_name(dt), Tq, Tk, hd);
+  TSR_CUDA_RUN(block_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride,
+                         kv_stride, q0, k0, causal));
+}
+
+static int merge(float *out, float *lse, const float *o1, const float *lse1, const float *o2,
+                 const float *lse2, int B, int T, int H, int hd) {
+  if (B <= 0 || T <= 0 || H <= 0) return 0;
+  const long warps = (long)B * T * H;
+  merge_kernel<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, tsr_cuda_ctx.stream>>>(
+      out, lse, o1, lse1, o2, lse2, B, T, H, hd);
+  TSR_CUDA_LAUNCHED();
+  return 0;
+}
+
+extern "C" void tsr_cuda_attention_merge(float *out, float *lse, const float *o1,
+                                        const float *lse1, const float *o2, const float *lse2,
+                                        int B, int T, int H, int hd) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(merge(out, lse, o1, lse1, o2, lse2, B, T, H, hd));
 }

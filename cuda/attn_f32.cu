@@ -13,7 +13,13 @@
  * Backward (D given): one kernel per key tile (b, kv head) sums dk, dv over the group's
  * query heads and the query tiles at or below the diagonal, one kernel per query tile
  * (b, h) sums dq over the key tiles; both rebuild P = exp(scale * q.k - lse) and write
- * their outputs.  Documents (doc): attn.cuh. */
+ * their outputs.  Documents (doc): attn.cuh.
+ *
+ * The kernels take the queries and the keys as two sets of rows (Tq and Tk per sequence,
+ * strides of their own) and a diagonal offset off: query row i sees key row j when
+ * j <= i + off.  attention_fwd/bwd run them with Tq = Tk = T and off = 0; the block ops of
+ * a chunked sequence (attention.cu, tsr_attn_f32_block_*) with the block's rows and off,
+ * an fp32 out (TO) and fp32 gradients added to (ACC). */
 #include "attn.cuh"
 
 #define BQ 32
@@ -60,12 +66,24 @@ __device__ __forceinline__ void weighted_rows(float (&o)[DPT], const float *w, c
   }
 }
 
+/* a gradient element: written (ACC false, as G) or added to (ACC true, fp32 only) */
+template <bool ACC>
+__device__ __forceinline__ void put_grad(float *p, float x) {
+  if (ACC) *p += x;
+  else *p = x;
+}
+template <bool ACC, class G>
+__device__ __forceinline__ void put_grad(G *p, float x) {
+  *p = from_f32<G>(x);
+}
+
 /* ---------------------------------------------------------------- forward */
 
-template <class T, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
+template <class T, class TO, int DPT> /* DPT = head dims per thread = ceil(hd / 8) bound */
 __global__ void __launch_bounds__(ATT_THREADS)
-    flash_fwd_kernel(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
-                     int T_, int H, int KV, int hd, int qkv_stride, float scale) {
+    flash_fwd_kernel(TO *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                     int Tq, int Tk, int H, int KV, int hd, int q_stride, int kv_stride, int off,
+                     float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *Ks = Qs + BQ * ld, *Vs = Ks + BK * ld, *Ps = Vs + BK * ld; /* Ps: [BQ][BK+1] */
@@ -73,27 +91,27 @@ __global__ void __launch_bounds__(ATT_THREADS)
   const int q0 = blockIdx.x * BQ;
   const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int tq = q0 + row;
-  const size_t boff = (size_t)b * T_ * qkv_stride;
+  const size_t qoff = (size_t)b * Tq * q_stride, koff = (size_t)b * Tk * kv_stride;
 
-  load_tile(Qs, q, q0, BQ, T_, boff, qkv_stride, h * hd, hd);
+  load_tile(Qs, q, q0, BQ, Tq, qoff, q_stride, h * hd, hd);
   float m = -INFINITY, l = 0.0f, o[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) o[i] = 0.0f;
 
-  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
-  const int kstart = tq < T_ && dc ? dc[tq] : 0; /* this row's first key */
-  const int kend = min(q0 + BQ, T_); /* keys this tile's queries can see */
+  const int32_t *dc = doc ? doc + (size_t)b * Tq : NULL;
+  const int kstart = tq < Tq && dc ? dc[tq] : 0; /* this row's first key */
+  const int kend = min(q0 + BQ + off, Tk); /* keys this tile's queries can see */
   for (int k0 = dc ? dc[q0] / BK * BK : 0; k0 < kend; k0 += BK) {
     __syncthreads(); /* the previous tile's Ks/Vs/Ps are no longer read */
-    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
-    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Ks, k, k0, BK, Tk, koff, kv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, Tk, koff, kv_stride, g * hd, hd);
     __syncthreads();
     float s[BK / 8], tile_max = -INFINITY;
     dot_rows(s, Qs + row * ld, Ks + sub * ld, 8 * ld, hd); /* keys sub, sub+8, ... */
 #pragma unroll
     for (int j = 0; j < BK / 8; j++) {
       const int key = k0 + sub + 8 * j;
-      s[j] = (key <= tq && key < T_ && key >= kstart) ? scale * s[j] : -INFINITY;
+      s[j] = (key <= tq + off && key < Tk && key >= kstart) ? scale * s[j] : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
 #pragma unroll
@@ -119,15 +137,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i = 0; i < DPT; i++) o[i] *= corr;
     weighted_rows(o, Ps + row * (BK + 1), Vs, ld, sub, hd);
   }
-  if (tq < T_) {
-    T *dst = out + ((size_t)b * T_ + tq) * H * hd + (size_t)h * hd;
-    const float inv = 1.0f / l;
+  if (tq < Tq) {
+    TO *dst = out + ((size_t)b * Tq + tq) * H * hd + (size_t)h * hd;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no key seen: out 0, lse -inf */
 #pragma unroll
     for (int i = 0; i < DPT; i++) {
       const int d = sub + 8 * i;
-      if (d < hd) dst[d] = from_f32<T>(o[i] * inv);
+      if (d < hd) dst[d] = from_f32<TO>(o[i] * inv);
     }
-    if (sub == 0) lse[((size_t)b * H + h) * T_ + tq] = m + logf(l);
+    if (sub == 0) lse[((size_t)b * H + h) * Tq + tq] = m + logf(l);
   }
 }
 
@@ -138,19 +156,19 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <class T>
 __device__ __forceinline__ void load_query_side(float *Qs, float *dOs, float *Ls, float *Ds,
                                                 const T *q, const T *dout, const float *lse,
-                                                const float *D, int b, int h, int q0, int T_,
-                                                int H, int hd, int qkv_stride) {
-  load_tile(Qs, q, q0, BQ, T_, (size_t)b * T_ * qkv_stride, qkv_stride, h * hd, hd);
-  load_tile(dOs, dout, q0, BQ, T_, (size_t)b * T_ * H * hd, H * hd, h * hd, hd);
-  load_stats<BQ, ATT_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * T_, q0, T_);
+                                                const float *D, int b, int h, int q0, int Tq,
+                                                int H, int hd, int q_stride) {
+  load_tile(Qs, q, q0, BQ, Tq, (size_t)b * Tq * q_stride, q_stride, h * hd, hd);
+  load_tile(dOs, dout, q0, BQ, Tq, (size_t)b * Tq * H * hd, H * hd, h * hd, hd);
+  load_stats<BQ, ATT_THREADS>(Ls, Ds, lse, D, ((size_t)b * H + h) * Tq, q0, Tq);
 }
 
-/* dq of one query tile: dq_t = scale * sum_j P_tj (dP_tj - D_t) k_j */
-template <class T, int DPT>
+/* dq of one query tile: dq_t = scale * sum_j P_tj (dP_tj - D_t) k_j (rows dq_stride apart) */
+template <class T, class G, bool ACC, int DPT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    flash_dq_kernel(T *dq, const T *dout, const float *lse, const float *D, const T *q,
-                    const T *k, const T *v, const int32_t *doc, int T_, int H, int KV, int hd,
-                    int qkv_stride, float scale) {
+    flash_dq_kernel(G *dq, const T *dout, const float *lse, const float *D, const T *q,
+                    const T *k, const T *v, const int32_t *doc, int Tq, int Tk, int H, int KV,
+                    int hd, int q_stride, int kv_stride, int dq_stride, int off, float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Qs = smem, *dOs = Qs + BQ * ld, *Ks = dOs + BQ * ld, *Vs = Ks + BK * ld;
@@ -159,20 +177,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
   const int q0 = blockIdx.x * BQ;
   const int row = threadIdx.x >> 3, sub = threadIdx.x & 7;
   const int tq = q0 + row;
-  const size_t boff = (size_t)b * T_ * qkv_stride;
+  const size_t koff = (size_t)b * Tk * kv_stride;
 
-  load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
+  load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, Tq, H, hd, q_stride);
   float sum[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) sum[i] = 0.0f;
 
-  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
-  const int kstart = tq < T_ && dc ? dc[tq] : 0;
-  const int kend = min(q0 + BQ, T_);
+  const int32_t *dc = doc ? doc + (size_t)b * Tq : NULL;
+  const int kstart = tq < Tq && dc ? dc[tq] : 0;
+  const int kend = min(q0 + BQ + off, Tk);
   for (int k0 = dc ? dc[q0] / BK * BK : 0; k0 < kend; k0 += BK) {
     __syncthreads();
-    load_tile(Ks, k, k0, BK, T_, boff, qkv_stride, g * hd, hd);
-    load_tile(Vs, v, k0, BK, T_, boff, qkv_stride, g * hd, hd);
+    load_tile(Ks, k, k0, BK, Tk, koff, kv_stride, g * hd, hd);
+    load_tile(Vs, v, k0, BK, Tk, koff, kv_stride, g * hd, hd);
     __syncthreads();
     float qk[BK / 8], dp[BK / 8];
     dot_rows(qk, Qs + row * ld, Ks + sub * ld, 8 * ld, hd);
@@ -181,7 +199,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int j = 0; j < BK / 8; j++) {
       const int c = sub + 8 * j, key = k0 + c;
       float ds = 0.0f;
-      if (key <= tq && key < T_ && tq < T_ && key >= kstart) {
+      if (key <= tq + off && key < Tk && tq < Tq && key >= kstart) {
         const float p = expf(scale * qk[j] - Ls[row]);
         ds = p * (dp[j] - Ds[row]);
       }
@@ -190,24 +208,25 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
     weighted_rows(sum, dSs + row * (BK + 1), Ks, ld, sub, hd);
   }
-  if (tq < T_) {
-    T *dst = dq + boff + (size_t)tq * qkv_stride + (size_t)h * hd;
+  if (tq < Tq) {
+    G *dst = dq + ((size_t)b * Tq + tq) * dq_stride + (size_t)h * hd;
 #pragma unroll
     for (int i = 0; i < DPT; i++) {
       const int d = sub + 8 * i;
-      if (d < hd) dst[d] = from_f32<T>(scale * sum[i]);
+      if (d < hd) put_grad<ACC>(dst + d, scale * sum[i]);
     }
   }
 }
 
 /* dk, dv of one key tile of kv head g: sums over the group's query heads (outer) and
  * the query tiles from the diagonal down (inner), rows in order within a tile.
- *   dv_j = sum_t P_tj dout_t;   dk_j = scale * sum_t P_tj (dP_tj - D_t) q_t */
-template <class T, int DPT>
+ *   dv_j = sum_t P_tj dout_t;   dk_j = scale * sum_t P_tj (dP_tj - D_t) q_t
+ * (rows dkv_stride apart) */
+template <class T, class G, bool ACC, int DPT>
 __global__ void __launch_bounds__(ATT_THREADS)
-    flash_dkdv_kernel(T *dk, T *dv, const T *dout, const float *lse, const float *D, const T *q,
-                      const T *k, const T *v, const int32_t *doc, int T_, int H, int KV, int hd,
-                      int qkv_stride, float scale) {
+    flash_dkdv_kernel(G *dk, G *dv, const T *dout, const float *lse, const float *D, const T *q,
+                      const T *k, const T *v, const int32_t *doc, int Tq, int Tk, int H, int KV,
+                      int hd, int q_stride, int kv_stride, int dkv_stride, int off, float scale) {
   extern __shared__ __align__(32) float smem[];
   const int ld = hd + 1;
   float *Ks = smem, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *dOs = Qs + BQ * ld;
@@ -217,20 +236,21 @@ __global__ void __launch_bounds__(ATT_THREADS)
   const int j0 = blockIdx.x * BK;
   const int col = threadIdx.x >> 3, sub = threadIdx.x & 7; /* col: this thread's key */
   const int key = j0 + col;
-  const size_t boff = (size_t)b * T_ * qkv_stride;
+  const size_t koff = (size_t)b * Tk * kv_stride;
 
-  load_tile(Ks, k, j0, BK, T_, boff, qkv_stride, g * hd, hd);
-  load_tile(Vs, v, j0, BK, T_, boff, qkv_stride, g * hd, hd);
+  load_tile(Ks, k, j0, BK, Tk, koff, kv_stride, g * hd, hd);
+  load_tile(Vs, v, j0, BK, Tk, koff, kv_stride, g * hd, hd);
   float sk[DPT], sv[DPT];
 #pragma unroll
   for (int i = 0; i < DPT; i++) sk[i] = sv[i] = 0.0f;
 
-  const int32_t *dc = doc ? doc + (size_t)b * T_ : NULL;
+  const int32_t *dc = doc ? doc + (size_t)b * Tq : NULL;
+  const int qfirst = j0 - off > 0 ? (j0 - off) / BQ * BQ : 0; /* the tile of row j0 - off */
   for (int h = g * group; h < (g + 1) * group; h++) {
-    for (int q0 = j0 / BQ * BQ; q0 < T_; q0 += BQ) {
+    for (int q0 = qfirst; q0 < Tq; q0 += BQ) {
       if (dc && dc[q0] >= j0 + BK) break; /* these queries' and later ones' documents start later */
       __syncthreads(); /* previous Qs/dOs/Ps/dSs reads are done (first pass: Ks/Vs loaded) */
-      load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, T_, H, hd, qkv_stride);
+      load_query_side(Qs, dOs, Ls, Ds, q, dout, lse, D, b, h, q0, Tq, H, hd, q_stride);
       __syncthreads();
       float qk[BQ / 8], dp[BQ / 8];
       dot_rows(qk, Ks + col * ld, Qs + sub * ld, 8 * ld, hd); /* queries sub, sub+8, ... */
@@ -239,7 +259,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
       for (int j = 0; j < BQ / 8; j++) {
         const int rr = sub + 8 * j, t = q0 + rr;
         float p = 0.0f, ds = 0.0f;
-        if (t < T_ && key <= t && key < T_ && (!dc || key >= dc[t])) {
+        if (t < Tq && key <= t + off && key < Tk && (!dc || key >= dc[t])) {
           p = expf(scale * qk[j] - Ls[rr]);
           ds = p * (dp[j] - Ds[rr]);
         }
@@ -260,14 +280,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
       }
     }
   }
-  if (key < T_) {
-    const size_t off = boff + (size_t)key * qkv_stride + (size_t)g * hd;
+  if (key < Tk) {
+    const size_t at = ((size_t)b * Tk + key) * dkv_stride + (size_t)g * hd;
 #pragma unroll
     for (int i = 0; i < DPT; i++) {
       const int d = sub + 8 * i;
       if (d < hd) {
-        if (dk) dk[off + d] = from_f32<T>(scale * sk[i]);
-        if (dv) dv[off + d] = from_f32<T>(sv[i]);
+        if (dk) put_grad<ACC>(dk + at + d, scale * sk[i]);
+        if (dv) put_grad<ACC>(dv + at + d, sv[i]);
       }
     }
   }
@@ -285,36 +305,44 @@ static size_t dkdv_smem(int hd) {
   return (size_t)((2 * BK + 2 * BQ) * (hd + 1) + 2 * BQ * (BK + 1) + 2 * BQ) * sizeof(float);
 }
 
-template <class T, int DPT>
-static int flash_fwd(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
-                     int B, int T_, int H, int KV, int hd, int qkv_stride) {
+template <class T, class TO, int DPT>
+static int flash_fwd(TO *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc,
+                     int B, int Tq, int Tk, int H, int KV, int hd, int q_stride, int kv_stride,
+                     int off) {
   const size_t smem = fwd_smem(hd);
-  TSR_CUDA_CALL(allow_smem(flash_fwd_kernel<T, DPT>, smem));
-  const dim3 grid((T_ + BQ - 1) / BQ, B * H);
-  flash_fwd_kernel<T, DPT><<<grid, ATT_THREADS, smem, tsr_cuda_ctx.stream>>>(
-      out, lse, q, k, v, doc, T_, H, KV, hd, qkv_stride, (float)(1.0 / sqrt((double)hd)));
+  TSR_CUDA_CALL(allow_smem(flash_fwd_kernel<T, TO, DPT>, smem));
+  const dim3 grid((Tq + BQ - 1) / BQ, B * H);
+  flash_fwd_kernel<T, TO, DPT><<<grid, ATT_THREADS, smem, tsr_cuda_ctx.stream>>>(
+      out, lse, q, k, v, doc, Tq, Tk, H, KV, hd, q_stride, kv_stride, off,
+      (float)(1.0 / sqrt((double)hd)));
   TSR_CUDA_LAUNCHED();
   return 0;
 }
 
-template <class T, int DPT>
-static int flash_bwd(T *dq, T *dk, T *dv, const T *dout, const float *lse, const float *D,
-                     const T *q, const T *k, const T *v, const int32_t *doc, int B, int T_, int H,
-                     int KV, int hd, int qkv_stride) {
+/* the backward: dq rows dq_stride apart, dk and dv rows dkv_stride apart, written (G = T)
+ * or added to (ACC, G = float) */
+template <class T, class G, bool ACC, int DPT>
+static int flash_bwd(G *dq, G *dk, G *dv, const T *dout, const float *lse, const float *D,
+                     const T *q, const T *k, const T *v, const int32_t *doc, int B, int Tq,
+                     int Tk, int H, int KV, int hd, int q_stride, int kv_stride, int dq_stride,
+                     int dkv_stride, int off) {
   const float scale = (float)(1.0 / sqrt((double)hd));
   const cudaStream_t stream = tsr_cuda_ctx.stream;
   if (dq) {
     const size_t smem = dq_smem(hd);
-    TSR_CUDA_CALL(allow_smem(flash_dq_kernel<T, DPT>, smem));
-    flash_dq_kernel<T, DPT><<<dim3((T_ + BQ - 1) / BQ, B * H), ATT_THREADS, smem, stream>>>(
-        dq, dout, lse, D, q, k, v, doc, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_CALL(allow_smem(flash_dq_kernel<T, G, ACC, DPT>, smem));
+    flash_dq_kernel<T, G, ACC, DPT><<<dim3((Tq + BQ - 1) / BQ, B * H), ATT_THREADS, smem,
+                                      stream>>>(dq, dout, lse, D, q, k, v, doc, Tq, Tk, H, KV, hd,
+                                                q_stride, kv_stride, dq_stride, off, scale);
     TSR_CUDA_LAUNCHED();
   }
   if (dk || dv) {
     const size_t smem = dkdv_smem(hd);
-    TSR_CUDA_CALL(allow_smem(flash_dkdv_kernel<T, DPT>, smem));
-    flash_dkdv_kernel<T, DPT><<<dim3((T_ + BK - 1) / BK, B * KV), ATT_THREADS, smem, stream>>>(
-        dk, dv, dout, lse, D, q, k, v, doc, T_, H, KV, hd, qkv_stride, scale);
+    TSR_CUDA_CALL(allow_smem(flash_dkdv_kernel<T, G, ACC, DPT>, smem));
+    flash_dkdv_kernel<T, G, ACC, DPT><<<dim3((Tk + BK - 1) / BK, B * KV), ATT_THREADS, smem,
+                                        stream>>>(dk, dv, dout, lse, D, q, k, v, doc, Tq, Tk, H,
+                                                  KV, hd, q_stride, kv_stride, dkv_stride, off,
+                                                  scale);
     TSR_CUDA_LAUNCHED();
   }
   return 0;
@@ -326,12 +354,12 @@ int tsr_attn_f32_fwd(tsr_dtype dt, void *out, float *lse, const void *q, const v
                      const int32_t *doc) {
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
-                   return hd <= 64 ? flash_fwd<S, 8>((S *)out, lse, (const S *)q, (const S *)k,
-                                                     (const S *)v, doc, B, T, H, KV, hd,
-                                                     qkv_stride)
-                                   : flash_fwd<S, 16>((S *)out, lse, (const S *)q, (const S *)k,
-                                                      (const S *)v, doc, B, T, H, KV, hd,
-                                                      qkv_stride));
+                   return hd <= 64 ? flash_fwd<S, S, 8>((S *)out, lse, (const S *)q, (const S *)k,
+                                                        (const S *)v, doc, B, T, T, H, KV, hd,
+                                                        qkv_stride, qkv_stride, 0)
+                                   : flash_fwd<S, S, 16>((S *)out, lse, (const S *)q,
+                                                         (const S *)k, (const S *)v, doc, B, T, T,
+                                                         H, KV, hd, qkv_stride, qkv_stride, 0));
   return 0;
 }
 
@@ -342,11 +370,45 @@ int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dou
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
                    return hd <= 64
-                              ? flash_bwd<S, 8>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse, D,
-                                                (const S *)q, (const S *)k, (const S *)v, doc, B,
-                                                T, H, KV, hd, qkv_stride)
-                              : flash_bwd<S, 16>((S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse,
-                                                 D, (const S *)q, (const S *)k, (const S *)v, doc,
-                                                 B, T, H, KV, hd, qkv_stride));
+                              ? flash_bwd<S, S, false, 8>(
+                                    (S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse, D,
+                                    (const S *)q, (const S *)k, (const S *)v, doc, B, T, T, H, KV,
+                                    hd, qkv_stride, qkv_stride, qkv_stride, qkv_stride, 0)
+                              : flash_bwd<S, S, false, 16>(
+                                    (S *)dq, (S *)dk, (S *)dv, (const S *)dout, lse, D,
+                                    (const S *)q, (const S *)k, (const S *)v, doc, B, T, T, H, KV,
+                                    hd, qkv_stride, qkv_stride, qkv_stride, qkv_stride, 0));
+  return 0;
+}
+
+int tsr_attn_f32_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
+                           const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
+                           int q_stride, int kv_stride, int off) {
+  TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
+  TSR_DTYPE_SWITCH(dt, S,
+                   return hd <= 64 ? flash_fwd<S, float, 8>(out, lse, (const S *)q, (const S *)k,
+                                                            (const S *)v, NULL, B, Tq, Tk, H, KV,
+                                                            hd, q_stride, kv_stride, off)
+                                   : flash_fwd<S, float, 16>(out, lse, (const S *)q, (const S *)k,
+                                                             (const S *)v, NULL, B, Tq, Tk, H, KV,
+                                                             hd, q_stride, kv_stride, off));
+  return 0;
+}
+
+int tsr_attn_f32_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
+                           const float *lse, const float *D, const void *q, const void *k,
+                           const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
+                           int q_stride, int kv_stride, int off) {
+  TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
+  TSR_DTYPE_SWITCH(dt, S,
+                   return hd <= 64
+                              ? flash_bwd<S, float, true, 8>(
+                                    dq, dk, dv, (const S *)dout, lse, D, (const S *)q,
+                                    (const S *)k, (const S *)v, NULL, B, Tq, Tk, H, KV, hd,
+                                    q_stride, kv_stride, H * hd, KV * hd, off)
+                              : flash_bwd<S, float, true, 16>(
+                                    dq, dk, dv, (const S *)dout, lse, D, (const S *)q,
+                                    (const S *)k, (const S *)v, NULL, B, Tq, Tk, H, KV, hd,
+                                    q_stride, kv_stride, H * hd, KV * hd, off));
   return 0;
 }

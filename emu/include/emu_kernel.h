@@ -33,6 +33,12 @@ template <class V> V __shfl_xor_sync(unsigned mask, V v, int o) {
   emu_warp_exchange(&v, &r, (int)(threadIdx.x ^ (unsigned)o), sizeof(V));
   return r;
 }
+/* lane src's v, for every lane of the warp */
+template <class V> V __shfl_sync(unsigned mask, V v, int src) {
+  V all[32];
+  emu_warp_gather(&v, all, sizeof(V));
+  return all[src & 31];
+}
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 using std::max;

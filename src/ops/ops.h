@@ -19,6 +19,7 @@
 #ifndef TSR_OPS_H
 #define TSR_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,34 @@ static inline size_t tsr_ops_cudnn_attention_workspace_bytes(const tsr_ops_shape
 #include "ops_list.h"
 #undef TSR_OP
 #undef TSR_OP_RET
+
+/* What a causal attention block (attention_block_fwd: Tq queries at global positions
+ * q0.., Tk keys at k0..) holds: SKIP, every key right of every query (the block is fully
+ * masked: nothing to compute, no call needed); FULL, every key at or left of every query
+ * (the same as causal 0); PARTIAL, the mask cuts through it (the diagonal block). */
+enum { TSR_ATT_BLOCK_SKIP, TSR_ATT_BLOCK_FULL, TSR_ATT_BLOCK_PARTIAL };
+static inline int tsr_ops_attn_block_kind(long q0, int Tq, long k0, int Tk) {
+  if (Tq <= 0 || Tk <= 0 || k0 > q0 + Tq - 1) return TSR_ATT_BLOCK_SKIP;
+  return k0 + Tk - 1 <= q0 ? TSR_ATT_BLOCK_FULL : TSR_ATT_BLOCK_PARTIAL;
+}
+
+/* attention_merge's weights of two partial results with log-sum-exps l1, l2, and the
+ * merged log-sum-exp *l: with hi the larger and e = exp(lo - hi) <= 1, the larger side
+ * weighs 1 / (1 + e), the other e / (1 + e), and *l = hi + log1p(e).  Both -inf: weights
+ * 0, *l -inf.  One formula for every backend (host and device). */
+TSR_HOST_DEVICE static inline void tsr_ops_attn_merge_weights(float l1, float l2, float *w1,
+                                                              float *w2, float *l) {
+  const int first = l1 > l2;
+  const float hi = first ? l1 : l2, lo = first ? l2 : l1;
+  if (hi == -INFINITY) {
+    *w1 = *w2 = 0.0f, *l = -INFINITY;
+    return;
+  }
+  const float e = expf(lo - hi), inv = 1.0f / (1.0f + e);
+  *w1 = first ? inv : e * inv;
+  *w2 = first ? e * inv : inv;
+  *l = hi + log1pf(e);
+}
 
 /* AdamW's per-step scalars, formed as torch forms them (Python doubles, cast to fp32
  * where they meet a tensor): p *= decay;  p -= step_size * m / (sqrt(v) / bc2_sqrt + eps).

@@ -119,6 +119,42 @@ TSR_OP(attention_bwd, (tsr_dtype dt, void *dq, void *dk, void *dv, const void *d
                        const int32_t *doc),
        (dt, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, KV, hd, qkv_stride, doc))
 
+/* ---- attention over one block of keys, for a sequence cut into chunks (context
+ * parallelism, docs/context_parallel.md): the pieces of a causal attention that is summed
+ * block by block and merged with the log-sum-exp.  Same heads, scale and GQA as above.
+ * B sequences; of each, Tq query rows at global positions q0 .. q0+Tq-1 and a block of Tk
+ * keys at k0 .. k0+Tk-1: q element (b, t, h, i) at q[(b*Tq + t)*q_stride + h*hd + i], k and
+ * v at [(b*Tk + t)*kv_stride + g*hd + i].  causal: the query at position p sees the keys at
+ * positions <= p (a block entirely right of every query is fully masked: see
+ * tsr_ops_attn_block_kind, ops.h); causal 0: it sees the whole block.  A query that sees
+ * no key of the block has out 0 and lse -inf (the identity of attention_merge).
+ * fwd: out[(b*Tq + t)*H*hd + h*hd + i] and lse[(b*H + h)*Tq + t], both fp32 whatever dt:
+ * the block's partial result, which attention_merge folds into a running one.
+ * bwd: given the FINAL out (dt, as attention_fwd's), its lse (the log-sum-exp over every
+ * block) and dout, ACCUMULATES (+=, fp32) this block's terms into dq [B*Tq, H*hd], dk and
+ * dv [B*Tk, KV*hd] (contiguous); the sum over all blocks of a query's (a key's) terms is
+ * attention_bwd's dq (dk, dv).  With one block, q0 = k0 and Tq = Tk = T these are
+ * attention_fwd and attention_bwd (doc NULL) up to the output types. */
+TSR_OP(attention_block_fwd, (tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
+                             const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
+                             int q_stride, int kv_stride, long q0, long k0, int causal),
+       (dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0, k0, causal))
+TSR_OP(attention_block_bwd, (tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
+                             const void *out, const float *lse, const void *q, const void *k,
+                             const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
+                             int q_stride, int kv_stride, long q0, long k0, int causal),
+       (dt, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0,
+        k0, causal))
+/* Two partial attentions of the same queries over disjoint key sets, (o1, lse1) and
+ * (o2, lse2), as one over their union: with m = max(lse1, lse2),
+ *   lse = m + log(exp(lse1 - m) + exp(lse2 - m)),  out = exp(lse1 - lse) o1 + exp(lse2 - lse) o2
+ * (fp32; a side with lse -inf counts for nothing; both -inf: out 0, lse -inf).  out and lse
+ * are [n_rows, H*hd] and [(b*H + h)*T + t] as attention_block_fwd's, n_rows = B*T; out may
+ * be o1 (or o2) and lse lse1 (or lse2): the running result updated in place. */
+TSR_OP(attention_merge, (float *out, float *lse, const float *o1, const float *lse1,
+                         const float *o2, const float *lse2, int B, int T, int H, int hd),
+       (out, lse, o1, lse1, o2, lse2, B, T, H, hd))
+
 /* ---- activations ----
  * SwiGLU: gate_up[r] = [gate (F) | up (F)], out[r, j] = silu(gate_j) * up_j;  the backward
  * writes dgate_up.  GELU, tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715

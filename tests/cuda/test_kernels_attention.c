@@ -10,7 +10,14 @@
  * alike.  Tolerances: kernels_util.h (the lse of the fp32-arithmetic kernels to 1e-5,
  * of the tensor cores and cuDNN to the storage type's).  Document masking (the ops' doc:
  * documents packed in the sequences) runs on our kernels whatever kind is asked, cuDNN's
- * too, and is checked against the CPU's masked attention the same way. */
+ * too, and is checked against the CPU's masked attention the same way.
+ *
+ * The block ops of a chunked sequence (attention_block_fwd, attention_block_bwd,
+ * attention_merge) against their CPU kernels: blocks cut by the diagonal (rows that see
+ * no key of the block among them), wholly visible (causal 0, and causal left of the
+ * queries), fully masked, the diagonal block itself; fp32 results from every storage type,
+ * held to 1e-5 (fp32 arithmetic on both sides; an lse of -inf must be -inf on both).  The
+ * backward adds into random fp32 gradients, runs twice, bitwise alike. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +193,108 @@ static void check_default_kind(void) {
   unsetenv("TSR_CUDA_ATTENTION");
 }
 
+/* lse-like fp32: -inf where the CPU has -inf, else within tol x max(1, |lse|) */
+static void check_lse_inf(const char *name, const tbuf *t, double tol) {
+  float *got = hmalloc(sizeof(float) * t->n);
+  tb_download(t, got);
+  double e = 0.0;
+  long ninf = 0;
+  for (long i = 0; i < t->n; i++) {
+    const float r = ((const float *)t->h)[i];
+    if (r == -INFINITY) {
+      ninf++;
+      if (got[i] != -INFINITY) e = INFINITY;
+      continue;
+    }
+    const double d = fabs((double)got[i] - (double)r) / fmax(1.0, fabs((double)r));
+    e = isnan(d) ? INFINITY : fmax(e, d);
+  }
+  kcheck(e <= tol, "%-58s err %.2e (tol %.0e; %ld rows -inf)", name, e, tol, ninf);
+  free(got);
+}
+
+/* One block: Tq queries at q0 against Tk keys at k0, q, k, v in one fused buffer of B
+ * sequences each (their rows: q of Tq, k and v of Tk rows; the buffer is as long as the
+ * longer). */
+static void run_block(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd, long q0,
+                      long k0, int causal) {
+  char name[240];
+  const int T = Tq > Tk ? Tq : Tk, stride = (H + 2 * KV) * hd;
+  kreserve(att_shapes(dt, B, T, H, KV, hd));
+  snprintf(name, sizeof name, "attention block B=%d Tq=%d@%ld Tk=%d@%ld H=%d KV=%d hd=%d%s", B, Tq,
+           q0, Tk, k0, H, KV, hd, causal ? "" : " whole");
+  const long nbuf = (long)B * T * stride, nout = (long)B * Tq * H * hd, nl = (long)B * H * Tq;
+  const long nkv = (long)B * Tk * KV * hd;
+  tbuf buf = tb_rand(dt, nbuf, -2, 2), out = tb_out(TSR_F32, nout), lse = tb_out(TSR_F32, nl);
+  const long qo = 0, ko = H * hd, vo = (H + KV) * hd;
+  tsr_cpu_attention_block_fwd(dt, out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko),
+                              tb_hat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
+                              causal);
+  tsr_cuda_attention_block_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko),
+                              tb_dat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
+                              causal);
+  ksync("attention_block_fwd");
+  char full[300];
+  snprintf(full, sizeof full, "%s fwd out (fp32)", name);
+  check_close(full, &out, TOL_F32);
+  check_lse_inf("  ... lse (fp32)", &lse, TOL_F32);
+
+  /* the backward, given this block's out (stored as dt) and lse as if it were the only
+   * block (a row with no key: lse 0, its terms are masked anyway), into random sums */
+  tbuf o16 = tb_alloc(dt, nout), l2 = tb_alloc(TSR_F32, nl);
+  tsr_cpu_cast(dt, o16.h, TSR_F32, out.h, nout);
+  for (long i = 0; i < nl; i++) {
+    const float x = ((float *)lse.h)[i];
+    ((float *)l2.h)[i] = x == -INFINITY ? 0.0f : x;
+  }
+  tb_upload(&o16), tb_upload(&l2);
+  tbuf dout = tb_rand(dt, nout, -1, 1);
+  tbuf dq = tb_rand(TSR_F32, nout, -1, 1), dk = tb_rand(TSR_F32, nkv, -1, 1);
+  tbuf dv = tb_rand(TSR_F32, nkv, -1, 1);
+  tbuf dq2 = tb_dup(&dq), dk2 = tb_dup(&dk), dv2 = tb_dup(&dv);
+  tsr_cpu_attention_block_bwd(dt, dq.h, dk.h, dv.h, dout.h, o16.h, l2.h, tb_hat(&buf, qo),
+                              tb_hat(&buf, ko), tb_hat(&buf, vo), B, Tq, Tk, H, KV, hd, stride,
+                              stride, q0, k0, causal);
+  for (int run = 0; run < 2; run++)
+    tsr_cuda_attention_block_bwd(dt, run ? dq2.d : dq.d, run ? dk2.d : dk.d, run ? dv2.d : dv.d,
+                                dout.d, o16.d, l2.d, tb_dat(&buf, qo), tb_dat(&buf, ko),
+                                tb_dat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
+                                causal);
+  ksync("attention_block_bwd");
+  snprintf(full, sizeof full, "%s bwd dq (added, fp32)", name);
+  check_close(full, &dq, TOL_F32);
+  check_close("  ... dk (added, fp32)", &dk, TOL_F32);
+  check_close("  ... dv (added, fp32)", &dv, TOL_F32);
+  check_same_runs("  ... attention block bwd dq", &dq, &dq2);
+  check_same_runs("  ... attention block bwd dk", &dk, &dk2);
+  tb_free(&buf), tb_free(&out), tb_free(&lse), tb_free(&o16), tb_free(&l2), tb_free(&dout);
+  tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dq2), tb_free(&dk2), tb_free(&dv2);
+}
+
+/* attention_merge: random partial results, some rows -inf on one side or both, out of
+ * place and in place (out = o1, lse = lse1) */
+static void run_merge(int B, int T, int H, int hd) {
+  const long n = (long)B * T * H * hd, nl = (long)B * H * T;
+  tbuf o1 = tb_rand(TSR_F32, n, -1, 1), o2 = tb_rand(TSR_F32, n, -1, 1);
+  tbuf l1 = tb_rand(TSR_F32, nl, -4, 4), l2 = tb_rand(TSR_F32, nl, -4, 4);
+  for (long i = 0; i < nl; i += 7) ((float *)l1.h)[i] = -INFINITY;
+  for (long i = 0; i < nl; i += 5) ((float *)l2.h)[i] = -INFINITY;
+  tb_upload(&l1), tb_upload(&l2);
+  tbuf out = tb_out(TSR_F32, n), lse = tb_out(TSR_F32, nl);
+  tsr_cpu_attention_merge(out.h, lse.h, o1.h, l1.h, o2.h, l2.h, B, T, H, hd);
+  tsr_cuda_attention_merge(out.d, lse.d, o1.d, l1.d, o2.d, l2.d, B, T, H, hd);
+  tsr_cuda_attention_merge(o1.d, l1.d, o1.d, l1.d, o2.d, l2.d, B, T, H, hd); /* in place */
+  ksync("attention_merge");
+  char name[120];
+  snprintf(name, sizeof name, "attention merge B=%d T=%d H=%d hd=%d out", B, T, H, hd);
+  check_close(name, &out, TOL_F32);
+  check_lse_inf("  ... lse", &lse, TOL_F32);
+  const tbuf in_o = {TSR_F32, n, out.h, o1.d}, in_l = {TSR_F32, nl, lse.h, l1.d};
+  check_close("  ... in place (out = o1, lse = lse1): out", &in_o, TOL_F32);
+  check_lse_inf("  ... in place: lse", &in_l, TOL_F32);
+  tb_free(&o1), tb_free(&o2), tb_free(&l1), tb_free(&l2), tb_free(&out), tb_free(&lse);
+}
+
 void test_attention_group(void) {
   static const tsr_dtype dts[3] = {TSR_F32, TSR_BF16, TSR_F16};
   const int att[][5] = {{1, 1, 1, 1, 8},    {2, 33, 4, 2, 16},  {1, 100, 6, 3, 20},
@@ -209,6 +318,17 @@ void test_attention_group(void) {
     run_case_docs(dts[d], TSR_ATT_MMA, 1, 200, 2, 1, 128, 0, 1, 60);
     run_case_docs(dts[d], TSR_ATT_MMA, 2, 150, 3, 1, 96, 1, 1, 50);
   }
+  /* the block ops: cut by the diagonal (the first 20 queries see no key), causal left of
+   * the queries, whole, fully masked, the diagonal block; GQA; head_dim over 64 */
+  for (int d = 0; d < 3; d++) {
+    run_block(dts[d], 2, 45, 70, 4, 2, 16, 40, 60, 1);
+    run_block(dts[d], 1, 33, 50, 4, 1, 72, 200, 100, 1);
+    run_block(dts[d], 2, 40, 30, 2, 2, 32, 0, 100, 0);
+    run_block(dts[d], 1, 32, 32, 4, 2, 16, 0, 64, 1);
+    run_block(dts[d], 2, 65, 65, 6, 3, 20, 130, 130, 1);
+  }
+  run_merge(2, 37, 3, 20);
+  run_merge(1, 5, 2, 128);
 #ifdef TSR_HAVE_CUDNN
   if (!getenv("TSR_TEST_NO_CUDNN")) { /* device-test.sh sanitize: our kernels, not cuDNN's */
     for (int d = 1; d < 3; d++) {
