@@ -152,10 +152,18 @@ static void check_world(const tsr_config *c, int world, issues *is) {
       add(is, "parallel.micro_batches train.global_batch train.micro_batch",
           "%%0 does not match %%1 / (%%2 * dp %lld) = %lld; set it to 0 to derive it", dp, m);
     const tsr_sched_desc *sd = tsr_sched(pc->schedule);
-    if (pc->virtual_stages > 1 && sd && sd->chunked_divides && m % pp)
+    if (pc->virtual_stages > 1 && sd && sd->chunked_divides && m % pp) {
+      /* the nearest global batches whose micro-batch count divides by pp */
+      const long long step = per * pp, lo = gb / step * step, hi = lo + step;
+      char how[120];
+      if (lo)
+        snprintf(how, sizeof how, ": train.global_batch = %lld or %lld would do", lo, hi);
+      else
+        snprintf(how, sizeof how, ": train.global_batch = %lld would do", hi);
       add(is, "parallel.virtual_stages train.global_batch train.micro_batch parallel.pp",
           "%%0 needs the micro-batches per step, %%1 / (%%2 * dp %lld) = %lld, divisible by "
-          "%%3", dp, m);
+          "%%3%s", dp, m, how);
+    }
   }
   if (pc->shard_scope > 0 && dp % pc->shard_scope)
     add(is, "parallel.shard_scope parallel.tp parallel.pp",

@@ -171,6 +171,12 @@ static const bad_case bad[] = {
      "parallel.virtual_stages = 1 must be 2"},
     {"&parallel virtual_stages = 2, schedule = 'interleaved' /", 1, "1:11",
      "parallel.virtual_stages = 2 needs a pipeline: parallel.pp = 1 must be at least 2"},
+    /* interleaving needs the micro-batches by pp: the global batches that would do */
+    {"&train micro_batch = 8, global_batch = 24 /\n&parallel pp = 2, virtual_stages = 2, "
+     "schedule = 'interleaved' /", 2, "2:19",
+     "train.global_batch = 24 (set at t.nml:1:25) / (train.micro_batch = 8 (set at t.nml:1:8) "
+     "* dp 1) = 3, divisible by parallel.pp = 2 (set at t.nml:2:11): train.global_batch = 16 "
+     "or 32 would do"},
     {"&parallel micro_batches = 3 /", 1, "1:11", "parallel.micro_batches = 3 does not match"},
     {"&parallel shard_scope = '3' /", 2, "1:11", "parallel.shard_scope = '3' does not divide dp = 2"},
     /* uneven pipeline splits: the list is checked against pp x virtual_stages and n_layer */
