@@ -135,7 +135,7 @@ const key_def deck_schema[] = {
     REAL(optim, weight_decay, "0.1", 0, 10, LO | HI, "decoupled weight decay (2-D weights)"),
     STR(data, train, "", NULL, "path or glob of training shards, e.g. 'data/x/train_*.bin'"),
     STR(data, valid, "", NULL, "path or glob of validation shards ('' = no evaluation)"),
-    LOGI(data, shuffle, ".false.", "seeded permutation of samples (else in file order)"),
+    LOGI(data, shuffle, ".true.", "a seeded permutation of the samples, new each epoch; .false.: in file order"),
     LOGI(data, document_mask, ".false.",
          "document masking: a token attends only to the earlier tokens of its own document "
          "(a document ends with its end-of-document token), and positions (RoPE, learned) "

@@ -282,6 +282,10 @@ static void test_overrides(void) {
            c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
            !strcmp(c.run.out_dir, "a \"b\"");
   result(ok, "good overrides: bare words, quotes, spaces, d exponent, later wins over the deck", errbuf);
+  rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
+  result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
+  rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
+  result(rc == 0 && c.data.shuffle == 0, "data.shuffle = .false. reads in file order", errbuf);
 }
 
 /* ---------------------------------------------------------------- good syntax */
@@ -436,7 +440,7 @@ static const field fields[] = {
     F(optim, decay_steps, 'i', "2"), F(optim, wsd_decay_frac, 'r', "0.5"),
     F(optim, beta1, 'r', "0.5"), F(optim, beta2, 'r', "0.5"), F(optim, eps, 'r', "0.5"),
     F(optim, weight_decay, 'r', "0.5"), F(data, train, 's', "zz"), F(data, valid, 's', "zz"),
-    F(data, shuffle, 'l', "T"), F(data, document_mask, 'l', "T"), F(data, eos_id, 'i', "2"),
+    F(data, shuffle, 'l', "F"), F(data, document_mask, 'l', "T"), F(data, eos_id, 'i', "2"),
     F(data, mean_doc_tokens, 'i', "2"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, init_from, 's', "zz"),
