@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 tools/fortunes-corpus.sh data/fortunes 2048
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # one LR schedule over both halves: decay over 300 steps whatever max_steps the run has
-common=(input/tiny.nml train.micro_batch=4 optim.decay_steps=300 "$@")
+common=(input/tiny.nml optim.decay_steps=300 "$@")
 mpirun -np 4 src/tessera "${common[@]}" parallel.tp=2 parallel.pp=2 run.max_steps=150
 mpirun -np 4 src/tessera "${common[@]}" parallel.tp=2 parallel.zero_stage=1 run.max_steps=300
 src/tessera eval input/tiny.nml

@@ -193,3 +193,44 @@ tol = float(sys.argv[3])
 sys.exit(0 if len(steps) >= 5 and len(b) >= 5 and worst <= tol and vworst <= tol else 1)
 PY
 }
+
+# README.md's shell blocks, run as written (tests/e2e/readme_blocks.py; the lint is
+# tests/lint/readme_blocks.sh).
+# readme_block NAME FILE [REGEX ARGS]...: the block after the comment "<!-- readme-example:
+# NAME" into FILE, with ARGS appended to each command that REGEX matches; a missing block,
+# or a REGEX that matches no command, fails the test.
+readme_block() {
+  local name=$1 file=$2
+  shift 2
+  "$PYTHON_REF" "$top_srcdir/tests/e2e/readme_blocks.py" block "$top_srcdir/README.md" \
+    "$name" "$@" >"$file" || { bad "README.md's block '$name' as the test runs it"; return 1; }
+  sed 's/^/    | /' "$file"
+}
+# readme_tree DIR: DIR set up as the top of a source tree for the README's commands: links
+# to the tree's tools/, input/ and jobs/, src/tessera (the built one), the shared fortunes
+# corpus as data/fortunes (tests/lib.sh corpus), and DIR/bin/tessera, first on PATH, for
+# the commands that name an installed `tessera`.
+readme_tree() {
+  local d=$1 top bin
+  top=$(cd "$top_srcdir" && pwd)
+  bin=$(cd "$(dirname "$TESSERA")" && pwd)/tessera
+  mkdir -p "$d/src" "$d/data" "$d/bin"
+  ln -s "$top/tools" "$d/tools"
+  ln -s "$top/input" "$d/input"
+  ln -s "$top/jobs" "$d/jobs"
+  ln -s "$bin" "$d/src/tessera"
+  ln -s "$bin" "$d/bin/tessera"
+  [ -n "${CORPUS:-}" ] && ln -s "$(cd "$CORPUS" && pwd)" "$d/data/fortunes"
+  export PATH="$(cd "$d/bin" && pwd):$PATH"
+}
+# readme_run NAME DIR FILE [SECONDS]: runs FILE in DIR with bash -eu -o pipefail (so the
+# block fails at its first failing command) under a timeout (600 s), its output into
+# FILE.out; passes or fails "README.md's block NAME runs as written".
+readme_run() {
+  local name=$1 dir=$2 file=$3 secs=${4:-600} rc
+  (cd "$dir" && timeout "$secs" bash -eu -o pipefail "$file") >"$file.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || tail -n 25 "$file.out" | sed 's/^/    /'
+  check "README.md's block '$name' runs as written (exit $rc)" test $rc -eq 0
+  return $rc
+}

@@ -2,10 +2,11 @@
 # install-deps.sh — install every Debian/Ubuntu package that Tessera's build, tests and
 # demo need, then the project's Python environment: .venv at the top of the source tree,
 # made from /usr/bin/python3 with its packages visible (--system-site-packages), holding
-# the PyPI packages of tools/requirements.txt (tokenizers, pyarrow) that tools/tsr-prepare
-# needs for Hugging Face tokenizers and Parquet inputs.  Idempotent: when everything is
-# present it only checks (about a second).  A venv that cannot be made (no PyPI) is a
-# warning, not a failure: only those tsr-prepare features need it.
+# the PyPI packages of tools/requirements.txt: tokenizers and pyarrow, which tools/tsr-prepare
+# needs for Hugging Face tokenizers and Parquet inputs, and tensorboard, for tools/tsr-plot
+# --tensorboard.  Idempotent: when everything is present it only checks (about a second).
+# A venv that cannot be made (no PyPI) is a warning, not a failure: only those features
+# need it.
 set -euo pipefail
 
 PKGS=(
@@ -68,5 +69,6 @@ if { [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-package
   echo "install-deps: $venv ready"
 else
   echo "install-deps: warning: could not set up $venv; tools/tsr-prepare --tokenizer hf and" \
-    "Parquet inputs need it (rerun tools/install-deps.sh where PyPI can be reached)" >&2
+    "Parquet inputs, and tools/tsr-plot --tensorboard, need it (rerun tools/install-deps.sh" \
+    "where PyPI can be reached)" >&2
 fi

@@ -156,7 +156,7 @@ const key_def deck_schema[] = {
              "when there are as many sets as training datasets, else equal)"),
     STRLIST(data, valid_names, valid_names, "valid", 0,
             "each validation set's name (default: the directory of its glob)"),
-    LOGI(data, shuffle, ".false.", "seeded permutation of samples (else in file order)"),
+    LOGI(data, shuffle, ".true.", "a seeded permutation of the samples, new each epoch; .false.: in file order"),
     LOGI(data, document_mask, ".false.",
          "document masking: a token attends only to the earlier tokens of its own document "
          "(a document ends with its end-of-document token), and positions (RoPE, learned) "

@@ -157,10 +157,18 @@ static void check_world(const tsr_config *c, int world, issues *is) {
       add(is, "parallel.micro_batches train.global_batch train.micro_batch",
           "%%0 does not match %%1 / (%%2 * dp %lld) = %lld; set it to 0 to derive it", dp, m);
     if (sd && tsr_sched_broken(sd, (int)pp, (int)pc->virtual_stages, (int)m, -1) &
-                  1u << TSR_SCHED_MICRO_BATCHES)
+                  1u << TSR_SCHED_MICRO_BATCHES) {
+      /* the nearest global batches whose micro-batch count divides by pp */
+      const long long step = per * pp, lo = gb / step * step, hi = lo + step;
+      char how[120];
+      if (lo)
+        snprintf(how, sizeof how, ": train.global_batch = %lld or %lld would do", lo, hi);
+      else
+        snprintf(how, sizeof how, ": train.global_batch = %lld would do", hi);
       add(is, "parallel.virtual_stages train.global_batch train.micro_batch parallel.pp",
           "%%0 needs the micro-batches per step, %%1 / (%%2 * dp %lld) = %lld, divisible by "
-          "%%3", dp, m);
+          "%%3%s", dp, m, how);
+    }
   }
   if (pc->shard_scope > 0 && dp % pc->shard_scope)
     add(is, "parallel.shard_scope parallel.tp parallel.pp",
@@ -225,4 +233,35 @@ void tsr_layout_issue_text(const tsr_layout_issue *is, const tsr_config *cfg,
     }
   }
   if (o >= len) buf[len - 1] = 0;
+}
+
+int tsr_batch_tokens_warning(const tsr_config *cfg, long long dp, char *buf, size_t len) {
+  const long long gb = cfg->train.global_batch, T = cfg->model.seq_len;
+  if (gb < 1 || T < 1) return 0;
+  const double tokens = (double)gb * (double)T;
+  if (tokens > TSR_BATCH_TOKENS_MAX) {
+    const long long most = TSR_BATCH_TOKENS_MAX / T; /* the largest global batch in range */
+    snprintf(buf, len,
+             "train.global_batch = %lld x model.seq_len = %lld = %.0f tokens per step (%.1f M), "
+             "far above the usual range (at most 16.8 M = 2^24, the largest published "
+             "pre-training batches): each step averages so many tokens that the run takes few "
+             "optimizer steps for its data; %s",
+             gb, T, tokens, tokens / 1e6,
+             most >= 1 ? "" : "even one sequence is more than that");
+    if (most >= 1) {
+      const size_t n = strlen(buf);
+      snprintf(buf + n, len > n ? len - n : 0, "train.global_batch = %lld or less keeps it in range",
+               most);
+    }
+    return 1;
+  }
+  if (dp > 0 && gb < dp) {
+    snprintf(buf, len,
+             "train.global_batch = %lld x model.seq_len = %lld = %.0f tokens per step, below "
+             "model.seq_len x dp = %lld x %lld = %lld (less than one sequence per data-parallel "
+             "rank): train.global_batch = %lld or more",
+             gb, T, tokens, T, dp, T * dp, dp);
+    return 1;
+  }
+  return 0;
 }

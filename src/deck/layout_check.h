@@ -33,4 +33,11 @@ typedef void (*tsr_layout_key_fn)(void *ctx, const tsr_config *cfg, const char *
 void tsr_layout_issue_text(const tsr_layout_issue *is, const tsr_config *cfg,
                            tsr_layout_key_fn key, void *ctx, char *buf, size_t len);
 
+/* The tokens per optimizer step, global_batch x seq_len, far outside the usual range:
+ * above TSR_BATCH_TOKENS_MAX (16 M = 2^24, the largest published pre-training batches), or
+ * below seq_len x dp (less than one sequence per data-parallel rank; dp 0: unknown).
+ * Returns 1 with a message naming the numbers and the global batches in range, else 0. */
+enum { TSR_BATCH_TOKENS_MAX = 1 << 24 };
+int tsr_batch_tokens_warning(const tsr_config *cfg, long long dp, char *buf, size_t len);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include "deck/deck.h"
 #include "sched/pipeline.h"
+#include "deck/layout_check.h"
 #include "plan.h"
 #include "core/util.h"
 
@@ -626,6 +627,11 @@ int tsr_plan_main(int argc, char **argv) {
     int world = 0, fits = 0;
     rc = load(&a, &cfg, &hw, &world);
     hw.max_mem_frac = a.max_mem_frac;
+    char why[512];
+    const long long tpp = (long long)cfg.parallel.tp * cfg.parallel.pp;
+    if (!rc && !a.print_profile &&
+        tsr_batch_tokens_warning(&cfg, a.search || tpp < 1 ? 0 : world / tpp, why, sizeof why))
+      fprintf(a.json ? stderr : stdout, "warning: %s\n", why);
     if (!rc && a.print_profile) {
       tsr_plan_profile_print(stdout, &hw);
     } else if (!rc && a.search) {

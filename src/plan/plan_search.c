@@ -46,6 +46,9 @@ typedef struct {
   double mem, step, mfu, tokens_per_s;
   int fits;
   const char *schedule; /* the deck's word (tsr_deck_word: static) */
+  tsr_schedule_choice kind;
+  int64_t scope;   /* parallel.shard_scope */
+  double short_gb; /* GB per GPU over the room (negative: to spare) */
 } candidate;
 
 typedef struct {
@@ -80,7 +83,9 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
     *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
-                     p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule)};
+                     p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule),
+                     c->parallel.schedule, c->parallel.shard_scope, 0};
+    k->short_gb = (k->mem + hw->reserved_gb * 1e9) / 1e9 - hw->max_mem_frac * hw->hbm_gb;
   }
   tsr_plan_destroy(&p);
   return rc;
@@ -207,13 +212,17 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
   return 0;
 }
 
+/* Those that fit first, by predicted step time; then those that do not, closest to fitting
+ * (least memory) first. */
 static int by_fit_then_time(const void *a, const void *b) {
   const candidate *x = a, *y = b;
   if (x->fits != y->fits) return y->fits - x->fits;
+  if (!x->fits && x->mem != y->mem) return (x->mem > y->mem) - (x->mem < y->mem);
   return (x->step > y->step) - (x->step < y->step);
 }
 
-/* The search on `nodes` nodes, ranked (fitting first, then by predicted step time). */
+/* The search on `nodes` nodes, ranked (fitting first by predicted step time, then the rest
+ * by memory). */
 static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
                      const tsr_plan_search_opts *o, candidates *cs) {
   *cs = (candidates){NULL, 0, 0, 0, 0, 0};
@@ -333,16 +342,19 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
             k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
     return;
   }
-  fprintf(out, "  %4d %3d %3d %2d %-11s %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f\n",
-          rank, k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
+  char r[16], fit[48];
+  snprintf(r, sizeof r, rank > 0 ? "%d" : "-", rank);
+  snprintf(fit, sizeof fit, k->fits ? "yes" : "NO, %.4g GB short", k->short_gb);
+  fprintf(out, "  %4s %3d %3d %2d %-11s %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f  %s\n",
+          r, k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
           recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
-          k->tokens_per_s, k->mfu);
+          k->tokens_per_s, k->mfu, fit);
 }
 
 static void print_table_head(void) {
-  printf("  %4s %3s %3s %2s %-11s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s\n", "rank", "tp",
-         "pp", "v", "schedule", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB", "step s", "tokens/s",
-         "MFU");
+  printf("  %4s %3s %3s %2s %-11s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s  %s\n", "rank",
+         "tp", "pp", "v", "schedule", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB",
+         "step s", "tokens/s", "MFU", "fits");
 }
 
 /* The deck's own layout among the candidates: its row and how many that fit are faster. */
@@ -422,6 +434,114 @@ static void print_larger_text(const tsr_hardware *hw, const tsr_plan_search_opts
   print_candidate(stdout, 1, &l->there.c[0], 0);
 }
 
+/* ---------------------------------------------------------------- when nothing fits */
+
+/* The layout k with the memory keys changed (zero_stage, recompute, micro_batch) on
+ * `world` GPUs; 1 when that does not divide. */
+static int replan(const tsr_config *deck, const tsr_hardware *hw, int world, const candidate *k,
+                  int zero, int recompute, int64_t mb, candidate *out) {
+  tsr_config c = *deck;
+  tsr_plan_grid g;
+  c.parallel.tp = k->tp, c.parallel.pp = k->pp, c.parallel.virtual_stages = k->v;
+  c.parallel.schedule = k->kind, c.parallel.sequence_parallel = k->sp;
+  c.parallel.shard_scope = k->scope, c.parallel.zero_stage = zero, c.parallel.micro_batches = 0;
+  c.train.recompute = (tsr_recompute)recompute, c.train.micro_batch = mb;
+  if (tsr_plan_layout(&c, world, hw->gpus_per_node, &g, NULL, 0)) return 1;
+  return candidate_of(&c, hw, &g, out) ? 1 : 0;
+}
+
+/* What would close the gap of the layout closest to fitting: each memory key the search
+ * varies set to its least-memory value (zero_stage 3, recompute 'full', micro_batch 1) where
+ * that layout has another and it lowers the memory, then all of them; more nodes (the
+ * scan); a larger GPU.  Without held keys the closest layout has most of these already. */
+typedef struct {
+  const char *key, *value;
+  int held;
+  candidate k;
+} remedy;
+
+static int remedies(const tsr_config *deck, const tsr_hardware *hw, int world,
+                    const tsr_plan_search_opts *o, const candidate *b, remedy *r) {
+  int n = 0, z = b->zero, rc = b->recompute;
+  int64_t mb = b->micro_batch;
+  /* each alone, kept only where it lowers the memory (ZeRO on dp 1 only adds buffers) */
+  if (z < 3 && !replan(deck, hw, world, b, 3, rc, mb, &r[n].k) && r[n].k.mem < b->mem)
+    r[n].key = "parallel.zero_stage", r[n].value = "3", r[n++].held = !!FIXED(ZERO), z = 3;
+  if (rc < 2 && !replan(deck, hw, world, b, b->zero, 2, mb, &r[n].k) && r[n].k.mem < b->mem)
+    r[n].key = "train.recompute", r[n].value = "full", r[n++].held = !!FIXED(RECOMPUTE), rc = 2;
+  if (mb > 1 && !replan(deck, hw, world, b, b->zero, b->recompute, 1, &r[n].k) &&
+      r[n].k.mem < b->mem)
+    r[n].key = "train.micro_batch", r[n].value = "1", r[n++].held = !!FIXED(MICRO_BATCH), mb = 1;
+  /* then those together */
+  if (n > 1 && !replan(deck, hw, world, b, z, rc, mb, &r[n].k))
+    r[n].key = "these together", r[n].value = NULL, r[n++].held = 0;
+  return n;
+}
+
+/* GB of HBM a GPU needs for layout b at this max_mem_frac and reserve */
+static double hbm_needed(const tsr_hardware *hw, const candidate *b) {
+  return (b->mem / 1e9 + hw->reserved_gb) / hw->max_mem_frac;
+}
+
+static void print_shortfall_text(const tsr_config *deck, const tsr_hardware *hw, int world,
+                                 const tsr_plan_search_opts *o, const candidates *cs,
+                                 const larger *l, const char *room) {
+  if (!cs->n) return;
+  const candidate *b = &cs->c[0]; /* sorted: the least memory first when none fits */
+  remedy r[4];
+  const int n = remedies(deck, hw, world, o, b, r);
+  printf("closest to fitting: %.4g GB per GPU with %.1f GB reserved, against %s: short by "
+         "%.4g GB per GPU (the first layout above)\n", b->mem / 1e9, hw->reserved_gb, room,
+         b->short_gb);
+  printf("what would close it:\n");
+  for (int i = 0; i < n; i++) {
+    char what[96];
+    if (r[i].value)
+      snprintf(what, sizeof what, "%s = %s%s%s%s", r[i].key, strcmp(r[i].value, "full") ? "" : "'",
+               r[i].value, strcmp(r[i].value, "full") ? "" : "'",
+               r[i].held ? " (held by the command line)" : "");
+    else
+      snprintf(what, sizeof what, "%s", r[i].key);
+    if (r[i].k.fits)
+      printf("  %-52s %.4g GB: fits, %.4g GB to spare\n", what, r[i].k.mem / 1e9,
+             -r[i].k.short_gb);
+    else
+      printf("  %-52s %.4g GB: still %.4g GB short\n", what, r[i].k.mem / 1e9, r[i].k.short_gb);
+  }
+  if (!n)
+    printf("  %-52s (zero_stage 3, recompute 'full', micro_batch 1: this layout has them, or "
+           "they add memory here)\n", "no memory key lowers this layout's memory");
+  if (l->count)
+    printf("  %-52s %d nodes, the fewest where a layout fits (below)\n", "more nodes (--nodes)",
+           l->count);
+  else
+    printf("  %-52s none fits up to %d nodes\n", "more nodes (--nodes)", l->up_to);
+  printf("  %-52s %.4g GB per GPU (hardware.hbm_gb; this one has %.4g)\n",
+         "a GPU with more memory (--hardware)", hbm_needed(hw, b), hw->hbm_gb);
+}
+
+static void print_shortfall_json(const tsr_config *deck, const tsr_hardware *hw, int world,
+                                 const tsr_plan_search_opts *o, const candidates *cs) {
+  printf(",\n  \"closest\": ");
+  if (!cs->n) {
+    printf("null");
+    return;
+  }
+  const candidate *b = &cs->c[0];
+  remedy r[4];
+  const int n = remedies(deck, hw, world, o, b, r);
+  printf("{\"short_gb\": %.4f, \"hbm_gb_needed\": %.4f, \"layout\": ", b->short_gb,
+         hbm_needed(hw, b));
+  print_candidate(stdout, 0, b, 1);
+  printf(", \"keys\": [");
+  for (int i = 0; i < n; i++)
+    printf("%s{\"key\": \"%s\", \"value\": \"%s\", \"held\": %s, \"memory_gb\": %.4f, "
+           "\"short_gb\": %.4f, \"fits\": %s}", i ? ", " : "", r[i].key,
+           r[i].value ? r[i].value : "", r[i].held ? "true" : "false", r[i].k.mem / 1e9,
+           r[i].k.short_gb, r[i].k.fits ? "true" : "false");
+  printf("]}");
+}
+
 static void print_larger_json(const tsr_plan_search_opts *o, const larger *l) {
   printf(",\n  \"larger\": {\"from_nodes\": %d, \"up_to_nodes\": %d, \"bound_reached\": %s, "
          "\"smallest_nodes\": ", o->nodes, l->up_to, l->cut ? "true" : "false");
@@ -458,20 +578,34 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
       print_candidate(stdout, i + 1, &cs.c[i], 1);
     }
     printf("%s]", shown ? "\n  " : "");
-    if (!cs.fit) print_larger_json(o, &more);
+    if (!cs.fit) {
+      print_larger_json(o, &more);
+      print_shortfall_json(cfg, hw, world, o, &cs);
+    }
     printf("}}\n");
   } else if (!rc) {
     printf("search on %d node(s) x %d GPUs (%s): %d layouts divide, %d fit in %s with %.1f GB "
            "reserved", o->nodes, hw->gpus_per_node, hw->name, cs.divide, cs.fit, room,
            hw->reserved_gb);
+    /* fewer than --top fit: the rest of the rows are layouts that do not, closest first */
+    const int rows = cs.n < o->top ? cs.n : o->top;
     if (shown)
-      printf("; the %d fastest (predicted):\n", shown);
+      printf("; the %d fastest (predicted)%s:\n", shown,
+             rows > shown ? ", then the closest to fitting of those that do NOT fit" : "");
+    else if (rows)
+      printf("; the %d closest to fitting (none fits):\n", rows);
     else
       printf("\n");
     print_fixed(cfg, o->fixed, 0);
-    if (shown) print_table_head();
-    for (int i = 0; i < shown; i++) print_candidate(stdout, i + 1, &cs.c[i], 0);
-    if (!cs.fit) print_larger_text(hw, o, &more);
+    if (rows) print_table_head();
+    for (int i = 0; i < rows; i++) {
+      if (i == shown && shown) printf("  -- these do NOT fit --\n");
+      print_candidate(stdout, i < shown ? i + 1 : 0, &cs.c[i], 0);
+    }
+    if (!cs.fit) {
+      print_shortfall_text(cfg, hw, world, o, &cs, &more, room);
+      print_larger_text(hw, o, &more);
+    }
     print_deck_layout(cfg, hw, world, &cs, 0, o->deck_invalid);
   }
   *any_fit = cs.fit > 0;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "deck/deck.h"
+#include "deck/layout_check.h"
 #include "core/fault.h"
 #include "generate.h"
 #include "ops/ops.h"
@@ -159,6 +160,8 @@ static void log_setup(const tsr_session *s) {
           "recompute %s", (long long)cfg->train.global_batch, (long long)s->grad_accum_steps,
           (long long)cfg->train.micro_batch, s->dp, tsr_deck_word(cfg, &cfg->train.precision),
           tsr_deck_word(cfg, &cfg->train.recompute));
+  char why[512];
+  if (s->rank == 0 && tsr_batch_tokens_warning(cfg, s->dp, why, sizeof why)) tsr_warn("%s", why);
   tsr_grid_log(s->grid);
   if (s->sched)
     tsr_log("pipeline: schedule %s, %d micro-batches per step, %d chunk(s) per stage; stage "

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # install.sh — `make install` gives a prefix that works on its own, outside the source tree.
-# The build is installed into a temporary prefix (`make install prefix=DIR`, so the binary
-# was configured for another prefix and must find its data beside itself); then, in a
-# directory of its own with only the prefix's bin/ added to PATH:
+# The build is installed into a temporary prefix by README.md's block 'install', run as
+# written with HOME in the scratch directory (`make install prefix=$HOME/tessera`, so the
+# binary was configured for another prefix and must find its data beside itself; the block
+# then makes the fortunes corpus in ./run, trains `tessera tiny` for 2 steps, appended, and
+# plans llama1b); then, in a directory of its own with only the prefix's bin/ added to PATH:
 #   - the installed fortunes-corpus.sh (and the tsr-prepare beside it) make a small corpus
 #     under data/fortunes, where the tiny deck looks for it;
 #   - `mpirun -np 2 tessera tiny` trains the installed deck, found by name, for 4 steps to
@@ -26,13 +28,21 @@ BLD=$(cd "$top_builddir" && pwd)
 if [ -n "${TSR_INSTALL_BINDIR:-}" ]; then
   B=$TSR_INSTALL_BINDIR D=$TSR_INSTALL_PKGDATADIR own=0
 else
-  P=$SCRATCH/prefix B=$SCRATCH/prefix/bin D=$SCRATCH/prefix/share/tessera own=1
-  # a make of its own, without the jobserver and variables of the make that runs the tests
-  env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$BLD" install prefix="$P" \
-    >"$SCRATCH/install.log" 2>&1
-  rc=$?
-  check "make install prefix=$P (exit $rc)" test $rc -eq 0
-  [ $rc -eq 0 ] || { tail -n 20 "$SCRATCH/install.log"; finish; }
+  # README.md's block 'install' as written, from a HOME in the scratch directory that
+  # holds a Makefile passing `install` on to the build tree; its `tessera tiny` stops after
+  # 2 steps.  A make of its own, without the jobserver and variables of the make that runs
+  # the tests.
+  P=$SCRATCH/home/tessera B=$SCRATCH/home/tessera/bin D=$SCRATCH/home/tessera/share/tessera own=1
+  mkdir -p "$SCRATCH/home"
+  printf 'install:\n\t$(MAKE) -C %s install\n' "$BLD" >"$SCRATCH/home/Makefile"
+  readme_block install "$SCRATCH/install.sh" '^tessera tiny' 'run.max_steps=2 run.eval_steps=1' ||
+    finish
+  unset MAKEFLAGS MFLAGS MAKELEVEL
+  HOME=$SCRATCH/home readme_run install "$SCRATCH/home" "$SCRATCH/install.sh" 900 ||
+    { [ -x "$B/tessera" ] || finish; }
+  check "  ... it installed into \$HOME/tessera, trained out/tiny in ./run and planned llama1b" \
+    sh -c "test -x '$B/tessera' && test -f '$SCRATCH/home/run/out/tiny/ckpt/step_00000002.h5' &&
+      grep -q 'd_model 2048' '$SCRATCH/install.sh.out'"
 fi
 
 missing=

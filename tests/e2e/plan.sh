@@ -13,7 +13,7 @@
 #     of stage 0.
 #     The same for the tiny deck in bf16 and fp16 (1 rank, tp 2, pp 2; gpt2_124m is bf16
 #     already: fp16 on tp 2 and fp32 on 1 rank), and on the
-#     tiny deck as shipped a bf16 step holds at most 0.65x the fp32 step's bytes and within
+#     tiny deck at micro_batch 16 a bf16 step holds at most 0.65x the fp32 step's bytes and within
 #     10% of the plan's GPU figure.
 #  2. --json parses (python3 -m json.tool) for llm70b on 64 x 8 and for the search.
 #  3. --search ranks layouts of llm70b on 64 nodes x 8 GPUs that fit in memory.
@@ -51,6 +51,12 @@
 #     exit 2.
 # 12. --hardware cpu measures this host when it starts (positive rates; no time is
 #     checked), and its printed profile reads back.
+# 13. When nothing fits, the search lists the layouts closest to fitting, each marked NO
+#     with its shortfall, then the closest one's shortfall in GB per GPU and what would
+#     close it: llm70b on one node of 8 H100s (short by about 79 GB: no memory key helps,
+#     4 nodes do); with recompute and micro_batch held on a small GPU, releasing either
+#     one closes it.  A deck of 131072-token sequences (134 M tokens a step) is warned
+#     about, with the numbers, by the planner and at the start of a run.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -135,17 +141,18 @@ layout gpt2_1rank_fp32 gpt2_124m 1 "${GPT2[@]}" train.precision=fp32
 echo "  layout               planned MB measured MB   diff    plan peak  meas. peak   diff"
 cat "$ROWS"
 
-# 16-bit storage on the tiny deck as shipped (one step, one rank): the bf16 run holds at
+# 16-bit storage on the tiny deck at micro_batch 16, where the activations are most of the
+# memory (one step, one rank): the bf16 run holds at
 # most 0.65x the fp32 run's bytes (mem_bytes of metrics.jsonl), and its measured memory is
 # within 10% of what the planner gives for a GPU (the same storage: 2-byte parameters,
 # activations and activation gradients; fp32 gradients, master and Adam)
 for p in fp32 bf16; do
   timeout 120 "$TESSERA" "$top_srcdir/input/tiny.nml" "${T[@]}" train.precision=$p \
-    run.out_dir="$SCRATCH/mem_$p" >"$SCRATCH/mem_$p.log" 2>&1 || bad "tiny $p: the trainer failed"
+    train.micro_batch=16 run.out_dir="$SCRATCH/mem_$p" >"$SCRATCH/mem_$p.log" 2>&1 || bad "tiny $p: the trainer failed"
   "$TESSERA" plan "$top_srcdir/input/tiny.nml" --nodes 1 --gpus-per-node 1 --json "${T[@]}" \
-    train.precision=$p >"$SCRATCH/mem_$p.json" 2>&1 || bad "tiny $p: tessera plan failed"
+    train.precision=$p train.micro_batch=16 >"$SCRATCH/mem_$p.json" 2>&1 || bad "tiny $p: tessera plan failed"
 done
-check "tiny deck: bf16 memory <= 0.65 x fp32's, and within 10% of the plan's GPU figure" \
+check "tiny deck, micro_batch 16: bf16 memory <= 0.65 x fp32's, and within 10% of the plan's GPU figure" \
   "$PYTHON_REF" - "$SCRATCH" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -455,4 +462,43 @@ ok = m['hardware'] == 'cpu' and 'this host' in p['source'] and m['peak_fp32_tflo
 ok &= m['hbm_gbps'] > 0 and p['gemm_efficiency'] > 0 and a['time']['step_s'] > 0
 ok &= b['machine']['hardware'] == 'cpu' and b['machine']['peak_fp32_tflops'] == printed
 sys.exit(0 if ok else 1)" "$SCRATCH/cpu.json" "$SCRATCH/cpu_file.json" "$SCRATCH/cpu.nml"
+# ---- 13. nothing fits: the closest layouts, the shortfall and what closes it; the batch
+# warning
+"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --top 3 >"$SCRATCH/short.txt" 2>&1
+rc=$?
+sed -n '/^search on/,/^nothing fits/p' "$SCRATCH/short.txt" | sed 's/^/    /'
+gb=$(sed -n 's/^closest to fitting: .* short by \([0-9.]*\) GB per GPU.*/\1/p' "$SCRATCH/short.txt")
+check "llm70b on 1 x 8 H100: exit $rc, the closest layout is short by ${gb:-?} GB per GPU (70-90)" \
+  "$PYTHON_REF" -c "import sys; sys.exit(0 if sys.argv[1] == '0' and 70 < float(sys.argv[2] or 0) < 90 else 1)" "$rc" "$gb"
+check "  ... its 3 closest layouts are listed, each marked NO with its shortfall" \
+  test "$(grep -cE '^ +- .*NO, [0-9.]+ GB short$' "$SCRATCH/short.txt")" -eq 3
+check "  ... and what would close it: 4 nodes, or a GPU of about ${gb:+$((${gb%.*} + 80))} GB" \
+  sh -c "grep -q '^  more nodes (--nodes) *4 nodes, the fewest where a layout fits' '$SCRATCH/short.txt' &&
+    grep -q '^  a GPU with more memory (--hardware) *15[0-9.]* GB per GPU' '$SCRATCH/short.txt'"
+"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --json >"$SCRATCH/short.json" 2>&1
+check "  ... the JSON gives the same shortfall" "$PYTHON_REF" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))['search']['closest']
+sys.exit(0 if abs(c['short_gb'] - float(sys.argv[2])) < 0.01 and not c['layout']['fits'] else 1)" \
+  "$SCRATCH/short.json" "${gb:-0}"
+"$TESSERA" plan "$tiny" --search --json "${HW[@]}" hardware.hbm_gb=0.045 model.n_layer=6 \
+  train.recompute=none train.micro_batch=4 >"$SCRATCH/held.json" 2>&1
+check "tiny with recompute none and micro_batch 4 held on 45 MB: recompute 'full' or micro_batch 1 closes it" \
+  "$PYTHON_REF" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))['search']['closest']
+k = {x['key']: x for x in c['keys']}
+print('    short by', c['short_gb'], 'GB:', [(x['key'], x['value'], x['fits']) for x in c['keys']])
+sys.exit(0 if c['short_gb'] > 0 and k['train.recompute']['fits'] and k['train.recompute']['held']
+         and k['train.micro_batch']['fits'] else 1)" "$SCRATCH/held.json"
+"$TESSERA" plan "$big" --nodes 64 model.seq_len=131072 >"$SCRATCH/long.txt" 2>&1
+head -n 1 "$SCRATCH/long.txt" | fold -w 100 | sed 's/^/    /'
+check "a 131072-token deck: the planner warns, 1024 x 131072 = 134217728 tokens, 128 or less in range" \
+  grep -q '^warning: train.global_batch = 1024 x model.seq_len = 131072 = 134217728 tokens per step (134.2 M), far above.*train.global_batch = 128 or less' \
+  "$SCRATCH/long.txt"
+timeout 120 "$TESSERA" "$tiny" "${T[@]}" run.max_steps=0 train.global_batch=262144 \
+  run.out_dir="$SCRATCH/bigbatch" >"$SCRATCH/bigbatch.log" 2>&1
+check "  ... and so does the trainer at its start (262144 x 128 = 33554432 tokens)" \
+  grep -q '^warning: train.global_batch = 262144 x model.seq_len = 128 = 33554432 tokens per step' \
+  "$SCRATCH/bigbatch.log"
 finish

@@ -29,7 +29,8 @@ REF="$top_srcdir/tests/ref/hf_import_ref.py"
 S=$SCRATCH
 hf() { "$HF_PYTHON" "$REF" "$@" 2>"$S/hf.err" || { cat "$S/hf.err"; return 1; }; }
 # the runs: 64 tokens a sequence, 2 sequences a micro-batch, evaluations of 2 micro-batches
-RUN=("data.train=$S/data/train_*.bin" "data.valid=$S/data/valid_*.bin" model.seq_len=64
+# (in file order: transformers' side reads the token stream as it is stored)
+RUN=("data.train=$S/data/train_*.bin" "data.valid=$S/data/valid_*.bin" data.shuffle=.false. model.seq_len=64
   train.micro_batch=2 train.global_batch=4 run.eval_steps=2 run.eval_every=0 run.log_every=1
   optim.warmup_steps=0 optim.decay=constant optim.lr=1e-3)
 tsr() { timeout 120 "$TESSERA" "$@"; }

@@ -7,7 +7,8 @@
 # two files; blank lines are skipped silently; a record cut short by a run killed mid-write
 # (the last line of a file, or followed by the restart, on the next line or on the same
 # one) is skipped with a warning naming the file and line; bad input exits nonzero naming
-# the file (and line).
+# the file (and line).  --tensorboard writes event files that TensorBoard's own reader
+# (EventAccumulator, from the project's .venv) reads back as metrics.jsonl's loss series.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -157,7 +158,7 @@ check "  ... and marked" grep -q "marker 'restart at step 10 (the steps went bac
 # final history's scalars, a directory per run.
 if ! "$PYTHON_REF" -c "import torch.utils.tensorboard" 2>/dev/null; then
   if ! "$PYTHON_REF" -c "import tensorboardX" 2>/dev/null; then
-    "$PLOT" "$R" --tensorboard "$SCRATCH/tb" -o "$SCRATCH/no.png" >"$SCRATCH/tb.out" 2>&1
+    TSR_VENV=none "$PLOT" "$R" --tensorboard "$SCRATCH/tb" -o "$SCRATCH/no.png" >"$SCRATCH/tb.out" 2>&1
     rc=$?
     cat "$SCRATCH/tb.out"
     check "--tensorboard without a writer: exit 2, no PNG, names 'pip install tensorboard'" \
@@ -204,6 +205,56 @@ PY
 check "several validation sets: a line per set beside the total"   test $? -eq 0 -a -n "$(grep "^dump: run 1 .*: line val_loss: 2 points, steps 2-4" "$SCRATCH/sets.out")"   -a -n "$(grep "^dump: run 1 .*: line val_loss:web: 2 points, steps 2-4" "$SCRATCH/sets.out")"   -a -n "$(grep "^dump: run 1 .*: line val_loss:code: 2 points, steps 2-4" "$SCRATCH/sets.out")"
 check "  ... named in the legend" grep -q "^dump: legend .*'validation web', 'validation code'" \
   "$SCRATCH/sets.out"
+
+# --tensorboard with TensorBoard itself (tools/requirements.txt: the project's .venv, where
+# tsr-plot runs itself when $PYTHON_REF has no writer), read back with TensorBoard's
+# EventAccumulator: each run's train/loss and val/loss series are metrics.jsonl's final
+# history (the later line of a redone step), step for step, as float32.
+TBPY=
+for py in "$top_srcdir/.venv/bin/python" "$PYTHON_REF"; do
+  "$py" -c "import tensorboard.backend.event_processing.event_accumulator, torch.utils.tensorboard" \
+    2>/dev/null && { TBPY=$py; break; }
+done
+if [ -z "$TBPY" ]; then
+  echo "SKIP: --tensorboard read back: neither $top_srcdir/.venv nor $PYTHON_REF has tensorboard (tools/install-deps.sh)"
+else
+  rm -rf "$SCRATCH/tbr"
+  "$PLOT" "$R" "$SCRATCH/b_dir" --tensorboard "$SCRATCH/tbr" -o "$SCRATCH/tbr.png" \
+    >"$SCRATCH/tbr.out" 2>&1
+  rc=$?
+  cat "$SCRATCH/tbr.out"
+  check "--tensorboard with TensorBoard ($TBPY): exit $rc, event files for both runs" \
+    sh -c "test $rc -eq 0 && ls '$SCRATCH'/tbr/run/events.out.tfevents.* '$SCRATCH'/tbr/beta/events.out.tfevents.* >/dev/null"
+  "$TBPY" - "$SCRATCH/tbr" "$M" "$SCRATCH/b_dir/metrics.jsonl" <<'PY'
+import json, sys
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+top, files = sys.argv[1], {"run": sys.argv[2], "beta": sys.argv[3]}
+ok = True
+for name, path in files.items():
+    want = {"train/loss": {}, "val/loss": {}}
+    for line in open(path):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if "loss" in r:
+            want["train/loss"][r["step"]] = r["loss"]  # the later line of a redone step
+        if "val_loss" in r:
+            want["val/loss"][r["step"]] = r["val_loss"]
+    ea = EventAccumulator(f"{top}/{name}")
+    ea.Reload()
+    for tag, w in want.items():
+        got = [(e.step, e.value) for e in ea.Scalars(tag)]
+        exp = [(s, float(np.float32(v))) for s, v in sorted(w.items())]
+        same = got == exp
+        ok &= same and len(exp) > 0
+        print(f"    {name} {tag}: {len(got)} points from TensorBoard, {len(exp)} in metrics.jsonl,"
+              f" {'equal' if same else 'DIFFERENT'}; first {got[:2]}")
+sys.exit(0 if ok else 1)
+PY
+  check "  ... TensorBoard's EventAccumulator reads back each run's loss series as in metrics.jsonl" \
+    test $? -eq 0
+fi
 
 # Bad input: a garbled line 7 (followed by more records, not a restart), an empty file, a
 # missing file.

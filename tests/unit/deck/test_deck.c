@@ -171,6 +171,12 @@ static const bad_case bad[] = {
      "parallel.virtual_stages = 1 must be 2"},
     {"&parallel virtual_stages = 2, schedule = 'interleaved' /", 1, "1:11",
      "parallel.virtual_stages = 2 needs a pipeline: parallel.pp = 1 must be at least 2"},
+    /* interleaving needs the micro-batches by pp: the global batches that would do */
+    {"&train micro_batch = 8, global_batch = 24 /\n&parallel pp = 2, virtual_stages = 2, "
+     "schedule = 'interleaved' /", 2, "2:19",
+     "train.global_batch = 24 (set at t.nml:1:25) / (train.micro_batch = 8 (set at t.nml:1:8) "
+     "* dp 1) = 3, divisible by parallel.pp = 2 (set at t.nml:2:11): train.global_batch = 16 "
+     "or 32 would do"},
     {"&parallel micro_batches = 3 /", 1, "1:11", "parallel.micro_batches = 3 does not match"},
     {"&parallel shard_scope = '3' /", 2, "1:11", "parallel.shard_scope = '3' does not divide dp = 2"},
     /* uneven pipeline splits: the list is checked against pp x virtual_stages and n_layer */
@@ -276,6 +282,10 @@ static void test_overrides(void) {
            c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
            !strcmp(c.run.out_dir, "a \"b\"");
   result(ok, "good overrides: bare words, quotes, spaces, d exponent, later wins over the deck", errbuf);
+  rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
+  result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
+  rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
+  result(rc == 0 && c.data.shuffle == 0, "data.shuffle = .false. reads in file order", errbuf);
 }
 
 /* ---------------------------------------------------------------- good syntax */
@@ -451,7 +461,7 @@ static const field fields[] = {
     FL(data, weights, weights, 'R', "0.5"), FL(data, names, names, 'S', "zz"),
     FL(data, valid, valid_glob, 'S', "zz"), FL(data, valid_weights, valid_weights, 'R', "0.5"),
     FL(data, valid_names, valid_names, 'S', "zz"),
-    F(data, shuffle, 'l', "T"), F(data, document_mask, 'l', "T"), F(data, eos_id, 'i', "2"),
+    F(data, shuffle, 'l', "F"), F(data, document_mask, 'l', "T"), F(data, eos_id, 'i', "2"),
     F(data, mean_doc_tokens, 'i', "2"), F(checkpoint, dir, 's', "zz"), F(checkpoint, every_steps, 'i', "2"),
     F(checkpoint, every_minutes, 'r', "0.5"), F(checkpoint, keep, 'i', "2"),
     F(checkpoint, resume, 's', "zz"), F(checkpoint, init_from, 's', "zz"),
