@@ -188,6 +188,20 @@ static int convert(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *sr
   return 0;
 }
 
+static int copy_2d(void *dst, long dst_pitch, const void *src, long src_pitch, long width,
+                   long rows) {
+  if (rows <= 0 || width <= 0) return 0;
+  TSR_CUDA_CALL(cudaMemcpy2DAsync(dst, (size_t)dst_pitch, src, (size_t)src_pitch, (size_t)width,
+                                  (size_t)rows, cudaMemcpyDefault, tsr_cuda_ctx.stream));
+  return 0;
+}
+
+extern "C" void tsr_cuda_copy_2d(void *dst, long dst_pitch, const void *src, long src_pitch,
+                                 long width, long rows) {
+  TSR_CUDA_SKIP();
+  TSR_CUDA_RUN(copy_2d(dst, dst_pitch, src, src_pitch, width, rows));
+}
+
 extern "C" void tsr_cuda_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
                              long n_elem) {
   TSR_CUDA_SKIP();

@@ -338,6 +338,13 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t b, enum cudaMemcpyKind) {
   return 0;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t b, enum cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, b, k); }
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h,
+                              enum cudaMemcpyKind, cudaStream_t) {
+  emu_device_enter();
+  for (size_t r = 0; r < h; r++) memmove((char *)d + r * dp, (const char *)s + r * sp, w);
+  emu_device_leave();
+  return 0;
+}
 cudaError_t cudaMemset(void *p, int v, size_t b) {
   emu_device_enter();
   memset(p, v, b);

@@ -73,7 +73,8 @@ int tsr_comm_mpi_cuda_aware(void) {
 }
 
 static const char *kind_names[TSR_COMM_N_KINDS] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "scalar"};
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "scalar",
+    "all_to_all"};
 
 void tsr_mpi_error(const char *file, int line, const char *func, const char *call, int rc) {
   char msg[MPI_MAX_ERROR_STRING] = "";
@@ -522,6 +523,44 @@ int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t send_c
   TSR_MPI_CALL(BLOCKING(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, t, recv,
                                      (int)send_count, t, c->comm)));
   return 0;
+}
+
+int tsr_comm_all_to_all(tsr_comm *c, const void *send, void *recv, size_t bytes) {
+  TSR_CHECK(c && send && recv && send != recv, TSR_ERR,
+            "all_to_all on '%s': needs a group and two distinct buffers",
+            c ? c->name : "(null)");
+  const int n = c->size, me = c->rank;
+  if (bytes == 0) return 0;
+  if (n == 1) {
+    tsr_ops_copy(recv, send, bytes);
+    return 0;
+  }
+  TSR_CALL(check_count(c, "all_to_all", bytes));
+  if (!dev_for(c, send, recv)) {
+    tally(c, TSR_COMM_ALL_TO_ALL, (double)(n - 1) * (double)bytes);
+    tsr_ops_sync(); /* queued device work on the buffers is done before MPI touches them */
+    TSR_MPI_CALL(BLOCKING(MPI_Alltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                                       c->comm)));
+    return 0;
+  }
+  /* device memory on a transport without an all-to-all: its point-to-point pairs, the own
+   * block copied; each send and receive is counted once as all_to_all */
+  const double before_s = c->bytes[TSR_COMM_SEND], before_r = c->bytes[TSR_COMM_RECV];
+  const int64_t ops_s = c->ops[TSR_COMM_SEND], ops_r = c->ops[TSR_COMM_RECV];
+  tsr_comm_handle h[2 * n];
+  int k = 0, rc = 0;
+  for (int j = 0; j < n && !rc; j++) {
+    if (j == me) continue;
+    rc = tsr_comm_irecv(c, (char *)recv + (size_t)j * bytes, bytes, j, 0x7a2a, &h[k++]);
+    if (!rc) rc = tsr_comm_isend(c, (const char *)send + (size_t)j * bytes, bytes, j, 0x7a2a,
+                                 &h[k++]);
+  }
+  tsr_ops_copy((char *)recv + (size_t)me * bytes, (const char *)send + (size_t)me * bytes, bytes);
+  const int rw = tsr_comm_waitall(k, h);
+  c->bytes[TSR_COMM_SEND] = before_s, c->bytes[TSR_COMM_RECV] = before_r;
+  c->ops[TSR_COMM_SEND] = ops_s, c->ops[TSR_COMM_RECV] = ops_r;
+  tally(c, TSR_COMM_ALL_TO_ALL, (double)(n - 1) * (double)bytes);
+  return rc ? rc : rw;
 }
 
 int tsr_comm_iall_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,

@@ -56,6 +56,7 @@ typedef enum {
   TSR_COMM_SEND,
   TSR_COMM_RECV,
   TSR_COMM_SCALAR, /* all-reduces of doubles and ints (norms, flags, counts) */
+  TSR_COMM_ALL_TO_ALL,
   TSR_COMM_N_KINDS
 } tsr_comm_kind;
 
@@ -83,6 +84,10 @@ int tsr_comm_reduce_scatter(tsr_comm *c, const void *send, void *recv, size_t re
  * rank * send_count. */
 int tsr_comm_all_gather(tsr_comm *c, const void *send, void *recv, size_t send_count,
                         tsr_dtype dt);
+/* Every rank sends block j of send (bytes each, blocks in rank order) to rank j, which
+ * receives it as block i (this rank's index) of recv; send and recv do not overlap.
+ * Counted as (size - 1) * bytes sent by this rank. */
+int tsr_comm_all_to_all(tsr_comm *c, const void *send, void *recv, size_t bytes);
 /* root's bytes to every rank of the group. */
 int tsr_comm_broadcast(tsr_comm *c, void *buf, size_t bytes, int root);
 /* Point to point with another rank of the group (peer is a rank in c, not itself);

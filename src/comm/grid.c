@@ -1,4 +1,4 @@
-/* grid.c — the tp x dp x pp process grid: layout checks, node detection, the
+/* grid.c — the tp x cp x dp x pp process grid: layout checks, node detection, the
  * communicators of grid.h, and the layout table rank 0 logs.
  *
  * Every layout check is computed by every rank from the same inputs (the broadcast
@@ -82,8 +82,8 @@ static int node_shard_size(const tsr_grid *g, int *shard) {
   for (int p = 0; p < g->pp; p++) {
     for (int t = 0; t < g->tp; t++) {
       int run = 0, run_node = -1;
-      for (int d = 0; d <= g->dp; d++) {
-        int n = d < g->dp ? (p * g->dp * g->tp + d * g->tp + t) / g->ranks_per_node : -1;
+      for (int d = 0; d <= g->dpcp; d++) {
+        int n = d < g->dpcp ? (p * g->dpcp * g->tp + d * g->tp + t) / g->ranks_per_node : -1;
         if (n == run_node) {
           run++;
           continue;
@@ -95,9 +95,9 @@ static int node_shard_size(const tsr_grid *g, int *shard) {
                 g->world_rank,
                 "parallel.shard_scope = 'node' needs every dp group spread evenly over nodes, "
                 "but the dp group of pp rank %d, tp rank %d has %d ranks on node %d where "
-                "others have %d (dp %d x tp %d = %d ranks per pipeline stage, %d ranks per "
-                "node; one must divide the other): use shard_scope 'global' or a number",
-                p, t, run, run_node, want, g->dp, g->tp, g->dp * g->tp, g->ranks_per_node);
+                "others have %d (dp x cp %d x tp %d = %d ranks per pipeline stage, %d ranks "
+                "per node; one must divide the other): use shard_scope 'global' or a number",
+                p, t, run, run_node, want, g->dpcp, g->tp, g->dpcp * g->tp, g->ranks_per_node);
         }
         run_node = n;
         run = 1;
@@ -124,16 +124,18 @@ static int check_layout(tsr_grid *g, const tsr_grid_spec *spec, const tsr_comm *
                         g->ranks_per_node_from_deck ? "" : " (ranks per node as detected)");
   g->tp = (int)pc->tp;
   g->pp = (int)pc->pp;
-  g->dp = ws / (g->tp * g->pp);
+  g->cp = pc->cp > 1 ? (int)pc->cp : 1;
+  g->dp = ws / (g->tp * g->cp * g->pp);
+  g->dpcp = g->dp * g->cp;
   g->n_nodes = ws / g->ranks_per_node;
   g->shard_scope = pc->shard_scope;
   if (pc->shard_scope == TSR_SHARD_GLOBAL)
-    g->shard_size = g->dp;
+    g->shard_size = g->dpcp;
   else if (pc->shard_scope == TSR_SHARD_NODE)
     TSR_CALL(node_shard_size(g, &g->shard_size)); /* from where the ranks of dp groups are */
   else
     g->shard_size = (int)pc->shard_scope;
-  g->replicate_size = g->dp / g->shard_size;
+  g->replicate_size = g->dpcp / g->shard_size;
   return 0;
 }
 
@@ -154,20 +156,25 @@ static int expect_group(const tsr_comm *c, int size, int rank) {
 }
 
 static int build(tsr_grid *g, const tsr_comm *world) {
-  const int w = g->world_rank, tp = g->tp, dp = g->dp;
+  /* the dp x cp ranks of a (pp, tp) position play the part dp plays without cp */
+  const int w = g->world_rank, tp = g->tp, dp = g->dpcp;
   g->tp_rank = w % tp;
-  g->dp_rank = w / tp % dp;
+  g->dpcp_rank = w / tp % dp;
+  g->cp_rank = g->dpcp_rank % g->cp;
+  g->dp_rank = g->dpcp_rank / g->cp;
   g->pp_rank = w / (tp * dp);
   g->node = w / g->ranks_per_node;
   g->local_rank = w % g->ranks_per_node;
-  g->shard_rank = g->dp_rank % g->shard_size;
-  g->replicate_rank = g->dp_rank / g->shard_size;
+  g->shard_rank = g->dpcp_rank % g->shard_size;
+  g->replicate_rank = g->dpcp_rank / g->shard_size;
   /* Colours number the groups in the order tsr_grid_log lists them. */
   const int column = g->pp_rank * tp + g->tp_rank; /* which dp group */
   TSR_CALL(split(&g->world, world, 0, w, "world"));
-  TSR_CALL(split(&g->tp_comm, world, g->pp_rank * dp + g->dp_rank, g->tp_rank, "tp"));
-  TSR_CALL(split(&g->pp_comm, world, g->dp_rank * tp + g->tp_rank, g->pp_rank, "pp"));
-  TSR_CALL(split(&g->dp_comm, world, column, g->dp_rank, "dp"));
+  TSR_CALL(split(&g->tp_comm, world, g->pp_rank * dp + g->dpcp_rank, g->tp_rank, "tp"));
+  TSR_CALL(split(&g->pp_comm, world, g->dpcp_rank * tp + g->tp_rank, g->pp_rank, "pp"));
+  TSR_CALL(split(&g->dp_comm, world, column, g->dpcp_rank, g->cp > 1 ? "dp_cp" : "dp"));
+  TSR_CALL(split(&g->cp_comm, world, (g->pp_rank * g->dp + g->dp_rank) * tp + g->tp_rank,
+                 g->cp_rank, "cp"));
   TSR_CALL(split(&g->dp_shard, world, column * g->replicate_size + g->replicate_rank,
                  g->shard_rank, "dp_shard"));
   TSR_CALL(split(&g->dp_replicate, world, column * g->shard_size + g->shard_rank,
@@ -184,7 +191,7 @@ static int build_tied(tsr_grid *g, const tsr_grid_spec *spec, const tsr_comm *wo
   const int ends = g->pp_rank == 0 || g->pp_rank == head;
   MPI_Comm c;
   TSR_MPI_CALL(MPI_Comm_split(tsr_comm_mpi(world),
-                              ends ? g->dp_rank * g->tp + g->tp_rank : MPI_UNDEFINED, g->pp_rank,
+                              ends ? g->dpcp_rank * g->tp + g->tp_rank : MPI_UNDEFINED, g->pp_rank,
                               &c));
   if (!ends) return 0;
   const int rc = tsr_comm_create(&g->embed_tied, c, "embed_tied");
@@ -198,7 +205,8 @@ static int verify(const tsr_grid *g, const tsr_comm *world) {
   int rc = expect_group(g->world, g->world_size, g->world_rank);
   rc |= expect_group(g->tp_comm, g->tp, g->tp_rank);
   rc |= expect_group(g->pp_comm, g->pp, g->pp_rank);
-  rc |= expect_group(g->dp_comm, g->dp, g->dp_rank);
+  rc |= expect_group(g->dp_comm, g->dpcp, g->dpcp_rank);
+  rc |= expect_group(g->cp_comm, g->cp, g->cp_rank);
   rc |= expect_group(g->dp_shard, g->shard_size, g->shard_rank);
   rc |= expect_group(g->dp_replicate, g->replicate_size, g->replicate_rank);
   rc |= expect_group(g->node_comm, g->ranks_per_node, g->local_rank);
@@ -231,6 +239,7 @@ void tsr_grid_destroy(tsr_grid **gp) {
   tsr_comm_destroy(&g->node_comm);
   tsr_comm_destroy(&g->dp_replicate);
   tsr_comm_destroy(&g->dp_shard);
+  tsr_comm_destroy(&g->cp_comm);
   tsr_comm_destroy(&g->dp_comm);
   tsr_comm_destroy(&g->pp_comm);
   tsr_comm_destroy(&g->tp_comm);
@@ -301,10 +310,10 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *pc,
 }
 
 /* The groups whose traffic is logged, in a fixed order. */
-enum { N_LOGGED = 6 };
+enum { N_LOGGED = 7 };
 static void logged_groups(const tsr_grid *g, tsr_comm *out[N_LOGGED]) {
   out[0] = g->dp_comm, out[1] = g->dp_shard, out[2] = g->dp_replicate;
-  out[3] = g->tp_comm, out[4] = g->pp_comm, out[5] = g->world;
+  out[3] = g->tp_comm, out[4] = g->pp_comm, out[5] = g->world, out[6] = g->cp_comm;
 }
 
 void tsr_grid_reset_traffic(tsr_grid *g) {
@@ -337,13 +346,16 @@ void tsr_grid_describe_traffic(const tsr_grid *g, char *buf, size_t len) {
 
 /* ------------------------------------------------------------------ the layout table */
 
-enum { K_TP, K_PP, K_DP, K_SHARD, K_REPLICATE, K_NODE, N_KINDS };
-static const char *group_names[N_KINDS] = {"tp", "pp", "dp", "dp_shard", "dp_replicate", "node"};
+enum { K_TP, K_CP, K_PP, K_DP, K_SHARD, K_REPLICATE, K_NODE, N_KINDS };
+static const char *group_names[N_KINDS] = {"tp", "cp", "pp", "dp", "dp_shard", "dp_replicate",
+                                           "node"};
 
+/* In the table, "dp" is the dp x cp group (dp_comm) */
 static int group_count(const tsr_grid *g, int kind) {
   switch (kind) {
-  case K_TP: return g->pp * g->dp;
-  case K_PP: return g->dp * g->tp;
+  case K_TP: return g->pp * g->dpcp;
+  case K_CP: return g->pp * g->dp * g->tp;
+  case K_PP: return g->dpcp * g->tp;
   case K_DP: return g->pp * g->tp;
   case K_SHARD: return g->pp * g->tp * g->replicate_size;
   case K_REPLICATE: return g->pp * g->tp * g->shard_size;
@@ -354,8 +366,9 @@ static int group_count(const tsr_grid *g, int kind) {
 static int group_size(const tsr_grid *g, int kind) {
   switch (kind) {
   case K_TP: return g->tp;
+  case K_CP: return g->cp;
   case K_PP: return g->pp;
-  case K_DP: return g->dp;
+  case K_DP: return g->dpcp;
   case K_SHARD: return g->shard_size;
   case K_REPLICATE: return g->replicate_size;
   default: return g->ranks_per_node;
@@ -364,9 +377,11 @@ static int group_size(const tsr_grid *g, int kind) {
 
 /* World rank of member j of group i, groups numbered as the split colours in build(). */
 static int member(const tsr_grid *g, int kind, int i, int j) {
-  const int tp = g->tp, dp = g->dp, S = g->shard_size, R = g->replicate_size;
+  const int tp = g->tp, dp = g->dpcp, S = g->shard_size, R = g->replicate_size;
   switch (kind) {
   case K_TP: return (i / dp) * dp * tp + (i % dp) * tp + j;
+  case K_CP: /* group i = (pp rank * data dp + dp rank) * tp + tp rank */
+    return (i / tp / g->dp) * dp * tp + ((i / tp % g->dp) * g->cp + j) * tp + i % tp;
   case K_PP: return j * dp * tp + (i / tp) * tp + i % tp;
   case K_DP: return (i / tp) * dp * tp + j * tp + i % tp;
   case K_SHARD: {
@@ -474,14 +489,22 @@ static void format_group(const tsr_grid *g, int kind, int i, char *s, size_t len
 
 void tsr_grid_log(const tsr_grid *g) {
   if (!g || g->world_rank != 0) return;
-  tsr_log("grid: world %d = tp %d x dp %d x pp %d on %d node%s x %d ranks (%s)", g->world_size,
-          g->tp, g->dp, g->pp, g->n_nodes, g->n_nodes == 1 ? "" : "s", g->ranks_per_node,
+  char cpx[32] = "";
+  if (g->cp > 1) snprintf(cpx, sizeof cpx, " x cp %d", g->cp);
+  tsr_log("grid: world %d = tp %d%s x dp %d x pp %d on %d node%s x %d ranks (%s)", g->world_size,
+          g->tp, cpx, g->dp, g->pp, g->n_nodes, g->n_nodes == 1 ? "" : "s", g->ranks_per_node,
           g->ranks_per_node_from_deck ? "parallel.ranks_per_node" : "detected");
   char scope[32];
-  tsr_log("grid: dp %d = dp_shard %d x dp_replicate %d (shard_scope '%s')", g->dp,
-          g->shard_size, g->replicate_size, tsr_shard_scope_text(g->shard_scope, scope, 32));
+  if (g->cp > 1)
+    tsr_log("grid: dp %d x cp %d = %d ranks hold each parameter (the dp row below) = dp_shard %d "
+            "x dp_replicate %d (shard_scope '%s')", g->dp, g->cp, g->dpcp, g->shard_size,
+            g->replicate_size, tsr_shard_scope_text(g->shard_scope, scope, 32));
+  else
+    tsr_log("grid: dp %d = dp_shard %d x dp_replicate %d (shard_scope '%s')", g->dp,
+            g->shard_size, g->replicate_size, tsr_shard_scope_text(g->shard_scope, scope, 32));
   tsr_log("grid: %-12s %15s world ranks{…}@node", "group", "groups x size  ");
   for (int kind = 0; kind < N_KINDS; kind++) {
+    if (kind == K_CP && g->cp == 1) continue;
     const int n = group_count(g, kind), shown = n < SHOW_GROUPS ? n : SHOW_GROUPS;
     line l;
     l.len = (size_t)snprintf(l.buf, sizeof l.buf, "grid: %-12s %6d x %-6d ", group_names[kind],

@@ -1,20 +1,27 @@
-/* grid.h — the 3D process grid (tp x dp x pp) and its communicators.
+/* grid.h — the process grid (tp x cp x dp x pp) and its communicators.
  *
- * Rank order is tp fastest, then dp, then pp:
- *     world rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+ * Rank order is tp fastest, then cp (context parallelism), then dp, then pp:
+ *     world rank = pp_rank * (dp * cp * tp) + dp_rank * (cp * tp) + cp_rank * tp + tp_rank
  * so the tp ranks of a group are consecutive and, with tp dividing the ranks per node,
- * live inside one node.  dp = world size / (tp * pp).
+ * live inside one node; the cp ranks of a sequence come next, on the same node while
+ * tp * cp fits one (docs/context_parallel.md says why).  dp = world size / (tp * cp * pp).
+ *
+ * Parameters are replicated over dp and cp alike: the cp ranks of a sequence hold the same
+ * weights and sum their gradients, so dp_comm and ZeRO's groups below span the dp x cp =
+ * dpcp ranks of a (pp, tp) position, numbered dpcp_rank = dp_rank * cp + cp_rank.  With
+ * cp = 1 they are the data-parallel groups.  Samples are dealt by dp_rank only: the cp
+ * ranks of one dp rank read the same sequences and keep their chunks of them.
  *
  * Nodes are consecutive blocks of ranks_per_node world ranks (node = world_rank /
  * ranks_per_node), detected with MPI_COMM_TYPE_SHARED or set by &parallel
  * ranks_per_node to lay out several "nodes" on one machine.
  *
- * The dp group is split for hybrid sharding (HSDP) by &parallel shard_scope:
- *   'global'  dp_shard = the whole dp group, dp_replicate = this rank alone
- *   'node'    dp_shard = the ranks of this dp group on this node
- *   'N'       dp_shard = N consecutive dp ranks (N divides dp)
- * dp_replicate = the dp ranks that hold the same position in their dp_shard group, so
- *   dp_rank = replicate_rank * shard_size + shard_rank,  dp = shard_size * replicate_size.
+ * The dp (x cp) group is split for hybrid sharding (HSDP) by &parallel shard_scope:
+ *   'global'  dp_shard = the whole dp x cp group, dp_replicate = this rank alone
+ *   'node'    dp_shard = the ranks of this dp x cp group on this node
+ *   'N'       dp_shard = N consecutive ranks of it (N divides dp x cp)
+ * dp_replicate = the ranks that hold the same position in their dp_shard group, so
+ *   dpcp_rank = replicate_rank * shard_size + shard_rank,  dpcp = shard_size * replicate_size.
  *
  * This header does not include mpi.h: model code may read the grid.  The driver makes
  * the world group with tsr_comm_create (comm_mpi.h) and passes it in. */
@@ -28,13 +35,15 @@
 
 typedef struct tsr_grid {
   int world_rank, world_size;
-  int tp, pp, dp;
-  int tp_rank, pp_rank, dp_rank;
+  int tp, pp, dp, cp, dpcp; /* dpcp = dp * cp */
+  int tp_rank, pp_rank, dp_rank, cp_rank, dpcp_rank;
   int node, n_nodes, ranks_per_node, local_rank;
   int ranks_per_node_from_deck; /* 1: &parallel ranks_per_node, 0: detected */
   int shard_size, shard_rank, replicate_size, replicate_rank;
   int64_t shard_scope; /* as given: TSR_SHARD_GLOBAL, TSR_SHARD_NODE or a number of ranks */
-  tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *dp_shard, *dp_replicate, *node_comm;
+  /* dp_comm: the dp x cp ranks holding the same parameters ("dp" when cp = 1, else
+   * "dp_cp"); cp_comm: the cp ranks of one sequence (a group of one when cp = 1) */
+  tsr_comm *world, *tp_comm, *pp_comm, *dp_comm, *cp_comm, *dp_shard, *dp_replicate, *node_comm;
   /* tied embeddings across a pipeline (model.tie_embeddings, pp > 1): the first and the
    * last stage of this rank's (dp, tp) column; NULL on the other stages and otherwise */
   tsr_comm *embed_tied;

@@ -22,6 +22,8 @@ typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;
 typedef int tsr_schedule_choice;
 typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
 typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;
+/* parallel.cp_comm: how attention crosses the context-parallel split */
+typedef enum { TSR_CP_P2P, TSR_CP_A2A } tsr_cp_comm;
 typedef enum { TSR_RECOMPUTE_NONE, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
 typedef enum { TSR_DECAY_COSINE, TSR_DECAY_LINEAR, TSR_DECAY_WSD, TSR_DECAY_CONSTANT } tsr_decay;
 typedef enum { TSR_HW_H100, TSR_HW_H200, TSR_HW_A100, TSR_HW_CUSTOM, TSR_HW_CPU } tsr_hw_name;
@@ -89,6 +91,8 @@ static inline int64_t tsr_max_positions(const tsr_model_config *m) {
 typedef struct {
   int64_t tp;
   int64_t pp;
+  int64_t cp;                      /* context-parallel ranks: each sequence split over them */
+  tsr_cp_comm cp_comm;             /* p2p (ring attention) | a2a (all-to-all over heads) */
   int64_t zero_stage;
   int64_t shard_scope;             /* TSR_SHARD_GLOBAL | TSR_SHARD_NODE | ranks */
   int64_t ranks_per_node;          /* 0 = from MPI_COMM_TYPE_SHARED */

@@ -323,6 +323,12 @@ void tsr_cpu_residual(tsr_dtype dt, void *out, const void *x, const void *y, lon
   }
 }
 
+void tsr_cpu_copy_2d(void *dst, long dst_pitch, const void *src, long src_pitch, long width,
+                     long rows) {
+  for (long r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, (size_t)width);
+}
+
 void tsr_cpu_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src, long n_elem) {
   if (n_elem <= 0) return;
   if (dst_dt == src_dt) {

@@ -87,6 +87,15 @@ const key_def deck_schema[] = {
     REAL(model, init_std, "0.02", 0, 1, LO | HI | LO_OPEN, "std of the normal init of weights"),
     INT(parallel, tp, "1", 1, 65536, LO | HI, "tensor-parallel ranks (inside a node)"),
     INT(parallel, pp, "1", 1, 65536, LO | HI, "pipeline stages"),
+    INT(parallel, cp, "1", 1, 65536, LO | HI,
+        "context-parallel ranks: each sequence is cut into 2 cp chunks, rank r holding chunks "
+        "r and 2 cp - 1 - r (model.seq_len divisible by 2 cp); parameters are replicated over "
+        "cp and ZeRO shards over dp x cp"),
+    CHOICE(parallel, cp_comm, "p2p", "p2p|a2a",
+           "attention across the cp split: p2p, a ring passing each rank's keys and values "
+           "(any head count); a2a, all-to-alls trading the sequence split for a head split "
+           "(cp must divide the tp-local query heads, and divide or be a multiple of the KV "
+           "heads)"),
     INT(parallel, zero_stage, "0", 0, 3, LO | HI,
         "0 DDP, 1 shard optimizer state, 2 + gradients, 3 + parameters"),
     SCOPE(parallel, shard_scope, "global", "global|node|<N>",

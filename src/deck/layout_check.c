@@ -30,7 +30,8 @@ static void add(issues *is, const char *keys, const char *fmt, ...) {
       "parallel.pp",        "parallel.virtual_stages", "parallel.schedule",
       "parallel.shard_scope", "parallel.ranks_per_node", "parallel.micro_batches",
       "parallel.sequence_parallel", "train.micro_batch", "train.global_batch",
-      "parallel.stage_layers", "train.recompute"};
+      "parallel.stage_layers", "train.recompute", "parallel.cp", "parallel.cp_comm",
+      "data.document_mask"};
   while (*keys && x->n_keys < TSR_LAYOUT_MAX_KEYS) { /* keys point at the static names */
     const size_t len = strcspn(keys, " ");
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -110,17 +111,53 @@ static void check_model(const tsr_config *c, issues *is) {
   else if (broken & 1u << TSR_SCHED_NOT_CHUNKED)
     add(is, "parallel.virtual_stages parallel.schedule", "%%0 needs parallel.schedule = %s, not %%1",
         tsr_sched_chunked_words());
-  if (pc->sequence_parallel && tp > 1 && m->seq_len % tp)
+  const long long cp = pc->cp;
+  if (cp < 1) {
+    add(is, "parallel.cp", "%%0 must be at least 1");
+    return;
+  }
+  if (cp > 1 && m->seq_len % (2 * cp))
+    add(is, "model.seq_len parallel.cp",
+        "%%0 is not divisible by 2 * %%1 = %lld (context parallelism cuts each sequence into "
+        "2 cp chunks of equal length)", 2 * cp);
+  else if (pc->sequence_parallel && tp > 1 && cp > 1 && (m->seq_len / cp) % tp)
+    add(is, "parallel.tp model.seq_len parallel.cp parallel.sequence_parallel",
+        "%%0 does not divide %%1 / %%2 = %lld, a cp rank's tokens (%%3 shards them over "
+        "tensor-parallel ranks)", (long long)(m->seq_len / cp));
+  else if (pc->sequence_parallel && tp > 1 && m->seq_len % tp)
     add(is, "parallel.tp model.seq_len parallel.sequence_parallel",
         "%%0 does not divide %%1 (sequence_parallel shards the tokens over tensor-parallel "
         "ranks)");
+  if (cp > 1 && pc->cp_comm == TSR_CP_A2A && m->n_head % tp == 0) {
+    /* Ulysses: each cp rank takes H / cp of the tp rank's query heads and their KV heads */
+    const long long H = m->n_head / tp, KV = m->n_kv_head >= tp ? m->n_kv_head / tp : 1;
+    if (H % cp)
+      add(is, "parallel.cp_comm parallel.cp model.n_head parallel.tp",
+          "%%0 needs %%1 to divide the query heads of a tp rank, %%2 / %%3 = %lld (the "
+          "all-to-all gives each cp rank whole heads): use parallel.cp_comm = 'p2p'", H);
+    else if (KV % cp && cp % KV)
+      add(is, "parallel.cp_comm parallel.cp model.n_kv_head parallel.tp",
+          "%%0 needs %%1 to divide, or be a multiple of, the KV heads of a tp rank, %lld from "
+          "%%2 and %%3 (each cp rank takes whole KV heads, or one replicated): use "
+          "parallel.cp_comm = 'p2p'", KV);
+  }
+  if (cp > 1 && pc->cp_comm == TSR_CP_P2P && c->data.document_mask)
+    add(is, "data.document_mask parallel.cp_comm parallel.cp",
+        "%%0 with %%2 > 1 needs %%1 = 'a2a' (the ring's attention blocks do not take document "
+        "boundaries yet)");
 }
 
 /* On `world` ranks: dp, the batch split into micro-batches, the pipeline's micro-batches,
  * the shard group. */
 static void check_world(const tsr_config *c, int world, issues *is) {
   const tsr_parallel_config *pc = &c->parallel;
-  const long long tp = pc->tp, pp = pc->pp;
+  const long long tp = pc->tp, pp = pc->pp, cp = pc->cp;
+  if (cp > 1 && world % (tp * cp * pp)) {
+    add(is, "parallel.tp parallel.cp parallel.pp",
+        "world size %d is not a multiple of %%0 * %%1 * %%2 = %lld: start a multiple of %lld "
+        "ranks, or change tp / cp / pp", world, tp * cp * pp, tp * cp * pp);
+    return;
+  }
   if (world % (tp * pp)) {
     add(is, "parallel.tp parallel.pp",
         "world size %d is not a multiple of %%0 * %%1 = %lld: start a multiple of %lld ranks, "
@@ -134,7 +171,8 @@ static void check_world(const tsr_config *c, int world, issues *is) {
                 1u << TSR_SCHED_ONE_STAGE)
     add(is, "parallel.virtual_stages parallel.pp",
         "%%0 needs a pipeline: %%1 must be at least 2 for model chunks to interleave");
-  const long long dp = world / (tp * pp), mb = c->train.micro_batch, gb = c->train.global_batch;
+  const long long dp = world / (tp * cp * pp), mb = c->train.micro_batch,
+                  gb = c->train.global_batch;
   const long long per = mb > INT64_MAX / dp ? INT64_MAX : mb * dp;
   if (gb % per) {
     /* what would work: the nearest multiples of micro_batch * dp, and the largest
@@ -149,8 +187,8 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     if (mb_ok && n > 0 && (size_t)n < sizeof how)
       snprintf(how + n, sizeof how - (size_t)n, ", or train.micro_batch = %lld", mb_ok);
     add(is, "train.global_batch train.micro_batch parallel.tp parallel.pp",
-        "%%0 is not a multiple of %%1 * dp %lld = %lld (dp = world size %d / (tp %lld * pp "
-        "%lld))%s", dp, per, world, tp, pp, how);
+        "%%0 is not a multiple of %%1 * dp %lld = %lld (dp = world size %d / (tp %lld%s * pp "
+        "%lld))%s", dp, per, world, tp, cp > 1 ? " * cp" : "", pp, how);
   } else {
     const long long m = gb / per;
     if (pc->micro_batches && pc->micro_batches != m)
@@ -170,10 +208,12 @@ static void check_world(const tsr_config *c, int world, issues *is) {
           "%%3%s", dp, m, how);
     }
   }
-  if (pc->shard_scope > 0 && dp % pc->shard_scope)
+  if (pc->shard_scope > 0 && (dp * cp) % pc->shard_scope)
     add(is, "parallel.shard_scope parallel.tp parallel.pp",
-        "%%0 does not divide dp = %lld (world size %d / (tp %lld * pp %lld))", dp, world, tp,
-        pp);
+        cp > 1 ? "%%0 does not divide dp x cp = %lld (world size %d / (tp %lld * pp %lld)): "
+                 "ZeRO shards over the data- and context-parallel ranks"
+               : "%%0 does not divide dp = %lld (world size %d / (tp %lld * pp %lld))",
+        dp * cp, world, tp, pp);
 }
 
 /* With nodes of rpn ranks: nodes cut the world evenly, a tp group lives inside one, and a

@@ -33,7 +33,9 @@
  * doc[r] of the sequence (0 <= doc[r] <= t, and doc[r] does not decrease with t within a
  * sequence: documents are contiguous).  Its position is pos(r) = t - doc[r], and it
  * attends to the keys of its own document only.  doc NULL is doc[r] = 0 everywhere: one
- * document per sequence, pos(r) = r % T, plain causal attention. */
+ * document per sequence, pos(r) = r % T, plain causal attention.  The position ops take
+ * any doc[r] <= t, negative too: context parallelism gives a rank's rows, in chunks of T,
+ * their positions in the whole sequence that way (docs/context_parallel.md). */
 
 /* ---- linear layers: y[n, out] = x[n, in] @ w[out, in]^T (+ bias[out]) ---- */
 TSR_OP(matmul_fwd, (tsr_dtype dt, void *y, const void *x, const void *w, const void *bias, int n,
@@ -177,6 +179,12 @@ TSR_OP(acc, (float *out, const float *a, long n_elem), (out, a, n_elem))
  * dst and src may be the same memory only when the types are equal. */
 TSR_OP(cast, (tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src, long n_elem),
        (dst_dt, dst, src_dt, src, n_elem))
+
+/* rows of width bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart):
+ * a strided block copy (context parallelism's packing of keys, values and heads) */
+TSR_OP(copy_2d, (void *dst, long dst_pitch, const void *src, long src_pitch, long width,
+                 long rows),
+       (dst, dst_pitch, src, src_pitch, width, rows))
 
 /* ---- cross-entropy over logits[n, V] (this rank's vocabulary columns) ----
  * xent: *acc += (sum over rows of -log softmax(logits)[target]) / div, in double, in op

@@ -79,7 +79,7 @@ static void *compute_shard(tsr_zero *z);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid) {
-  const int64_t S = par->zero_stage == 0 ? grid->dp : grid->shard_size;
+  const int64_t S = par->zero_stage == 0 ? grid->dpcp : grid->shard_size;
   lay->n_flat = tsr_zero_padded_length(lay->n_params, S);
 }
 

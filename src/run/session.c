@@ -253,6 +253,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   if (rc) return rc;
   TSR_CALL(tsr_session_open_device(cfg, world, &s->dev));
   s->dp = s->grid->dp;
+  s->dpcp = s->grid->dpcp;
   s->dp_rank = s->grid->dp_rank;
   s->grad_accum_steps = cfg->train.global_batch / (cfg->train.micro_batch * s->dp);
   /* every rank's outcome agreed before the next collective: a stage may run out of device
@@ -486,6 +487,10 @@ static int evaluate_set(tsr_session *s, const tsr_data *d, double *val_loss, int
     sum += loss;
   }
   TSR_CALL(tsr_ops_status());
+  if (s->grid->cp > 1) { /* each cp rank's loss is the mean over its part of the tokens */
+    TSR_CALL(tsr_comm_sum_ordered(s->grid->cp_comm, sum, &sum));
+    sum /= s->grid->cp;
+  }
   *val_loss = sum / (double)n_batches;
   if (batches) *batches = n_batches;
   return 0;

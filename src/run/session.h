@@ -33,6 +33,7 @@ typedef struct {
   const tsr_config *cfg;
   MPI_Comm world;
   int rank, world_size, dp, dp_rank;
+  int dpcp; /* the ranks that sum gradients: dp x cp (the cp ranks each hold part of a sequence) */
   int64_t grad_accum_steps; /* micro-batches per step on this dp rank */
   tsr_grid *grid;
   tsr_layout *lay;

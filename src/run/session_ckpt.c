@@ -21,7 +21,7 @@
 tsr_ckpt_view tsr_session_ckpt_view(const tsr_session *s) {
   tsr_ckpt_view v = {s->lay, tsr_zero_shard_begin(s->zero), tsr_zero_shard_end(s->zero), 0, 1};
   if (s->cfg->parallel.zero_stage == 0)
-    v.copy_index = s->grid->dp_rank, v.n_copies = s->grid->dp;
+    v.copy_index = s->grid->dpcp_rank, v.n_copies = s->grid->dpcp;
   else
     v.copy_index = s->grid->replicate_rank, v.n_copies = s->grid->replicate_size;
   return v;

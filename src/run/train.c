@@ -79,9 +79,10 @@ static int train_step(tsr_session *s, step_result *r) {
   const int64_t k = s->grad_accum_steps;
   const double S = tsr_loss_scale(&cfg->train, &s->st);
   r->scale = cfg->train.precision == TSR_F16 ? S : 0;
-  /* each rank's micro-batch loss is a mean over its tokens: 1/(k dp) makes the summed
-   * gradient the mean over the global batch */
-  const float dloss = (float)(S / ((double)k * s->dp));
+  /* each rank's micro-batch loss is a mean over its tokens (with cp, over its part of
+   * each sequence): 1/(k dp cp) makes the gradient summed over dp x cp the mean over the
+   * global batch */
+  const float dloss = (float)(S / ((double)k * s->dpcp));
   /* a mixture: its blend's state at this step's first sample (every rank reads from it) */
   tsr_data_mix_seek(s->train_data, s->st.data_cursor);
   const double t_begin = tsr_now();
@@ -106,7 +107,7 @@ static int train_step(tsr_session *s, step_result *r) {
   if (s->exec) /* the last stage's (0 on the others) */
     TSR_CALL(tsr_comm_sum_ordered(s->grid->pp_comm, loss_sum, &loss_sum));
   TSR_CALL(tsr_comm_sum_ordered(s->grid->dp_comm, loss_sum / (double)k, &r->loss));
-  r->loss /= (double)s->dp;
+  r->loss /= (double)s->dpcp;
   const int64_t step = s->st.step + 1;
   r->lr = tsr_optim_lr(&cfg->optim, cfg->run.max_steps, step);
   r->skipped = !isfinite(r->grad_norm);
