@@ -170,7 +170,8 @@ static void rope_table(float *tab, int npos, int half, const double *inv_freq, i
  * fp32 would lose the phase.  Without documents the work is split over positions so each
  * cos/sin pair is computed once per call and applied to every row and head at that
  * position; with them (positions restart at each document) the pairs of positions
- * [0, T) are tabulated once per call in the shared buffer and the rows split over the
+ * present (those of [0, T), or beyond T under context parallelism) are tabulated once per
+ * call in the shared buffer and the rows split over the
  * threads, each looking up its position's: the same values either way. */
 static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int head_dim,
                        int stride, tsr_rope rope, int dir, const int32_t *doc) {
@@ -180,9 +181,13 @@ static void rope_apply(tsr_dtype dt, void *x, int n, int T, int n_heads, int hea
   for (int i = 0; i < half; i++) inv_freq[i] = tsr_rope_inv_freq(rope, i, head_dim);
   const int npos = n < T ? n : T, width = n_heads * head_dim; /* a row's heads, contiguous */
   if (doc) {
-    cpu_buf_need((size_t)2 * npos * half, dt != TSR_F32 ? (size_t)width : 0);
+    /* the positions present (under context parallelism a row's may exceed T) */
+    int ntab = 0;
+    for (int r = 0; r < n; r++)
+      if (r % T - doc[r] + 1 > ntab) ntab = r % T - doc[r] + 1;
+    cpu_buf_need((size_t)2 * ntab * half, dt != TSR_F32 ? (size_t)width : 0);
     float *tab = cpu_buf_shared();
-    rope_table(tab, npos, half, inv_freq, dir);
+    rope_table(tab, ntab, half, inv_freq, dir);
 #pragma omp parallel for schedule(static) if ((long)n * n_heads * head_dim > PAR_MIN)
     for (int r = 0; r < n; r++) {
       const float *cs = tab + (size_t)2 * (r % T - doc[r]) * half;

@@ -111,11 +111,7 @@ static void check_model(const tsr_config *c, issues *is) {
   else if (broken & 1u << TSR_SCHED_NOT_CHUNKED)
     add(is, "parallel.virtual_stages parallel.schedule", "%%0 needs parallel.schedule = %s, not %%1",
         tsr_sched_chunked_words());
-  const long long cp = pc->cp;
-  if (cp < 1) {
-    add(is, "parallel.cp", "%%0 must be at least 1");
-    return;
-  }
+  const long long cp = pc->cp > 1 ? pc->cp : 1; /* 0: a configuration not from the deck */
   if (cp > 1 && m->seq_len % (2 * cp))
     add(is, "model.seq_len parallel.cp",
         "%%0 is not divisible by 2 * %%1 = %lld (context parallelism cuts each sequence into "
@@ -151,7 +147,7 @@ static void check_model(const tsr_config *c, issues *is) {
  * the shard group. */
 static void check_world(const tsr_config *c, int world, issues *is) {
   const tsr_parallel_config *pc = &c->parallel;
-  const long long tp = pc->tp, pp = pc->pp, cp = pc->cp;
+  const long long tp = pc->tp, pp = pc->pp, cp = pc->cp > 1 ? pc->cp : 1;
   if (cp > 1 && world % (tp * cp * pp)) {
     add(is, "parallel.tp parallel.cp parallel.pp",
         "world size %d is not a multiple of %%0 * %%1 * %%2 = %lld: start a multiple of %lld "

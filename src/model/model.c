@@ -166,7 +166,7 @@ int tsr_model_create(tsr_model **out, const tsr_model_spec *spec, const tsr_layo
 
 int tsr_model_create_ext(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          int own_params, int own_grads) {
-  const tsr_model_options o = {own_params, own_grads, NULL, 1};
+  const tsr_model_options o = {own_params, own_grads, NULL, 1, NULL};
   return tsr_model_create_opt(out, spec, lay, &o);
 }
 
@@ -385,6 +385,7 @@ int tsr_model_create_opt(tsr_model **out, const tsr_model_spec *spec, const tsr_
   int rc = shape_of(m, spec, lay, opt);
   if (!rc) rc = locate(m, lay);
   if (!rc) rc = allocate(m, opt);
+  if (!rc) rc = model_cp_init(m, opt ? opt->cp : NULL);
   if (rc) {
     tsr_model_destroy(&m);
     return rc;
@@ -404,7 +405,8 @@ double tsr_model_table_bytes(const tsr_model_sizes *s, int n_layer, int layers, 
   return (double)sizeof(tsr_model) + (double)n_layer * sizeof(int) +
          (chunks + 1.0) * sizeof(int) + (layers + 2.0) * sizeof(*((tsr_model *)0)->units) +
          (double)layers * sizeof(*((tsr_model *)0)->lp) + n_slots * slot +
-         (double)s->docs * sizeof(int32_t);
+         (double)s->docs * sizeof(int32_t) +
+         (s->cp > 1 ? (2.0 * (double)s->N + (double)s->docs) * sizeof(int32_t) : 0.0);
 }
 
 void tsr_model_destroy(tsr_model **mp) {
@@ -449,6 +451,11 @@ void tsr_model_destroy(tsr_model **mp) {
   tsr_ops_free(&m->head_buf);
   tsr_free(&m->doc_host);
   tsr_ops_free(&m->docs);
+  tsr_free(&m->cp_in);
+  tsr_free(&m->cp_tg);
+  tsr_free(&m->cp_doc_host);
+  tsr_ops_free(&m->cp_dt);
+  tsr_ops_free(&m->cp_f32);
   tsr_ops_free(&m->kv_keep);
   tsr_ops_free(&m->kv_sum);
   tsr_ops_free(&m->d_full);
@@ -503,6 +510,13 @@ static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
   return 0;
 }
 
+/* The position offsets (or document starts) the ops of slot sl's micro-batch take, and
+ * under cp with documents the whole sequences' starts. */
+static void set_slot_docs(tsr_model *m, struct act_slot *sl) {
+  m->doc = slot_doc(m, sl);
+  m->doc_full = m->doc && m->cp > 1 && m->docmask ? m->doc + m->N : NULL;
+}
+
 /* Document masking: the document starts of the micro-batch (ops_list.h "Documents") from
  * its input tokens, into the slot.  A document ends with its end-of-document token, so
  * the row after one starts the next; row 0 of a sequence starts the document it opens
@@ -511,15 +525,19 @@ static int set_docs(tsr_model *m, struct act_slot *sl, const int32_t *inputs) {
   TSR_CHECK(inputs, TSR_ERR, "model: document masking needs the micro-batch's tokens on every "
             "chunk");
   TSR_CHECK(m->eos >= 0, TSR_ERR, "model: document masking without an end-of-document id");
+  const int T = m->Tseq; /* whole sequences: under cp the inputs are the micro-batch's */
   for (int b = 0; b < m->B; b++) {
-    const int32_t *in = inputs + (size_t)b * m->T;
-    int32_t *d = m->doc_host + (size_t)b * m->T, start = 0;
-    for (int t = 0; t < m->T; t++) {
+    const int32_t *in = inputs + (size_t)b * T;
+    int32_t *d = m->doc_host + (size_t)b * T, start = 0;
+    for (int t = 0; t < T; t++) {
       d[t] = start;
       if (in[t] == m->eos) start = t + 1;
     }
   }
-  tsr_ops_copy(slot_doc(m, sl), m->doc_host, (size_t)m->N * sizeof(int32_t));
+  if (m->cp > 1)
+    model_cp_docs(m, sl, m->doc_host);
+  else
+    tsr_ops_copy(slot_doc(m, sl), m->doc_host, (size_t)m->N * sizeof(int32_t));
   return 0;
 }
 
@@ -577,7 +595,11 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   if (m->docmask) TSR_CALL(set_docs(m, sl, inputs));
-  m->doc = slot_doc(m, sl);
+  set_slot_docs(m, sl);
+  if (m->cp > 1) { /* this rank's rows of the micro-batch (model_cp.c) */
+    if (inputs) model_cp_rows(m, m->cp_in, inputs), inputs = m->cp_in;
+    if (targets) model_cp_rows(m, m->cp_tg, targets), targets = m->cp_tg;
+  }
   if (embeds) {
     TSR_CHECK(inputs, TSR_ERR, "model: the first chunk needs the input tokens");
     TSR_CALL(check_ids(m, inputs, "input"));
@@ -587,7 +609,7 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
     void *full = m->sp ? m->tmp_nc : resid(m, sl, base);
     tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
-                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->T, C, m->vocab_start, m->V,
+                          model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->Tpos, C, m->vocab_start, m->V,
                           m->doc);
     const void *rows = model_tp_rows(m, full);
     if (!rows) return TSR_ERR;
@@ -631,7 +653,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   float *ge = NULL;
-  m->doc = slot_doc(m, sl); /* the layers' recompute and backward */
+  set_slot_docs(m, sl); /* the layers' recompute and backward */
   if (heads) {
     /* final norm and LM head.  Tied (pp = 1): the head's weight and gradient are unit
      * 0's, which stays acquired for gradients until the embedding's backward. */
@@ -675,7 +697,7 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     return 0;
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
-  tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->T,
+  tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), dfull, sl->tokens, N, m->Tpos,
                         C, m->vocab_start, m->V, m->doc);
   REL(m->hooks.grads_release(hc, 0));
   return 0;
@@ -727,7 +749,7 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
   }
   if (!ge && !(ge = grads_acquire(m, 0))) return TSR_ERR;
   tsr_ops_embedding_bwd(m->dt, P(ge, m->embed), P(ge, m->pos_embed), sl->w_embed, sl->tokens, N,
-                        m->T, C, m->vocab_start, m->V, slot_doc(m, sl));
+                        m->Tpos, C, m->vocab_start, m->V, slot_doc(m, sl));
   REL(m->hooks.grads_release(hc, 0));
   return 0;
 }

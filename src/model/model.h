@@ -32,6 +32,8 @@ typedef struct {
   int split_backward;        /* the schedule runs W after B (a zero-bubble schedule) */
   int document_mask;         /* data.document_mask */
   int64_t eos_id;            /* data.eos_id: the end-of-document id; < 0: none */
+  int64_t cp;                /* parallel.cp: ranks a sequence is split over (0, 1: none) */
+  tsr_cp_comm cp_comm;       /* parallel.cp_comm: ring (p2p) or all-to-all (a2a) attention */
 } tsr_model_spec;
 void tsr_model_spec_of(tsr_model_spec *spec, const tsr_config *cfg);
 
@@ -46,8 +48,14 @@ typedef struct { /* one layer's activation set */
 typedef struct {
   /* one tp rank's sizes: H, KV, F, V are its query heads, KV heads, MLP width and
    * vocabulary rows; N = B * T tokens, of which Ns in the residual stream (sequence
-   * parallel: N / tp) */
+   * parallel: N / tp).  With context parallelism T is a cp rank's tokens of a sequence,
+   * seq_len / cp, in its two chunks of Tc = T / 2 */
   int64_t B, T, C, H, KV, hd, F, V, N, Ns, qkv_dim, fc_dim;
+  int64_t cp, Tc; /* cp ranks (1: none); chunk length */
+  int cp_a2a;     /* the all-to-all attention (else the ring) */
+  /* cp > 1: the attention's exchange buffers and accumulators, in the storage type and in
+   * fp32 (model_cp.c) */
+  int64_t cp_dt, cp_f32;
   int gpt2, sp, kv_shared, first, last, layers_per_chunk;
   tsr_recompute recompute;
   int64_t kv_seg; /* one KV head's wk, wv rows (+ bk, bv) */
@@ -123,6 +131,7 @@ typedef struct {
   int own_params, own_grads;
   tsr_comm *tp;
   int n_slots;
+  tsr_comm *cp; /* the cp group (spec.cp ranks); NULL without context parallelism */
 } tsr_model_options;
 int tsr_model_create_opt(tsr_model **out, const tsr_model_spec *spec, const tsr_layout *lay,
                          const tsr_model_options *opt);

@@ -72,6 +72,17 @@ struct tsr_model {
   int32_t eos;
   int32_t *doc_host, *docs;
   const int32_t *doc;
+  /* context parallelism (model_cp.c): the cp group, this rank in it, the chunk length; the
+   * position period of the position ops (Tc under cp, where every slot's doc holds each
+   * row's offset, else T); under cp with documents the whole sequences' document starts
+   * (doc_full, op memory, [B * T * cp]) the a2a attention takes; the rank's rows of the
+   * micro-batch's inputs and targets (host); the exchange buffers */
+  tsr_comm *cpc;
+  int cp, cp_rank, cp_a2a, Tc, Tpos, Tseq;
+  const int32_t *doc_full;
+  int32_t *cp_in, *cp_tg, *cp_doc_host;
+  void *cp_dt;
+  float *cp_f32;
   /* offsets relative to their unit: embed, pos_embed in unit 0; final norm in the head
    * unit; lm_head in the head unit, or embed in unit 0 when tied */
   int64_t embed, pos_embed, final_w, final_b, head;
@@ -131,9 +142,10 @@ static inline float *P(float *base, int64_t o) { return o < 0 ? NULL : base + o;
 static inline const void *PC(const tsr_model *m, const void *base, int64_t o) {
   return o < 0 ? NULL : tsr_dtype_at_c(base, m->dt, o);
 }
-/* Document masking: the document starts of the micro-batch in slot sl (NULL: no masking). */
+/* Document masking: the document starts of the micro-batch in slot sl (NULL: no masking);
+ * under cp the rows' position offsets, then with documents the whole sequences' starts. */
 static inline int32_t *slot_doc(const tsr_model *m, const struct act_slot *sl) {
-  return m->docs ? m->docs + (size_t)(sl - m->slots) * m->N : NULL;
+  return m->docs ? m->docs + (size_t)(sl - m->slots) * m->sz.docs : NULL;
 }
 /* Element i of a stored (dt) activation buffer. */
 static inline void *A(const tsr_model *m, void *base, int64_t i) { return tsr_dtype_at(base, m->dt, i); }
@@ -188,5 +200,18 @@ void model_head_row_logits(tsr_model *m, struct act_slot *sl, const void *pw, in
  * dloss * d(loss sum)/d(logits). */
 int model_loss_and_grad(tsr_model *m, void *logits, const int32_t *targets, float dloss, int grad,
                         double *acc);
+
+/* Context parallelism (model_cp.c, docs/context_parallel.md).  model_cp_init: the cp
+ * group, the exchange buffers and, without documents, every slot's position offsets.
+ * model_cp_rows: this rank's rows (chunks cp_rank and 2 cp - 1 - cp_rank, chunk-major) of
+ * a micro-batch's [B, T cp] int32 host array.  model_cp_docs: the slot's position offsets
+ * and whole-sequence document starts from the micro-batch's [B, T cp] starts (host).
+ * model_cp_attention_fwd / _bwd: attention_fwd / attention_bwd for a rank's rows, by the
+ * ring (p2p) or the all-to-alls (a2a); collective over the cp group. */
+int model_cp_init(tsr_model *m, tsr_comm *cp);
+void model_cp_rows(const tsr_model *m, int32_t *dst, const int32_t *src);
+void model_cp_docs(tsr_model *m, struct act_slot *sl, const int32_t *starts);
+int model_cp_attention_fwd(tsr_model *m, layer_acts *a);
+int model_cp_attention_bwd(tsr_model *m, void *d_qkv, const layer_acts *a);
 
 #endif

@@ -117,11 +117,14 @@ int model_layer_fwd(tsr_model *m, int l, const void *pr, const void *x, layer_ac
   tsr_ops_matmul_fwd(dt, a->qkv, a->norm1, PC(m, pr, p->wqkv), PC(m, pr, p->bqkv), N, C,
                      m->qkv_dim);
   if (!m->gpt2) {
-    tsr_ops_rope_fwd(dt, a->qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->rope, m->doc);
-    tsr_ops_rope_fwd(dt, A(m, a->qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->rope, m->doc);
+    tsr_ops_rope_fwd(dt, a->qkv, N, m->Tpos, m->H, m->hd, m->qkv_dim, m->rope, m->doc);
+    tsr_ops_rope_fwd(dt, A(m, a->qkv, qd), N, m->Tpos, m->KV, m->hd, m->qkv_dim, m->rope, m->doc);
   }
-  tsr_ops_attention_fwd(dt, a->atty, a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd),
-                        m->B, m->T, m->H, m->KV, m->hd, m->qkv_dim, m->doc);
+  if (m->cp > 1)
+    TSR_CALL(model_cp_attention_fwd(m, a));
+  else
+    tsr_ops_attention_fwd(dt, a->atty, a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd),
+                          m->B, m->T, m->H, m->KV, m->hd, m->qkv_dim, m->doc);
   tsr_ops_matmul_fwd(dt, m->tmp_nc, a->atty, PC(m, pr, p->wo), model_tp_bias(m, PC(m, pr, p->bo)), N,
                      qd, C);
   const void *proj = model_tp_rows(m, m->tmp_nc);
@@ -231,12 +234,15 @@ int model_layer_bwd(tsr_model *m, int l, const void *pr, float *gr, const void *
   if (ws) tsr_ops_copy(ws->d_o, Dfull, nc_bytes);
   tsr_ops_matmul_bwd(dt, m->d_atty, GW(p->wo), GW(p->bo), Dfull, a->atty, PC(m, pr, p->wo),
                      NULL, N, qd, C);
-  tsr_ops_attention_bwd(dt, d_qkv, A(m, d_qkv, qd), A(m, d_qkv, qd + kvd), m->d_atty, a->atty,
-                        a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd), m->B, m->T,
-                        m->H, m->KV, m->hd, m->qkv_dim, m->doc);
+  if (m->cp > 1)
+    TSR_CALL(model_cp_attention_bwd(m, d_qkv, a));
+  else
+    tsr_ops_attention_bwd(dt, d_qkv, A(m, d_qkv, qd), A(m, d_qkv, qd + kvd), m->d_atty, a->atty,
+                          a->lse, a->qkv, A(m, a->qkv, qd), A(m, a->qkv, qd + kvd), m->B, m->T,
+                          m->H, m->KV, m->hd, m->qkv_dim, m->doc);
   if (!m->gpt2) {
-    tsr_ops_rope_bwd(dt, d_qkv, N, m->T, m->H, m->hd, m->qkv_dim, m->rope, m->doc);
-    tsr_ops_rope_bwd(dt, A(m, d_qkv, qd), N, m->T, m->KV, m->hd, m->qkv_dim, m->rope, m->doc);
+    tsr_ops_rope_bwd(dt, d_qkv, N, m->Tpos, m->H, m->hd, m->qkv_dim, m->rope, m->doc);
+    tsr_ops_rope_bwd(dt, A(m, d_qkv, qd), N, m->Tpos, m->KV, m->hd, m->qkv_dim, m->rope, m->doc);
   }
   if (m->kv_shared && !ws) kv_set_aside(m, p, gr);
   tsr_ops_matmul_bwd(dt, m->d_nc, GW(p->wqkv), GW(p->bqkv), d_qkv, a->norm1,

@@ -15,7 +15,10 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
   s->last = last;
   s->layers_per_chunk = layers_per_chunk;
   s->B = spec->micro_batch;
-  s->T = mc->seq_len;
+  s->cp = spec->cp > 1 ? spec->cp : 1;
+  s->T = mc->seq_len / s->cp; /* a cp rank's tokens of each sequence */
+  s->Tc = s->cp > 1 ? s->T / 2 : s->T;
+  s->cp_a2a = s->cp > 1 && spec->cp_comm == TSR_CP_A2A;
   s->C = mc->d_model;
   s->hd = mc->d_model / mc->n_head;
   s->H = mc->n_head / tp;
@@ -37,7 +40,25 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
                                      .act = N * s->F};
   s->resid = (layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
-  s->docs = spec->document_mask ? N : 0;
+  /* int32 per row: the document starts, or under cp every row's position offset (ops_list.h
+   * "Documents") and, with documents, the whole sequences' starts the a2a attention takes */
+  s->docs = s->cp > 1 ? N + (spec->document_mask ? N * s->cp : 0) : spec->document_mask ? N : 0;
+  if (s->cp > 1) {
+    const int64_t kvd = s->KV * s->hd, qd = s->H * s->hd;
+    if (s->cp_a2a) {
+      /* whole sequences of H / cp heads: q|k|v gathered and its gradient, the send and
+       * receive blocks, out and dout; fp32 sums of replicated KV heads' gradients */
+      const int64_t Hc = s->H / s->cp, KVc = s->KV >= s->cp ? s->KV / s->cp : 1;
+      const int64_t W = (Hc + 2 * KVc) * s->hd, Nf = N * s->cp;
+      s->cp_dt = 4 * Nf * W + 2 * Nf * Hc * s->hd;
+      s->cp_f32 = s->KV < s->cp ? (s->KV + 1) * N * 2 * s->hd : 0;
+    } else {
+      /* the ring: two K|V blocks in flight and a strided-copy scratch; fp32: the output's
+       * (then dq's) sums, one chunk's partial output and lse, two dK|dV blocks in flight */
+      s->cp_dt = 2 * N * 2 * kvd + N * (qd > 2 * kvd ? qd : 2 * kvd);
+      s->cp_f32 = N * qd + (N / 2) * qd + s->B * s->H * s->Tc + 2 * N * 2 * kvd;
+    }
+  }
   const int64_t xc = spec->xent_chunk_tokens;
   if (last) {
     s->final_norm = N * C, s->final_mean = N, s->final_rstd = N;
@@ -97,8 +118,8 @@ double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double ab) {
   const double stored = (double)(s->tmp_nc + s->d_resid + s->d_nc + s->d_atty + s->d_qkv +
                                  s->d_fc + s->d_act + s->d_full + s->tmp_s + s->d_shard +
-                                 s->head_scratch);
-  const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db);
+                                 s->head_scratch + s->cp_dt);
+  const double fp32 = (double)(s->kv_keep + s->kv_sum + s->norm_dw + s->norm_db + s->cp_f32);
   return set_bytes(s, A_ALL & ~owned_mask(s->recompute), ab) + stored * ab + fp32 * 4 +
          3.0 * (double)s->xent * 8 + 8.0 + (s->last ? (double)s->xent * 4 : 0.0);
 }
@@ -115,10 +136,14 @@ void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
   s->rows = (long)z->N;
   s->cols = (long)cols;
   s->vocab_local = (long)z->V;
-  s->attn_bht = bht;
-  s->attn_part = z->KV < z->H ? 2 * bht * z->hd : 0;
-  s->attn_io = (long)z->B * z->T * (z->H + z->KV) * z->hd;
-  s->attn_t = (long)z->T;
+  s->attn_bht = bht; /* the same under cp: T / cp tokens of H heads, or T of H / cp */
+  /* the a2a attention runs whole sequences of H / cp query and KVc KV heads */
+  const long H = z->cp_a2a ? (long)(z->H / z->cp) : (long)z->H;
+  const long KV = z->cp_a2a ? (long)(z->KV >= z->cp ? z->KV / z->cp : 1) : (long)z->KV;
+  const long T = z->cp_a2a ? (long)(z->T * z->cp) : (long)z->T;
+  s->attn_part = KV < H ? 2 * bht * z->hd : 0;
+  s->attn_io = (long)z->B * T * (H + KV) * z->hd;
+  s->attn_t = T;
   s->attn_hd = (long)z->hd;
 }
 void tsr_model_ops_shapes(const tsr_model *m, tsr_ops_shapes *s) {

@@ -1,7 +1,7 @@
 /* model_spec.c — the model's view of a run's configuration, taken in one place: the model
  * group and the settings of other groups (storage type, recompute, micro-batch, fused head,
- * sequence parallelism, the schedule's split backward, document masking) that shape what
- * the model allocates and which kernels it calls. */
+ * sequence parallelism, the schedule's split backward, document masking, context
+ * parallelism) that shape what the model allocates and which kernels it calls. */
 #include "model.h"
 #include "sched/pipeline.h"
 
@@ -18,4 +18,6 @@ void tsr_model_spec_of(tsr_model_spec *spec, const tsr_config *cfg) {
   spec->split_backward = tsr_pp_split_backward(cfg->parallel.schedule);
   spec->document_mask = cfg->data.document_mask;
   spec->eos_id = cfg->data.eos_id;
+  spec->cp = cfg->parallel.cp;
+  spec->cp_comm = cfg->parallel.cp_comm;
 }

@@ -304,9 +304,10 @@ static int load_model(gen_state *g, const tsr_config *cfg, const char *path, int
   TSR_CALL(tsr_ckpt_compat_check(cfg, path, 0, given ? NULL : tsr_tokenizer_name(g->tok),
                                  MPI_COMM_SELF));
   TSR_CALL(tsr_layout_create_part(&g->lay, &cfg->model, 1, 0, 1, 0, 1));
-  const tsr_model_options mo = {1, 0, NULL, 1};
+  const tsr_model_options mo = {1, 0, NULL, 1, NULL};
   tsr_model_spec spec;
   tsr_model_spec_of(&spec, cfg);
+  spec.cp = 1; /* one rank holds the whole model and sequence */
   TSR_CALL(tsr_model_create_opt(&g->model, &spec, g->lay, &mo));
   /* a model trained with document masking reads its context the same way: the start token
    * ends a document, so the prompt opens a new one at position 0 */
@@ -506,10 +507,11 @@ static int next_greedy(tsr_session *s, int64_t row, int64_t vocab, float *buf, i
 int tsr_generate_train_sample(tsr_session *s) {
   static int said_pp;
   const tsr_config *cfg = s->cfg;
-  if (s->exec) { /* the logits are on the last stage, the inputs on the first */
+  if (s->exec || s->grid->cp > 1) { /* the logits are on the last stage, the inputs on the
+                                     * first; under cp each rank holds part of a sequence */
     if (!said_pp++)
-      tsr_log("sample: none in this run: run.sample_every needs the whole model on each rank's "
-              "stage (pp = 1); use tessera generate on a checkpoint");
+      tsr_log("sample: none in this run: run.sample_every needs the whole model and sequence "
+              "on each rank (pp = 1, cp = 1); use tessera generate on a checkpoint");
     return 0;
   }
   tsr_watchdog_activity(s->st.step, "a sample");

@@ -50,7 +50,7 @@ static int open_model(tsr_session *s, const tsr_config *cfg) {
                                    (int)cfg->parallel.virtual_stages,
                                    cfg->parallel.stage_layers, cfg->parallel.schedule));
   tsr_zero_pad_layout(s->lay, &cfg->parallel, g);
-  tsr_model_options mo = {0, 0, g->tp_comm, 1};
+  tsr_model_options mo = {0, 0, g->tp_comm, 1, g->cp_comm};
   tsr_zero_model_options(&cfg->parallel, &mo.own_params, &mo.own_grads);
   if (g->pp > 1) {
     const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * g->dp);

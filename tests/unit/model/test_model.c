@@ -107,7 +107,7 @@ int main(void) {
         cz.parallel.schedule = TSR_SCHEDULE_ZB_H1;
         setup w = make(&cz), z;
         z.lay = w.lay, z.master = w.master;
-        const tsr_model_options mo = {1, 1, NULL, 2};
+        const tsr_model_options mo = {1, 1, NULL, 2, NULL};
         tsr_model_spec sz;
         tsr_model_spec_of(&sz, &cz);
         tsr_model_create_opt(&z.model, &sz, z.lay, &mo);

@@ -242,7 +242,7 @@ static double model_case_kind(const char *kind, const char *arch, const char *re
   tsr_layout_create_split(&lay, &c.model, 1, 0, pp, stage, v, split, c.parallel.schedule);
   lay->n_flat = (lay->n_params + 63) / 64 * 64; /* zero.c's padding for one shard */
   const size_t before = tsr_mem_bytes();
-  const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight};
+  const tsr_model_options o = {zero < 3, zero < 2, NULL, plan.in_flight, NULL};
   tsr_model_spec spec;
   tsr_model_spec_of(&spec, &c);
   const int rc = tsr_model_create_opt(&model, &spec, lay, &o);
