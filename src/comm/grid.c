@@ -259,12 +259,13 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *pc,
   const int staged = tsr_comm_staged_transport &&
                      (pc->mpi_gpu == TSR_MPI_GPU_STAGED ||
                       (pc->mpi_gpu == TSR_MPI_GPU_AUTO && aware != 1));
-  tsr_comm *grp[8] = {g->tp_comm};
+  tsr_comm *grp[9] = {g->tp_comm};
   int n = 1;
   for (int i = 0; i < n_zero && n < 6; i++) grp[n++] = zero_groups[i];
   grp[n++] = g->embed_tied;
-  const int pp = n; /* the pipeline's send/recv last */
+  const int pp = n; /* the point-to-point groups last: the pipeline's and the cp ring's */
   grp[n++] = g->pp_comm;
+  grp[n++] = g->cp_comm;
   char line[512] = "";
   size_t used = 0;
   const char *direct = NULL; /* a group handed to MPI on device memory, MPI not CUDA-aware */
@@ -273,7 +274,7 @@ int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *pc,
     for (int j = 0; j < i; j++) seen |= grp[j] == grp[i];
     if (!grp[i] || seen || tsr_comm_size(grp[i]) == 1) continue;
     TSR_CALL(tsr_grid_spans_nodes(g, grp[i], &spans));
-    if (tsr_comm_gpu_transport && i != pp && (!spans || across)) {
+    if (tsr_comm_gpu_transport && i < pp && (!spans || across)) {
       TSR_CALL(tsr_comm_attach_device(grp[i], tsr_comm_gpu_transport));
       g->nccl_used = 1;
     }

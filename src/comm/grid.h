@@ -83,9 +83,10 @@ void tsr_grid_destroy(tsr_grid **g);
 
 /* On a GPU, the groups that move device memory get a device transport (comm_dev.h): the
  * tp group, `n_zero` groups ZeRO names (tsr_zero_device_groups), the tied-embedding pair,
- * and the pipeline's send/recv.  NCCL for those inside a node always, for those across
- * nodes only under parallel.inter_node = 'nccl' (never the pipeline's: NCCL has no
- * send/recv here).  What stays on MPI goes through pinned host buffers when MPI cannot
+ * and the pipeline's and the cp group's send/recv (the ring, and the all-to-alls, which
+ * run as send/recv pairs on a device).  NCCL for those inside a node always, for those
+ * across nodes only under parallel.inter_node = 'nccl' (never the pipeline's or cp's:
+ * NCCL has no send/recv here).  What stays on MPI goes through pinned host buffers when MPI cannot
  * take GPU memory itself (parallel.mpi_gpu: 'auto' asks MPIX_Query_cuda_support), else
  * straight to MPI.  Collective over the world; rank 0 logs what each group uses. */
 int tsr_grid_attach_device(tsr_grid *g, const tsr_parallel_config *par,

@@ -152,10 +152,16 @@ static void log_setup(const tsr_session *s) {
              "(%.2f M) in %d tensors", s->grid->pp_rank, s->grid->pp, s->grid->tp_rank,
              s->grid->tp, (long long)s->lay->n_params, (double)s->lay->n_params / 1e6,
              s->lay->n_tensors);
+  char cpx[160] = "";
+  if (s->grid->cp > 1)
+    snprintf(cpx, sizeof cpx, ", this rank's %lld of each sequence's tokens (cp %d, '%s': chunks "
+             "%d and %d of %d)", (long long)(cfg->model.seq_len / s->grid->cp), s->grid->cp,
+             tsr_deck_word(cfg, &cfg->parallel.cp_comm), s->grid->cp_rank,
+             2 * s->grid->cp - 1 - s->grid->cp_rank, 2 * s->grid->cp);
   tsr_log("model: %s, %lld parameters (%.2f M)%s; activations %.3f MB for micro-batches of "
-          "%lld x %lld tokens", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
+          "%lld x %lld tokens%s", tsr_deck_word(cfg, &cfg->model.arch), (long long)total,
           (double)total / 1e6, part, (double)tsr_model_activation_bytes(s->model) / 1e6,
-          (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len);
+          (long long)cfg->train.micro_batch, (long long)cfg->model.seq_len, cpx);
   tsr_session_log_data(s);
   tsr_log("batch: global %lld sequences = %lld micro-batch(es) of %lld x dp %d; precision %s, "
           "recompute %s", (long long)cfg->train.global_batch, (long long)s->grad_accum_steps,
