@@ -120,6 +120,10 @@ def summary(files):
                             f"failed, exit {k.get('rc')}")
     if not of("kernels"):
         problems.append("kernel tests did not run")
+    for k in of("cp_blocks"):  # context parallelism's block ops (a subset of the above)
+        # (their failures fail the kernel tests' gate; a rehearsal runs none of them)
+        say(f"context parallelism's attention blocks and merge on the device: "
+            f"{k.get('passed', '?')} checks passed, {k.get('failed', '?')} failed")
     checks = of("check")
     bad = [c["name"] for c in checks if c.get("ok") != "1"]
     if bad:

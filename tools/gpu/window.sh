@@ -115,6 +115,10 @@ part_kernels() {
   f=$(sed -n 's/^test_kernels: [0-9]* checks passed, \([0-9]*\) failed.*/\1/p' "$TW_DIR/runs/kernels.out")
   [ -z "$p" ] && p=$(grep -c '^PASS' "$TW_DIR/runs/kernels.out") && f=$(grep -c '^FAIL' "$TW_DIR/runs/kernels.out")
   note kernels passed="$p" failed="$f" rc=$rc cudnn_lines=$(grep -ci cudnn "$TW_DIR/runs/kernels.out")
+  # context parallelism's ops on the device (the ring's attention blocks and their merge,
+  # against the CPU's): the plan's cp row, from the same run
+  note cp_blocks passed="$(grep -c '^PASS: .*attention \(block\|merge\)' "$TW_DIR/runs/kernels.out")" \
+    failed="$(grep -c '^FAIL: .*attention \(block\|merge\)' "$TW_DIR/runs/kernels.out")"
 }
 
 check() { # check NAME CMD...: a trainer check's result line
