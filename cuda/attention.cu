@@ -266,19 +266,19 @@ static int block_off(int Tq, int Tk, long q0, long k0, int causal) {
 
 static int block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
                      const void *v, int B, int Tq, int Tk, int H, int KV, int hd, int q_stride,
-                     int kv_stride, long q0, long k0, int causal) {
+                     int kv_stride, long q0, long k0, int causal, const int32_t *doc) {
   if (B <= 0 || Tq <= 0 || H <= 0) return 0;
   TSR_CUDA_ARG(Tk >= 0 && KV > 0 && H % KV == 0 && hd > 0);
   TSR_CUDA_ARG(q_stride >= H * hd && kv_stride >= KV * hd);
   TSR_CUDA_ARG((long)B * H <= 65535);
   return tsr_attn_f32_block_fwd(dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride,
-                                block_off(Tq, Tk, q0, k0, causal));
+                                block_off(Tq, Tk, q0, k0, causal), doc);
 }
 
 static int block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
                      const void *out, const float *lse, const void *q, const void *k,
                      const void *v, int B, int Tq, int Tk, int H, int KV, int hd, int q_stride,
-                     int kv_stride, long q0, long k0, int causal) {
+                     int kv_stride, long q0, long k0, int causal, const int32_t *doc) {
   if (B <= 0 || Tq <= 0 || Tk <= 0 || H <= 0 || (!dq && !dk && !dv)) return 0;
   TSR_CUDA_ARG(KV > 0 && H % KV == 0 && hd > 0);
   TSR_CUDA_ARG(q_stride >= H * hd && kv_stride >= KV * hd);
@@ -294,7 +294,7 @@ static int block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *
                        D, (const S *)dout, (const S *)out, B, Tq, H, hd);
                    TSR_CUDA_LAUNCHED());
   return tsr_attn_f32_block_bwd(dt, dq, dk, dv, dout, lse, D, q, k, v, B, Tq, Tk, H, KV, hd,
-                                q_stride, kv_stride, off);
+                                q_stride, kv_stride, off, doc);
 }
 
 /* One warp per (row, head): lane 0 reads both lse (which lse may overwrite), the warp
@@ -320,24 +320,25 @@ __global__ void merge_kernel(float *out, float *lse, const float *o1, const floa
 extern "C" void tsr_cuda_attention_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q,
                                             const void *k, const void *v, int B, int Tq, int Tk,
                                             int H, int KV, int hd, int q_stride, int kv_stride,
-                                            long q0, long k0, int causal) {
+                                            long q0, long k0, int causal, const int32_t *doc) {
   TSR_CUDA_SKIP();
   tsr_cuda_prof_note(4.0 * B * H * (double)Tq * Tk * hd, "%s Tq %d Tk %d hd %d",
                     tsr_dtype_name(dt), Tq, Tk, hd);
   TSR_CUDA_RUN(block_fwd(dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0,
-                         k0, causal));
+                         k0, causal, doc));
 }
 
 extern "C" void tsr_cuda_attention_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv,
                                             const void *dout, const void *out, const float *lse,
                                             const void *q, const void *k, const void *v, int B,
                                             int Tq, int Tk, int H, int KV, int hd, int q_stride,
-                                            int kv_stride, long q0, long k0, int causal) {
+                                            int kv_stride, long q0, long k0, int causal,
+                                            const int32_t *doc) {
   TSR_CUDA_SKIP();
   tsr_cuda_prof_note(10.0 * B * H * (double)Tq * Tk * hd, "%s Tq %d Tk %d hd %d",
                     tsr_dtype_name(dt), Tq, Tk, hd);
   TSR_CUDA_RUN(block_bwd(dt, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride,
-                         kv_stride, q0, k0, causal));
+                         kv_stride, q0, k0, causal, doc));
 }
 
 static int merge(float *out, float *lse, const float *o1, const float *lse1, const float *o2,

@@ -33,15 +33,16 @@ int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dou
                      const void *v, int B, int T, int H, int KV, int hd, int qkv_stride,
                      const int32_t *doc);
 /* The block ops (ops_list.h attention_block_*) on these kernels: Tq queries against Tk keys
- * per sequence, query row i seeing key row j when j <= i + off; out fp32; the backward adds
- * into fp32 dq [B*Tq, H*hd], dk and dv [B*Tk, KV*hd] (D as above, over Tq). */
+ * per sequence, query row i seeing key row j when j <= i + off (and, with doc, j >=
+ * doc[b*Tq + i]); out fp32; the backward adds into fp32 dq [B*Tq, H*hd], dk and dv
+ * [B*Tk, KV*hd] (D as above, over Tq). */
 int tsr_attn_f32_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
                            const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                           int q_stride, int kv_stride, int off);
+                           int q_stride, int kv_stride, int off, const int32_t *doc);
 int tsr_attn_f32_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
                            const float *lse, const float *D, const void *q, const void *k,
                            const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                           int q_stride, int kv_stride, int off);
+                           int q_stride, int kv_stride, int off, const int32_t *doc);
 
 /* ---- attn_mma.cu: the tensor cores (mma.sync), 16-bit storage (bf16 or fp16, the matrix
  * products in that type, fp32 accumulation and softmax), head_dim 32, 64, 96 or 128

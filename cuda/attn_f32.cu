@@ -383,14 +383,14 @@ int tsr_attn_f32_bwd(tsr_dtype dt, void *dq, void *dk, void *dv, const void *dou
 
 int tsr_attn_f32_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
                            const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                           int q_stride, int kv_stride, int off) {
+                           int q_stride, int kv_stride, int off, const int32_t *doc) {
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
                    return hd <= 64 ? flash_fwd<S, float, 8>(out, lse, (const S *)q, (const S *)k,
-                                                            (const S *)v, NULL, B, Tq, Tk, H, KV,
+                                                            (const S *)v, doc, B, Tq, Tk, H, KV,
                                                             hd, q_stride, kv_stride, off)
                                    : flash_fwd<S, float, 16>(out, lse, (const S *)q, (const S *)k,
-                                                             (const S *)v, NULL, B, Tq, Tk, H, KV,
+                                                             (const S *)v, doc, B, Tq, Tk, H, KV,
                                                              hd, q_stride, kv_stride, off));
   return 0;
 }
@@ -398,17 +398,17 @@ int tsr_attn_f32_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q, 
 int tsr_attn_f32_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
                            const float *lse, const float *D, const void *q, const void *k,
                            const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                           int q_stride, int kv_stride, int off) {
+                           int q_stride, int kv_stride, int off, const int32_t *doc) {
   TSR_CUDA_ARG(hd > 0 && hd <= ATT_HD_MAX);
   TSR_DTYPE_SWITCH(dt, S,
                    return hd <= 64
                               ? flash_bwd<S, float, true, 8>(
                                     dq, dk, dv, (const S *)dout, lse, D, (const S *)q,
-                                    (const S *)k, (const S *)v, NULL, B, Tq, Tk, H, KV, hd,
+                                    (const S *)k, (const S *)v, doc, B, Tq, Tk, H, KV, hd,
                                     q_stride, kv_stride, H * hd, KV * hd, off)
                               : flash_bwd<S, float, true, 16>(
                                     dq, dk, dv, (const S *)dout, lse, D, (const S *)q,
-                                    (const S *)k, (const S *)v, NULL, B, Tq, Tk, H, KV, hd,
+                                    (const S *)k, (const S *)v, doc, B, Tq, Tk, H, KV, hd,
                                     q_stride, kv_stride, H * hd, KV * hd, off));
   return 0;
 }

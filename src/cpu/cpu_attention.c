@@ -182,9 +182,9 @@ static int block_off(int Tq, int Tk, long q0, long k0, int causal) {
 void tsr_cpu_attention_block_fwd(tsr_dtype dt, float *out, float *lse, const void *q,
                                  const void *k, const void *v, int B, int Tq, int Tk, int H,
                                  int KV, int hd, int q_stride, int kv_stride, long q0, long k0,
-                                 int causal) {
+                                 int causal, const int32_t *doc) {
   attn_fwd(dt, TSR_F32, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride,
-           block_off(Tq, Tk, q0, k0, causal), NULL);
+           block_off(Tq, Tk, q0, k0, causal), doc);
 }
 
 /* The backward of one (batch, KV head) over its query heads h0 .. h0+group-1.  Pointers
@@ -338,12 +338,12 @@ void tsr_cpu_attention_block_bwd(tsr_dtype dt, float *dq, float *dk, float *dv,
                                  const void *dout, const void *out, const float *lse,
                                  const void *q, const void *k, const void *v, int B, int Tq,
                                  int Tk, int H, int KV, int hd, int q_stride, int kv_stride,
-                                 long q0, long k0, int causal) {
+                                 long q0, long k0, int causal, const int32_t *doc) {
   if (Tk <= 0 || (!dq && !dk && !dv)) return;
   const int off = block_off(Tq, Tk, q0, k0, causal);
   if (off <= -Tq) return; /* fully masked: nothing to add */
   attn_bwd(dt, 1, dq, H * hd, dk, dv, KV * hd, dout, out, lse, q, k, v, B, Tq, Tk, H, KV, hd,
-           q_stride, kv_stride, off, NULL);
+           q_stride, kv_stride, off, doc);
 }
 
 /* ---------------------------------------------------------------- merge */

@@ -137,10 +137,6 @@ static void check_model(const tsr_config *c, issues *is) {
           "%%2 and %%3 (each cp rank takes whole KV heads, or one replicated): use "
           "parallel.cp_comm = 'p2p'", KV);
   }
-  if (cp > 1 && pc->cp_comm == TSR_CP_P2P && c->data.document_mask)
-    add(is, "data.document_mask parallel.cp_comm parallel.cp",
-        "%%0 with %%2 takes the all-to-all attention, not %%1 (the ring's attention blocks "
-        "do not take document boundaries yet): set parallel.cp_comm = 'a2a'");
 }
 
 /* On `world` ranks: dp, the batch split into micro-batches, the pipeline's micro-batches,

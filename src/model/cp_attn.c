@@ -47,7 +47,7 @@ void tsr_cp_attention_fwd_local(tsr_dtype dt, float *out, float *lse, float *scr
                                 tsr_dtype_at_c(k, dt, kc * rows * kv_stride),
                                 tsr_dtype_at_c(v, dt, kc * rows * kv_stride), B, Tc, Tc, H, KV, hd,
                                 q_stride, kv_stride, (long)qc * Tc, (long)kc * Tc,
-                                blocks[i].partial);
+                                blocks[i].partial, NULL);
     if (!first) tsr_ops_attention_merge(o, l, o, l, po, pl, B, Tc, H, hd);
   }
 }
@@ -68,6 +68,6 @@ void tsr_cp_attention_bwd_local(tsr_dtype dt, float *dq, float *dk, float *dv, c
         tsr_dtype_at_c(dout, dt, qo * width), tsr_dtype_at_c(out, dt, qo * width),
         lse + qc * rows * H, tsr_dtype_at_c(q, dt, qo * q_stride),
         tsr_dtype_at_c(k, dt, ko * kv_stride), tsr_dtype_at_c(v, dt, ko * kv_stride), B, Tc, Tc,
-        H, KV, hd, q_stride, kv_stride, (long)qc * Tc, (long)kc * Tc, blocks[i].partial);
+        H, KV, hd, q_stride, kv_stride, (long)qc * Tc, (long)kc * Tc, blocks[i].partial, NULL);
   }
 }

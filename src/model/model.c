@@ -514,7 +514,7 @@ static int check_ids(const tsr_model *m, const int32_t *ids, const char *what) {
  * under cp with documents the whole sequences' starts. */
 static void set_slot_docs(tsr_model *m, struct act_slot *sl) {
   m->doc = slot_doc(m, sl);
-  m->doc_full = m->doc && m->cp > 1 && m->docmask ? m->doc + m->N : NULL;
+  m->doc_full = m->doc && m->cp > 1 && m->docmask ? m->doc + m->N : NULL; /* (model_cp.c) */
 }
 
 /* Document masking: the document starts of the micro-batch (ops_list.h "Documents") from

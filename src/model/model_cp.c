@@ -73,7 +73,9 @@ void model_cp_rows(const tsr_model *m, int32_t *dst, const int32_t *src) {
 
 /* starts: the micro-batch's document starts [B, Tseq] (host), or NULL: one document a
  * sequence.  Row r of the rank at global position p = c Tc + t gets doc[r] = t - pos,
- * pos = p - start; with documents the whole starts follow, for the a2a attention. */
+ * pos = p - start.  With documents there follow, for the a2a attention, the whole starts;
+ * for the ring, for each of the rank's 2 query chunks and each of the 2 cp key chunks kc,
+ * its rows' starts in kc's rows ([B Tc] each, clamped to [0, Tc]: the block ops' doc). */
 void model_cp_docs(tsr_model *m, struct act_slot *sl, const int32_t *starts) {
   int32_t *d = m->cp_doc_host;
   for (int a = 0; a < 2; a++) {
@@ -86,9 +88,22 @@ void model_cp_docs(tsr_model *m, struct act_slot *sl, const int32_t *starts) {
       }
   }
   size_t n = (size_t)m->N;
-  if (starts) {
+  if (starts && m->cp_a2a) {
     memcpy(d + m->N, starts, (size_t)m->B * m->Tseq * sizeof(int32_t));
     n += (size_t)m->B * m->Tseq;
+  } else if (starts) {
+    for (int a = 0; a < 2; a++) {
+      const int c = tsr_cp_chunk(m->cp, m->cp_rank, a);
+      for (int kc = 0; kc < 2 * m->cp; kc++) {
+        int32_t *bd = d + n + (size_t)(a * 2 * m->cp + kc) * m->B * m->Tc;
+        for (int b = 0; b < m->B; b++)
+          for (int t = 0; t < m->Tc; t++) {
+            const int j = starts[(size_t)b * m->Tseq + c * m->Tc + t] - kc * m->Tc;
+            bd[(size_t)b * m->Tc + t] = j < 0 ? 0 : j > m->Tc ? m->Tc : j;
+          }
+      }
+    }
+    n += (size_t)4 * m->cp * m->B * m->Tc;
   }
   tsr_ops_copy(slot_doc(m, sl), d, n * sizeof(int32_t));
 }
@@ -103,6 +118,11 @@ static int ring_pass(tsr_model *m, const void *cur, void *nxt, size_t bytes, int
 }
 
 /* The K|V block of this rank's rows: [N, 2 KV hd] (k then v, as in the fused qkv row). */
+/* With documents, query chunk qa's starts in the rows of key chunk kc (model_cp_docs). */
+static const int32_t *block_doc(const tsr_model *m, int qa, int kc) {
+  return m->doc_full ? m->doc_full + (size_t)(qa * 2 * m->cp + kc) * m->B * m->Tc : NULL;
+}
+
 static void pack_kv(tsr_model *m, void *kv, const void *qkv) {
   const long kvd = (long)m->KV * m->hd, esz = (long)m->esz;
   tsr_ops_copy_2d(kv, 2 * kvd * esz, tsr_dtype_at_c(qkv, m->dt, (long)m->H * m->hd),
@@ -127,13 +147,15 @@ static int ring_fwd(tsr_model *m, layer_acts *a) {
         const int kind = tsr_ops_attn_block_kind((long)qc * Tc, Tc, (long)kc * Tc, Tc);
         if (kind == TSR_ATT_BLOCK_SKIP) continue;
         float *o = out + qa * rows * qd, *l = a->lse + qa * rows * H;
-        const int first = s == 0 && e == 0; /* step 0's own early key chunk: never masked */
+        /* step 0's own early key chunk is the first block of both query chunks (with
+         * documents a row may see none of it: lse -inf, which the merges pass over) */
+        const int first = s == 0 && e == 0;
         const void *kb = tsr_dtype_at_c(kv[cur], dt, e * rows * 2 * kvd);
         tsr_ops_attention_block_fwd(dt, first ? o : po, first ? l : pl,
                                     tsr_dtype_at_c(a->qkv, dt, qa * rows * m->qkv_dim), kb,
                                     tsr_dtype_at_c(kb, dt, kvd), B, Tc, Tc, H, KV, hd,
                                     m->qkv_dim, (int)(2 * kvd), (long)qc * Tc, (long)kc * Tc,
-                                    kind == TSR_ATT_BLOCK_PARTIAL);
+                                    kind == TSR_ATT_BLOCK_PARTIAL, block_doc(m, qa, kc));
         if (!first) tsr_ops_attention_merge(o, l, o, l, po, pl, B, Tc, H, hd);
       }
     TSR_CALL(tsr_comm_waitall(2, h));
@@ -172,7 +194,7 @@ static int ring_bwd(tsr_model *m, void *d_qkv, const layer_acts *a) {
             tsr_dtype_at_c(m->d_atty, dt, qo * qd), tsr_dtype_at_c(a->atty, dt, qo * qd),
             a->lse + qo * H, tsr_dtype_at_c(a->qkv, dt, qo * m->qkv_dim), kb,
             tsr_dtype_at_c(kb, dt, kvd), B, Tc, Tc, H, KV, hd, m->qkv_dim, (int)(2 * kvd),
-            (long)qc * Tc, (long)kc * Tc, kind == TSR_ATT_BLOCK_PARTIAL);
+            (long)qc * Tc, (long)kc * Tc, kind == TSR_ATT_BLOCK_PARTIAL, block_doc(m, qa, kc));
       }
     /* the sums go on with their block; after the last step, home */
     TSR_CALL(ring_pass(m, dkv[cur], dkv[cur ^ 1], dkv_bytes, TAG_DKV, h + 2));

@@ -74,8 +74,9 @@ struct tsr_model {
   const int32_t *doc;
   /* context parallelism (model_cp.c): the cp group, this rank in it, the chunk length; the
    * position period of the position ops (Tc under cp, where every slot's doc holds each
-   * row's offset, else T); under cp with documents the whole sequences' document starts
-   * (doc_full, op memory, [B * T * cp]) the a2a attention takes; the rank's rows of the
+   * row's offset, else T); under cp with documents what follows the offsets in the slot's
+   * doc (doc_full, op memory): the whole sequences' document starts [B * T * cp] the a2a
+   * attention takes, or the ring's block starts (model_cp.c); the rank's rows of the
    * micro-batch's inputs and targets (host); the exchange buffers */
   tsr_comm *cpc;
   int cp, cp_rank, cp_a2a, Tc, Tpos, Tseq;

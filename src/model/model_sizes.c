@@ -41,8 +41,11 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
   s->resid = (layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
   /* int32 per row: the document starts, or under cp every row's position offset (ops_list.h
-   * "Documents") and, with documents, the whole sequences' starts the a2a attention takes */
-  s->docs = s->cp > 1 ? N + (spec->document_mask ? N * s->cp : 0) : spec->document_mask ? N : 0;
+   * "Documents") and, with documents, what the attention takes of them: the whole
+   * sequences' starts (a2a), or each query chunk's starts in the rows of each of the 2 cp
+   * key chunks (the ring's blocks) */
+  s->docs = s->cp > 1 ? N + (spec->document_mask ? (s->cp_a2a ? N * s->cp : 2 * s->cp * N) : 0)
+                      : spec->document_mask ? N : 0;
   if (s->cp > 1) {
     const int64_t kvd = s->KV * s->hd, qd = s->H * s->hd;
     if (s->cp_a2a) {

@@ -136,17 +136,22 @@ TSR_OP(attention_bwd, (tsr_dtype dt, void *dq, void *dk, void *dv, const void *d
  * block) and dout, ACCUMULATES (+=, fp32) this block's terms into dq [B*Tq, H*hd], dk and
  * dv [B*Tk, KV*hd] (contiguous); the sum over all blocks of a query's (a key's) terms is
  * attention_bwd's dq (dk, dv).  With one block, q0 = k0 and Tq = Tk = T these are
- * attention_fwd and attention_bwd (doc NULL) up to the output types. */
+ * attention_fwd and attention_bwd (doc NULL) up to the output types.
+ * doc (documents, int32 op memory [B*Tq], or NULL): query row t of sequence b sees only
+ * the keys of the block at rows j >= doc[b*Tq + t] (0 <= doc <= Tk, not decreasing along
+ * t): its document's start, in the block's rows. */
 TSR_OP(attention_block_fwd, (tsr_dtype dt, float *out, float *lse, const void *q, const void *k,
                              const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                             int q_stride, int kv_stride, long q0, long k0, int causal),
-       (dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0, k0, causal))
+                             int q_stride, int kv_stride, long q0, long k0, int causal,
+                             const int32_t *doc),
+       (dt, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0, k0, causal, doc))
 TSR_OP(attention_block_bwd, (tsr_dtype dt, float *dq, float *dk, float *dv, const void *dout,
                              const void *out, const float *lse, const void *q, const void *k,
                              const void *v, int B, int Tq, int Tk, int H, int KV, int hd,
-                             int q_stride, int kv_stride, long q0, long k0, int causal),
+                             int q_stride, int kv_stride, long q0, long k0, int causal,
+                             const int32_t *doc),
        (dt, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, KV, hd, q_stride, kv_stride, q0,
-        k0, causal))
+        k0, causal, doc))
 /* Two partial attentions of the same queries over disjoint key sets, (o1, lse1) and
  * (o2, lse2), as one over their union: with m = max(lse1, lse2),
  *   lse = m + log(exp(lse1 - m) + exp(lse2 - m)),  out = exp(lse1 - lse) o1 + exp(lse2 - lse) o2

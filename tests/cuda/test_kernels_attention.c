@@ -216,23 +216,38 @@ static void check_lse_inf(const char *name, const tbuf *t, double tol) {
 /* One block: Tq queries at q0 against Tk keys at k0, q, k, v in one fused buffer of B
  * sequences each (their rows: q of Tq, k and v of Tk rows; the buffer is as long as the
  * longer). */
-static void run_block(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd, long q0,
-                      long k0, int causal) {
+static void run_block_docs(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd, long q0,
+                           long k0, int causal, int docs) {
   char name[240];
   const int T = Tq > Tk ? Tq : Tk, stride = (H + 2 * KV) * hd;
   kreserve(att_shapes(dt, B, T, H, KV, hd));
-  snprintf(name, sizeof name, "attention block B=%d Tq=%d@%ld Tk=%d@%ld H=%d KV=%d hd=%d%s", B, Tq,
-           q0, Tk, k0, H, KV, hd, causal ? "" : " whole");
+  snprintf(name, sizeof name, "attention block B=%d Tq=%d@%ld Tk=%d@%ld H=%d KV=%d hd=%d%s%s", B,
+           Tq, q0, Tk, k0, H, KV, hd, causal ? "" : " whole", docs > 0 ? " documents" : "");
+  /* documents: each query row's start (docs_make's, moved to the query's position q0 and
+   * back earlier by up to 40 rows, so some start in the key block) in the key rows,
+   * clamped to [0, Tk] as the caller of the block ops gives them */
+  int32_t *doc = NULL, *d_doc = NULL;
+  if (docs > 0) {
+    doc = docs_make(B * Tq, Tq, docs, NULL);
+    for (long i = 0; i < (long)B * Tq; i++) {
+      const long j = q0 + doc[i] - 40 - k0;
+      doc[i] = (int32_t)(j < 0 ? 0 : j > Tk ? Tk : j);
+    }
+    for (long i = 1; i < (long)B * Tq; i++) /* not decreasing along a sequence */
+      if (i % Tq && doc[i] < doc[i - 1]) doc[i] = doc[i - 1];
+    d_doc = dmalloc((size_t)B * Tq * sizeof(int32_t));
+    CUDA_CK(cudaMemcpy(d_doc, doc, (size_t)B * Tq * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
   const long nbuf = (long)B * T * stride, nout = (long)B * Tq * H * hd, nl = (long)B * H * Tq;
   const long nkv = (long)B * Tk * KV * hd;
   tbuf buf = tb_rand(dt, nbuf, -2, 2), out = tb_out(TSR_F32, nout), lse = tb_out(TSR_F32, nl);
   const long qo = 0, ko = H * hd, vo = (H + KV) * hd;
   tsr_cpu_attention_block_fwd(dt, out.h, lse.h, tb_hat(&buf, qo), tb_hat(&buf, ko),
                               tb_hat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
-                              causal);
+                              causal, doc);
   tsr_cuda_attention_block_fwd(dt, out.d, lse.d, tb_dat(&buf, qo), tb_dat(&buf, ko),
                               tb_dat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
-                              causal);
+                              causal, d_doc);
   ksync("attention_block_fwd");
   char full[300];
   snprintf(full, sizeof full, "%s fwd out (fp32)", name);
@@ -254,12 +269,12 @@ static void run_block(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd
   tbuf dq2 = tb_dup(&dq), dk2 = tb_dup(&dk), dv2 = tb_dup(&dv);
   tsr_cpu_attention_block_bwd(dt, dq.h, dk.h, dv.h, dout.h, o16.h, l2.h, tb_hat(&buf, qo),
                               tb_hat(&buf, ko), tb_hat(&buf, vo), B, Tq, Tk, H, KV, hd, stride,
-                              stride, q0, k0, causal);
+                              stride, q0, k0, causal, doc);
   for (int run = 0; run < 2; run++)
     tsr_cuda_attention_block_bwd(dt, run ? dq2.d : dq.d, run ? dk2.d : dk.d, run ? dv2.d : dv.d,
                                 dout.d, o16.d, l2.d, tb_dat(&buf, qo), tb_dat(&buf, ko),
                                 tb_dat(&buf, vo), B, Tq, Tk, H, KV, hd, stride, stride, q0, k0,
-                                causal);
+                                causal, d_doc);
   ksync("attention_block_bwd");
   snprintf(full, sizeof full, "%s bwd dq (added, fp32)", name);
   check_close(full, &dq, TOL_F32);
@@ -269,6 +284,12 @@ static void run_block(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd
   check_same_runs("  ... attention block bwd dk", &dk, &dk2);
   tb_free(&buf), tb_free(&out), tb_free(&lse), tb_free(&o16), tb_free(&l2), tb_free(&dout);
   tb_free(&dq), tb_free(&dk), tb_free(&dv), tb_free(&dq2), tb_free(&dk2), tb_free(&dv2);
+  free(doc);
+  if (d_doc) CUDA_CK(cudaFree(d_doc));
+}
+static void run_block(tsr_dtype dt, int B, int Tq, int Tk, int H, int KV, int hd, long q0,
+                      long k0, int causal) {
+  run_block_docs(dt, B, Tq, Tk, H, KV, hd, q0, k0, causal, 0);
 }
 
 /* attention_merge: random partial results, some rows -inf on one side or both, out of
@@ -326,6 +347,9 @@ void test_attention_group(void) {
     run_block(dts[d], 2, 40, 30, 2, 2, 32, 0, 100, 0);
     run_block(dts[d], 1, 32, 32, 4, 2, 16, 0, 64, 1);
     run_block(dts[d], 2, 65, 65, 6, 3, 20, 130, 130, 1);
+    /* with documents (the ring's blocks under data.document_mask) */
+    run_block_docs(dts[d], 2, 45, 70, 4, 2, 16, 40, 60, 1, 12);
+    run_block_docs(dts[d], 2, 40, 64, 2, 1, 32, 100, 36, 0, 20);
   }
   run_merge(2, 37, 3, 20);
   run_merge(1, 5, 2, 128);

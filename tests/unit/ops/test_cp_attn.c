@@ -300,7 +300,7 @@ static void test_cuts(int T, int H, int KV, int hd, const int *qcut, int nq, con
       kinds[tsr_ops_attn_block_kind(q0, Tq, k0, Tk)]++;
       tsr_ops_attention_block_fwd(TSR_F32, e ? po : out + (long)q0 * qw, e ? pl : lq,
                                   q + (long)q0 * qw, k + (long)k0 * kw, v + (long)k0 * kw, 1, Tq,
-                                  Tk, H, KV, hd, qw, kw, q0, k0, 1);
+                                  Tk, H, KV, hd, qw, kw, q0, k0, 1, NULL);
       if (e)
         tsr_ops_attention_merge(out + (long)q0 * qw, lq, out + (long)q0 * qw, lq, po, pl, 1, Tq,
                                 H, hd);
@@ -332,7 +332,7 @@ static void test_cuts(int T, int H, int KV, int hd, const int *qcut, int nq, con
       tsr_ops_attention_block_bwd(TSR_F32, dq + (long)q0 * qw, dk + (long)k0 * kw,
                                   dv + (long)k0 * kw, g + (long)q0 * qw, out + (long)q0 * qw, lq,
                                   q + (long)q0 * qw, k + (long)k0 * kw, v + (long)k0 * kw, 1, Tq,
-                                  Tk, H, KV, hd, qw, kw, q0, k0, 1);
+                                  Tk, H, KV, hd, qw, kw, q0, k0, 1, NULL);
     }
     free(lq);
   }
@@ -354,6 +354,100 @@ static void test_cuts(int T, int H, int KV, int hd, const int *qcut, int nq, con
   free(rdq), free(rdk), free(rdv);
 }
 
+/* ------------------------------------------------------------ documents
+ * Packed documents (start[t]: the position where token t's document begins): the cut
+ * blocks with each query row's start in the block's key rows (clamped to [0, Tk]), merged
+ * in key order, against the whole sequence's attention_fwd / attention_bwd with the same
+ * documents (tested against float64 in test_ops). */
+static void test_cuts_docs(int T, int H, int KV, int hd, const int *cut, int n, int doc_len) {
+  char name[300], sh[120];
+  snprintf(sh, sizeof sh, "T=%d H=%d KV=%d hd=%d, %d chunks, documents of about %d", T, H, KV, hd,
+           n, doc_len);
+  const int qw = H * hd, kw = KV * hd, stride = qw + 2 * kw;
+  float *qkv = xalloc(sizeof(float) * T * stride), *g = xalloc(sizeof(float) * T * qw);
+  rand_dt(TSR_F32, qkv, (long)T * stride), rand_dt(TSR_F32, g, (long)T * qw);
+  int32_t *start = xalloc(sizeof(int32_t) * T), *bd = xalloc(sizeof(int32_t) * T);
+  for (int t = 0, s0 = 0; t < T; t++) { /* documents of doc_len +- a third */
+    start[t] = s0;
+    if (t + 1 - s0 >= doc_len - doc_len / 3 + (t * 7919) % (2 * (doc_len / 3) + 1)) s0 = t + 1;
+  }
+  /* the whole sequence */
+  float *ro = xalloc(sizeof(float) * T * qw), *rl = xalloc(sizeof(float) * H * T);
+  float *rdqkv = xalloc(sizeof(float) * T * stride);
+  tsr_ops_attention_fwd(TSR_F32, ro, rl, qkv, qkv + qw, qkv + qw + kw, 1, T, H, KV, hd, stride,
+                        start);
+  tsr_ops_attention_bwd(TSR_F32, rdqkv, rdqkv + qw, rdqkv + qw + kw, g, ro, rl, qkv, qkv + qw,
+                        qkv + qw + kw, 1, T, H, KV, hd, stride, start);
+  /* the blocks: queries and keys in separate compact buffers, as a cp rank holds them */
+  float *q = xalloc(sizeof(float) * T * qw), *k = xalloc(sizeof(float) * T * kw);
+  float *v = xalloc(sizeof(float) * T * kw);
+  for (int t = 0; t < T; t++) {
+    memcpy(q + (long)t * qw, qkv + (long)t * stride, sizeof(float) * qw);
+    memcpy(k + (long)t * kw, qkv + (long)t * stride + qw, sizeof(float) * kw);
+    memcpy(v + (long)t * kw, qkv + (long)t * stride + qw + kw, sizeof(float) * kw);
+  }
+  float *out = xalloc(sizeof(float) * T * qw), *lse = xalloc(sizeof(float) * H * T);
+  float *po = xalloc(sizeof(float) * T * qw), *pl = xalloc(sizeof(float) * H * T);
+  float *dq = xalloc(sizeof(float) * T * qw), *dk = xalloc(sizeof(float) * T * kw);
+  float *dv = xalloc(sizeof(float) * T * kw);
+  for (int pass = 0; pass < 2; pass++)
+    for (int a = 0; a < n; a++) {
+      const int q0 = cut[a], Tq = cut[a + 1] - q0;
+      float *lq = xalloc(sizeof(float) * H * Tq);
+      if (pass)
+        for (int h = 0; h < H; h++)
+          for (int t = 0; t < Tq; t++) lq[(long)h * Tq + t] = lse[(long)h * T + q0 + t];
+      for (int e = 0, first = 1; e < n; e++) {
+        const int k0 = cut[e], Tk = cut[e + 1] - k0;
+        if (tsr_ops_attn_block_kind(q0, Tq, k0, Tk) == TSR_ATT_BLOCK_SKIP) continue;
+        for (int t = 0; t < Tq; t++) {
+          const int j = start[q0 + t] - k0;
+          bd[t] = j < 0 ? 0 : j > Tk ? Tk : j;
+        }
+        const int causal = tsr_ops_attn_block_kind(q0, Tq, k0, Tk) == TSR_ATT_BLOCK_PARTIAL;
+        if (pass) {
+          tsr_ops_attention_block_bwd(TSR_F32, dq + (long)q0 * qw, dk + (long)k0 * kw,
+                                      dv + (long)k0 * kw, g + (long)q0 * qw, out + (long)q0 * qw,
+                                      lq, q + (long)q0 * qw, k + (long)k0 * kw, v + (long)k0 * kw,
+                                      1, Tq, Tk, H, KV, hd, qw, kw, q0, k0, causal, bd);
+          continue;
+        }
+        tsr_ops_attention_block_fwd(TSR_F32, first ? out + (long)q0 * qw : po, first ? lq : pl,
+                                    q + (long)q0 * qw, k + (long)k0 * kw, v + (long)k0 * kw, 1,
+                                    Tq, Tk, H, KV, hd, qw, kw, q0, k0, causal, bd);
+        if (!first)
+          tsr_ops_attention_merge(out + (long)q0 * qw, lq, out + (long)q0 * qw, lq, po, pl, 1,
+                                  Tq, H, hd);
+        first = 0;
+      }
+      if (!pass)
+        for (int h = 0; h < H; h++)
+          for (int t = 0; t < Tq; t++) lse[(long)h * T + q0 + t] = lq[(long)h * Tq + t];
+      free(lq);
+    }
+  double md = 0, ml = 0, mg[3] = {0, 0, 0}, sg[3] = {0, 0, 0};
+  for (long i = 0; i < (long)T * qw; i++) md = fmax(md, fabs(out[i] - ro[i]));
+  for (long i = 0; i < (long)T * H; i++) ml = fmax(ml, fabs(lse[i] - rl[i]));
+  for (int t = 0; t < T; t++)
+    for (int c = 0; c < stride; c++) {
+      const int w = c < qw ? 0 : c < qw + kw ? 1 : 2;
+      const float got = w == 0 ? dq[(long)t * qw + c] : w == 1 ? dk[(long)t * kw + c - qw]
+                                                               : dv[(long)t * kw + c - qw - kw];
+      const float ref = rdqkv[(long)t * stride + c];
+      mg[w] = fmax(mg[w], fabs(got - ref));
+      sg[w] = fmax(sg[w], fabs(ref));
+    }
+  snprintf(name, sizeof name, "documents %s: fwd out and lse == attention_fwd", sh);
+  check(name, md <= 1e-5 && ml <= 1e-5, "max diff %.2e", fmax(md, ml));
+  const char *gn[3] = {"dq", "dk", "dv"};
+  for (int w = 0; w < 3; w++) {
+    snprintf(name, sizeof name, "documents %s: bwd %s == attention_bwd", sh, gn[w]);
+    check(name, mg[w] <= 1e-5 * fmax(1.0, sg[w]), "max diff %.2e", mg[w]);
+  }
+  free(qkv), free(g), free(start), free(bd), free(ro), free(rl), free(rdqkv), free(q), free(k);
+  free(v), free(out), free(lse), free(po), free(pl), free(dq), free(dk), free(dv);
+}
+
 /* ------------------------------------------------- one block, and a masked block */
 
 static void test_one_block(int B, int T, int H, int KV, int hd) {
@@ -367,7 +461,7 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
   float *o2 = xalloc(sizeof(float) * nq), *l2 = xalloc(sizeof(float) * B * H * T);
   tsr_ops_attention_fwd(TSR_F32, o1, l1, q, k, v, B, T, H, KV, hd, stride, NULL);
   tsr_ops_attention_block_fwd(TSR_F32, o2, l2, q, k, v, B, T, T, H, KV, hd, stride, stride, 5, 5,
-                              1);
+                              1, NULL);
   snprintf(name, sizeof name, "one block B=%d T=%d H=%d KV=%d hd=%d: fwd = attention_fwd", B, T,
            H, KV, hd);
   check(name, bitwise(o1, o2, sizeof(float) * nq) && bitwise(l1, l2, sizeof(float) * B * H * T),
@@ -378,7 +472,7 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
   tsr_ops_attention_bwd(TSR_F32, d1, d1 + H * hd, d1 + (H + KV) * hd, g, o1, l1, q, k, v, B, T, H,
                         KV, hd, stride, NULL);
   tsr_ops_attention_block_bwd(TSR_F32, dq, dk, dv, g, o1, l1, q, k, v, B, T, T, H, KV, hd, stride,
-                              stride, 0, 0, 1);
+                              stride, 0, 0, 1, NULL);
   int same = 1;
   for (long r = 0; r < rows; r++) {
     same &= bitwise(d1 + r * stride, dq + r * H * hd, sizeof(float) * H * hd);
@@ -399,7 +493,7 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
   float *mo = xalloc(sizeof(float) * nq), *ml = xalloc(sizeof(float) * B * H * Tq);
   for (long i = 0; i < nq; i++) mo[i] = NAN;
   tsr_ops_attention_block_fwd(TSR_F32, mo, ml, q, k, v, B, Tq, Tk, H, KV, hd, stride, stride, 0,
-                              Tq, 1);
+                              Tq, 1, NULL);
   int masked = 1;
   for (long i = 0; i < (long)B * Tq * H * hd; i++) masked &= mo[i] == 0.0f;
   for (long i = 0; i < (long)B * H * Tq; i++) masked &= ml[i] == -INFINITY;
@@ -407,7 +501,7 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
   /* merging it into a result (the block of queries [0, Tq) against keys [0, Tq)) */
   float *ro = xalloc(sizeof(float) * nq), *rl = xalloc(sizeof(float) * B * H * Tq);
   tsr_ops_attention_block_fwd(TSR_F32, ro, rl, q, k, v, B, Tq, Tq, H, KV, hd, stride, stride, 0, 0,
-                              1);
+                              1, NULL);
   float *co = xalloc(sizeof(float) * nq), *cl = xalloc(sizeof(float) * B * H * Tq);
   memcpy(co, ro, sizeof(float) * B * Tq * H * hd), memcpy(cl, rl, sizeof(float) * B * H * Tq);
   tsr_ops_attention_merge(co, cl, co, cl, mo, ml, B, Tq, H, hd);
@@ -421,16 +515,16 @@ static void test_one_block(int B, int T, int H, int KV, int hd) {
   for (long i = 0; i < nq; i++) dq[i] = (float)i;
   for (long i = 0; i < rows * KV * hd; i++) dk[i] = dv[i] = (float)-i;
   tsr_ops_attention_block_bwd(TSR_F32, dq, dk, dv, g, ro, rl, q, k, v, B, Tq, Tk, H, KV, hd,
-                              stride, stride, 0, Tq, 1);
+                              stride, stride, 0, Tq, 1, NULL);
   int none = 1;
   for (long i = 0; i < nq; i++) none &= dq[i] == (float)i;
   for (long i = 0; i < rows * KV * hd; i++) none &= dk[i] == (float)-i && dv[i] == (float)-i;
   check("a fully masked block's backward adds nothing", none, "%g", 0.0);
   /* a block left of every query: causal 1 is causal 0 */
   tsr_ops_attention_block_fwd(TSR_F32, mo, ml, q, k, v, B, Tk, Tq, H, KV, hd, stride, stride, Tq, 0,
-                              1);
+                              1, NULL);
   tsr_ops_attention_block_fwd(TSR_F32, co, cl, q, k, v, B, Tk, Tq, H, KV, hd, stride, stride, Tq, 0,
-                              0);
+                              0, NULL);
   check("a block left of the queries: causal = whole block, bitwise",
         bitwise(co, mo, sizeof(float) * B * Tk * H * hd) &&
             bitwise(cl, ml, sizeof(float) * B * H * Tk),
@@ -479,6 +573,10 @@ int main(int argc, char **argv) {
   test_cuts(150, 4, 1, 16, (const int[]){0, 37, 90, 150}, 3, (const int[]){0, 20, 61, 140, 150},
             4);
   test_cuts(300, 2, 2, 8, (const int[]){0, 70, 300}, 2, (const int[]){0, 260, 300}, 2);
+  /* documents: the 2 cp chunks of cp 2 and 4, short and long documents, GQA */
+  test_cuts_docs(128, 4, 2, 16, (const int[]){0, 32, 64, 96, 128}, 4, 20);
+  test_cuts_docs(256, 4, 1, 8, (const int[]){0, 32, 64, 96, 128, 160, 192, 224, 256}, 8, 45);
+  test_cuts_docs(300, 2, 2, 8, (const int[]){0, 70, 140, 300}, 3, 90);
   printf("test_cp_attn: %d checks, %d failed (seed %llu)\n", n_checks, n_failed,
          (unsigned long long)seed);
   return n_failed ? 1 : 0;
