@@ -185,7 +185,8 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
 void tsr_plan_destroy(tsr_plan *p);
 
 /* plan_search.c: the layout search.  The keys it varies, in this order: */
-enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_PP, TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
+enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_CP, TSR_PLAN_FIX_CP_COMM, TSR_PLAN_FIX_PP,
+       TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
        TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
        TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
        TSR_PLAN_N_SEARCHED };
@@ -200,8 +201,9 @@ typedef struct {
 } tsr_plan_search_opts;
 /* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
  * o->top fastest that fit, then the deck's own layout; when none fits, the smallest larger
- * node count (up to 65536) with a layout that fits, and its fastest.  *any_fit: some
- * layout fits on o->nodes. */
+ * node count (up to 65536) with a layout that fits, and its fastest.  cp > 1 is tried for
+ * seq_len >= 16384, and for shorter sequences when nothing fits without it.  *any_fit:
+ * some layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

@@ -375,10 +375,11 @@ static void plan_usage(FILE *out) {
           "  --hardware cpu  this host, its kernel rates measured at start-up (G = ranks per\n"
           "                  node; under mpirun -np 2 the link between two ranks is measured)\n"
           "  --print-profile print the machine in deck syntax (a profile file) and exit\n"
-          "  --search        rank every layout that fits (the K fastest, default 10).  A\n"
-          "                  group.key=value of a key it varies holds that key:\n"
-          "                  parallel.{tp, pp, virtual_stages, schedule, sequence_parallel,\n"
-          "                  zero_stage, shard_scope, micro_batches},\n"
+          "  --search        rank every layout that fits (the K fastest, default 10), with\n"
+          "                  context parallelism when seq_len >= 16384 or nothing fits\n"
+          "                  without it.  A group.key=value of a key it varies holds it:\n"
+          "                  parallel.{tp, cp, cp_comm, pp, virtual_stages, schedule,\n"
+          "                  sequence_parallel, zero_stage, shard_scope, micro_batches},\n"
           "                  train.{micro_batch, recompute}.  When nothing fits, it names\n"
           "                  the smallest larger node count at which a layout does\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
@@ -514,7 +515,7 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
  * registry (derived once). */
 static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
-      "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", NULL,
+      "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
       "parallel.micro_batches=0", NULL};
   static char schedule[64];
@@ -525,8 +526,8 @@ static const char *neutral(int k) {
   return schedule;
 }
 
-/* The deck with the neutral values before the command line's overrides, on the held tp x pp ranks
- * (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
+/* The deck with the neutral values before the command line's overrides, on the held tp x cp
+ * x pp ranks (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
  * world size: it is checked as 0 and put back. */
 static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
   char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
@@ -542,13 +543,15 @@ static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_c
   const int64_t micro_batches = cfg->parallel.micro_batches;
   if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
     over[n++] = (char *)neutral(TSR_PLAN_FIX_MICRO_BATCHES);
-  const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  const int64_t cp = a->fixed & (1u << TSR_PLAN_FIX_CP) ? cfg->parallel.cp : 1;
   int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
   int rc = TSR_ERR_INPUT;
-  if (tp >= 1 && pp >= 1 && tp * pp <= INT_MAX)
-    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  if (tp >= 1 && cp >= 1 && pp >= 1 && tp * cp <= INT_MAX / pp)
+    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * cp * pp), err, sizeof err);
   /* pp not held: a held virtual_stages > 1 needs a pipeline, so try the first pp that
    * goes with it */
+  tp *= cp >= 1 ? cp : 1; /* the ranks of a pipeline stage's (tp, cp) block */
   for (pp = 2; rc && pp_at >= 0 && pp <= 1024 && tp * pp <= INT_MAX; pp++) {
     snprintf(pp_over, sizeof pp_over, "parallel.pp=%lld", (long long)pp);
     over[pp_at] = pp_over;
@@ -590,8 +593,8 @@ static int apply_profile(const plan_args *a, tsr_config *cfg) {
 
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
- * layout, so it only needs the deck to be valid on its own tp x pp ranks, or else with the
- * keys it varies and the command line does not hold set aside (*deck_invalid). */
+ * layout, so it only needs the deck to be valid on its own tp x cp x pp ranks, or else with
+ * the keys it varies and the command line does not hold set aside (*deck_invalid). */
 static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   size_t len = 0;
   char *text = read_text(a->deck, &len), err[16384];
@@ -603,7 +606,9 @@ static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   int rc = apply_profile(a, cfg);
   if (!rc) rc = tsr_plan_hardware(&cfg->hardware, hw);
   if (!rc) rc = world_size(a->nodes, hw, world);
-  const int own = (int)(cfg->parallel.tp * cfg->parallel.pp);
+  const int64_t own64 = cfg->parallel.tp * (cfg->parallel.cp > 1 ? cfg->parallel.cp : 1) *
+                        cfg->parallel.pp;
+  const int own = own64 > 0 && own64 <= INT_MAX ? (int)own64 : 0;
   if (!rc) {
     rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, *world, err, sizeof err);
     if (rc && a->search && own > 0)
