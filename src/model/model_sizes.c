@@ -144,7 +144,8 @@ void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s) {
   const long H = z->cp_a2a ? (long)(z->H / z->cp) : (long)z->H;
   const long KV = z->cp_a2a ? (long)(z->KV >= z->cp ? z->KV / z->cp : 1) : (long)z->KV;
   const long T = z->cp_a2a ? (long)(z->T * z->cp) : (long)z->T;
-  s->attn_part = KV < H ? 2 * bht * z->hd : 0;
+  /* the ring's block backward adds into fp32 dk, dv: no per-query-head partials */
+  s->attn_part = KV < H && !(z->cp > 1 && !z->cp_a2a) ? 2 * bht * z->hd : 0;
   s->attn_io = (long)z->B * T * (H + KV) * z->hd;
   s->attn_t = T;
   s->attn_hd = (long)z->hd;

@@ -38,11 +38,12 @@ static int is(const char *a, const char *b) { return strcmp(a, b) == 0; }
 
 /* ---------------------------------------------------------------- layout checks */
 
-/* The ZeRO shard group for shard_scope on whole nodes of rpn ranks (grid.c's rule; the
- * layout checks have refused what does not fit). */
-static int shard_size(int64_t scope, int dp, int tp, int rpn) {
-  if (scope == TSR_SHARD_GLOBAL) return dp;
-  if (scope == TSR_SHARD_NODE) return rpn % (dp * tp) == 0 ? dp : rpn / tp;
+/* The ZeRO shard group for shard_scope over the dp x cp = dpcp ranks holding the same
+ * parameters, on whole nodes of rpn ranks (grid.c's rule; the layout checks have refused
+ * what does not fit). */
+static int shard_size(int64_t scope, int dpcp, int tp, int rpn) {
+  if (scope == TSR_SHARD_GLOBAL) return dpcp;
+  if (scope == TSR_SHARD_NODE) return rpn % (dpcp * tp) == 0 ? dpcp : rpn / tp;
   return (int)scope;
 }
 
@@ -60,18 +61,25 @@ int tsr_plan_layout(const tsr_config *cfg, int world, int ranks_per_node, tsr_pl
   }
   if (n) return n;
   const tsr_parallel_config *pc = &cfg->parallel;
-  const int tp = (int)pc->tp, pp = (int)pc->pp, dp = world / (tp * pp);
-  const int S = shard_size(pc->shard_scope, dp, tp, ranks_per_node);
+  const int tp = (int)pc->tp, pp = (int)pc->pp, cp = pc->cp > 1 ? (int)pc->cp : 1;
+  const int dp = world / (tp * cp * pp), dpcp = dp * cp;
+  const int S = shard_size(pc->shard_scope, dpcp, tp, ranks_per_node);
   const int m = (int)(cfg->train.global_batch / (cfg->train.micro_batch * dp));
-  *g = (tsr_plan_grid){world, tp, pp, dp, (int)pc->virtual_stages, S, dp / S, ranks_per_node, m};
+  *g = (tsr_plan_grid){.world = world, .tp = tp, .pp = pp, .dp = dp,
+                       .v = (int)pc->virtual_stages, .shard = S, .replicate = dpcp / S,
+                       .ranks_per_node = ranks_per_node, .micro_batches = m, .cp = cp,
+                       .dpcp = dpcp};
   return 0;
 }
 
 tsr_plan_grid tsr_plan_grid_of(const tsr_config *cfg, const tsr_grid *grid) {
   const int64_t m = cfg->train.global_batch / (cfg->train.micro_batch * grid->dp);
-  return (tsr_plan_grid){grid->world_size, grid->tp, grid->pp, grid->dp,
-                         (int)cfg->parallel.virtual_stages, grid->shard_size,
-                         grid->replicate_size, grid->ranks_per_node, (int)m};
+  const int cp = grid->cp > 1 ? grid->cp : 1;
+  return (tsr_plan_grid){.world = grid->world_size, .tp = grid->tp, .pp = grid->pp,
+                         .dp = grid->dp, .v = (int)cfg->parallel.virtual_stages,
+                         .shard = grid->shard_size, .replicate = grid->replicate_size,
+                         .ranks_per_node = grid->ranks_per_node, .micro_batches = (int)m,
+                         .cp = cp, .dpcp = grid->dp * cp};
 }
 
 /* ---------------------------------------------------------------- what a stage holds */
@@ -170,7 +178,7 @@ static int make_part(const tsr_model_config *m, const char *split, tsr_schedule_
 }
 
 static int64_t shard_of(const tsr_config *cfg, const tsr_plan_grid *g) {
-  return cfg->parallel.zero_stage == 0 ? g->dp : g->shard;
+  return cfg->parallel.zero_stage == 0 ? g->dpcp : g->shard;
 }
 /* The unit whose gradient zero.c sums with its tied twin before reducing (pp > 1). */
 static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const part *p, int64_t n) {
@@ -178,12 +186,10 @@ static double tied_unit(const tsr_config *cfg, const tsr_plan_grid *g, const par
   return p->first ? (double)p->unit0 : p->last ? (double)(n - p->last_end) : 0;
 }
 
-/* Sizes on one tp rank of the stage: model.c's own (tsr_model_sizes_of). */
+/* Sizes on one tp rank of the stage, for one cp rank's tokens. */
 static tsr_model_sizes sizes_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p) {
-  tsr_model_spec spec;
-  tsr_model_spec_of(&spec, cfg);
   tsr_model_sizes s;
-  tsr_model_sizes_of(&s, &spec, g->tp, p->first, p->last, p->max_chunk);
+  tsr_plan_model_sizes(cfg, g->tp, g->cp, p->first, p->last, p->max_chunk, &s);
   return s;
 }
 
@@ -246,8 +252,11 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
  * unless TSR_CUDA_ATTENTION in the environment asks for another attention (mma): cuDNN's
  * is the default of a GPU build with cuDNN (cuda/backend.h), the one planned for.  The
  * other scratch parts (column sums, the embedding sort, cross-entropy rows) are kilobytes
- * to a few megabytes, left to the reserve. */
-static double gpu_scratch(const tsr_config *cfg, const tsr_model_sizes *d) {
+ * to a few megabytes, left to the reserve.  With cp's all-to-alls the attention runs over
+ * the whole sequence on H / cp heads: the same B H T rows as a cp rank's own, but cuDNN's
+ * [T, T] workspace at the whole T. */
+static double gpu_scratch(const tsr_config *cfg, const tsr_plan_grid *g,
+                          const tsr_model_sizes *d) {
   tsr_ops_shapes s;
   tsr_model_ops_shapes_of(d, &s);
   double b = (double)tsr_ops_attention_scratch_bytes(s.attn_bht, s.attn_part);
@@ -277,11 +286,16 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   mem.comm = zero_buffers(cfg, g, p, &st);
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
     mem.comm += (3.0 * slots + 1) * (double)d.act_elems * st.act;
+  /* context parallelism's exchange buffers are the model's (model_sizes.c), in its
+   * workspace: shown as communication buffers (its fp32 sums stay workspace) */
+  const double cp_comm = (double)d.cp_dt * st.act;
+  mem.comm += cp_comm;
   const double model_ws = tsr_model_workspace_bytes(&d, st.act);
   const double batch = 2 * d.N * 4 * (g->pp > 1 ? 2 : 1) + 8.0 * g->pp * (g->pp > 1);
   const double books = b == TSR_PLAN_CPU ? model_books(cfg, g, p, slots) : 0;
-  mem.workspace = model_ws + batch + books +
-                  (b == TSR_PLAN_CPU ? other_books(p, S) + cpu_buffers(cfg, &d) : gpu_scratch(cfg, &d));
+  mem.workspace = model_ws - cp_comm + batch + books +
+                  (b == TSR_PLAN_CPU ? other_books(p, S) + cpu_buffers(cfg, &d)
+                                     : gpu_scratch(cfg, g, &d));
   mem.model = (zs < 3 ? mem.params : 0) + (zs < 2 ? 4.0 * (double)n : 0) + mem.activations +
               model_ws + books;
   mem.total = mem.params + mem.grads + mem.master + mem.optim + mem.activations + mem.comm +
@@ -368,7 +382,8 @@ static void tp_traffic(const tsr_config *cfg, const tsr_model_sizes *d, const pa
 }
 
 /* zero.c per step, B = the stage's fp32 gradient, W = its parameters' compute copy (the
- * storage type): stage 0 all-reduces B over dp; 1 reduce-scatters it once and
+ * storage type), over the dp x cp ranks that hold the same parameters: stage 0
+ * all-reduces B over them; 1 reduce-scatters it once and
  * all-gathers W; 2 reduce-scatters every micro-batch (the tied unit once); 3 also gathers
  * each unit of W before forward and backward (not the embedding's for backward, but the
  * tied head's twice more, or once: the fused head's forward does not use it); copies
@@ -380,7 +395,7 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
   const double B = 4.0 * (double)n, k = g->micro_batches, tied = 4 * tied_unit(cfg, g, p, n);
   const double W = storage_of(cfg).param * (double)n;
   if (zs == 0) {
-    add(&t[TSR_PLAN_DP], TSR_COMM_ALL_REDUCE, ring_all(g->dp) * B);
+    add(&t[TSR_PLAN_DP], TSR_COMM_ALL_REDUCE, ring_all(g->dpcp) * B);
     return;
   }
   tsr_plan_traffic *sh = &t[TSR_PLAN_DP_SHARD];
@@ -395,6 +410,25 @@ static void dp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const part
         k * ring_half(S) * (2 * W - u0 + head_gathers * u0 * head_is_embed));
   }
   add(&t[TSR_PLAN_DP_REPLICATE], TSR_COMM_ALL_REDUCE, ring_all(g->replicate) * B / S);
+}
+
+/* The cp group per step: tsr_plan_cp_layer's elements (plan_cost.c) per layer and
+ * micro-batch, K, V and the all-to-alls in the storage type, the ring's dK, dV in fp32;
+ * recompute 'full' runs each layer's forward again, its traffic too. */
+static void cp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_model_sizes *d,
+                       const part *p, tsr_plan_traffic *t) {
+  tsr_plan_cp_elems x;
+  if (g->cp <= 1) return;
+  tsr_plan_cp_layer(cfg, g, d, &x);
+  const double e = storage_of(cfg).act, k = g->micro_batches, L = p->layers;
+  const int runs = cfg->train.recompute == TSR_RECOMPUTE_FULL ? 2 : 1;
+  const double bytes = k * L * ((runs * x.fwd + x.bwd) * e + x.bwd32 * 4);
+  if (cfg->parallel.cp_comm == TSR_CP_A2A) {
+    add(t, TSR_COMM_ALL_TO_ALL, bytes);
+  } else {
+    add(t, TSR_COMM_SEND, bytes);
+    add(t, TSR_COMM_RECV, bytes);
+  }
 }
 
 /* pp_exec.c per micro-batch and chunk: the input activation in, its gradient out; the
@@ -417,19 +451,23 @@ static void pp_traffic(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_
     add(&t[TSR_PLAN_TIED], TSR_COMM_ALL_REDUCE, ring_all(2) * d->V * d->C * 4);
 }
 
-/* Names, sizes and whether a group's ranks span nodes (ranks: tp fastest, then dp, pp). */
+/* Names (the trainer's: dp_comm is "dp_cp" with cp > 1), sizes and whether a group's ranks
+ * span nodes (ranks: tp fastest, then cp, dp, pp; the dp x cp ranks of a (pp, tp) position
+ * are dp_comm and ZeRO's). */
 static void name_groups(const tsr_plan_grid *g, tsr_plan_traffic t[TSR_PLAN_N_GROUPS]) {
   static const char *names[TSR_PLAN_N_GROUPS] = {"dp", "dp_shard", "dp_replicate",
-                                                 "tp", "pp", "embed_tied"};
-  const int size[TSR_PLAN_N_GROUPS] = {g->dp, g->shard, g->replicate, g->tp, g->pp, 2};
-  const long span[TSR_PLAN_N_GROUPS] = {(long)g->dp * g->tp, (long)g->shard * g->tp,
-                                        (long)g->dp * g->tp, g->tp, g->world, g->world};
+                                                 "tp", "cp", "pp", "embed_tied"};
+  const int size[TSR_PLAN_N_GROUPS] = {g->dpcp, g->shard, g->replicate, g->tp, g->cp, g->pp, 2};
+  const long span[TSR_PLAN_N_GROUPS] = {(long)g->dpcp * g->tp, (long)g->shard * g->tp,
+                                        (long)g->dpcp * g->tp, g->tp, (long)g->cp * g->tp,
+                                        g->world, g->world};
   memset(t, 0, TSR_PLAN_N_GROUPS * sizeof *t);
   for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) {
     t[i].name = names[i];
     t[i].size = size[i];
-    t[i].inter_node = size[i] > 1 && (span[i] > g->ranks_per_node || g->ranks_per_node % span[i]);
+    t[i].inter_node = tsr_plan_group_link(size[i], span[i], g->ranks_per_node) == TSR_LINK_INTER;
   }
+  if (g->cp > 1) t[TSR_PLAN_DP].name = "dp_cp";
 }
 
 static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p, int stage,
@@ -437,6 +475,7 @@ static void traffic_of(const tsr_config *cfg, const tsr_plan_grid *g, const part
   const tsr_model_sizes d = sizes_of(cfg, g, p);
   name_groups(g, t);
   tp_traffic(cfg, &d, p, g->tp, g->micro_batches, &t[TSR_PLAN_TP]);
+  cp_traffic(cfg, g, &d, p, &t[TSR_PLAN_CP]);
   dp_traffic(cfg, g, p, t);
   pp_traffic(cfg, g, &d, p, stage, t);
 }
@@ -495,8 +534,13 @@ static double stage_recompute(const tsr_config *cfg, const tsr_plan_grid *g, con
   return head + 2.0 * p->layer_gemm +
          p->layers * attention_core(&cfg->model) * tsr_plan_doc_attention_share(cfg) / g->tp;
 }
+/* A GPU's tokens per step: its dp rank's sequences, of which a cp rank holds 1 / cp.  The
+ * per-token counts above hold for a cp rank's tokens as they are: the 2 cp chunk split
+ * gives every cp rank 2 cp - 1 whole key blocks and 2 diagonal ones, 1 / cp of the causal
+ * attention's pairs exactly (docs/context_parallel.md), so the attention core per token,
+ * 2 T d on average over the whole sequence, is the same on every rank. */
 static double stage_tokens(const tsr_config *cfg, const tsr_plan_grid *g) {
-  return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp;
+  return (double)cfg->train.global_batch * (double)cfg->model.seq_len / g->dp / g->cp;
 }
 
 /* bf16 runs on the tensor cores; fp32 runs true fp32 (no TF32), at the fp32 peak. */
@@ -520,14 +564,15 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   const int zs = (int)cfg->parallel.zero_stage;
   const tsr_plan_traffic *dp = &s->comm[zs == 0 ? TSR_PLAN_DP : TSR_PLAN_DP_SHARD];
   const tsr_plan_traffic *tied = &s->comm[TSR_PLAN_TIED], *rep = &s->comm[TSR_PLAN_DP_REPLICATE];
-  s->t_compute = s->t_tp = 0;
+  s->t_compute = s->t_tp = s->t_cp = 0;
   for (int c = 0; c < g->pp * g->v; c++) {
     if (tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c) != stage) continue;
     tsr_plan_chunk ch;
     TSR_CALL(tsr_plan_chunk_cost(cfg, hw, g, c, &ch));
-    const double tp = ch.f_tp + ch.b_tp + ch.w_tp;
-    s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp);
+    const double tp = ch.f_tp + ch.b_tp + ch.w_tp, cp = ch.f_cp + ch.b_cp;
+    s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp - cp);
     s->t_tp += g->micro_batches * tp;
+    s->t_cp += g->micro_batches * cp;
   }
   s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;
   const double backward = 2.0 / 3.0 * s->t_compute * (zs < 2 ? 1.0 / g->micro_batches : 1.0);
@@ -582,10 +627,11 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   double busy = 0, tail = 0;
   for (int s = 0; s < g->pp; s++) {
     const tsr_plan_stage *st = p->stages[s].done ? &p->stages[s] : &p->stages[1]; /* alike */
-    p->executed_flops += st->flops * g->tp * g->dp;
-    p->recompute_flops += st->recompute_flops * g->tp * g->dp;
-    if (st->t_compute + st->t_tp + st->t_pp > busy) p->critical = p->stages[s].done ? s : 1;
-    busy = fmax(busy, st->t_compute + st->t_tp + st->t_pp);
+    p->executed_flops += st->flops * g->tp * g->dpcp;
+    p->recompute_flops += st->recompute_flops * g->tp * g->dpcp;
+    const double mine = st->t_compute + st->t_tp + st->t_cp + st->t_pp;
+    if (mine > busy) p->critical = p->stages[s].done ? s : 1;
+    busy = fmax(busy, mine);
     tail = fmax(tail, st->t_dp + st->t_optimizer);
     for (int b = 0; b < TSR_PLAN_N_BACKENDS; b++)
       if (p->stages[s].done && st->mem[b].total > p->stages[p->worst[b]].mem[b].total)

@@ -7,7 +7,9 @@
  * MFU, and whether it fits (within --max-mem-frac of the GPU's memory).  `tessera plan
  * --search` ranks the layouts that fit, holding the keys the command line gives, and names
  * the smallest larger node count that fits when none does.  docs/architecture.md "The
- * planner" defines the FLOP count, the fit rule and the search.
+ * planner" defines the FLOP count, the fit rule and the search; docs/context_parallel.md
+ * "What the planner counts" what parallel.cp changes (a cp rank's tokens, the ring's or
+ * the all-to-alls' buffers, traffic and time).
  *
  * Memory is planned buffer by buffer from the same tensor table the trainer uses
  * (layout.c) and the same sizing functions: the model's buffers from tsr_model_sizes_of
@@ -37,19 +39,24 @@
 #include "comm/grid.h"
 #include "plan_profile.h" /* tsr_hardware, tsr_plan_hardware */
 
-/* The process grid of a plan (grid.h's numbers, without communicators). */
+/* The process grid of a plan (grid.h's numbers, without communicators).  Ranks: tp
+ * fastest, then cp, dp, pp.  dp = world / (tp cp pp) data-parallel ranks; the cp ranks of
+ * a sequence hold the same parameters, so the gradient reduction and ZeRO's shards span
+ * the dp x cp = dpcp ranks of a (pp, tp) position (grid.h). */
 typedef struct {
   int world, tp, pp, dp, v;  /* v: virtual stages (chunks per pipeline stage) */
-  int shard, replicate;      /* dp = shard x replicate: the ZeRO shard group and its copies */
+  int shard, replicate;      /* dpcp = shard x replicate: the ZeRO shard group and its copies */
   int ranks_per_node;
   int micro_batches;         /* per dp rank per step: global_batch / (micro_batch * dp) */
+  int cp, dpcp;              /* context-parallel ranks of a sequence (1: none); dp x cp */
 } tsr_plan_grid;
 
 /* Checks that the deck's layout divides on `world` ranks, ranks_per_node per node: world
- * by tp x pp, heads, KV heads, d_ff and vocabulary by tp, layers by pp x virtual stages,
- * the global batch by micro_batch x dp, tp inside a node, the shard scope.  Writes one
- * line per problem into msg, naming the deck keys and their values; returns the number of
- * problems, and fills *g when there are none. */
+ * by tp x cp x pp, heads, KV heads, d_ff and vocabulary by tp, layers by pp x virtual
+ * stages, seq_len by 2 cp (and a2a's heads by cp), the global batch by micro_batch x dp,
+ * tp inside a node, the shard scope.  Writes one line per problem into msg, naming the
+ * deck keys and their values; returns the number of problems, and fills *g when there
+ * are none. */
 int tsr_plan_layout(const tsr_config *cfg, int world, int ranks_per_node, tsr_plan_grid *g,
                     char *msg, size_t len);
 /* The grid a running trainer has (its shard size may come from detected nodes). */
@@ -81,9 +88,12 @@ int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int sta
 int tsr_plan_in_flight(tsr_schedule_choice schedule, int pp, int stage, int micro_batches,
                        int v);
 
-/* Traffic of one rank per step in one group, ring convention (comm.h). */
-enum { TSR_PLAN_DP, TSR_PLAN_DP_SHARD, TSR_PLAN_DP_REPLICATE, TSR_PLAN_TP, TSR_PLAN_PP,
-       TSR_PLAN_TIED, TSR_PLAN_N_GROUPS };
+/* Traffic of one rank per step in one group, ring convention (comm.h).  TSR_PLAN_DP is
+ * the dp x cp group ("dp_cp" when cp > 1, as the trainer names it); TSR_PLAN_CP the cp
+ * ranks of a sequence: the ring's K/V blocks (p2p) or the all-to-alls (a2a), formulas in
+ * docs/context_parallel.md "What the planner counts". */
+enum { TSR_PLAN_DP, TSR_PLAN_DP_SHARD, TSR_PLAN_DP_REPLICATE, TSR_PLAN_TP, TSR_PLAN_CP,
+       TSR_PLAN_PP, TSR_PLAN_TIED, TSR_PLAN_N_GROUPS };
 typedef struct {
   const char *name;  /* as the trainer's "comm per step" line names the group */
   int size;
@@ -123,7 +133,8 @@ typedef struct {
   tsr_plan_traffic comm[TSR_PLAN_N_GROUPS];
   double flops;       /* executed per step on one GPU of the stage (recompute included) */
   double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
-  double t_compute, t_tp, t_pp, t_dp, t_optimizer; /* seconds; t_dp: the exposed part */
+  double t_compute, t_tp, t_cp, t_pp, t_dp, t_optimizer; /* seconds; t_cp: context-parallel
+                                         transfers left exposed; t_dp: the exposed part */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless
@@ -160,7 +171,8 @@ typedef struct {
     double closed_pipeline, closed_step; /* the closed form: busy / (1 - bubble) + tail */
     double tflops_per_gpu;/* model FLOPs per step / step / GPUs */
     double f, b, w;       /* one micro-batch through the critical stage's chunks */
-    double gemm, attention, memory, tp; /* of f + b + w, by kind */
+    double gemm, attention, memory, tp, cp; /* of f + b + w, by kind (cp: the exposed
+                                               part of the context-parallel transfers) */
     int critical;         /* the stage that ends last */
   } sim;
 } tsr_plan;
@@ -173,7 +185,8 @@ int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
 void tsr_plan_destroy(tsr_plan *p);
 
 /* plan_search.c: the layout search.  The keys it varies, in this order: */
-enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_PP, TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
+enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_CP, TSR_PLAN_FIX_CP_COMM, TSR_PLAN_FIX_PP,
+       TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
        TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
        TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
        TSR_PLAN_N_SEARCHED };
@@ -188,8 +201,9 @@ typedef struct {
 } tsr_plan_search_opts;
 /* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
  * o->top fastest that fit, then the deck's own layout; when none fits, the smallest larger
- * node count (up to 65536) with a layout that fits, and its fastest.  *any_fit: some
- * layout fits on o->nodes. */
+ * node count (up to 65536) with a layout that fits, and its fastest.  cp > 1 is tried for
+ * seq_len >= 16384, and for shorter sequences when nothing fits without it.  *any_fit:
+ * some layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

@@ -35,13 +35,23 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
           (long long)m->d_model, (long long)m->n_head, (long long)m->n_kv_head,
           (long long)m->d_ff, (long long)m->vocab_size, (long long)m->seq_len,
           (long long)p->n_params, (double)p->n_params / 1e9);
-  char scope[32];
+  char scope[32], cp[160] = "";
   tsr_shard_scope_text(cfg->parallel.shard_scope, scope, sizeof scope);
-  fprintf(out, "layout   tp %d x dp %d x pp %d, %d chunk(s) per stage, schedule %s%s; ZeRO stage "
-          "%lld over %d rank(s) x %d copies (shard_scope '%s')\n", g->tp, g->dp, g->pp, g->v,
+  if (g->cp > 1)
+    snprintf(cp, sizeof cp, " x cp %d", g->cp);
+  fprintf(out, "layout   tp %d%s x dp %d x pp %d, %d chunk(s) per stage, schedule %s%s; ZeRO stage "
+          "%lld over %d rank(s) x %d copies (shard_scope '%s')\n", g->tp, cp, g->dp, g->pp, g->v,
           W(cfg->parallel.schedule),
           cfg->parallel.sequence_parallel && g->tp > 1 ? ", sequence parallel" : "",
           (long long)cfg->parallel.zero_stage, g->shard, g->replicate, scope);
+  if (g->cp > 1)
+    fprintf(out, "context  cp %d (%s): each sequence in 2 x %d chunks of %lld tokens, a cp rank "
+            "holding 2 of them, %lld tokens; the dp x cp = %d ranks of a (pp, tp) position "
+            "share the parameters and reduce the gradients\n", g->cp,
+            cfg->parallel.cp_comm == TSR_CP_A2A ? "a2a: all-to-alls to a head split"
+                                                : "p2p: a ring of K/V blocks",
+            g->cp, (long long)(m->seq_len / (2 * g->cp)), (long long)(m->seq_len / g->cp),
+            g->dpcp);
   fprintf(out, "batch    %lld sequences per step = %d micro-batch(es) of %lld per dp rank (%.4g M "
           "tokens); precision %s, recompute %s\n", (long long)cfg->train.global_batch,
           g->micro_batches, (long long)cfg->train.micro_batch,
@@ -55,9 +65,13 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
   else
     snprintf(layers, sizeof layers, "%lld layers by pp %d x %d chunks", (long long)m->n_layer,
              g->pp, g->v);
-  fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %s; %lld sequences "
-          "by micro_batch %lld x dp %d; tp inside a %d-GPU node\n", g->tp, layers,
-          (long long)cfg->train.global_batch, (long long)cfg->train.micro_batch, g->dp,
+  char cpok[96] = "";
+  if (g->cp > 1)
+    snprintf(cpok, sizeof cpok, "; seq_len %lld by 2 cp %d%s", (long long)m->seq_len, 2 * g->cp,
+             cfg->parallel.cp_comm == TSR_CP_A2A ? ", tp-local heads by cp" : "");
+  fprintf(out, "checks   ok: heads, KV heads, d_ff, vocabulary divide by tp %d; %s%s; %lld "
+          "sequences by micro_batch %lld x dp %d; tp inside a %d-GPU node\n", g->tp, layers,
+          cpok, (long long)cfg->train.global_batch, (long long)cfg->train.micro_batch, g->dp,
           g->ranks_per_node);
   if (!split[0]) return;
   /* an uneven split: the layers of every chunk, and the stage holding the most */
@@ -168,17 +182,19 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
 static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_stage *st = &p->stages[p->critical];
   const tsr_hardware *hw = &p->hw;
-  const double busy = st->t_compute + st->t_tp + st->t_pp;
+  const double busy = st->t_compute + st->t_tp + st->t_cp + st->t_pp;
   fprintf(out, "\npredicted step (implementation '%s': %s%s)\n", W(cfg->hardware.implementation),
           hw->prof.source, hw->compute_efficiency > 0 || hw->comm_efficiency > 0
                                ? "; flat efficiencies from the deck" : "");
   const double ms = 1e3;
-  char w[48] = "";
+  char w[48] = "", cp[80] = "";
   if (p->sim.w > 0) snprintf(w, sizeof w, ", W %.4g ms", p->sim.w * ms);
+  if (p->grid.cp > 1)
+    snprintf(cp, sizeof cp, ", cp transfers left exposed %.4g ms", p->sim.cp * ms);
   fprintf(out, "  one micro-batch    on stage %d: forward %.4g ms, backward %.4g ms%s (GEMMs "
-          "%.4g, attention %.4g, element-wise %.4g, tp collectives %.4g ms)\n", p->sim.critical,
+          "%.4g, attention %.4g, element-wise %.4g, tp collectives %.4g ms%s)\n", p->sim.critical,
           p->sim.f * ms, p->sim.b * ms, w, p->sim.gemm * ms, p->sim.attention * ms,
-          p->sim.memory * ms, p->sim.tp * ms);
+          p->sim.memory * ms, p->sim.tp * ms, cp);
   fprintf(out, "  schedule replay    %10.4f s  the last stage's end; idle over each stage's own "
           "time %.4f mean, %.4f max (the trainer's bubble line); over the step %.4f (closed "
           "form %.4f)\n", p->sim.pipeline, p->sim.idle_mean, p->sim.idle_max, p->sim.bubble,
@@ -189,9 +205,11 @@ static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           "shard, parameter gathers after it\n", p->sim.tail);
   fprintf(out, "  step               %10.4f s  = %.4g tokens/s, %.4g TFLOP/s per GPU, MFU %.3f\n",
           p->t_step, p->tokens_per_s, p->sim.tflops_per_gpu, p->mfu);
-  fprintf(out, "  closed form        %10.4f s  cross-check: stage %d computes %.4f s, tp %.4f s, "
+  char cpt[48] = "";
+  if (p->grid.cp > 1) snprintf(cpt, sizeof cpt, ", cp %.4f s", st->t_cp);
+  fprintf(out, "  closed form        %10.4f s  cross-check: stage %d computes %.4f s, tp %.4f s%s, "
           "pipeline transfers %.4f s, bubble %.4f s, dp + optimizer %.4f s\n",
-          p->sim.closed_step, p->critical, st->t_compute, st->t_tp, st->t_pp,
+          p->sim.closed_step, p->critical, st->t_compute, st->t_tp, cpt, st->t_pp,
           p->sim.closed_pipeline - busy, p->sim.closed_step - p->sim.closed_pipeline);
 }
 
@@ -234,10 +252,11 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   fprintf(out, ",\n     \"flops\": %.17g, \"recompute_flops\": %.17g, \"traffic\": ", st->flops,
           st->recompute_flops);
   json_traffic(out, st->comm);
-  fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"pp\": %.6g, "
-          "\"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": {\"end_s\": %.6g, "
-          "\"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute, st->t_tp, st->t_pp,
-          st->t_dp, st->t_optimizer, st->sim_end, st->sim_busy, st->sim_idle);
+  fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"cp\": %.6g, "
+          "\"pp\": %.6g, \"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": "
+          "{\"end_s\": %.6g, \"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute,
+          st->t_tp, st->t_cp, st->t_pp, st->t_dp, st->t_optimizer, st->sim_end, st->sim_busy,
+          st->sim_idle);
 }
 
 static void json_profile(FILE *out, const tsr_hardware *hw) {
@@ -282,11 +301,11 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
           "\"recompute\": \"%s\"},\n", W(cfg->model.arch), (long long)p->n_params,
           W(cfg->train.precision), W(cfg->train.recompute));
-  fprintf(out, "  \"layout\": {\"tp\": %d, \"dp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
-          "\"zero_stage\": %lld, \"shard\": %d, \"replicate\": %d, \"micro_batch\": %lld, "
-          "\"micro_batches\": %d, \"schedule\": \"%s\", \"sequence_parallel\": %s},\n", g->tp,
-          g->dp,
-          g->pp, g->v, (long long)cfg->parallel.zero_stage, g->shard, g->replicate,
+  fprintf(out, "  \"layout\": {\"tp\": %d, \"cp\": %d, \"cp_comm\": \"%s\", \"dp\": %d, "
+          "\"pp\": %d, \"virtual_stages\": %d, \"zero_stage\": %lld, \"shard\": %d, "
+          "\"replicate\": %d, \"micro_batch\": %lld, \"micro_batches\": %d, \"schedule\": "
+          "\"%s\", \"sequence_parallel\": %s},\n", g->tp, g->cp, W(cfg->parallel.cp_comm),
+          g->dp, g->pp, g->v, (long long)cfg->parallel.zero_stage, g->shard, g->replicate,
           (long long)cfg->train.micro_batch, g->micro_batches, W(cfg->parallel.schedule),
           cfg->parallel.sequence_parallel && g->tp > 1 ? "true" : "false");
   fprintf(out, "  \"memory\": {\"gpu_stage\": %d, \"gpu\": ", p->worst[TSR_PLAN_GPU]);
@@ -307,12 +326,12 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"closed_form_step_s\": %.6g, \"closed_form_pipeline_s\": %.6g, \"last_stage\": %d,"
           "\n           \"micro_batch_s\": {\"stage\": %d, \"forward\": %.6g, \"backward\": "
           "%.6g, \"w\": %.6g, \"gemm\": %.6g, \"attention\": %.6g, \"memory\": %.6g, "
-          "\"tp\": %.6g}},\n  \"stages\": [\n",
+          "\"tp\": %.6g, \"cp\": %.6g}},\n  \"stages\": [\n",
           p->bubble, p->critical, p->t_pipeline, p->t_step, p->tokens_per_s, p->mfu,
           p->sim.tflops_per_gpu, p->sim.idle_mean, p->sim.idle_max, p->sim.bubble,
           p->sim.reduced, p->sim.tail, p->sim.closed_step, p->sim.closed_pipeline,
           last_stage(p), p->sim.critical, p->sim.f, p->sim.b, p->sim.w, p->sim.gemm,
-          p->sim.attention, p->sim.memory, p->sim.tp);
+          p->sim.attention, p->sim.memory, p->sim.tp, p->sim.cp);
   for (int s = 0; s < g->pp; s++) {
     if (!p->stages[s].done) continue;
     json_stage(out, &p->stages[s], s);
@@ -356,10 +375,11 @@ static void plan_usage(FILE *out) {
           "  --hardware cpu  this host, its kernel rates measured at start-up (G = ranks per\n"
           "                  node; under mpirun -np 2 the link between two ranks is measured)\n"
           "  --print-profile print the machine in deck syntax (a profile file) and exit\n"
-          "  --search        rank every layout that fits (the K fastest, default 10).  A\n"
-          "                  group.key=value of a key it varies holds that key:\n"
-          "                  parallel.{tp, pp, virtual_stages, schedule, sequence_parallel,\n"
-          "                  zero_stage, shard_scope, micro_batches},\n"
+          "  --search        rank every layout that fits (the K fastest, default 10), with\n"
+          "                  context parallelism when seq_len >= 16384 or nothing fits\n"
+          "                  without it.  A group.key=value of a key it varies holds it:\n"
+          "                  parallel.{tp, cp, cp_comm, pp, virtual_stages, schedule,\n"
+          "                  sequence_parallel, zero_stage, shard_scope, micro_batches},\n"
           "                  train.{micro_batch, recompute}.  When nothing fits, it names\n"
           "                  the smallest larger node count at which a layout does\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
@@ -495,7 +515,7 @@ static int world_size(int nodes, const tsr_hardware *hw, int *world) {
  * registry (derived once). */
 static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
-      "parallel.tp=1", "parallel.pp=1", "parallel.virtual_stages=1", NULL,
+      "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
       "parallel.micro_batches=0", NULL};
   static char schedule[64];
@@ -506,8 +526,8 @@ static const char *neutral(int k) {
   return schedule;
 }
 
-/* The deck with the neutral values before the command line's overrides, on the held tp x pp ranks
- * (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
+/* The deck with the neutral values before the command line's overrides, on the held tp x cp
+ * x pp ranks (cfg: the deck as read, its checks failed).  A held parallel.micro_batches depends on the
  * world size: it is checked as 0 and put back. */
 static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_config *cfg) {
   char **over = tsr_calloc((size_t)a->n_over + TSR_PLAN_N_SEARCHED + 1, sizeof *over);
@@ -523,13 +543,15 @@ static int parse_neutral(const plan_args *a, const char *text, size_t len, tsr_c
   const int64_t micro_batches = cfg->parallel.micro_batches;
   if (a->fixed & (1u << TSR_PLAN_FIX_MICRO_BATCHES))
     over[n++] = (char *)neutral(TSR_PLAN_FIX_MICRO_BATCHES);
-  const int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  int64_t tp = a->fixed & (1u << TSR_PLAN_FIX_TP) ? cfg->parallel.tp : 1;
+  const int64_t cp = a->fixed & (1u << TSR_PLAN_FIX_CP) ? cfg->parallel.cp : 1;
   int64_t pp = a->fixed & (1u << TSR_PLAN_FIX_PP) ? cfg->parallel.pp : 1;
   int rc = TSR_ERR_INPUT;
-  if (tp >= 1 && pp >= 1 && tp * pp <= INT_MAX)
-    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * pp), err, sizeof err);
+  if (tp >= 1 && cp >= 1 && pp >= 1 && tp * cp <= INT_MAX / pp)
+    rc = tsr_deck_parse(cfg, text, len, a->deck, n, over, (int)(tp * cp * pp), err, sizeof err);
   /* pp not held: a held virtual_stages > 1 needs a pipeline, so try the first pp that
    * goes with it */
+  tp *= cp >= 1 ? cp : 1; /* the ranks of a pipeline stage's (tp, cp) block */
   for (pp = 2; rc && pp_at >= 0 && pp <= 1024 && tp * pp <= INT_MAX; pp++) {
     snprintf(pp_over, sizeof pp_over, "parallel.pp=%lld", (long long)pp);
     over[pp_at] = pp_over;
@@ -571,8 +593,8 @@ static int apply_profile(const plan_args *a, tsr_config *cfg) {
 
 /* The deck on this machine: a first reading finds &hardware (so the GPUs per node, so the
  * world size); the second checks the deck against that world.  A search replaces the
- * layout, so it only needs the deck to be valid on its own tp x pp ranks, or else with the
- * keys it varies and the command line does not hold set aside (*deck_invalid). */
+ * layout, so it only needs the deck to be valid on its own tp x cp x pp ranks, or else with
+ * the keys it varies and the command line does not hold set aside (*deck_invalid). */
 static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   size_t len = 0;
   char *text = read_text(a->deck, &len), err[16384];
@@ -584,7 +606,9 @@ static int load(plan_args *a, tsr_config *cfg, tsr_hardware *hw, int *world) {
   int rc = apply_profile(a, cfg);
   if (!rc) rc = tsr_plan_hardware(&cfg->hardware, hw);
   if (!rc) rc = world_size(a->nodes, hw, world);
-  const int own = (int)(cfg->parallel.tp * cfg->parallel.pp);
+  const int64_t own64 = cfg->parallel.tp * (cfg->parallel.cp > 1 ? cfg->parallel.cp : 1) *
+                        cfg->parallel.pp;
+  const int own = own64 > 0 && own64 <= INT_MAX ? (int)own64 : 0;
   if (!rc) {
     rc = tsr_deck_parse(cfg, text, len, a->deck, a->n_over, a->over, *world, err, sizeof err);
     if (rc && a->search && own > 0)
@@ -628,7 +652,9 @@ int tsr_plan_main(int argc, char **argv) {
     rc = load(&a, &cfg, &hw, &world);
     hw.max_mem_frac = a.max_mem_frac;
     char why[512];
-    const long long tpp = (long long)cfg.parallel.tp * cfg.parallel.pp;
+    /* dp = world / (tp cp pp): a cp rank's sequences are those of its dp rank */
+    const long long tpp = (long long)cfg.parallel.tp * cfg.parallel.pp *
+                          (cfg.parallel.cp > 1 ? cfg.parallel.cp : 1);
     if (!rc && !a.print_profile &&
         tsr_batch_tokens_warning(&cfg, a.search || tpp < 1 ? 0 : world / tpp, why, sizeof why))
       fprintf(a.json ? stderr : stdout, "warning: %s\n", why);

@@ -18,7 +18,8 @@
 /* ---------------------------------------------------------------- the keys it varies */
 
 static const char *const searched[TSR_PLAN_N_SEARCHED] = {
-    "parallel.tp",         "parallel.pp",       "parallel.virtual_stages",
+    "parallel.tp",         "parallel.cp",       "parallel.cp_comm",
+    "parallel.pp",         "parallel.virtual_stages",
     "parallel.schedule",   "parallel.sequence_parallel", "parallel.zero_stage",
     "parallel.shard_scope", "train.micro_batch", "parallel.micro_batches",
     "train.recompute"};
@@ -43,6 +44,8 @@ unsigned tsr_plan_search_fixed(int n, char *const *overrides) {
 
 typedef struct {
   int tp, pp, v, dp, zero, shard, micro_batch, recompute, sp;
+  int cp;              /* 1: none */
+  tsr_cp_comm cp_comm;
   double mem, step, mfu, tokens_per_s;
   int fits;
   const char *schedule; /* the deck's word (tsr_deck_word: static) */
@@ -55,6 +58,7 @@ typedef struct {
   candidate *c;
   int n, cap, divide, fit;
   int first_fit; /* stop at the first layout that fits (probing a larger node count) */
+  int with_cp;   /* cp > 1 is tried (cp_values) */
 } candidates;
 
 static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
@@ -82,6 +86,7 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
     const int r = (int)c->train.recompute;
     *k = (candidate){g->tp, g->pp, g->v, g->dp, (int)c->parallel.zero_stage, g->shard,
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
+                     g->cp, c->parallel.cp_comm,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
                      p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule),
                      c->parallel.schedule, c->parallel.shard_scope, 0};
@@ -98,7 +103,7 @@ static int try_layout(const tsr_config *c, const tsr_hardware *hw, int world, in
   tsr_plan_grid g;
   candidate k;
   if (tsr_plan_layout(c, world, hw->gpus_per_node, &g, NULL, 0)) return 0;
-  if (node_scope && g.shard == g.dp) return 0; /* the same as shard_scope 'global' */
+  if (node_scope && g.shard == g.dpcp) return 0; /* the same as shard_scope 'global' */
   cs->divide++;
   TSR_CALL(candidate_of(c, hw, &g, &k));
   cs->fit += k.fits;
@@ -113,10 +118,33 @@ typedef struct {
 
 static values one(int64_t x) { return (values){{x}, 1}; }
 
+/* The sequence length from which the search tries context parallelism unasked: the
+ * activations of a sequence grow with it, and below it a layer's weights and their
+ * collectives outweigh what cp saves (docs/architecture.md "The planner"). */
+enum { CP_FROM_SEQ_LEN = 16384 };
+
+/* The cp values a search tries: the held one; else 1, and with `with_cp` every power of 2
+ * that cuts seq_len into 2 cp equal chunks and leaves tp x cp x pp within `ranks` (0: no
+ * bound, the node-count scan); below CP_FROM_SEQ_LEN (tried because nothing fits without
+ * it) only those with the tp x cp ranks of a sequence inside a node of G. */
+static values cp_values(const tsr_config *deck, const tsr_plan_search_opts *o, int with_cp,
+                        int64_t tp, int64_t pp, int64_t ranks, int64_t G) {
+  if (FIXED(CP)) return one(deck->parallel.cp);
+  values v = one(1);
+  const int in_node = deck->model.seq_len < CP_FROM_SEQ_LEN;
+  for (int64_t cp = 2; with_cp && v.n < 16 && cp <= 65536; cp *= 2) {
+    if (deck->model.seq_len % (2 * cp)) break; /* nor any multiple of it */
+    if ((ranks > 0 && tp * cp * pp > ranks) || (in_node && tp * cp > G)) break;
+    v.v[v.n++] = cp;
+  }
+  return v;
+}
+
 /* For one (tp, pp, v): every ZeRO stage and shard scope, recompute mode, micro-batch. */
 static int search_inner(tsr_config *c, const tsr_config *deck, const tsr_hardware *hw,
                         int world, const tsr_plan_search_opts *o, candidates *cs) {
-  const int64_t dp = world / (c->parallel.tp * c->parallel.pp), gb = c->train.global_batch;
+  const int64_t dp = world / (c->parallel.tp * c->parallel.cp * c->parallel.pp);
+  const int64_t gb = c->train.global_batch;
   values zs = {{0, 1, 2, 3}, 4}, rs = {{0, 1, 2}, 3}, mbs = {{0}, 0};
   if (FIXED(ZERO)) zs = one(deck->parallel.zero_stage);
   if (FIXED(RECOMPUTE)) rs = one((int64_t)deck->train.recompute);
@@ -147,9 +175,11 @@ static int pipe_key(tsr_schedule_choice k) {
 }
 
 /* tp dividing the node, pp dividing the layers (any pp when parallel.stage_layers is set:
- * the layout check keeps those its split goes with), every schedule of the registry that
- * says how many chunks to try it with (its search_chunks; with pp > 1, else only the
- * default), sequence parallelism with tp; a fixed key takes the deck's value instead. */
+ * the layout check keeps those its split goes with), cp (cs->with_cp: the powers of 2 that
+ * cut the sequence evenly, each with the ring and with the all-to-alls; the layout check
+ * keeps those whose heads go with it), every schedule of the registry that says how many
+ * chunks to try it with (its search_chunks; with pp > 1, else only the default), sequence
+ * parallelism with tp; a fixed key takes the deck's value instead. */
 static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
                       const tsr_plan_search_opts *o, candidates *cs) {
   tsr_config c = *deck;
@@ -195,17 +225,28 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
         }
         n_pipes = kept;
       }
-      for (int i = 0; i < n_pipes; i++) {
-        if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
-        c.parallel.tp = tp;
-        c.parallel.pp = pp;
-        c.parallel.virtual_stages = pipes[i].v;
-        c.parallel.sequence_parallel = tp > 1;
-        if (FIXED(SEQUENCE_PARALLEL))
-          c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
-        c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
-        TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
-        if (cs->first_fit && cs->fit) return 0;
+      /* cp: 1, or each value with the ring, then with the all-to-alls (held: the deck's) */
+      const values cps = cp_values(deck, o, cs->with_cp, tp, pp, world, G);
+      for (int ci = 0; ci < cps.n; ci++) {
+        const int64_t cp = cps.v[ci];
+        if (!FIXED(CP) && world % (tp * cp * pp)) continue;
+        const int one_comm = FIXED(CP_COMM) || cp == 1;
+        for (int cc = 0; cc < (one_comm ? 1 : 2); cc++) {
+          c.parallel.cp = cp;
+          c.parallel.cp_comm = one_comm ? deck->parallel.cp_comm : cc ? TSR_CP_A2A : TSR_CP_P2P;
+          for (int i = 0; i < n_pipes; i++) {
+            if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
+            c.parallel.tp = tp;
+            c.parallel.pp = pp;
+            c.parallel.virtual_stages = pipes[i].v;
+            c.parallel.sequence_parallel = tp > 1;
+            if (FIXED(SEQUENCE_PARALLEL))
+              c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
+            c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
+            TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
+            if (cs->first_fit && cs->fit) return 0;
+          }
+        }
       }
     }
   }
@@ -224,8 +265,8 @@ static int by_fit_then_time(const void *a, const void *b) {
 /* The search on `nodes` nodes, ranked (fitting first by predicted step time, then the rest
  * by memory). */
 static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
-                     const tsr_plan_search_opts *o, candidates *cs) {
-  *cs = (candidates){NULL, 0, 0, 0, 0, 0};
+                     const tsr_plan_search_opts *o, int with_cp, candidates *cs) {
+  *cs = (candidates){NULL, 0, 0, 0, 0, 0, with_cp};
   const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
   if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
   return rc;
@@ -256,10 +297,11 @@ static int by_value(const void *a, const void *b) {
 }
 
 /* The node counts in (nodes, bound] at which some layout the search tries could divide:
- * tp x pp x dp ranks on whole nodes, dp dividing global_batch / micro_batch.  Ascending,
- * each once; *beyond: some count past the bound. */
+ * tp x cp x pp x dp ranks on whole nodes, dp dividing global_batch / micro_batch.
+ * Ascending, each once; *beyond: some count past the bound. */
 static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nodes, int bound,
-                         const tsr_plan_search_opts *o, int **list, int *n, int *beyond) {
+                         const tsr_plan_search_opts *o, int with_cp, int **list, int *n,
+                         int *beyond) {
   int cap = 0;
   *list = NULL, *n = 0, *beyond = 0;
   const int64_t G = hw->gpus_per_node, L = deck->model.n_layer, gb = deck->train.global_batch;
@@ -272,18 +314,22 @@ static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nod
     if (!FIXED(TP) && G % tp) continue;
     for (int64_t pp = FIXED(PP) ? pp_max : 1; pp <= pp_max; pp++) {
       if (!FIXED(PP) && L % pp) continue;
-      for (int b = 0; b < mbs.n; b++) {
-        if (gb % mbs.v[b]) continue;
-        const int64_t q = gb / mbs.v[b]; /* dp divides q */
-        for (int64_t d = 1; d <= q / d; d++) {
-          if (q % d) continue;
-          const int64_t dps[2] = {d, q / d};
-          for (int j = 0; j < 2; j++) {
-            const int64_t dp = dps[j];
-            if (tp * pp > INT64_MAX / dp || (tp * pp * dp) % G) continue;
-            const int64_t count = tp * pp * dp / G;
-            if (count > bound) *beyond = 1;
-            if (count > nodes && count <= bound) TSR_CALL(add_count(list, n, &cap, (int)count));
+      const values cps = cp_values(deck, o, with_cp, tp, pp, 0, G);
+      for (int ci = 0; ci < cps.n; ci++) {
+        const int64_t tcp = tp * cps.v[ci] * pp; /* ranks of a dp rank */
+        for (int b = 0; b < mbs.n; b++) {
+          if (gb % mbs.v[b]) continue;
+          const int64_t q = gb / mbs.v[b]; /* dp divides q */
+          for (int64_t d = 1; d <= q / d; d++) {
+            if (q % d) continue;
+            const int64_t dps[2] = {d, q / d};
+            for (int j = 0; j < 2; j++) {
+              const int64_t dp = dps[j];
+              if (tcp > INT64_MAX / dp || (tcp * dp) % G) continue;
+              const int64_t count = tcp * dp / G;
+              if (count > bound) *beyond = 1;
+              if (count > nodes && count <= bound) TSR_CALL(add_count(list, n, &cap, (int)count));
+            }
           }
         }
       }
@@ -306,25 +352,25 @@ typedef struct {
 } larger;
 
 static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
-                       const tsr_plan_search_opts *o, larger *out) {
+                       const tsr_plan_search_opts *o, int with_cp, larger *out) {
   const int bound = (int)(INT_MAX / hw->gpus_per_node < MAX_NODES ? INT_MAX / hw->gpus_per_node
                                                                    : MAX_NODES);
   int *list = NULL, n = 0;
   memset(out, 0, sizeof *out);
-  TSR_CALL(larger_counts(deck, hw, o->nodes, bound, o, &list, &n, &out->cut));
+  TSR_CALL(larger_counts(deck, hw, o->nodes, bound, o, with_cp, &list, &n, &out->cut));
   out->up_to = out->cut ? bound : n ? list[n - 1] : o->nodes;
   if (!o->json && n)
     fprintf(stderr, "tessera plan: nothing fits on %d node(s); trying %d larger node count(s) "
             "up to %d ...\n", o->nodes, n, list[n - 1]);
   int rc = 0;
   for (int i = 0; i < n && !rc && !out->count; i++) {
-    candidates probe = {NULL, 0, 0, 0, 0, 1};
+    candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp};
     rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
     if (!rc && probe.fit) out->count = list[i];
     tsr_free(&probe.c);
   }
   tsr_free(&list);
-  if (!rc && out->count) rc = search_on(deck, hw, out->count, o, &out->there);
+  if (!rc && out->count) rc = search_on(deck, hw, out->count, o, with_cp, &out->there);
   return rc;
 }
 
@@ -332,29 +378,36 @@ static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
 
 static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
   if (json) {
-    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"pp\": %d, \"virtual_stages\": %d, "
-            "\"schedule\": \"%s\", \"dp\": %d, "
+    fprintf(out, "{\"rank\": %d, \"tp\": %d, \"cp\": %d, \"cp_comm\": \"%s\", \"pp\": %d, "
+            "\"virtual_stages\": %d, \"schedule\": \"%s\", \"dp\": %d, "
             "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
             "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
-            k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
+            k->tp, k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p", k->pp, k->v, k->schedule,
+            k->dp, k->zero, k->shard, k->micro_batch,
             recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
             k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
     return;
   }
-  char r[16], fit[48];
+  char r[16], fit[48], cp[24];
   snprintf(r, sizeof r, rank > 0 ? "%d" : "-", rank);
   snprintf(fit, sizeof fit, k->fits ? "yes" : "NO, %.4g GB short", k->short_gb);
-  fprintf(out, "  %4s %3d %3d %2d %-11s %4d %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f  %s\n",
-          r, k->tp, k->pp, k->v, k->schedule, k->dp, k->zero, k->shard, k->micro_batch,
+  if (k->cp > 1)
+    snprintf(cp, sizeof cp, "%d/%s", k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p");
+  else
+    snprintf(cp, sizeof cp, "1");
+  fprintf(out, "  %4s %3d %3d %2d %-11s %4d %-6s %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f  %s\n",
+          r, k->tp, k->pp, k->v, k->schedule, k->dp, cp, k->zero, k->shard, k->micro_batch,
           recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
           k->tokens_per_s, k->mfu, fit);
 }
 
+/* The columns: cp after dp, as "cp/p2p" or "cp/a2a" (1: none), so that rank, tp and pp
+ * stay the first three. */
 static void print_table_head(void) {
-  printf("  %4s %3s %3s %2s %-11s %4s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s  %s\n", "rank",
-         "tp", "pp", "v", "schedule", "dp", "zero", "shard", "mb", "recompute", "sp", "mem GB",
-         "step s", "tokens/s", "MFU", "fits");
+  printf("  %4s %3s %3s %2s %-11s %4s %-6s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s  %s\n", "rank",
+         "tp", "pp", "v", "schedule", "dp", "cp", "zero", "shard", "mb", "recompute", "sp",
+         "mem GB", "step s", "tokens/s", "MFU", "fits");
 }
 
 /* The deck's own layout among the candidates: its row and how many that fit are faster. */
@@ -443,6 +496,7 @@ static int replan(const tsr_config *deck, const tsr_hardware *hw, int world, con
   tsr_config c = *deck;
   tsr_plan_grid g;
   c.parallel.tp = k->tp, c.parallel.pp = k->pp, c.parallel.virtual_stages = k->v;
+  c.parallel.cp = k->cp, c.parallel.cp_comm = k->cp_comm;
   c.parallel.schedule = k->kind, c.parallel.sequence_parallel = k->sp;
   c.parallel.shard_scope = k->scope, c.parallel.zero_stage = zero, c.parallel.micro_batches = 0;
   c.train.recompute = (tsr_recompute)recompute, c.train.micro_batch = mb;
@@ -560,15 +614,23 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
   larger more;
   memset(&more, 0, sizeof more);
   const int world = o->nodes * hw->gpus_per_node;
-  int rc = search_on(cfg, hw, o->nodes, o, &cs);
-  if (!rc && !cs.fit) rc = scan_larger(cfg, hw, o, &more);
+  /* cp > 1 for long sequences, or, when nothing fits without it, for any the checks take */
+  int with_cp = !FIXED(CP) && cfg->model.seq_len >= CP_FROM_SEQ_LEN;
+  int rc = search_on(cfg, hw, o->nodes, o, with_cp, &cs);
+  if (!rc && !cs.fit && !with_cp && !FIXED(CP) && cfg->model.seq_len % 4 == 0) {
+    tsr_free(&cs.c);
+    with_cp = 1;
+    rc = search_on(cfg, hw, o->nodes, o, with_cp, &cs);
+  }
+  if (!rc && !cs.fit) rc = scan_larger(cfg, hw, o, with_cp, &more);
   const int shown = cs.fit < o->top ? cs.fit : o->top;
   char room[96];
   fit_room(room, sizeof room, hw);
   if (!rc && o->json) {
     printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
-           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d,\n  ", o->nodes,
-           hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit);
+           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d, \"cp_searched\": %s,\n  ",
+           o->nodes, hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit,
+           with_cp ? "true" : "false");
     print_fixed(cfg, o->fixed, 1);
     printf(",\n  ");
     print_deck_layout(cfg, hw, world, &cs, 1, o->deck_invalid);
@@ -596,6 +658,11 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
       printf("; the %d closest to fitting (none fits):\n", rows);
     else
       printf("\n");
+    if (with_cp)
+      printf("context parallelism tried: cp a power of 2 dividing model.seq_len = %lld into "
+             "2 cp chunks, with the ring (p2p) and the all-to-alls (a2a)%s\n",
+             (long long)cfg->model.seq_len,
+             cfg->model.seq_len >= CP_FROM_SEQ_LEN ? "" : ", as nothing fits without it");
     print_fixed(cfg, o->fixed, 0);
     if (rows) print_table_head();
     for (int i = 0; i < rows; i++) {

@@ -228,14 +228,12 @@ int tsr_plan_simulate(const tsr_plan_sim_in *in, tsr_plan_sim_out *out) {
 
 /* ---------------------------------------------------------------- the step */
 
-/* Whether a group of `size` ranks spanning `span` ranks (ranks: tp fastest, then dp, pp)
- * crosses nodes of rpn ranks, as plan.c names its groups. */
-static int group_link(int size, long span, int rpn) {
-  return size > 1 && (span > rpn || rpn % span) ? TSR_LINK_INTER : TSR_LINK_INTRA;
-}
+/* Whether a group of `size` ranks spanning `span` ranks (ranks: tp fastest, then cp, dp,
+ * pp) crosses nodes of rpn ranks, as plan.c names its groups. */
+static int group_link(int size, long span, int rpn) { return tsr_plan_group_link(size, span, rpn); }
 /* The link between the first ranks of stages a and b. */
 static int stage_link(const tsr_plan_grid *g, int a, int b) {
-  const long stride = (long)g->dp * g->tp;
+  const long stride = (long)g->dpcp * g->tp;
   return a * stride / g->ranks_per_node == b * stride / g->ranks_per_node ? TSR_LINK_INTRA
                                                                           : TSR_LINK_INTER;
 }
@@ -268,7 +266,7 @@ static int alloc_arrays(step_arrays *a, int C, int pp) {
 static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
-  const int zs = (int)cfg->parallel.zero_stage, S = zs == 0 ? g->dp : g->shard;
+  const int zs = (int)cfg->parallel.zero_stage, S = zs == 0 ? g->dpcp : g->shard;
   const int link = group_link(S, (long)S * g->tp, g->ranks_per_node);
   const double e = cfg->train.precision != TSR_F32 ? 2 : 4;
   for (int c = 0; c < g->pp * g->v; c++) {
@@ -276,7 +274,7 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
     TSR_CALL(tsr_plan_chunk_cost(cfg, hw, g, c, &ch));
     a->f[c] = ch.f, a->b[c] = ch.b, a->w[c] = ch.w, a->pieces[c] = ch.units;
     const double grad = 4 * ch.elems; /* fp32 gradients */
-    a->reduce[c] = zs == 0 ? tsr_plan_all_reduce_s(hw, link, g->dp, grad)
+    a->reduce[c] = zs == 0 ? tsr_plan_all_reduce_s(hw, link, g->dpcp, grad)
                            : tsr_plan_gather_s(hw, link, S, grad); /* a reduce-scatter */
     a->gather[c] = zs == 3 ? tsr_plan_gather_s(hw, link, S, e * ch.elems) : 0;
     const int s = tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c);
@@ -286,12 +284,13 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
       p->sim.f += ch.f, p->sim.b += ch.b, p->sim.w += ch.w;
       p->sim.gemm += ch.gemm, p->sim.attention += ch.attention, p->sim.memory += ch.memory;
       p->sim.tp += ch.f_tp + ch.b_tp + ch.w_tp;
+      p->sim.cp += ch.f_cp + ch.b_cp;
     }
   }
   /* one activation (or its gradient) between neighbouring stages: the residual stream's
-   * [micro_batch x seq_len, d_model] slice (sequence parallel: a tp rank's share) */
+   * [micro_batch x seq_len / cp, d_model] slice (sequence parallel: a tp rank's share) */
   const int sp = cfg->parallel.sequence_parallel && g->tp > 1;
-  const double msg = (double)cfg->train.micro_batch * (double)cfg->model.seq_len /
+  const double msg = (double)cfg->train.micro_batch * (double)cfg->model.seq_len / g->cp /
                      (sp ? g->tp : 1) * (double)cfg->model.d_model * e;
   for (int s = 0; s < g->pp && g->pp > 1; s++)
     a->p2p[s] = tsr_plan_link_s(hw, stage_link(g, s, (s + 1) % g->pp), msg, 1);
@@ -320,7 +319,7 @@ static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
     t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
                      hw->prof.gather_overlap * first_forward);
   if (zs > 0 && g->replicate > 1)
-    t += tsr_plan_all_reduce_s(hw, group_link(g->dp, (long)g->dp * g->tp, rpn), g->replicate,
+    t += tsr_plan_all_reduce_s(hw, group_link(g->dpcp, (long)g->dpcp * g->tp, rpn), g->replicate,
                                4 * own);
   return t;
 }

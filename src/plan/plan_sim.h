@@ -8,12 +8,16 @@
 #ifndef TSR_PLAN_SIM_H
 #define TSR_PLAN_SIM_H
 
+#include "model/model.h"
 #include "plan.h"
 
 /* One micro-batch through one chunk on one GPU (a tp rank), seconds. */
 typedef struct {
   double f, b, w;          /* forward; backward (its B part when split); W (else 0) */
   double f_tp, b_tp, w_tp; /* of which tensor-parallel collectives left on the critical path */
+  double f_cp, b_cp;       /* of which context-parallel transfers left on the critical path
+                              (the ring's hops its block attention does not hide, the
+                              all-to-alls); both 0 without cp */
   double gemm, attention, memory; /* of f + b + w, by kind of kernel (the rest is tp) */
   double recompute;        /* of b: what recomputation runs again */
   double elems;            /* parameters of the chunk's units on this tp rank */
@@ -26,6 +30,25 @@ typedef struct {
  * bad layer split. */
 int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
                         int chunk, tsr_plan_chunk *out);
+
+/* The model's sizes on one tp rank of a stage (first / last: it holds the embedding / the
+ * head; layers_per_chunk: its largest chunk), for the tokens one cp rank holds: every
+ * figure the planner takes from the model goes through here (plan.c). */
+void tsr_plan_model_sizes(const tsr_config *cfg, int tp, int cp, int first, int last,
+                          int layers_per_chunk, tsr_model_sizes *out);
+/* What one cp rank sends in the cp group per layer and micro-batch, elements (plan.c,
+ * docs/context_parallel.md "What the planner counts"); all 0 without cp. */
+typedef struct {
+  double fwd, bwd;          /* in the storage type: the forward, the backward */
+  double bwd32;             /* in fp32: the backward (the ring's dK, dV sums) */
+  double block;             /* p2p: one hop of the ring, the K and V of a rank's tokens */
+  int calls_fwd, calls_bwd; /* a2a: the all-to-alls of the forward, of the backward */
+} tsr_plan_cp_elems;
+void tsr_plan_cp_layer(const tsr_config *cfg, const tsr_plan_grid *g, const tsr_model_sizes *d,
+                       tsr_plan_cp_elems *x);
+/* TSR_LINK_INTER when a group of `size` ranks spanning `span` consecutive ranks crosses
+ * the nodes of rpn ranks, else TSR_LINK_INTRA (a group of one: intra). */
+int tsr_plan_group_link(int size, long span, int rpn);
 
 /* ---- the replay ----
  * Each stage walks its own action list (tsr_pp_schedule_create) in order, as pp_exec.c

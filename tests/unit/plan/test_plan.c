@@ -23,7 +23,15 @@
  *  8. document masking: the share of the causal attention's pairs left for documents of a
  *     mean length against a sum over the positions and a simulated stream of documents,
  *     and the model FLOPs and a stage's compute time lose exactly that share's complement
- *     of the attention.
+ *     of the attention;
+ *  9. context parallelism (docs/context_parallel.md "What the planner counts"): the grid
+ *     (dp = world / (tp cp pp), ZeRO over dp x cp), a cp rank's activations exactly 1/cp
+ *     of cp 1's, the ring's and the all-to-alls' buffers and traffic by the formulas,
+ *     counted by hand, the dp x cp gradient reduction, FLOPs per GPU 1/cp with the model
+ *     FLOPs unchanged, the ring's block attention 1/cp of the whole causal attention's
+ *     time and its hops hidden behind it on a fast link, not on a slow one; the
+ *     Llama 3 8B 128k deck fits on 8 nodes of H100s (tests/e2e/plan_cp.sh: its search and
+ *     the command's layout errors).
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -35,6 +43,7 @@
 #include "model/model.h"
 #include "sched/pipeline.h"
 #include "plan/plan.h"
+#include "plan/plan_sim.h"
 #include "testutil.h"
 #include "core/util.h"
 
@@ -683,6 +692,243 @@ static void test_doc_mask(void) {
   tsr_plan_destroy(&p[1]);
 }
 
+/* ---------------------------------------------------------------- context parallelism */
+
+/* A small llama on tp 2 x cp ranks of one node: 8 query heads (4 per tp rank), 2 KV heads
+ * (1 per tp rank), head dimension 16, 3 layers, sequences of 256 tokens, micro_batch 2,
+ * 2 micro-batches per step on dp 1 (global_batch 4 x dp), ZeRO 0. */
+enum { CP_L = 3, CP_B = 2, CP_T = 256, CP_H = 4, CP_KV = 1, CP_HD = 16 };
+static tsr_config cp_deck(int cp, tsr_cp_comm comm, tsr_dtype precision, tsr_recompute r, int dp) {
+  tsr_config c;
+  tsr_deck_defaults(&c);
+  c.model.n_layer = CP_L, c.model.d_model = 128, c.model.n_head = 8, c.model.n_kv_head = 2;
+  c.model.d_ff = 352, c.model.vocab_size = 256, c.model.seq_len = CP_T;
+  c.parallel.tp = 2, c.parallel.cp = cp, c.parallel.cp_comm = comm;
+  c.parallel.zero_stage = 0, c.parallel.sequence_parallel = 0;
+  c.train.micro_batch = CP_B, c.train.global_batch = 2 * CP_B * dp;
+  c.train.precision = precision, c.train.recompute = r;
+  return c;
+}
+static int cp_grid(const tsr_config *c, int dp, tsr_plan_grid *g) {
+  const int world = (int)(c->parallel.tp * c->parallel.cp) * dp;
+  char msg[1024] = "";
+  const int n = tsr_plan_layout(c, world, world, g, msg, sizeof msg);
+  if (n) printf("    %s", msg);
+  return n;
+}
+
+static void test_cp_grid(void) {
+  tsr_config c = deck_on("llm7b", 64);
+  tsr_plan_grid g;
+  c.parallel.tp = 4, c.parallel.cp = 4;
+  int n = tsr_plan_layout(&c, 64, 8, &g, NULL, 0);
+  TU_CHECK(n == 0 && g.cp == 4 && g.dp == 4 && g.dpcp == 16 && g.shard == 16 && g.replicate == 1 &&
+               g.micro_batches == 1024 / 4,
+           "tp 4 x cp 4 on 64 GPUs: dp %d (world / (tp cp pp)), dp x cp %d, ZeRO over %d x %d "
+           "copies, %d micro-batches per dp rank", g.dp, g.dpcp, g.shard, g.replicate,
+           g.micro_batches);
+  c.parallel.shard_scope = TSR_SHARD_NODE;
+  n = tsr_plan_layout(&c, 64, 8, &g, NULL, 0);
+  TU_CHECK(n == 0 && g.shard == 2 && g.replicate == 8,
+           "  ... shard_scope 'node': the 2 dp x cp ranks of a tp rank on a node of 8 shard, "
+           "8 copies (%d x %d)", g.shard, g.replicate);
+  tsr_model_sizes d;
+  tsr_config k = cp_deck(4, TSR_CP_P2P, TSR_BF16, TSR_RECOMPUTE_NONE, 1);
+  tsr_plan_model_sizes(&k, 2, 4, 1, 1, CP_L, &d);
+  TU_CHECK(d.T == CP_T / 4 && d.N == CP_B * CP_T / 4 && d.H == CP_H && d.KV == CP_KV,
+           "the model's sizes for a cp rank of 4: T %lld = 256 / 4, N %lld", (long long)d.T,
+           (long long)d.N);
+}
+
+/* Memory of a cp rank: activations 1/cp of cp 1's to the byte; the ring's buffers and the
+ * all-to-alls' as docs/context_parallel.md "What the planner counts" gives them. */
+static void test_cp_memory(void) {
+  const int cp = 4;
+  const double N = CP_B * CP_T / cp, hd = CP_HD, H = CP_H, KV = CP_KV;
+  for (int half = 0; half < 2; half++) {
+    const tsr_dtype dt = half ? TSR_BF16 : TSR_F32;
+    const double e = half ? 2 : 4;
+    tsr_plan_memory m1, mp, ma, md;
+    tsr_plan_grid g;
+    tsr_config c1 = cp_deck(1, TSR_CP_P2P, dt, TSR_RECOMPUTE_SELECTIVE, 1);
+    tsr_config cd = cp_deck(1, TSR_CP_P2P, dt, TSR_RECOMPUTE_SELECTIVE, cp);
+    tsr_config cpp = cp_deck(cp, TSR_CP_P2P, dt, TSR_RECOMPUTE_SELECTIVE, 1);
+    tsr_config ca = cp_deck(cp, TSR_CP_A2A, dt, TSR_RECOMPUTE_SELECTIVE, 1);
+    int rc = cp_grid(&c1, 1, &g) || tsr_plan_stage_memory(&c1, &g, 0, TSR_PLAN_GPU, &m1);
+    rc |= cp_grid(&cpp, 1, &g) || tsr_plan_stage_memory(&cpp, &g, 0, TSR_PLAN_GPU, &mp);
+    rc |= cp_grid(&ca, 1, &g) || tsr_plan_stage_memory(&ca, &g, 0, TSR_PLAN_GPU, &ma);
+    rc |= cp_grid(&cd, cp, &g) || tsr_plan_stage_memory(&cd, &g, 0, TSR_PLAN_GPU, &md);
+    if (rc) {
+      TU_CHECK(0, "cp memory: no plan");
+      return;
+    }
+    /* the model's exchange buffers (model_sizes.c; docs/context_parallel.md "What the
+     * planner counts"): ring, two K|V blocks and a strided-copy scratch in the storage
+     * type; fp32 sums of the output, one chunk's partial output and lse, two dK|dV blocks.
+     * a2a (one KV head < cp: replicated), whole sequences of H/cp heads: q|k|v and its
+     * gradient, send and receive blocks, out and dout; fp32 sums of the KV gradients */
+    const double kvd = KV * hd, qd = H * hd, Hc = H / cp, W = (Hc + 2) * hd, Nf = N * cp;
+    const double ring = (2 * N * 2 * kvd + N * (qd > 2 * kvd ? qd : 2 * kvd)) * e;
+    const double ring32 = (N * qd + N / 2 * qd + CP_B * H * (CP_T / cp / 2) + 2 * N * 2 * kvd) * 4;
+    const double a2a = (4 * Nf * W + 2 * Nf * Hc * hd) * e, a2a32 = (KV + 1) * N * 2 * hd * 4;
+    TU_CHECK(mp.activations == m1.activations / cp + N * 4 && ma.activations == mp.activations &&
+                 mp.params == md.params && mp.grads == md.grads && mp.optim == md.optim,
+             "%s: a cp rank of %d holds %.0f bytes of activations = cp 1's %.0f / %d and its "
+             "rows' position offsets (N int32) exactly; parameters, gradients and Adam as on "
+             "dp %d without cp (ZeRO's padding over dp x cp)", half ? "bf16" : "fp32", cp,
+             mp.activations, m1.activations, cp, cp);
+    TU_CHECK(m1.comm == 0 && mp.comm == ring && ma.comm == a2a,
+             "  ... buffers: the ring's two K|V blocks and copy scratch = %.0f (planned %.0f); "
+             "the all-to-alls' whole sequences on H/cp heads and one KV head = %.0f (planned "
+             "%.0f)", ring, mp.comm, a2a, ma.comm);
+    if (!half)
+      TU_CHECK(mp.workspace - ma.workspace == ring32 - a2a32,
+               "  ... the fp32 sums: the ring's %.0f, the all-to-alls' %.0f: %.0f more "
+               "(planned %.0f)", ring32, a2a32, ring32 - a2a32, mp.workspace - ma.workspace);
+  }
+}
+
+/* Rank traffic of group grp, kind k, stage 0, for a cp deck on dp ranks. */
+static double cp_traffic_of(const tsr_config *c, int dp, int grp, tsr_comm_kind k,
+                            tsr_plan_traffic *all) {
+  tsr_plan_grid g;
+  tsr_plan_traffic t[TSR_PLAN_N_GROUPS];
+  if (cp_grid(c, dp, &g) || tsr_plan_stage_traffic(c, &g, 0, t)) return -1;
+  if (all) *all = t[grp];
+  return t[grp].bytes[k];
+}
+
+/* The cp group's bytes per step by the formulas, counted by hand per layer and micro-batch:
+ * the ring sends (and receives) its K and V cp - 1 times forward and backward and the fp32
+ * dK, dV cp times; the all-to-alls move (cp - 1) / cp of q, k, v, out forward and of q, k,
+ * v, out, dout, dq, dk, dv backward; 'full' recompute the forward's again.  The gradient
+ * reduction runs over dp x cp. */
+static void test_cp_traffic(void) {
+  const double k = 2, L = CP_L;
+  for (int cp = 2; cp <= 4; cp *= 2) {
+    const double N = CP_B * CP_T / cp, hd = CP_HD, Hc = (double)CP_H / cp, KVc = 1;
+    for (int full = 0; full < 2; full++) {
+      const tsr_recompute r = full ? TSR_RECOMPUTE_FULL : TSR_RECOMPUTE_NONE;
+      tsr_config c = cp_deck(cp, TSR_CP_P2P, TSR_BF16, r, 1);
+      tsr_plan_traffic t;
+      const double send = cp_traffic_of(&c, 1, TSR_PLAN_CP, TSR_COMM_SEND, &t);
+      const double recv = t.bytes[TSR_COMM_RECV];
+      const double kv = 2 * N * CP_KV * hd;
+      const double want = k * L * (((1 + full) * (cp - 1) * kv + (cp - 1) * kv) * 2 + cp * kv * 4);
+      TU_CHECK(send == want && recv == want && t.total == 2 * want && t.size == cp &&
+                   !strcmp(t.name, "cp"),
+               "cp %d ring, recompute %s: sends %.0f = receives %.0f = k L ((%d x (cp-1) + "
+               "(cp-1)) 2 N KV hd x 2 + cp 2 N KV hd x 4) = %.0f bytes", cp,
+               full ? "full" : "none", send, recv, 1 + full, want);
+      c = cp_deck(cp, TSR_CP_A2A, TSR_BF16, r, 1);
+      const double a2a = cp_traffic_of(&c, 1, TSR_PLAN_CP, TSR_COMM_ALL_TO_ALL, &t);
+      const double want_a = k * L * (cp - 1) * N * hd * 2 *
+                            ((1 + full) * (2 * Hc + 2 * KVc) + 4 * Hc + 4 * KVc);
+      TU_CHECK(a2a == want_a && t.total == want_a,
+               "cp %d all-to-alls, recompute %s: %.0f = k L (cp-1) N hd 2 (%d x (2 H/cp + 2) + "
+               "4 H/cp + 4) = %.0f bytes", cp, full ? "full" : "none", a2a, 1 + full, want_a);
+    }
+  }
+  /* the gradient: all-reduced over dp x cp = 4 ranks, as over dp 4 without cp */
+  tsr_config c = cp_deck(4, TSR_CP_P2P, TSR_BF16, TSR_RECOMPUTE_NONE, 1);
+  tsr_plan_traffic t;
+  const double with = cp_traffic_of(&c, 1, TSR_PLAN_DP, TSR_COMM_ALL_REDUCE, &t);
+  tsr_config d = cp_deck(1, TSR_CP_P2P, TSR_BF16, TSR_RECOMPUTE_NONE, 4);
+  const double without = cp_traffic_of(&d, 4, TSR_PLAN_DP, TSR_COMM_ALL_REDUCE, NULL);
+  TU_CHECK(with > 0 && with == without && t.size == 4 && !strcmp(t.name, "dp_cp"),
+           "cp 4 on dp 1: the gradient all-reduce over dp x cp ('%s', %d ranks) moves %.0f "
+           "bytes, as dp 4 without cp (%.0f)", t.name, t.size, with, without);
+}
+
+/* FLOPs and time: the same model FLOPs, 1/cp per GPU; with a flat efficiency (kernels and
+ * memory made free) the ring's blocks and the head-split attention take 1/cp of the whole
+ * causal attention's time; the ring's hops hide behind a step's attention on a fast link,
+ * and on a slow one each of the cp - 1 forward hops is exposed by what it takes beyond a
+ * step. */
+static int cp_plan(tsr_config *c, int dp, double gbps, tsr_plan *p, tsr_plan_chunk *ch,
+                   tsr_hardware *hw) {
+  c->hardware.name = TSR_HW_H100;
+  c->hardware.compute_efficiency = 0.5, c->hardware.comm_efficiency = 1;
+  c->hardware.hbm_gbps = 1e12, c->hardware.kernel_us = 1e-12;
+  c->hardware.intra_node_gbps = gbps, c->hardware.intra_node_latency_us = 1e-12;
+  tsr_plan_grid g;
+  memset(p, 0, sizeof *p);
+  int rc = tsr_plan_hardware(&c->hardware, hw);
+  if (!rc) rc = cp_grid(c, dp, &g);
+  if (!rc) rc = tsr_plan_make(p, c, hw, &g, 1);
+  if (!rc) rc = tsr_plan_chunk_cost(c, hw, &g, 0, ch);
+  return rc;
+}
+
+static void test_cp_time(void) {
+  const int cp = 4;
+  tsr_plan p1, pr, pa, slow;
+  tsr_plan_chunk c1, cr, ca, cs;
+  tsr_hardware hw;
+  tsr_config d1 = cp_deck(1, TSR_CP_P2P, TSR_BF16, TSR_RECOMPUTE_NONE, 1);
+  tsr_config dr = cp_deck(cp, TSR_CP_P2P, TSR_BF16, TSR_RECOMPUTE_NONE, 1);
+  tsr_config da = cp_deck(cp, TSR_CP_A2A, TSR_BF16, TSR_RECOMPUTE_NONE, 1);
+  tsr_config ds = dr;
+  int rc = cp_plan(&d1, 1, 450, &p1, &c1, &hw) | cp_plan(&dr, 1, 1e9, &pr, &cr, &hw) |
+           cp_plan(&da, 1, 450, &pa, &ca, &hw) | cp_plan(&ds, 1, 1e-4, &slow, &cs, &hw);
+  if (!rc) {
+    TU_CHECK(pr.model_flops == p1.model_flops && close_to(pr.stages[0].flops * cp, p1.stages[0].flops, 1e-12) &&
+                 close_to(pr.executed_flops, pr.model_flops, 1e-12),
+             "cp %d: model FLOPs %.6g as cp 1's; a GPU executes %.6g = cp 1's / cp (%.6g); all "
+             "GPUs the model FLOPs", cp, pr.model_flops, pr.stages[0].flops, p1.stages[0].flops);
+    TU_CHECK(close_to(cr.attention * cp, c1.attention, 1e-9) &&
+                 close_to(ca.attention * cp, c1.attention, 1e-9),
+             "  ... attention %.6g s on a ring rank (4 cp Tc-triangles), %.6g s on a head "
+             "split (H/cp heads over T) = cp 1's %.6g s / cp", cr.attention, ca.attention,
+             c1.attention);
+    TU_CHECK(cr.f_cp == 0 && cr.b_cp < 1e-6 * cr.attention && ca.f_cp > 0 && ca.b_cp > ca.f_cp,
+             "  ... on a fast link the ring's hops hide behind its blocks (forward %.3g s, "
+             "backward %.3g s: the dK, dV's last hop); the all-to-alls are not hidden (%.3g s, "
+             "%.3g s)", cr.f_cp, cr.b_cp, ca.f_cp, ca.b_cp);
+    /* the slow link: the forward's cp - 1 hops of K and V (bf16), each beyond a step */
+    const double N = CP_B * CP_T / cp, Tc = CP_T / cp / 2.0, k = hw.prof.kernel_s;
+    const double att = 4 * cp * (tsr_plan_attention_s(&hw, 1, 0, CP_B, CP_H, Tc, CP_HD) - k) +
+                       (2 * cp + 1) * k;
+    const double hop = tsr_plan_link_s(&hw, TSR_LINK_INTRA, 2 * N * CP_KV * CP_HD * 2, 1);
+    const double want = CP_L * (cp - 1) * (hop - att / cp);
+    TU_CHECK(hop > att && close_to(cs.f_cp, want, 1e-9) && slow.t_step > pr.t_step,
+             "  ... on a slow link the forward exposes L (cp-1) (hop - attention / cp) = %.6g s "
+             "(planned %.6g), and the step is longer (%.4g s against %.4g)", want, cs.f_cp,
+             slow.t_step, pr.t_step);
+  } else {
+    TU_CHECK(0, "cp time: no plan");
+  }
+  tsr_plan_destroy(&p1), tsr_plan_destroy(&pr), tsr_plan_destroy(&pa), tsr_plan_destroy(&slow);
+}
+
+/* input/llama3_8b_128k.nml: its own layout (tp 4 x cp 4 x dp 4) fits on 8 nodes of 8
+ * H100s; without cp no tp of a node fits, even with ZeRO 3 and full recompute. */
+static void test_cp_deck(void) {
+  tsr_config c = deck_on("llama3_8b_128k", 64);
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  tsr_plan p;
+  double mem[3] = {0, 0, 0};
+  int fits[3] = {0, 0, 0}, rc = tsr_plan_hardware(&c.hardware, &hw);
+  for (int i = 0; i < 3 && !rc; i++) {
+    tsr_config d = c;
+    if (i > 0) d.parallel.cp = 1, d.parallel.tp = i == 1 ? 4 : 8;
+    if (i == 2) d.parallel.zero_stage = 3, d.train.recompute = TSR_RECOMPUTE_FULL;
+    rc = tsr_plan_layout(&d, 64, 8, &g, NULL, 0);
+    if (!rc) rc = tsr_plan_make(&p, &d, &hw, &g, 0);
+    if (!rc) {
+      mem[i] = p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak / 1e9;
+      fits[i] = p.fits;
+    }
+    tsr_plan_destroy(&p);
+  }
+  TU_CHECK(rc == 0 && c.model.seq_len == 131072 && c.parallel.cp == 4 && fits[0] && !fits[1] &&
+               !fits[2],
+           "llama3_8b_128k on 8 x 8 H100: tp 4 x cp 4 x dp 4 fits (%.1f GB); cp 1 does not at "
+           "tp 4 (%.1f GB) nor at tp 8 with ZeRO 3 and full recompute (%.1f GB)", mem[0], mem[1],
+           mem[2]);
+}
+
 int main(void) {
   test_seed_arithmetic();
   test_llm7b_state();
@@ -698,5 +944,10 @@ int main(void) {
   test_search_fixed();
   test_compute_peak();
   test_uneven();
+  test_cp_grid();
+  test_cp_memory();
+  test_cp_traffic();
+  test_cp_time();
+  test_cp_deck();
   return tu_summary("test_plan");
 }
