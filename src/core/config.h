@@ -22,6 +22,8 @@ typedef enum { TSR_ARCH_LLAMA, TSR_ARCH_GPT2 } tsr_arch;
 typedef int tsr_schedule_choice;
 typedef enum { TSR_INTER_NODE_MPI, TSR_INTER_NODE_NCCL } tsr_inter_node;
 typedef enum { TSR_MPI_GPU_AUTO, TSR_MPI_GPU_DIRECT, TSR_MPI_GPU_STAGED } tsr_mpi_gpu;
+/* parallel.offload: what lives in host memory on a GPU run */
+typedef enum { TSR_OFFLOAD_NONE, TSR_OFFLOAD_OPTIMIZER } tsr_offload;
 /* parallel.cp_comm: how attention crosses the context-parallel split */
 typedef enum { TSR_CP_P2P, TSR_CP_A2A } tsr_cp_comm;
 typedef enum { TSR_RECOMPUTE_NONE, TSR_RECOMPUTE_SELECTIVE, TSR_RECOMPUTE_FULL } tsr_recompute;
@@ -102,6 +104,8 @@ typedef struct {
   int sequence_parallel;
   tsr_inter_node inter_node;       /* GPU collectives of groups that span nodes: mpi | nccl */
   tsr_mpi_gpu mpi_gpu;             /* GPU memory through MPI: auto | direct | staged */
+  tsr_offload offload;             /* none | optimizer: master weights and Adam on the host */
+  double offload_fraction;         /* of the rank's shard offloaded (1 when on) */
   char stage_layers[TSR_STR_PATH]; /* layers per chunk: "" equal | "auto" | "4,3,..." */
 } tsr_parallel_config;
 
@@ -110,6 +114,7 @@ typedef struct {
   int64_t global_batch; /* sequences per optimizer step, all ranks */
   tsr_dtype precision;           /* fp32 | bf16 | fp16: the storage type (dtype.h) */
   tsr_recompute recompute;       /* none | selective | full */
+  int activation_offload;        /* a GPU run keeps stored activations in host memory */
   int deterministic;             /* bitwise reproducible steps (default); 0: a GPU may
                                   * take faster non-deterministic kernels */
   double grad_clip;              /* 0 = off */

@@ -118,12 +118,21 @@ const key_def deck_schema[] = {
     LOGI(parallel, sequence_parallel, ".false.", "shard norm/dropout activations over tp"),
     CHOICE(parallel, inter_node, "mpi", "mpi|nccl",
            "GPU collectives of groups spanning nodes (those inside a node use NCCL)"),
+    CHOICE(parallel, offload, "none", "none|optimizer",
+           "optimizer: a GPU run keeps its shard's fp32 master weights and Adam moments in "
+           "page-locked host memory and updates them with the CPU's AdamW (12 bytes a "
+           "parameter off the device); a CPU run has nothing to offload"),
+    REAL(parallel, offload_fraction, "1", 0, 1, LO | HI,
+         "the fraction of the shard parallel.offload = 'optimizer' moves to the host"),
     CHOICE(parallel, mpi_gpu, "auto", "auto|direct|staged",
            "GPU memory through MPI: direct (CUDA-aware MPI), staged (pinned host copies), auto"),
     INT(train, micro_batch, "8", 1, 0, LO, "sequences per micro-batch per dp rank"),
     INT(train, global_batch, "8", 1, 0, LO, "sequences per optimizer step"),
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", "storage / compute precision"),
     CHOICE(train, recompute, "none", "none|selective|full", "activation recomputation"),
+    LOGI(train, activation_offload, ".false.",
+         "a GPU run copies each layer's stored activations to host memory in the forward and "
+         "back before its backward; a CPU run has nothing to offload"),
     LOGI(train, deterministic, ".true.",
          "bitwise reproducible steps (a restart repeats the run exactly); .false. lets a GPU "
          "take faster non-deterministic kernels (cuDNN's attention backward)"),

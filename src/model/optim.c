@@ -29,10 +29,14 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
-                           int64_t end, float *master, float *m, float *v, const float *grad,
-                           double lr, int64_t step, double grad_scale, void *compute,
-                           tsr_dtype dt) {
+typedef void (*adamw_fn)(float *p, float *m, float *v, const float *g, long n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, long t,
+                         float grad_scale, void *out, tsr_dtype out_dt);
+
+static void adamw_range(adamw_fn adamw, const tsr_optim_config *o, const tsr_layout *lay,
+                        int64_t begin, int64_t end, float *master, float *m, float *v,
+                        const float *grad, double lr, int64_t step, double grad_scale,
+                        void *compute, tsr_dtype dt) {
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
     const int64_t a = t->offset > begin ? t->offset : begin;
@@ -40,10 +44,26 @@ void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int
     if (a >= b) continue;
     const double wd = t->decay ? o->weight_decay : 0.0;
     const int64_t k = a - begin;
-    tsr_ops_adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr, (float)o->beta1,
-                  (float)o->beta2, (float)o->eps, (float)wd, (long)step, (float)grad_scale,
-                  tsr_dtype_at(compute, dt, k), dt);
+    adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr, (float)o->beta1,
+          (float)o->beta2, (float)o->eps, (float)wd, (long)step, (float)grad_scale,
+          tsr_dtype_at(compute, dt, k), dt);
   }
+}
+
+void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
+                           int64_t end, float *master, float *m, float *v, const float *grad,
+                           double lr, int64_t step, double grad_scale, void *compute,
+                           tsr_dtype dt) {
+  adamw_range(tsr_ops_adamw, o, lay, begin, end, master, m, v, grad, lr, step, grad_scale,
+              compute, dt);
+}
+
+void tsr_optim_adamw_range_host(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
+                                int64_t end, float *master, float *m, float *v,
+                                const float *grad, double lr, int64_t step, double grad_scale,
+                                void *compute, tsr_dtype dt) {
+  adamw_range(tsr_ops_host_adamw, o, lay, begin, end, master, m, v, grad, lr, step,
+              grad_scale, compute, dt);
 }
 
 void tsr_optim_adamw(const tsr_optim_config *o, const tsr_layout *lay, float *master, float *m,

@@ -32,5 +32,11 @@ void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int
                            int64_t end, float *master, float *m, float *v, const float *grad,
                            double lr, int64_t step, double grad_scale, void *compute,
                            tsr_dtype dt);
+/* The same with the host's kernel on host buffers, whatever the ops' backend (the
+ * optimizer offload, parallel.offload). */
+void tsr_optim_adamw_range_host(const tsr_optim_config *o, const tsr_layout *lay, int64_t begin,
+                                int64_t end, float *master, float *m, float *v,
+                                const float *grad, double lr, int64_t step, double grad_scale,
+                                void *compute, tsr_dtype dt);
 
 #endif

@@ -36,6 +36,17 @@ static inline const tsr_ops_backend *backend(void) {
 #undef TSR_OP
 #undef TSR_OP_RET
 
+void tsr_ops_host_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, long t,
+                        float grad_scale, void *out, tsr_dtype out_dt) {
+  (host_backend ? host_backend : no_backend())
+      ->adamw(p, m, v, g, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, out, out_dt);
+}
+void tsr_ops_host_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
+                       long n_elem) {
+  (host_backend ? host_backend : no_backend())->cast(dst_dt, dst, src_dt, src, n_elem);
+}
+
 /* ---- memory ---- */
 size_t tsr_ops_mem_bytes(void) { return dev ? dev->mem_bytes(0) : tsr_mem_bytes(); }
 size_t tsr_ops_mem_peak_bytes(void) { return dev ? dev->mem_bytes(1) : tsr_mem_peak_bytes(); }

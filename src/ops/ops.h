@@ -51,6 +51,14 @@ size_t tsr_ops_mem_bytes(void);
 size_t tsr_ops_mem_peak_bytes(void);
 void tsr_ops_mem_reset_peak(void); /* the peak restarts from what is in use */
 int tsr_ops_on_device(void);
+/* The host's kernels on host memory whatever backend runs the other ops: the optimizer
+ * offload (parallel.offload) updates a GPU run's shard on the CPU.  As the ops adamw and
+ * cast (ops_list.h); every pointer host memory. */
+void tsr_ops_host_adamw(float *p, float *m, float *v, const float *g, long n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, long t,
+                        float grad_scale, void *out, tsr_dtype out_dt);
+void tsr_ops_host_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
+                       long n_elem);
 
 /* The largest shapes the ops will be called with.  A backend sizes its scratch memory
  * from them once, at setup, so no op allocates inside a step (the CPU's conversion

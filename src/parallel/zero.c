@@ -50,6 +50,13 @@ struct tsr_zero {
 
   float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
   int master_is_compute;           /* fp32: the master is the compute copy itself */
+  /* parallel.offload = 'optimizer' on a device: master, m and v are page-locked host
+   * memory, updated by the host's AdamW from a host copy of the reduced gradient (h_grad);
+   * the new compute copy is formed in h_compute (16-bit storage; fp32 copies the master)
+   * and copied to the device */
+  int offload;
+  float *h_grad;
+  void *h_compute;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
@@ -314,7 +321,17 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
-  if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) goto fail;
+  z->offload = par->offload == TSR_OFFLOAD_OPTIMIZER && par->offload_fraction > 0 &&
+               tsr_ops_on_device();
+  if (z->offload) {
+    if (!(z->adam_m = tsr_ops_host_alloc(own * F)) || !(z->adam_v = tsr_ops_host_alloc(own * F)) ||
+        !(z->master = tsr_ops_host_alloc(own * F)) || !(z->h_grad = tsr_ops_host_alloc(own * F)) ||
+        (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(own * z->esz))))
+      goto fail;
+    z->mem.host = 4 * own * F + (z->dt != TSR_F32 ? own * z->esz : 0);
+  } else if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) {
+    goto fail;
+  }
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
@@ -345,9 +362,11 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   /* In fp32 the compute copy of this rank's shard already holds the master values: the
    * master is that memory (16 bytes per parameter with Adam, not 20); in bf16 and fp16 a
    * separate fp32 master. */
-  z->master_is_compute = z->dt == TSR_F32;
+  z->master_is_compute = z->dt == TSR_F32 && !z->offload;
   if (z->master_is_compute) {
     z->master = compute_shard(z);
+  } else if (z->offload) {
+    z->mem.master = own * F; /* host memory, allocated above */
   } else {
     if (!(z->master = tsr_ops_alloc(own, F))) goto fail;
     z->mem.master = own * F;
@@ -380,10 +399,17 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_free(&z->norm_ranges);
   tsr_free(&z->units);
   tsr_free(&z->counts);
-  if (z->master_is_compute)
+  if (z->master_is_compute) {
     z->master = NULL; /* the model's or param_shard's memory */
-  else
+  } else if (z->offload) {
+    tsr_ops_host_free(&z->master);
+    tsr_ops_host_free(&z->adam_m);
+    tsr_ops_host_free(&z->adam_v);
+    tsr_ops_host_free(&z->h_grad);
+    tsr_ops_host_free(&z->h_compute);
+  } else {
     tsr_ops_free(&z->master);
+  }
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -500,16 +526,37 @@ static int gather_params(tsr_zero *z) {
                              (size_t)(z->s1 - z->s0), z->dt);
 }
 
+/* The offloaded master's compute copy: formed on the host, copied to the device. */
+static void offload_to_compute(tsr_zero *z, int64_t len) {
+  const void *src = z->master;
+  if (z->dt != TSR_F32) {
+    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->master, (long)len);
+    src = z->h_compute;
+  }
+  tsr_ops_copy(compute_shard(z), src, (size_t)len * z->esz);
+}
+
 int tsr_zero_publish_params(tsr_zero *z) {
   void *c = compute_shard(z);
   const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
-  if (c && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, len);
+  if (c && z->offload)
+    offload_to_compute(z, len);
+  else if (c && !z->master_is_compute)
+    tsr_model_to_compute(z->model, c, z->master, len);
   return gather_params(z);
 }
 
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
   const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
+  if (z->offload) { /* the gradient to the host, the host's AdamW, the compute copy back */
+    tsr_ops_read(z->h_grad, reduced_grads(z), (size_t)(b - a) * sizeof(float));
+    tsr_optim_adamw_range_host(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, z->h_grad, lr,
+                               t, grad_scale, z->h_compute, z->dt);
+    tsr_ops_copy(compute_shard(z), z->dt == TSR_F32 ? (const void *)z->master : z->h_compute,
+                 (size_t)(b - a) * z->esz);
+    return gather_params(z);
+  }
   /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
   tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
                         grad_scale, z->master_is_compute ? NULL : compute_shard(z), z->dt);
@@ -523,7 +570,9 @@ int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
   float *full[3] = {master, m, v}, *own[3] = {z->master, z->adam_m, z->adam_v};
   for (int i = 0; i < 3; i++) {
     if (!full[i]) continue;
-    if (z->stage == 0)
+    if (z->stage == 0 && z->offload)
+      memcpy(full[i], own[i], (size_t)z->n * sizeof(float));
+    else if (z->stage == 0)
       tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
     else
       TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len, TSR_F32));
@@ -536,8 +585,12 @@ int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, con
   const float *full[3] = {master, m, v};
   float *own[3] = {z->master, z->adam_m, z->adam_v};
   for (int i = 0; i < 3; i++) {
-    if (full[i])
+    if (full[i] && z->offload)
+      memcpy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
+    else if (full[i])
       tsr_ops_copy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
+    else if (z->offload)
+      memset(own[i], 0, (size_t)(b - a) * sizeof(float));
     else
       tsr_ops_zero(own[i], (size_t)(b - a) * sizeof(float));
   }

@@ -37,6 +37,10 @@ typedef struct {
   size_t master;     /* fp32 master weights */
   size_t adam;       /* Adam m and v */
   size_t unit_bufs;  /* stage 2-3 per-unit gathering / reduction buffers */
+  /* parallel.offload = 'optimizer' on a device: master and Adam's m and v (counted above
+   * but not in op memory) and the gradient and compute-copy staging, in page-locked host
+   * memory; 0 otherwise */
+  size_t host;
 } tsr_zero_memory;
 
 /* What the model must own for this config's stage: its full parameter buffer below

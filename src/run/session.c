@@ -42,6 +42,39 @@ int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_
   return 0;
 }
 
+/* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
+ * host (one line says so, so the same deck runs everywhere); a GPU run offloads the whole
+ * optimizer shard (zero.c) and does not offload activations yet.  Every rank decides
+ * the same from the same configuration. */
+static int check_offload(const tsr_session *s, const tsr_config *cfg) {
+  const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER;
+  const int act = cfg->train.activation_offload;
+  if (!s->dev) {
+    if ((opt || act) && s->rank == 0)
+      tsr_log("offload: this run is on the CPU, whose memory already holds everything: %s%s%s "
+              "has nothing to move", opt ? "parallel.offload = 'optimizer'" : "",
+              opt && act ? " and " : "", act ? "train.activation_offload = .true." : "");
+    return 0;
+  }
+  if (act) {
+    if (s->rank == 0)
+      tsr_error("train.activation_offload = .true. is not implemented on the GPU yet: set it "
+                "to .false. (or use train.recompute = 'full' to save activation memory)");
+    return TSR_ERR_INPUT;
+  }
+  if (opt && cfg->parallel.offload_fraction > 0 && cfg->parallel.offload_fraction < 1) {
+    if (s->rank == 0)
+      tsr_error("parallel.offload_fraction = %g: only the whole shard (1) is offloaded yet; "
+                "set it to 1, or parallel.offload = 'none'", cfg->parallel.offload_fraction);
+    return TSR_ERR_INPUT;
+  }
+  if (opt && cfg->parallel.offload_fraction > 0 && s->rank == 0)
+    tsr_log("offload: the optimizer's shard (fp32 master weights, Adam m and v) lives in "
+            "page-locked host memory and is updated by the CPU's AdamW after the gradient "
+            "reduction; the new weights are copied back to the GPU");
+  return 0;
+}
+
 /* The layout part, the pipeline schedule, the model (with as many activation slots as the
  * schedule keeps in flight), the backend's scratch for its shapes, ZeRO. */
 static int open_model(tsr_session *s, const tsr_config *cfg) {
@@ -252,6 +285,7 @@ int tsr_session_open(tsr_session *s, const tsr_config *cfg, MPI_Comm world, int 
   tsr_comm_destroy(&w);
   if (rc) return rc;
   TSR_CALL(tsr_session_open_device(cfg, world, &s->dev));
+  TSR_CALL(check_offload(s, cfg));
   s->dp = s->grid->dp;
   s->dpcp = s->grid->dpcp;
   s->dp_rank = s->grid->dp_rank;

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# offload_emu.sh — the optimizer offload (parallel.offload = 'optimizer') on the CUDA
+# backend without a GPU (emu/emu-tessera.sh: the CUDA kernels on the CPU emulation): the
+# shard's fp32 master weights and Adam moments live in page-locked host memory and the
+# host's AdamW updates them.  Against the same run without offload, every step's loss and
+# gradient norm and the final checkpoint's model and optimizer datasets are bitwise equal
+# (the emulation runs the device's AdamW as compiled CPU code, the same arithmetic in the
+# same order): bf16 and fp32 on one rank, and on 2 ranks sharing the emulated GPU dp 2 at
+# ZeRO-1 and ZeRO-3, tp 2 and pp 2 (1F1B); an fp16 run whose loss scale overflows skips the
+# same steps.  The device memory in use drops by the offloaded state, 12 bytes per
+# parameter of the shard in bf16 (fp32 master, m, v) within 1%; an offloaded checkpoint
+# resumes without offload, continuing bitwise.  On the CPU the keys are accepted with one
+# log line; on the device train.activation_offload and a fraction below 1 are refused
+# (exit 2, the key named); a fraction outside [0, 1] is a deck error.
+set -u
+. "${top_srcdir:-.}/tests/lib.sh"
+mpi_test_setup
+EMU="$SCRATCH/tessera-emu"
+emu_link tessera "$EMU"
+bytes_corpus computers
+export TSR_GEMM_PROBE_N=64 # the MFU probe's GEMM is a plain loop here
+# small shapes: the emulation runs every GPU thread as a CPU fiber
+C=(model.vocab_size=256 model.n_layer=2 model.d_model=32 model.n_head=2 model.n_kv_head=1
+  model.d_ff=64 model.seq_len=16 train.micro_batch=1 train.global_batch=2 run.log_every=1
+  run.eval_every=0 optim.warmup_steps=4 optim.lr=3e-3 "data.train=$SCRATCH/data/train_*.bin"
+  run.max_steps=2 checkpoint.every_steps=0 checkpoint.resume=none train.xent_chunk_tokens=8
+  train.precision=bf16)
+O=parallel.offload=optimizer
+# run NAME DEVICE NP ARGS...: a run into $SCRATCH/NAME, its exit code returned
+run() {
+  local name=$1 dev=$2 np=$3 bin="$TESSERA"
+  shift 3
+  [ "$dev" = cuda ] && bin="$EMU"
+  timeout 600 "$MPIRUN" -np "$np" "$bin" /dev/null "${C[@]}" run.device="$dev" \
+    run.gpu_share=.true. run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
+}
+# same_metrics A B: every step's loss, gradient norm, loss scale and skip, exactly (a
+# skipped step's non-finite norm included)
+same_metrics() {
+  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" <<'PY'
+import json, sys
+keys = ("step", "loss", "grad_norm", "loss_scale", "step_skipped")
+rows = [[tuple(repr(d.get(k)) for k in keys) for d in map(json.loads, open(p)) if "loss" in d]
+        for p in sys.argv[1:]]
+print(f"    {len(rows[0])} steps: {rows[0][-1] if rows[0] else ()}")
+sys.exit(0 if rows[0] == rows[1] and len(rows[0]) >= 2 else 1)
+PY
+}
+same_ckpt() { # same_ckpt A B: the final checkpoints' /model and /optim datasets are equal
+  local a b
+  a=$(ls "$SCRATCH/$1"/ckpt/step_*.h5 | tail -1) b=$(ls "$SCRATCH/$2"/ckpt/step_*.h5 | tail -1)
+  h5diff "$a" "$b" /model /model >/dev/null && h5diff "$a" "$b" /optim /optim >/dev/null
+}
+pair() { # pair DESCRIPTION NAME NP ARGS...: without and with offload, compared bitwise
+  local what=$1 name=$2 np=$3
+  shift 3
+  run "$name" cuda "$np" "$@"
+  local r1=$?
+  run "${name}_off" cuda "$np" "$@" $O
+  local r2=$?
+  check "$what: both run" test $r1 -eq 0 -a $r2 -eq 0
+  [ $r1 -eq 0 ] || tail -5 "$SCRATCH/$name.out"
+  [ $r2 -eq 0 ] || tail -5 "$SCRATCH/${name}_off.out"
+  same_metrics "$name" "${name}_off"
+  check "$what: losses and gradient norms bitwise equal with the optimizer offloaded" test $? -eq 0
+  check "$what: the final checkpoints' weights and optimizer state are bitwise equal" \
+    same_ckpt "$name" "${name}_off"
+}
+pair "bf16, one rank" b 1
+check "the run says where the optimizer lives" grep -q "^offload: the optimizer's shard" \
+  "$SCRATCH/b_off.out"
+pair "fp32, one rank" f 1 train.precision=fp32
+pair "bf16, dp 2 ZeRO-1" z1 2 parallel.zero_stage=1
+pair "bf16, dp 2 ZeRO-3" z3 2 parallel.zero_stage=3
+pair "bf16, tp 2" t2 2 parallel.tp=2
+pair "bf16, pp 2 1F1B" p2 2 parallel.pp=2 parallel.schedule=1f1b
+# fp16: a loss scale of 2^40 overflows the first steps, which are skipped and halve it
+pair "fp16, loss scale overflowing" h 1 train.precision=fp16 train.loss_scale=1099511627776
+skips() { "$PYTHON_REF" -c "import json,sys; print(sum(json.loads(l).get('step_skipped', 0) for l in open(sys.argv[1])))" "$SCRATCH/$1/metrics.jsonl"; }
+s1=$(skips h) s2=$(skips h_off)
+check "  ... both skip the same $s1 step(s) (at least one)" test "$s1" = "$s2" -a "$s1" -ge 1
+
+# device memory: the bf16 shard's master, m and v (12 bytes a parameter) leave the device
+mem() { sed -n 's/^memory at step 1, most on any rank: in use \([0-9.]*\) MB.*/\1/p' "$SCRATCH/$1.out" | head -1; }
+nflat=$(sed -n 's/.*; \([0-9]*\) parameters (flat, padded).*/\1/p' "$SCRATCH/b.out" | head -1)
+[ -n "$nflat" ] || nflat=$(sed -n 's/^model: llama, \([0-9]*\) parameters.*/\1/p' "$SCRATCH/b.out" | head -1)
+m0=$(mem b) m1=$(mem b_off)
+echo "    device memory in use: $m0 MB without, $m1 MB with the offload; $nflat parameters"
+"$PYTHON_REF" -c "import sys; d = ($m0 - $m1) * 1e6; w = 12 * $nflat; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 12 bytes a parameter ($m0 - $m1 MB against 12 x $nflat bytes, 1%)" \
+  test $? -eq 0
+
+# an offloaded checkpoint resumes without offload, continuing the run that never stopped
+run rs cuda 1 run.max_steps=1 $O
+run rs cuda 1 checkpoint.resume=auto
+check "a checkpoint written with the offload resumes without it" \
+  grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/rs.out"
+same_metrics b rs
+check "  ... and continues bitwise" test $? -eq 0
+
+# the CPU, and what the device refuses
+run cpu cpu 1 $O train.activation_offload=.true. run.max_steps=1
+check "on the CPU the keys are accepted, saying there is nothing to move" grep -q \
+  "^offload: this run is on the CPU.*parallel.offload = 'optimizer' and train.activation_offload = .true. has nothing to move" \
+  "$SCRATCH/cpu.out"
+run act cuda 1 train.activation_offload=.true.
+check "on the device train.activation_offload: exit 2" test $? -eq 2
+check "  ... naming the key" grep -q "train.activation_offload = .true. is not implemented" \
+  "$SCRATCH/act.out"
+run frac cuda 1 $O parallel.offload_fraction=0.5
+check "a fraction below 1: exit 2" test $? -eq 2
+check "  ... naming the key" grep -q "parallel.offload_fraction = 0.5: only the whole shard" \
+  "$SCRATCH/frac.out"
+run frac2 cpu 1 $O parallel.offload_fraction=1.5
+check "a fraction above 1: exit 2" test $? -eq 2
+check "  ... at the key's place on the command line" grep -q \
+  "<command line>:arg.*parallel.offload_fraction" "$SCRATCH/frac2.out"
+finish
