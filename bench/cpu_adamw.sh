@@ -7,7 +7,7 @@
 #   bench/cpu_adamw.sh [BENCH] [REPS]      (default bench/cpu_adamw of the build tree, 10)
 #
 # Environment: SIZES, shard sizes in parameters (default "67108864 4194304": 64 Mi, whose
-# 1.75 GiB of state no cache holds, and 4 Mi, 112 MiB); THREADS_LIST (default "1 <cores>");
+# 1 GiB of p, m, v, g no cache holds, and 4 Mi, 64 MiB); THREADS_LIST (default "1 <cores>");
 # ROUNDS (default 2); TORCH_REPS (default 5); PYTHON_REF (default /usr/bin/python3,
 # Debian's python3-torch).
 #
