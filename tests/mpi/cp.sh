@@ -8,7 +8,7 @@
 # cp 2 x tp 2 with sequence parallelism; cp 2 x pp 2 under 1f1b and zb_v; dp 2 x cp 2 with
 # ZeRO-3; gpt2 (learned positions, tied head); document masking (both ways, llama and
 # gpt2: positions restart at each document, and each ring block takes its rows' starts);
-# bf16 within the 16-bit tolerance of tests/mpi/tp.sh.  Restarts: a cp 2 run stopped at
+# bf16 and fp16 within the 16-bit tolerances of tests/mpi/tp.sh.  Restarts: a cp 2 run stopped at
 # step 4 and resumed on cp 2 gives bitwise the losses of the run that never stopped; a
 # cp 4 checkpoint resumes on 1 rank and a 1-rank one on cp 2 (1e-5).  A long sequence:
 # the tiny model at seq_len 4096 on cp 4 against 1 rank, its activations at most 0.35 of
@@ -66,6 +66,8 @@ case_ "gpt2 (tied), cp 4, all-to-all" refg c4ga 4 1e-5 parallel.cp=4 "${G[@]}" $
 run refb 1 train.precision=bf16
 case_ "bf16, cp 2, ring" refb c2b 2 2e-4 parallel.cp=2 train.precision=bf16
 case_ "bf16, cp 4, all-to-all" refb c4ba 4 2e-4 parallel.cp=4 train.precision=bf16 $A
+run reff 1 train.precision=fp16
+case_ "fp16, cp 2, ring" reff c2f 2 1e-4 parallel.cp=2 train.precision=fp16
 check "the grid logs the cp axis and its groups" \
   grep -q "grid: world 4 = tp 1 x cp 2 x dp 2 x pp 1" "$SCRATCH/d2c2z3.out"
 check "ZeRO shards over dp x cp" grep -q "dp 2 x cp 2 = 4 ranks hold each parameter" \
