@@ -11,8 +11,8 @@
 #      decisions and results (the cuDNN default, cuDNN against mma.sync, tokens/s against
 #      PyTorch);
 #  (c) call 2 with call 1's results: compute-sanitizer's stand-in over 2 bf16 steps and
-#      over the attention kernel tests, torch.compile's place; the summary reads both
-#      calls;
+#      over the attention kernel tests (the head_dim 64 ones in a dry run), torch.compile's
+#      place; the summary reads both calls;
 #  (d) a short budget: a part over its limit is killed, its results so far and the earlier
 #      parts' stay in results.txt and the packed logs, the parts with no time left are
 #      skipped and say so, and the call exits 1 (TW_LIMIT_kernels=0 leaves a part out).
