@@ -16,12 +16,19 @@
 # MPI ranks with 0, 1, 2 and 4 emulated GPUs.  A few minutes on 2 cores.
 #
 #   tests/cuda/emulate.sh                 (TSR_TEST_ONLY=attention,xent  TSR_TEST_SEED=N)
+#
+# EMU_BUILD=DIR runs the programs that emu/emu-test-kernels.sh DIR built before from the
+# same sources (tests/lib.sh emu_build) instead of building them again.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 emu=$top/emu
-B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-cuda-emu.XXXXXX")
-trap 'rm -rf "$B"' EXIT
-bash "$emu/emu-test-kernels.sh" "$B"
+if [ -n "${EMU_BUILD:-}" ]; then
+  B=$EMU_BUILD
+else
+  B=$(mktemp -d "${TMPDIR:-/tmp}/tsr-cuda-emu.XXXXXX")
+  trap 'rm -rf "$B"' EXIT
+  bash "$emu/emu-test-kernels.sh" "$B"
+fi
 rc=0
 "$B/test_kernels" || rc=$?
 # as on an sm_86/89 part (99 KB of shared memory per block): head_dim 128 gets no

@@ -3,7 +3,8 @@
 # GPU: tools/gpu/bundle.sh --emu packs tessera and the kernel tests linked with the CPU
 # emulation of the CUDA runtime, and window.sh --dry-run runs both calls with every part,
 # tiny shapes and PyTorch on the CPU, as the GPU machine will with the real bundle:
-#  (a) the bundle is made by one command and is well under the 64 MiB a call can carry;
+#  (a) the bundle is made by one command and is well under the 64 MiB a call can carry
+#      (its emulated kernels compiled once for the CUDA tests: tests/lib.sh emu_build);
 #  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16;
 #      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the two
 #      attentions and at the largest micro-batch the planner fits, PyTorch eager, the op
@@ -24,6 +25,7 @@ command -v g++ >/dev/null || skip "no g++"
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   skip "no Debian python3-torch (PyTorch's part)"
 export PYTHON=/usr/bin/python3
+emu_build # exports EMU_KERNELS_FROM for the bundle's links
 W="$top_srcdir/tools/gpu/window.sh"
 # README.md's two rehearsal commands, run as written in a folder that links the tree's
 # tools/ (the build tree is top_builddir)
