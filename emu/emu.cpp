@@ -490,14 +490,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   const bool is_gelu = d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS;
   if (has_bias && (!d->bias || d->bias_type != cd->type)) { fprintf(stderr, "emu cublasLt: bias\n"); return CUBLAS_STATUS_INVALID_VALUE; }
   std::vector<double> out(m * n);
+  /* the operands read and rounded once, row i of op(A) and column j of op(B) each
+   * contiguous in p; the sums below take the same products in the same order */
+  std::vector<double> av(m * k), bv(n * k);
+  for (uint64_t i = 0; i < m; i++)
+    for (uint64_t p = 0; p < k; p++)
+      av[i * k + p] = fast_input(ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld), d->compute);
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t p = 0; p < k; p++)
+      bv[j * k + p] = fast_input(ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld), d->compute);
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
       double s = 0;
-      for (uint64_t p = 0; p < k; p++) {
-        const double av = fast_input(ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld), d->compute);
-        const double bv = fast_input(ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld), d->compute);
-        s += av * bv;
-      }
+      const double *ar = av.data() + i * k, *bc = bv.data() + j * k;
+      for (uint64_t p = 0; p < k; p++) s += ar[p] * bc[p];
       double v = a * s + (b != 0 ? b * ld_elem(C, cd->type, i + j * cd->ld) : 0.0);
       if (has_bias) v += ld_elem(d->bias, d->bias_type, i);
       out[i + j * m] = v;
