@@ -293,6 +293,7 @@ static int dev_init_locked(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == MAP_FAILED) { fprintf(stderr, "emu: cannot reserve %zu bytes of address space for device memory\n", dev_span); return 1; }
   dev_base = (char *)r;
+  madvise(r, dev_span ? dev_span : DEV_PAGE, MADV_HUGEPAGE);
   if (dev_guard) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
