@@ -1,6 +1,6 @@
 /* emu.cpp — runs CUDA kernels on the CPU for tests/cuda/emulate.sh.
  *
- * Each CUDA thread of a block is a fiber (ucontext) on one OS thread; the blocks of a
+ * Each CUDA thread of a block is a fiber on one OS thread; the blocks of a
  * grid run one after another.  A fiber runs until it reaches __syncthreads (block
  * barrier), a warp shuffle (warp barrier) or its end; a barrier opens when every live
  * thread of the block (warp) waits at it.  Threads that wait at different barriers, a
@@ -31,10 +31,45 @@
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 float *emu_dyn_smem;
 
+/* The switch between the scheduler and a fiber.  On x86-64 the callee-saved registers
+ * are pushed, the stack pointers swapped and the registers popped: swapcontext also saves
+ * the FPU environment and makes a sigprocmask system call on every switch, which took
+ * most of the emulation's time (the fibers never change the signal mask or the FPU
+ * control words).  Elsewhere ucontext. */
+#if defined(__x86_64__)
+extern "C" void emu_fiber_switch(void **save_sp, void *load_sp);
+asm(".text\n.globl emu_fiber_switch\n.hidden emu_fiber_switch\n"
+    ".type emu_fiber_switch,@function\nemu_fiber_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
+    ".size emu_fiber_switch, .-emu_fiber_switch\n");
+struct Ctx { void *sp; };
+static void ctx_switch(Ctx *from, Ctx *to) { emu_fiber_switch(&from->sp, to->sp); }
+/* a stack whose first switch "returns" into fn, aligned as after a call; fn never returns */
+static void ctx_start(Ctx *c, char *stack, size_t size, void (*fn)()) {
+  void **top = (void **)((uintptr_t)(stack + size) & ~(uintptr_t)15);
+  *--top = NULL;          /* fn's return address */
+  *--top = (void *)fn;    /* popped by the switch's ret */
+  for (int i = 0; i < 6; i++) *--top = NULL; /* rbp, rbx, r12-r15 */
+  c->sp = top;
+}
+#else
+struct Ctx { ucontext_t uc; };
+static void ctx_switch(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
+static void ctx_start(Ctx *c, char *stack, size_t size, void (*fn)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = NULL;
+  makecontext(&c->uc, fn, 0);
+}
+#endif
+
 enum State { RUN, WAIT_BLOCK, WAIT_WARP, DONE };
-struct Fiber { ucontext_t ctx; State st; char *stack; };
+struct Fiber { Ctx ctx; State st; char *stack; };
 static std::vector<Fiber> fibers;
-static ucontext_t sched_ctx;
+static Ctx sched_ctx;
 static int cur;
 static std::function<void()> *g_body;
 static std::vector<char> xbuf; /* warp exchange: 16 bytes per thread */
@@ -44,11 +79,11 @@ static std::vector<char> gbuf; /* warp gather: 32 bytes per thread */
 static void fiber_main() {
   (*g_body)();
   fibers[cur].st = DONE;
-  swapcontext(&fibers[cur].ctx, &sched_ctx);
+  ctx_switch(&fibers[cur].ctx, &sched_ctx);
 }
 static void yield_as(State s) {
   fibers[cur].st = s;
-  swapcontext(&fibers[cur].ctx, &sched_ctx);
+  ctx_switch(&fibers[cur].ctx, &sched_ctx);
 }
 void emu_syncthreads() { yield_as(WAIT_BLOCK); }
 void emu_warp_exchange(const void *v, void *out, int partner, size_t size) {
@@ -89,11 +124,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) 
       for (unsigned bx = 0; bx < grid.x; bx++) {
         blockIdx = dim3(bx, by, bz);
         for (int t = 0; t < nt; t++) {
-          getcontext(&fibers[t].ctx);
-          fibers[t].ctx.uc_stack.ss_sp = fibers[t].stack;
-          fibers[t].ctx.uc_stack.ss_size = STACK;
-          fibers[t].ctx.uc_link = &sched_ctx;
-          makecontext(&fibers[t].ctx, fiber_main, 0);
+          ctx_start(&fibers[t].ctx, fibers[t].stack, STACK, fiber_main);
           fibers[t].st = RUN;
         }
         for (;;) {
@@ -101,7 +132,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()> body) 
             if (fibers[t].st != RUN) continue;
             cur = t;
             threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-            swapcontext(&sched_ctx, &fibers[t].ctx);
+            ctx_switch(&sched_ctx, &fibers[t].ctx);
           }
           int done = 0, wb = 0, runnable = 0;
           for (int t = 0; t < nt; t++) done += fibers[t].st == DONE, wb += fibers[t].st == WAIT_BLOCK;
@@ -262,6 +293,7 @@ static int dev_init_locked(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == MAP_FAILED) { fprintf(stderr, "emu: cannot reserve %zu bytes of address space for device memory\n", dev_span); return 1; }
   dev_base = (char *)r;
+  madvise(r, dev_span ? dev_span : DEV_PAGE, MADV_HUGEPAGE);
   if (dev_guard) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -459,14 +491,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   const bool is_gelu = d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS;
   if (has_bias && (!d->bias || d->bias_type != cd->type)) { fprintf(stderr, "emu cublasLt: bias\n"); return CUBLAS_STATUS_INVALID_VALUE; }
   std::vector<double> out(m * n);
+  /* the operands read and rounded once, row i of op(A) and column j of op(B) each
+   * contiguous in p; the sums below take the same products in the same order */
+  std::vector<double> av(m * k), bv(n * k);
+  for (uint64_t i = 0; i < m; i++)
+    for (uint64_t p = 0; p < k; p++)
+      av[i * k + p] = fast_input(ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld), d->compute);
+  for (uint64_t j = 0; j < n; j++)
+    for (uint64_t p = 0; p < k; p++)
+      bv[j * k + p] = fast_input(ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld), d->compute);
   for (uint64_t j = 0; j < n; j++)
     for (uint64_t i = 0; i < m; i++) {
       double s = 0;
-      for (uint64_t p = 0; p < k; p++) {
-        const double av = fast_input(ld_elem(A, ad->type, d->ta ? p + i * ad->ld : i + p * ad->ld), d->compute);
-        const double bv = fast_input(ld_elem(B, bd->type, d->tb ? j + p * bd->ld : p + j * bd->ld), d->compute);
-        s += av * bv;
-      }
+      const double *ar = av.data() + i * k, *bc = bv.data() + j * k;
+      for (uint64_t p = 0; p < k; p++) s += ar[p] * bc[p];
       double v = a * s + (b != 0 ? b * ld_elem(C, cd->type, i + j * cd->ld) : 0.0);
       if (has_bias) v += ld_elem(d->bias, d->bias_type, i);
       out[i + j * m] = v;

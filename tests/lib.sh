@@ -96,16 +96,51 @@ bytes_corpus() {
     { bad "tsr-prepare"; finish; }
 }
 
-# emu_link WHAT OUT [PROGRAM.c CPPFLAG...]: link tessera (or PROGRAM.c) with the CUDA
-# backend on the CPU emulation (emu/emu-tessera.sh) into OUT; skips without g++ or
-# python3, stops the test with the build log if the link fails, passes "WHAT linked ...".
+# emu_build: the programs on the CPU emulation of the CUDA runtime, built once per build
+# tree and state of the sources, and shared by the tests under a lock (compiling the
+# emulated kernels takes a minute of CPU): EMU_BUILD is set to their folder,
+# $top_builddir/tests/emu-build-KEY, where emu/emu-test-kernels.sh left test_kernels,
+# test_device and the kernel objects, and emu/emu-tessera.sh the trainer, tessera; and
+# EMU_KERNELS_FROM is exported as that folder (emu/kernels.sh copies those objects instead
+# of compiling them again).  KEY hashes every file the builds read (emu/, cuda/, the C
+# sources and headers of src/ and tests/cuda/, the build tree's Makefile) and the
+# compilers' versions: an edit builds anew, in a new folder, the old ones removed.
+# Skips without g++ or python3; stops the test with the build log when a build fails.
+emu_build() {
+  command -v g++ >/dev/null || skip "no g++"
+  command -v python3 >/dev/null || skip "no python3"
+  local key dir
+  dir=$(cd "$top_builddir/tests" && pwd)
+  key=$( (cd "$top_srcdir" && find emu cuda src tests/cuda tests/testutil.h -type f \( -path 'emu/*' \
+     -o -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) | LC_ALL=C sort |
+     xargs sha256sum
+   sha256sum <"$top_builddir/Makefile"
+   gcc -dumpfullversion; g++ -dumpfullversion) | sha256sum | cut -c1-16)
+  EMU_BUILD="$dir/emu-build-$key"
+  (flock 9
+   [ -f "$EMU_BUILD/built" ] && exit 0
+   rm -rf "$dir"/emu-build-*/
+   { bash "$top_srcdir/emu/emu-test-kernels.sh" "$EMU_BUILD.tmp" &&
+       EMU_KERNELS_FROM="$EMU_BUILD.tmp" bash "$top_srcdir/emu/emu-tessera.sh" "$EMU_BUILD.tmp/tessera" &&
+       mv "$EMU_BUILD.tmp" "$EMU_BUILD" && touch "$EMU_BUILD/built"; } >"$dir/emu-build.log" 2>&1
+  ) 9>"$dir/emu-build.lock" ||
+    { cat "$dir/emu-build.log"; bad "building the programs on the emulated GPU"; finish; }
+  export EMU_KERNELS_FROM=$EMU_BUILD
+}
+
+# emu_link WHAT OUT [PROGRAM.c CPPFLAG...]: tessera (or PROGRAM.c) linked with the CUDA
+# backend on the CPU emulation (emu/emu-tessera.sh) into OUT: tessera is emu_build's,
+# PROGRAM.c is linked with its kernel objects; skips without g++ or python3, stops the
+# test with the build log if the link fails, passes "WHAT linked ...".
 emu_link() {
   local what=$1
   shift
-  command -v g++ >/dev/null || skip "no g++"
-  command -v python3 >/dev/null || skip "no python3"
-  bash "$top_srcdir/emu/emu-tessera.sh" "$@" >"$SCRATCH/build.log" 2>&1 ||
-    { cat "$SCRATCH/build.log"; bad "linking $what on the emulated GPU"; finish; }
+  emu_build
+  if [ $# -eq 1 ]; then
+    cp "$EMU_BUILD/tessera" "$1"
+  else
+    bash "$top_srcdir/emu/emu-tessera.sh" "$@" >"$SCRATCH/build.log" 2>&1
+  fi || { cat "$SCRATCH/build.log" 2>/dev/null; bad "linking $what on the emulated GPU"; finish; }
   ok "$what linked with the CUDA backend and NCCL on the emulated GPU"
 }
 

@@ -1,4 +1,4 @@
-/* Device-side emulation: every CUDA thread is a fiber (ucontext); a block runs to
+/* Device-side emulation: every CUDA thread is a fiber (emu.cpp); a block runs to
  * completion before the next; __syncthreads and warp shuffles are real barriers (a
  * barrier some threads of the block never reach is reported as a deadlock). */
 #ifndef EMU_KERNEL_H

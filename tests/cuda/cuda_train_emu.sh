@@ -81,8 +81,11 @@ for prec in fp32 bf16 fp16; do
   # fp16 asks for our kernels (TSR_CUDA_ATTENTION=mma), bf16 takes the default (cuDNN's)
   ak=
   [ $prec = fp16 ] && ak=mma
-  run "cpu_$prec" cpu 1 run.max_steps=3 train.precision=$prec
-  TSR_CUDA_ATTENTION=$ak run "gpu_$prec" cuda 1 run.max_steps=3 train.precision=$prec
+  # fp32's device run, 4 steps, is also (d)'s straight run
+  n=3
+  [ $prec = fp32 ] && n=4
+  run "cpu_$prec" cpu 1 run.max_steps=$n train.precision=$prec
+  TSR_CUDA_ATTENTION=$ak run "gpu_$prec" cuda 1 run.max_steps=$n train.precision=$prec
   check "(a) $prec: the device run finishes (exit $(cat "$SCRATCH/gpu_$prec.rc"))" rc_is "gpu_$prec" 0
   check "(a) $prec: device and CPU agree to $tol" agree "gpu_$prec" "cpu_$prec" $tol
   check "(a) $prec: device memory after step 1 within 5% of tessera plan's GPU figure" \
@@ -214,14 +217,14 @@ check "(c') ... with inter_node = 'nccl': dp across the nodes on NCCL too" \
 check "(c') ... and agrees with the CPU" agree nccl_hybrid_n cpu_hybrid 2e-6
 
 # ---- (d) restart on the device, and its checkpoint on the CPU ----
-run straight cuda 1 run.max_steps=4
+# the straight run: (a)'s gpu_fp32, 4 steps of the same deck (fp32 is the default)
 run half cuda 1 run.max_steps=2 checkpoint.every_steps=2 run.out_dir="$SCRATCH/rs"
 mkdir -p "$SCRATCH/oncpu" && cp -r "$SCRATCH/rs/ckpt" "$SCRATCH/oncpu/"
 run rest cuda 1 run.max_steps=4 checkpoint.resume=auto run.out_dir="$SCRATCH/rs"
 check "(d) the resumed device run finishes" rc_is rest 0
 check "(d) resumed at step 2" grep -q "resumed from .* at step 2" "$SCRATCH/rest.out"
 check "(d) 2 + 2 steps on the device equal 4 straight, bitwise" \
-  "$PYTHON_REF" - "$SCRATCH/straight/metrics.jsonl" "$SCRATCH/rs/metrics.jsonl" <<'PY'
+  "$PYTHON_REF" - "$SCRATCH/gpu_fp32/metrics.jsonl" "$SCRATCH/rs/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ({d["step"]: (d["loss"], d["grad_norm"]) for d in map(json.loads, open(p)) if "loss" in d}
         for p in sys.argv[1:3])
@@ -233,7 +236,7 @@ run oncpu cpu 1 run.max_steps=3 checkpoint.resume=auto
 check "(d) the device's step-2 checkpoint resumes on the CPU" grep -q "resumed from .* at step 2" \
   "$SCRATCH/oncpu.out"
 check "(d) ... and its step 3 is the device's step 3 (to 2e-6)" "$PYTHON_REF" - \
-  "$SCRATCH/straight/metrics.jsonl" "$SCRATCH/oncpu/metrics.jsonl" <<'PY'
+  "$SCRATCH/gpu_fp32/metrics.jsonl" "$SCRATCH/oncpu/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ({d["step"]: d["loss"] for d in map(json.loads, open(p)) if "loss" in d} for p in sys.argv[1:3])
 print(f"    step 3: device {a[3]!r}, CPU from the device's checkpoint {b[3]!r}")

@@ -3,7 +3,8 @@
 # GPU: tools/gpu/bundle.sh --emu packs tessera and the kernel tests linked with the CPU
 # emulation of the CUDA runtime, and window.sh --dry-run runs both calls with every part,
 # tiny shapes and PyTorch on the CPU, as the GPU machine will with the real bundle:
-#  (a) the bundle is made by one command and is well under the 64 MiB a call can carry;
+#  (a) the bundle is made by one command and is well under the 64 MiB a call can carry
+#      (its emulated kernels compiled once for the CUDA tests: tests/lib.sh emu_build);
 #  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16;
 #      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the two
 #      attentions and at the largest micro-batch the planner fits, PyTorch eager, the op
@@ -11,8 +12,8 @@
 #      decisions and results (the cuDNN default, cuDNN against mma.sync, tokens/s against
 #      PyTorch);
 #  (c) call 2 with call 1's results: compute-sanitizer's stand-in over 2 bf16 steps and
-#      over the attention kernel tests, torch.compile's place; the summary reads both
-#      calls;
+#      over the attention kernel tests (the head_dim 64 ones in a dry run), torch.compile's
+#      place; the summary reads both calls;
 #  (d) a short budget: a part over its limit is killed, its results so far and the earlier
 #      parts' stay in results.txt and the packed logs, the parts with no time left are
 #      skipped and say so, and the call exits 1 (TW_LIMIT_kernels=0 leaves a part out).
@@ -24,6 +25,7 @@ command -v g++ >/dev/null || skip "no g++"
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   skip "no Debian python3-torch (PyTorch's part)"
 export PYTHON=/usr/bin/python3
+emu_build # exports EMU_KERNELS_FROM for the bundle's links
 W="$top_srcdir/tools/gpu/window.sh"
 # README.md's two rehearsal commands, run as written in a folder that links the tree's
 # tools/ (the build tree is top_builddir)

@@ -17,8 +17,9 @@
  *    of squares) run twice and must agree bitwise.
  * Exits 77 (skip) when no CUDA device is usable.  TSR_TEST_ONLY=group,... runs only the
  * groups named (casts embedding rmsnorm layernorm rope activations elementwise xent adamw
- * reductions matmul attention failures).  In a build with cuDNN attention (TSR_HAVE_CUDNN)
- * the attention group checks it too, unless TSR_TEST_NO_CUDNN is set. */
+ * reductions matmul attention failures); TSR_TEST_HEAD_DIM=N only the attention shapes of
+ * head_dim N.  In a build with cuDNN attention (TSR_HAVE_CUDNN) the attention group checks
+ * it too, unless TSR_TEST_NO_CUDNN is set. */
 #include "kernels_util.h"
 
 #include <float.h>
