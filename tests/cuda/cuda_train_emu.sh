@@ -26,7 +26,8 @@
 #      agree (fp32 2e-6, measured 3.2e-9; 16-bit 2e-4, measured 6.6e-6, gradient norms
 #      1.0e-4);
 #  (c) 2 ranks sharing the one emulated GPU (run.gpu_share): dp 2 at ZeRO-3, tp 2 with
-#      sequence parallelism, pp 2 on 1F1B give the CPU's losses (NCCL cannot put two ranks
+#      sequence parallelism, pp 2 on 1F1B, cp 2 by the ring and by the all-to-alls give
+#      the CPU's losses (NCCL cannot put two ranks
 #      on one GPU, and the log says so; Debian's Open MPI is not CUDA-aware, so the groups
 #      go through MPI on pinned host copies, cuda/comm_stage.c, and pp's send/recv too;
 #      &parallel mpi_gpu = 'direct', MPI on device memory itself, is refused there);
@@ -196,6 +197,17 @@ for L in "dp parallel.zero_stage=3" "tp parallel.tp=2 parallel.sequence_parallel
   check "(c') $name: NCCL carried collectives on both ranks" \
     awk '$6 + $8 + $10 + $12 + $14 > 0 { n++ } END { exit n < 2 }' "$SCRATCH/trace"
   check "(c') $name through NCCL: device and CPU agree" agree "nccl_$name" "cpu_$name" 2e-6
+done
+# context parallelism on 2 ranks sharing the GPU: the ring (the block ops, copy_2d, the
+# K|V blocks and fp32 dK|dV sums passed with send/recv) and the all-to-alls (send/recv
+# pairs on a device), each against the CPU's cp 2
+for way in p2p a2a; do
+  run "cpu_cp_$way" cpu 2 run.max_steps=2 parallel.cp=2 parallel.cp_comm=$way
+  run "gpu_cp_$way" cuda 2 run.max_steps=2 parallel.cp=2 parallel.cp_comm=$way
+  check "(c) cp 2 ($way) on 2 ranks sharing the GPU finishes" rc_is "gpu_cp_$way" 0
+  check "(c) cp 2 ($way): device and CPU agree" agree "gpu_cp_$way" "cpu_cp_$way" 2e-6
+  check "(c) cp 2 ($way): the cp group goes through MPI on pinned host copies" \
+    grep -q "^comm: .*cp mpi-staged" "$SCRATCH/gpu_cp_$way.out"
 done
 run direct_dp cuda 2 run.max_steps=2 parallel.zero_stage=3 parallel.mpi_gpu=direct
 check "(c) dp with mpi_gpu = 'direct' on an MPI that is not CUDA-aware: exit 2 (bad input)" \
