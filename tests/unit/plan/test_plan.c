@@ -53,18 +53,18 @@ static int close_to(double got, double want, double rel) {
 
 static void test_seed_arithmetic(void) {
   const double N = 7e9, GB = 1e9;
-  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0);
+  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0, 0);
   TU_CHECK(m.params == 28 * GB && m.total == 112 * GB,
            "7B fp32: weights %.1f GB (seed: 28), with gradients and Adam %.1f GB (seed: 112)",
            m.params / GB, m.total / GB);
   const double want[4] = {112, 70, 49, 28};
   for (int z = 1; z <= 3; z++) {
-    m = tsr_plan_state(N, z, 4, 0);
+    m = tsr_plan_state(N, z, 4, 0, 0);
     TU_CHECK(close_to(m.total, want[z] * GB, 1e-12),
              "7B fp32 ZeRO-%d on 4 GPUs: %.1f GB per GPU (seed: %.0f; weights %.1f, grads %.2f, "
              "Adam %.1f)", z, m.total / GB, want[z], m.params / GB, m.grads / GB, m.optim / GB);
   }
-  m = tsr_plan_state(N, 0, 1, 1);
+  m = tsr_plan_state(N, 0, 1, 1, 0);
   TU_CHECK(m.params == 14 * GB && m.master == 28 * GB && m.optim == 56 * GB && m.grads == 28 * GB,
            "7B bf16: weights %.0f GB + fp32 master %.0f GB (seed: 14 + 28), Adam %.0f GB (seed: "
            "56), fp32 gradients %.0f GB", m.params / GB, m.master / GB, m.optim / GB, m.grads / GB);
