@@ -716,10 +716,10 @@ void tsr_plan_destroy(tsr_plan *p) {
 /* ---------------------------------------------------------------- the trainer's check */
 
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         int64_t step, double in_use, double peak) {
+                         int64_t step, double in_use, double peak, double host) {
   if (tsr_rank() != 0) return;
   const tsr_plan_grid g = tsr_plan_grid_of(cfg, grid);
-  double total = 0, top = 0, gpu = 0;
+  double total = 0, top = 0, gpu = 0, pinned = 0;
   for (int s = 0; s < g.pp; s++) {
     tsr_plan_memory cpu, dev;
     if (tsr_plan_stage_memory(cfg, &g, s, TSR_PLAN_CPU, &cpu) ||
@@ -728,12 +728,19 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_b
     total = fmax(total, cpu.total);
     top = fmax(top, cpu.peak);
     gpu = fmax(gpu, dev.total);
+    pinned = fmax(pinned, dev.host);
   }
   const char *dt = tsr_dtype_name(cfg->train.precision);
+  char off[192] = "";
+  if (ran == TSR_PLAN_GPU && host > 0) /* zero.c's page-locked buffers of the offload */
+    snprintf(off, sizeof off, " | page-locked host memory of the optimizer offload: %.3f MB, "
+             "planned %.3f MB (%+.2f%% of measured)", host / 1e6, pinned / 1e6,
+             100 * (pinned / host - 1));
   if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned on "
-            "a GPU (%s storage): %.3f MB (%+.2f%% of measured)",
-            (long long)step, in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1));
+            "a GPU (%s storage): %.3f MB (%+.2f%% of measured)%s",
+            (long long)step, in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1),
+            off);
   else
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned for "
             "this build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 "

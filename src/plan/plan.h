@@ -272,8 +272,10 @@ extern const char *const tsr_plan_valued_options[];
 /* The trainer, after the first step of a run (`step`: 1, or the step after the one it
  * resumed from): logs the measured memory (max over ranks) next to the planned figures
  * of the backend that ran (`ran`: a GPU's device memory, or this build's host memory with
- * the GPU's figure beside it). */
+ * the GPU's figure beside it); with the optimizer offload on a GPU also the page-locked
+ * host memory ZeRO allocated (`host`, max over ranks: tsr_zero_memory's host) next to the
+ * planned host column. */
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         int64_t step, double in_use, double peak);
+                         int64_t step, double in_use, double peak, double host);
 
 #endif
