@@ -600,7 +600,7 @@ static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
       "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
-      "parallel.micro_batches=0", NULL};
+      "parallel.micro_batches=0", NULL, NULL};
   static char schedule[64];
   if (k != TSR_PLAN_FIX_SCHEDULE) return fixed[k];
   if (!schedule[0])
