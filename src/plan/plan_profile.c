@@ -52,10 +52,12 @@
  *    taken at 50 and 25, about what CUDA's bandwidthTest reports for pinned copies (where
  *    two GPUs share a switch's uplink to the CPU, each gets about half when both copy:
  *    set hardware.pcie_gbps).  One core's AdamW (src/cpu/cpu_optim.c, the host kernel
- *    the offload runs): 8 GB/s, the development VM's Xeon core on 64 Mi parameters with
- *    the bf16 copy (30 bytes a parameter; 6-10 GB/s under that shared machine's varying
- *    load), until a GPU node's cores are measured; on an 8-GPU node the memory bandwidth
- *    binds before it (14 cores x 8 = 112 GB/s against 394 / 8 = 49). */
+ *    the offload runs): 11.5 GB/s, bench/cpu_adamw.sh on one core of the development
+ *    VM's Xeon with 64 Mi parameters and the bf16 copy (bench/RESULTS.md "The CPU half of
+ *    optimizer offload": 382 Mparam/s x 30 bytes by the wall clock, 426 per core-second;
+ *    without the copy 440-484 x 28 bytes, 12.3-13.6 GB/s), the lower figure, until a GPU
+ *    node's cores are measured; on an 8-GPU node the memory bandwidth binds before it (14
+ *    cores x 11.5 = 161 GB/s against 394 / 8 = 49). */
 #include "plan_profile.h"
 
 #include <math.h>
@@ -83,7 +85,7 @@ static const struct {
     {"cpu", 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0},
 };
 /* GB/s one core's AdamW moves (the comment above) */
-static const double cpu_adam_core_gbps = 8.0;
+static const double cpu_adam_core_gbps = 11.5;
 
 /* gemm_eff {fp32, 16-bit}, gemm_half_dim, attn_fwd {fp32, 16}, attn_bwd {fp32, 16},
  * attn_half_seq, attn_half_hd, mem_eff, kernel_s, link_eff {intra, inter}, link_latency_s

@@ -1012,7 +1012,7 @@ static void test_offload_plan(void) {
                own, g1->host / 1e9, half ? 18.0 : 16.0, p1.host_node / 1e9);
       /* the update's copies and the CPU's AdamW */
       const tsr_plan_offload *o = &p1.stages[0].offload;
-      const double cpu_rate = fmin(8.0 * 112, 394.0) / 8 * 1e9; /* h100 node: 49.25 GB/s */
+      const double cpu_rate = fmin(11.5 * 112, 394.0) / 8 * 1e9; /* h100 node: 49.25 GB/s */
       TU_CHECK(o->fraction == 1 && o->d2h_bytes == 4 * own && o->h2d_bytes == e * own &&
                    o->cpu_bytes == (half ? 30 : 28) * own &&
                    close_to(o->d2h_s, 4 * own / 50e9, 1e-12) &&
@@ -1021,7 +1021,7 @@ static void test_offload_plan(void) {
                    o->serial_s == o->d2h_s + o->cpu_s + o->h2d_s,
                "  ... PCIe: %.4g GB to the host, %.4g back (4 and %.0f B a parameter of the "
                "shard) at 50 GB/s: %.4g s, %.4g s; CPU AdamW %.4g GB (%d B) at %.4g GB/s a "
-               "GPU (112 cores x 8 GB/s, at most 394 / 8): %.4g s", o->d2h_bytes / 1e9,
+               "GPU (112 cores x 11.5 GB/s, at most 394 / 8): %.4g s", o->d2h_bytes / 1e9,
                o->h2d_bytes / 1e9, e, o->d2h_s, o->h2d_s, o->cpu_bytes / 1e9, half ? 30 : 28,
                cpu_rate / 1e9, o->cpu_s);
       /* the step: the device's AdamW replaced by the offloaded update, after the backward */
@@ -1077,8 +1077,8 @@ static void test_offload_fit(void) {
     rc = tsr_plan_hardware(&c.hardware, &hw);
     TU_CHECK(rc == 0 && hw.host_memory_gb == want[i].gb && hw.pcie_gbps == want[i].pcie &&
                  hw.host_mem_gbps == want[i].mem && hw.cpu_cores == want[i].cores &&
-                 hw.cpu_adam_gbps == 8,
-             "built-in %s node: %.0f GB host memory, %.0f GB/s PCIe a GPU, %d cores at 8 GB/s "
+                 hw.cpu_adam_gbps == 11.5,
+             "built-in %s node: %.0f GB host memory, %.0f GB/s PCIe a GPU, %d cores at 11.5 GB/s "
              "AdamW each, %.0f GB/s host memory", want[i].name, hw.host_memory_gb,
              hw.pcie_gbps, hw.cpu_cores, hw.host_mem_gbps);
   }
