@@ -76,37 +76,11 @@ static int make_spans(tsr_ckpt_async *a) {
   return 0;
 }
 
-/* Bytes of memory this process may still take: MemAvailable, lowered to what the memory
- * cgroup (v2 memory.max, or v1's limit) leaves; the test hook TSR_FAULT ckpt_host_mb
- * replaces it. */
-static double read_number(const char *path) {
-  FILE *f = fopen(path, "r");
-  double x = -1;
-  if (f && fscanf(f, "%lf", &x) != 1) x = -1;
-  if (f) fclose(f);
-  return x;
-}
+/* Bytes of memory this process may still take (tsr_host_available); the test hook TSR_FAULT
+ * ckpt_host_mb replaces it. */
 static double host_available(void) {
   const long long hook = tsr_fault_int("ckpt_host_mb", -1);
-  if (hook >= 0) return (double)hook * 1e6;
-  double avail = -1;
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[256];
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) {
-      avail *= 1024;
-      break;
-    }
-  if (f) fclose(f);
-  if (avail < 0) avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  const char *const limits[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-                                     {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                      "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
-  for (int i = 0; i < 2; i++) {
-    const double lim = read_number(limits[i][0]), used = read_number(limits[i][1]);
-    if (lim > 0 && lim < 1e18 && used >= 0 && lim - used < avail) avail = lim - used;
-  }
-  return avail;
+  return hook >= 0 ? (double)hook * 1e6 : tsr_host_available();
 }
 
 /* Collective: does every node hold its ranks' snapshots in half its available memory? */

@@ -203,6 +203,12 @@ typedef struct {
   double comm_efficiency;     /* > 0: a flat fraction of both links' bandwidth (0: profile) */
   double reserved_gb;         /* per GPU, held by the runtime (CUDA context, NCCL, cuBLAS) */
   double fs_gbps;             /* checkpoint write bandwidth of the file system, GB/s, the job */
+  /* The host side of parallel.offload (src/plan/plan_profile.h); 0 = the built-in figure */
+  double host_memory_gb;      /* host memory per node, 1e9 bytes */
+  double pcie_gbps;           /* host <-> GPU copies per GPU, one direction */
+  int64_t cpu_cores;          /* CPU cores per node */
+  double cpu_adam_gbps;       /* bytes one core's AdamW moves per second, GB/s */
+  double host_mem_gbps;       /* host memory bandwidth of a node the cores reach, GB/s */
   /* The kernel profile (src/plan/plan_profile.h); 0 (tp_overlap: < 0) = the built-in figure of
    * name and implementation */
   tsr_hw_impl implementation;

@@ -28,6 +28,8 @@
  *   host_read_step=N  rank 0 reads one gradient of op memory straight from the host at
  *                     step N, as a bug would (train.c): harmless on the CPU, a crash on
  *                     a GPU and in the emulation's guarded device memory
+ *   offload_host_mb=M a node has M MB of memory available for the optimizer offload's
+ *                     page-locked state (session.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H

@@ -3,9 +3,11 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int g_rank = 0;
 static FILE *g_logfile = NULL;
@@ -168,4 +170,34 @@ double tsr_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- host memory */
+
+static double read_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  double x = -1;
+  if (f && fscanf(f, "%lf", &x) != 1) x = -1;
+  if (f) fclose(f);
+  return x;
+}
+double tsr_host_available(void) {
+  double avail = -1;
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) {
+      avail *= 1024;
+      break;
+    }
+  if (f) fclose(f);
+  if (avail < 0) avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  const char *const limits[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                     {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                      "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (int i = 0; i < 2; i++) {
+    const double lim = read_number(limits[i][0]), used = read_number(limits[i][1]);
+    if (lim > 0 && lim < 1e18 && used >= 0 && lim - used < avail) avail = lim - used;
+  }
+  return avail;
 }

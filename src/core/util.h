@@ -112,6 +112,10 @@ double tsr_rand_uniform(uint64_t key, uint64_t index);  /* in (0, 1) */
 double tsr_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1) */
 
 double tsr_now(void); /* monotonic seconds */
+/* Bytes of memory this process may still take: MemAvailable, lowered to what the memory
+ * cgroup (v2 memory.max, or v1's limit) leaves (the checkpoint's host snapshot, the
+ * optimizer offload's page-locked state). */
+double tsr_host_available(void);
 /* The wall-clock time in UTC as ISO 8601 with milliseconds, "2026-11-24T15:40:01.123Z"
  * (the stamp of every tessera.log line and metrics.jsonl record). */
 void tsr_iso_time(char *buf, size_t len);

@@ -241,6 +241,21 @@ const key_def deck_schema[] = {
     REAL(hardware, fs_gbps, "5", 0, 0, LO | LO_OPEN,
          "GB/s the job's checkpoint writes reach on its file system (an assumption: the "
          "plan's write time and Young-Daly interval)"),
+    REAL(hardware, host_memory_gb, "0", 0, 0, LO,
+         "host memory per node in GB, what parallel.offload's page-locked state must fit in "
+         "(0: the built-in node's: 2048 for h100, h200 and a100, as their DGX nodes)"),
+    REAL(hardware, pcie_gbps, "0", 0, 0, LO,
+         "host <-> GPU copy GB/s per GPU, one direction (0: built-in, PCIe Gen5 x16 50 for "
+         "h100 and h200, Gen4 x16 25 for a100)"),
+    INT(hardware, cpu_cores, "0", 0, 1048576, LO | HI,
+        "CPU cores per node that run parallel.offload's AdamW (0: built-in, 112 for h100 and "
+        "h200, 128 for a100, as their DGX nodes)"),
+    REAL(hardware, cpu_adam_gbps, "0", 0, 0, LO,
+         "GB/s one CPU core's AdamW moves (30 bytes a parameter in 16-bit storage, 28 in fp32; "
+         "0: the built-in figure)"),
+    REAL(hardware, host_mem_gbps, "0", 0, 0, LO,
+         "host memory GB/s a node's cores reach together, the CPU AdamW's ceiling (0: "
+         "built-in, 430 for h100 and h200, 287 for a100: 0.7 of their DDR peaks)"),
     CHOICE(hardware, implementation, "tessera", "tessera|reference",
            "whose kernels the profile describes: Tessera's as measured, or a well-tuned stack "
            "(cuBLAS GEMMs, FlashAttention-class attention, overlapped tp collectives); plan "

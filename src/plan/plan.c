@@ -206,17 +206,25 @@ static storage storage_of(const tsr_config *cfg) {
   return (storage){half ? 2 : 4, half ? 2 : 4};
 }
 
-tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half) {
+tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half, double f) {
   tsr_plan_memory mem;
   memset(&mem, 0, sizeof mem);
   const double len = n / S, own = stage == 0 ? n : len;
   mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
   mem.grads = (stage < 2 ? n : len) * 4;
-  mem.master = half ? 4 * own : 0; /* fp32: the weights are it (zero.c) */
-  mem.optim = 8 * own;
+  mem.master = half ? 4 * own * (1 - f) : 0; /* fp32: the weights are it (zero.c) */
+  mem.optim = 8 * own * (1 - f);
+  if (f > 0) { /* zero.c's page-locked buffers of the offloaded part */
+    mem.host_master = 4 * own * f;
+    mem.host_optim = 8 * own * f;
+    mem.host_grads = 4 * own * f;
+    mem.host_staging = half ? 2 * own * f : 0;
+    mem.host = mem.host_master + mem.host_optim + mem.host_grads + mem.host_staging;
+  }
   mem.total = mem.peak = mem.params + mem.grads + mem.master + mem.optim;
   return mem;
 }
+
 
 /* Host-side tables of this build: the model object and its tables, as model.c counts them
  * (tsr_model_table_bytes). */
@@ -275,13 +283,18 @@ static double cpu_buffers(const tsr_config *cfg, const tsr_model_sizes *d) {
   return (double)tsr_cpu_reserve_bytes(&s, tsr_cpu_threads());
 }
 
+/* The offloaded fraction of a column: the GPU's (zero.c offloads on a device only) */
+static double offload_in(const tsr_config *cfg, tsr_plan_backend b) {
+  return b == TSR_PLAN_GPU ? tsr_plan_offload_fraction(cfg) : 0;
+}
+
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
-                                 int slots, tsr_plan_backend b) {
+                                 int slots, tsr_plan_backend b, double off) {
   const storage st = storage_of(cfg);
   const int zs = (int)cfg->parallel.zero_stage;
   const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
   const tsr_model_sizes d = sizes_of(cfg, g, p);
-  tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg));
+  tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg), off);
   mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
   mem.comm = zero_buffers(cfg, g, p, &st);
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
@@ -336,7 +349,7 @@ int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int sta
                      g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
-  *out = memory_of(cfg, g, &p, slots, b);
+  *out = memory_of(cfg, g, &p, slots, b, offload_in(cfg, b));
   return 0;
 }
 
@@ -582,8 +595,12 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   s->t_dp = fmax(0.0, grads - backward) +
             (zs == 3 ? fmax(0.0, gathers - s->t_compute) : gathers) +
             link_time(hw, rep, rep->total);
-  const double own = s->mem[TSR_PLAN_GPU].optim / 8; /* Adam holds 8 bytes per element */
-  s->t_optimizer = tsr_plan_stream_s(hw, own * (28.0 + (half_precision(cfg) ? 2 : 4)));
+  /* Adam holds 8 bytes per element, on the device or the host */
+  const double own = (s->mem[TSR_PLAN_GPU].optim + s->mem[TSR_PLAN_GPU].host_optim) / 8;
+  s->offload = tsr_plan_offload_of(cfg, hw, own);
+  s->t_optimizer = tsr_plan_stream_s(hw, (1 - s->offload.fraction) * own *
+                                             (28.0 + (half_precision(cfg) ? 2 : 4))) +
+                   s->offload.serial_s;
   return 0;
 }
 
@@ -591,11 +608,14 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
 
 static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s, int cpu) {
   tsr_plan_stage *st = &p->stages[s];
+  /* hardware 'cpu' runs on this host, where the offload moves nothing */
+  const int host_is_device = !strcmp(p->hw.name, "cpu");
   for (int b = 0; b < TSR_PLAN_N_BACKENDS; b++) {
     if (b == TSR_PLAN_CPU && !cpu) continue;
     const int slots = slots_for(cfg, &p->grid, s, (tsr_plan_backend)b);
     TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", s);
-    st->mem[b] = memory_of(cfg, &p->grid, pt, slots, (tsr_plan_backend)b);
+    st->mem[b] = memory_of(cfg, &p->grid, pt, slots, (tsr_plan_backend)b,
+                           host_is_device ? 0 : offload_in(cfg, (tsr_plan_backend)b));
   }
   traffic_of(cfg, &p->grid, pt, s, st->comm);
   for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) { /* sends and receives run side by side */
@@ -642,7 +662,16 @@ static void plan_totals(tsr_plan *p, const tsr_config *cfg) {
   p->tokens_per_s = tokens / p->t_step;
   p->mfu = p->model_flops / (p->t_step * g->world * peak_flops(&p->hw, cfg));
   const double need = p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak;
-  p->fits = need + p->hw.reserved_gb * 1e9 <= p->hw.max_mem_frac * p->hw.hbm_gb * 1e9;
+  p->fits_gpu = need + p->hw.reserved_gb * 1e9 <= p->hw.max_mem_frac * p->hw.hbm_gb * 1e9;
+  /* the offload's page-locked memory of a node: its GPUs as those of the stage holding the
+   * most (a node's ranks are of one stage unless a stage has fewer ranks than a node) */
+  for (int s = 0; s < g->pp; s++)
+    if (p->stages[s].done &&
+        p->stages[s].mem[TSR_PLAN_GPU].host > p->stages[p->host_stage].mem[TSR_PLAN_GPU].host)
+      p->host_stage = s;
+  p->host_node = p->stages[p->host_stage].mem[TSR_PLAN_GPU].host * g->ranks_per_node;
+  p->fits_host = p->host_node <= p->hw.host_memory_gb * 1e9;
+  p->fits = p->fits_gpu && p->fits_host;
 }
 
 int tsr_plan_make(tsr_plan *p, const tsr_config *cfg, const tsr_hardware *hw,
@@ -687,10 +716,10 @@ void tsr_plan_destroy(tsr_plan *p) {
 /* ---------------------------------------------------------------- the trainer's check */
 
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         int64_t step, double in_use, double peak) {
+                         int64_t step, double in_use, double peak, double host) {
   if (tsr_rank() != 0) return;
   const tsr_plan_grid g = tsr_plan_grid_of(cfg, grid);
-  double total = 0, top = 0, gpu = 0;
+  double total = 0, top = 0, gpu = 0, pinned = 0;
   for (int s = 0; s < g.pp; s++) {
     tsr_plan_memory cpu, dev;
     if (tsr_plan_stage_memory(cfg, &g, s, TSR_PLAN_CPU, &cpu) ||
@@ -699,12 +728,19 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_b
     total = fmax(total, cpu.total);
     top = fmax(top, cpu.peak);
     gpu = fmax(gpu, dev.total);
+    pinned = fmax(pinned, dev.host);
   }
   const char *dt = tsr_dtype_name(cfg->train.precision);
+  char off[192] = "";
+  if (ran == TSR_PLAN_GPU && host > 0) /* zero.c's page-locked buffers of the offload */
+    snprintf(off, sizeof off, " | page-locked host memory of the optimizer offload: %.3f MB, "
+             "planned %.3f MB (%+.2f%% of measured)", host / 1e6, pinned / 1e6,
+             100 * (pinned / host - 1));
   if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned on "
-            "a GPU (%s storage): %.3f MB (%+.2f%% of measured)",
-            (long long)step, in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1));
+            "a GPU (%s storage): %.3f MB (%+.2f%% of measured)%s",
+            (long long)step, in_use / 1e6, peak / 1e6, dt, gpu / 1e6, 100 * (gpu / in_use - 1),
+            off);
   else
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned for "
             "this build (%s storage): %.3f MB in use, %.3f MB peak with the setup's fp32 "

@@ -24,6 +24,11 @@
  *   TSR_PLAN_CPU  this build: a separate fp32 master always, the host-side tables, the
  *                 pipeline's extra posted-receive slots, and (peak) the setup's full fp32
  *                 initial copy.
+ * With parallel.offload = 'optimizer' the GPU column loses the shard's master and Adam
+ * moments, and its host items (tsr_plan_memory's host_*) hold them with zero.c's other
+ * page-locked buffers; a node's GPUs together must fit hardware.host_memory_gb (the
+ * plan's fits_host).  The offloaded update (tsr_plan_offload_of, plan_profile.h) takes
+ * the device's AdamW's place in the step: docs/offload.md.
  * tests/unit/plan/test_plan.c holds the CPU figure to what model.c allocates, tests/e2e/plan.sh to the
  * trainer's measured memory under several layouts. */
 #ifndef TSR_PLAN_H
@@ -37,7 +42,7 @@
 #include "comm/comm.h"
 #include "core/config.h"
 #include "comm/grid.h"
-#include "plan_profile.h" /* tsr_hardware, tsr_plan_hardware */
+#include "plan_profile.h" /* tsr_hardware, tsr_plan_hardware, tsr_plan_offload */
 
 /* The process grid of a plan (grid.h's numbers, without communicators).  Ranks: tp
  * fastest, then cp, dp, pp.  dp = world / (tp cp pp) data-parallel ranks; the cp ranks of
@@ -74,12 +79,24 @@ typedef struct {
   double peak;        /* total + setup transients (CPU: the full fp32 initial copy) */
   double model;       /* of the total, what tsr_model_create_opt allocates (for the tests) */
   int in_flight;      /* activation sets kept (micro-batch chunks) */
+  /* parallel.offload = 'optimizer' (GPU column only): page-locked host memory of this GPU's
+   * rank, none of it in the device figures above (zero.c): the offloaded part of the
+   * shard's fp32 master and Adam m, v, a host copy of its reduced fp32 gradient, and with
+   * 16-bit storage the staging of its new compute copy */
+  double host_master, host_optim, host_grads, host_staging;
+  double host;        /* their sum */
 } tsr_plan_memory;
 
 /* Model state of `elems` parameters at a ZeRO stage with shard group `shard` (params,
- * grads, master, optim and total filled): 16 bytes per parameter in fp32, where the weights
- * are the master (zero.c); 2-byte weights and a separate fp32 master in bf16 and fp16. */
-tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half);
+ * grads, master, optim, the host items and total filled): 16 bytes per parameter in fp32,
+ * where the weights are the master (zero.c); 2-byte weights and a separate fp32 master in
+ * bf16 and fp16.  `offload` (0 to 1) of the rank's shard (own = elems at stage 0, else
+ * elems / shard) offloaded (parallel.offload = 'optimizer'): its master (4 bytes a
+ * parameter, in fp32 too: the device keeps its weights as the compute copy), m and v (8)
+ * leave the device for the host, which also holds the gradient's copy (4) and, in 16-bit
+ * storage, the compute copy's staging (2): on the host 18 bytes a parameter in bf16 and
+ * fp16, 16 in fp32; on the device 12 and 8 fewer. */
+tsr_plan_memory tsr_plan_state(double elems, int zero_stage, int shard, int half, double offload);
 /* Memory of pipeline stage `stage` (its tp rank 0; tp ranks hold equal amounts). */
 int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int stage,
                           tsr_plan_backend backend, tsr_plan_memory *out);
@@ -135,6 +152,7 @@ typedef struct {
   double recompute_flops; /* of which recomputation ('full': the layers' forward again) */
   double t_compute, t_tp, t_cp, t_pp, t_dp, t_optimizer; /* seconds; t_cp: context-parallel
                                          transfers left exposed; t_dp: the exposed part */
+  tsr_plan_offload offload; /* parallel.offload: the update's copies and CPU time */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless
@@ -161,7 +179,12 @@ typedef struct {
   int worst[TSR_PLAN_N_BACKENDS]; /* the stage with the most memory */
   int critical;           /* the stage with the most compute and transfer time */
   double t_pipeline, t_step, tokens_per_s, mfu; /* the simulated step (plan_sim.h) */
-  int fits;               /* worst GPU peak + reserved_gb <= max_mem_frac x hbm_gb */
+  int fits;               /* fits_gpu and fits_host */
+  int fits_gpu;           /* worst GPU peak + reserved_gb <= max_mem_frac x hbm_gb */
+  int fits_host;          /* host_node <= hardware.host_memory_gb (1 without offload) */
+  double host_node;       /* parallel.offload: page-locked bytes of a node, the GPUs of
+                             the stage holding the most (its host x GPUs per node) */
+  int host_stage;         /* that stage */
   struct {
     double pipeline;      /* the last stage's end of the schedule */
     double reduced;       /* the last data-parallel reduction's end */
@@ -170,6 +193,11 @@ typedef struct {
     double bubble;        /* 1 - mean busy / pipeline: the closed form's definition */
     double closed_pipeline, closed_step; /* the closed form: busy / (1 - bubble) + tail */
     double tflops_per_gpu;/* model FLOPs per step / step / GPUs */
+    double offload;       /* of the tail, the offloaded update (serial, the stage with the
+                             most) */
+    double offload_overlapped; /* the step less what overlapping it would hide: its copies
+                             and the CPU's AdamW pipelined, behind the last micro-batch's
+                             backward (not implemented) */
     double f, b, w;       /* one micro-batch through the critical stage's chunks */
     double gemm, attention, memory, tp, cp; /* of f + b + w, by kind (cp: the exposed
                                                part of the context-parallel transfers) */
@@ -189,7 +217,7 @@ enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_CP, TSR_PLAN_FIX_CP_COMM, TSR_PLAN_FIX_PP,
        TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
        TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
        TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
-       TSR_PLAN_N_SEARCHED };
+       TSR_PLAN_FIX_OFFLOAD, TSR_PLAN_N_SEARCHED };
 /* The searched keys that `group.key=value` overrides name (bit k: key k), matched as the
  * deck matches keys, whatever their case; the search holds those at the deck's value. */
 unsigned tsr_plan_search_fixed(int n, char *const *overrides);
@@ -202,8 +230,9 @@ typedef struct {
 /* Plans every layout on o->nodes nodes (hw's GPUs per node and headroom) and prints the
  * o->top fastest that fit, then the deck's own layout; when none fits, the smallest larger
  * node count (up to 65536) with a layout that fits, and its fastest.  cp > 1 is tried for
- * seq_len >= 16384, and for shorter sequences when nothing fits without it.  *any_fit:
- * some layout fits on o->nodes. */
+ * seq_len >= 16384, and for shorter sequences when nothing fits without it; then, when
+ * still nothing fits, the optimizer offload (parallel.offload = 'optimizer' at every ZeRO stage;
+ * not on hardware 'cpu', where it moves nothing).  *any_fit: some layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 
@@ -244,8 +273,10 @@ extern const char *const tsr_plan_valued_options[];
 /* The trainer, after the first step of a run (`step`: 1, or the step after the one it
  * resumed from): logs the measured memory (max over ranks) next to the planned figures
  * of the backend that ran (`ran`: a GPU's device memory, or this build's host memory with
- * the GPU's figure beside it). */
+ * the GPU's figure beside it); with the optimizer offload on a GPU also the page-locked
+ * host memory ZeRO allocated (`host`, max over ranks: tsr_zero_memory's host) next to the
+ * planned host column. */
 void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_backend ran,
-                         int64_t step, double in_use, double peak);
+                         int64_t step, double in_use, double peak, double host);
 
 #endif

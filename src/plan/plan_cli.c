@@ -14,6 +14,8 @@
 
 /* ---------------------------------------------------------------- text output */
 
+static int half_storage(const tsr_config *cfg) { return cfg->train.precision != TSR_F32; }
+
 /* The deck's word for a choice key of cfg (the functions below all have cfg) */
 #define W(field) tsr_deck_word(cfg, &(field))
 
@@ -91,40 +93,74 @@ static void print_head(FILE *out, const tsr_plan *p, const tsr_config *cfg, int 
             p->stages[full].layers);
 }
 
-static void mem_row(FILE *out, const char *label, double gpu, double cpu) {
-  fprintf(out, "  %-36s %12.3f %14.3f\n", label, gpu / 1e9, cpu / 1e9);
+/* A row of the memory table; `host` (< 0: none) the offload's page-locked column. */
+static void mem_row(FILE *out, const char *label, double gpu, double cpu, double host) {
+  fprintf(out, "  %-36s %12.3f %14.3f", label, gpu / 1e9, cpu / 1e9);
+  if (host >= 0) fprintf(out, " %14.3f", host / 1e9);
+  fputc('\n', out);
 }
 
 static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_memory *g = &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU];
   const tsr_plan_memory *c = &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU];
+  const tsr_plan_memory *h = &p->stages[p->host_stage].mem[TSR_PLAN_GPU];
+  const int off = h->host > 0; /* the host column: page-locked memory of a GPU's rank */
+  const double none = -1;
   char gpu[TSR_STR_SHORT + 8];
   snprintf(gpu, sizeof gpu, "GPU, %s", W(cfg->train.precision));
-  fprintf(out, "\nmemory per GPU, GB (1e9 bytes)       %12s %14s\n", gpu, "this CPU build");
-  fprintf(out, "  %-36s %12d %14d\n", "pipeline stage (the fullest)", p->worst[TSR_PLAN_GPU],
+  fprintf(out, "\nmemory per GPU, GB (1e9 bytes)       %12s %14s%s\n", gpu, "this CPU build",
+          off ? "  host (pinned)" : "");
+  fprintf(out, "  %-36s %12d %14d", "pipeline stage (the fullest)", p->worst[TSR_PLAN_GPU],
           p->worst[TSR_PLAN_CPU]);
-  mem_row(out, "parameters", g->params, c->params);
-  mem_row(out, "gradients (fp32)", g->grads, c->grads);
-  mem_row(out, "master weights (fp32)", g->master, c->master);
-  mem_row(out, "optimizer state (Adam m, v; fp32)", g->optim, c->optim);
-  mem_row(out, "activations", g->activations, c->activations);
+  if (off) fprintf(out, " %14d", p->host_stage);
+  fputc('\n', out);
+  mem_row(out, "parameters", g->params, c->params, off ? h->host_staging : none);
+  mem_row(out, "gradients (fp32)", g->grads, c->grads, off ? h->host_grads : none);
+  mem_row(out, "master weights (fp32)", g->master, c->master, off ? h->host_master : none);
+  mem_row(out, "optimizer state (Adam m, v; fp32)", g->optim, c->optim,
+          off ? h->host_optim : none);
+  mem_row(out, "activations", g->activations, c->activations, off ? 0 : none);
   fprintf(out, "  %-36s %12d %14d\n", "  sets in flight (micro-batch chunks)", g->in_flight,
           c->in_flight);
-  mem_row(out, "communication buffers", g->comm, c->comm);
-  mem_row(out, "workspace", g->workspace, c->workspace);
-  mem_row(out, "total in a step", g->total, c->total);
-  mem_row(out, "peak with setup transients", g->peak, c->peak);
+  mem_row(out, "communication buffers", g->comm, c->comm, off ? 0 : none);
+  mem_row(out, "workspace", g->workspace, c->workspace, off ? 0 : none);
+  mem_row(out, "total in a step", g->total, c->total, off ? h->host : none);
+  mem_row(out, "peak with setup transients", g->peak, c->peak, off ? h->host : none);
   fprintf(out, "  parameters, activations and their gradients stored in %s on both (an fp32 "
           "run's weights are its master); the CPU build adds its host tables, conversion "
           "buffers and the setup's initial copy\n", W(cfg->train.precision));
+  if (off) {
+    fprintf(out, "  offload (parallel.offload = 'optimizer', offload_fraction %g): the shard's "
+            "fp32 master and Adam m, v (12 bytes a parameter) leave the GPU for page-locked "
+            "host memory, which also holds the reduced gradient's fp32 copy (4)%s; the CPU "
+            "build offloads nothing\n", tsr_plan_offload_fraction(cfg),
+            half_storage(cfg) ? " and the new compute copy's staging (2, in the parameters row)"
+                              : "");
+    fprintf(out, "  host per node: %.2f GB = %d GPUs x %.3f GB (stage %d) against "
+            "hardware.host_memory_gb = %.6g GB: %s\n", p->host_node / 1e9,
+            p->grid.ranks_per_node, h->host / 1e9, p->host_stage, p->hw.host_memory_gb,
+            p->fits_host ? "fits" : "does NOT fit");
+  }
   char room[96];
   if (p->hw.max_mem_frac < 1)
     snprintf(room, sizeof room, "%.3g x %.4g GB = %.4g GB of HBM (--max-mem-frac)",
              p->hw.max_mem_frac, p->hw.hbm_gb, p->hw.max_mem_frac * p->hw.hbm_gb);
   else
     snprintf(room, sizeof room, "%.4g GB of HBM", p->hw.hbm_gb);
-  fprintf(out, "  fits: %s (peak %.2f GB + %.1f GB runtime reserve against %s)\n",
-          p->fits ? "yes" : "NO", g->peak / 1e9, p->hw.reserved_gb, room);
+  if (!off) {
+    fprintf(out, "  fits: %s (peak %.2f GB + %.1f GB runtime reserve against %s)\n",
+            p->fits ? "yes" : "NO", g->peak / 1e9, p->hw.reserved_gb, room);
+    return;
+  }
+  fprintf(out, "  fits: %s (GPU: peak %.2f GB + %.1f GB runtime reserve against %s: %s; host: "
+          "%.2f GB a node against %.6g GB: %s)\n", p->fits ? "yes" : "NO", g->peak / 1e9,
+          p->hw.reserved_gb, room, p->fits_gpu ? "yes" : "NO", p->host_node / 1e9,
+          p->hw.host_memory_gb, p->fits_host ? "yes" : "NO");
+  if (!p->fits_host)
+    fprintf(out, "  host memory: parallel.offload = 'optimizer' pins %.0f bytes (%.2f GB) a "
+            "node, %d GPUs x %.0f bytes, more than hardware.host_memory_gb = %.6g GB: fewer "
+            "parameters a GPU (a larger ZeRO group, more nodes) or more host memory\n", p->host_node, p->host_node / 1e9,
+            p->grid.ranks_per_node, h->host, p->hw.host_memory_gb);
 }
 
 static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
@@ -177,6 +213,12 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
     fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  %s\n", t->name, t->size, link_name(t),
             t->total / 1e9, t->seconds, kinds[0] ? kinds : "-");
   }
+  const tsr_plan_offload *o = &st->offload;
+  if (o->fraction > 0) /* the offload's copies between this GPU and its host */
+    fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  to the host %.4g, back %.4g (at "
+            "hardware.pcie_gbps = %.4g GB/s each way)\n", "host (offload)", 1, "PCIe",
+            (o->d2h_bytes + o->h2d_bytes) / 1e9, o->d2h_s + o->h2d_s, o->d2h_bytes / 1e9,
+            o->h2d_bytes / 1e9, p->hw.pcie_gbps);
 }
 
 static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
@@ -202,7 +244,24 @@ static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   fprintf(out, "  reductions end     %10.4f s  data-parallel gradient reductions, overlapped with "
           "the backward they follow\n", p->sim.reduced);
   fprintf(out, "  tail               %10.4f s  tied embedding, gradient norm, AdamW over the "
-          "shard, parameter gathers after it\n", p->sim.tail);
+          "shard%s, parameter gathers after it\n", p->sim.tail,
+          p->sim.offload > 0 ? " (offloaded: on the CPU, between its copies)" : "");
+  const tsr_plan_offload *o = &p->stages[p->host_stage].offload;
+  if (o->fraction > 0) {
+    const double per_gpu = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+    fprintf(out, "  offloaded update   %10.4f s  of the tail, one after the other as the trainer "
+            "runs them (stage %d, the largest shard): gradient to the host %.4g s, the CPU's AdamW %.4g s (%.4g GB, "
+            "%d bytes a parameter, at %.4g GB/s a GPU: %.4g of hardware.cpu_cores = %d at "
+            "cpu_adam_gbps = %.4g, at most host_mem_gbps = %.4g over %d GPUs), compute copy "
+            "back %.4g s\n", o->serial_s, p->host_stage, o->d2h_s, o->cpu_s,
+            o->cpu_bytes / 1e9, half_storage(cfg) ? 30 : 28,
+            o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
+            hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s);
+    fprintf(out, "  if overlapped      %10.4f s  the step with the copies and the CPU's AdamW "
+            "pipelined in pieces (the slowest %.4g s) behind the last micro-batch's backward: "
+            "not implemented, the trainer runs them after it\n", p->sim.offload_overlapped,
+            o->pipelined_s);
+  }
   fprintf(out, "  step               %10.4f s  = %.4g tokens/s, %.4g TFLOP/s per GPU, MFU %.3f\n",
           p->t_step, p->tokens_per_s, p->sim.tflops_per_gpu, p->mfu);
   char cpt[48] = "";
@@ -227,8 +286,17 @@ void tsr_plan_print(FILE *out, const tsr_plan *p, const tsr_config *cfg, int nod
 static void json_memory(FILE *out, const tsr_plan_memory *m) {
   fprintf(out, "{\"params\": %.0f, \"grads\": %.0f, \"master\": %.0f, \"optim\": %.0f, "
           "\"activations\": %.0f, \"comm\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
-          "\"peak\": %.0f, \"in_flight\": %d}", m->params, m->grads, m->master, m->optim,
-          m->activations, m->comm, m->workspace, m->total, m->peak, m->in_flight);
+          "\"peak\": %.0f, \"in_flight\": %d, \"host\": {\"master\": %.0f, \"optim\": %.0f, "
+          "\"grads\": %.0f, \"staging\": %.0f, \"total\": %.0f}}", m->params, m->grads,
+          m->master, m->optim, m->activations, m->comm, m->workspace, m->total, m->peak,
+          m->in_flight, m->host_master, m->host_optim, m->host_grads, m->host_staging, m->host);
+}
+
+static void json_offload(FILE *out, const tsr_plan_offload *o) {
+  fprintf(out, "{\"fraction\": %.6g, \"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
+          "\"cpu_bytes\": %.0f, \"d2h_s\": %.6g, \"cpu_s\": %.6g, \"h2d_s\": %.6g, "
+          "\"serial_s\": %.6g, \"pipelined_s\": %.6g}", o->fraction, o->d2h_bytes,
+          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s);
 }
 
 static void json_traffic(FILE *out, const tsr_plan_traffic *t) {
@@ -252,6 +320,8 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   fprintf(out, ",\n     \"flops\": %.17g, \"recompute_flops\": %.17g, \"traffic\": ", st->flops,
           st->recompute_flops);
   json_traffic(out, st->comm);
+  fprintf(out, ",\n     \"offload\": ");
+  json_offload(out, &st->offload);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"cp\": %.6g, "
           "\"pp\": %.6g, \"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": "
           "{\"end_s\": %.6g, \"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute,
@@ -291,11 +361,14 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
           "\"hardware\": \"%s\", \"peak_tflops\": %.6g, \"peak_fp32_tflops\": %.6g, "
           "\"hbm_gb\": %.6g, \"hbm_gbps\": %.6g, \"intra_node_gbps\": %.6g, "
           "\"inter_node_gbps\": %.6g, \"compute_efficiency\": %.6g, \"comm_efficiency\": %.6g, "
-          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g, \"implementation\": \"%s\",\n   ",
+          "\"reserved_gb\": %.6g, \"max_mem_frac\": %.6g, \"implementation\": \"%s\",\n   "
+          "\"host_memory_gb\": %.6g, \"pcie_gbps\": %.6g, \"cpu_cores\": %d, "
+          "\"cpu_adam_gbps\": %.6g, \"host_mem_gbps\": %.6g,\n   ",
           nodes, g->ranks_per_node, g->world, hw->name, hw->peak_tflops, hw->peak_fp32_tflops,
           hw->hbm_gb, hw->hbm_gbps, hw->intra_node_gbps, hw->inter_node_gbps,
           hw->compute_efficiency, hw->comm_efficiency, hw->reserved_gb, hw->max_mem_frac,
-          W(cfg->hardware.implementation));
+          W(cfg->hardware.implementation), hw->host_memory_gb, hw->pcie_gbps, hw->cpu_cores,
+          hw->cpu_adam_gbps, hw->host_mem_gbps);
   json_profile(out, hw);
   fprintf(out, "},\n");
   fprintf(out, "  \"model\": {\"arch\": \"%s\", \"n_params\": %lld, \"precision\": \"%s\", "
@@ -312,7 +385,17 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   json_memory(out, &p->stages[p->worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU]);
   fprintf(out, ",\n             \"cpu_build_stage\": %d, \"cpu_build\": ", p->worst[TSR_PLAN_CPU]);
   json_memory(out, &p->stages[p->worst[TSR_PLAN_CPU]].mem[TSR_PLAN_CPU]);
-  fprintf(out, ", \"fits\": %s},\n", p->fits ? "true" : "false");
+  fprintf(out, ", \"fits\": %s, \"fits_gpu\": %s, \"fits_host\": %s,\n             "
+          "\"host_stage\": %d, \"host_per_gpu\": %.0f, \"host_per_node\": %.0f},\n",
+          p->fits ? "true" : "false", p->fits_gpu ? "true" : "false",
+          p->fits_host ? "true" : "false", p->host_stage,
+          p->stages[p->host_stage].mem[TSR_PLAN_GPU].host, p->host_node);
+  fprintf(out, "  \"offload\": {\"offload\": \"%s\", \"fraction\": %.6g, \"stage\": %d, "
+          "\"update\": ", W(cfg->parallel.offload), p->stages[p->host_stage].offload.fraction,
+          p->host_stage);
+  json_offload(out, &p->stages[p->host_stage].offload);
+  fprintf(out, ", \"tail_s\": %.6g, \"overlapped_step_s\": %.6g},\n", p->sim.offload,
+          p->sim.offload_overlapped);
   fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
           "\"attention_saved\": %.17g, \"recompute\": %.17g, \"executed\": %.17g, "
           "\"gemm_weights\": %lld},\n",
@@ -377,13 +460,16 @@ static void plan_usage(FILE *out) {
           "  --print-profile print the machine in deck syntax (a profile file) and exit\n"
           "  --search        rank every layout that fits (the K fastest, default 10), with\n"
           "                  context parallelism when seq_len >= 16384 or nothing fits\n"
-          "                  without it.  A group.key=value of a key it varies holds it:\n"
+          "                  without it, then the optimizer offload when still nothing\n"
+          "                  fits.  A group.key=value of a key it varies holds it:\n"
           "                  parallel.{tp, cp, cp_comm, pp, virtual_stages, schedule,\n"
-          "                  sequence_parallel, zero_stage, shard_scope, micro_batches},\n"
-          "                  train.{micro_batch, recompute}.  When nothing fits, it names\n"
-          "                  the smallest larger node count at which a layout does\n"
+          "                  sequence_parallel, zero_stage, shard_scope, micro_batches,\n"
+          "                  offload}, train.{micro_batch, recompute}.  When nothing fits,\n"
+          "                  it names the smallest larger node count at which a layout does\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
-          "                  most F x hardware.hbm_gb (0 < F <= 1, default 1)\n"
+          "                  most F x hardware.hbm_gb (0 < F <= 1, default 1); with\n"
+          "                  parallel.offload a node's host memory must also fit in\n"
+          "                  hardware.host_memory_gb\n"
           "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
           "                  layout fits); without it a plan exits 0 either way\n"
           "  exit codes: 0 planned, 2 bad input or a layout that does not divide, 3 does not\n"
@@ -517,7 +603,7 @@ static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
       "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
-      "parallel.micro_batches=0", NULL};
+      "parallel.micro_batches=0", NULL, NULL};
   static char schedule[64];
   if (k != TSR_PLAN_FIX_SCHEDULE) return fixed[k];
   if (!schedule[0])

@@ -40,7 +40,24 @@
  *    taken at 0.8 of NVLink's bandwidth, with 10 us per message (20 us between nodes):
  *    assumptions of the order NCCL's own tests report, stated as such.
  *  - H200: the H100's chip with more and faster HBM; Tessera on an A100 (never measured):
- *    the H100's fractions.  'custom': the H100 profile of the implementation. */
+ *    the H100's fractions.  'custom': the H100 profile of the implementation.
+ *  - The host side of the optimizer offload (parallel.offload), per node as NVIDIA's DGX
+ *    datasheets give it: DGX H100 and DGX H200 2 x Xeon Platinum 8480C (112 cores) and 2
+ *    TB of DDR5, DGX A100 (640 GB) 2 x EPYC 7742 (128 cores) and 2 TB of DDR4; the host
+ *    memory taken as 2048 GB.  Host memory bandwidth: 0.7 of the DDR peak, about what
+ *    STREAM's triad reaches on two-socket servers (an assumption, not measured here): 16
+ *    channels of DDR5 at 4400 MT/s (two DIMMs a channel for 2 TB) 563 GB/s -> 394; 16 of
+ *    DDR4-3200 410 GB/s -> 287.  Copies between a GPU and page-locked host memory: PCIe
+ *    Gen5 x16 (H100, H200) 64 GB/s and Gen4 x16 (A100) 32 GB/s per direction on the wire,
+ *    taken at 50 and 25, about what CUDA's bandwidthTest reports for pinned copies (where
+ *    two GPUs share a switch's uplink to the CPU, each gets about half when both copy:
+ *    set hardware.pcie_gbps).  One core's AdamW (src/cpu/cpu_optim.c, the host kernel
+ *    the offload runs): 11.5 GB/s, bench/cpu_adamw.sh on one core of the development
+ *    VM's Xeon with 64 Mi parameters and the bf16 copy (bench/RESULTS.md "The CPU half of
+ *    optimizer offload": 382 Mparam/s x 30 bytes by the wall clock, 426 per core-second;
+ *    without the copy 440-484 x 28 bytes, 12.3-13.6 GB/s), the lower figure, until a GPU
+ *    node's cores are measured; on an 8-GPU node the memory bandwidth binds before it (14
+ *    cores x 11.5 = 161 GB/s against 394 / 8 = 49). */
 #include "plan_profile.h"
 
 #include <math.h>
@@ -58,13 +75,17 @@ static const struct {
   const char *name;
   double bf16_tflops, fp32_tflops, hbm_gb, hbm_gbps, nvlink_gbps, network_gbps;
   int per_node;
+  double host_gb, host_mem_gbps, pcie_gbps; /* the node's host side ('custom': the h100's) */
+  int cores;
 } builtin[] = {
-    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8},
-    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8},
-    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8},
-    {"custom", 0, 0, 0, 0, 0, 0, 0},
-    {"cpu", 0, 0, 0, 0, 0, 0, 1},
+    {"h100", 989.0, 67.0, 80.0, 3350.0, 450.0, 50.0, 8, 2048.0, 394.0, 50.0, 112},
+    {"h200", 989.0, 67.0, 141.0, 4800.0, 450.0, 50.0, 8, 2048.0, 394.0, 50.0, 112},
+    {"a100", 312.0, 19.5, 80.0, 2039.0, 300.0, 25.0, 8, 2048.0, 287.0, 25.0, 128},
+    {"custom", 0, 0, 0, 0, 0, 0, 0, 2048.0, 394.0, 50.0, 112},
+    {"cpu", 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0},
 };
+/* GB/s one core's AdamW moves (the comment above) */
+static const double cpu_adam_core_gbps = 11.5;
 
 /* gemm_eff {fp32, 16-bit}, gemm_half_dim, attn_fwd {fp32, 16}, attn_bwd {fp32, 16},
  * attn_half_seq, attn_half_hd, mem_eff, kernel_s, link_eff {intra, inter}, link_latency_s
@@ -288,6 +309,10 @@ void tsr_plan_cpu_probe(const tsr_hardware_config *d, tsr_hardware *hw, int rank
   pr->slowdown = (double)ranks * threads > (double)cores ? (double)ranks * threads / cores : 1;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   hw->hbm_gb = pages > 0 && page > 0 ? (double)pages * page / 1e9 / (ranks > 0 ? ranks : 1) : 1;
+  /* the host side: this host (a CPU run offloads nothing; the figures are for the output) */
+  hw->host_memory_gb = hw->hbm_gb * (ranks > 0 ? ranks : 1);
+  hw->cpu_cores = (int)cores;
+  hw->host_mem_gbps = hw->pcie_gbps = hw->hbm_gbps;
   snprintf(pr->source, sizeof pr->source,
            "this host, measured at start-up with %d thread(s) per rank on %ld core(s); link %s",
            threads, cores, cpu_link_measured ? "measured by ping-pong" : "Open MPI shared "
@@ -310,6 +335,11 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
   hw->intra_node_gbps = builtin[d->name].nvlink_gbps;
   hw->inter_node_gbps = builtin[d->name].network_gbps;
   hw->gpus_per_node = builtin[d->name].per_node;
+  hw->host_memory_gb = builtin[d->name].host_gb;
+  hw->host_mem_gbps = builtin[d->name].host_mem_gbps;
+  hw->pcie_gbps = builtin[d->name].pcie_gbps;
+  hw->cpu_cores = builtin[d->name].cores;
+  hw->cpu_adam_gbps = cpu_adam_core_gbps;
   hw->impl = d->implementation;
   const int ref = d->implementation == TSR_IMPL_REFERENCE;
   hw->prof = d->name == TSR_HW_A100 && ref ? reference_a100 : ref ? reference_h100 : tessera_h100;
@@ -330,6 +360,11 @@ int tsr_plan_hardware(const tsr_hardware_config *d, tsr_hardware *hw) {
               "hardware.name = 'custom' needs hardware.%s > 0 in the deck", fig[i].key);
   }
   if (d->gpus_per_node > 0) hw->gpus_per_node = (int)d->gpus_per_node;
+  if (d->host_memory_gb > 0) hw->host_memory_gb = d->host_memory_gb;
+  if (d->host_mem_gbps > 0) hw->host_mem_gbps = d->host_mem_gbps;
+  if (d->pcie_gbps > 0) hw->pcie_gbps = d->pcie_gbps;
+  if (d->cpu_cores > 0) hw->cpu_cores = (int)d->cpu_cores;
+  if (d->cpu_adam_gbps > 0) hw->cpu_adam_gbps = d->cpu_adam_gbps;
   TSR_CHECK(hw->gpus_per_node > 0, TSR_ERR_INPUT,
             "hardware.name = 'custom' needs hardware.gpus_per_node (or --gpus-per-node)");
   hw->compute_efficiency = d->compute_efficiency;
@@ -407,6 +442,18 @@ double tsr_plan_stream_s(const tsr_hardware *hw, double bytes) {
          hw->prof.kernel_s;
 }
 
+double tsr_plan_cpu_adam_s(const tsr_hardware *hw, double bytes) {
+  if (bytes <= 0) return 0;
+  const double per_node = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  const double rate = fmin(hw->cpu_adam_gbps * hw->cpu_cores, hw->host_mem_gbps) / per_node;
+  return rate > 0 ? bytes / (rate * 1e9) : INFINITY;
+}
+
+double tsr_plan_pcie_s(const tsr_hardware *hw, double bytes) {
+  if (bytes <= 0) return 0;
+  return hw->pcie_gbps > 0 ? bytes / (hw->pcie_gbps * 1e9) : INFINITY;
+}
+
 double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double messages) {
   if (bytes <= 0 && messages <= 0) return 0;
   const int inter = link == TSR_LINK_INTER;
@@ -430,6 +477,30 @@ double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t, double bytes) 
   return tsr_plan_link_s(hw, link, (double)(t - 1) / t * bytes, rounds(t));
 }
 
+/* ---------------------------------------------------------------- the offload's update */
+
+double tsr_plan_offload_fraction(const tsr_config *cfg) {
+  return cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER ? cfg->parallel.offload_fraction : 0;
+}
+
+tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own) {
+  tsr_plan_offload o;
+  memset(&o, 0, sizeof o);
+  o.fraction = strcmp(hw->name, "cpu") ? tsr_plan_offload_fraction(cfg) : 0;
+  if (o.fraction <= 0) return o;
+  const int half = cfg->train.precision != TSR_F32;
+  const double e = half ? 2 : 4, x = o.fraction * own;
+  o.d2h_bytes = 4 * x;
+  o.h2d_bytes = e * x;
+  o.cpu_bytes = (half ? 30 : 28) * x; /* the 16-bit copy written in AdamW's pass */
+  o.d2h_s = tsr_plan_pcie_s(hw, o.d2h_bytes);
+  o.h2d_s = tsr_plan_pcie_s(hw, o.h2d_bytes);
+  o.cpu_s = tsr_plan_cpu_adam_s(hw, o.cpu_bytes);
+  o.serial_s = o.d2h_s + o.cpu_s + o.h2d_s;
+  o.pipelined_s = fmax(o.cpu_s, fmax(o.d2h_s, o.h2d_s));
+  return o;
+}
+
 /* ---------------------------------------------------------------- as a profile file */
 
 void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw) {
@@ -445,6 +516,9 @@ void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw) {
           "  hbm_gbps = %.6g\n  intra_node_gbps = %.6g\n  inter_node_gbps = %.6g\n"
           "  gpus_per_node = %d\n", hw->peak_tflops, hw->peak_fp32_tflops, hw->hbm_gb,
           hw->hbm_gbps, hw->intra_node_gbps, hw->inter_node_gbps, hw->gpus_per_node);
+  fprintf(out, "  host_memory_gb = %.6g\n  pcie_gbps = %.6g\n  cpu_cores = %d\n"
+          "  cpu_adam_gbps = %.6g\n  host_mem_gbps = %.6g\n", hw->host_memory_gb,
+          hw->pcie_gbps, hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps);
   fprintf(out, "  gemm_efficiency = %.6g\n  gemm_fp32_efficiency = %.6g\n  gemm_half_dim = %.6g\n",
           p->gemm_eff[1], p->gemm_eff[0], p->gemm_half_dim);
   fprintf(out, "  attention_efficiency = %.6g\n  attention_bwd_efficiency = %.6g\n"

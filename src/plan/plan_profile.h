@@ -61,6 +61,12 @@ typedef struct {
   double compute_efficiency, comm_efficiency, reserved_gb; /* the deck's (0: the profile) */
   double max_mem_frac; /* headroom: a plan fits when the GPU's peak plus reserved_gb is at
                           most this fraction of hbm_gb (1; `tessera plan --max-mem-frac`) */
+  /* The host side of parallel.offload = 'optimizer' (plan.c): a node's memory, cores and
+   * their memory bandwidth, each GPU's copies to and from it, one core's AdamW rate */
+  double host_memory_gb, host_mem_gbps; /* per node */
+  int cpu_cores;                        /* per node */
+  double pcie_gbps;                     /* per GPU, one direction */
+  double cpu_adam_gbps;                 /* per core: bytes AdamW reads and writes */
   tsr_hw_impl impl;    /* hardware.implementation */
   tsr_plan_profile prof;
 } tsr_hardware;
@@ -94,6 +100,11 @@ double tsr_plan_memory_s(const tsr_hardware *hw, double bytes, double kernels);
 /* AdamW and the other passes over whole buffers, larger than any cache: hbm_gbps x
  * min(1, memory_efficiency) */
 double tsr_plan_stream_s(const tsr_hardware *hw, double bytes);
+/* The CPU's AdamW for one GPU moving `bytes`: the cores of its node's share (cpu_cores /
+ * gpus_per_node) at cpu_adam_gbps each, at most its share of host_mem_gbps */
+double tsr_plan_cpu_adam_s(const tsr_hardware *hw, double bytes);
+/* `bytes` copied between one GPU and the host, one direction, at pcie_gbps */
+double tsr_plan_pcie_s(const tsr_hardware *hw, double bytes);
 /* `messages` messages carrying `bytes` in all over the link */
 double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double messages);
 /* Ring collectives over t ranks (comm.h's convention), `bytes` the whole buffer.  A ring
@@ -103,6 +114,28 @@ double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double me
 double tsr_plan_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes);
 double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t,
                          double bytes); /* or a reduce-scatter */
+
+/* The fraction of the shard a GPU run offloads: parallel.offload_fraction with
+ * parallel.offload = 'optimizer', else 0 (a CPU run offloads nothing: its column never). */
+double tsr_plan_offload_fraction(const tsr_config *cfg);
+
+/* The optimizer offload's update of one GPU's shard (parallel.offload = 'optimizer', a
+ * fraction f of its `own` elements), serial after the gradient reduction as zero.c runs it:
+ * the gradient to the host (4 f own bytes), the CPU's AdamW (reading master, m, v and the
+ * gradient, writing master, m, v: 28 bytes a parameter, and the 16-bit compute copy: 30),
+ * the compute copy back (2 or 4 f own bytes); the device's AdamW on the rest.  All 0
+ * without offload. */
+typedef struct {
+  double fraction;          /* f */
+  double d2h_bytes, h2d_bytes, cpu_bytes;
+  double d2h_s, cpu_s, h2d_s; /* at hardware.pcie_gbps and the CPU AdamW rate */
+  double serial_s;          /* d2h + cpu + h2d: what the trainer does */
+  double pipelined_s;       /* the three in pieces, overlapped with each other (not
+                               implemented): the slowest of them */
+} tsr_plan_offload;
+/* That for `own` elements of a shard (the rank's optimizer state); nothing on hardware
+ * 'cpu', where the run is on the host already. */
+tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own);
 
 /* The profile in deck syntax: the &hardware group with every figure, as a profile file
  * holds it (`tessera plan --print-profile`). */

@@ -22,7 +22,7 @@ static const char *const searched[TSR_PLAN_N_SEARCHED] = {
     "parallel.pp",         "parallel.virtual_stages",
     "parallel.schedule",   "parallel.sequence_parallel", "parallel.zero_stage",
     "parallel.shard_scope", "train.micro_batch", "parallel.micro_batches",
-    "train.recompute"};
+    "train.recompute",     "parallel.offload"};
 
 unsigned tsr_plan_search_fixed(int n, char *const *overrides) {
   unsigned fixed = 0;
@@ -48,6 +48,9 @@ typedef struct {
   tsr_cp_comm cp_comm;
   double mem, step, mfu, tokens_per_s;
   int fits;
+  int offload;         /* parallel.offload = 'optimizer' */
+  double host;         /* its page-locked bytes a node */
+  int fits_host;
   const char *schedule; /* the deck's word (tsr_deck_word: static) */
   tsr_schedule_choice kind;
   int64_t scope;   /* parallel.shard_scope */
@@ -59,6 +62,8 @@ typedef struct {
   int n, cap, divide, fit;
   int first_fit; /* stop at the first layout that fits (probing a larger node count) */
   int with_cp;   /* cp > 1 is tried (cp_values) */
+  int offload;   /* parallel.offload = 'optimizer' with ZeRO 1-3 (unless the command line
+                    holds parallel.offload) */
 } candidates;
 
 static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
@@ -88,7 +93,8 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
                      g->cp, c->parallel.cp_comm,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
-                     p.tokens_per_s, p.fits, tsr_deck_word(c, &c->parallel.schedule),
+                     p.tokens_per_s, p.fits, tsr_plan_offload_fraction(c) > 0, p.host_node,
+                     p.fits_host, tsr_deck_word(c, &c->parallel.schedule),
                      c->parallel.schedule, c->parallel.shard_scope, 0};
     k->short_gb = (k->mem + hw->reserved_gb * 1e9) / 1e9 - hw->max_mem_frac * hw->hbm_gb;
   }
@@ -184,6 +190,10 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
                       const tsr_plan_search_opts *o, candidates *cs) {
   tsr_config c = *deck;
   if (!FIXED(MICRO_BATCHES)) c.parallel.micro_batches = 0;
+  if (!FIXED(OFFLOAD)) {
+    c.parallel.offload = cs->offload ? TSR_OFFLOAD_OPTIMIZER : TSR_OFFLOAD_NONE;
+    if (cs->offload) c.parallel.offload_fraction = 1; /* the trainer offloads all of it */
+  }
   const int64_t G = hw->gpus_per_node, L = deck->model.n_layer;
   const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
   const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
@@ -265,8 +275,8 @@ static int by_fit_then_time(const void *a, const void *b) {
 /* The search on `nodes` nodes, ranked (fitting first by predicted step time, then the rest
  * by memory). */
 static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
-                     const tsr_plan_search_opts *o, int with_cp, candidates *cs) {
-  *cs = (candidates){NULL, 0, 0, 0, 0, 0, with_cp};
+                     const tsr_plan_search_opts *o, int with_cp, int offload, candidates *cs) {
+  *cs = (candidates){NULL, 0, 0, 0, 0, 0, with_cp, offload};
   const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
   if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
   return rc;
@@ -345,14 +355,16 @@ static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nod
 
 /* What the scan above `nodes` found: the smallest node count with a layout that fits (0:
  * none up to `up_to`; `cut`: the scan stopped at MAX_NODES, not where layouts stop
- * dividing), and there the ranked search. */
+ * dividing), and there the ranked search; `offload`: with the optimizer offload, as a
+ * search on that count would try it (`allow_offload`), nothing fitting there without it. */
 typedef struct {
-  int count, up_to, cut;
+  int count, up_to, cut, offload;
   candidates there;
 } larger;
 
 static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
-                       const tsr_plan_search_opts *o, int with_cp, larger *out) {
+                       const tsr_plan_search_opts *o, int with_cp, int allow_offload,
+                       larger *out) {
   const int bound = (int)(INT_MAX / hw->gpus_per_node < MAX_NODES ? INT_MAX / hw->gpus_per_node
                                                                    : MAX_NODES);
   int *list = NULL, n = 0;
@@ -363,14 +375,16 @@ static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
     fprintf(stderr, "tessera plan: nothing fits on %d node(s); trying %d larger node count(s) "
             "up to %d ...\n", o->nodes, n, list[n - 1]);
   int rc = 0;
-  for (int i = 0; i < n && !rc && !out->count; i++) {
-    candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp};
-    rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
-    if (!rc && probe.fit) out->count = list[i];
-    tsr_free(&probe.c);
-  }
+  for (int i = 0; i < n && !rc && !out->count; i++)
+    for (int off = 0; off <= allow_offload && !rc && !out->count; off++) {
+      candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp, off};
+      rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
+      if (!rc && probe.fit) out->count = list[i], out->offload = off;
+      tsr_free(&probe.c);
+    }
   tsr_free(&list);
-  if (!rc && out->count) rc = search_on(deck, hw, out->count, o, with_cp, &out->there);
+  if (!rc && out->count)
+    rc = search_on(deck, hw, out->count, o, with_cp, out->offload, &out->there);
   return rc;
 }
 
@@ -382,32 +396,41 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
             "\"virtual_stages\": %d, \"schedule\": \"%s\", \"dp\": %d, "
             "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
             "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
-            "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s}", rank,
+            "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s, \"offload\": \"%s\", "
+            "\"host_gb_per_node\": %.4f, \"fits_host\": %s}", rank,
             k->tp, k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p", k->pp, k->v, k->schedule,
             k->dp, k->zero, k->shard, k->micro_batch,
             recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
-            k->tokens_per_s, k->mfu, k->fits ? "true" : "false");
+            k->tokens_per_s, k->mfu, k->fits ? "true" : "false",
+            k->offload ? "optimizer" : "none", k->host / 1e9, k->fits_host ? "true" : "false");
     return;
   }
-  char r[16], fit[48], cp[24];
+  char r[16], fit[64], cp[24], host[24];
   snprintf(r, sizeof r, rank > 0 ? "%d" : "-", rank);
-  snprintf(fit, sizeof fit, k->fits ? "yes" : "NO, %.4g GB short", k->short_gb);
+  if (k->fits)
+    snprintf(fit, sizeof fit, "yes");
+  else if (k->short_gb > 0)
+    snprintf(fit, sizeof fit, "NO, %.4g GB short", k->short_gb);
+  else
+    snprintf(fit, sizeof fit, "NO, host memory short");
   if (k->cp > 1)
     snprintf(cp, sizeof cp, "%d/%s", k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p");
   else
     snprintf(cp, sizeof cp, "1");
-  fprintf(out, "  %4s %3d %3d %2d %-11s %4d %-6s %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f  %s\n",
-          r, k->tp, k->pp, k->v, k->schedule, k->dp, cp, k->zero, k->shard, k->micro_batch,
-          recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9, k->step,
-          k->tokens_per_s, k->mfu, fit);
+  snprintf(host, sizeof host, k->offload ? "%.0f" : "-", k->host / 1e9);
+  fprintf(out, "  %4s %3d %3d %2d %-11s %4d %-6s %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f "
+          "%7s  %s\n", r, k->tp, k->pp, k->v, k->schedule, k->dp, cp, k->zero, k->shard,
+          k->micro_batch, recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9,
+          k->step, k->tokens_per_s, k->mfu, host, fit);
 }
 
 /* The columns: cp after dp, as "cp/p2p" or "cp/a2a" (1: none), so that rank, tp and pp
- * stay the first three. */
+ * stay the first three; "host GB" the optimizer offload's page-locked memory a node ("-":
+ * no offload). */
 static void print_table_head(void) {
-  printf("  %4s %3s %3s %2s %-11s %4s %-6s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s  %s\n", "rank",
-         "tp", "pp", "v", "schedule", "dp", "cp", "zero", "shard", "mb", "recompute", "sp",
-         "mem GB", "step s", "tokens/s", "MFU", "fits");
+  printf("  %4s %3s %3s %2s %-11s %4s %-6s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s %7s  %s\n",
+         "rank", "tp", "pp", "v", "schedule", "dp", "cp", "zero", "shard", "mb", "recompute",
+         "sp", "mem GB", "step s", "tokens/s", "MFU", "host GB", "fits");
 }
 
 /* The deck's own layout among the candidates: its row and how many that fit are faster. */
@@ -480,9 +503,10 @@ static void print_larger_text(const tsr_hardware *hw, const tsr_plan_search_opts
              l->cut ? "the scan's bound" : "beyond it no layout divides");
     return;
   }
-  printf("; the smallest node count that fits is %d (%d x %d = %d GPUs, %d layout(s) fit); "
+  printf("; the smallest node count that fits is %d (%d x %d = %d GPUs, %d layout(s) fit%s); "
          "the fastest there:\n", l->count, l->count, hw->gpus_per_node,
-         l->count * hw->gpus_per_node, l->there.fit);
+         l->count * hw->gpus_per_node, l->there.fit,
+         l->offload ? " with the optimizer offload, none without it" : "");
   print_table_head();
   print_candidate(stdout, 1, &l->there.c[0], 0);
 }
@@ -499,6 +523,8 @@ static int replan(const tsr_config *deck, const tsr_hardware *hw, int world, con
   c.parallel.cp = k->cp, c.parallel.cp_comm = k->cp_comm;
   c.parallel.schedule = k->kind, c.parallel.sequence_parallel = k->sp;
   c.parallel.shard_scope = k->scope, c.parallel.zero_stage = zero, c.parallel.micro_batches = 0;
+  if (k->offload) c.parallel.offload = TSR_OFFLOAD_OPTIMIZER, c.parallel.offload_fraction = 1;
+  else c.parallel.offload = TSR_OFFLOAD_NONE;
   c.train.recompute = (tsr_recompute)recompute, c.train.micro_batch = mb;
   if (tsr_plan_layout(&c, world, hw->gpus_per_node, &g, NULL, 0)) return 1;
   return candidate_of(&c, hw, &g, out) ? 1 : 0;
@@ -529,6 +555,13 @@ static int remedies(const tsr_config *deck, const tsr_hardware *hw, int world,
   /* then those together */
   if (n > 1 && !replan(deck, hw, world, b, z, rc, mb, &r[n].k))
     r[n].key = "these together", r[n].value = NULL, r[n++].held = 0;
+  /* the optimizer offload (hardware 'cpu': nothing to move) */
+  candidate off = *b;
+  off.offload = 1;
+  if (!b->offload && strcmp(hw->name, "cpu") &&
+      !replan(deck, hw, world, &off, b->zero, b->recompute, b->micro_batch, &r[n].k) &&
+      r[n].k.mem < b->mem)
+    r[n].key = "parallel.offload", r[n].value = "optimizer", r[n++].held = !!FIXED(OFFLOAD);
   return n;
 }
 
@@ -542,17 +575,23 @@ static void print_shortfall_text(const tsr_config *deck, const tsr_hardware *hw,
                                  const larger *l, const char *room) {
   if (!cs->n) return;
   const candidate *b = &cs->c[0]; /* sorted: the least memory first when none fits */
-  remedy r[4];
+  remedy r[5];
   const int n = remedies(deck, hw, world, o, b, r);
-  printf("closest to fitting: %.4g GB per GPU with %.1f GB reserved, against %s: short by "
-         "%.4g GB per GPU (the first layout above)\n", b->mem / 1e9, hw->reserved_gb, room,
-         b->short_gb);
+  if (b->short_gb > 0)
+    printf("closest to fitting: %.4g GB per GPU with %.1f GB reserved, against %s: short by "
+           "%.4g GB per GPU (the first layout above)\n", b->mem / 1e9, hw->reserved_gb, room,
+           b->short_gb);
+  else
+    printf("closest to fitting: %.4g GB per GPU fits in %s, but its offloaded optimizer state "
+           "takes %.4g GB of page-locked host memory a node, more than hardware.host_memory_gb "
+           "= %.6g (the first layout above)\n", b->mem / 1e9, room, b->host / 1e9,
+           hw->host_memory_gb);
   printf("what would close it:\n");
   for (int i = 0; i < n; i++) {
     char what[96];
+    const char *q = r[i].value && (r[i].value[0] < '0' || r[i].value[0] > '9') ? "'" : "";
     if (r[i].value)
-      snprintf(what, sizeof what, "%s = %s%s%s%s", r[i].key, strcmp(r[i].value, "full") ? "" : "'",
-               r[i].value, strcmp(r[i].value, "full") ? "" : "'",
+      snprintf(what, sizeof what, "%s = %s%s%s%s", r[i].key, q, r[i].value, q,
                r[i].held ? " (held by the command line)" : "");
     else
       snprintf(what, sizeof what, "%s", r[i].key);
@@ -582,7 +621,7 @@ static void print_shortfall_json(const tsr_config *deck, const tsr_hardware *hw,
     return;
   }
   const candidate *b = &cs->c[0];
-  remedy r[4];
+  remedy r[5];
   const int n = remedies(deck, hw, world, o, b, r);
   printf("{\"short_gb\": %.4f, \"hbm_gb_needed\": %.4f, \"layout\": ", b->short_gb,
          hbm_needed(hw, b));
@@ -616,21 +655,34 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
   const int world = o->nodes * hw->gpus_per_node;
   /* cp > 1 for long sequences, or, when nothing fits without it, for any the checks take */
   int with_cp = !FIXED(CP) && cfg->model.seq_len >= CP_FROM_SEQ_LEN;
-  int rc = search_on(cfg, hw, o->nodes, o, with_cp, &cs);
+  int rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, &cs);
   if (!rc && !cs.fit && !with_cp && !FIXED(CP) && cfg->model.seq_len % 4 == 0) {
     tsr_free(&cs.c);
     with_cp = 1;
-    rc = search_on(cfg, hw, o->nodes, o, with_cp, &cs);
+    rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, &cs);
   }
-  if (!rc && !cs.fit) rc = scan_larger(cfg, hw, o, with_cp, &more);
+  /* the optimizer offload, when nothing fits without it (its layouts replace the rows) */
+  int offload = 0;
+  if (!rc && !cs.fit && !FIXED(OFFLOAD) && strcmp(hw->name, "cpu")) {
+    candidates off;
+    rc = search_on(cfg, hw, o->nodes, o, with_cp, 1, &off);
+    if (!rc) {
+      tsr_free(&cs.c);
+      cs = off;
+      offload = 1;
+    }
+  }
+  if (!rc && !cs.fit)
+    rc = scan_larger(cfg, hw, o, with_cp, !FIXED(OFFLOAD) && strcmp(hw->name, "cpu"), &more);
   const int shown = cs.fit < o->top ? cs.fit : o->top;
   char room[96];
   fit_room(room, sizeof room, hw);
   if (!rc && o->json) {
     printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
-           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d, \"cp_searched\": %s,\n  ",
+           "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d, \"cp_searched\": %s, "
+           "\"offload_searched\": %s, \"host_memory_gb\": %.6g,\n  ",
            o->nodes, hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit,
-           with_cp ? "true" : "false");
+           with_cp ? "true" : "false", offload ? "true" : "false", hw->host_memory_gb);
     print_fixed(cfg, o->fixed, 1);
     printf(",\n  ");
     print_deck_layout(cfg, hw, world, &cs, 1, o->deck_invalid);
@@ -663,6 +715,11 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
              "2 cp chunks, with the ring (p2p) and the all-to-alls (a2a)%s\n",
              (long long)cfg->model.seq_len,
              cfg->model.seq_len >= CP_FROM_SEQ_LEN ? "" : ", as nothing fits without it");
+    if (offload)
+      printf("optimizer offload tried, as nothing fits without it: parallel.offload = "
+             "'optimizer' at every ZeRO stage, the shard's master weights and Adam moments in "
+             "page-locked host memory (host GB: a node's, against hardware.host_memory_gb = "
+             "%.6g)\n", hw->host_memory_gb);
     print_fixed(cfg, o->fixed, 0);
     if (rows) print_table_head();
     for (int i = 0; i < rows; i++) {

@@ -239,13 +239,13 @@ static int stage_link(const tsr_plan_grid *g, int a, int b) {
 }
 
 typedef struct {
-  double *f, *b, *w, *reduce, *gather, *p2p, *end, *busy, *reduced, *elems, *first;
+  double *f, *b, *w, *reduce, *gather, *p2p, *end, *busy, *reduced, *elems, *first, *back;
   int *pieces;
 } step_arrays;
 
 static void free_arrays(step_arrays *a) {
   double **d[] = {&a->f,    &a->b,    &a->w,       &a->reduce, &a->gather, &a->p2p,
-                  &a->end,  &a->busy, &a->reduced, &a->elems,  &a->first};
+                  &a->end,  &a->busy, &a->reduced, &a->elems,  &a->first, &a->back};
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) tsr_free(d[i]);
   tsr_free(&a->pieces);
 }
@@ -253,10 +253,10 @@ static void free_arrays(step_arrays *a) {
 static int alloc_arrays(step_arrays *a, int C, int pp) {
   memset(a, 0, sizeof *a);
   double **byc[] = {&a->f, &a->b, &a->w, &a->reduce, &a->gather};
-  double **bys[] = {&a->p2p, &a->end, &a->busy, &a->reduced, &a->elems, &a->first};
+  double **bys[] = {&a->p2p, &a->end, &a->busy, &a->reduced, &a->elems, &a->first, &a->back};
   int ok = (a->pieces = tsr_calloc((size_t)C, sizeof(int))) != NULL;
   for (int i = 0; i < 5; i++) ok &= (*byc[i] = tsr_calloc((size_t)C, sizeof(double))) != NULL;
-  for (int i = 0; i < 6; i++) ok &= (*bys[i] = tsr_calloc((size_t)pp, sizeof(double))) != NULL;
+  for (int i = 0; i < 7; i++) ok &= (*bys[i] = tsr_calloc((size_t)pp, sizeof(double))) != NULL;
   if (!ok) free_arrays(a);
   TSR_CHECK(ok, TSR_ERR, "out of memory");
   return 0;
@@ -280,6 +280,7 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
     const int s = tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c);
     a->elems[s] += ch.elems;
     a->first[s] += ch.f; /* one micro-batch's forward through the stage's chunks */
+    a->back[s] += ch.b + ch.w; /* and its backward */
     if (s == p->sim.critical) {
       p->sim.f += ch.f, p->sim.b += ch.b, p->sim.w += ch.w;
       p->sim.gemm += ch.gemm, p->sim.attention += ch.attention, p->sim.memory += ch.memory;
@@ -299,22 +300,30 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
 
 /* What follows the last reduction on stage s: the gradient norm's pass over the shard,
  * AdamW over it (master, m, v and the gradient in and out, the compute copy out: 28 + 2
- * or 4 bytes per element, as plan.c counts it), the next step's clearing of the gradient
+ * or 4 bytes per element, as plan.c counts it; with parallel.offload the offloaded part's
+ * copies and the CPU's AdamW instead, one after the other, tsr_plan_offload_of: *offload,
+ * and *hidden what pipelining those three behind the last micro-batch's backward
+ * (`backward`) would take off), the next step's clearing of the gradient
  * buffer (zero.c: the whole flat buffer at stages 0-1, the shard at 2-3), then ZeRO 1-2's
  * gather of the updated parameters, less what the profile's gather_overlap hides behind
  * the next step's first forward (Tessera: none; Megatron-LM's --overlap-param-gather
  * waits for each bucket where that forward first needs it), and the hybrid copies'
  * all-reduce. */
 static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
-                         double first_forward) {
+                         double first_forward, double backward, double *offload,
+                         double *hidden) {
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
   const int zs = (int)cfg->parallel.zero_stage, S = zs == 0 ? 1 : g->shard;
   const double e = cfg->train.precision != TSR_F32 ? 2 : 4, own = elems / S;
   const int link = group_link(g->shard, (long)g->shard * g->tp, g->ranks_per_node);
   const int rpn = g->ranks_per_node;
-  double t = tsr_plan_stream_s(hw, own * 4) + tsr_plan_stream_s(hw, own * (28 + e)) +
-             tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
+  const tsr_plan_offload o = tsr_plan_offload_of(cfg, hw, own);
+  *offload = o.serial_s;
+  *hidden = o.serial_s - fmax(0, o.pipelined_s - backward);
+  double t = tsr_plan_stream_s(hw, own * 4) +
+             (o.fraction < 1 ? tsr_plan_stream_s(hw, (1 - o.fraction) * own * (28 + e)) : 0) +
+             o.serial_s + tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
   if (zs == 1 || zs == 2) /* behind the next step's first forward, as far as it overlaps */
     t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
                      hw->prof.gather_overlap * first_forward);
@@ -343,7 +352,7 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
     free_arrays(&a);
     return rc;
   }
-  double grads = 0, tail = 0, busy = 0, idle = 0;
+  double grads = 0, tail = 0, busy = 0, idle = 0, tail_ov = 0, off = 0;
   p->sim.pipeline = p->sim.idle_max = 0;
   for (int s = 0; s < pp; s++) {
     tsr_plan_stage *st = &p->stages[s];
@@ -351,7 +360,11 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
     st->sim_idle = a.end[s] > 0 ? 1 - a.busy[s] / a.end[s] : 0;
     p->sim.pipeline = fmax(p->sim.pipeline, a.end[s]);
     grads = fmax(grads, a.reduced[s]);
-    tail = fmax(tail, stage_tail(p, cfg, a.elems[s], a.first[s]));
+    double offload, hidden;
+    const double t = stage_tail(p, cfg, a.elems[s], a.first[s], a.back[s], &offload, &hidden);
+    tail = fmax(tail, t);
+    tail_ov = fmax(tail_ov, t - hidden);
+    off = fmax(off, offload);
     busy += a.busy[s] / pp;
     idle += st->sim_idle / pp;
     p->sim.idle_max = fmax(p->sim.idle_max, st->sim_idle);
@@ -361,14 +374,20 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
   p->sim.bubble = p->sim.pipeline > 0 ? 1 - busy / p->sim.pipeline : 0;
   /* the tied embedding's gradient summed between the first and the last stage, the
    * gradient norm over all ranks (a scalar), then each stage's update */
-  if (cfg->model.tie_embeddings && pp > 1)
-    tail += tsr_plan_all_reduce_s(hw, stage_link(g, 0, pp - 1), 2,
-                                  4.0 * (double)cfg->model.vocab_size / g->tp *
-                                      (double)cfg->model.d_model);
-  tail += tsr_plan_all_reduce_s(hw, g->world > g->ranks_per_node, g->world, 8);
+  const double tied = cfg->model.tie_embeddings && pp > 1
+                         ? tsr_plan_all_reduce_s(hw, stage_link(g, 0, pp - 1), 2,
+                                                 4.0 * (double)cfg->model.vocab_size / g->tp *
+                                                     (double)cfg->model.d_model)
+                         : 0;
+  const double norm = tsr_plan_all_reduce_s(hw, g->world > g->ranks_per_node, g->world, 8);
+  if (cfg->model.tie_embeddings && pp > 1) tail += tied, tail_ov += tied;
+  tail += norm;
+  tail_ov += norm;
   p->sim.tail = tail;
+  p->sim.offload = off;
   p->t_pipeline = p->sim.pipeline;
   p->t_step = grads + tail;
+  p->sim.offload_overlapped = grads + tail_ov;
   const double tokens = (double)cfg->train.global_batch * (double)cfg->model.seq_len;
   const double peak = (cfg->train.precision != TSR_F32 ? hw->peak_tflops : hw->peak_fp32_tflops);
   p->tokens_per_s = tokens / p->t_step;

@@ -13,6 +13,7 @@
 #include "ops/ops.h"
 #include "plan/plan.h"
 #include "precision.h"
+#include "core/fault.h"
 #include "core/runctl.h"
 #include "data/tokenizer.h"
 #include "run_tokenizer.h"
@@ -40,6 +41,53 @@ int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_
                              dev));
   if (*dev) tsr_ops_set_backend(*dev);
   return 0;
+}
+
+/* Collective: the page-locked memory the optimizer offload will pin on each node (the
+ * planner's host column of each rank's pipeline stage, tsr_plan_stage_memory: what zero.c
+ * allocates) against what the node has available (tsr_host_available; the test hook
+ * TSR_FAULT offload_host_mb replaces it), before anything is allocated: a node that
+ * cannot hold it is bad input, named with the keys and bytes. */
+static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
+  const tsr_plan_grid g = tsr_plan_grid_of(cfg, s->grid);
+  tsr_plan_memory m;
+  double mine = 0;
+  if (!tsr_plan_stage_memory(cfg, &g, s->grid->pp_rank, TSR_PLAN_GPU, &m)) mine = m.host;
+  double node = mine, ranks = 1, per_node[2];
+  MPI_Comm nc;
+  if (MPI_Comm_split_type(s->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &nc) ==
+      MPI_SUCCESS) {
+    double x[2] = {mine, 1};
+    MPI_Allreduce(x, per_node, 2, MPI_DOUBLE, MPI_SUM, nc);
+    node = per_node[0], ranks = per_node[1];
+    MPI_Comm_free(&nc);
+  }
+  const long long hook = tsr_fault_int("offload_host_mb", -1);
+  const double avail = hook >= 0 ? (double)hook * 1e6 : tsr_host_available();
+  /* the node that lacks the most, its figures */
+  double worst[4] = {node - avail, node, avail, ranks};
+  struct {
+    double v;
+    int rank;
+  } in = {node - avail, s->rank}, out;
+  MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, s->world);
+  MPI_Bcast(worst, 4, MPI_DOUBLE, out.rank, s->world);
+  if (worst[0] <= 0) {
+    if (s->rank == 0)
+      tsr_log("offload: %.1f MB of page-locked host memory on the fullest node (%.0f ranks), "
+              "%.0f MB available there", worst[1] / 1e6, worst[3], worst[2] / 1e6);
+    return 0;
+  }
+  if (s->rank == 0)
+    tsr_error("parallel.offload = 'optimizer': the %.0f ranks of a node would pin %.0f bytes "
+              "(%.2f GB) of host memory for the optimizer's shard (its fp32 master weights, "
+              "Adam m and v, the gradient's host copy and the compute copy's staging: "
+              "parallel.offload_fraction = %g of it), more than the %.0f bytes (%.2f GB) "
+              "available there: spread the model over more GPUs (a larger ZeRO group, "
+              "parallel.zero_stage >= 1), or set parallel.offload = 'none' (tessera plan "
+              "shows the host column against hardware.host_memory_gb)", worst[3], worst[1],
+              worst[1] / 1e9, cfg->parallel.offload_fraction, worst[2], worst[2] / 1e9);
+  return TSR_ERR_INPUT;
 }
 
 /* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
@@ -72,7 +120,7 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
     tsr_log("offload: the optimizer's shard (fp32 master weights, Adam m and v) lives in "
             "page-locked host memory and is updated by the CPU's AdamW after the gradient "
             "reduction; the new weights are copied back to the GPU");
-  return 0;
+  return opt && cfg->parallel.offload_fraction > 0 ? check_offload_host(s, cfg) : 0;
 }
 
 /* The layout part, the pipeline schedule, the model (with as many activation slots as the

@@ -53,8 +53,9 @@
 #     checked), and its printed profile reads back.
 # 13. When nothing fits, the search lists the layouts closest to fitting, each marked NO
 #     with its shortfall, then the closest one's shortfall in GB per GPU and what would
-#     close it: llm70b on one node of 8 H100s (short by about 79 GB: no memory key helps,
-#     4 nodes do); with recompute and micro_batch held on a small GPU, releasing either
+#     close it: llm70b on one node of 8 H100s without the optimizer offload (held off by
+#     parallel.offload=none; tests/e2e/plan_offload.sh searches with it) is short by about
+#     79 GB: no memory key helps, the offload or 4 nodes do; with recompute and micro_batch held on a small GPU, releasing either
 #     one closes it.  A deck of 131072-token sequences (134 M tokens a step) is warned
 #     about, with the numbers, by the planner and at the start of a run.
 set -u
@@ -355,7 +356,7 @@ HW=(--hardware custom hardware.peak_tflops=100 hardware.peak_fp32_tflops=10 hard
   hardware.intra_node_gbps=100 hardware.inter_node_gbps=10 hardware.gpus_per_node=1
   hardware.reserved_gb=0)
 tiny="$top_srcdir/input/tiny.nml"
-SIX=("${HW[@]}" hardware.hbm_gb=0.012 model.n_layer=6)
+SIX=("${HW[@]}" hardware.hbm_gb=0.012 model.n_layer=6 parallel.offload=none) # no offload
 fits_on() { # fits_on NODES: how many layouts the search finds fitting ("" on failure)
   "$TESSERA" plan "$tiny" --nodes "$1" --search --json "${SIX[@]}" 2>/dev/null |
     "$PYTHON_REF" -c "import json, sys; print(json.load(sys.stdin)['search']['fit'])"
@@ -464,7 +465,8 @@ ok &= b['machine']['hardware'] == 'cpu' and b['machine']['peak_fp32_tflops'] == 
 sys.exit(0 if ok else 1)" "$SCRATCH/cpu.json" "$SCRATCH/cpu_file.json" "$SCRATCH/cpu.nml"
 # ---- 13. nothing fits: the closest layouts, the shortfall and what closes it; the batch
 # warning
-"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --top 3 >"$SCRATCH/short.txt" 2>&1
+"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --top 3 parallel.offload=none \
+  >"$SCRATCH/short.txt" 2>&1
 rc=$?
 sed -n '/^search on/,/^nothing fits/p' "$SCRATCH/short.txt" | sed 's/^/    /'
 gb=$(sed -n 's/^closest to fitting: .* short by \([0-9.]*\) GB per GPU.*/\1/p' "$SCRATCH/short.txt")
@@ -472,10 +474,12 @@ check "llm70b on 1 x 8 H100: exit $rc, the closest layout is short by ${gb:-?} G
   "$PYTHON_REF" -c "import sys; sys.exit(0 if sys.argv[1] == '0' and 70 < float(sys.argv[2] or 0) < 90 else 1)" "$rc" "$gb"
 check "  ... its 3 closest layouts are listed, each marked NO with its shortfall" \
   test "$(grep -cE '^ +- .*NO, [0-9.]+ GB short$' "$SCRATCH/short.txt")" -eq 3
-check "  ... and what would close it: 4 nodes, or a GPU of about ${gb:+$((${gb%.*} + 80))} GB" \
+check "  ... and what would close it: the offload (held), 4 nodes, or a GPU of about ${gb:+$((${gb%.*} + 80))} GB" \
   sh -c "grep -q '^  more nodes (--nodes) *4 nodes, the fewest where a layout fits' '$SCRATCH/short.txt' &&
+    grep -q \"^  parallel.offload = 'optimizer' (held by the command line) *[0-9.]* GB: fits\" '$SCRATCH/short.txt' &&
     grep -q '^  a GPU with more memory (--hardware) *15[0-9.]* GB per GPU' '$SCRATCH/short.txt'"
-"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --json >"$SCRATCH/short.json" 2>&1
+"$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --json parallel.offload=none \
+  >"$SCRATCH/short.json" 2>&1
 check "  ... the JSON gives the same shortfall" "$PYTHON_REF" -c "
 import json, sys
 c = json.load(open(sys.argv[1]))['search']['closest']

@@ -11,7 +11,7 @@
 #   plot          tsr-plot on out/tiny, on two metrics files, on two run directories
 #   generate      tessera generate twice on out/tiny's checkpoint, then training with a
 #                 sample line
-#   plan          the seven `tessera plan` lines of "Planning a run"
+#   plan          the eight `tessera plan` lines of "Planning a run"
 #   plan-cpu      `mpirun -np 2 tessera plan ... --hardware cpu`
 #   ckpt-inspect  ls, h5dump and tessera eval of the runbook's "Resume from a chosen
 #                 checkpoint", on an out/smoke of 20 steps trained here

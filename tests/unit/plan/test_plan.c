@@ -31,7 +31,14 @@
  *     FLOPs unchanged, the ring's block attention 1/cp of the whole causal attention's
  *     time and its hops hidden behind it on a fast link, not on a slow one; the
  *     Llama 3 8B 128k deck fits on 8 nodes of H100s (tests/e2e/plan_cp.sh: its search and
- *     the command's layout errors).
+ *     the command's layout errors);
+ * 10. the optimizer offload (parallel.offload = 'optimizer', docs/offload.md): the device
+ *     and host columns by zero.c's buffers, exactly, at ZeRO 1 and 3 in bf16 and fp32 (12
+ *     or 8 bytes a parameter of the shard off the device, 18 or 16 on the host) and for a
+ *     half fraction; the CPU build's column untouched; the PCIe bytes (4 + 2 or 4 a
+ *     parameter of the shard), the CPU AdamW's bytes (30 or 28) and their times at the
+ *     hardware figures, the step longer by them less the device's AdamW; the built-in
+ *     host figures; the host-memory verdict per node; parallel.offload holds the search.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -44,6 +51,7 @@
 #include "sched/pipeline.h"
 #include "plan/plan.h"
 #include "plan/plan_sim.h"
+#include "parallel/zero.h"
 #include "testutil.h"
 #include "core/util.h"
 
@@ -53,18 +61,18 @@ static int close_to(double got, double want, double rel) {
 
 static void test_seed_arithmetic(void) {
   const double N = 7e9, GB = 1e9;
-  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0);
+  tsr_plan_memory m = tsr_plan_state(N, 0, 1, 0, 0);
   TU_CHECK(m.params == 28 * GB && m.total == 112 * GB,
            "7B fp32: weights %.1f GB (seed: 28), with gradients and Adam %.1f GB (seed: 112)",
            m.params / GB, m.total / GB);
   const double want[4] = {112, 70, 49, 28};
   for (int z = 1; z <= 3; z++) {
-    m = tsr_plan_state(N, z, 4, 0);
+    m = tsr_plan_state(N, z, 4, 0, 0);
     TU_CHECK(close_to(m.total, want[z] * GB, 1e-12),
              "7B fp32 ZeRO-%d on 4 GPUs: %.1f GB per GPU (seed: %.0f; weights %.1f, grads %.2f, "
              "Adam %.1f)", z, m.total / GB, want[z], m.params / GB, m.grads / GB, m.optim / GB);
   }
-  m = tsr_plan_state(N, 0, 1, 1);
+  m = tsr_plan_state(N, 0, 1, 1, 0);
   TU_CHECK(m.params == 14 * GB && m.master == 28 * GB && m.optim == 56 * GB && m.grads == 28 * GB,
            "7B bf16: weights %.0f GB + fp32 master %.0f GB (seed: 14 + 28), Adam %.0f GB (seed: "
            "56), fp32 gradients %.0f GB", m.params / GB, m.master / GB, m.optim / GB, m.grads / GB);
@@ -929,6 +937,172 @@ static void test_cp_deck(void) {
            mem[2]);
 }
 
+/* The deck `name` on `world` GPUs of `rpn` a node with the layout keys given (tp x pp = the
+ * deck's, sp off unless tp > 1), offload fraction f (0: none), precision. */
+static int offload_plan(const char *name, int world, int rpn, int tp, int zero, int half,
+                        double f, tsr_plan *p, tsr_config *out) {
+  tsr_config c = deck(name); /* its own layout checked on 512 ranks, replaced below */
+  c.parallel.tp = tp, c.parallel.pp = 1, c.parallel.virtual_stages = 1;
+  c.parallel.schedule = TSR_SCHEDULE_1F1B;
+  c.parallel.sequence_parallel = tp > 1;
+  c.parallel.zero_stage = zero;
+  c.parallel.offload = f > 0 ? TSR_OFFLOAD_OPTIMIZER : TSR_OFFLOAD_NONE;
+  c.parallel.offload_fraction = f > 0 ? f : 1;
+  c.train.precision = half ? TSR_BF16 : TSR_F32;
+  c.train.micro_batch = 1, c.train.recompute = TSR_RECOMPUTE_FULL;
+  c.hardware.gpus_per_node = rpn;
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  memset(p, 0, sizeof *p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, world, rpn, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(p, &c, &hw, &g, 1);
+  if (out) *out = c;
+  return rc;
+}
+
+static void test_offload_state(void) {
+  const double N = 7e9, GB = 1e9;
+  for (int half = 0; half < 2; half++)
+    for (int z = 1; z <= 3; z += 2) {
+      const tsr_plan_memory a = tsr_plan_state(N, z, 4, half, 0);
+      const tsr_plan_memory b = tsr_plan_state(N, z, 4, half, 1);
+      const double own = N / 4, off = half ? 12 : 8, host = half ? 18 : 16;
+      TU_CHECK(b.master == 0 && b.optim == 0 && b.params == a.params && b.grads == a.grads &&
+                   a.total - b.total == off * own && b.host_master == 4 * own &&
+                   b.host_optim == 8 * own && b.host_grads == 4 * own &&
+                   b.host_staging == (half ? 2 * own : 0) && b.host == host * own && a.host == 0,
+               "7B %s ZeRO-%d on 4 GPUs, offloaded: the device holds %.2f GB less (%.0f B a "
+               "parameter of the shard), the host %.2f GB (%.0f B: master 4, m and v 8, "
+               "gradient 4%s)", half ? "bf16" : "fp32", z, (a.total - b.total) / GB, off,
+               b.host / GB, host, half ? ", staging 2" : "");
+    }
+  const tsr_plan_memory h = tsr_plan_state(N, 3, 4, 1, 0.5), a = tsr_plan_state(N, 3, 4, 1, 0);
+  TU_CHECK(h.master == a.master / 2 && h.optim == a.optim / 2 && h.host == 9 * N / 4,
+           "half the shard offloaded: half its master and moments on the device, 9 B a "
+           "parameter of the shard on the host");
+}
+
+/* The llm7b deck's stage memory and its offloaded update, against zero.c's buffers of the
+ * padded shard (tsr_zero_padded_length) and the hardware's figures, by hand. */
+static void test_offload_plan(void) {
+  for (int half = 0; half < 2; half++)
+    for (int z = 1; z <= 3; z += 2) {
+      tsr_plan p0, p1;
+      tsr_config c;
+      const int r0 = offload_plan("llm7b", 8, 8, 1, z, half, 0, &p0, NULL);
+      const int r1 = offload_plan("llm7b", 8, 8, 1, z, half, 1, &p1, &c);
+      if (r0 || r1) {
+        TU_CHECK(0, "llm7b on 1 x 8: no plan (%d, %d)", r0, r1);
+        tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
+        continue;
+      }
+      const double n = (double)tsr_zero_padded_length(p1.n_params, 8), own = n / 8;
+      const double e = half ? 2 : 4;
+      const tsr_plan_memory *g0 = &p0.stages[0].mem[TSR_PLAN_GPU];
+      const tsr_plan_memory *g1 = &p1.stages[0].mem[TSR_PLAN_GPU];
+      const tsr_plan_memory *c0 = &p0.stages[0].mem[TSR_PLAN_CPU];
+      const tsr_plan_memory *c1 = &p1.stages[0].mem[TSR_PLAN_CPU];
+      TU_CHECK(g0->total - g1->total == (half ? 12 : 8) * own &&
+                   g1->host == (half ? 18 : 16) * own && c1->total == c0->total &&
+                   c1->host == 0 && p1.host_node == 8 * g1->host,
+               "llm7b %s ZeRO-%d on 8 GPUs: device %.3f -> %.3f GB (%.0f B x %.6g own), host "
+               "%.3f GB a GPU = %.0f B x own, %.2f GB a node; this CPU build's column the same",
+               half ? "bf16" : "fp32", z, g0->total / 1e9, g1->total / 1e9, half ? 12.0 : 8.0,
+               own, g1->host / 1e9, half ? 18.0 : 16.0, p1.host_node / 1e9);
+      /* the update's copies and the CPU's AdamW */
+      const tsr_plan_offload *o = &p1.stages[0].offload;
+      const double cpu_rate = fmin(11.5 * 112, 394.0) / 8 * 1e9; /* h100 node: 49.25 GB/s */
+      TU_CHECK(o->fraction == 1 && o->d2h_bytes == 4 * own && o->h2d_bytes == e * own &&
+                   o->cpu_bytes == (half ? 30 : 28) * own &&
+                   close_to(o->d2h_s, 4 * own / 50e9, 1e-12) &&
+                   close_to(o->h2d_s, e * own / 50e9, 1e-12) &&
+                   close_to(o->cpu_s, (half ? 30 : 28) * own / cpu_rate, 1e-12) &&
+                   o->serial_s == o->d2h_s + o->cpu_s + o->h2d_s,
+               "  ... PCIe: %.4g GB to the host, %.4g back (4 and %.0f B a parameter of the "
+               "shard) at 50 GB/s: %.4g s, %.4g s; CPU AdamW %.4g GB (%d B) at %.4g GB/s a "
+               "GPU (112 cores x 11.5 GB/s, at most 394 / 8): %.4g s", o->d2h_bytes / 1e9,
+               o->h2d_bytes / 1e9, e, o->d2h_s, o->h2d_s, o->cpu_bytes / 1e9, half ? 30 : 28,
+               cpu_rate / 1e9, o->cpu_s);
+      /* the step: the device's AdamW replaced by the offloaded update, after the backward */
+      tsr_hardware hw;
+      tsr_plan_hardware(&c.hardware, &hw);
+      const double elems = (double)p1.n_params, ownu = elems / 8;
+      const tsr_plan_offload ou = tsr_plan_offload_of(&c, &hw, ownu);
+      const double adam = tsr_plan_stream_s(&hw, ownu * (28 + e));
+      TU_CHECK(close_to(p1.t_step - p0.t_step, ou.serial_s - adam, 1e-6) &&
+                   p1.sim.offload == ou.serial_s && p1.sim.offload_overlapped < p1.t_step,
+               "  ... the step %.4f s -> %.4f s: + the update %.4f s - the device's AdamW "
+               "%.4f s; overlapped it would be %.4f s", p0.t_step, p1.t_step, ou.serial_s, adam,
+               p1.sim.offload_overlapped);
+      tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
+    }
+}
+
+/* llm70b on one node of 8 GPUs (tp 8, dp 1, ZeRO 0): without offload it does not fit in 80
+ * GB; with it the GPU holds the bf16 weights and fp32 gradients and the node 18 B a
+ * parameter in page-locked memory, fitting 2048 GB and not 1000. */
+static void test_offload_fit(void) {
+  tsr_plan p0, p1;
+  int rc = offload_plan("llm70b", 8, 8, 8, 0, 1, 0, &p0, NULL);
+  rc |= offload_plan("llm70b", 8, 8, 8, 0, 1, 1, &p1, NULL);
+  const double n = (double)tsr_zero_padded_length(p1.stages[0].mem[TSR_PLAN_GPU].params / 2, 1);
+  TU_CHECK(rc == 0 && !p0.fits && p1.fits && p1.fits_gpu && p1.fits_host &&
+               p1.host_node == 8 * 18 * n,
+           "llm70b tp 8 on 1 x 8 H100: %.1f GB without offload (no fit), %.1f GB with it (fits), "
+           "%.1f GB of page-locked host memory a node = 8 x 18 B x %.4g", 
+           p0.stages[0].mem[TSR_PLAN_GPU].peak / 1e9, p1.stages[0].mem[TSR_PLAN_GPU].peak / 1e9,
+           p1.host_node / 1e9, n);
+  tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
+  tsr_config c = deck("llm70b");
+  c.parallel.tp = 8, c.parallel.pp = 1, c.parallel.virtual_stages = 1;
+  c.parallel.schedule = TSR_SCHEDULE_1F1B, c.parallel.zero_stage = 0;
+  c.parallel.offload = TSR_OFFLOAD_OPTIMIZER, c.train.micro_batch = 1;
+  c.train.recompute = TSR_RECOMPUTE_FULL, c.hardware.host_memory_gb = 1000;
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  rc = tsr_plan_hardware(&c.hardware, &hw);
+  if (!rc) rc = tsr_plan_layout(&c, 8, 8, &g, NULL, 0);
+  if (!rc) rc = tsr_plan_make(&p1, &c, &hw, &g, 0);
+  TU_CHECK(rc == 0 && p1.fits_gpu && !p1.fits_host && !p1.fits,
+           "  ... with hardware.host_memory_gb = 1000 the GPU fits, the node's host memory does "
+           "not (%.1f GB), and so the plan does not", p1.host_node / 1e9);
+  tsr_plan_destroy(&p1);
+  /* the built-in host figures and a deck's */
+  tsr_deck_defaults(&c);
+  const struct { const char *name; double gb, pcie, mem; int cores; } want[] = {
+      {"h100", 2048, 50, 394, 112}, {"h200", 2048, 50, 394, 112}, {"a100", 2048, 25, 287, 128}};
+  for (int i = 0; i < 3; i++) {
+    c.hardware.name = (tsr_hw_name)tu_word("h100|h200|a100|custom", want[i].name);
+    rc = tsr_plan_hardware(&c.hardware, &hw);
+    TU_CHECK(rc == 0 && hw.host_memory_gb == want[i].gb && hw.pcie_gbps == want[i].pcie &&
+                 hw.host_mem_gbps == want[i].mem && hw.cpu_cores == want[i].cores &&
+                 hw.cpu_adam_gbps == 11.5,
+             "built-in %s node: %.0f GB host memory, %.0f GB/s PCIe a GPU, %d cores at 11.5 GB/s "
+             "AdamW each, %.0f GB/s host memory", want[i].name, hw.host_memory_gb,
+             hw.pcie_gbps, hw.cpu_cores, hw.host_mem_gbps);
+  }
+  c.hardware.host_memory_gb = 512, c.hardware.cpu_cores = 16, c.hardware.pcie_gbps = 20;
+  c.hardware.cpu_adam_gbps = 5, c.hardware.host_mem_gbps = 100;
+  rc = tsr_plan_hardware(&c.hardware, &hw);
+  hw.gpus_per_node = 2;
+  TU_CHECK(rc == 0 && hw.host_memory_gb == 512 && hw.cpu_cores == 16 && hw.pcie_gbps == 20 &&
+               close_to(tsr_plan_cpu_adam_s(&hw, 40e9), 1.0, 1e-12) &&
+               close_to(tsr_plan_pcie_s(&hw, 40e9), 2.0, 1e-12),
+           "the deck's host figures: 16 cores x 5 GB/s over 2 GPUs = 40 GB/s a GPU (under 100 / "
+           "2): 40 GB in %.3f s; at 20 GB/s PCIe in %.3f s", tsr_plan_cpu_adam_s(&hw, 40e9),
+           tsr_plan_pcie_s(&hw, 40e9));
+  hw.gpus_per_node = 1;
+  const double all = tsr_plan_cpu_adam_s(&hw, 100e9);
+  hw.host_mem_gbps = 50;
+  TU_CHECK(close_to(all, 1.25, 1e-12) && close_to(tsr_plan_cpu_adam_s(&hw, 100e9), 2.0, 1e-12),
+           "  ... one GPU a node has all 16 cores: 100 GB in %.3f s at 80 GB/s; at "
+           "host_mem_gbps = 50 the memory binds: %.3f s", all, tsr_plan_cpu_adam_s(&hw, 100e9));
+  char *over[] = {"parallel.offload=none"};
+  TU_CHECK(tsr_plan_search_fixed(1, over) == 1u << TSR_PLAN_FIX_OFFLOAD,
+           "parallel.offload on the command line holds the search's offload");
+}
+
 int main(void) {
   test_seed_arithmetic();
   test_llm7b_state();
@@ -949,5 +1123,8 @@ int main(void) {
   test_cp_traffic();
   test_cp_time();
   test_cp_deck();
+  test_offload_state();
+  test_offload_plan();
+  test_offload_fit();
   return tu_summary("test_plan");
 }
