@@ -29,11 +29,8 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-typedef void (*adamw_fn)(float *p, float *m, float *v, const float *g, long n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, long t,
-                         float grad_scale, void *out, tsr_dtype out_dt);
-
-static void adamw_range(adamw_fn adamw, const tsr_optim_config *o, const tsr_layout *lay,
+/* host: the host's kernel on host buffers (tsr_ops_host_adamw), else the ops' backend's */
+static void adamw_range(int host, const tsr_optim_config *o, const tsr_layout *lay,
                         int64_t begin, int64_t end, float *master, float *m, float *v,
                         const float *grad, double lr, int64_t step, double grad_scale,
                         void *compute, tsr_dtype dt) {
@@ -44,9 +41,14 @@ static void adamw_range(adamw_fn adamw, const tsr_optim_config *o, const tsr_lay
     if (a >= b) continue;
     const double wd = t->decay ? o->weight_decay : 0.0;
     const int64_t k = a - begin;
-    adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr, (float)o->beta1,
-          (float)o->beta2, (float)o->eps, (float)wd, (long)step, (float)grad_scale,
-          tsr_dtype_at(compute, dt, k), dt);
+    if (host)
+      tsr_ops_host_adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr,
+                         (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd,
+                         (long)step, (float)grad_scale, tsr_dtype_at(compute, dt, k), dt);
+    else
+      tsr_ops_adamw(master + k, m + k, v + k, grad + k, (long)(b - a), (float)lr,
+                    (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (long)step,
+                    (float)grad_scale, tsr_dtype_at(compute, dt, k), dt);
   }
 }
 
@@ -54,7 +56,7 @@ void tsr_optim_adamw_range(const tsr_optim_config *o, const tsr_layout *lay, int
                            int64_t end, float *master, float *m, float *v, const float *grad,
                            double lr, int64_t step, double grad_scale, void *compute,
                            tsr_dtype dt) {
-  adamw_range(tsr_ops_adamw, o, lay, begin, end, master, m, v, grad, lr, step, grad_scale,
+  adamw_range(0, o, lay, begin, end, master, m, v, grad, lr, step, grad_scale,
               compute, dt);
 }
 
@@ -62,7 +64,7 @@ void tsr_optim_adamw_range_host(const tsr_optim_config *o, const tsr_layout *lay
                                 int64_t end, float *master, float *m, float *v,
                                 const float *grad, double lr, int64_t step, double grad_scale,
                                 void *compute, tsr_dtype dt) {
-  adamw_range(tsr_ops_host_adamw, o, lay, begin, end, master, m, v, grad, lr, step,
+  adamw_range(1, o, lay, begin, end, master, m, v, grad, lr, step,
               grad_scale, compute, dt);
 }
 
