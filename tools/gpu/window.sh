@@ -363,8 +363,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 echo "# call $CALL, budget ${BUDGET}s, $(date -u +%FT%TZ)$([ $DRY = 1 ] && echo ', dry run')" >>"$TW_OUT/results.txt"
 
 pack() { # every log and run output so far, packed again (what a cut-short call keeps)
-  tar czf "$TW_OUT/logs-call$CALL.tgz.tmp" --exclude='*.h5' -C "$TW_DIR" logs runs 2>/dev/null &&
-    mv "$TW_OUT/logs-call$CALL.tgz.tmp" "$TW_OUT/logs-call$CALL.tgz"
+  local rc=0
+  tar czf "$TW_OUT/logs-call$CALL.tgz.tmp" --exclude='*.h5' -C "$TW_DIR" logs runs 2>/dev/null ||
+    rc=$?
+  # 1: a file changed while tar read it (a killed part's trainer still writing its last lines
+  # and checkpoint after SIGTERM): the archive is whole, that file as it was then
+  [ $rc -le 1 ] && mv "$TW_OUT/logs-call$CALL.tgz.tmp" "$TW_OUT/logs-call$CALL.tgz"
 }
 ALL_OK=1
 part() { # part NAME LIMIT_S: run it under min(LIMIT_S, what is left of the budget)
