@@ -29,6 +29,7 @@
 # --previous FILE...  earlier calls' results.txt, read into this call's summary.
 # TW_LIMIT_<part>=S in the environment sets that part's own limit (info, kernels, train,
 # llama, torch, profile; memcheck, racecheck, compile); 0 leaves the part out.
+# TW_CURVE_STEPS=N: the train part's bf16 curve over N steps (50; 3 in a dry run).
 # --dry-run  the rehearsal without a GPU: the bundle is bundle.sh --emu's (the same
 #          programs on the CPU emulation of the CUDA runtime), every part runs with tiny
 #          shapes and few steps, each part with three times its limit, PyTorch on the
@@ -133,8 +134,8 @@ check() { # check NAME CMD...: a trainer check's result line
 ran_attention() { grep -h -m1 "^attention:" "$TW_DIR/runs/$1.out" | cut -c1-160; }
 
 part_train() {
-  local prec tol a steps=50
-  [ "${TW_DRY:-0}" = 1 ] && steps=3
+  local prec tol a steps=${TW_CURVE_STEPS:-50}
+  [ "${TW_DRY:-0}" = 1 ] && steps=${TW_CURVE_STEPS:-3}
   for prec in fp32 bf16 fp16; do
     tol=1e-5
     [ $prec != fp32 ] && tol=1e-2
