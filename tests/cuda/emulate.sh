@@ -13,7 +13,7 @@
 # nothing about speed, coalescing, shared-memory limits, races between blocks, FMA
 # contraction, or the real cuBLASLt and cuDNN (whose epilogues and graphs only a GPU run
 # checks).  Then tests/cuda/test_device checks the device selection of cuda/select.c on 2
-# MPI ranks with 0, 1, 2 and 4 emulated GPUs.  A few minutes on 2 cores.
+# MPI ranks with 0, 1, 2 and 4 emulated GPUs.  About a minute and a half on 2 cores.
 #
 #   tests/cuda/emulate.sh                 (TSR_TEST_ONLY=attention,xent  TSR_TEST_SEED=N)
 #

@@ -29,6 +29,7 @@
 # --previous FILE...  earlier calls' results.txt, read into this call's summary.
 # TW_LIMIT_<part>=S in the environment sets that part's own limit (info, kernels, train,
 # llama, torch, profile; memcheck, racecheck, compile); 0 leaves the part out.
+# TW_CURVE_STEPS=N: the train part's bf16 curve over N steps (50; 3 in a dry run).
 # --dry-run  the rehearsal without a GPU: the bundle is bundle.sh --emu's (the same
 #          programs on the CPU emulation of the CUDA runtime), every part runs with tiny
 #          shapes and few steps, each part with three times its limit, PyTorch on the
@@ -133,8 +134,8 @@ check() { # check NAME CMD...: a trainer check's result line
 ran_attention() { grep -h -m1 "^attention:" "$TW_DIR/runs/$1.out" | cut -c1-160; }
 
 part_train() {
-  local prec tol a steps=50
-  [ "${TW_DRY:-0}" = 1 ] && steps=3
+  local prec tol a steps=${TW_CURVE_STEPS:-50}
+  [ "${TW_DRY:-0}" = 1 ] && steps=${TW_CURVE_STEPS:-3}
   for prec in fp32 bf16 fp16; do
     tol=1e-5
     [ $prec != fp32 ] && tol=1e-2
@@ -363,8 +364,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 echo "# call $CALL, budget ${BUDGET}s, $(date -u +%FT%TZ)$([ $DRY = 1 ] && echo ', dry run')" >>"$TW_OUT/results.txt"
 
 pack() { # every log and run output so far, packed again (what a cut-short call keeps)
-  tar czf "$TW_OUT/logs-call$CALL.tgz.tmp" --exclude='*.h5' -C "$TW_DIR" logs runs 2>/dev/null &&
-    mv "$TW_OUT/logs-call$CALL.tgz.tmp" "$TW_OUT/logs-call$CALL.tgz"
+  local rc=0
+  tar czf "$TW_OUT/logs-call$CALL.tgz.tmp" --exclude='*.h5' -C "$TW_DIR" logs runs 2>/dev/null ||
+    rc=$?
+  # 1: a file changed while tar read it (a killed part's trainer still writing its last lines
+  # and checkpoint after SIGTERM): the archive is whole, that file as it was then
+  [ $rc -le 1 ] && mv "$TW_OUT/logs-call$CALL.tgz.tmp" "$TW_OUT/logs-call$CALL.tgz"
 }
 ALL_OK=1
 part() { # part NAME LIMIT_S: run it under min(LIMIT_S, what is left of the budget)
