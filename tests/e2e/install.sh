@@ -118,7 +118,7 @@ for cmd in "plan" "eval" ""; do
   rc=$?
   check "tessera ${cmd:+$cmd }nosuch: exit 2 (got $rc), where it looked, the decks there" \
     test $rc -eq 2 -a "$(grep -c -e "^error: no deck 'nosuch'" -e "^  $beside " \
-    -e '^decks there: gpt2_124m llama1b llm70b llm7b tiny$' nosuch.out)" = 3
+    -e '^decks there: gpt2_124m llama1b llama3_8b_128k llm70b llm7b tiny$' nosuch.out)" = 3
 done
 
 # The installed job script, from here: the dry run names the installed trainer; with a
