@@ -1,9 +1,6 @@
 /* cp_attn.c — the ring's schedule of attention blocks on one process (cp_attn.h). */
 #include "cp_attn.h"
 
-/* For step s of the ring and cp rank r: the rank whose key block r holds */
-static int ring_source(int cp, int r, int s) { return ((r - s) % cp + cp) % cp; }
-
 typedef struct {
   int qc, kc;  /* query chunk, key chunk */
   int partial; /* cut by the diagonal (else fully visible) */
@@ -15,16 +12,14 @@ typedef struct {
 static int ring_blocks(int cp, int Tc, ring_block *b) {
   int n = 0;
   for (int s = 0; s < cp; s++)
-    for (int r = 0; r < cp; r++) {
-      const int src = ring_source(cp, r, s);
+    for (int r = 0; r < cp; r++)
       for (int a = 0; a < 2; a++)
         for (int e = 0; e < 2; e++) {
-          const int qc = tsr_cp_chunk(cp, r, a), kc = tsr_cp_chunk(cp, src, e);
-          const int kind = tsr_ops_attn_block_kind((long)qc * Tc, Tc, (long)kc * Tc, Tc);
+          int qc, kc;
+          const int kind = tsr_cp_ring_block(cp, r, s, a, e, Tc, &qc, &kc);
           if (kind != TSR_ATT_BLOCK_SKIP)
             b[n++] = (ring_block){qc, kc, kind == TSR_ATT_BLOCK_PARTIAL};
         }
-    }
   return n;
 }
 

@@ -27,6 +27,16 @@
 /* chunk `which` (0: the early one, 1: the late one) of cp rank r, of 2 cp */
 static inline int tsr_cp_chunk(int cp, int r, int which) { return which ? 2 * cp - 1 - r : r; }
 
+/* The ring's block at step s of cp rank r: its query chunk qa (0, 1) against key chunk e
+ * (0, 1) of the rank whose keys it holds then, (r - s) mod cp; *qc and *kc their chunk
+ * numbers; returns tsr_ops_attn_block_kind's verdict (chunks of Tc tokens). */
+static inline int tsr_cp_ring_block(int cp, int r, int s, int qa, int e, long Tc, int *qc,
+                                    int *kc) {
+  *qc = tsr_cp_chunk(cp, r, qa);
+  *kc = tsr_cp_chunk(cp, ((r - s) % cp + cp) % cp, e);
+  return tsr_ops_attn_block_kind(*qc * Tc, (int)Tc, *kc * Tc, (int)Tc);
+}
+
 /* The forward: out (fp32) and lse of every chunk's queries over the keys before them.
  * scratch: fp32 [B Tc (H hd + H)], one block's partial result. */
 void tsr_cp_attention_fwd_local(tsr_dtype dt, float *out, float *lse, float *scratch,

@@ -140,11 +140,10 @@ static int ring_fwd(tsr_model *m, layer_acts *a) {
   for (int s = 0, cur = 0; s < cp; s++, cur ^= 1) {
     tsr_comm_handle h[2] = {NULL, NULL};
     if (s < cp - 1) TSR_CALL(ring_pass(m, kv[cur], kv[cur ^ 1], kv_bytes, TAG_KV, h));
-    const int src = ((r - s) % cp + cp) % cp;
     for (int qa = 0; qa < 2; qa++)
       for (int e = 0; e < 2; e++) {
-        const int qc = tsr_cp_chunk(cp, r, qa), kc = tsr_cp_chunk(cp, src, e);
-        const int kind = tsr_ops_attn_block_kind((long)qc * Tc, Tc, (long)kc * Tc, Tc);
+        int qc, kc;
+        const int kind = tsr_cp_ring_block(cp, r, s, qa, e, Tc, &qc, &kc);
         if (kind == TSR_ATT_BLOCK_SKIP) continue;
         float *o = out + qa * rows * qd, *l = a->lse + qa * rows * H;
         /* step 0's own early key chunk is the first block of both query chunks (with
@@ -181,11 +180,10 @@ static int ring_bwd(tsr_model *m, void *d_qkv, const layer_acts *a) {
   for (int s = 0; s < cp; s++, cur ^= 1) {
     tsr_comm_handle h[4] = {NULL, NULL, NULL, NULL};
     if (s < cp - 1) TSR_CALL(ring_pass(m, kv[cur], kv[cur ^ 1], kv_bytes, TAG_KV, h));
-    const int src = ((r - s) % cp + cp) % cp;
     for (int qa = 0; qa < 2; qa++)
       for (int e = 0; e < 2; e++) {
-        const int qc = tsr_cp_chunk(cp, r, qa), kc = tsr_cp_chunk(cp, src, e);
-        const int kind = tsr_ops_attn_block_kind((long)qc * Tc, Tc, (long)kc * Tc, Tc);
+        int qc, kc;
+        const int kind = tsr_cp_ring_block(cp, r, s, qa, e, Tc, &qc, &kc);
         if (kind == TSR_ATT_BLOCK_SKIP) continue;
         const long qo = qa * rows;
         const void *kb = tsr_dtype_at_c(kv[cur], dt, e * rows * 2 * kvd);
