@@ -48,14 +48,18 @@ struct tsr_zero {
   int last_micro;
   int64_t age;
 
-  float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
+  /* The shard [a0, a1) (stage 0: all of it) is split at `split`: master, m and v of
+   * [a0, split) are op memory, updated by the backend's AdamW; those of [split, a1) (the
+   * offloaded part, parallel.offload_fraction of the shard rounded up to 64 elements) are
+   * page-locked host memory (h_master, h_m, h_v), updated by the host's AdamW from a host
+   * copy of that part of the reduced gradient (h_grad); its new compute copy is formed in
+   * h_compute (16-bit storage; fp32 copies the master) and copied to the device.  Without
+   * offload split = a1; with the whole shard offloaded split = a0. */
+  float *master, *adam_m, *adam_v; /* [a0, split) */
   int master_is_compute;           /* fp32: the master is the compute copy itself */
-  /* parallel.offload = 'optimizer' on a device: master, m and v are page-locked host
-   * memory, updated by the host's AdamW from a host copy of the reduced gradient (h_grad);
-   * the new compute copy is formed in h_compute (16-bit storage; fp32 copies the master)
-   * and copied to the device */
-  int offload;
-  float *h_grad;
+  int offload;                     /* a part is offloaded (split < a1) */
+  int64_t a0, a1, split;
+  float *h_master, *h_m, *h_v, *h_grad; /* [split, a1) */
   void *h_compute;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
@@ -321,17 +325,23 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
-  z->offload = par->offload == TSR_OFFLOAD_OPTIMIZER && par->offload_fraction > 0 &&
-               tsr_ops_on_device();
-  if (z->offload) {
-    if (!(z->adam_m = tsr_ops_host_alloc(own * F)) || !(z->adam_v = tsr_ops_host_alloc(own * F)) ||
-        !(z->master = tsr_ops_host_alloc(own * F)) || !(z->h_grad = tsr_ops_host_alloc(own * F)) ||
-        (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(own * z->esz))))
+  z->a0 = z->stage == 0 ? 0 : z->s0;
+  z->a1 = z->stage == 0 ? z->n : z->s1;
+  const size_t nh = par->offload == TSR_OFFLOAD_OPTIMIZER && tsr_ops_on_device()
+                        ? (size_t)tsr_zero_offloaded_length((int64_t)own, par->offload_fraction)
+                        : 0;
+  const size_t nd = own - nh;
+  z->split = z->a1 - (int64_t)nh;
+  z->offload = nh > 0;
+  if (nh > 0) {
+    if (!(z->h_m = tsr_ops_host_alloc(nh * F)) || !(z->h_v = tsr_ops_host_alloc(nh * F)) ||
+        !(z->h_master = tsr_ops_host_alloc(nh * F)) || !(z->h_grad = tsr_ops_host_alloc(nh * F)) ||
+        (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(nh * z->esz))))
       goto fail;
-    z->mem.host = 4 * own * F + (z->dt != TSR_F32 ? own * z->esz : 0);
-  } else if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) {
-    goto fail;
+    z->mem.host = 4 * nh * F + (z->dt != TSR_F32 ? nh * z->esz : 0);
   }
+  if (nd > 0 && (!(z->adam_m = tsr_ops_alloc(nd, F)) || !(z->adam_v = tsr_ops_alloc(nd, F))))
+    goto fail;
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
@@ -362,14 +372,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   /* In fp32 the compute copy of this rank's shard already holds the master values: the
    * master is that memory (16 bytes per parameter with Adam, not 20); in bf16 and fp16 a
    * separate fp32 master. */
-  z->master_is_compute = z->dt == TSR_F32 && !z->offload;
+  z->master_is_compute = z->dt == TSR_F32 && nd > 0;
+  z->mem.master = nh * F; /* the offloaded part's: host memory, allocated above */
   if (z->master_is_compute) {
     z->master = compute_shard(z);
-  } else if (z->offload) {
-    z->mem.master = own * F; /* host memory, allocated above */
-  } else {
-    if (!(z->master = tsr_ops_alloc(own, F))) goto fail;
-    z->mem.master = own * F;
+  } else if (nd > 0) {
+    if (!(z->master = tsr_ops_alloc(nd, F))) goto fail;
+    z->mem.master += nd * F;
   }
   z->deferred = -1;
   tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
@@ -399,17 +408,15 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_free(&z->norm_ranges);
   tsr_free(&z->units);
   tsr_free(&z->counts);
-  if (z->master_is_compute) {
+  if (z->master_is_compute)
     z->master = NULL; /* the model's or param_shard's memory */
-  } else if (z->offload) {
-    tsr_ops_host_free(&z->master);
-    tsr_ops_host_free(&z->adam_m);
-    tsr_ops_host_free(&z->adam_v);
-    tsr_ops_host_free(&z->h_grad);
-    tsr_ops_host_free(&z->h_compute);
-  } else {
+  else
     tsr_ops_free(&z->master);
-  }
+  tsr_ops_host_free(&z->h_master);
+  tsr_ops_host_free(&z->h_m);
+  tsr_ops_host_free(&z->h_v);
+  tsr_ops_host_free(&z->h_grad);
+  tsr_ops_host_free(&z->h_compute);
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -422,9 +429,37 @@ void tsr_zero_destroy(tsr_zero **zp) {
 int tsr_zero_stage(const tsr_zero *z) { return z->stage; }
 int64_t tsr_zero_shard_begin(const tsr_zero *z) { return z->stage == 0 ? 0 : z->s0; }
 int64_t tsr_zero_shard_end(const tsr_zero *z) { return z->stage == 0 ? z->n : z->s1; }
-float *tsr_zero_master(tsr_zero *z) { return z->master; }
-float *tsr_zero_adam_m(tsr_zero *z) { return z->adam_m; }
-float *tsr_zero_adam_v(tsr_zero *z) { return z->adam_v; }
+float *tsr_zero_master(tsr_zero *z) { return z->offload ? NULL : z->master; }
+float *tsr_zero_adam_m(tsr_zero *z) { return z->offload ? NULL : z->adam_m; }
+float *tsr_zero_adam_v(tsr_zero *z) { return z->offload ? NULL : z->adam_v; }
+
+int64_t tsr_zero_offloaded_length(int64_t own, double fraction) {
+  if (fraction <= 0 || own <= 0) return 0;
+  const int64_t n = (int64_t)ceil(fraction * (double)own / 64) * 64;
+  return n < own ? n : own;
+}
+
+tsr_zero_state tsr_zero_state_of(tsr_zero *z) {
+  tsr_zero_state st = {{z->master, z->adam_m, z->adam_v},
+                       {z->h_master, z->h_m, z->h_v},
+                       z->split - z->a0,
+                       z->a1 - z->a0};
+  return st;
+}
+
+void tsr_zero_state_read(const tsr_zero_state *st, int k, float *dst) {
+  const size_t nd = (size_t)st->split, nh = (size_t)(st->len - st->split);
+  if (nd) tsr_ops_copy(dst, st->dev[k], nd * sizeof(float));
+  if (nh) tsr_ops_copy(dst + nd, st->host[k], nh * sizeof(float));
+}
+
+void tsr_zero_state_write(const tsr_zero_state *st, int k, const float *src) {
+  const size_t nd = (size_t)st->split, nh = (size_t)(st->len - st->split);
+  if (nd && src) tsr_ops_copy(st->dev[k], src, nd * sizeof(float));
+  if (nd && !src) tsr_ops_zero(st->dev[k], nd * sizeof(float));
+  if (nh && src) memcpy(st->host[k], src + nd, nh * sizeof(float));
+  if (nh && !src) memset(st->host[k], 0, nh * sizeof(float));
+}
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
 
 /* ---------------------------------------------------------------- the step */
@@ -526,73 +561,74 @@ static int gather_params(tsr_zero *z) {
                              (size_t)(z->s1 - z->s0), z->dt);
 }
 
-/* The offloaded master's compute copy: formed on the host, copied to the device. */
-static void offload_to_compute(tsr_zero *z, int64_t len) {
-  const void *src = z->master;
+/* The compute copy of the offloaded part [split, a1): formed on the host, copied to the
+ * device. */
+static void offload_to_compute(tsr_zero *z) {
+  const int64_t nd = z->split - z->a0, nh = z->a1 - z->split;
+  const void *src = z->h_master;
   if (z->dt != TSR_F32) {
-    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->master, (long)len);
+    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)nh);
     src = z->h_compute;
   }
-  tsr_ops_copy(compute_shard(z), src, (size_t)len * z->esz);
+  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, nd), src, (size_t)nh * z->esz);
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
   void *c = compute_shard(z);
-  const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
-  if (c && z->offload)
-    offload_to_compute(z, len);
-  else if (c && !z->master_is_compute)
-    tsr_model_to_compute(z->model, c, z->master, len);
+  const int64_t nd = z->split - z->a0;
+  if (c && nd > 0 && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, nd);
+  if (c && z->offload) offload_to_compute(z);
   return gather_params(z);
 }
 
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
-  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
-  if (z->offload) { /* the gradient to the host, the host's AdamW, the compute copy back */
-    tsr_ops_read(z->h_grad, reduced_grads(z), (size_t)(b - a) * sizeof(float));
-    tsr_optim_adamw_range_host(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, z->h_grad, lr,
-                               t, grad_scale, z->h_compute, z->dt);
-    tsr_ops_copy(compute_shard(z), z->dt == TSR_F32 ? (const void *)z->master : z->h_compute,
-                 (size_t)(b - a) * z->esz);
-    return gather_params(z);
+  const int64_t a = z->a0, s = z->split, b = z->a1;
+  const float *g = reduced_grads(z);
+  void *c = compute_shard(z);
+  /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
+   * over the shard */
+  if (s > a)
+    tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
+                          grad_scale, z->master_is_compute ? NULL : c, z->dt);
+  if (z->offload) { /* the offloaded part: its gradient to the host, the host's AdamW, the
+                     * compute copy back */
+    tsr_ops_read(z->h_grad, g + (s - a), (size_t)(b - s) * sizeof(float));
+    tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, z->h_grad, lr, t,
+                               grad_scale, z->h_compute, z->dt);
+    tsr_ops_copy(tsr_dtype_at(c, z->dt, s - a),
+                 z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute,
+                 (size_t)(b - s) * z->esz);
   }
-  /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
-  tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
-                        grad_scale, z->master_is_compute ? NULL : compute_shard(z), z->dt);
   return gather_params(z);
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
-  const size_t len = (size_t)(z->s1 - z->s0);
-  float *full[3] = {master, m, v}, *own[3] = {z->master, z->adam_m, z->adam_v};
-  for (int i = 0; i < 3; i++) {
+  const size_t len = (size_t)(z->a1 - z->a0);
+  float *full[3] = {master, m, v};
+  const tsr_zero_state st = tsr_zero_state_of(z);
+  float *own = NULL; /* stages 1-3: the shard in one piece of op memory, then gathered */
+  if (z->stage > 0 && !(own = tsr_ops_alloc(len, sizeof(float)))) return TSR_ERR;
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
     if (!full[i]) continue;
-    if (z->stage == 0 && z->offload)
-      memcpy(full[i], own[i], (size_t)z->n * sizeof(float));
-    else if (z->stage == 0)
-      tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
-    else
-      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len, TSR_F32));
+    if (z->stage == 0) {
+      tsr_zero_state_read(&st, i, full[i]);
+      continue;
+    }
+    tsr_zero_state_read(&st, i, own);
+    rc = tsr_comm_all_gather(z->shard_comm, own, full[i], len, TSR_F32);
   }
-  return 0;
+  tsr_ops_sync();
+  tsr_ops_free(&own);
+  return rc;
 }
 
 int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
-  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
   const float *full[3] = {master, m, v};
-  float *own[3] = {z->master, z->adam_m, z->adam_v};
-  for (int i = 0; i < 3; i++) {
-    if (full[i] && z->offload)
-      memcpy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
-    else if (full[i])
-      tsr_ops_copy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
-    else if (z->offload)
-      memset(own[i], 0, (size_t)(b - a) * sizeof(float));
-    else
-      tsr_ops_zero(own[i], (size_t)(b - a) * sizeof(float));
-  }
+  const tsr_zero_state st = tsr_zero_state_of(z);
+  for (int i = 0; i < 3; i++) tsr_zero_state_write(&st, i, full[i] ? full[i] + z->a0 : NULL);
   return tsr_zero_publish_params(z);
 }

@@ -68,9 +68,27 @@ enum { TSR_ZERO_GRAD_SLOTS = 3, TSR_ZERO_PARAM_SLOTS = 4 };
 int tsr_zero_stage(const tsr_zero *z);
 int64_t tsr_zero_shard_begin(const tsr_zero *z); /* this rank's shard of the flat buffer */
 int64_t tsr_zero_shard_end(const tsr_zero *z);
-float *tsr_zero_master(tsr_zero *z); /* fp32 master of the shard (stage 0: all of it) */
+/* fp32 master of the shard (stage 0: all of it), Adam m and v; NULL when a part of the
+ * shard is offloaded (parallel.offload): tsr_zero_state_of then. */
+float *tsr_zero_master(tsr_zero *z);
 float *tsr_zero_adam_m(tsr_zero *z);
 float *tsr_zero_adam_v(tsr_zero *z);
+/* The elements of a shard of `own` that parallel.offload_fraction = fraction offloads: the
+ * fraction rounded up to a multiple of 64, at most own (0 for fraction 0). */
+int64_t tsr_zero_offloaded_length(int64_t own, double fraction);
+/* The optimizer state of the shard (k = 0 master, 1 m, 2 v), its elements 0 .. len-1
+ * (flat tsr_zero_shard_begin + i) in two parts: [0, split) in op memory at dev[k], the
+ * offloaded part [split, len) in page-locked host memory at host[k] (element split is
+ * host[k][0]).  Without offload split = len; with the whole shard offloaded split = 0. */
+typedef struct {
+  float *dev[3], *host[3];
+  int64_t split, len;
+} tsr_zero_state;
+tsr_zero_state tsr_zero_state_of(tsr_zero *z);
+/* State k, all len elements, into dst (host or op memory; queued copies on a device:
+ * tsr_ops_sync before the host reads dst), or from src (NULL: zeros). */
+void tsr_zero_state_read(const tsr_zero_state *st, int k, float *dst);
+void tsr_zero_state_write(const tsr_zero_state *st, int k, const float *src);
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
 /* Tied embeddings across pipeline stages: the flat range [begin, end) (embed.weight on the
  * first stage, its copy on the last) holds one micro-batch-summed gradient that must be

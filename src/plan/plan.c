@@ -210,15 +210,16 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half, double f) {
   tsr_plan_memory mem;
   memset(&mem, 0, sizeof mem);
   const double len = n / S, own = stage == 0 ? n : len;
+  const double x = tsr_plan_offloaded(own, f); /* the offloaded elements */
   mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
   mem.grads = (stage < 2 ? n : len) * 4;
-  mem.master = half ? 4 * own * (1 - f) : 0; /* fp32: the weights are it (zero.c) */
-  mem.optim = 8 * own * (1 - f);
-  if (f > 0) { /* zero.c's page-locked buffers of the offloaded part */
-    mem.host_master = 4 * own * f;
-    mem.host_optim = 8 * own * f;
-    mem.host_grads = 4 * own * f;
-    mem.host_staging = half ? 2 * own * f : 0;
+  mem.master = half ? 4 * (own - x) : 0; /* fp32: the weights are it (zero.c) */
+  mem.optim = 8 * (own - x);
+  if (x > 0) { /* zero.c's page-locked buffers of the offloaded part */
+    mem.host_master = 4 * x;
+    mem.host_optim = 8 * x;
+    mem.host_grads = 4 * x;
+    mem.host_staging = half ? 2 * x : 0;
     mem.host = mem.host_master + mem.host_optim + mem.host_grads + mem.host_staging;
   }
   mem.total = mem.peak = mem.params + mem.grads + mem.master + mem.optim;
@@ -598,7 +599,7 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   /* Adam holds 8 bytes per element, on the device or the host */
   const double own = (s->mem[TSR_PLAN_GPU].optim + s->mem[TSR_PLAN_GPU].host_optim) / 8;
   s->offload = tsr_plan_offload_of(cfg, hw, own);
-  s->t_optimizer = tsr_plan_stream_s(hw, (1 - s->offload.fraction) * own *
+  s->t_optimizer = tsr_plan_stream_s(hw, (own - tsr_plan_offloaded(own, s->offload.fraction)) *
                                              (28.0 + (half_precision(cfg) ? 2 : 4))) +
                    s->offload.serial_s;
   return 0;
