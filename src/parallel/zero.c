@@ -25,6 +25,7 @@ enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
 
 typedef struct {
   void *buf; /* a unit's gradient (fp32), or its parameters (the storage type) */
+  float *land; /* host_grads: where this rank's piece of the unit's reduction lands */
   int unit;
   int state;
   int refs;
@@ -61,6 +62,13 @@ struct tsr_zero {
   int64_t a0, a1, split;
   float *h_master, *h_m, *h_v, *h_grad; /* [split, a1) */
   void *h_compute;
+  /* Stages 2-3 with the whole shard offloaded and no hybrid replicas: the reduced gradient
+   * lives on the host only (h_grad; no grad_shard, no incoming on the device).  Each unit's
+   * reduce-scatter lands in its slot's `land` (the largest piece long); its piece is then
+   * copied to h_land and added into h_grad on the host. */
+  int host_grads;
+  int64_t max_piece;
+  float *h_land;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
@@ -117,13 +125,28 @@ int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
 
 /* ---------------------------------------------------------------- gradient slots */
 
+/* host_grads: this rank's piece [a, b) of a unit's reduction, landed in op memory at
+ * `land`, added into the host's gradient: copied to the host, then h_grad += piece there,
+ * the same fp32 additions as tsr_ops_acc. */
+static void land_on_host(tsr_zero *z, const float *land, int64_t a, int64_t b) {
+  const long n = (long)(b - a);
+  tsr_ops_read(z->h_land, land, (size_t)n * sizeof(float));
+  float *restrict g = z->h_grad + (a - z->split);
+  const float *restrict x = z->h_land;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (long i = 0; i < n; i++) g[i] += x[i];
+}
+
 /* Complete a pending unit reduction and add this rank's piece into the shard. */
 static int finish_grad_slot(tsr_zero *z, slot *s) {
   if (s->state != SLOT_PENDING) return 0;
   TSR_CALL(tsr_comm_wait(&s->h));
   int64_t a, b;
   piece(z, s->unit, &a, &b);
-  if (a < b) tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  if (a < b && z->host_grads)
+    land_on_host(z, s->land, a, b);
+  else if (a < b)
+    tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
   s->state = SLOT_FREE;
   return 0;
 }
@@ -201,9 +224,9 @@ static int hook_grads_release(void *ctx, int u) {
     piece(z, u, &a, &b);
     s->state = SLOT_PENDING;
     s->age = z->age++;
-    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf,
-                                      z->incoming + (a < b ? a - z->s0 : 0), unit_counts(z, u),
-                                      TSR_F32, &s->h);
+    float *dst = z->host_grads ? s->land : z->incoming + (a < b ? a - z->s0 : 0);
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf, dst, unit_counts(z, u), TSR_F32,
+                                      &s->h);
   }
   tsr_error("zero: gradient of unit %d released but not acquired", u);
   return TSR_ERR;
@@ -345,16 +368,31 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
-  if (z->stage >= 1) {
+  z->host_grads = z->stage >= 2 && nd == 0 && nh > 0 &&
+                  !(z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1);
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    z->max_piece = max64(z->max_piece, b - a);
+  }
+  if (z->host_grads) {
+    if (!(z->h_land = tsr_ops_host_alloc((size_t)max64(z->max_piece, 1) * F))) goto fail;
+    z->mem.host += (size_t)z->max_piece * F;
+  } else if (z->stage >= 1) {
     if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
     z->mem.grads += (size_t)len * F;
   }
-  if (z->stage >= 2) {
+  if (z->stage >= 2 && !z->host_grads) {
     if (!(z->incoming = tsr_ops_alloc((size_t)len, F))) goto fail;
     z->mem.unit_bufs += (size_t)len * F;
+  }
+  if (z->stage >= 2) {
     for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
       if (!(z->gslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
+      if (!z->host_grads) continue;
+      if (!(z->gslots[i].land = tsr_ops_alloc((size_t)max64(z->max_piece, 1), F))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_piece * F;
     }
   }
   if (z->stage >= 3) {
@@ -398,6 +436,7 @@ void tsr_zero_destroy(tsr_zero **zp) {
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_ops_free(&z->gslots[i].buf);
+    tsr_ops_free(&z->gslots[i].land);
   }
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
     tsr_comm_wait(&z->pslots[i].h);
@@ -417,6 +456,7 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_ops_host_free(&z->h_v);
   tsr_ops_host_free(&z->h_grad);
   tsr_ops_host_free(&z->h_compute);
+  tsr_ops_host_free(&z->h_land);
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -461,6 +501,9 @@ void tsr_zero_state_write(const tsr_zero_state *st, int k, const float *src) {
   if (nh && !src) memset(st->host[k], 0, nh * sizeof(float));
 }
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
+int64_t tsr_zero_grads_on_host(const tsr_zero *z) {
+  return z->host_grads ? max64(z->max_piece, 1) : 0;
+}
 
 /* ---------------------------------------------------------------- the step */
 
@@ -492,6 +535,12 @@ static int reduce_deferred(tsr_zero *z) {
   if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len, TSR_F32);
   int64_t a, b;
   piece(z, u, &a, &b);
+  if (z->host_grads) { /* the slots are all finished: the first one's landing area */
+    TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, z->gslots[0].land, unit_counts(z, u),
+                                       TSR_F32));
+    if (a < b) land_on_host(z, z->gslots[0].land, a, b);
+    return 0;
+  }
   float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
   TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),
                                      unit_counts(z, u), TSR_F32));
@@ -506,6 +555,7 @@ int tsr_zero_begin_step(tsr_zero *z) {
     tsr_ops_zero(z->deferred_buf,
            (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
   if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)(z->s1 - z->s0) * sizeof(float));
+  if (z->host_grads) memset(z->h_grad, 0, (size_t)(z->s1 - z->s0) * sizeof(float));
   return 0;
 }
 
@@ -526,7 +576,7 @@ int tsr_zero_reduce_grads(tsr_zero *z) {
 
 /* The reduced gradient of this rank's shard (stage 0: the full buffer). */
 static float *reduced_grads(tsr_zero *z) {
-  return z->stage == 0 ? tsr_model_grads(z->model) : z->grad_shard;
+  return z->stage == 0 ? tsr_model_grads(z->model) : z->host_grads ? z->h_grad : z->grad_shard;
 }
 float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
 
@@ -535,7 +585,11 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
    * so the norm is bitwise the same everywhere. */
   const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
   double dp_total, total;
-  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  /* the same bits on the host (host_grads) as on the device: one order everywhere
+   * (ops/sumsq_order.h) */
+  const double local = z->host_grads
+                           ? tsr_ops_host_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges)
+                           : tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
   double tp_total;
   TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));
@@ -591,9 +645,9 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
   if (s > a)
     tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
-  if (z->offload) { /* the offloaded part: its gradient to the host, the host's AdamW, the
-                     * compute copy back */
-    tsr_ops_read(z->h_grad, g + (s - a), (size_t)(b - s) * sizeof(float));
+  if (z->offload) { /* the offloaded part: its gradient to the host (there already with
+                     * host_grads), the host's AdamW, the compute copy back */
+    if (!z->host_grads) tsr_ops_read(z->h_grad, g + (s - a), (size_t)(b - s) * sizeof(float));
     tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, z->h_grad, lr, t,
                                grad_scale, z->h_compute, z->dt);
     tsr_ops_copy(tsr_dtype_at(c, z->dt, s - a),

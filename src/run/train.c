@@ -177,12 +177,16 @@ static void log_setup(const tsr_session *s) {
             s->grid->pp_rank, tsr_model_n_slots(s->model),
             (double)tsr_model_activation_bytes(s->model) / 1e6);
   const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
+  char host_grads[128] = "";
+  if (tsr_zero_grads_on_host(s->zero))
+    snprintf(host_grads, sizeof host_grads, "; the reduced gradient on the host, landing in "
+             "%lld elements a gradient slot", (long long)tsr_zero_grads_on_host(s->zero));
   tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
-          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
+          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements%s)",
           (long long)cfg->parallel.zero_stage, zm.params / 1e6, zm.grads / 1e6, zm.master / 1e6,
           zm.adam / 1e6, zm.unit_bufs / 1e6,
           (long long)(tsr_zero_shard_end(s->zero) - tsr_zero_shard_begin(s->zero)),
-          (long long)s->lay->n_flat);
+          (long long)s->lay->n_flat, host_grads);
 }
 
 /* The step line (every log_every steps, the first and the last), the measured pipeline

@@ -7,7 +7,10 @@
 # (the emulation runs the device's AdamW as compiled CPU code, the same arithmetic in the
 # same order): bf16 and fp32 on one rank, and on 2 ranks sharing the emulated GPU dp 2 at
 # ZeRO-1 and ZeRO-3, tp 2 and pp 2 (1F1B); an fp16 run whose loss scale overflows skips the
-# same steps.  The device memory in use drops by the offloaded state, 12 bytes per
+# same steps.  At dp 2 ZeRO-2 and ZeRO-3 with the whole shard offloaded the reduced
+# gradient is accumulated on the host as each unit's reduction lands and its norm taken
+# there, bitwise the device's (fp16's skips too); the device memory then drops by 20 bytes
+# a shard element less the landing areas, within 1%.  The device memory in use drops by the offloaded state, 12 bytes per
 # parameter of the shard in bf16 (fp32 master, m, v) within 1%; an offloaded checkpoint
 # resumes without offload, continuing bitwise.  parallel.offload_fraction = 0.5 (the last
 # half of the shard, rounded up to 64 elements, on the host; the rest updated by the
@@ -94,6 +97,24 @@ echo "    device memory in use: $m0 MB without, $m1 MB with the offload; $nflat 
 "$PYTHON_REF" -c "import sys; d = ($m0 - $m1) * 1e6; w = 12 * $nflat; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
 check "  ... it drops by 12 bytes a parameter ($m0 - $m1 MB against 12 x $nflat bytes, 1%)" \
   test $? -eq 0
+
+# ZeRO-2 and -3 with the whole shard offloaded: the reduced gradient goes to the host as
+# each unit's reduction lands (no gradient shard on the device), its norm is taken there
+pair "bf16, dp 2 ZeRO-2" z2 2 parallel.zero_stage=2
+check "  ... the reduced gradient lives on the host" grep -q \
+  "shard of [0-9]* of [0-9]* elements; the reduced gradient on the host" "$SCRATCH/z2_off.out"
+pair "fp16 overflowing, dp 2 ZeRO-3" h3 2 parallel.zero_stage=3 train.precision=fp16 \
+  train.loss_scale=1099511627776
+s1=$(skips h3) s2=$(skips h3_off)
+check "  ... both skip the same $s1 step(s) (at least one)" test "$s1" = "$s2" -a "$s1" -ge 1
+# device memory at ZeRO-3: master, m, v (12 B), the gradient shard and its landing area
+# (8 B) a shard element leave, three landing areas of the largest unit piece (12 B) come
+z3len=$(sed -n 's/.*(shard of \([0-9]*\) of [0-9]* elements.*/\1/p' "$SCRATCH/z3.out" | head -1)
+land=$(sed -n 's/.*landing in \([0-9]*\) elements a gradient slot.*/\1/p' "$SCRATCH/z3_off.out" | head -1)
+d0=$(mem z3) d1=$(mem z3_off)
+echo "    dp 2 ZeRO-3 device memory in use: $d0 MB without, $d1 MB with the offload; shard $z3len, landing $land elements"
+"$PYTHON_REF" -c "import sys; d = ($d0 - $d1) * 1e6; w = 20 * $z3len - 12 * $land; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 20 B a shard element less 12 B a landing element (1%)" test $? -eq 0
 
 # parallel.offload_fraction = 0.5 against the runs without offload above
 F=parallel.offload_fraction=0.5
