@@ -9,8 +9,9 @@
 # ZeRO-1 and ZeRO-3, tp 2 and pp 2 (1F1B); an fp16 run whose loss scale overflows skips the
 # same steps.  At dp 2 ZeRO-2 and ZeRO-3 with the whole shard offloaded the reduced
 # gradient is accumulated on the host as each unit's reduction lands and its norm taken
-# there, bitwise the device's (fp16's skips too); the device memory then drops by 20 bytes
-# a shard element less the landing areas, within 1%.  The device memory in use drops by the offloaded state, 12 bytes per
+# there, bitwise the device's (fp16's skips too, and a step whose gradient holds a NaN);
+# the device memory then drops by 20 bytes a shard element less the landing areas, within
+# 1%.  The device memory in use drops by the offloaded state, 12 bytes per
 # parameter of the shard in bf16 (fp32 master, m, v) within 1%; an offloaded checkpoint
 # resumes without offload, continuing bitwise.  parallel.offload_fraction = 0.5 (the last
 # half of the shard, rounded up to 64 elements, on the host; the rest updated by the
@@ -115,6 +116,14 @@ d0=$(mem z3) d1=$(mem z3_off)
 echo "    dp 2 ZeRO-3 device memory in use: $d0 MB without, $d1 MB with the offload; shard $z3len, landing $land elements"
 "$PYTHON_REF" -c "import sys; d = ($d0 - $d1) * 1e6; w = 20 * $z3len - 12 * $land; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
 check "  ... it drops by 20 B a shard element less 12 B a landing element (1%)" test $? -eq 0
+# a NaN in the reduced gradient at step 2 (fault.h), dp 2 ZeRO-3: the norm taken on the
+# host is non-finite and the step skipped, as on the device
+export TSR_FAULT=nan_grad_step=2
+pair "bf16, dp 2 ZeRO-3, a NaN gradient at step 2" n3 2 parallel.zero_stage=3 run.max_steps=3
+unset TSR_FAULT
+check "  ... both skip that step only" test "$(skips n3)" = 1 -a "$(skips n3_off)" = 1
+check "  ... the offloaded run says so" grep -q "step 2: non-finite gradient norm; update skipped" \
+  "$SCRATCH/n3_off.out"
 
 # parallel.offload_fraction = 0.5 against the runs without offload above
 F=parallel.offload_fraction=0.5
