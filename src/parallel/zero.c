@@ -60,16 +60,22 @@ struct tsr_zero {
   int master_is_compute;           /* fp32: the master is the compute copy itself */
   int offload;                     /* a part is offloaded (split < a1) */
   int64_t a0, a1, split;
-  float *h_master, *h_m, *h_v, *h_grad; /* [split, a1) */
+  float *h_master, *h_m, *h_v; /* [split, a1) */
+  float *h_grad; /* [hg0, a1): the offloaded part's gradient, from split; with host_grads
+                  * from the start of the gradient norm's range that crosses split, if any
+                  * (its device part is copied there for the norm) */
+  int64_t hg0;
   void *h_compute;
-  /* Stages 2-3 with the whole shard offloaded and no hybrid replicas: the reduced gradient
-   * lives on the host only (h_grad; no grad_shard, no incoming on the device).  Each unit's
-   * reduce-scatter lands in its slot's `land` (the largest piece long); its piece is then
-   * copied to h_land and added into h_grad on the host. */
+  /* Stages 2-3 offloaded, no hybrid replicas: the reduced gradient of the offloaded part
+   * lives on the host only (h_grad; no incoming on the device, grad_shard only for the
+   * device's part [a0, split), grad_len long).  Each unit's reduce-scatter lands in its
+   * slot's `land` (the largest piece long); the piece's device part is added into
+   * grad_shard there, its offloaded part copied to h_land and added into h_grad. */
   int host_grads;
   int64_t max_piece;
   float *h_land;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
+  int64_t grad_len;                /* its elements */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
   tsr_dtype dt;                    /* the model's storage type (the compute copy's) */
@@ -95,6 +101,7 @@ static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
 }
 
 static void *compute_shard(tsr_zero *z);
+static float *reduced_grads(tsr_zero *z);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid) {
@@ -126,12 +133,15 @@ int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
 /* ---------------------------------------------------------------- gradient slots */
 
 /* host_grads: this rank's piece [a, b) of a unit's reduction, landed in op memory at
- * `land`, added into the host's gradient: copied to the host, then h_grad += piece there,
- * the same fp32 additions as tsr_ops_acc. */
+ * `land`: its part below split added into grad_shard on the device, the rest copied to the
+ * host and added into h_grad there, the same fp32 additions as tsr_ops_acc. */
 static void land_on_host(tsr_zero *z, const float *land, int64_t a, int64_t b) {
-  const long n = (long)(b - a);
-  tsr_ops_read(z->h_land, land, (size_t)n * sizeof(float));
-  float *restrict g = z->h_grad + (a - z->split);
+  const int64_t m = min64(b, z->split), h = max64(a, z->split);
+  if (a < m) tsr_ops_acc(z->grad_shard + (a - z->s0), land, (long)(m - a));
+  if (h >= b) return;
+  const long n = (long)(b - h);
+  tsr_ops_read(z->h_land, land + (h - a), (size_t)n * sizeof(float));
+  float *restrict g = z->h_grad + (h - z->hg0);
   const float *restrict x = z->h_land;
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (long i = 0; i < n; i++) g[i] += x[i];
@@ -358,29 +368,45 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   z->offload = nh > 0;
   if (nh > 0) {
     if (!(z->h_m = tsr_ops_host_alloc(nh * F)) || !(z->h_v = tsr_ops_host_alloc(nh * F)) ||
-        !(z->h_master = tsr_ops_host_alloc(nh * F)) || !(z->h_grad = tsr_ops_host_alloc(nh * F)) ||
+        !(z->h_master = tsr_ops_host_alloc(nh * F)) ||
         (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(nh * z->esz))))
       goto fail;
-    z->mem.host = 4 * nh * F + (z->dt != TSR_F32 ? nh * z->esz : 0);
+    z->mem.host = 3 * nh * F + (z->dt != TSR_F32 ? nh * z->esz : 0);
   }
   if (nd > 0 && (!(z->adam_m = tsr_ops_alloc(nd, F)) || !(z->adam_v = tsr_ops_alloc(nd, F))))
     goto fail;
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
-  z->host_grads = z->stage >= 2 && nd == 0 && nh > 0 &&
+  z->host_grads = z->stage >= 2 && nh > 0 &&
                   !(z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1);
+  /* the norm's ranges split as host_grads needs them: in flat order, at most one across
+   * split (its start then begins h_grad) */
+  z->hg0 = z->split;
+  for (int k = 0; k < z->n_norm_ranges; k++) {
+    const int64_t ra = z->norm_ranges[2 * k], rb = z->norm_ranges[2 * k + 1];
+    if (k > 0 && ra < z->norm_ranges[2 * k - 1]) z->host_grads = 0; /* not in order */
+    if (ra < z->split && rb > z->split) z->hg0 = ra;
+  }
+  if (!z->host_grads) z->hg0 = z->split;
   for (int u = 0; u < z->n_units; u++) {
     int64_t a, b;
     piece(z, u, &a, &b);
     z->max_piece = max64(z->max_piece, b - a);
   }
+  if (nh > 0) {
+    const size_t hn = (size_t)(z->a1 - z->hg0);
+    if (!(z->h_grad = tsr_ops_host_alloc(hn * F))) goto fail;
+    z->mem.host += hn * F;
+  }
   if (z->host_grads) {
     if (!(z->h_land = tsr_ops_host_alloc((size_t)max64(z->max_piece, 1) * F))) goto fail;
     z->mem.host += (size_t)z->max_piece * F;
-  } else if (z->stage >= 1) {
-    if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
-    z->mem.grads += (size_t)len * F;
+  }
+  z->grad_len = z->stage == 0 ? 0 : z->host_grads ? (int64_t)nd : len;
+  if (z->grad_len > 0) {
+    if (!(z->grad_shard = tsr_ops_alloc((size_t)z->grad_len, F))) goto fail;
+    z->mem.grads += (size_t)z->grad_len * F;
   }
   if (z->stage >= 2 && !z->host_grads) {
     if (!(z->incoming = tsr_ops_alloc((size_t)len, F))) goto fail;
@@ -504,6 +530,13 @@ tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
 int64_t tsr_zero_grads_on_host(const tsr_zero *z) {
   return z->host_grads ? max64(z->max_piece, 1) : 0;
 }
+void tsr_zero_poison_grad(tsr_zero *z, float v) {
+  float *g = reduced_grads(z);
+  if (z->host_grads && z->split == z->a0)
+    g[0] = v; /* page-locked host memory */
+  else
+    tsr_ops_copy(g, &v, sizeof v);
+}
 
 /* ---------------------------------------------------------------- the step */
 
@@ -554,8 +587,8 @@ int tsr_zero_begin_step(tsr_zero *z) {
   if (z->deferred_buf)
     tsr_ops_zero(z->deferred_buf,
            (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
-  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)(z->s1 - z->s0) * sizeof(float));
-  if (z->host_grads) memset(z->h_grad, 0, (size_t)(z->s1 - z->s0) * sizeof(float));
+  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)z->grad_len * sizeof(float));
+  if (z->host_grads) memset(z->h_grad, 0, (size_t)(z->a1 - z->hg0) * sizeof(float));
   return 0;
 }
 
@@ -576,7 +609,8 @@ int tsr_zero_reduce_grads(tsr_zero *z) {
 
 /* The reduced gradient of this rank's shard (stage 0: the full buffer). */
 static float *reduced_grads(tsr_zero *z) {
-  return z->stage == 0 ? tsr_model_grads(z->model) : z->host_grads ? z->h_grad : z->grad_shard;
+  if (z->stage == 0) return tsr_model_grads(z->model);
+  return z->host_grads && z->split == z->a0 ? z->h_grad : z->grad_shard;
 }
 float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
 
@@ -585,11 +619,22 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
    * so the norm is bitwise the same everywhere. */
   const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
   double dp_total, total;
-  /* the same bits on the host (host_grads) as on the device: one order everywhere
-   * (ops/sumsq_order.h) */
-  const double local = z->host_grads
-                           ? tsr_ops_host_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges)
-                           : tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  /* with host_grads the ranges below hg0 on the device, the rest on the host (the device
+   * part of a range across split copied to h_grad first), each added in order: the same
+   * bits as on the device alone, every backend summing in one order (ops/sumsq_order.h) */
+  double local;
+  if (!z->host_grads) {
+    local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  } else {
+    int k = 0;
+    while (k < z->n_norm_ranges && z->norm_ranges[2 * k + 1] <= z->hg0) k++;
+    local = k > 0 ? tsr_ops_sumsq_ranges(z->grad_shard - z->s0, z->norm_ranges, k) : 0.0;
+    if (z->hg0 < z->split)
+      tsr_ops_read(z->h_grad, z->grad_shard + (z->hg0 - z->s0),
+                   (size_t)(z->split - z->hg0) * sizeof(float));
+    for (; k < z->n_norm_ranges; k++)
+      local += tsr_ops_host_sumsq_ranges(z->h_grad - z->hg0, z->norm_ranges + 2 * k, 1);
+  }
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
   double tp_total;
   TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));
@@ -647,8 +692,9 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
   if (z->offload) { /* the offloaded part: its gradient to the host (there already with
                      * host_grads), the host's AdamW, the compute copy back */
-    if (!z->host_grads) tsr_ops_read(z->h_grad, g + (s - a), (size_t)(b - s) * sizeof(float));
-    tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, z->h_grad, lr, t,
+    float *hg = z->h_grad + (s - z->hg0);
+    if (!z->host_grads) tsr_ops_read(hg, g + (s - a), (size_t)(b - s) * sizeof(float));
+    tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, hg, lr, t,
                                grad_scale, z->h_compute, z->dt);
     tsr_ops_copy(tsr_dtype_at(c, z->dt, s - a),
                  z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute,

@@ -97,15 +97,18 @@ tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
  * releases it.  tied = NULL: no twin (stage 0 of a V placement holds the embedding and the head's use
  * of it), only the deferral, so that the two uses may acquire and release it apart. */
 int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end);
-/* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it); page-
- * locked host memory when tsr_zero_grads_on_host. */
+/* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it); with
+ * tsr_zero_grads_on_host, that of the device's part of the shard (op memory), or page-locked
+ * host memory when the whole shard is offloaded. */
 float *tsr_zero_reduced_grads(tsr_zero *z);
-/* Stages 2-3 with the whole shard offloaded (parallel.offload, fraction 1) and no hybrid
- * replicas: the reduced gradient is accumulated on the host as each unit's reduction
- * lands, the device keeping no gradient shard; returns the elements of a gradient slot's
- * landing area in op memory (the largest piece of a unit in this rank's shard, at least
- * 1).  0 otherwise. */
+/* Stages 2-3 offloaded (parallel.offload) without hybrid replicas: the reduced gradient of
+ * the offloaded part is accumulated on the host as each unit's reduction lands, the device
+ * keeping a gradient shard only for its own part; returns the elements of a gradient
+ * slot's landing area in op memory (the largest piece of a unit in this rank's shard, at
+ * least 1).  0 otherwise. */
 int64_t tsr_zero_grads_on_host(const tsr_zero *z);
+/* The shard's first reduced gradient element := v, wherever it lives (fault injection). */
+void tsr_zero_poison_grad(tsr_zero *z, float v);
 
 /* A step: begin_step, then for each micro-batch begin_micro(last) + model fwd_bwd,
  * then reduce_grads, grad_norm, update. */

@@ -96,11 +96,7 @@ static int train_step(tsr_session *s, step_result *r) {
   TSR_CALL(tsr_zero_reduce_grads(s->zero));
   /* fault injection for the tests (fault.h): poison one gradient at the given step */
   if (tsr_fault_int("nan_grad_step", -1) == s->st.step + 1 && s->rank == 0) {
-    const float nan = NAN;
-    if (tsr_zero_grads_on_host(s->zero)) /* page-locked host memory: no queued copy */
-      tsr_zero_reduced_grads(s->zero)[0] = nan;
-    else
-      tsr_ops_copy(tsr_zero_reduced_grads(s->zero), &nan, sizeof nan);
+    tsr_zero_poison_grad(s->zero, NAN);
   }
   TSR_CALL(tsr_zero_grad_norm(s->zero, &r->grad_norm));
   r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */

@@ -15,9 +15,10 @@
 # parameter of the shard in bf16 (fp32 master, m, v) within 1%; an offloaded checkpoint
 # resumes without offload, continuing bitwise.  parallel.offload_fraction = 0.5 (the last
 # half of the shard, rounded up to 64 elements, on the host; the rest updated by the
-# device) is bitwise equal to no offload too (one rank, dp 2 ZeRO-1 and ZeRO-3, bf16; fp32
+# device) is bitwise equal to no offload too (one rank, dp 2 ZeRO-1, -2 and -3, bf16; fp32
 # on one rank; a synchronous checkpoint write), its device memory drops by 12 bytes an
-# offloaded element within 1%, and checkpoints resume across fractions (0.5 -> 0.25 on one
+# offloaded element within 1% (at ZeRO-3, with that half's gradient on the host, also by
+# its gradient and the landing area less the landing areas of the unit pieces), and checkpoints resume across fractions (0.5 -> 0.25 on one
 # rank, 1 -> 0.5 and 0.5 -> none at dp 2 ZeRO-3), continuing bitwise.  On the CPU the keys
 # are accepted with one log line; on the device train.activation_offload is refused (exit
 # 2, the key named); a fraction outside [0, 1] is a deck error.
@@ -146,6 +147,17 @@ half "fp32, one rank" f fh 1 train.precision=fp32
 half "bf16, dp 2 ZeRO-1" z1 z1h 2 parallel.zero_stage=1
 half "bf16, dp 2 ZeRO-3" z3 z3h 2 parallel.zero_stage=3
 half "bf16, one rank, synchronous checkpoint" b bhs 1 checkpoint.async=.false.
+half "bf16, dp 2 ZeRO-2" z2 z2h 2 parallel.zero_stage=2
+# ZeRO-3 with half offloaded: that half's gradient on the host, the device keeping the
+# other half's: master, m, v (12 B) and the gradient (4 B) of an offloaded element and the
+# shard-long landing area (4 B a shard element) leave, three landing areas come (12 B)
+land=$(sed -n 's/.*landing in \([0-9]*\) elements a gradient slot.*/\1/p' "$SCRATCH/z3h.out" | head -1)
+offz=$("$PYTHON_REF" -c "import math; n = $z3len; print(min(n, math.ceil(0.5 * n / 64) * 64))")
+d0=$(mem z3) d1=$(mem z3h)
+echo "    dp 2 ZeRO-3 device memory in use: $d0 MB without, $d1 MB with half offloaded ($offz of $z3len elements, landing $land)"
+"$PYTHON_REF" -c "import sys; d = ($d0 - $d1) * 1e6; w = 16 * $offz + 4 * $z3len - 12 * $land; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 16 B an offloaded element and 4 B a shard element less 12 B a landing element (1%)" \
+  test $? -eq 0
 mh=$(mem bh)
 off=$("$PYTHON_REF" -c "import math; n = $nflat; print(min(n, math.ceil(0.5 * n / 64) * 64))")
 echo "    device memory in use: $m0 MB without, $mh MB with half offloaded ($off of $nflat elements)"
