@@ -243,13 +243,14 @@ static double other_books(const part *p, int64_t S) {
 
 /* zero.c's buffers besides the state: the shard a reduce-scatter lands in, the unit
  * slots of stages 2-3, the tied unit's accumulator. */
-/* zero.c's host_grads: at ZeRO 2-3 with the whole shard offloaded (fraction off) and no
- * hybrid replicas, the reduced gradient lives on the host only; each gradient slot then has
- * a landing area of the largest piece of a unit in a shard (at most a unit, at most the
- * shard) instead of one shard-long area. */
-static int grads_on_host(const tsr_config *cfg, const tsr_plan_grid *g, double len, double off) {
-  return cfg->parallel.zero_stage >= 2 && off > 0 && tsr_plan_offloaded(len, off) >= len &&
-         g->replicate == 1;
+/* zero.c's host_grads: at ZeRO 2-3 offloaded (fraction off) without hybrid replicas, the
+ * reduced gradient of the offloaded part lives on the host only, the device's shard only
+ * covering the rest; each gradient slot then has a landing area of the largest piece of a
+ * unit in a shard (at most a unit, at most the shard) instead of one shard-long area.
+ * (zero.c's host gradient also starts at the norm range across the split, if any: up to
+ * a tensor more, not counted.) */
+static int grads_on_host(const tsr_config *cfg, const tsr_plan_grid *g, double off) {
+  return cfg->parallel.zero_stage >= 2 && off > 0 && g->replicate == 1;
 }
 
 static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
@@ -259,7 +260,7 @@ static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const 
   const double len = (double)n / (double)S;
   const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
   double b = zs == 1 ? 4 * len : 0;
-  if (zs >= 2 && grads_on_host(cfg, g, len, off))
+  if (zs >= 2 && grads_on_host(cfg, g, off))
     b += TSR_ZERO_GRAD_SLOTS * 4 * (unit + fmin(unit, len)) + 4 * tied_unit(cfg, g, p, n);
   else if (zs >= 2)
     b += 4 * len + TSR_ZERO_GRAD_SLOTS * 4 * unit + 4 * tied_unit(cfg, g, p, n);
@@ -311,9 +312,9 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
   mem.comm = zero_buffers(cfg, g, p, &st, off);
   const double len = (double)n / (double)S;
-  if (grads_on_host(cfg, g, len, off)) { /* the gradient shard on the host, not the device */
+  if (grads_on_host(cfg, g, off)) { /* the offloaded part's gradient on the host only */
     const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
-    mem.grads -= 4 * len;
+    mem.grads -= 4 * tsr_plan_offloaded(len, off);
     mem.host_grads += 4 * fmin(unit, len); /* the pieces' staging */
     mem.host += 4 * fmin(unit, len);
   }
