@@ -17,9 +17,7 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/e2e/slurm_cluster.sh"
-tsr_slurm_have || skip "Slurm not installed (apt-get install slurm-wlm munge)"
-[ "$(id -u)" -eq 0 ] || skip "the test cluster runs slurmd as root"
-mpi_test_setup
+tsr_slurm_test_setup
 corpus
 W=$SCRATCH/top
 readme_tree "$W"
@@ -72,37 +70,34 @@ if readme_block slurm-watch "$SCRATCH/watch.sh"; then
 fi
 
 # ---- the same run on another layout ----
-if readme_block slurm-layout "$SCRATCH/layout.sh"; then
-  readme_run slurm-layout "$W" "$SCRATCH/layout.sh" 60
-  J2=$(job_of "$SCRATCH/layout.sh")
-  if [ -n "$J2" ]; then
-    ended_ok "$J2" || show_tail "$W/smoke-$J2.out"
-    check "  ... the resubmitted job ends COMPLETED with exit 0 at step 40 ($(last_step "$W/out/smoke"))" \
-      test "$(last_step "$W/out/smoke")" = 40
-    check "  ... the log says what the README quotes: resumed from the step-20 checkpoint, 320 samples" \
-      grep -q 'resumed from out/smoke/ckpt/step_00000020.h5 at step 20 (320 samples consumed)' \
-      "$W/out/smoke/tessera.log"
-    check "  ... on one node as 2 pipeline stages" \
-      grep -q 'grid: world 2 = tp 1.* x dp 1 x pp 2 on 1 node' "$W/out/smoke/tessera.log"
-  else
-    bad "  ... sbatch said which job it submitted"
-  fi
-fi
+# job_block NAME: README.md's block NAME run as written; its job waited for; 0 when it
+# ended COMPLETED with exit 0
+job_block() {
+  local name=$1 f=$SCRATCH/$1.sh job
+  readme_block "$name" "$f" || return 1
+  readme_run "$name" "$W" "$f" 60 || return 1
+  job=$(job_of "$f")
+  [ -n "$job" ] || { bad "  ... sbatch said which job it submitted"; return 1; }
+  ended_ok "$job"
+  local rc=$?
+  [ $rc -eq 0 ] || show_tail "$W/smoke-$job.out"
+  check "  ... job $job ends COMPLETED with exit 0" test $rc -eq 0
+}
+job_block slurm-layout
+check "  ... it trained to step 40 ($(last_step "$W/out/smoke"))" \
+  test "$(last_step "$W/out/smoke")" = 40
+check "  ... the log says what the README quotes: resumed from the step-20 checkpoint, 320 samples" \
+  grep -q 'resumed from out/smoke/ckpt/step_00000020.h5 at step 20 (320 samples consumed)' \
+  "$W/out/smoke/tessera.log"
+check "  ... on one node as 2 pipeline stages" \
+  grep -q 'grid: world 2 = tp 1.* x dp 1 x pp 2 on 1 node' "$W/out/smoke/tessera.log"
 
 # ---- branch from a named checkpoint ----
 check "the checkpoint the README's branch names is still there (checkpoint.keep)" \
   test -f "$W/out/smoke/ckpt/step_00000030.h5"
-if readme_block slurm-branch "$SCRATCH/branch.sh"; then
-  readme_run slurm-branch "$W" "$SCRATCH/branch.sh" 60
-  J3=$(job_of "$SCRATCH/branch.sh")
-  if [ -n "$J3" ]; then
-    ended_ok "$J3" || show_tail "$W/smoke-$J3.out"
-    check "  ... the branch trains steps 31..40 into out/branch ($(last_step "$W/out/branch"))" \
-      test "$(last_step "$W/out/branch")" = 40
-    check "  ... starting from the named file" \
-      grep -q 'resumed from out/smoke/ckpt/step_00000030.h5 at step 30' "$W/out/branch/tessera.log"
-  else
-    bad "  ... sbatch said which job it submitted"
-  fi
-fi
+job_block slurm-branch
+check "  ... the branch trains steps 31..40 into out/branch ($(last_step "$W/out/branch"))" \
+  test "$(last_step "$W/out/branch")" = 40
+check "  ... starting from the named file" \
+  grep -q 'resumed from out/smoke/ckpt/step_00000030.h5 at step 30' "$W/out/branch/tessera.log"
 finish
