@@ -6,11 +6,12 @@
 # of 2 layer blocks on the device.  Against the same run without it, every step's loss and
 # gradient norm and the final checkpoint's model and optimizer datasets are bitwise equal:
 # bf16 and fp32 on one rank, recompute selective and full, and on 2 ranks sharing the
-# emulated GPU dp 2 at ZeRO-1 and ZeRO-3, tp 2 and pp 2 (1F1B, 2 micro-batches in
-# flight); an fp16 run whose loss scale overflows skips the same steps.  Memory: the
-# activations the device keeps for the backward are the window's 2 blocks and each slot's
-# chunk output, which the test computes from the shapes, and the device memory in use at
-# step 1 drops by exactly what the run says left it; the host holds slots x layers blocks.
+# emulated GPU dp 2 at ZeRO-1 and ZeRO-3, tp 2, pp 2 (1F1B, 2 micro-batches in flight;
+# interleaved, 2 chunks a stage) and cp 2; an fp16 run whose loss scale overflows on some
+# steps skips the same ones.  Memory: the activations the device keeps for the backward
+# are the window's 2 blocks and each slot's chunk output, which the test computes from the
+# shapes, and the device memory in use at step 1 drops by exactly what the run says left
+# it; the host holds slots x layers blocks.
 # A zero-bubble schedule with the offload is a deck error (exit 2); on the CPU the key is
 # accepted with one log line.
 set -u
@@ -82,12 +83,16 @@ pair "bf16, pp 2 1F1B, 4 micro-batches" p2 2 parallel.pp=2 parallel.schedule=1f1
   train.global_batch=4
 pair "fp32, pp 2 1F1B, recompute selective" p2s 2 parallel.pp=2 parallel.schedule=1f1b \
   train.global_batch=4 train.precision=fp32 train.recompute=selective
-# fp16: a loss scale of 2^40 overflows the first steps, which are skipped and halve it
-pair "fp16, loss scale overflowing" h 1 train.precision=fp16 train.loss_scale=1099511627776 \
-  run.max_steps=3
+pair "bf16, pp 2 interleaved, 2 chunks of 1 layer a stage" pi 2 parallel.pp=2 \
+  parallel.virtual_stages=2 parallel.schedule=interleaved train.global_batch=4
+pair "bf16, cp 2" c2 2 parallel.cp=2
+# fp16: a loss scale of 2^20 overflows some of the 4 steps, which are skipped and halve it
+pair "fp16, loss scale overflowing" h 1 train.precision=fp16 train.loss_scale=1048576 \
+  run.max_steps=4
 skips() { "$PYTHON_REF" -c "import json,sys; print(sum(json.loads(l).get('step_skipped', 0) for l in open(sys.argv[1])))" "$SCRATCH/$1/metrics.jsonl"; }
 s1=$(skips h) s2=$(skips h_act)
-check "  ... both skip the same $s1 step(s) (at least one)" test "$s1" = "$s2" -a "$s1" -ge 1
+check "  ... both skip the same $s1 step(s) of 4 (at least one, not all)" \
+  test "$s1" = "$s2" -a "$s1" -ge 1 -a "$s1" -lt 4
 
 # Memory.  The stored activations the device keeps (the run's line) against the shapes:
 # per layer (recompute none) norm1, norm2, qkv, attention out, h, fc, act in the storage
