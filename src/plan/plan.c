@@ -742,14 +742,20 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_b
     total = fmax(total, cpu.total);
     top = fmax(top, cpu.peak);
     gpu = fmax(gpu, dev.total);
-    pinned = fmax(pinned, dev.host - dev.host_acts); /* zero.c's part */
+    pinned = fmax(pinned, dev.host);
   }
   const char *dt = tsr_dtype_name(cfg->train.precision);
   char off[192] = "";
-  if (ran == TSR_PLAN_GPU && host > 0) /* zero.c's page-locked buffers of the offload */
-    snprintf(off, sizeof off, " | page-locked host memory of the optimizer offload: %.3f MB, "
-             "planned %.3f MB (%+.2f%% of measured)", host / 1e6, pinned / 1e6,
-             100 * (pinned / host - 1));
+  /* zero.c's page-locked buffers of the optimizer offload and model.c's of the activation
+   * offload */
+  const int opt = tsr_plan_offload_fraction(cfg) > 0, act = cfg->train.activation_offload;
+  if (ran == TSR_PLAN_GPU && host > 0)
+    snprintf(off, sizeof off, " | page-locked host memory of the %s: %.3f MB, "
+             "planned %.3f MB (%+.2f%% of measured)",
+             opt && act ? "optimizer and activation offloads"
+             : act      ? "activation offload"
+                        : "optimizer offload",
+             host / 1e6, pinned / 1e6, 100 * (pinned / host - 1));
   if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned on "
             "a GPU (%s storage): %.3f MB (%+.2f%% of measured)%s",

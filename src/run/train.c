@@ -230,8 +230,10 @@ static void log_step(const tsr_session *s, const step_result *r, double dt, doub
     tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
   }
   /* measured memory next to tessera plan's (src/plan/plan.c); a collective */
+  size_t sdev, shost, sset; /* the activation offload's page-locked blocks */
+  tsr_model_stored_bytes(s->model, &sdev, &shost, &sset);
   double mem[3] = {(double)tsr_ops_mem_bytes(), (double)tsr_ops_mem_peak_bytes(),
-                   (double)tsr_zero_memory_of(s->zero).host};
+                   (double)tsr_zero_memory_of(s->zero).host + (double)shost};
   MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, s->world);
   tsr_plan_log_memory(cfg, s->grid, tsr_ops_on_device() ? TSR_PLAN_GPU : TSR_PLAN_CPU,
                       s->st.step, mem[0], mem[1], mem[2]);

@@ -145,6 +145,14 @@ PY
 memcheck b 2 none 1 4
 check "bf16: the device keeps 2 layer blocks and the slot's output, the host 4 blocks; in use drops by the rest" \
   test $? -eq 0
+# the planner's host column against the page-locked blocks (the memory line after step 1)
+for n in b_act p2_act; do
+  line=$(grep -o "page-locked host memory of the activation offload: [0-9.]* MB, planned [0-9.]* MB" \
+    "$SCRATCH/$n.out" | head -1)
+  echo "    $n: ${line:-no host figure}"
+  check "$n: the planner's host column is the blocks allocated" \
+    "$PYTHON_REF" -c "import sys; h, p = [float(w) for w in sys.argv[1].split() if w[0].isdigit()]; sys.exit(0 if h > 0 and h == p else 1)" "${line:-x}"
+done
 memcheck u 2 full 1 4
 check "recompute full: only the layers' inputs are stored, 2 of them on the device" test $? -eq 0
 memcheck f 4 none 1 4
