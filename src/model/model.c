@@ -211,9 +211,9 @@ static int shape_of(tsr_model *m, const tsr_model_spec *spec, const tsr_layout *
   m->recompute = sz->recompute;
   m->aoff = sz->act_offload;
   if (m->aoff && sz->split) {
-    tsr_error("model: train.activation_offload does not run with a split backward (the "
-              "zero-bubble schedules): set parallel.schedule to '1f1b', 'interleaved' or "
-              "'gpipe', or train.activation_offload = .false.");
+    tsr_error("model: train.activation_offload does not run with a split backward (a "
+              "zero-bubble schedule): choose a schedule whose backward is whole, or set "
+              "train.activation_offload = .false.");
     return TSR_ERR_INPUT;
   }
   m->B = (int)sz->B, m->T = (int)sz->T, m->C = (int)sz->C, m->hd = (int)sz->hd;

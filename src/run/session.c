@@ -108,8 +108,8 @@ static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
 /* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
  * host (one line says so, so the same deck runs everywhere); a GPU run offloads the whole
  * optimizer shard (zero.c) and the stored activations (model.c), the latter with every
- * schedule but the zero-bubble ones, whose W pass would need them back a second time.  Every rank decides
- * the same from the same configuration. */
+ * schedule but the zero-bubble ones, whose W pass would need them back a second time.
+ * Every rank decides the same from the same configuration. */
 static int check_offload(const tsr_session *s, const tsr_config *cfg) {
   const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER;
   const int act = cfg->train.activation_offload;
@@ -123,8 +123,9 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
   if (act && tsr_pp_split_backward(cfg->parallel.schedule)) {
     if (s->rank == 0)
       tsr_error("train.activation_offload = .true. does not run with parallel.schedule = '%s', "
-                "whose backward is split in two passes: set parallel.schedule to '1f1b', "
-                "'interleaved' or 'gpipe', or train.activation_offload = .false.",
+                "whose backward is split in two passes (its W pass would need every layer's "
+                "activations back a second time): choose a schedule whose backward is whole, "
+                "or set train.activation_offload = .false.",
                 tsr_deck_word(cfg, &cfg->parallel.schedule));
     return TSR_ERR_INPUT;
   }
