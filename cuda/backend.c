@@ -118,6 +118,7 @@ static void *d_alloc(size_t bytes) {
 static void d_free(void *p) {
   if (!p) return;
   RT(cudaStreamSynchronize(tsr_cuda_ctx.stream)); /* nothing queued may still use it */
+  if (tsr_cuda_ctx.copy_stream) RT(cudaStreamSynchronize(tsr_cuda_ctx.copy_stream));
   RT(cudaFree(p));
   for (int i = 0; i < mem.n_allocs; i++)
     if (mem.allocs[i].p == p) {
@@ -144,7 +145,46 @@ static void *d_host_alloc(size_t bytes) {
 static void d_host_free(void *p) {
   if (!p) return;
   RT(cudaStreamSynchronize(tsr_cuda_ctx.stream)); /* no copy queued may still use it */
+  if (tsr_cuda_ctx.copy_stream) RT(cudaStreamSynchronize(tsr_cuda_ctx.copy_stream));
   RT(cudaFreeHost(p));
+}
+
+/* ---------------------------------------------------------------- the copy queue
+ * tsr_ops_copy_async: a copy on the copy stream behind a fence recorded on the ops'
+ * stream (it starts once everything queued there so far is done), with the caller's event
+ * recorded after it; tsr_ops_event_wait makes the ops' stream wait for that event.  An
+ * event is recorded once when it is made, so that a wait on one never used is a no-op. */
+static void *d_event_create(void) {
+  tsr_cuda_context *c = &tsr_cuda_ctx;
+  cudaEvent_t e = NULL;
+  if (c->failed) return NULL;
+  const cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (r != cudaSuccess) {
+    fail_rt(r, "cudaEventCreateWithFlags", __LINE__);
+    return NULL;
+  }
+  RT(cudaEventRecord(e, c->stream));
+  return c->failed ? NULL : e;
+}
+
+static void d_event_destroy(void *ev) {
+  if (!ev) return;
+  if (tsr_cuda_ctx.copy_stream) RT(cudaStreamSynchronize(tsr_cuda_ctx.copy_stream));
+  RT(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static void d_copy_async(void *dst, const void *src, size_t bytes, void *ev) {
+  tsr_cuda_context *c = &tsr_cuda_ctx;
+  if (c->failed || !bytes) return;
+  RT(cudaEventRecord(c->fence, c->stream));
+  RT(cudaStreamWaitEvent(c->copy_stream, c->fence, 0));
+  RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy_stream));
+  if (ev) RT(cudaEventRecord((cudaEvent_t)ev, c->copy_stream));
+}
+
+static void d_event_wait(void *ev) {
+  if (tsr_cuda_ctx.failed || !ev) return;
+  RT(cudaStreamWaitEvent(tsr_cuda_ctx.stream, (cudaEvent_t)ev, 0));
 }
 
 static size_t d_mem_bytes(int what) {
@@ -170,7 +210,9 @@ static void d_zero(void *dst, size_t bytes) {
 }
 
 static void d_sync(void) {
-  if (!tsr_cuda_ctx.failed) RT(cudaStreamSynchronize(tsr_cuda_ctx.stream));
+  if (tsr_cuda_ctx.failed) return;
+  RT(cudaStreamSynchronize(tsr_cuda_ctx.stream));
+  if (tsr_cuda_ctx.copy_stream) RT(cudaStreamSynchronize(tsr_cuda_ctx.copy_stream));
 }
 
 static int d_status(void) {
@@ -240,6 +282,7 @@ static int d_reserve(const tsr_ops_shapes *s) {
 static void d_close(void) {
   tsr_cuda_context *c = &tsr_cuda_ctx;
   if (c->stream) cudaStreamSynchronize(c->stream);
+  if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
   tsr_cuda_prof_print(mem.t_open);
 #ifdef TSR_HAVE_CUDNN
   tsr_sdpa_graphs_close();
@@ -249,6 +292,8 @@ static void d_close(void) {
   if (c->result) cudaFree(c->result);
   if (c->lt_ws) cudaFree(c->lt_ws);
   if (c->lt) cublasLtDestroy(c->lt);
+  if (c->fence) cudaEventDestroy(c->fence);
+  if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
   if (c->stream) cudaStreamDestroy(c->stream);
   free(mem.allocs);
   memset(&mem, 0, sizeof mem);
@@ -293,7 +338,8 @@ static void prof_zero(void *dst, size_t bytes) {
 #define BACKEND_MEMORY                                                                      \
   .name = "cuda", .alloc = d_alloc, .free = d_free, .sync = d_sync, .status = d_status,     \
   .reserve = d_reserve, .close = d_close, .mem_bytes = d_mem_bytes,                         \
-  .host_alloc = d_host_alloc, .host_free = d_host_free
+  .host_alloc = d_host_alloc, .host_free = d_host_free, .event_create = d_event_create,     \
+  .event_destroy = d_event_destroy, .copy_async = d_copy_async, .event_wait = d_event_wait
 
 static const tsr_ops_backend table = {
     BACKEND_MEMORY,
@@ -344,6 +390,8 @@ int tsr_cuda_ops_open_device(int device, const tsr_ops_backend **b) {
   int rc = 0;
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) e = cudaStreamCreate(&c->stream);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaMalloc((void **)&c->result, sizeof(double) * TSR_CUDA_RESULTS);
   const int result_ok = e == cudaSuccess;
   if (e == cudaSuccess) e = cudaMalloc(&c->lt_ws, LT_WORKSPACE);

@@ -1,5 +1,5 @@
 /* context.h — what the files of the CUDA backend share, and nothing else: the device context
- * (one per process: the GPU, its stream, the cuBLASLt handle, the scratch, the result
+ * (one per process: the GPU, its stream and copy stream, the cuBLASLt handle, the scratch, the result
  * scalars, the sticky failure flag), how a failed call marks it, the scratch each kernel
  * family needs, and the cuDNN attention calls the tests reach.  cuda/context.c defines the
  * context; every .cu file includes this header (through cuda_common.cuh).
@@ -36,6 +36,8 @@ enum { TSR_ATT_MMA = 0, TSR_ATT_CUDNN = 1 };
 typedef struct {
   int device;
   cudaStream_t stream;
+  cudaStream_t copy_stream; /* the copy queue (tsr_ops_copy_async): copies beside the ops */
+  cudaEvent_t fence;        /* recorded on stream before each of its copies */
   cublasLtHandle_t lt;  /* the GEMMs' handle and workspace */
   void *lt_ws;
   size_t lt_ws_bytes;

@@ -175,6 +175,8 @@ static int shape_of(tsr_model *m, const tsr_model_spec *spec, const tsr_layout *
                     const tsr_model_options *opt) {
   const tsr_model_config *mc = &spec->model;
   m->spec = *spec;
+  /* the CPU's memory holds everything already: nothing to offload there (session.c says so) */
+  if (!tsr_ops_on_device()) m->spec.activation_offload = 0;
   m->lay = lay;
   m->dt = spec->precision;
   m->esz = tsr_dtype_size(m->dt);
@@ -203,10 +205,17 @@ static int shape_of(tsr_model *m, const tsr_model_spec *spec, const tsr_layout *
     if (n > m->Lc) m->Lc = n;
   }
   m->n_slots = opt->n_slots > 0 ? opt->n_slots : 1;
-  tsr_model_sizes_of(&m->sz, spec, m->tp_size, m->first, m->last, m->Lc);
+  tsr_model_sizes_of(&m->sz, &m->spec, m->tp_size, m->first, m->last, m->Lc);
   const tsr_model_sizes *sz = &m->sz;
   m->gpt2 = sz->gpt2;
   m->recompute = sz->recompute;
+  m->aoff = sz->act_offload;
+  if (m->aoff && sz->split) {
+    tsr_error("model: train.activation_offload does not run with a split backward (a "
+              "zero-bubble schedule): choose a schedule whose backward is whole, or set "
+              "train.activation_offload = .false.");
+    return TSR_ERR_INPUT;
+  }
   m->B = (int)sz->B, m->T = (int)sz->T, m->C = (int)sz->C, m->hd = (int)sz->hd;
   m->H = (int)sz->H, m->KV = (int)sz->KV, m->F = (int)sz->F, m->V = (int)sz->V;
   m->vocab = (int)mc->vocab_size;
@@ -309,6 +318,44 @@ static int locate(tsr_model *m, const tsr_layout *lay) {
   return 0;
 }
 
+/* What the recompute mode does not keep of a layer's set aliases the shared scratch. */
+static void share_scratch(tsr_model *m, layer_acts *a, int own) {
+  const layer_acts *sc = &m->scratch;
+  if (!(own & A_NORMS)) a->norm1 = sc->norm1, a->norm2 = sc->norm2;
+  if (!(own & A_CORE)) {
+    a->qkv = sc->qkv, a->atty = sc->atty, a->lse = sc->lse, a->h = sc->h, a->fc = sc->fc;
+    a->norm1_mean = sc->norm1_mean, a->norm1_rstd = sc->norm1_rstd;
+    a->norm2_mean = sc->norm2_mean, a->norm2_rstd = sc->norm2_rstd;
+  }
+  if (!(own & A_ACT)) a->act = sc->act;
+}
+
+/* The activation offload's window: TSR_MODEL_OFFLOAD_WINDOW device blocks of one layer's
+ * stored set and input each (model_offload_layout), their sets' pointers, an event each. */
+static int alloc_window(tsr_model *m) {
+  const offload_layout *o = &m->ol;
+  model_offload_layout(&m->sz, (int64_t)m->esz, &m->ol);
+  for (int w = 0; w < TSR_MODEL_OFFLOAD_WINDOW; w++) {
+    struct offload_win *win = &m->win[w];
+    if (!(win->block = tsr_ops_alloc((size_t)o->bytes, 1)) ||
+        !(win->ev = tsr_ops_event_create()))
+      return TSR_ERR;
+    m->act_bytes += (size_t)o->bytes;
+    m->stored_bytes += (size_t)o->bytes;
+    char *b = win->block;
+    layer_acts *a = &win->acts;
+#define AT(field) (o->field < 0 ? NULL : (void *)(b + o->field))
+    a->norm1 = AT(norm1), a->norm2 = AT(norm2), a->qkv = AT(qkv), a->atty = AT(atty);
+    a->h = AT(h), a->fc = AT(fc), a->act = AT(act), a->lse = AT(lse);
+    a->norm1_mean = AT(norm1_mean), a->norm1_rstd = AT(norm1_rstd);
+    a->norm2_mean = AT(norm2_mean), a->norm2_rstd = AT(norm2_rstd);
+    win->x = AT(x);
+#undef AT
+    share_scratch(m, a, owned_mask(m->recompute));
+  }
+  return 0;
+}
+
 /* Every buffer, at the sizes of m->sz: the owned parameters and gradients, the activation
  * slots (each layer's owned sets, the rest aliasing the shared recompute target), the
  * gradient scratch, the shared-KV and sequence-parallel buffers, the loss statistics. */
@@ -322,21 +369,22 @@ static int allocate(tsr_model *m, const tsr_model_options *opt) {
   if (alloc_acts(m, &m->scratch, A_ALL & ~own)) return TSR_ERR;
   m->slots = tsr_calloc((size_t)m->n_slots, sizeof *m->slots);
   if (!m->slots) return TSR_ERR;
+  if (m->aoff && alloc_window(m)) return TSR_ERR;
   for (int k = 0; k < m->n_slots; k++) {
     struct act_slot *sl = &m->slots[k];
+    const size_t had = m->act_bytes; /* the slot's stored sets and residual stream */
     if (!(sl->acts = tsr_calloc((size_t)m->Lc, sizeof *sl->acts))) return TSR_ERR;
-    for (int q = 0; q < m->Lc; q++) {
+    for (int q = 0; q < m->Lc && !m->aoff; q++) {
       if (alloc_acts(m, &sl->acts[q], own)) return TSR_ERR;
-      layer_acts *a = &sl->acts[q], *sc = &m->scratch;
-      if (!(own & A_NORMS)) a->norm1 = sc->norm1, a->norm2 = sc->norm2;
-      if (!(own & A_CORE)) {
-        a->qkv = sc->qkv, a->atty = sc->atty, a->lse = sc->lse, a->h = sc->h, a->fc = sc->fc;
-        a->norm1_mean = sc->norm1_mean, a->norm1_rstd = sc->norm1_rstd;
-        a->norm2_mean = sc->norm2_mean, a->norm2_rstd = sc->norm2_rstd;
-      }
-      if (!(own & A_ACT)) a->act = sc->act;
+      share_scratch(m, &sl->acts[q], own);
+    }
+    if (m->aoff) { /* the layers' blocks, page-locked (not op memory) */
+      const size_t hb = (size_t)m->Lc * (size_t)m->ol.bytes;
+      if (!(sl->host = tsr_ops_host_alloc(hb))) return TSR_ERR;
+      m->host_bytes += hb;
     }
     if (!(sl->resid = alloc_a(m, (size_t)sz->resid))) return TSR_ERR;
+    m->stored_bytes += m->act_bytes - had;
     if (sz->tokens && !(sl->tokens = tsr_ops_alloc((size_t)sz->tokens, sizeof(int32_t))))
       return TSR_ERR;
     if (m->last && (!(sl->final_norm = alloc_a(m, (size_t)sz->final_norm)) ||
@@ -426,9 +474,14 @@ void tsr_model_destroy(tsr_model **mp) {
       tsr_ops_free(&sl->final_rstd);
       tsr_ops_free(&sl->logits);
       tsr_ops_free(&sl->targets);
+      tsr_ops_host_free(&sl->host);
       free_wstash(m, sl);
     }
   tsr_free(&m->slots);
+  for (int w = 0; w < TSR_MODEL_OFFLOAD_WINDOW; w++) {
+    tsr_ops_free(&m->win[w].block);
+    tsr_ops_event_destroy(&m->win[w].ev);
+  }
   free_acts(&m->scratch, A_ALL & ~own);
   tsr_free(&m->layer_ids);
   tsr_free(&m->chunk_q0);
@@ -471,6 +524,13 @@ void *tsr_model_params_mut(tsr_model *m) { return m->params; }
 float *tsr_model_grads(tsr_model *m) { return m->grads; }
 size_t tsr_model_activation_bytes(const tsr_model *m) { return m->act_bytes; }
 
+int tsr_model_stored_bytes(const tsr_model *m, size_t *dev, size_t *host, size_t *set) {
+  *dev = m->stored_bytes;
+  *host = m->host_bytes;
+  *set = m->aoff ? (size_t)m->ol.bytes : 0;
+  return m->aoff;
+}
+
 int tsr_model_n_units(const tsr_model *m) { return m->n_units; }
 tsr_unit tsr_model_unit(const tsr_model *m, int u) { return m->units[u]; }
 
@@ -493,8 +553,34 @@ void tsr_model_zero_grads(tsr_model *m) {
   if (m->grads) tsr_ops_zero(m->grads, (size_t)m->lay->n_flat * sizeof(float));
 }
 
+/* Entry q of the slot's residual stream; with the activation offload the slot keeps only
+ * the chunk's output (q = Lc), the layers' inputs being in their window sets. */
 static void *resid(const tsr_model *m, struct act_slot *sl, int q) {
+  if (m->aoff) return q == m->Lc ? sl->resid : NULL;
   return A(m, sl->resid, (int64_t)q * m->Ns * m->C);
+}
+
+/* ---- the activation offload (docs/offload.md "Activation offload") ----
+ * Each layer's stored set and its input are one block (model_offload_layout).  The
+ * forward computes a layer in a window set and then copies the block to the slot's host
+ * block on the copy queue; the backward copies a layer's block back into a window set,
+ * the next lower layer's while this one's backward runs.  Every copy starts after the
+ * ops queued before it, and records the set's event; the ops wait for that event before
+ * they touch the set again: the output of a forward layer before it is written (the set's
+ * copy to the host overlaps the rest of the layer), a backward layer before it starts. */
+static int win_take(tsr_model *m) {
+  const int w = m->win_next;
+  m->win_next = (w + 1) % TSR_MODEL_OFFLOAD_WINDOW;
+  return w;
+}
+static void *host_block(const tsr_model *m, struct act_slot *sl, int e) {
+  return (char *)sl->host + (size_t)e * (size_t)m->ol.bytes;
+}
+static void win_store(tsr_model *m, int w, struct act_slot *sl, int e) {
+  tsr_ops_copy_async(host_block(m, sl, e), m->win[w].block, (size_t)m->ol.bytes, m->win[w].ev);
+}
+static void win_load(tsr_model *m, int w, struct act_slot *sl, int e) {
+  tsr_ops_copy_async(m->win[w].block, host_block(m, sl, e), (size_t)m->ol.bytes, m->win[w].ev);
 }
 
 #define REL(call)                         \
@@ -594,6 +680,10 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
   const size_t rows_bytes = (size_t)m->Ns * C * m->esz;
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
+  /* offload: the first layer's window set (free once its last copy is done) and its input */
+  int w = m->aoff ? win_take(m) : -1;
+  if (w >= 0) tsr_ops_event_wait(m->win[w].ev);
+  void *x0 = w >= 0 ? m->win[w].x : resid(m, sl, base);
   if (m->docmask) TSR_CALL(set_docs(m, sl, inputs));
   set_slot_docs(m, sl);
   if (m->cp > 1) { /* this rank's rows of the micro-batch (model_cp.c) */
@@ -607,23 +697,34 @@ int tsr_model_chunk_forward(tsr_model *m, int chunk, int slot, const int32_t *in
     const void *pe = params_acquire(m, 0, 1 + q0);
     if (!pe) return TSR_ERR;
     /* vocab-parallel lookup: rows outside this rank's range give 0; positions added once */
-    void *full = m->sp ? m->tmp_nc : resid(m, sl, base);
+    void *full = m->sp ? m->tmp_nc : x0;
     tsr_ops_embedding_fwd(m->dt, full, sl->tokens, PC(m, pe, m->embed),
                           model_tp_bias(m, PC(m, pe, m->pos_embed)), N, m->Tpos, C, m->vocab_start, m->V,
                           m->doc);
     const void *rows = model_tp_rows(m, full);
     if (!rows) return TSR_ERR;
-    if (rows != resid(m, sl, base)) tsr_ops_copy(resid(m, sl, base), rows, rows_bytes);
+    if (rows != x0) tsr_ops_copy(x0, rows, rows_bytes);
     REL(m->hooks.params_release(hc, 0));
   } else {
     TSR_CHECK(x_in, TSR_ERR, "model: chunk %d needs its input activation", chunk);
-    tsr_ops_copy(resid(m, sl, base), x_in, rows_bytes);
+    tsr_ops_copy(x0, x_in, rows_bytes);
   }
   for (int q = 0; q < n; q++) {
     const int i = q0 + q, e = base + q;
     const void *pr = params_acquire(m, 1 + i, q + 1 < n ? 2 + i : heads ? head : -1);
     if (!pr) return TSR_ERR;
-    TSR_CALL(model_layer_fwd(m, i, pr, resid(m, sl, e), &sl->acts[e], resid(m, sl, e + 1)));
+    if (w < 0) {
+      TSR_CALL(model_layer_fwd(m, i, pr, resid(m, sl, e), &sl->acts[e], resid(m, sl, e + 1)));
+    } else { /* the output into the next layer's set, or the chunk's output */
+      const int wn = q + 1 < n ? win_take(m) : -1;
+      m->out_ev = wn >= 0 ? m->win[wn].ev : NULL;
+      const int rc = model_layer_fwd(m, i, pr, m->win[w].x, &m->win[w].acts,
+                                     wn >= 0 ? m->win[wn].x : resid(m, sl, Lc));
+      m->out_ev = NULL;
+      TSR_CALL(rc);
+      if (grad) win_store(m, w, sl, e); /* a forward without grad has no backward */
+      w = wn;
+    }
     REL(m->hooks.params_release(hc, 1 + i));
   }
   if (!heads) return 0;
@@ -653,6 +754,9 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
   void *hc = m->hooks.ctx;
   struct act_slot *sl = &m->slots[slot];
   float *ge = NULL;
+  /* offload: the top layer's block comes back while the head's backward runs */
+  int w = m->aoff ? win_take(m) : -1;
+  if (w >= 0) win_load(m, w, sl, base + n - 1);
   set_slot_docs(m, sl); /* the layers' recompute and backward */
   if (heads) {
     /* final norm and LM head.  Tied (pp = 1): the head's weight and gradient are unit
@@ -680,9 +784,17 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     const void *pr = params_acquire(m, 1 + i, q > 0 ? i : -1);
     float *gr = split ? NULL : grads_acquire(m, 1 + i);
     if (!pr || (!split && !gr)) return TSR_ERR;
-    TSR_CALL(model_layer_recompute(m, i, pr, resid(m, sl, e), &sl->acts[e]));
-    TSR_CALL(model_layer_bwd(m, i, pr, gr, resid(m, sl, e), &sl->acts[e],
-                             split ? &sl->w[e] : NULL));
+    const void *x = resid(m, sl, e);
+    layer_acts *a = &sl->acts[e];
+    if (w >= 0) { /* the next lower layer's block comes back while this one runs */
+      const int wp = q > 0 ? win_take(m) : -1;
+      if (wp >= 0) win_load(m, wp, sl, e - 1);
+      tsr_ops_event_wait(m->win[w].ev);
+      x = m->win[w].x, a = &m->win[w].acts;
+      w = wp;
+    }
+    TSR_CALL(model_layer_recompute(m, i, pr, x, a));
+    TSR_CALL(model_layer_bwd(m, i, pr, gr, x, a, split ? &sl->w[e] : NULL));
     REL(m->hooks.params_release(hc, 1 + i));
     if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }

@@ -34,6 +34,8 @@ typedef struct {
   int64_t eos_id;            /* data.eos_id: the end-of-document id; < 0: none */
   int64_t cp;                /* parallel.cp: ranks a sequence is split over (0, 1: none) */
   tsr_cp_comm cp_comm;       /* parallel.cp_comm: ring (p2p) or all-to-all (a2a) attention */
+  int activation_offload;    /* train.activation_offload: stored activations to the host
+                              * (a device backend only: the model ignores it on the CPU) */
 } tsr_model_spec;
 void tsr_model_spec_of(tsr_model_spec *spec, const tsr_config *cfg);
 
@@ -77,7 +79,17 @@ typedef struct {
    * gradients (fp32), the embedding's input gradient, the final norm's weight gradients */
   int split;
   int64_t w_dy, w_norm, w_embed, w_head;
+  /* activation offload (train.activation_offload on a device): every layer's stored set
+   * (the groups the recompute mode keeps, and its input from the residual stream) lives in
+   * page-locked host memory, one block of offload_set bytes a layer and slot; the device
+   * keeps a window of offload_window such blocks, shared by all slots, and per slot only
+   * the chunk's output (resid is then Ns * C) */
+  int act_offload;
+  int64_t offload_window, offload_set;
 } tsr_model_sizes;
+/* Stored activation sets a device keeps in its window under the activation offload: the
+ * layer being computed and the one being copied to or from the host. */
+#define TSR_MODEL_OFFLOAD_WINDOW 2
 
 /* The sizes for `spec` on a tp rank of a tp-way group, on a stage that is the first and/or
  * the last, with layers_per_chunk layers per chunk. */
@@ -89,6 +101,10 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
  * shared-KV / sequence-parallel parameter gradients in fp32. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double act_bytes);
 double tsr_model_workspace_bytes(const tsr_model_sizes *s, double act_bytes);
+/* The activation offload's device window (offload_window blocks) and one slot's host
+ * blocks (layers_per_chunk of them), in bytes; 0 without the offload. */
+double tsr_model_offload_window_bytes(const tsr_model_sizes *s);
+double tsr_model_offload_host_slot_bytes(const tsr_model_sizes *s);
 
 /* Units: the model's parameters in forward order, each a contiguous range of the flat
  * buffer: unit 0 = everything before layer 0 (embed, pos_embed), unit 1 + l = layer l,
@@ -229,5 +245,11 @@ void tsr_model_ops_shapes_of(const tsr_model_sizes *z, tsr_ops_shapes *s);
 
 /* Bytes of activation buffers allocated (for logs and, later, the planner). */
 size_t tsr_model_activation_bytes(const tsr_model *m);
+/* Bytes of the activations kept for the backward: the layers' stored sets and the residual
+ * stream, on the device (*dev; with the offload its window and every slot's chunk output)
+ * and in page-locked host memory (*host; 0 without the offload), and with the offload one
+ * layer's block (*set: its stored set and input; 0 without).  Returns whether the offload
+ * is on. */
+int tsr_model_stored_bytes(const tsr_model *m, size_t *dev, size_t *host, size_t *set);
 
 #endif

@@ -34,6 +34,16 @@ typedef struct { /* what one layer's B pass leaves for its W pass (split backwar
   float *norm_w, *norm_b; /* [2C] each: norm1's then norm2's weight (and bias) gradients */
 } layer_wstash;
 
+/* Activation offload: where one layer's stored buffers sit in its block (host and device
+ * window alike), in bytes, each at a multiple of 256 (-1: not stored, the recompute mode
+ * rebuilds it); x is the layer's input (its row of the residual stream); bytes the block's
+ * size.  model_sizes.c lays it out. */
+typedef struct {
+  int64_t norm1, norm2, qkv, atty, h, fc, act, lse, norm1_mean, norm1_rstd, norm2_mean,
+      norm2_rstd, x, bytes;
+} offload_layout;
+void model_offload_layout(const tsr_model_sizes *s, int64_t esz, offload_layout *o);
+
 struct tsr_model {
   tsr_model_spec spec;
   const tsr_layout *lay;
@@ -120,7 +130,22 @@ struct tsr_model {
     layer_wstash *w;  /* [Lc], split backward only */
     void *w_embed;    /* [N,C] split backward, first chunk: the embedding's output gradient */
     float *w_head;    /* [2C] split backward, last chunk: the final norm's w (and b) gradient */
+    void *host;       /* activation offload: [Lc] blocks of ol.bytes, page-locked */
   } *slots;
+  /* activation offload (sz.act_offload): the window of device blocks shared by all
+   * slots, each with its set's pointers into it (what the recompute mode does not keep
+   * aliasing the scratch) and the event of the last copy to or from it; the set the next
+   * layer takes; each slot's host blocks are in its host; the event a layer's forward
+   * waits for before it writes its output (the next set's previous copy), or NULL */
+  int aoff, win_next;
+  offload_layout ol;
+  struct offload_win {
+    void *block, *x, *ev;
+    layer_acts acts;
+  } win[TSR_MODEL_OFFLOAD_WINDOW];
+  void *out_ev;
+  size_t host_bytes;   /* page-locked bytes of the slots' host blocks */
+  size_t stored_bytes; /* device bytes of the stored sets and residual streams */
   layer_acts scratch; /* recompute target */
   void *tmp_nc;       /* [N,C] projection outputs */
   void *d_resid;      /* [Ns,C] gradient of the residual stream */

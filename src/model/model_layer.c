@@ -137,6 +137,8 @@ int model_layer_fwd(tsr_model *m, int l, const void *pr, const void *x, layer_ac
   tsr_ops_matmul_fwd(dt, m->tmp_nc, a->act, PC(m, pr, p->wdown),
                      model_tp_bias(m, PC(m, pr, p->bdown)), N, m->F, C);
   if (!(proj = model_tp_rows(m, m->tmp_nc))) return TSR_ERR;
+  /* activation offload: out is the next window set's, which waits for its last copy */
+  if (m->out_ev) tsr_ops_event_wait(m->out_ev);
   tsr_ops_residual(dt, out, a->h, proj, (long)m->Ns * C);
   return 0;
 }

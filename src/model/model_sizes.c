@@ -38,7 +38,8 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
                                      .h = Ns * C, .fc = N * s->fc_dim, .norm1_mean = N,
                                      .norm1_rstd = N, .norm2_mean = N, .norm2_rstd = N,
                                      .act = N * s->F};
-  s->resid = (layers_per_chunk + 1) * Ns * C;
+  s->act_offload = spec->activation_offload != 0;
+  s->resid = (s->act_offload ? 1 : layers_per_chunk + 1) * Ns * C;
   s->tokens = first ? N : 0;
   /* int32 per row: the document starts, or under cp every row's position offset (ops_list.h
    * "Documents") and, with documents, what the attention takes of them: the whole
@@ -86,6 +87,48 @@ void tsr_model_sizes_of(tsr_model_sizes *s, const tsr_model_spec *spec, int tp, 
     s->w_embed = first ? N * C : 0;
     s->w_head = last ? 2 * C : 0;
   }
+  if (s->act_offload) {
+    offload_layout o;
+    model_offload_layout(s, tsr_dtype_size(spec->precision), &o);
+    s->offload_set = o.bytes;
+    s->offload_window = TSR_MODEL_OFFLOAD_WINDOW;
+  }
+}
+
+/* One offload block: the groups the recompute mode keeps, then the layer's input, each
+ * buffer at a multiple of 256 bytes (the alignment of an allocation of its own). */
+static int64_t place(int64_t *at, int64_t bytes) {
+  const int64_t o = *at;
+  *at += (bytes + 255) / 256 * 256;
+  return o;
+}
+void model_offload_layout(const tsr_model_sizes *s, int64_t esz, offload_layout *o) {
+  const tsr_model_layer_sizes *n = &s->layer;
+  const int own = owned_mask(s->recompute);
+  int64_t at = 0;
+  memset(o, 0xff, sizeof *o); /* every offset -1 */
+  if (own & A_NORMS) o->norm1 = place(&at, n->norm1 * esz), o->norm2 = place(&at, n->norm2 * esz);
+  if (own & A_CORE) {
+    o->qkv = place(&at, n->qkv * esz);
+    o->atty = place(&at, n->atty * esz);
+    o->h = place(&at, n->h * esz);
+    o->fc = place(&at, n->fc * esz);
+    o->lse = place(&at, n->lse * 4);
+    o->norm1_mean = place(&at, n->norm1_mean * 4);
+    o->norm1_rstd = place(&at, n->norm1_rstd * 4);
+    o->norm2_mean = place(&at, n->norm2_mean * 4);
+    o->norm2_rstd = place(&at, n->norm2_rstd * 4);
+  }
+  if (own & A_ACT) o->act = place(&at, n->act * esz);
+  o->x = place(&at, s->Ns * s->C * esz);
+  o->bytes = at;
+}
+
+double tsr_model_offload_window_bytes(const tsr_model_sizes *s) {
+  return (double)s->offload_window * (double)s->offload_set;
+}
+double tsr_model_offload_host_slot_bytes(const tsr_model_sizes *s) {
+  return s->act_offload ? (double)s->layers_per_chunk * (double)s->offload_set : 0.0;
 }
 
 /* Bytes of the groups `which` of one layer's activation set: the norm statistics and lse
@@ -103,10 +146,12 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
 
 /* The layers of a chunk, its residual stream, the input tokens and the document starts
  * (int32), the final norm and its statistics, the logits (stored: they become their own
- * gradient), or with the fused head the targets (int32) instead. */
+ * gradient), or with the fused head the targets (int32) instead.  With the activation
+ * offload the layers' sets are the window's and the host's, not the slot's, and the
+ * residual stream is the chunk's output only. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
-  return s->layers_per_chunk * (set_bytes(s, owned_mask(s->recompute), ab) +
-                                 (double)s->w_dy * ab + (double)s->w_norm * 4) +
+  const double layer = s->act_offload ? 0.0 : set_bytes(s, owned_mask(s->recompute), ab);
+  return s->layers_per_chunk * (layer + (double)s->w_dy * ab + (double)s->w_norm * 4) +
          (double)s->w_embed * ab + (double)s->w_head * 4 +
          (double)s->resid * ab + (double)(s->tokens + s->docs + s->head_targets) * 4 +
          (double)(s->final_norm + s->logits) * ab +

@@ -20,4 +20,5 @@ void tsr_model_spec_of(tsr_model_spec *spec, const tsr_config *cfg) {
   spec->eos_id = cfg->data.eos_id;
   spec->cp = cfg->parallel.cp;
   spec->cp_comm = cfg->parallel.cp_comm;
+  spec->activation_offload = cfg->train.activation_offload;
 }

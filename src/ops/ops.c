@@ -108,6 +108,25 @@ void tsr_ops_zero(void *dst, size_t bytes) {
   else if (bytes)
     memset(dst, 0, bytes);
 }
+/* On the host an event is a token: every copy is done when it returns. */
+static char host_event;
+void *tsr_ops_event_create(void) {
+  return dev && dev->event_create ? dev->event_create() : &host_event;
+}
+void tsr_ops_event_destroy_(void **ev) {
+  if (!ev || !*ev) return;
+  if (dev && dev->event_destroy) dev->event_destroy(*ev);
+  *ev = NULL;
+}
+void tsr_ops_copy_async(void *dst, const void *src, size_t bytes, void *ev) {
+  if (dev && dev->copy_async)
+    dev->copy_async(dst, src, bytes, ev);
+  else
+    tsr_ops_copy(dst, src, bytes);
+}
+void tsr_ops_event_wait(void *ev) {
+  if (dev && dev->event_wait && ev) dev->event_wait(ev);
+}
 void tsr_ops_sync(void) {
   if (dev) dev->sync();
 }

@@ -42,6 +42,20 @@ void tsr_ops_copy(void *dst, const void *src, size_t bytes);
 void tsr_ops_read(void *host, const void *op, size_t bytes);
 void tsr_ops_zero(void *dst, size_t bytes);
 void tsr_ops_sync(void);
+/* A second queue beside the ops, for copies that overlap them (the activation offload of
+ * model.c), and events that order the two.  tsr_ops_copy_async queues on the copy queue a
+ * copy that starts once every op and copy queued so far has finished, records ev after it
+ * (NULL: no event) and returns at once: its host side must be tsr_ops_host_alloc's memory
+ * and must stay untouched until the copy is known done.  tsr_ops_event_wait(ev): the ops
+ * queued from now on start only once the copy ev was last recorded after has finished (an
+ * event never recorded after a copy is complete).  tsr_ops_sync waits for both queues.  On
+ * the CPU the copy is done when it returns and an event is only a token.  Events come from
+ * tsr_ops_event_create (NULL, reported, on failure) and are freed under the same backend. */
+void *tsr_ops_event_create(void);
+void tsr_ops_event_destroy_(void **ev); /* NULLs *ev */
+#define tsr_ops_event_destroy(pp) tsr_ops_event_destroy_((void **)(pp))
+void tsr_ops_copy_async(void *dst, const void *src, size_t bytes, void *ev);
+void tsr_ops_event_wait(void *ev);
 /* 0, or once a device call has failed (reported when it happened; sticky) TSR_ERR, or
  * TSR_ERR_INPUT when it was an allocation beyond the device's memory (the deck asks too
  * much): the trainer checks it once per step. */

@@ -36,6 +36,12 @@ typedef struct tsr_ops_backend {
    * host memory then */
   void *(*host_alloc)(size_t bytes);
   void (*host_free)(void *p);
+  /* the copy queue and its events (ops.h tsr_ops_copy_async); NULL: none (the host
+   * backend's copies are done when they return) */
+  void *(*event_create)(void);
+  void (*event_destroy)(void *ev);
+  void (*copy_async)(void *dst, const void *src, size_t bytes, void *ev);
+  void (*event_wait)(void *ev);
   /* the ops, as in ops_list.h */
 #define TSR_OP(name, params, args) void(*name) params;
 #define TSR_OP_RET(type, name, params, args) type(*name) params;

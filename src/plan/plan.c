@@ -302,14 +302,25 @@ static double offload_in(const tsr_config *cfg, tsr_plan_backend b) {
   return b == TSR_PLAN_GPU ? tsr_plan_offload_fraction(cfg) : 0;
 }
 
+/* act_off: the activation offload applies (a GPU column with train.activation_offload):
+ * the device keeps the model's window of layer blocks and each slot's rest, the host every
+ * slot's blocks (model_sizes.c); otherwise the sizes without it (the CPU build moves
+ * nothing). */
 static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
-                                 int slots, tsr_plan_backend b, double off) {
+                                 int slots, tsr_plan_backend b, double off, int act_off) {
   const storage st = storage_of(cfg);
   const int zs = (int)cfg->parallel.zero_stage;
   const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
-  const tsr_model_sizes d = sizes_of(cfg, g, p);
+  tsr_model_sizes d = sizes_of(cfg, g, p);
+  if (d.act_offload && !act_off) {
+    tsr_config c = *cfg;
+    c.train.activation_offload = 0;
+    d = sizes_of(&c, g, p);
+  }
   tsr_plan_memory mem = tsr_plan_state((double)n, zs, (int)S, half_precision(cfg), off);
-  mem.activations = slots * tsr_model_slot_bytes(&d, st.act);
+  mem.activations = slots * tsr_model_slot_bytes(&d, st.act) + tsr_model_offload_window_bytes(&d);
+  mem.host_acts = slots * tsr_model_offload_host_slot_bytes(&d);
+  mem.host += mem.host_acts;
   mem.comm = zero_buffers(cfg, g, p, &st, off);
   const double len = (double)n / (double)S;
   if (grads_on_host(cfg, g, off)) { /* the offloaded part's gradient on the host only */
@@ -370,7 +381,8 @@ int tsr_plan_stage_memory(const tsr_config *cfg, const tsr_plan_grid *g, int sta
                      g->pp, g->v, stage, &p));
   const int slots = slots_for(cfg, g, stage, b);
   TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", stage);
-  *out = memory_of(cfg, g, &p, slots, b, offload_in(cfg, b));
+  *out = memory_of(cfg, g, &p, slots, b, offload_in(cfg, b),
+                   b == TSR_PLAN_GPU && cfg->train.activation_offload);
   return 0;
 }
 
@@ -636,7 +648,9 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
     const int slots = slots_for(cfg, &p->grid, s, (tsr_plan_backend)b);
     TSR_CHECK(slots > 0, TSR_ERR, "plan: no pipeline schedule for stage %d", s);
     st->mem[b] = memory_of(cfg, &p->grid, pt, slots, (tsr_plan_backend)b,
-                           host_is_device ? 0 : offload_in(cfg, (tsr_plan_backend)b));
+                           host_is_device ? 0 : offload_in(cfg, (tsr_plan_backend)b),
+                           !host_is_device && b == TSR_PLAN_GPU &&
+                               cfg->train.activation_offload);
   }
   traffic_of(cfg, &p->grid, pt, s, st->comm);
   for (int i = 0; i < TSR_PLAN_N_GROUPS; i++) { /* sends and receives run side by side */
@@ -753,10 +767,16 @@ void tsr_plan_log_memory(const tsr_config *cfg, const tsr_grid *grid, tsr_plan_b
   }
   const char *dt = tsr_dtype_name(cfg->train.precision);
   char off[192] = "";
-  if (ran == TSR_PLAN_GPU && host > 0) /* zero.c's page-locked buffers of the offload */
-    snprintf(off, sizeof off, " | page-locked host memory of the optimizer offload: %.3f MB, "
-             "planned %.3f MB (%+.2f%% of measured)", host / 1e6, pinned / 1e6,
-             100 * (pinned / host - 1));
+  /* zero.c's page-locked buffers of the optimizer offload and model.c's of the activation
+   * offload */
+  const int opt = tsr_plan_offload_fraction(cfg) > 0, act = cfg->train.activation_offload;
+  if (ran == TSR_PLAN_GPU && host > 0)
+    snprintf(off, sizeof off, " | page-locked host memory of the %s: %.3f MB, "
+             "planned %.3f MB (%+.2f%% of measured)",
+             opt && act ? "optimizer and activation offloads"
+             : act      ? "activation offload"
+                        : "optimizer offload",
+             host / 1e6, pinned / 1e6, 100 * (pinned / host - 1));
   if (ran == TSR_PLAN_GPU) /* device memory: the backend's reserve apart (hardware.reserved_gb) */
     tsr_log("memory at step %lld, most on any rank: in use %.3f MB, peak %.3f MB | planned on "
             "a GPU (%s storage): %.3f MB (%+.2f%% of measured)%s",

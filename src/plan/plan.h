@@ -84,6 +84,9 @@ typedef struct {
    * shard's fp32 master and Adam m, v, a host copy of its reduced fp32 gradient, and with
    * 16-bit storage the staging of its new compute copy */
   double host_master, host_optim, host_grads, host_staging;
+  /* train.activation_offload (GPU column only): every slot's layer blocks, page-locked
+   * (model.c; the device keeps a window of them, in activations above) */
+  double host_acts;
   double host;        /* their sum */
 } tsr_plan_memory;
 

@@ -9,6 +9,7 @@
 #include "deck/deck.h"
 #include "sched/pipeline.h"
 #include "deck/layout_check.h"
+#include "model/model.h"
 #include "plan.h"
 #include "core/util.h"
 
@@ -119,7 +120,7 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   mem_row(out, "master weights (fp32)", g->master, c->master, off ? h->host_master : none);
   mem_row(out, "optimizer state (Adam m, v; fp32)", g->optim, c->optim,
           off ? h->host_optim : none);
-  mem_row(out, "activations", g->activations, c->activations, off ? 0 : none);
+  mem_row(out, "activations", g->activations, c->activations, off ? h->host_acts : none);
   fprintf(out, "  %-36s %12d %14d\n", "  sets in flight (micro-batch chunks)", g->in_flight,
           c->in_flight);
   mem_row(out, "communication buffers", g->comm, c->comm, off ? 0 : none);
@@ -130,12 +131,18 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           "run's weights are its master); the CPU build adds its host tables, conversion "
           "buffers and the setup's initial copy\n", W(cfg->train.precision));
   if (off) {
-    fprintf(out, "  offload (parallel.offload = 'optimizer', offload_fraction %g): the shard's "
-            "fp32 master and Adam m, v (12 bytes a parameter) leave the GPU for page-locked "
-            "host memory, which also holds the reduced gradient's fp32 copy (4)%s; the CPU "
-            "build offloads nothing\n", tsr_plan_offload_fraction(cfg),
-            half_storage(cfg) ? " and the new compute copy's staging (2, in the parameters row)"
-                              : "");
+    if (h->host > h->host_acts)
+      fprintf(out, "  offload (parallel.offload = 'optimizer', offload_fraction %g): the shard's "
+              "fp32 master and Adam m, v (12 bytes a parameter) leave the GPU for page-locked "
+              "host memory, which also holds the reduced gradient's fp32 copy (4)%s; the CPU "
+              "build offloads nothing\n", tsr_plan_offload_fraction(cfg),
+              half_storage(cfg) ? " and the new compute copy's staging (2, in the parameters row)"
+                                : "");
+    if (h->host_acts > 0)
+      fprintf(out, "  activation offload (train.activation_offload): every layer's stored set "
+              "and input, for each set in flight, in page-locked host memory; the GPU keeps a "
+              "window of %d layers' sets and each set in flight's chunk output; the CPU build "
+              "offloads nothing\n", TSR_MODEL_OFFLOAD_WINDOW);
     fprintf(out, "  host per node: %.2f GB = %d GPUs x %.3f GB (stage %d) against "
             "hardware.host_memory_gb = %.6g GB: %s\n", p->host_node / 1e9,
             p->grid.ranks_per_node, h->host / 1e9, p->host_stage, p->hw.host_memory_gb,
@@ -157,10 +164,14 @@ static void print_memory(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           p->hw.reserved_gb, room, p->fits_gpu ? "yes" : "NO", p->host_node / 1e9,
           p->hw.host_memory_gb, p->fits_host ? "yes" : "NO");
   if (!p->fits_host)
-    fprintf(out, "  host memory: parallel.offload = 'optimizer' pins %.0f bytes (%.2f GB) a "
+    fprintf(out, "  host memory: %s pins %.0f bytes (%.2f GB) a "
             "node, %d GPUs x %.0f bytes, more than hardware.host_memory_gb = %.6g GB: fewer "
-            "parameters a GPU (a larger ZeRO group, more nodes) or more host memory\n", p->host_node, p->host_node / 1e9,
-            p->grid.ranks_per_node, h->host, p->hw.host_memory_gb);
+            "parameters a GPU (a larger ZeRO group, more nodes) or more host memory\n",
+            h->host_acts <= 0 ? "parallel.offload = 'optimizer'"
+            : h->host > h->host_acts ? "parallel.offload = 'optimizer' with train.activation_offload"
+                                     : "train.activation_offload",
+            p->host_node, p->host_node / 1e9, p->grid.ranks_per_node, h->host,
+            p->hw.host_memory_gb);
 }
 
 static void print_compute(FILE *out, const tsr_plan *p, const tsr_config *cfg) {

@@ -43,10 +43,10 @@ int tsr_session_open_device(const tsr_config *cfg, MPI_Comm comm, const tsr_ops_
   return 0;
 }
 
-/* Collective: the page-locked memory the optimizer offload will pin on each node (the
- * planner's host column of each rank's pipeline stage, tsr_plan_stage_memory: what zero.c
- * allocates) against what the node has available (tsr_host_available; the test hook
- * TSR_FAULT offload_host_mb replaces it), before anything is allocated: a node that
+/* Collective: the page-locked memory the optimizer and activation offloads will pin on
+ * each node (the planner's host column of each rank's pipeline stage,
+ * tsr_plan_stage_memory: what zero.c and model.c allocate) against what the node has
+ * available (tsr_host_available; the test hook TSR_FAULT offload_host_mb replaces it), before anything is allocated: a node that
  * cannot hold it is bad input, named with the keys and bytes. */
 static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
   const tsr_plan_grid g = tsr_plan_grid_of(cfg, s->grid);
@@ -78,7 +78,9 @@ static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
               "%.0f MB available there", worst[1] / 1e6, worst[3], worst[2] / 1e6);
     return 0;
   }
-  if (s->rank == 0)
+  const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER &&
+                  cfg->parallel.offload_fraction > 0;
+  if (s->rank == 0 && opt && !cfg->train.activation_offload)
     tsr_error("parallel.offload = 'optimizer': the %.0f ranks of a node would pin %.0f bytes "
               "(%.2f GB) of host memory for the optimizer's shard (its fp32 master weights, "
               "Adam m and v, the gradient's host copy and the compute copy's staging: "
@@ -87,14 +89,27 @@ static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
               "parallel.zero_stage >= 1), or set parallel.offload = 'none' (tessera plan "
               "shows the host column against hardware.host_memory_gb)", worst[3], worst[1],
               worst[1] / 1e9, cfg->parallel.offload_fraction, worst[2], worst[2] / 1e9);
+  else if (s->rank == 0)
+    tsr_error("%s: the %.0f ranks of a node would pin %.0f bytes (%.2f GB) of host memory for "
+              "%s, more than the %.0f bytes (%.2f GB) available there: set %s, or spread "
+              "the model over more GPUs (tessera plan shows the host column against "
+              "hardware.host_memory_gb)",
+              opt ? "parallel.offload = 'optimizer' and train.activation_offload = .true."
+                  : "train.activation_offload = .true.",
+              worst[3], worst[1], worst[1] / 1e9,
+              opt ? "the optimizer's shard and every layer's stored activations"
+                  : "every layer's stored activations",
+              worst[2], worst[2] / 1e9,
+              opt ? "parallel.offload = 'none' or train.activation_offload = .false."
+                  : "train.activation_offload = .false. (or train.recompute = 'full')");
   return TSR_ERR_INPUT;
 }
 
 /* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
  * host (one line says so, so the same deck runs everywhere); a GPU run offloads
- * parallel.offload_fraction of the optimizer shard (zero.c) and does not offload
- * activations yet.  Every rank decides
- * the same from the same configuration. */
+ * parallel.offload_fraction of the optimizer shard (zero.c) and the stored activations
+ * (model.c), the latter with every schedule but the zero-bubble ones, whose W pass would
+ * need them back a second time.  Every rank decides the same from the same configuration. */
 static int check_offload(const tsr_session *s, const tsr_config *cfg) {
   const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER;
   const int act = cfg->train.activation_offload;
@@ -105,12 +120,19 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
               opt && act ? " and " : "", act ? "train.activation_offload = .true." : "");
     return 0;
   }
-  if (act) {
+  if (act && tsr_pp_split_backward(cfg->parallel.schedule)) {
     if (s->rank == 0)
-      tsr_error("train.activation_offload = .true. is not implemented on the GPU yet: set it "
-                "to .false. (or use train.recompute = 'full' to save activation memory)");
+      tsr_error("train.activation_offload = .true. does not run with parallel.schedule = '%s', "
+                "whose backward is split in two passes (its W pass would need every layer's "
+                "activations back a second time): choose a schedule whose backward is whole, "
+                "or set train.activation_offload = .false.",
+                tsr_deck_word(cfg, &cfg->parallel.schedule));
     return TSR_ERR_INPUT;
   }
+  if (act && s->rank == 0)
+    tsr_log("offload: every layer's stored activations go to page-locked host memory after "
+            "its forward and come back ahead of its backward, on a copy stream; the GPU keeps "
+            "a window of %d layers' sets (train.activation_offload)", TSR_MODEL_OFFLOAD_WINDOW);
   if (opt && cfg->parallel.offload_fraction > 0 && s->rank == 0) {
     char part[96] = "the optimizer's shard";
     if (cfg->parallel.offload_fraction < 1)
@@ -120,7 +142,7 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
             "and is updated by the CPU's AdamW after the gradient reduction; the new weights "
             "are copied back to the GPU", part);
   }
-  return opt && cfg->parallel.offload_fraction > 0 ? check_offload_host(s, cfg) : 0;
+  return (opt && cfg->parallel.offload_fraction > 0) || act ? check_offload_host(s, cfg) : 0;
 }
 
 /* The layout part, the pipeline schedule, the model (with as many activation slots as the

@@ -175,6 +175,14 @@ static void log_setup(const tsr_session *s) {
             tsr_deck_word(cfg, &cfg->parallel.schedule), s->sched->m, s->sched->v,
             s->grid->pp_rank, tsr_model_n_slots(s->model),
             (double)tsr_model_activation_bytes(s->model) / 1e6);
+  size_t sdev, shost, sset;
+  if (tsr_model_stored_bytes(s->model, &sdev, &shost, &sset))
+    tsr_log("activations stored for the backward (rank 0): %zu bytes on the device (a window of "
+            "%d layer blocks of %zu bytes and %d slot(s)' chunk outputs), %zu bytes in "
+            "page-locked host memory (train.activation_offload)", sdev,
+            TSR_MODEL_OFFLOAD_WINDOW, sset, tsr_model_n_slots(s->model), shost);
+  else if (tsr_ops_on_device())
+    tsr_log("activations stored for the backward (rank 0): %zu bytes on the device", sdev);
   const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
   char host_grads[128] = "";
   if (tsr_zero_grads_on_host(s->zero))
@@ -225,8 +233,10 @@ static void log_step(const tsr_session *s, const step_result *r, double dt, doub
     tsr_log("comm per step (rank 0, ring-algorithm bytes): %s", comm);
   }
   /* measured memory next to tessera plan's (src/plan/plan.c); a collective */
+  size_t sdev, shost, sset; /* the activation offload's page-locked blocks */
+  tsr_model_stored_bytes(s->model, &sdev, &shost, &sset);
   double mem[3] = {(double)tsr_ops_mem_bytes(), (double)tsr_ops_mem_peak_bytes(),
-                   (double)tsr_zero_memory_of(s->zero).host};
+                   (double)tsr_zero_memory_of(s->zero).host + (double)shost};
   MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, s->world);
   tsr_plan_log_memory(cfg, s->grid, tsr_ops_on_device() ? TSR_PLAN_GPU : TSR_PLAN_CPU,
                       s->st.step, mem[0], mem[1], mem[2]);

@@ -7,7 +7,8 @@
 #      (its emulated kernels compiled once for the CUDA tests: tests/lib.sh emu_build);
 #  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16;
 #      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the two
-#      attentions and at the largest micro-batch the planner fits, PyTorch eager, the op
+#      attentions and at the largest micro-batch the planner fits, at micro-batch 1 with the
+#      optimizer offloaded, PyTorch eager, the op
 #      profile: each part ends with exit 0 and its result lines, and the summary takes the
 #      decisions and results (the cuDNN default, cuDNN against mma.sync, tokens/s against
 #      PyTorch);
@@ -63,6 +64,8 @@ done
 check "(b) llama with cuDNN ran cuDNN's (stand-in) attention" grep -q "^llama attn=cudnn mb=1 .*cudnn=1" "$R1"
 check "(b) llama at the planner's largest micro-batch (4 here), cuDNN and mma.sync" \
   sh -c "grep -q '^llama attn=cudnn mb=4 .*rc=0' '$R1' && grep -q '^llama attn=mma mb=4 .*rc=0' '$R1'"
+check "(b) llama at micro-batch 1 with the optimizer offloaded: timed" \
+  grep -q "^llama attn=cudnn mb=1 offload=optimizer steps=2 step_ms=[0-9.]* .*rc=0" "$R1"
 check "(b) PyTorch eager at micro-batch 1 and 4" \
   sh -c "grep -q '^torch mode=eager mb=1 rc=0 step_ms=' '$R1' && grep -q '^torch mode=eager mb=4 rc=0 step_ms=' '$R1'"
 check "(b) the FLOPs of a token from the planner" grep -q "^model name=llama1b flops_per_token=[0-9]" "$R1"
@@ -75,6 +78,8 @@ check "(b) summary: cuDNN against mma.sync at both micro-batches, no family deci
     ! grep -q '^DECISION delete_family' '$S1'"
 check "(b) summary: Tessera against PyTorch eager at both micro-batches" \
   sh -c "test \$(grep -c '^RESULT tessera/torch_eager mb' '$S1') -eq 2"
+check "(b) summary: the offloaded run against the same run without it" \
+  grep -q "^RESULT offload=optimizer llama1b cudnn mb 1: [0-9.]* ms/step, [0-9.]* GiB; without it " "$S1"
 check "(b) the logs came back packed" sh -c "tar tzf '$SCRATCH/o1/logs-call1.tgz' | grep -q 'logs/llama.log'"
 
 # (c) call 2, with call 1's results

@@ -14,7 +14,7 @@
 #   plan          the eight `tessera plan` lines of "Planning a run"
 #   plan-cpu      `mpirun -np 2 tessera plan ... --hardware cpu`
 #   ckpt-inspect  ls, h5dump and tessera eval of the runbook's "Resume from a chosen
-#                 checkpoint", on an out/smoke of 20 steps trained here
+#                 checkpoint", on an out/smoke of 30 steps trained here
 #   metrics-read  the runbook's grep and python3 on out/smoke/metrics.jsonl
 # Each block must exit 0 under bash -eu -o pipefail; the checks after it look at what it
 # wrote.  Exit 0 pass, 1 fail, 77 skip.
@@ -72,19 +72,19 @@ if readme_block plan-cpu "$SCRATCH/plan-cpu.sh"; then
   readme_run plan-cpu "$W" "$SCRATCH/plan-cpu.sh"
 fi
 
-# ---- the runbook's look at a run's checkpoints and metrics: an out/smoke of 20 steps ----
-(cd "$W" && timeout 300 src/tessera input/tiny.nml run.out_dir=out/smoke run.max_steps=20 \
+# ---- the runbook's look at a run's checkpoints and metrics: an out/smoke of 30 steps ----
+(cd "$W" && timeout 300 src/tessera input/tiny.nml run.out_dir=out/smoke run.max_steps=30 \
   train.global_batch=4 checkpoint.every_steps=10 run.eval_every=0 run.eval_steps=1) \
   >"$SCRATCH/smoke.out" 2>&1
-check "an out/smoke of 20 steps to look at (exit $?)" test -f "$W/out/smoke/ckpt/step_00000020.h5"
+check "an out/smoke of 30 steps to look at (exit $?)" test -f "$W/out/smoke/ckpt/step_00000030.h5"
 if readme_block ckpt-inspect "$SCRATCH/ckpt-inspect.sh"; then
   readme_run ckpt-inspect "$W" "$SCRATCH/ckpt-inspect.sh"
-  check "  ... h5dump printed the checkpoint's step" grep -q '(0): 20' "$SCRATCH/ckpt-inspect.sh.out"
+  check "  ... h5dump printed the checkpoint's step" grep -q '(0): 30' "$SCRATCH/ckpt-inspect.sh.out"
   check "  ... tessera eval wrote out/eval/eval.jsonl" grep -q '"val_loss"' "$W/out/eval/eval.jsonl"
 fi
 if readme_block metrics-read "$SCRATCH/metrics-read.sh"; then
   readme_run metrics-read "$W" "$SCRATCH/metrics-read.sh"
-  check "  ... it printed the last 3 steps, 18 to 20" \
-    test "$(grep -cE '^(18|19|20) [0-9.]+ [0-9]+$' "$SCRATCH/metrics-read.sh.out")" = 3
+  check "  ... it printed the last 3 steps, 28 to 30" \
+    test "$(grep -cE '^(28|29|30) [0-9.]+ [0-9]+$' "$SCRATCH/metrics-read.sh.out")" = 3
 fi
 finish

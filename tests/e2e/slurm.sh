@@ -32,9 +32,7 @@
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/e2e/slurm_cluster.sh"
-tsr_slurm_have || skip "Slurm not installed (apt-get install slurm-wlm munge)"
-[ "$(id -u)" -eq 0 ] || skip "the test cluster runs slurmd as root"
-mpi_test_setup
+tsr_slurm_test_setup
 # TSR_SLURM_KEEP=1 keeps the scratch directory and the cluster's (logs) for a look
 [ "${TSR_SLURM_KEEP:-0}" = 1 ] && trap 'echo "kept $SCRATCH"' EXIT
 bytes_corpus computers

@@ -26,6 +26,15 @@
 #    available, so job states and exit codes are read with `scontrol show job`, which
 #    keeps finished jobs for MinJobAge seconds.
 
+# tsr_slurm_test_setup — a Slurm test's start (after tests/lib.sh): skips (77) without
+# Slurm and munge or when not root (the test cluster's slurmd runs as root), then
+# mpi_test_setup.
+tsr_slurm_test_setup() {
+  tsr_slurm_have || skip "Slurm not installed (apt-get install slurm-wlm munge)"
+  [ "$(id -u)" -eq 0 ] || skip "the test cluster runs slurmd as root"
+  mpi_test_setup
+}
+
 # tsr_slurm_have — are the Slurm and munge programs installed?
 tsr_slurm_have() {
   local p

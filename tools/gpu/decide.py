@@ -150,7 +150,8 @@ def summary(files):
                     for k in of("kernels")))
 
     # llama1b runs
-    llama = [r for r in of("llama") if r.get("rc") == "0" and num(r, "step_ms")]
+    llama = [r for r in of("llama") if r.get("rc") == "0" and num(r, "step_ms")
+             and not r.get("offload")]
     best = {}
     for r in llama:
         key = (r["attn"], int(num(r, "mb")))
@@ -160,9 +161,22 @@ def summary(files):
         say(f"  llama1b {a:5s} mb {mb:2d}: {num(r, 'step_ms'):8.1f} ms/step, "
             f"{num(r, 'tok_s'):8.0f} tokens/s, {num(r, 'mem_gb', 0):5.1f} GiB"
             + (f", ran: {r.get('ran')}" if r.get("ran") else ""))
+    # the optimizer offload against the same run without it (docs/offload.md)
+    for r in of("llama"):
+        if not r.get("offload") or r.get("rc") != "0" or not num(r, "step_ms"):
+            continue
+        base = best.get((r["attn"], int(num(r, "mb"))))
+        ms = num(r, "step_ms")
+        say(f"RESULT offload={r['offload']} llama1b {r['attn']} mb {r.get('mb')}: {ms:.1f} ms/step, "
+            f"{num(r, 'mem_gb', 0):.1f} GiB"
+            + (f"; without it {num(base, 'step_ms'):.1f} ms, {num(base, 'mem_gb', 0):.1f} GiB: "
+               f"{ms - num(base, 'step_ms'):+.1f} ms, "
+               f"{num(r, 'mem_gb', 0) - num(base, 'mem_gb', 0):+.1f} GiB" if base else
+               "; no run without it to compare"))
     for r in of("llama"):
         if r.get("rc") != "0":
-            say(f"  llama1b {r.get('attn')} mb {r.get('mb')}: exit {r.get('rc')} "
+            say(f"  llama1b {r.get('attn')} mb {r.get('mb')}"
+                + (f" offload {r['offload']}" if r.get("offload") else "") + f": exit {r.get('rc')} "
                 f"({r.get('why', 'see its log')})")
 
     # 2. cuDNN

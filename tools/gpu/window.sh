@@ -16,7 +16,9 @@
 #             mma.sync, and cuDNN's); the trainer against the CPU (one step in fp32,
 #             bf16, fp16; mma.sync and cuDNN attention; 50 bf16 steps); llama1b step
 #             times for each attention at micro-batch 1 and at the largest micro-batch
-#             that fits; PyTorch eager on the same model; then, if the budget allows,
+#             that fits, and at micro-batch 1 with the optimizer offloaded (against
+#             the planner's prediction in bench/RESULTS.md); PyTorch eager on the same
+#             model; then, if the budget allows,
 #             one per-op profile of llama1b (TSR_CUDA_PROFILE) with the attention the
 #             summary chose.  At most 7 minutes.
 #          2: compute-sanitizer memcheck over 2 bf16 steps; torch.compile; racecheck
@@ -170,13 +172,14 @@ llama() {
   local name=$1 a=$2 mb=$3 n=$4 rc=0 seq=2048 skip=2
   [ "${TW_DRY:-0}" = 1 ] && seq=32 skip=1
   TSR_CUDA_ATTENTION=$a one "$name" llama1b cuda "${LLAMA[@]}" train.micro_batch=$mb \
-    train.global_batch=$mb run.max_steps=$n ${TW_LLAMA_EXTRA:-} || rc=$?
+    train.global_batch=$mb run.max_steps=$n ${TW_LLAMA_EXTRA:-} \
+    ${TW_OFFLOAD:+parallel.offload=$TW_OFFLOAD} || rc=$?
   grep -h "^attention:\|^cuda:\|^step\|error\|^memory" "$TW_DIR/runs/$name.out" | cut -c1-200 | tail -8
   local t="" why="" cud=0
   [ $rc = 0 ] && t=$("$PY" "$TOP/tools/gpu/decide.py" steps "$TW_DIR/runs/$name" $skip $mb $seq)
   grep -q "^attention: cuDNN fused" "$TW_DIR/runs/$name.out" && cud=1
   grep -q "out of device memory" "$TW_DIR/runs/$name.out" && why=out_of_memory
-  note llama attn=$a mb=$mb $t cudnn=$cud rc=$rc ${why:+why=$why} \
+  note llama attn=$a mb=$mb ${TW_OFFLOAD:+offload=$TW_OFFLOAD} $t cudnn=$cud rc=$rc ${why:+why=$why} \
     ran="$(ran_attention "$name" | sed 's/^attention: //; s/ [[(].*//' | tr ' ' _)"
   return $rc
 }
@@ -201,17 +204,21 @@ part_llama() {
     fi
   done
   echo "largest micro-batch the planner fits: $mb"
-  [ $mb -gt 1 ] || return 0
-  # cuDNN's and our mma.sync kernels'
-  for a in cudnn mma; do
-    m=$mb
-    while [ $m -gt 1 ]; do
-      llama "llama_${a}_mb$m" $a $m $big_n && break
-      grep -q "out of device memory" "$TW_DIR/runs/llama_${a}_mb$m.out" || break
-      m=$((m / 2))
+  if [ $mb -gt 1 ]; then # cuDNN's and our mma.sync kernels'
+    for a in cudnn mma; do
+      m=$mb
+      while [ $m -gt 1 ]; do
+        llama "llama_${a}_mb$m" $a $m $big_n && break
+        grep -q "out of device memory" "$TW_DIR/runs/llama_${a}_mb$m.out" || break
+        m=$((m / 2))
+      done
     done
-  done
-  echo "$mb" >"$TW_DIR/llama_mb"
+    echo "$mb" >"$TW_DIR/llama_mb"
+  fi
+  # the optimizer offload (docs/offload.md): llama1b at micro-batch 1 with the fp32 master
+  # and Adam moments in host memory, the host's AdamW on this machine's cores; against
+  # the cuDNN mb 1 run above (bench/RESULTS.md has the planner's prediction)
+  TW_OFFLOAD=optimizer llama llama_offload_mb1 cudnn 1 $n
 }
 
 # torch_run MODE MB STEPS WARM [--compile]: PyTorch on llama1b; its result line

@@ -38,7 +38,10 @@
  *     half fraction; the CPU build's column untouched; the PCIe bytes (4 + 2 or 4 a
  *     parameter of the shard), the CPU AdamW's bytes (30 or 28) and their times at the
  *     hardware figures, the step longer by them less the device's AdamW; the built-in
- *     host figures; the host-memory verdict per node; parallel.offload holds the search.
+ *     host figures; the host-memory verdict per node; parallel.offload holds the search;
+ * 11. the activation offload (train.activation_offload): the GPU column's activations and
+ *     the host column against a layer's stored set, a row and the 256-byte-rounded block
+ *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -983,6 +986,64 @@ static void test_offload_state(void) {
            "parameter of the shard on the host");
 }
 
+/* train.activation_offload: stage 0 of a llama of 4 layers on pp 2 (1F1B, 2 layers a
+ * stage), d_model 64, 4 heads of 16 (2 KV heads), d_ff 160, micro-batches of 2 x 32 tokens,
+ * in bf16 and fp32 and every recompute mode.  By hand: a layer's stored set (norm outputs,
+ * qkv, attention out, h, fc, act in the storage type; lse and four norm statistics in fp32:
+ * the groups the mode keeps), a row of the residual stream, and the block (each buffer of
+ * set and row rounded up to 256 bytes).  The GPU column's activations drop by s slots x
+ * (L sets + L rows) and gain the window's 2 blocks; the host column gains s x L blocks; the
+ * CPU column is unchanged. */
+static void test_activation_offload(void) {
+  for (int half = 0; half < 2; half++)
+    for (int r = 0; r < 3; r++) {
+      tsr_config c;
+      tsr_deck_defaults(&c);
+      c.model.arch = TSR_ARCH_LLAMA;
+      c.model.n_layer = 4, c.model.d_model = 64, c.model.n_head = 4, c.model.n_kv_head = 2;
+      c.model.d_ff = 160, c.model.vocab_size = 300, c.model.seq_len = 32;
+      c.parallel.pp = 2, c.parallel.schedule = TSR_SCHEDULE_1F1B;
+      c.train.micro_batch = 2, c.train.global_batch = 8;
+      c.train.recompute = (tsr_recompute)r;
+      c.train.precision = half ? TSR_BF16 : TSR_F32;
+      tsr_plan_grid g;
+      tsr_plan_memory g0, g1, c0, c1;
+      int rc = tsr_plan_layout(&c, 2, 2, &g, NULL, 0) ||
+               tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_GPU, &g0) ||
+               tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_CPU, &c0);
+      c.train.activation_offload = 1;
+      rc = rc || tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_GPU, &g1) ||
+           tsr_plan_stage_memory(&c, &g, 0, TSR_PLAN_CPU, &c1);
+      if (rc) {
+        TU_CHECK(0, "activation offload: no plan");
+        continue;
+      }
+      const double e = half ? 2 : 4, N = 64, C = 64, hd = 16, F = 160, L = 2, s = g1.in_flight;
+      const double dt[7] = {N * C, N * C, N * (4 + 2 * 2) * hd, N * 4 * hd, N * C, N * 2 * F,
+                            N * F}; /* norm1 norm2 qkv atty h fc act */
+      const double f32[5] = {2 * 4 * 32, N, N, N, N};
+      double set = 0, block = 0;
+      for (int i = 0; i < 7; i++) {
+        const int kept = r == 0 || (r == 1 && i >= 2 && i <= 5);
+        if (kept) set += dt[i] * e, block += ceil(dt[i] * e / 256) * 256;
+      }
+      for (int i = 0; i < 5 && r < 2; i++) set += f32[i] * 4, block += ceil(f32[i] * 4 / 256) * 256;
+      const double row = N * C * e;
+      block += ceil(row / 256) * 256;
+      const char *mode[3] = {"none", "selective", "full"};
+      TU_CHECK(g0.activations - g1.activations == s * L * (set + row) - 2 * block &&
+                   g1.host_acts == s * L * block && g1.host - g0.host == g1.host_acts &&
+                   g0.host_acts == 0 && c1.activations == c0.activations &&
+                   c1.total == c0.total && c1.host == 0 && g1.in_flight == g0.in_flight,
+               "%s, recompute %s, stage 0 of pp 2 (%.0f slots x %.0f layers): the GPU keeps "
+               "%.0f bytes fewer activations (slots x layers x (set %.0f + row %.0f) less 2 "
+               "blocks of %.0f), the host %.0f (planned %.0f, %.0f); the CPU column is "
+               "unchanged", half ? "bf16" : "fp32", mode[r], s, L,
+               g0.activations - g1.activations, set, row, block, s * L * block, g1.host_acts,
+               g1.host - g0.host);
+    }
+}
+
 /* The llm7b deck's stage memory and its offloaded update, against zero.c's buffers of the
  * padded shard (tsr_zero_padded_length) and the hardware's figures, by hand. */
 static void test_offload_plan(void) {
@@ -1131,5 +1192,6 @@ int main(void) {
   test_offload_state();
   test_offload_plan();
   test_offload_fit();
+  test_activation_offload();
   return tu_summary("test_plan");
 }
