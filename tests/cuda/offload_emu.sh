@@ -18,10 +18,11 @@
 # device) is bitwise equal to no offload too (one rank, dp 2 ZeRO-1, -2 and -3, bf16; fp32
 # on one rank; a synchronous checkpoint write), its device memory drops by 12 bytes an
 # offloaded element within 1% (at ZeRO-3, with that half's gradient on the host, also by
-# its gradient and the landing area less the landing areas of the unit pieces), and checkpoints resume across fractions (0.5 -> 0.25 on one
-# rank, 1 -> 0.5 and 0.5 -> none at dp 2 ZeRO-3), continuing bitwise.  On the CPU the keys
-# are accepted with one log line; on the device train.activation_offload is refused (exit
-# 2, the key named); a fraction outside [0, 1] is a deck error.
+# its gradient and the landing area less the landing areas of the unit pieces), and
+# checkpoints resume across fractions (0.5 -> 0.25 on one rank, 1 -> 0.5 and 0.5 -> none at
+# dp 2 ZeRO-3), continuing bitwise.  On the CPU the keys are accepted with one log line; on
+# the device train.activation_offload is refused (exit 2, the key named); a fraction
+# outside [0, 1] is a deck error.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
