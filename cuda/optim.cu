@@ -1,12 +1,12 @@
 /* optim.cu — the optimizer's ops: AdamW over an fp32 shard (refreshing the compute copy in
  * the same pass, stored as its type), and the sums of squares of the gradient clipping.
  *
- * Sums of squares: per range, blocks own contiguous chunks (a block count that depends on
- * the range's length only, so the result does not depend on the GPU model), each summed in
- * double in a fixed order, then one block sums the chunks in order into a device scalar.
- * Every range lands in its own scalar; the host fetches TSR_CUDA_RESULTS of them at once and
- * adds them in range order, as the CPU does. */
+ * Sums of squares: per range, in the order of ops/sumsq_order.h (the CPU's and the host's
+ * too, so the gradient norm has the same bits everywhere).  Every range lands in its own
+ * scalar; the host fetches TSR_CUDA_RESULTS of them at once and adds them in range order,
+ * as the CPU does. */
 #include "cuda_common.cuh"
+#include "ops/sumsq_order.h"
 
 extern "C" {
 #include "backend.h"
@@ -55,25 +55,40 @@ extern "C" void tsr_cuda_adamw(float *p, float *m, float *v, const float *g, lon
 
 /* ---------------------------------------------------------- sums of squares */
 
-#define SUMSQ_MAX_BLOCKS 1024
-#define SUMSQ_MIN_CHUNK 8192
+/* The order of ops/sumsq_order.h: a block of TSR_SUMSQ_LANES threads per chunk, thread t
+ * the lane t, the lanes combined by the stated tree in shared memory; the chunks' sums are
+ * summed again the same way, level after level, until one is left. */
+__device__ __forceinline__ double sumsq_term(float v) { return (double)v * (double)v; }
+__device__ __forceinline__ double sumsq_term(double v) { return v; }
 
-__global__ void sumsq_partial_kernel(double *partial, const float *x, long n, long chunk) {
-  __shared__ double scratch[32];
-  const long i0 = blockIdx.x * chunk, i1 = min(n, i0 + chunk);
+template <class T>
+__global__ void sumsq_chunk_kernel(double *out, const T *x, long n) {
+  __shared__ double acc[TSR_SUMSQ_LANES];
+  const long i0 = (long)blockIdx.x * TSR_SUMSQ_CHUNK;
+  const long k = n - i0 < TSR_SUMSQ_CHUNK ? n - i0 : TSR_SUMSQ_CHUNK;
+  const int t = threadIdx.x;
   double s = 0.0;
-  for (long i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += (double)x[i] * x[i];
-  s = block_sum(s, scratch);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+  for (long j = t; j < k; j += TSR_SUMSQ_LANES) s += sumsq_term(x[i0 + j]);
+  acc[t] = s;
+  __syncthreads();
+  for (int h = TSR_SUMSQ_LANES / 2; h >= 1; h /= 2) {
+    if (t < h) acc[t] += acc[t + h];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = acc[0];
 }
 
-static long sumsq_blocks(long n) {
-  const long b = (n + SUMSQ_MIN_CHUNK - 1) / SUMSQ_MIN_CHUNK;
-  return b < SUMSQ_MAX_BLOCKS ? b : SUMSQ_MAX_BLOCKS;
+static long sumsq_chunks(long n) { return (n + TSR_SUMSQ_CHUNK - 1) / TSR_SUMSQ_CHUNK; }
+
+/* Doubles of scratch for a range of n: the chunk sums of every level but the last. */
+static long sumsq_scratch(long n) {
+  long total = 0;
+  for (long m = sumsq_chunks(n); m > 1; m = sumsq_chunks(m)) total += m;
+  return total;
 }
 
 extern "C" int tsr_cuda_scratch_optim(const tsr_ops_shapes *s, size_t *bytes) {
-  *bytes = s->sumsq_elems > 0 ? (size_t)sumsq_blocks(s->sumsq_elems) * sizeof(double) : 0;
+  *bytes = s->sumsq_elems > 0 ? (size_t)sumsq_scratch(s->sumsq_elems) * sizeof(double) : 0;
   return 0;
 }
 
@@ -84,13 +99,22 @@ static int sumsq_into(double *out, const float *x, long n) {
     TSR_CUDA_CALL(cudaMemsetAsync(out, 0, sizeof(double), stream));
     return 0;
   }
-  const long blocks = sumsq_blocks(n), chunk = (n + blocks - 1) / blocks;
-  double *partial = NULL;
-  TSR_CUDA_SCRATCH(partial, (size_t)blocks * sizeof(double));
-  sumsq_partial_kernel<<<(unsigned)blocks, TSR_CUDA_THREADS, 0, stream>>>(partial, x, n, chunk);
+  long m = sumsq_chunks(n);
+  if (m == 1) {
+    sumsq_chunk_kernel<float><<<1, TSR_SUMSQ_LANES, 0, stream>>>(out, x, n);
+    TSR_CUDA_LAUNCHED();
+    return 0;
+  }
+  double *level = NULL;
+  TSR_CUDA_SCRATCH(level, (size_t)sumsq_scratch(n) * sizeof(double));
+  sumsq_chunk_kernel<float><<<(unsigned)m, TSR_SUMSQ_LANES, 0, stream>>>(level, x, n);
   TSR_CUDA_LAUNCHED();
-  sum_doubles_kernel<0><<<1, 1024, 0, stream>>>(out, partial, blocks, 1.0);
-  TSR_CUDA_LAUNCHED();
+  for (long next; m > 1; level += m, m = next) { /* the level's m sums into the next's */
+    next = sumsq_chunks(m);
+    sumsq_chunk_kernel<double><<<(unsigned)next, TSR_SUMSQ_LANES, 0, stream>>>(
+        next == 1 ? out : level + m, level, m);
+    TSR_CUDA_LAUNCHED();
+  }
   return 0;
 }
 

@@ -204,28 +204,41 @@ int tsr_ckpt_async_wait(tsr_ckpt_async *a, tsr_ckpt_async_done *done) {
   return 1;
 }
 
-/* dst[span] = src[span] for every span, and the same for the three buffers: on the CPU by
+/* dst[span] = src[span] for every span, and the same for the three buffers, the source
+ * element i at lo[k] + i below split and at hi[k] + (i - split) from it: on the CPU by
  * the OpenMP team, on a device as queued copies into page-locked memory. */
-static void copy_spans(tsr_ckpt_async *a, const float *const src[3]) {
+static void copy_piece(tsr_ckpt_async *a, int k, const span *p, float *const lo[3],
+                       float *const hi[3], int64_t split, int dev) {
+  float *dst = a->snap + k * a->len + p->at;
+  const int64_t at = (int64_t)p->at, end = at + (int64_t)p->n;
+  const int64_t nlo = end <= split ? end - at : at < split ? split - at : 0;
+  if (nlo > 0 && lo[k]) {
+    if (dev)
+      tsr_ops_copy(dst, lo[k] + at, (size_t)nlo * sizeof(float));
+    else
+      memcpy(dst, lo[k] + at, (size_t)nlo * sizeof(float));
+  }
+  const int64_t from = at + nlo;
+  if (end > from && hi[k]) /* host memory either way */
+    memcpy(dst + nlo, hi[k] + (from - split), (size_t)(end - from) * sizeof(float));
+}
+
+static void copy_spans(tsr_ckpt_async *a, float *const lo[3], float *const hi[3],
+                       int64_t split) {
   if (tsr_ops_on_device()) {
     for (int k = 0; k < 3; k++)
-      for (int i = 0; src[k] && i < a->n_spans; i++)
-        tsr_ops_copy(a->snap + k * a->len + a->spans[i].at, src[k] + a->spans[i].at,
-                     (size_t)a->spans[i].n * sizeof(float));
+      for (int i = 0; i < a->n_spans; i++) copy_piece(a, k, &a->spans[i], lo, hi, split, 1);
     tsr_ops_sync();
     return;
   }
   const int n = 3 * a->n_spans;
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < n; i++) {
-    const int k = i / a->n_spans;
-    const span *p = &a->spans[i % a->n_spans];
-    if (src[k]) memcpy(a->snap + k * a->len + p->at, src[k] + p->at, (size_t)p->n * sizeof(float));
-  }
+  for (int i = 0; i < n; i++) copy_piece(a, i / a->n_spans, &a->spans[i % a->n_spans], lo, hi,
+                                         split, 0);
 }
 
-int tsr_ckpt_async_start(tsr_ckpt_async *a, const float *master, const float *m,
-                         const float *v, const tsr_train_state *st, const char *deck_text,
+int tsr_ckpt_async_start(tsr_ckpt_async *a, float *const lo[3], float *const hi[3],
+                         int64_t split, const tsr_train_state *st, const char *deck_text,
                          double *waited_s, double *copy_s, tsr_ckpt_async_done *prev) {
   const double t0 = tsr_now();
   tsr_ckpt_async_wait(a, prev); /* at most one write in flight */
@@ -233,9 +246,8 @@ int tsr_ckpt_async_start(tsr_ckpt_async *a, const float *master, const float *m,
   *copy_s = 0;
   if (prev->step >= 0 && prev->rc) return prev->rc;
   const double t1 = tsr_now();
-  const float *const src[3] = {master, m, v};
-  copy_spans(a, src);
-  a->has_m = m != NULL, a->has_v = v != NULL;
+  copy_spans(a, lo, hi, split);
+  a->has_m = lo[1] || hi[1], a->has_v = lo[2] || hi[2];
   a->st = *st;
   a->deck = deck_text;
   *copy_s = tsr_now() - t1;

@@ -45,13 +45,15 @@ int tsr_ckpt_async_create(tsr_ckpt_async **out, const tsr_config *cfg,
 
 /* Checkpoint st->step: wait for the write in flight, if any (*waited_s, its outcome in
  * *prev; prev->step = -1 when there was none); if that write failed, start nothing and
- * return its code.  Otherwise copy this rank's pieces of master, m and v (op memory of the
- * view's shard; m and v may be NULL, written as zeros) and *st into the snapshot (*copy_s)
- * and start the background write; deck_text (rank 0's) must stay valid until it ends.
- * Every rank calls it for the same steps; on a device the copy's outcome is agreed over
- * the ranks. */
-int tsr_ckpt_async_start(tsr_ckpt_async *a, const float *master, const float *m,
-                         const float *v, const tsr_train_state *st, const char *deck_text,
+ * return its code.  Otherwise copy this rank's pieces of master, m and v (k = 0, 1, 2) of
+ * the view's shard, its elements [0, split) from op memory lo[k] and [split, end) from
+ * host memory hi[k] (element split at hi[k][0]: the optimizer offload's part; split = the
+ * shard's length without one), and *st into the snapshot (*copy_s) and start the
+ * background write; deck_text (rank 0's) must stay valid until it ends.  m and v NULL in
+ * both parts are written as zeros.  Every rank calls it for the same steps; on a device
+ * the copy's outcome is agreed over the ranks. */
+int tsr_ckpt_async_start(tsr_ckpt_async *a, float *const lo[3], float *const hi[3],
+                         int64_t split, const tsr_train_state *st, const char *deck_text,
                          double *waited_s, double *copy_s, tsr_ckpt_async_done *prev);
 
 /* Never blocks: 1 with the outcome in *done when the write in flight has ended (its thread

@@ -166,12 +166,12 @@ int tsr_ckpt_policy_wait(tsr_ckpt_policy *p) {
   return tsr_ckpt_async_wait(p->writer, &d) ? finished(p, &d) : 0;
 }
 
-int tsr_ckpt_policy_start(tsr_ckpt_policy *p, const float *master, const float *m,
-                          const float *v, const tsr_train_state *st, const char *deck_text) {
+int tsr_ckpt_policy_start(tsr_ckpt_policy *p, float *const lo[3], float *const hi[3],
+                          int64_t split, const tsr_train_state *st, const char *deck_text) {
   TSR_CALL(tsr_ckpt_policy_poll(p)); /* a write that has ended is reported first */
   double waited_s, copy_s;
   tsr_ckpt_async_done prev;
-  const int rc = tsr_ckpt_async_start(p->writer, master, m, v, st, deck_text, &waited_s,
+  const int rc = tsr_ckpt_async_start(p->writer, lo, hi, split, st, deck_text, &waited_s,
                                       &copy_s, &prev);
   if (prev.step >= 0) {
     tsr_log("checkpoint: step %lld: waiting for the previous checkpoint write (step %lld) "

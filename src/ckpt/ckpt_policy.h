@@ -45,11 +45,13 @@ int tsr_ckpt_policy_background(const tsr_ckpt_policy *p);
 /* A synchronous write of `step` that took write_s: the metrics event, and with 'auto' the
  * next checkpoint's step. */
 void tsr_ckpt_policy_wrote(tsr_ckpt_policy *p, int64_t step, double write_s);
-/* A background write of st->step from op memory master, m, v (tsr_ckpt_async_start):
- * the write in flight, if any, is waited for and reported first (its failure returned,
- * nothing started); with 'auto' the next checkpoint's step.  Collective. */
-int tsr_ckpt_policy_start(tsr_ckpt_policy *p, const float *master, const float *m,
-                          const float *v, const tsr_train_state *st, const char *deck_text);
+/* A background write of st->step from master, m, v (k = 0, 1, 2) in two parts, op
+ * memory lo[k] for the shard's elements [0, split) and host memory hi[k] for the rest
+ * (tsr_ckpt_async_start): the write in flight, if any, is waited for and reported first
+ * (its failure returned, nothing started); with 'auto' the next checkpoint's step.
+ * Collective. */
+int tsr_ckpt_policy_start(tsr_ckpt_policy *p, float *const lo[3], float *const hi[3],
+                          int64_t split, const tsr_train_state *st, const char *deck_text);
 /* At a step boundary, never blocking: the code of a background write that has ended in
  * failure (each once; 0 otherwise).  The ranks may see the end at different boundaries:
  * all-reduce it (MAX) to stop together. */

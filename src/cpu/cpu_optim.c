@@ -3,6 +3,7 @@
  * sumsq_ranges (the gradient norm).  Master weights, moments and gradients are fp32
  * whatever the storage type; only AdamW's out is stored as out_dt. */
 #include "cpu_internal.h"
+#include "ops/sumsq_order.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -61,29 +62,64 @@ void tsr_cpu_adamw(float *p, float *m, float *v, const float *g, long n, float l
   }
 }
 
-/* Sum of squares of n fp32 values in double, over N_PARTIAL fixed pieces summed in
- * order: the same bits for every thread count. */
-static double sumsq(const float *x, long n_elem) {
-  double partial[N_PARTIAL];
-#pragma omp parallel for schedule(static) if (n_elem > PAR_MIN)
-  for (int c = 0; c < N_PARTIAL; c++) {
-    const long i0 = n_elem / N_PARTIAL * c + (c < n_elem % N_PARTIAL ? c : n_elem % N_PARTIAL);
-    const long len = n_elem / N_PARTIAL + (c < n_elem % N_PARTIAL ? 1 : 0);
-    const float *xc = x + i0;
-    double acc[4] = {0, 0, 0, 0};
-    long i = 0;
-    for (; i + 4 <= len; i += 4)
-      for (int u = 0; u < 4; u++) acc[u] += (double)xc[i + u] * xc[i + u];
-    for (; i < len; i++) acc[0] += (double)xc[i] * xc[i];
-    partial[c] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+/* ---- sumsq_ranges in the canonical order of ops/sumsq_order.h ---- */
+enum { CHUNK = TSR_SUMSQ_CHUNK, LANES = TSR_SUMSQ_LANES };
+
+/* The lanes' fixed tree: lane t < h adds lane t + h, h = LANES/2 .. 1. */
+static double lane_tree(double *acc) {
+  for (int h = LANES / 2; h >= 1; h /= 2)
+#pragma omp simd
+    for (int t = 0; t < h; t++) acc[t] += acc[t + h];
+  return acc[0];
+}
+
+/* A chunk of k <= CHUNK fp32 values, squared; of doubles, as they are. */
+static double chunk_sq(const float *restrict x, long k) {
+  double acc[LANES] = {0};
+  long j = 0;
+  for (; j + LANES <= k; j += LANES)
+#pragma omp simd
+    for (int t = 0; t < LANES; t++) acc[t] += (double)x[j + t] * (double)x[j + t];
+  for (long t = 0; j + t < k; t++) acc[t] += (double)x[j + t] * (double)x[j + t];
+  return lane_tree(acc);
+}
+static double chunk_d(const double *restrict x, long k) {
+  double acc[LANES] = {0};
+  long j = 0;
+  for (; j + LANES <= k; j += LANES)
+#pragma omp simd
+    for (int t = 0; t < LANES; t++) acc[t] += x[j + t];
+  for (long t = 0; j + t < k; t++) acc[t] += x[j + t];
+  return lane_tree(acc);
+}
+
+/* The node of level L (L = 0: one chunk of the squares) over the n <= CHUNK^(L+1) values
+ * at x: its children's sums (level L - 1, each over CHUNK^L values), then their chunk. */
+static double node_sum(const float *x, long n, int level, long span) {
+  if (level == 0) return chunk_sq(x, n);
+  double part[CHUNK]; /* span: the values under one child, CHUNK^level */
+  const long k = (n + span - 1) / span;
+  if (level == 1) {
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (long c = 0; c < k; c++) part[c] = chunk_sq(x + c * span, n - c * span < span ? n - c * span : span);
+  } else {
+    for (long c = 0; c < k; c++)
+      part[c] = node_sum(x + c * span, n - c * span < span ? n - c * span : span, level - 1,
+                         span / CHUNK);
   }
-  double total = 0.0;
-  for (int c = 0; c < N_PARTIAL; c++) total += partial[c];
-  return total;
+  return chunk_d(part, k);
+}
+
+static double range_sum(const float *x, long n) {
+  if (n <= 0) return 0.0;
+  int level = 0;
+  long span = 1; /* CHUNK^level: the values under one child of the top node */
+  for (long cover = CHUNK; cover < n; cover *= CHUNK) level++, span *= CHUNK;
+  return node_sum(x, n, level, span);
 }
 
 double tsr_cpu_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
   double s = 0.0;
-  for (int k = 0; k < n_ranges; k++) s += sumsq(x + r[2 * k], (long)(r[2 * k + 1] - r[2 * k]));
+  for (int k = 0; k < n_ranges; k++) s += range_sum(x + r[2 * k], (long)(r[2 * k + 1] - r[2 * k]));
   return s;
 }

@@ -46,6 +46,9 @@ void tsr_ops_host_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void
                        long n_elem) {
   (host_backend ? host_backend : no_backend())->cast(dst_dt, dst, src_dt, src, n_elem);
 }
+double tsr_ops_host_sumsq_ranges(const float *x, const int64_t *r, int n_ranges) {
+  return (host_backend ? host_backend : no_backend())->sumsq_ranges(x, r, n_ranges);
+}
 
 /* ---- memory ---- */
 size_t tsr_ops_mem_bytes(void) { return dev ? dev->mem_bytes(0) : tsr_mem_bytes(); }

@@ -73,6 +73,9 @@ void tsr_ops_host_adamw(float *p, float *m, float *v, const float *g, long n, fl
                         float grad_scale, void *out, tsr_dtype out_dt);
 void tsr_ops_host_cast(tsr_dtype dst_dt, void *dst, tsr_dtype src_dt, const void *src,
                        long n_elem);
+/* As the op sumsq_ranges on host memory: the same bits as every backend's (the order of
+ * ops/sumsq_order.h), for the offload's gradient norm. */
+double tsr_ops_host_sumsq_ranges(const float *x, const int64_t *r, int n_ranges);
 
 /* The largest shapes the ops will be called with.  A backend sizes its scratch memory
  * from them once, at setup, so no op allocates inside a step (the CPU's conversion

@@ -25,6 +25,7 @@ enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
 
 typedef struct {
   void *buf; /* a unit's gradient (fp32), or its parameters (the storage type) */
+  float *land; /* host_grads: where this rank's piece of the unit's reduction lands */
   int unit;
   int state;
   int refs;
@@ -48,16 +49,33 @@ struct tsr_zero {
   int last_micro;
   int64_t age;
 
-  float *master, *adam_m, *adam_v; /* shard (stage 0: full) */
+  /* The shard [a0, a1) (stage 0: all of it) is split at `split`: master, m and v of
+   * [a0, split) are op memory, updated by the backend's AdamW; those of [split, a1) (the
+   * offloaded part, parallel.offload_fraction of the shard rounded up to 64 elements) are
+   * page-locked host memory (h_master, h_m, h_v), updated by the host's AdamW from a host
+   * copy of that part of the reduced gradient (h_grad); its new compute copy is formed in
+   * h_compute (16-bit storage; fp32 copies the master) and copied to the device.  Without
+   * offload split = a1; with the whole shard offloaded split = a0. */
+  float *master, *adam_m, *adam_v; /* [a0, split) */
   int master_is_compute;           /* fp32: the master is the compute copy itself */
-  /* parallel.offload = 'optimizer' on a device: master, m and v are page-locked host
-   * memory, updated by the host's AdamW from a host copy of the reduced gradient (h_grad);
-   * the new compute copy is formed in h_compute (16-bit storage; fp32 copies the master)
-   * and copied to the device */
-  int offload;
-  float *h_grad;
+  int offload;                     /* a part is offloaded (split < a1) */
+  int64_t a0, a1, split;
+  float *h_master, *h_m, *h_v; /* [split, a1) */
+  float *h_grad; /* [hg0, a1): the offloaded part's gradient, from split; with host_grads
+                  * from the start of the gradient norm's range that crosses split, if any
+                  * (its device part is copied there for the norm) */
+  int64_t hg0;
   void *h_compute;
+  /* Stages 2-3 offloaded, no hybrid replicas: the reduced gradient of the offloaded part
+   * lives on the host only (h_grad; no incoming on the device, grad_shard only for the
+   * device's part [a0, split), grad_len long).  Each unit's reduce-scatter lands in its
+   * slot's `land` (the largest piece long); the piece's device part is added into
+   * grad_shard there, its offloaded part copied to h_land and added into h_grad. */
+  int host_grads;
+  int64_t max_piece;
+  float *h_land;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
+  int64_t grad_len;                /* its elements */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
   void *param_shard;               /* stage 3: the compute copy of the shard (dt) */
   tsr_dtype dt;                    /* the model's storage type (the compute copy's) */
@@ -83,6 +101,7 @@ static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
 }
 
 static void *compute_shard(tsr_zero *z);
+static float *reduced_grads(tsr_zero *z);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid) {
@@ -113,13 +132,31 @@ int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
 
 /* ---------------------------------------------------------------- gradient slots */
 
+/* host_grads: this rank's piece [a, b) of a unit's reduction, landed in op memory at
+ * `land`: its part below split added into grad_shard on the device, the rest copied to the
+ * host and added into h_grad there, the same fp32 additions as tsr_ops_acc. */
+static void land_on_host(tsr_zero *z, const float *land, int64_t a, int64_t b) {
+  const int64_t m = min64(b, z->split), h = max64(a, z->split);
+  if (a < m) tsr_ops_acc(z->grad_shard + (a - z->s0), land, (long)(m - a));
+  if (h >= b) return;
+  const long n = (long)(b - h);
+  tsr_ops_read(z->h_land, land + (h - a), (size_t)n * sizeof(float));
+  float *restrict g = z->h_grad + (h - z->hg0);
+  const float *restrict x = z->h_land;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (long i = 0; i < n; i++) g[i] += x[i];
+}
+
 /* Complete a pending unit reduction and add this rank's piece into the shard. */
 static int finish_grad_slot(tsr_zero *z, slot *s) {
   if (s->state != SLOT_PENDING) return 0;
   TSR_CALL(tsr_comm_wait(&s->h));
   int64_t a, b;
   piece(z, s->unit, &a, &b);
-  if (a < b) tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
+  if (a < b && z->host_grads)
+    land_on_host(z, s->land, a, b);
+  else if (a < b)
+    tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
   s->state = SLOT_FREE;
   return 0;
 }
@@ -197,9 +234,9 @@ static int hook_grads_release(void *ctx, int u) {
     piece(z, u, &a, &b);
     s->state = SLOT_PENDING;
     s->age = z->age++;
-    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf,
-                                      z->incoming + (a < b ? a - z->s0 : 0), unit_counts(z, u),
-                                      TSR_F32, &s->h);
+    float *dst = z->host_grads ? s->land : z->incoming + (a < b ? a - z->s0 : 0);
+    return tsr_comm_ireduce_scatter_v(z->shard_comm, s->buf, dst, unit_counts(z, u), TSR_F32,
+                                      &s->h);
   }
   tsr_error("zero: gradient of unit %d released but not acquired", u);
   return TSR_ERR;
@@ -321,30 +358,67 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
 
   const size_t F = sizeof(float);
   const size_t own = (size_t)(z->stage == 0 ? z->n : len);
-  z->offload = par->offload == TSR_OFFLOAD_OPTIMIZER && par->offload_fraction > 0 &&
-               tsr_ops_on_device();
-  if (z->offload) {
-    if (!(z->adam_m = tsr_ops_host_alloc(own * F)) || !(z->adam_v = tsr_ops_host_alloc(own * F)) ||
-        !(z->master = tsr_ops_host_alloc(own * F)) || !(z->h_grad = tsr_ops_host_alloc(own * F)) ||
-        (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(own * z->esz))))
+  z->a0 = z->stage == 0 ? 0 : z->s0;
+  z->a1 = z->stage == 0 ? z->n : z->s1;
+  const size_t nh = par->offload == TSR_OFFLOAD_OPTIMIZER && tsr_ops_on_device()
+                        ? (size_t)tsr_zero_offloaded_length((int64_t)own, par->offload_fraction)
+                        : 0;
+  const size_t nd = own - nh;
+  z->split = z->a1 - (int64_t)nh;
+  z->offload = nh > 0;
+  if (nh > 0) {
+    if (!(z->h_m = tsr_ops_host_alloc(nh * F)) || !(z->h_v = tsr_ops_host_alloc(nh * F)) ||
+        !(z->h_master = tsr_ops_host_alloc(nh * F)) ||
+        (z->dt != TSR_F32 && !(z->h_compute = tsr_ops_host_alloc(nh * z->esz))))
       goto fail;
-    z->mem.host = 4 * own * F + (z->dt != TSR_F32 ? own * z->esz : 0);
-  } else if (!(z->adam_m = tsr_ops_alloc(own, F)) || !(z->adam_v = tsr_ops_alloc(own, F))) {
-    goto fail;
+    z->mem.host = 3 * nh * F + (z->dt != TSR_F32 ? nh * z->esz : 0);
   }
+  if (nd > 0 && (!(z->adam_m = tsr_ops_alloc(nd, F)) || !(z->adam_v = tsr_ops_alloc(nd, F))))
+    goto fail;
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
-  if (z->stage >= 1) {
-    if (!(z->grad_shard = tsr_ops_alloc((size_t)len, F))) goto fail;
-    z->mem.grads += (size_t)len * F;
+  z->host_grads = z->stage >= 2 && nh > 0 &&
+                  !(z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1);
+  /* the norm's ranges split as host_grads needs them: in flat order, at most one across
+   * split (its start then begins h_grad) */
+  z->hg0 = z->split;
+  for (int k = 0; k < z->n_norm_ranges; k++) {
+    const int64_t ra = z->norm_ranges[2 * k], rb = z->norm_ranges[2 * k + 1];
+    if (k > 0 && ra < z->norm_ranges[2 * k - 1]) z->host_grads = 0; /* not in order */
+    if (ra < z->split && rb > z->split) z->hg0 = ra;
   }
-  if (z->stage >= 2) {
+  if (!z->host_grads) z->hg0 = z->split;
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t a, b;
+    piece(z, u, &a, &b);
+    z->max_piece = max64(z->max_piece, b - a);
+  }
+  if (nh > 0) {
+    const size_t hn = (size_t)(z->a1 - z->hg0);
+    if (!(z->h_grad = tsr_ops_host_alloc(hn * F))) goto fail;
+    z->mem.host += hn * F;
+  }
+  if (z->host_grads) {
+    if (!(z->h_land = tsr_ops_host_alloc((size_t)max64(z->max_piece, 1) * F))) goto fail;
+    z->mem.host += (size_t)z->max_piece * F;
+  }
+  z->grad_len = z->stage == 0 ? 0 : z->host_grads ? (int64_t)nd : len;
+  if (z->grad_len > 0) {
+    if (!(z->grad_shard = tsr_ops_alloc((size_t)z->grad_len, F))) goto fail;
+    z->mem.grads += (size_t)z->grad_len * F;
+  }
+  if (z->stage >= 2 && !z->host_grads) {
     if (!(z->incoming = tsr_ops_alloc((size_t)len, F))) goto fail;
     z->mem.unit_bufs += (size_t)len * F;
+  }
+  if (z->stage >= 2) {
     for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
       if (!(z->gslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
+      if (!z->host_grads) continue;
+      if (!(z->gslots[i].land = tsr_ops_alloc((size_t)max64(z->max_piece, 1), F))) goto fail;
+      z->mem.unit_bufs += (size_t)z->max_piece * F;
     }
   }
   if (z->stage >= 3) {
@@ -362,14 +436,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   /* In fp32 the compute copy of this rank's shard already holds the master values: the
    * master is that memory (16 bytes per parameter with Adam, not 20); in bf16 and fp16 a
    * separate fp32 master. */
-  z->master_is_compute = z->dt == TSR_F32 && !z->offload;
+  z->master_is_compute = z->dt == TSR_F32 && nd > 0;
+  z->mem.master = nh * F; /* the offloaded part's: host memory, allocated above */
   if (z->master_is_compute) {
     z->master = compute_shard(z);
-  } else if (z->offload) {
-    z->mem.master = own * F; /* host memory, allocated above */
-  } else {
-    if (!(z->master = tsr_ops_alloc(own, F))) goto fail;
-    z->mem.master = own * F;
+  } else if (nd > 0) {
+    if (!(z->master = tsr_ops_alloc(nd, F))) goto fail;
+    z->mem.master += nd * F;
   }
   z->deferred = -1;
   tsr_model_hooks hooks = {z, hook_params_acquire, hook_params_release, hook_grads_acquire,
@@ -389,6 +462,7 @@ void tsr_zero_destroy(tsr_zero **zp) {
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_ops_free(&z->gslots[i].buf);
+    tsr_ops_free(&z->gslots[i].land);
   }
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
     tsr_comm_wait(&z->pslots[i].h);
@@ -399,17 +473,16 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_free(&z->norm_ranges);
   tsr_free(&z->units);
   tsr_free(&z->counts);
-  if (z->master_is_compute) {
+  if (z->master_is_compute)
     z->master = NULL; /* the model's or param_shard's memory */
-  } else if (z->offload) {
-    tsr_ops_host_free(&z->master);
-    tsr_ops_host_free(&z->adam_m);
-    tsr_ops_host_free(&z->adam_v);
-    tsr_ops_host_free(&z->h_grad);
-    tsr_ops_host_free(&z->h_compute);
-  } else {
+  else
     tsr_ops_free(&z->master);
-  }
+  tsr_ops_host_free(&z->h_master);
+  tsr_ops_host_free(&z->h_m);
+  tsr_ops_host_free(&z->h_v);
+  tsr_ops_host_free(&z->h_grad);
+  tsr_ops_host_free(&z->h_compute);
+  tsr_ops_host_free(&z->h_land);
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -422,10 +495,48 @@ void tsr_zero_destroy(tsr_zero **zp) {
 int tsr_zero_stage(const tsr_zero *z) { return z->stage; }
 int64_t tsr_zero_shard_begin(const tsr_zero *z) { return z->stage == 0 ? 0 : z->s0; }
 int64_t tsr_zero_shard_end(const tsr_zero *z) { return z->stage == 0 ? z->n : z->s1; }
-float *tsr_zero_master(tsr_zero *z) { return z->master; }
-float *tsr_zero_adam_m(tsr_zero *z) { return z->adam_m; }
-float *tsr_zero_adam_v(tsr_zero *z) { return z->adam_v; }
+float *tsr_zero_master(tsr_zero *z) { return z->offload ? NULL : z->master; }
+float *tsr_zero_adam_m(tsr_zero *z) { return z->offload ? NULL : z->adam_m; }
+float *tsr_zero_adam_v(tsr_zero *z) { return z->offload ? NULL : z->adam_v; }
+
+int64_t tsr_zero_offloaded_length(int64_t own, double fraction) {
+  if (fraction <= 0 || own <= 0) return 0;
+  const int64_t n = (int64_t)ceil(fraction * (double)own / 64) * 64;
+  return n < own ? n : own;
+}
+
+tsr_zero_state tsr_zero_state_of(tsr_zero *z) {
+  tsr_zero_state st = {{z->master, z->adam_m, z->adam_v},
+                       {z->h_master, z->h_m, z->h_v},
+                       z->split - z->a0,
+                       z->a1 - z->a0};
+  return st;
+}
+
+void tsr_zero_state_read(const tsr_zero_state *st, int k, float *dst) {
+  const size_t nd = (size_t)st->split, nh = (size_t)(st->len - st->split);
+  if (nd) tsr_ops_copy(dst, st->dev[k], nd * sizeof(float));
+  if (nh) tsr_ops_copy(dst + nd, st->host[k], nh * sizeof(float));
+}
+
+void tsr_zero_state_write(const tsr_zero_state *st, int k, const float *src) {
+  const size_t nd = (size_t)st->split, nh = (size_t)(st->len - st->split);
+  if (nd && src) tsr_ops_copy(st->dev[k], src, nd * sizeof(float));
+  if (nd && !src) tsr_ops_zero(st->dev[k], nd * sizeof(float));
+  if (nh && src) memcpy(st->host[k], src + nd, nh * sizeof(float));
+  if (nh && !src) memset(st->host[k], 0, nh * sizeof(float));
+}
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z) { return z->mem; }
+int64_t tsr_zero_grads_on_host(const tsr_zero *z) {
+  return z->host_grads ? max64(z->max_piece, 1) : 0;
+}
+void tsr_zero_poison_grad(tsr_zero *z, float v) {
+  float *g = reduced_grads(z);
+  if (z->host_grads && z->split == z->a0)
+    g[0] = v; /* page-locked host memory */
+  else
+    tsr_ops_copy(g, &v, sizeof v);
+}
 
 /* ---------------------------------------------------------------- the step */
 
@@ -457,6 +568,12 @@ static int reduce_deferred(tsr_zero *z) {
   if (z->stage == 0) return tsr_comm_all_reduce(z->shard_comm, g, len, TSR_F32);
   int64_t a, b;
   piece(z, u, &a, &b);
+  if (z->host_grads) { /* the slots are all finished: the first one's landing area */
+    TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, z->gslots[0].land, unit_counts(z, u),
+                                       TSR_F32));
+    if (a < b) land_on_host(z, z->gslots[0].land, a, b);
+    return 0;
+  }
   float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
   TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),
                                      unit_counts(z, u), TSR_F32));
@@ -470,7 +587,8 @@ int tsr_zero_begin_step(tsr_zero *z) {
   if (z->deferred_buf)
     tsr_ops_zero(z->deferred_buf,
            (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
-  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)(z->s1 - z->s0) * sizeof(float));
+  if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)z->grad_len * sizeof(float));
+  if (z->host_grads) memset(z->h_grad, 0, (size_t)(z->a1 - z->hg0) * sizeof(float));
   return 0;
 }
 
@@ -491,7 +609,8 @@ int tsr_zero_reduce_grads(tsr_zero *z) {
 
 /* The reduced gradient of this rank's shard (stage 0: the full buffer). */
 static float *reduced_grads(tsr_zero *z) {
-  return z->stage == 0 ? tsr_model_grads(z->model) : z->grad_shard;
+  if (z->stage == 0) return tsr_model_grads(z->model);
+  return z->host_grads && z->split == z->a0 ? z->h_grad : z->grad_shard;
 }
 float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
 
@@ -500,7 +619,22 @@ int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
    * so the norm is bitwise the same everywhere. */
   const float *g = reduced_grads(z) - (z->stage == 0 ? 0 : z->s0); /* indexed by flat offset */
   double dp_total, total;
-  const double local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  /* with host_grads the ranges below hg0 on the device, the rest on the host (the device
+   * part of a range across split copied to h_grad first), each added in order: the same
+   * bits as on the device alone, every backend summing in one order (ops/sumsq_order.h) */
+  double local;
+  if (!z->host_grads) {
+    local = tsr_ops_sumsq_ranges(g, z->norm_ranges, z->n_norm_ranges); /* one sync on a GPU */
+  } else {
+    int k = 0;
+    while (k < z->n_norm_ranges && z->norm_ranges[2 * k + 1] <= z->hg0) k++;
+    local = k > 0 ? tsr_ops_sumsq_ranges(z->grad_shard - z->s0, z->norm_ranges, k) : 0.0;
+    if (z->hg0 < z->split)
+      tsr_ops_read(z->h_grad, z->grad_shard + (z->hg0 - z->s0),
+                   (size_t)(z->split - z->hg0) * sizeof(float));
+    for (; k < z->n_norm_ranges; k++)
+      local += tsr_ops_host_sumsq_ranges(z->h_grad - z->hg0, z->norm_ranges + 2 * k, 1);
+  }
   TSR_CALL(tsr_comm_sum_ordered(z->shard_comm, local, &dp_total));
   double tp_total;
   TSR_CALL(tsr_comm_sum_ordered(z->grid->tp_comm, dp_total, &tp_total));
@@ -526,73 +660,75 @@ static int gather_params(tsr_zero *z) {
                              (size_t)(z->s1 - z->s0), z->dt);
 }
 
-/* The offloaded master's compute copy: formed on the host, copied to the device. */
-static void offload_to_compute(tsr_zero *z, int64_t len) {
-  const void *src = z->master;
+/* The compute copy of the offloaded part [split, a1): formed on the host, copied to the
+ * device. */
+static void offload_to_compute(tsr_zero *z) {
+  const int64_t nd = z->split - z->a0, nh = z->a1 - z->split;
+  const void *src = z->h_master;
   if (z->dt != TSR_F32) {
-    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->master, (long)len);
+    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)nh);
     src = z->h_compute;
   }
-  tsr_ops_copy(compute_shard(z), src, (size_t)len * z->esz);
+  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, nd), src, (size_t)nh * z->esz);
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
   void *c = compute_shard(z);
-  const int64_t len = tsr_zero_shard_end(z) - tsr_zero_shard_begin(z);
-  if (c && z->offload)
-    offload_to_compute(z, len);
-  else if (c && !z->master_is_compute)
-    tsr_model_to_compute(z->model, c, z->master, len);
+  const int64_t nd = z->split - z->a0;
+  if (c && nd > 0 && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, nd);
+  if (c && z->offload) offload_to_compute(z);
   return gather_params(z);
 }
 
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
-  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
-  if (z->offload) { /* the gradient to the host, the host's AdamW, the compute copy back */
-    tsr_ops_read(z->h_grad, reduced_grads(z), (size_t)(b - a) * sizeof(float));
-    tsr_optim_adamw_range_host(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, z->h_grad, lr,
-                               t, grad_scale, z->h_compute, z->dt);
-    tsr_ops_copy(compute_shard(z), z->dt == TSR_F32 ? (const void *)z->master : z->h_compute,
-                 (size_t)(b - a) * z->esz);
-    return gather_params(z);
+  const int64_t a = z->a0, s = z->split, b = z->a1;
+  const float *g = reduced_grads(z);
+  void *c = compute_shard(z);
+  /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
+   * over the shard */
+  if (s > a)
+    tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
+                          grad_scale, z->master_is_compute ? NULL : c, z->dt);
+  if (z->offload) { /* the offloaded part: its gradient to the host (there already with
+                     * host_grads), the host's AdamW, the compute copy back */
+    float *hg = z->h_grad + (s - z->hg0);
+    if (!z->host_grads) tsr_ops_read(hg, g + (s - a), (size_t)(b - s) * sizeof(float));
+    tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, hg, lr, t,
+                               grad_scale, z->h_compute, z->dt);
+    tsr_ops_copy(tsr_dtype_at(c, z->dt, s - a),
+                 z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute,
+                 (size_t)(b - s) * z->esz);
   }
-  /* the compute copy is refreshed inside AdamW's pass: no second pass over the shard */
-  tsr_optim_adamw_range(o, z->lay, a, b, z->master, z->adam_m, z->adam_v, reduced_grads(z), lr, t,
-                        grad_scale, z->master_is_compute ? NULL : compute_shard(z), z->dt);
   return gather_params(z);
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
-  const size_t len = (size_t)(z->s1 - z->s0);
-  float *full[3] = {master, m, v}, *own[3] = {z->master, z->adam_m, z->adam_v};
-  for (int i = 0; i < 3; i++) {
+  const size_t len = (size_t)(z->a1 - z->a0);
+  float *full[3] = {master, m, v};
+  const tsr_zero_state st = tsr_zero_state_of(z);
+  float *own = NULL; /* stages 1-3: the shard in one piece of op memory, then gathered */
+  if (z->stage > 0 && !(own = tsr_ops_alloc(len, sizeof(float)))) return TSR_ERR;
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
     if (!full[i]) continue;
-    if (z->stage == 0 && z->offload)
-      memcpy(full[i], own[i], (size_t)z->n * sizeof(float));
-    else if (z->stage == 0)
-      tsr_ops_copy(full[i], own[i], (size_t)z->n * sizeof(float));
-    else
-      TSR_CALL(tsr_comm_all_gather(z->shard_comm, own[i], full[i], len, TSR_F32));
+    if (z->stage == 0) {
+      tsr_zero_state_read(&st, i, full[i]);
+      continue;
+    }
+    tsr_zero_state_read(&st, i, own);
+    rc = tsr_comm_all_gather(z->shard_comm, own, full[i], len, TSR_F32);
   }
-  return 0;
+  tsr_ops_sync();
+  tsr_ops_free(&own);
+  return rc;
 }
 
 int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
-  const int64_t a = tsr_zero_shard_begin(z), b = tsr_zero_shard_end(z);
   const float *full[3] = {master, m, v};
-  float *own[3] = {z->master, z->adam_m, z->adam_v};
-  for (int i = 0; i < 3; i++) {
-    if (full[i] && z->offload)
-      memcpy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
-    else if (full[i])
-      tsr_ops_copy(own[i], full[i] + a, (size_t)(b - a) * sizeof(float));
-    else if (z->offload)
-      memset(own[i], 0, (size_t)(b - a) * sizeof(float));
-    else
-      tsr_ops_zero(own[i], (size_t)(b - a) * sizeof(float));
-  }
+  const tsr_zero_state st = tsr_zero_state_of(z);
+  for (int i = 0; i < 3; i++) tsr_zero_state_write(&st, i, full[i] ? full[i] + z->a0 : NULL);
   return tsr_zero_publish_params(z);
 }

@@ -68,9 +68,27 @@ enum { TSR_ZERO_GRAD_SLOTS = 3, TSR_ZERO_PARAM_SLOTS = 4 };
 int tsr_zero_stage(const tsr_zero *z);
 int64_t tsr_zero_shard_begin(const tsr_zero *z); /* this rank's shard of the flat buffer */
 int64_t tsr_zero_shard_end(const tsr_zero *z);
-float *tsr_zero_master(tsr_zero *z); /* fp32 master of the shard (stage 0: all of it) */
+/* fp32 master of the shard (stage 0: all of it), Adam m and v; NULL when a part of the
+ * shard is offloaded (parallel.offload): tsr_zero_state_of then. */
+float *tsr_zero_master(tsr_zero *z);
 float *tsr_zero_adam_m(tsr_zero *z);
 float *tsr_zero_adam_v(tsr_zero *z);
+/* The elements of a shard of `own` that parallel.offload_fraction = fraction offloads: the
+ * fraction rounded up to a multiple of 64, at most own (0 for fraction 0). */
+int64_t tsr_zero_offloaded_length(int64_t own, double fraction);
+/* The optimizer state of the shard (k = 0 master, 1 m, 2 v), its elements 0 .. len-1
+ * (flat tsr_zero_shard_begin + i) in two parts: [0, split) in op memory at dev[k], the
+ * offloaded part [split, len) in page-locked host memory at host[k] (element split is
+ * host[k][0]).  Without offload split = len; with the whole shard offloaded split = 0. */
+typedef struct {
+  float *dev[3], *host[3];
+  int64_t split, len;
+} tsr_zero_state;
+tsr_zero_state tsr_zero_state_of(tsr_zero *z);
+/* State k, all len elements, into dst (host or op memory; queued copies on a device:
+ * tsr_ops_sync before the host reads dst), or from src (NULL: zeros). */
+void tsr_zero_state_read(const tsr_zero_state *st, int k, float *dst);
+void tsr_zero_state_write(const tsr_zero_state *st, int k, const float *src);
 tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
 /* Tied embeddings across pipeline stages: the flat range [begin, end) (embed.weight on the
  * first stage, its copy on the last) holds one micro-batch-summed gradient that must be
@@ -79,8 +97,18 @@ tsr_zero_memory tsr_zero_memory_of(const tsr_zero *z);
  * releases it.  tied = NULL: no twin (stage 0 of a V placement holds the embedding and the head's use
  * of it), only the deferral, so that the two uses may acquire and release it apart. */
 int tsr_zero_set_tied(tsr_zero *z, tsr_comm *tied, int64_t begin, int64_t end);
-/* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it). */
+/* After tsr_zero_reduce_grads: the reduced gradient of the shard (stage 0: all of it); with
+ * tsr_zero_grads_on_host, that of the device's part of the shard (op memory), or page-locked
+ * host memory when the whole shard is offloaded. */
 float *tsr_zero_reduced_grads(tsr_zero *z);
+/* Stages 2-3 offloaded (parallel.offload) without hybrid replicas: the reduced gradient of
+ * the offloaded part is accumulated on the host as each unit's reduction lands, the device
+ * keeping a gradient shard only for its own part; returns the elements of a gradient
+ * slot's landing area in op memory (the largest piece of a unit in this rank's shard, at
+ * least 1).  0 otherwise. */
+int64_t tsr_zero_grads_on_host(const tsr_zero *z);
+/* The shard's first reduced gradient element := v, wherever it lives (fault injection). */
+void tsr_zero_poison_grad(tsr_zero *z, float v);
 
 /* A step: begin_step, then for each micro-batch begin_micro(last) + model fwd_bwd,
  * then reduce_grads, grad_norm, update. */

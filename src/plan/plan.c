@@ -210,15 +210,16 @@ tsr_plan_memory tsr_plan_state(double n, int stage, int S, int half, double f) {
   tsr_plan_memory mem;
   memset(&mem, 0, sizeof mem);
   const double len = n / S, own = stage == 0 ? n : len;
+  const double x = tsr_plan_offloaded(own, f); /* the offloaded elements */
   mem.params = (stage < 3 ? n : len) * (half ? 2 : 4);
   mem.grads = (stage < 2 ? n : len) * 4;
-  mem.master = half ? 4 * own * (1 - f) : 0; /* fp32: the weights are it (zero.c) */
-  mem.optim = 8 * own * (1 - f);
-  if (f > 0) { /* zero.c's page-locked buffers of the offloaded part */
-    mem.host_master = 4 * own * f;
-    mem.host_optim = 8 * own * f;
-    mem.host_grads = 4 * own * f;
-    mem.host_staging = half ? 2 * own * f : 0;
+  mem.master = half ? 4 * (own - x) : 0; /* fp32: the weights are it (zero.c) */
+  mem.optim = 8 * (own - x);
+  if (x > 0) { /* zero.c's page-locked buffers of the offloaded part */
+    mem.host_master = 4 * x;
+    mem.host_optim = 8 * x;
+    mem.host_grads = 4 * x;
+    mem.host_staging = half ? 2 * x : 0;
     mem.host = mem.host_master + mem.host_optim + mem.host_grads + mem.host_staging;
   }
   mem.total = mem.peak = mem.params + mem.grads + mem.master + mem.optim;
@@ -242,14 +243,27 @@ static double other_books(const part *p, int64_t S) {
 
 /* zero.c's buffers besides the state: the shard a reduce-scatter lands in, the unit
  * slots of stages 2-3, the tied unit's accumulator. */
+/* zero.c's host_grads: at ZeRO 2-3 offloaded (fraction off) without hybrid replicas, the
+ * reduced gradient of the offloaded part lives on the host only, the device's shard only
+ * covering the rest; each gradient slot then has a landing area of the largest piece of a
+ * unit in a shard (at most a unit, at most the shard) instead of one shard-long area.
+ * (zero.c's host gradient also starts at the norm range across the split, if any: up to
+ * a tensor more, not counted.) */
+static int grads_on_host(const tsr_config *cfg, const tsr_plan_grid *g, double off) {
+  return cfg->parallel.zero_stage >= 2 && off > 0 && g->replicate == 1;
+}
+
 static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
-                           const storage *st) {
+                           const storage *st, double off) {
   const int zs = (int)cfg->parallel.zero_stage;
   const int64_t S = shard_of(cfg, g), n = tsr_zero_padded_length(p->n_params, S);
   const double len = (double)n / (double)S;
   const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
   double b = zs == 1 ? 4 * len : 0;
-  if (zs >= 2) b += 4 * len + TSR_ZERO_GRAD_SLOTS * 4 * unit + 4 * tied_unit(cfg, g, p, n);
+  if (zs >= 2 && grads_on_host(cfg, g, off))
+    b += TSR_ZERO_GRAD_SLOTS * 4 * (unit + fmin(unit, len)) + 4 * tied_unit(cfg, g, p, n);
+  else if (zs >= 2)
+    b += 4 * len + TSR_ZERO_GRAD_SLOTS * 4 * unit + 4 * tied_unit(cfg, g, p, n);
   if (zs >= 3) b += TSR_ZERO_PARAM_SLOTS * st->param * unit;
   return b;
 }
@@ -307,7 +321,14 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   mem.activations = slots * tsr_model_slot_bytes(&d, st.act) + tsr_model_offload_window_bytes(&d);
   mem.host_acts = slots * tsr_model_offload_host_slot_bytes(&d);
   mem.host += mem.host_acts;
-  mem.comm = zero_buffers(cfg, g, p, &st);
+  mem.comm = zero_buffers(cfg, g, p, &st, off);
+  const double len = (double)n / (double)S;
+  if (grads_on_host(cfg, g, off)) { /* the offloaded part's gradient on the host only */
+    const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
+    mem.grads -= 4 * tsr_plan_offloaded(len, off);
+    mem.host_grads += 4 * fmin(unit, len); /* the pieces' staging */
+    mem.host += 4 * fmin(unit, len);
+  }
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
     mem.comm += (3.0 * slots + 1) * (double)d.act_elems * st.act;
   /* context parallelism's exchange buffers are the model's (model_sizes.c), in its
@@ -610,7 +631,7 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   /* Adam holds 8 bytes per element, on the device or the host */
   const double own = (s->mem[TSR_PLAN_GPU].optim + s->mem[TSR_PLAN_GPU].host_optim) / 8;
   s->offload = tsr_plan_offload_of(cfg, hw, own);
-  s->t_optimizer = tsr_plan_stream_s(hw, (1 - s->offload.fraction) * own *
+  s->t_optimizer = tsr_plan_stream_s(hw, (own - tsr_plan_offloaded(own, s->offload.fraction)) *
                                              (28.0 + (half_precision(cfg) ? 2 : 4))) +
                    s->offload.serial_s;
   return 0;

@@ -483,13 +483,18 @@ double tsr_plan_offload_fraction(const tsr_config *cfg) {
   return cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER ? cfg->parallel.offload_fraction : 0;
 }
 
+double tsr_plan_offloaded(double own, double f) {
+  if (f <= 0 || own <= 0) return 0;
+  return fmin(own, ceil(f * own / 64) * 64);
+}
+
 tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own) {
   tsr_plan_offload o;
   memset(&o, 0, sizeof o);
   o.fraction = strcmp(hw->name, "cpu") ? tsr_plan_offload_fraction(cfg) : 0;
   if (o.fraction <= 0) return o;
   const int half = cfg->train.precision != TSR_F32;
-  const double e = half ? 2 : 4, x = o.fraction * own;
+  const double e = half ? 2 : 4, x = tsr_plan_offloaded(own, o.fraction);
   o.d2h_bytes = 4 * x;
   o.h2d_bytes = e * x;
   o.cpu_bytes = (half ? 30 : 28) * x; /* the 16-bit copy written in AdamW's pass */

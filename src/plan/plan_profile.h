@@ -118,6 +118,9 @@ double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t,
 /* The fraction of the shard a GPU run offloads: parallel.offload_fraction with
  * parallel.offload = 'optimizer', else 0 (a CPU run offloads nothing: its column never). */
 double tsr_plan_offload_fraction(const tsr_config *cfg);
+/* The elements of a shard of `own` that fraction f offloads, as zero.c rounds them
+ * (tsr_zero_offloaded_length): f own rounded up to a multiple of 64, at most own. */
+double tsr_plan_offloaded(double own, double f);
 
 /* The optimizer offload's update of one GPU's shard (parallel.offload = 'optimizer', a
  * fraction f of its `own` elements), serial after the gradient reduction as zero.c runs it:

@@ -106,10 +106,10 @@ static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
 }
 
 /* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
- * host (one line says so, so the same deck runs everywhere); a GPU run offloads the whole
- * optimizer shard (zero.c) and the stored activations (model.c), the latter with every
- * schedule but the zero-bubble ones, whose W pass would need them back a second time.
- * Every rank decides the same from the same configuration. */
+ * host (one line says so, so the same deck runs everywhere); a GPU run offloads
+ * parallel.offload_fraction of the optimizer shard (zero.c) and the stored activations
+ * (model.c), the latter with every schedule but the zero-bubble ones, whose W pass would
+ * need them back a second time.  Every rank decides the same from the same configuration. */
 static int check_offload(const tsr_session *s, const tsr_config *cfg) {
   const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER;
   const int act = cfg->train.activation_offload;
@@ -133,16 +133,15 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
     tsr_log("offload: every layer's stored activations go to page-locked host memory after "
             "its forward and come back ahead of its backward, on a copy stream; the GPU keeps "
             "a window of %d layers' sets (train.activation_offload)", TSR_MODEL_OFFLOAD_WINDOW);
-  if (opt && cfg->parallel.offload_fraction > 0 && cfg->parallel.offload_fraction < 1) {
-    if (s->rank == 0)
-      tsr_error("parallel.offload_fraction = %g: only the whole shard (1) is offloaded yet; "
-                "set it to 1, or parallel.offload = 'none'", cfg->parallel.offload_fraction);
-    return TSR_ERR_INPUT;
+  if (opt && cfg->parallel.offload_fraction > 0 && s->rank == 0) {
+    char part[96] = "the optimizer's shard";
+    if (cfg->parallel.offload_fraction < 1)
+      snprintf(part, sizeof part, "the last %g of the optimizer's shard (rounded up to 64 "
+               "elements)", cfg->parallel.offload_fraction);
+    tsr_log("offload: %s (fp32 master weights, Adam m and v) lives in page-locked host memory "
+            "and is updated by the CPU's AdamW after the gradient reduction; the new weights "
+            "are copied back to the GPU", part);
   }
-  if (opt && cfg->parallel.offload_fraction > 0 && s->rank == 0)
-    tsr_log("offload: the optimizer's shard (fp32 master weights, Adam m and v) lives in "
-            "page-locked host memory and is updated by the CPU's AdamW after the gradient "
-            "reduction; the new weights are copied back to the GPU");
   return (opt && cfg->parallel.offload_fraction > 0) || act ? check_offload_host(s, cfg) : 0;
 }
 
@@ -429,9 +428,9 @@ static int session_load(tsr_session *s, const char *path, int weights_only,
   tsr_session_state_release(s, hb, rc == 0);
   TSR_CALL(rc);
   if (weights_only) { /* a fresh optimizer */
-    const size_t n = (size_t)(view.shard_end - view.shard_begin) * sizeof(float);
-    if (tsr_zero_adam_m(s->zero)) tsr_ops_zero(tsr_zero_adam_m(s->zero), n);
-    if (tsr_zero_adam_v(s->zero)) tsr_ops_zero(tsr_zero_adam_v(s->zero), n);
+    const tsr_zero_state st = tsr_zero_state_of(s->zero);
+    tsr_zero_state_write(&st, 1, NULL);
+    tsr_zero_state_write(&st, 2, NULL);
   } else {
     /* the check above refused another tokenizer; a checkpoint from before checkpoints
      * named theirs takes the data's */

@@ -28,22 +28,21 @@ tsr_ckpt_view tsr_session_ckpt_view(const tsr_session *s) {
 }
 
 /* The state's host copy for checkpoint I/O (session.h): the arrays themselves on the CPU,
- * a page-locked copy of a device's. */
+ * a page-locked copy of a device's (its op memory part and its offloaded part,
+ * parallel.offload, in one piece: the same as without offload). */
 int tsr_session_state_host(tsr_session *s, float *hb[3]) {
-  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                         tsr_zero_adam_v(s->zero)};
-  memcpy(hb, dev, sizeof dev);
+  const tsr_zero_state st = tsr_zero_state_of(s->zero);
   if (!s->dev) {
+    memcpy(hb, st.dev, sizeof st.dev);
     tsr_ops_sync();
     return 0;
   }
-  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
-  const size_t n = (size_t)(view.shard_end - view.shard_begin);
+  const size_t n = (size_t)st.len;
   float *h = tsr_ops_host_alloc(3 * (n ? n : 1) * sizeof(float));
   if (!h) tsr_error("checkpoint: no host memory for a copy of %zu parameters' state", n);
   for (int k = 0; h && k < 3; k++) {
-    hb[k] = dev[k] ? h + (size_t)k * n : NULL;
-    if (dev[k]) tsr_ops_copy(hb[k], dev[k], n * sizeof(float));
+    hb[k] = h + (size_t)k * n;
+    tsr_zero_state_read(&st, k, hb[k]);
   }
   tsr_ops_sync();
   /* the checkpoint's I/O is collective: a copy that failed on one rank (no host memory, a
@@ -58,19 +57,11 @@ int tsr_session_state_host(tsr_session *s, float *hb[3]) {
 
 void tsr_session_state_release(tsr_session *s, float *hb[3], int put) {
   if (!s->dev) return;
-  float *const dev[3] = {tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                         tsr_zero_adam_v(s->zero)};
-  const tsr_ckpt_view view = tsr_session_ckpt_view(s);
-  const size_t n = (size_t)(view.shard_end - view.shard_begin);
-  for (int k = 0; put && k < 3; k++)
-    if (dev[k]) tsr_ops_copy(dev[k], hb[k], n * sizeof(float));
+  const tsr_zero_state st = tsr_zero_state_of(s->zero);
+  for (int k = 0; put && k < 3; k++) tsr_zero_state_write(&st, k, hb[k]);
   tsr_ops_sync();
-  for (int k = 0; k < 3; k++)
-    if (hb[k]) { /* the copy's start */
-      void *h = hb[k] - (size_t)k * n;
-      tsr_ops_host_free(&h);
-      break;
-    }
+  void *h = hb[0]; /* the copy's start */
+  tsr_ops_host_free(&h);
   hb[0] = hb[1] = hb[2] = NULL;
 }
 
@@ -119,7 +110,7 @@ int tsr_session_save(tsr_session *s, const char *deck_text, int wait) {
     tsr_ckpt_policy_wrote(s->ckpt, s->st.step, tsr_now() - t0);
     return 0;
   }
-  TSR_CALL(tsr_ckpt_policy_start(s->ckpt, tsr_zero_master(s->zero), tsr_zero_adam_m(s->zero),
-                                 tsr_zero_adam_v(s->zero), &s->st, deck_text));
+  const tsr_zero_state st = tsr_zero_state_of(s->zero);
+  TSR_CALL(tsr_ckpt_policy_start(s->ckpt, st.dev, st.host, st.split, &s->st, deck_text));
   return wait ? tsr_session_ckpt_wait(s) : 0;
 }

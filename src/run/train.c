@@ -96,8 +96,7 @@ static int train_step(tsr_session *s, step_result *r) {
   TSR_CALL(tsr_zero_reduce_grads(s->zero));
   /* fault injection for the tests (fault.h): poison one gradient at the given step */
   if (tsr_fault_int("nan_grad_step", -1) == s->st.step + 1 && s->rank == 0) {
-    const float nan = NAN;
-    tsr_ops_copy(tsr_zero_reduced_grads(s->zero), &nan, sizeof nan);
+    tsr_zero_poison_grad(s->zero, NAN);
   }
   TSR_CALL(tsr_zero_grad_norm(s->zero, &r->grad_norm));
   r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
@@ -185,12 +184,16 @@ static void log_setup(const tsr_session *s) {
   else if (tsr_ops_on_device())
     tsr_log("activations stored for the backward (rank 0): %zu bytes on the device", sdev);
   const tsr_zero_memory zm = tsr_zero_memory_of(s->zero);
+  char host_grads[128] = "";
+  if (tsr_zero_grads_on_host(s->zero))
+    snprintf(host_grads, sizeof host_grads, "; the reduced gradient on the host, landing in "
+             "%lld elements a gradient slot", (long long)tsr_zero_grads_on_host(s->zero));
   tsr_log("zero stage %lld: per rank params %.2f MB, grads %.2f MB, master %.2f MB, adam "
-          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements)",
+          "%.2f MB, unit buffers %.2f MB (shard of %lld of %lld elements%s)",
           (long long)cfg->parallel.zero_stage, zm.params / 1e6, zm.grads / 1e6, zm.master / 1e6,
           zm.adam / 1e6, zm.unit_bufs / 1e6,
           (long long)(tsr_zero_shard_end(s->zero) - tsr_zero_shard_begin(s->zero)),
-          (long long)s->lay->n_flat);
+          (long long)s->lay->n_flat, host_grads);
 }
 
 /* The step line (every log_every steps, the first and the last), the measured pipeline

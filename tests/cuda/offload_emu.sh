@@ -7,11 +7,21 @@
 # (the emulation runs the device's AdamW as compiled CPU code, the same arithmetic in the
 # same order): bf16 and fp32 on one rank, and on 2 ranks sharing the emulated GPU dp 2 at
 # ZeRO-1 and ZeRO-3, tp 2 and pp 2 (1F1B); an fp16 run whose loss scale overflows skips the
-# same steps.  The device memory in use drops by the offloaded state, 12 bytes per
+# same steps.  At dp 2 ZeRO-2 and ZeRO-3 with the whole shard offloaded the reduced
+# gradient is accumulated on the host as each unit's reduction lands and its norm taken
+# there, bitwise the device's (fp16's skips too, and a step whose gradient holds a NaN);
+# the device memory then drops by 20 bytes a shard element less the landing areas, within
+# 1%.  The device memory in use drops by the offloaded state, 12 bytes per
 # parameter of the shard in bf16 (fp32 master, m, v) within 1%; an offloaded checkpoint
-# resumes without offload, continuing bitwise.  On the CPU the keys are accepted with one
-# log line; on the device train.activation_offload and a fraction below 1 are refused
-# (exit 2, the key named); a fraction outside [0, 1] is a deck error.
+# resumes without offload, continuing bitwise.  parallel.offload_fraction = 0.5 (the last
+# half of the shard, rounded up to 64 elements, on the host; the rest updated by the
+# device) is bitwise equal to no offload too (one rank, dp 2 ZeRO-1, -2 and -3, bf16; fp32
+# on one rank; a synchronous checkpoint write), its device memory drops by 12 bytes an
+# offloaded element within 1% (at ZeRO-3, with that half's gradient on the host, also by
+# its gradient and the landing area less the landing areas of the unit pieces), and
+# checkpoints resume across fractions (0.5 -> 0.25 on one rank, 1 -> 0.5 and 0.5 -> none at
+# dp 2 ZeRO-3), continuing bitwise.  On the CPU the keys are accepted with one log line; a
+# fraction outside [0, 1] is a deck error.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 mpi_test_setup
@@ -90,6 +100,91 @@ echo "    device memory in use: $m0 MB without, $m1 MB with the offload; $nflat 
 check "  ... it drops by 12 bytes a parameter ($m0 - $m1 MB against 12 x $nflat bytes, 1%)" \
   test $? -eq 0
 
+# ZeRO-2 and -3 with the whole shard offloaded: the reduced gradient goes to the host as
+# each unit's reduction lands (no gradient shard on the device), its norm is taken there
+pair "bf16, dp 2 ZeRO-2" z2 2 parallel.zero_stage=2
+check "  ... the reduced gradient lives on the host" grep -q \
+  "shard of [0-9]* of [0-9]* elements; the reduced gradient on the host" "$SCRATCH/z2_off.out"
+pair "fp16 overflowing, dp 2 ZeRO-3" h3 2 parallel.zero_stage=3 train.precision=fp16 \
+  train.loss_scale=1099511627776
+s1=$(skips h3) s2=$(skips h3_off)
+check "  ... both skip the same $s1 step(s) (at least one)" test "$s1" = "$s2" -a "$s1" -ge 1
+# device memory at ZeRO-3: master, m, v (12 B), the gradient shard and its landing area
+# (8 B) a shard element leave, three landing areas of the largest unit piece (12 B) come
+z3len=$(sed -n 's/.*(shard of \([0-9]*\) of [0-9]* elements.*/\1/p' "$SCRATCH/z3.out" | head -1)
+land=$(sed -n 's/.*landing in \([0-9]*\) elements a gradient slot.*/\1/p' "$SCRATCH/z3_off.out" | head -1)
+d0=$(mem z3) d1=$(mem z3_off)
+echo "    dp 2 ZeRO-3 device memory in use: $d0 MB without, $d1 MB with the offload; shard $z3len, landing $land elements"
+"$PYTHON_REF" -c "import sys; d = ($d0 - $d1) * 1e6; w = 20 * $z3len - 12 * $land; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 20 B a shard element less 12 B a landing element (1%)" test $? -eq 0
+# a NaN in the reduced gradient at step 2 (fault.h), dp 2 ZeRO-3: the norm taken on the
+# host is non-finite and the step skipped, as on the device
+export TSR_FAULT=nan_grad_step=2
+pair "bf16, dp 2 ZeRO-3, a NaN gradient at step 2" n3 2 parallel.zero_stage=3 run.max_steps=3
+unset TSR_FAULT
+check "  ... both skip that step only" test "$(skips n3)" = 1 -a "$(skips n3_off)" = 1
+check "  ... the offloaded run says so" grep -q "step 2: non-finite gradient norm; update skipped" \
+  "$SCRATCH/n3_off.out"
+
+# parallel.offload_fraction = 0.5 against the runs without offload above
+F=parallel.offload_fraction=0.5
+half() { # half DESCRIPTION BASE NAME NP ARGS...: NAME with half offloaded, against BASE
+  local what=$1 base=$2 name=$3 np=$4
+  shift 4
+  run "$name" cuda "$np" "$@" $O $F
+  local r=$?
+  check "$what, half offloaded: it runs" test $r -eq 0
+  [ $r -eq 0 ] || tail -5 "$SCRATCH/$name.out"
+  same_metrics "$base" "$name"
+  check "$what, half offloaded: losses and gradient norms bitwise equal to no offload" \
+    test $? -eq 0
+  check "$what, half offloaded: the final checkpoints are bitwise equal" same_ckpt "$base" "$name"
+}
+half "bf16, one rank" b bh 1
+check "  ... the run says which part is offloaded" grep -q \
+  "^offload: the last 0.5 of the optimizer's shard (rounded up to 64 elements)" "$SCRATCH/bh.out"
+half "fp32, one rank" f fh 1 train.precision=fp32
+half "bf16, dp 2 ZeRO-1" z1 z1h 2 parallel.zero_stage=1
+half "bf16, dp 2 ZeRO-3" z3 z3h 2 parallel.zero_stage=3
+half "bf16, one rank, synchronous checkpoint" b bhs 1 checkpoint.async=.false.
+half "bf16, dp 2 ZeRO-2" z2 z2h 2 parallel.zero_stage=2
+# ZeRO-3 with half offloaded: that half's gradient on the host, the device keeping the
+# other half's: master, m, v (12 B) and the gradient (4 B) of an offloaded element and the
+# shard-long landing area (4 B a shard element) leave, three landing areas come (12 B)
+land=$(sed -n 's/.*landing in \([0-9]*\) elements a gradient slot.*/\1/p' "$SCRATCH/z3h.out" | head -1)
+offz=$("$PYTHON_REF" -c "import math; n = $z3len; print(min(n, math.ceil(0.5 * n / 64) * 64))")
+d0=$(mem z3) d1=$(mem z3h)
+echo "    dp 2 ZeRO-3 device memory in use: $d0 MB without, $d1 MB with half offloaded ($offz of $z3len elements, landing $land)"
+"$PYTHON_REF" -c "import sys; d = ($d0 - $d1) * 1e6; w = 16 * $offz + 4 * $z3len - 12 * $land; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 16 B an offloaded element and 4 B a shard element less 12 B a landing element (1%)" \
+  test $? -eq 0
+mh=$(mem bh)
+off=$("$PYTHON_REF" -c "import math; n = $nflat; print(min(n, math.ceil(0.5 * n / 64) * 64))")
+echo "    device memory in use: $m0 MB without, $mh MB with half offloaded ($off of $nflat elements)"
+"$PYTHON_REF" -c "import sys; d = ($m0 - $mh) * 1e6; w = 12 * $off; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
+check "  ... it drops by 12 bytes an offloaded element ($m0 - $mh MB against 12 x $off bytes, 1%)" \
+  test $? -eq 0
+
+# resumes across fractions, continuing the runs that never stopped
+run rh cuda 1 run.max_steps=1 $O $F
+run rh cuda 1 checkpoint.resume=auto $O parallel.offload_fraction=0.25
+check "a checkpoint written with half offloaded resumes with a quarter" \
+  grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/rh.out"
+same_metrics b rh
+check "  ... and continues bitwise" test $? -eq 0
+run r3 cuda 2 parallel.zero_stage=3 run.max_steps=1 $O
+run r3 cuda 2 parallel.zero_stage=3 checkpoint.resume=auto $O $F
+check "dp 2 ZeRO-3: a checkpoint written with all offloaded resumes with half" \
+  grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/r3.out"
+same_metrics z3 r3
+check "  ... and continues bitwise" test $? -eq 0
+run r3h cuda 2 parallel.zero_stage=3 run.max_steps=1 $O $F
+run r3h cuda 2 parallel.zero_stage=3 checkpoint.resume=auto
+check "dp 2 ZeRO-3: a checkpoint written with half offloaded resumes without offload" \
+  grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/r3h.out"
+same_metrics z3 r3h
+check "  ... and continues bitwise" test $? -eq 0
+
 # an offloaded checkpoint resumes without offload, continuing the run that never stopped
 run rs cuda 1 run.max_steps=1 $O
 run rs cuda 1 checkpoint.resume=auto
@@ -98,19 +193,11 @@ check "a checkpoint written with the offload resumes without it" \
 same_metrics b rs
 check "  ... and continues bitwise" test $? -eq 0
 
-# the CPU, and what the device refuses
+# the CPU, and a fraction out of range
 run cpu cpu 1 $O train.activation_offload=.true. run.max_steps=1
 check "on the CPU the keys are accepted, saying there is nothing to move" grep -q \
   "^offload: this run is on the CPU.*parallel.offload = 'optimizer' and train.activation_offload = .true. has nothing to move" \
   "$SCRATCH/cpu.out"
-run act cuda 1 train.activation_offload=.true.
-check "on the device train.activation_offload: exit 2" test $? -eq 2
-check "  ... naming the key" grep -q "train.activation_offload = .true. is not implemented" \
-  "$SCRATCH/act.out"
-run frac cuda 1 $O parallel.offload_fraction=0.5
-check "a fraction below 1: exit 2" test $? -eq 2
-check "  ... naming the key" grep -q "parallel.offload_fraction = 0.5: only the whole shard" \
-  "$SCRATCH/frac.out"
 run frac2 cpu 1 $O parallel.offload_fraction=1.5
 check "a fraction above 1: exit 2" test $? -eq 2
 check "  ... at the key's place on the command line" grep -q \

@@ -9,7 +9,9 @@
 #     JSON, against the same layout without offload, the device 12 bytes a parameter of
 #     the shard lighter and the host holding 18 (master 4, m and v 8, the gradient's copy
 #     4, the compute copy's staging 2), 4 of them copied to the host and 2 back, 30 moved
-#     by the CPU's AdamW, at the hardware's figures.
+#     by the CPU's AdamW, at the hardware's figures; at ZeRO 2-3 also the device's fp32
+#     gradient shard and landing area (8 B) gone for three landing areas of the largest
+#     unit piece, whose 4 B staging the host holds.
 #  3. A node whose host memory (hardware.host_memory_gb) cannot hold that: 'fits: NO',
 #     a line naming the keys and the bytes, exit 3 with --require-fit.
 #  4. Bad input: parallel.offload_fraction = 1.5 and parallel.offload = 'cpu' exit 2
@@ -82,18 +84,26 @@ check "the plan: a host column, the node's host memory, 'fits: yes', the PCIe ro
   --json >"$SCRATCH/one.json" 2>&1
 "$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 "${LAY[@]}" parallel.offload=none \
   --json >"$SCRATCH/zero.json" 2>&1
-check "the JSON: device 12 B and host 18 B a parameter of the shard, 4 + 2 B over PCIe, 30 B through the CPU" \
-  "$PYTHON_REF" - "$SCRATCH/one.json" "$SCRATCH/zero.json" <<'PY'
+ZS=$(printf '%s\n' "${LAY[@]}" | sed -n 's/^parallel.zero_stage=//p')
+check "the JSON: device 12 B and host 18 B a parameter of the shard (ZeRO 2-3: and the gradient shard's 8 B), 4 + 2 B over PCIe, 30 B through the CPU" \
+  "$PYTHON_REF" - "$SCRATCH/one.json" "$SCRATCH/zero.json" "$ZS" <<'PY'
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
+zs = int(sys.argv[3])
 ok = True
 for st_a, st_b in zip(a['stages'], b['stages']):
     g, n, o = st_a['memory_gpu'], st_b['memory_gpu'], st_a['offload']
     h = g['host']
-    own = h['total'] / 18                      # elements of the stage's shard
-    ok &= abs(n['total'] - g['total'] - 12 * own) <= 1e-6 * n['total']
+    own = h['master'] / 4                      # elements of the stage's shard
+    # ZeRO 2-3 (dp_replicate 1): the reduced gradient on the host; the device loses its fp32
+    # shard and landing area (8 B) for three landing areas of the largest unit piece (12 B),
+    # whose staging (4 B) is on the host
+    piece = (h['grads'] - 4 * own) / 4 if zs >= 2 else 0
+    ok &= 0 <= piece <= own and (piece > 0) == (zs >= 2)
+    ok &= abs(n['total'] - g['total'] - (12 * own + (8 * own - 12 * piece if zs >= 2 else 0))) <= 1e-6 * n['total']
+    ok &= abs(h['total'] - 18 * own - 4 * piece) <= 1
     ok &= max(abs(x - y) for x, y in zip([h['master'], h['optim'], h['grads'], h['staging']],
-                                         [4 * own, 8 * own, 4 * own, 2 * own])) <= 1
+                                         [4 * own, 8 * own, 4 * own + 4 * piece, 2 * own])) <= 1
     ok &= st_a['memory_cpu_build']['total'] == st_b['memory_cpu_build']['total']
     ok &= abs(o['d2h_bytes'] - 4 * own) <= 1 and abs(o['h2d_bytes'] - 2 * own) <= 1
     ok &= abs(o['cpu_bytes'] - 30 * own) <= 2

@@ -46,6 +46,7 @@
 
 #include "ops/ops.h"
 #include "cpu/ops_cpu.h"
+#include "ops/sumsq_order.h"
 #include "core/util.h"
 
 #ifdef _OPENMP
@@ -1065,6 +1066,63 @@ static void test_reductions(void) {
   free(x);
 }
 
+/* The order of ops/sumsq_order.h written out plainly, bottom-up: the squares' chunks, then
+ * the chunks' sums chunked again until one value is left. */
+static double lanes_ref(const double *v, long k) {
+  double acc[TSR_SUMSQ_LANES];
+  for (int t = 0; t < TSR_SUMSQ_LANES; t++) {
+    acc[t] = 0;
+    for (long j = t; j < k; j += TSR_SUMSQ_LANES) acc[t] += v[j];
+  }
+  for (int h = TSR_SUMSQ_LANES / 2; h >= 1; h /= 2)
+    for (int t = 0; t < h; t++) acc[t] += acc[t + h];
+  return acc[0];
+}
+static double sumsq_order_ref(const float *x, long n) {
+  if (n == 0) return 0;
+  double *v = malloc((size_t)n * sizeof(double));
+  for (long i = 0; i < n; i++) v[i] = (double)x[i] * (double)x[i];
+  long m = n;
+  do {
+    long next = 0;
+    for (long i = 0; i < m; i += TSR_SUMSQ_CHUNK)
+      v[next++] = lanes_ref(v + i, m - i < TSR_SUMSQ_CHUNK ? m - i : TSR_SUMSQ_CHUNK);
+    m = next;
+  } while (m > 1);
+  const double s = v[0];
+  free(v);
+  return s;
+}
+
+/* sumsq_ranges in the one order of every backend: the CPU op and the host op bitwise the
+ * plain reference, on odd sizes across the chunk and level boundaries and on several ranges
+ * (tests/cuda/test_kernels.c holds the CUDA kernels to the same bits). */
+static void test_sumsq_order(void) {
+  const long C = TSR_SUMSQ_CHUNK;
+  const long sizes[] = {1, 3, 255, 257, 8191, C, C + 1, 3 * C + 77, 1000003, C * C + 3 * C + 5};
+  const long n = sizes[9];
+  float *x = fnew(n);
+  fill(x, n, 11);
+  long bad = 0, host_bad = 0;
+  for (int i = 0; i < 10; i++) {
+    const int64_t r[2] = {7, 7 + sizes[i] - (i == 9 ? 7 : 0)};
+    const double want = sumsq_order_ref(x + r[0], (long)(r[1] - r[0]));
+    const double got = tsr_ops_sumsq_ranges(x, r, 1), host = tsr_ops_host_sumsq_ranges(x, r, 1);
+    bad += memcmp(&got, &want, sizeof got) != 0;
+    host_bad += memcmp(&host, &want, sizeof host) != 0;
+  }
+  const int64_t rs[8] = {5, 5 + 3 * C + 1, 400000, 400001, 500000, 500000, 600001, 1600000};
+  double want = 0;
+  for (int k = 0; k < 4; k++) want += sumsq_order_ref(x + rs[2 * k], (long)(rs[2 * k + 1] - rs[2 * k]));
+  const double got = tsr_ops_sumsq_ranges(x, rs, 4), host = tsr_ops_host_sumsq_ranges(x, rs, 4);
+  bad += memcmp(&got, &want, sizeof got) != 0;
+  host_bad += memcmp(&host, &want, sizeof host) != 0;
+  check("sumsq_ranges: the order of sumsq_order.h, bitwise (11 cases, 1 to 8192^2 + 3 x 8192 "
+        "+ 5 elements, 4 ranges)", (double)bad, 0);
+  check("tsr_ops_host_sumsq_ranges: the same bits", (double)host_bad, 0);
+  free(x);
+}
+
 /* ================================================================ 16-bit storage */
 
 static uint16_t to16(tsr_dtype dt, float v) {
@@ -1759,6 +1817,7 @@ int main(int argc, char **argv) {
   test_adamw_refresh(TSR_F32);
   test_elementwise();
   test_reductions();
+  test_sumsq_order();
   run16();
 #ifdef __FLT16_MAX__
   test_f16_vs_compiler();
