@@ -187,6 +187,11 @@ static void d_event_wait(void *ev) {
   RT(cudaStreamWaitEvent(tsr_cuda_ctx.stream, (cudaEvent_t)ev, 0));
 }
 
+static void d_event_sync(void *ev) {
+  if (tsr_cuda_ctx.failed || !ev) return;
+  RT(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
 static size_t d_mem_bytes(int what) {
   if (what == 2) mem.peak_bytes = mem.live_bytes;
   return (what == 1 ? mem.peak_bytes : mem.live_bytes) + tsr_cuda_ctx.scratch_bytes +
@@ -339,7 +344,8 @@ static void prof_zero(void *dst, size_t bytes) {
   .name = "cuda", .alloc = d_alloc, .free = d_free, .sync = d_sync, .status = d_status,     \
   .reserve = d_reserve, .close = d_close, .mem_bytes = d_mem_bytes,                         \
   .host_alloc = d_host_alloc, .host_free = d_host_free, .event_create = d_event_create,     \
-  .event_destroy = d_event_destroy, .copy_async = d_copy_async, .event_wait = d_event_wait
+  .event_destroy = d_event_destroy, .copy_async = d_copy_async, .event_wait = d_event_wait, \
+  .event_sync = d_event_sync
 
 static const tsr_ops_backend table = {
     BACKEND_MEMORY,

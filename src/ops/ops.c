@@ -127,6 +127,9 @@ void tsr_ops_copy_async(void *dst, const void *src, size_t bytes, void *ev) {
 void tsr_ops_event_wait(void *ev) {
   if (dev && dev->event_wait && ev) dev->event_wait(ev);
 }
+void tsr_ops_event_sync(void *ev) {
+  if (dev && dev->event_sync && ev) dev->event_sync(ev);
+}
 void tsr_ops_sync(void) {
   if (dev) dev->sync();
 }

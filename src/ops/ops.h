@@ -56,6 +56,9 @@ void tsr_ops_event_destroy_(void **ev); /* NULLs *ev */
 #define tsr_ops_event_destroy(pp) tsr_ops_event_destroy_((void **)(pp))
 void tsr_ops_copy_async(void *dst, const void *src, size_t bytes, void *ev);
 void tsr_ops_event_wait(void *ev);
+/* The host waits until the copy ev was last recorded after has finished (the ops queue
+ * goes on meanwhile); on the CPU it returns at once. */
+void tsr_ops_event_sync(void *ev);
 /* 0, or once a device call has failed (reported when it happened; sticky) TSR_ERR, or
  * TSR_ERR_INPUT when it was an allocation beyond the device's memory (the deck asks too
  * much): the trainer checks it once per step. */

@@ -42,6 +42,7 @@ typedef struct tsr_ops_backend {
   void (*event_destroy)(void *ev);
   void (*copy_async)(void *dst, const void *src, size_t bytes, void *ev);
   void (*event_wait)(void *ev);
+  void (*event_sync)(void *ev); /* the host waits for the event */
   /* the ops, as in ops_list.h */
 #define TSR_OP(name, params, args) void(*name) params;
 #define TSR_OP_RET(type, name, params, args) type(*name) params;

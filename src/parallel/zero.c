@@ -21,11 +21,16 @@
 #include "model/optim.h"
 #include "core/util.h"
 
-enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY };
+/* SLOT_LANDING (host_grads): the reduction has landed, the piece's offloaded part is on
+ * its way to the host (h_land, event ev) and is added into h_grad once it is there */
+enum { SLOT_FREE = 0, SLOT_IN_USE, SLOT_PENDING, SLOT_READY, SLOT_LANDING };
 
 typedef struct {
   void *buf; /* a unit's gradient (fp32), or its parameters (the storage type) */
   float *land; /* host_grads: where this rank's piece of the unit's reduction lands */
+  float *h_land; /* ... the host copy of its offloaded part, page-locked */
+  void *ev;      /* ... recorded after that copy */
+  int64_t h0, hn; /* ... the copy's first flat index and length */
   int unit;
   int state;
   int refs;
@@ -70,10 +75,11 @@ struct tsr_zero {
    * lives on the host only (h_grad; no incoming on the device, grad_shard only for the
    * device's part [a0, split), grad_len long).  Each unit's reduce-scatter lands in its
    * slot's `land` (the largest piece long); the piece's device part is added into
-   * grad_shard there, its offloaded part copied to h_land and added into h_grad. */
+   * grad_shard there, its offloaded part copied on the copy queue to the slot's h_land,
+   * and added into h_grad on the host when the slot is next needed (the backward goes on
+   * meanwhile). */
   int host_grads;
   int64_t max_piece;
-  float *h_land;
   float *grad_shard;               /* stages 1-3: reduced gradient of the shard */
   int64_t grad_len;                /* its elements */
   float *incoming;                 /* stages 2-3: landing area of the unit reductions */
@@ -132,32 +138,49 @@ int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard) {
 
 /* ---------------------------------------------------------------- gradient slots */
 
-/* host_grads: this rank's piece [a, b) of a unit's reduction, landed in op memory at
- * `land`: its part below split added into grad_shard on the device, the rest copied to the
- * host and added into h_grad there, the same fp32 additions as tsr_ops_acc. */
-static void land_on_host(tsr_zero *z, const float *land, int64_t a, int64_t b) {
+/* host_grads: this rank's piece [a, b) of a unit's reduction, landed in slot s's `land`:
+ * its part below split added into grad_shard on the device, the rest copied to the slot's
+ * h_land on the copy queue (after the ops queued so far: the landing included); the slot
+ * is then SLOT_LANDING until drain_slot adds the copy into h_grad. */
+static void land_on_host(tsr_zero *z, slot *s, int64_t a, int64_t b) {
   const int64_t m = min64(b, z->split), h = max64(a, z->split);
-  if (a < m) tsr_ops_acc(z->grad_shard + (a - z->s0), land, (long)(m - a));
+  if (a < m) tsr_ops_acc(z->grad_shard + (a - z->s0), s->land, (long)(m - a));
+  s->state = SLOT_FREE;
   if (h >= b) return;
-  const long n = (long)(b - h);
-  tsr_ops_read(z->h_land, land + (h - a), (size_t)n * sizeof(float));
-  float *restrict g = z->h_grad + (h - z->hg0);
-  const float *restrict x = z->h_land;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (long i = 0; i < n; i++) g[i] += x[i];
+  s->h0 = h;
+  s->hn = b - h;
+  tsr_ops_copy_async(s->h_land, s->land + (h - a), (size_t)s->hn * sizeof(float), s->ev);
+  s->state = SLOT_LANDING;
 }
 
-/* Complete a pending unit reduction and add this rank's piece into the shard. */
+/* A landing slot's copy, once it is on the host, added into h_grad: the same fp32
+ * additions as tsr_ops_acc, in the same order for every element (one piece per unit and
+ * micro-batch, the micro-batches' in turn). */
+static int drain_slot(tsr_zero *z, slot *s) {
+  if (s->state != SLOT_LANDING) return 0;
+  tsr_ops_event_sync(s->ev);
+  TSR_CALL(tsr_ops_status());
+  float *restrict g = z->h_grad + (s->h0 - z->hg0);
+  const float *restrict x = s->h_land;
+  const long n = (long)s->hn;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (long i = 0; i < n; i++) g[i] += x[i];
+  s->state = SLOT_FREE;
+  return 0;
+}
+
+/* Complete a pending unit reduction and add this rank's piece into the shard (with
+ * host_grads the host's part only starts on its way: drain_slot ends it). */
 static int finish_grad_slot(tsr_zero *z, slot *s) {
   if (s->state != SLOT_PENDING) return 0;
   TSR_CALL(tsr_comm_wait(&s->h));
   int64_t a, b;
   piece(z, s->unit, &a, &b);
+  s->state = SLOT_FREE;
   if (a < b && z->host_grads)
-    land_on_host(z, s->land, a, b);
+    land_on_host(z, s, a, b);
   else if (a < b)
     tsr_ops_acc(z->grad_shard + (a - z->s0), z->incoming + (a - z->s0), (long)(b - a));
-  s->state = SLOT_FREE;
   return 0;
 }
 
@@ -173,6 +196,7 @@ static slot *oldest_pending(tsr_zero *z) {
 static int finish_all_grad_slots(tsr_zero *z) {
   /* oldest first, so reductions complete in the order they were posted */
   for (slot *old; (old = oldest_pending(z)) != NULL;) TSR_CALL(finish_grad_slot(z, old));
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) TSR_CALL(drain_slot(z, &z->gslots[i]));
   return 0;
 }
 
@@ -201,9 +225,14 @@ static float *hook_grads_acquire(void *ctx, int u) {
   slot *s = NULL;
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS && !s; i++)
     if (z->gslots[i].state == SLOT_FREE) s = &z->gslots[i];
+  for (int i = 0; i < TSR_ZERO_GRAD_SLOTS && !s; i++) /* a landed one, its copy added */
+    if (z->gslots[i].state == SLOT_LANDING) {
+      if (drain_slot(z, &z->gslots[i])) return NULL;
+      s = &z->gslots[i];
+    }
   if (!s) { /* all busy: complete the oldest reduction and take its slot */
     slot *old = oldest_pending(z);
-    if (!old || finish_grad_slot(z, old)) return NULL;
+    if (!old || finish_grad_slot(z, old) || drain_slot(z, old)) return NULL;
     s = old;
   }
   s->unit = u;
@@ -399,10 +428,6 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
     if (!(z->h_grad = tsr_ops_host_alloc(hn * F))) goto fail;
     z->mem.host += hn * F;
   }
-  if (z->host_grads) {
-    if (!(z->h_land = tsr_ops_host_alloc((size_t)max64(z->max_piece, 1) * F))) goto fail;
-    z->mem.host += (size_t)z->max_piece * F;
-  }
   z->grad_len = z->stage == 0 ? 0 : z->host_grads ? (int64_t)nd : len;
   if (z->grad_len > 0) {
     if (!(z->grad_shard = tsr_ops_alloc((size_t)z->grad_len, F))) goto fail;
@@ -417,8 +442,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
       if (!(z->gslots[i].buf = tsr_ops_alloc((size_t)z->max_unit, F))) goto fail;
       z->mem.unit_bufs += (size_t)z->max_unit * F;
       if (!z->host_grads) continue;
-      if (!(z->gslots[i].land = tsr_ops_alloc((size_t)max64(z->max_piece, 1), F))) goto fail;
+      slot *g = &z->gslots[i];
+      if (!(g->land = tsr_ops_alloc((size_t)max64(z->max_piece, 1), F)) ||
+          !(g->h_land = tsr_ops_host_alloc((size_t)max64(z->max_piece, 1) * F)) ||
+          !(g->ev = tsr_ops_event_create()))
+        goto fail;
       z->mem.unit_bufs += (size_t)z->max_piece * F;
+      z->mem.host += (size_t)z->max_piece * F;
     }
   }
   if (z->stage >= 3) {
@@ -463,6 +493,8 @@ void tsr_zero_destroy(tsr_zero **zp) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_ops_free(&z->gslots[i].buf);
     tsr_ops_free(&z->gslots[i].land);
+    tsr_ops_event_destroy(&z->gslots[i].ev); /* after the copy queue is done */
+    tsr_ops_host_free(&z->gslots[i].h_land);
   }
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++) {
     tsr_comm_wait(&z->pslots[i].h);
@@ -482,7 +514,6 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_ops_host_free(&z->h_v);
   tsr_ops_host_free(&z->h_grad);
   tsr_ops_host_free(&z->h_compute);
-  tsr_ops_host_free(&z->h_land);
   tsr_ops_free(&z->adam_m);
   tsr_ops_free(&z->adam_v);
   tsr_ops_free(&z->grad_shard);
@@ -569,10 +600,10 @@ static int reduce_deferred(tsr_zero *z) {
   int64_t a, b;
   piece(z, u, &a, &b);
   if (z->host_grads) { /* the slots are all finished: the first one's landing area */
-    TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, z->gslots[0].land, unit_counts(z, u),
-                                       TSR_F32));
-    if (a < b) land_on_host(z, z->gslots[0].land, a, b);
-    return 0;
+    slot *s = &z->gslots[0];
+    TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, s->land, unit_counts(z, u), TSR_F32));
+    if (a < b) land_on_host(z, s, a, b);
+    return drain_slot(z, s);
   }
   float *dst = z->stage == 1 ? z->grad_shard : z->incoming;
   TSR_CALL(tsr_comm_reduce_scatter_v(z->shard_comm, g, dst + (a < b ? a - z->s0 : 0),

@@ -326,8 +326,9 @@ static tsr_plan_memory memory_of(const tsr_config *cfg, const tsr_plan_grid *g, 
   if (grads_on_host(cfg, g, off)) { /* the offloaded part's gradient on the host only */
     const double unit = (double)max64(max64(p->max_layer, p->unit0), n - p->last_end);
     mem.grads -= 4 * tsr_plan_offloaded(len, off);
-    mem.host_grads += 4 * fmin(unit, len); /* the pieces' staging */
-    mem.host += 4 * fmin(unit, len);
+    /* each gradient slot's host copy of its piece */
+    mem.host_grads += TSR_ZERO_GRAD_SLOTS * 4 * fmin(unit, len);
+    mem.host += TSR_ZERO_GRAD_SLOTS * 4 * fmin(unit, len);
   }
   if (g->pp > 1) /* pp_exec.c: input activation, two gradients per slot; the eval buffer */
     mem.comm += (3.0 * slots + 1) * (double)d.act_elems * st.act;

@@ -105,6 +105,10 @@ check "  ... it drops by 12 bytes a parameter ($m0 - $m1 MB against 12 x $nflat 
 pair "bf16, dp 2 ZeRO-2" z2 2 parallel.zero_stage=2
 check "  ... the reduced gradient lives on the host" grep -q \
   "shard of [0-9]* of [0-9]* elements; the reduced gradient on the host" "$SCRATCH/z2_off.out"
+# 4 micro-batches a step: each unit's pieces reach the host on the copy queue and are
+# added there micro-batch after micro-batch (the slots drained in turn)
+pair "bf16, dp 2 ZeRO-3, 4 micro-batches a step" z3m 2 parallel.zero_stage=3 \
+  train.global_batch=8
 pair "fp16 overflowing, dp 2 ZeRO-3" h3 2 parallel.zero_stage=3 train.precision=fp16 \
   train.loss_scale=1099511627776
 s1=$(skips h3) s2=$(skips h3_off)

@@ -1065,9 +1065,10 @@ static void test_offload_plan(void) {
       const tsr_plan_memory *c0 = &p0.stages[0].mem[TSR_PLAN_CPU];
       const tsr_plan_memory *c1 = &p1.stages[0].mem[TSR_PLAN_CPU];
       /* ZeRO-3: the gradient shard and its landing area (8 B) leave the device too, for
-       * three landing areas of the largest unit piece (zero.c's host_grads), whose staging
-       * is on the host */
-      const double piece = z >= 2 ? (g1->host - (half ? 18 : 16) * own) / 4 : 0;
+       * three landing areas of the largest unit piece (zero.c's host_grads), each with its
+       * host copy */
+      const double piece =
+          z >= 2 ? (g1->host - (half ? 18 : 16) * own) / (4.0 * TSR_ZERO_GRAD_SLOTS) : 0;
       TU_CHECK(g0->total - g1->total == (half ? 12 : 8) * own + (z >= 2 ? 8 * own - 12 * piece : 0) &&
                    (z >= 2 ? piece > 0 && piece < own && g1->grads == 0 : piece == 0) &&
                    c1->total == c0->total && c1->host == 0 && p1.host_node == 8 * g1->host,
@@ -1075,7 +1076,7 @@ static void test_offload_plan(void) {
                "%.3f GB a GPU = %.0f B x own%s, %.2f GB a node; this CPU build's column the same",
                half ? "bf16" : "fp32", z, g0->total / 1e9, g1->total / 1e9, half ? 12.0 : 8.0,
                own, z >= 2 ? " + 8 B x own - 12 B x the largest unit piece" : "", g1->host / 1e9,
-               half ? 18.0 : 16.0, z >= 2 ? " + its 4 B" : "", p1.host_node / 1e9);
+               half ? 18.0 : 16.0, z >= 2 ? " + 4 B x 3 slots x the piece" : "", p1.host_node / 1e9);
       /* the update's copies and the CPU's AdamW */
       const tsr_plan_offload *o = &p1.stages[0].offload;
       const double cpu_rate = fmin(11.5 * 112, 394.0) / 8 * 1e9; /* h100 node: 49.25 GB/s */
