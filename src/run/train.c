@@ -95,9 +95,8 @@ static int train_step(tsr_session *s, step_result *r) {
   const double t_opt = tsr_now();
   TSR_CALL(tsr_zero_reduce_grads(s->zero));
   /* fault injection for the tests (fault.h): poison one gradient at the given step */
-  if (tsr_fault_int("nan_grad_step", -1) == s->st.step + 1 && s->rank == 0) {
+  if (tsr_fault_int("nan_grad_step", -1) == s->st.step + 1 && s->rank == 0)
     tsr_zero_poison_grad(s->zero, NAN);
-  }
   TSR_CALL(tsr_zero_grad_norm(s->zero, &r->grad_norm));
   r->grad_norm /= S; /* of the unscaled gradient (exact: S is a power of two) */
   double loss_sum;
