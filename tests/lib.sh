@@ -144,6 +144,45 @@ emu_link() {
   ok "$what linked with the CUDA backend and NCCL on the emulated GPU"
 }
 
+# emu_trainer_setup: the start of a test of the trainer on the emulated GPU: MPI's
+# settings (mpi_test_setup), the emulated tessera as $EMU, the computers byte corpus, and
+# the MFU probe's GEMM kept small (it is a plain loop on the emulation).
+emu_trainer_setup() {
+  mpi_test_setup
+  EMU="$SCRATCH/tessera-emu"
+  emu_link tessera "$EMU"
+  bytes_corpus computers
+  export TSR_GEMM_PROBE_N=64
+}
+# emu_run NAME DEVICE NP ARGS...: the trainer on the deck settings of the caller's array C
+# and ARGS, on DEVICE (cuda: $EMU, the ranks sharing the emulated GPU), into $SCRATCH/NAME
+# (its output NAME.out); returns its exit code.
+emu_run() {
+  local name=$1 dev=$2 np=$3 bin="$TESSERA"
+  shift 3
+  [ "$dev" = cuda ] && bin="$EMU"
+  timeout 600 "$MPIRUN" -np "$np" "$bin" /dev/null "${C[@]}" run.device="$dev" \
+    run.gpu_share=.true. run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
+}
+# same_metrics A B: every step's loss, gradient norm, loss scale and skip of runs A and B
+# (under $SCRATCH) exactly equal (a skipped step's non-finite norm included), 2 steps or more
+same_metrics() {
+  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" <<'PY'
+import json, sys
+keys = ("step", "loss", "grad_norm", "loss_scale", "step_skipped")
+rows = [[tuple(repr(d.get(k)) for k in keys) for d in map(json.loads, open(p)) if "loss" in d]
+        for p in sys.argv[1:]]
+print(f"    {len(rows[0])} steps: {rows[0][-1] if rows[0] else ()}")
+sys.exit(0 if rows[0] == rows[1] and len(rows[0]) >= 2 else 1)
+PY
+}
+# same_ckpt A B: the final checkpoints of runs A and B: /model and /optim datasets equal
+same_ckpt() {
+  local a b
+  a=$(ls "$SCRATCH/$1"/ckpt/step_*.h5 | tail -1) b=$(ls "$SCRATCH/$2"/ckpt/step_*.h5 | tail -1)
+  h5diff "$a" "$b" /model /model >/dev/null && h5diff "$a" "$b" /optim /optim >/dev/null
+}
+
 # The fortunes corpus (SentencePiece BPE, 2048 pieces), built once per build tree and
 # shared by the tests under a lock.  Sets CORPUS to its directory.
 corpus() {

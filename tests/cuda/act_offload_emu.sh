@@ -16,11 +16,7 @@
 # accepted with one log line.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-mpi_test_setup
-EMU="$SCRATCH/tessera-emu"
-emu_link tessera "$EMU"
-bytes_corpus computers
-export TSR_GEMM_PROBE_N=64 # the MFU probe's GEMM is a plain loop here
+emu_trainer_setup
 # small shapes (the emulation runs every GPU thread as a CPU fiber), 4 layers: twice the
 # window
 C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=2 model.n_kv_head=1
@@ -29,31 +25,7 @@ C=(model.vocab_size=256 model.n_layer=4 model.d_model=32 model.n_head=2 model.n_
   run.max_steps=2 checkpoint.every_steps=0 checkpoint.resume=none train.xent_chunk_tokens=8
   train.precision=bf16)
 A=train.activation_offload=.true.
-# run NAME DEVICE NP ARGS...: a run into $SCRATCH/NAME, its exit code returned
-run() {
-  local name=$1 dev=$2 np=$3 bin="$TESSERA"
-  shift 3
-  [ "$dev" = cuda ] && bin="$EMU"
-  timeout 600 "$MPIRUN" -np "$np" "$bin" /dev/null "${C[@]}" run.device="$dev" \
-    run.gpu_share=.true. run.out_dir="$SCRATCH/$name" "$@" >"$SCRATCH/$name.out" 2>&1
-}
-# same_metrics A B: every step's loss, gradient norm, loss scale and skip, exactly (a
-# skipped step's non-finite norm included)
-same_metrics() {
-  "$PYTHON_REF" - "$SCRATCH/$1/metrics.jsonl" "$SCRATCH/$2/metrics.jsonl" <<'PY'
-import json, sys
-keys = ("step", "loss", "grad_norm", "loss_scale", "step_skipped")
-rows = [[tuple(repr(d.get(k)) for k in keys) for d in map(json.loads, open(p)) if "loss" in d]
-        for p in sys.argv[1:]]
-print(f"    {len(rows[0])} steps: {rows[0][-1] if rows[0] else ()}")
-sys.exit(0 if rows[0] == rows[1] and len(rows[0]) >= 2 else 1)
-PY
-}
-same_ckpt() { # same_ckpt A B: the final checkpoints' /model and /optim datasets are equal
-  local a b
-  a=$(ls "$SCRATCH/$1"/ckpt/step_*.h5 | tail -1) b=$(ls "$SCRATCH/$2"/ckpt/step_*.h5 | tail -1)
-  h5diff "$a" "$b" /model /model >/dev/null && h5diff "$a" "$b" /optim /optim >/dev/null
-}
+run() { emu_run "$@"; } # run NAME DEVICE NP ARGS... (tests/lib.sh)
 pair() { # pair DESCRIPTION NAME NP ARGS...: without and with the offload, compared bitwise
   local what=$1 name=$2 np=$3
   shift 3

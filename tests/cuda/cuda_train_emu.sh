@@ -54,11 +54,7 @@
 # The GPU machine runs the same comparisons on the real device (tools/gpu/window.sh).
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
-mpi_test_setup
-EMU="$SCRATCH/tessera-emu"
-emu_link tessera "$EMU"
-bytes_corpus computers
-export TSR_GEMM_PROBE_N=64 # the MFU probe's GEMM is a plain loop here
+emu_trainer_setup
 C=(model.vocab_size=256 model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
   model.d_ff=128 model.seq_len=32 train.micro_batch=2 train.global_batch=4 run.log_every=1
   run.eval_every=0 optim.warmup_steps=4 optim.lr=3e-3 "data.train=$SCRATCH/data/train_*.bin"
