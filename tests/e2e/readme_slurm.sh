@@ -70,11 +70,10 @@ if readme_block slurm-watch "$SCRATCH/watch.sh"; then
 fi
 
 # ---- the same run on another layout ----
-# job_block NAME: README.md's block NAME run as written; its job waited for; 0 when it
-# ended COMPLETED with exit 0
+# job_block NAME: README.md's block NAME (in $SCRATCH/NAME.sh, from readme_block) run as
+# written; its job waited for and checked to end COMPLETED with exit 0
 job_block() {
   local name=$1 f=$SCRATCH/$1.sh job
-  readme_block "$name" "$f" || return 1
   readme_run "$name" "$W" "$f" 60 || return 1
   job=$(job_of "$f")
   [ -n "$job" ] || { bad "  ... sbatch said which job it submitted"; return 1; }
@@ -83,7 +82,7 @@ job_block() {
   [ $rc -eq 0 ] || show_tail "$W/smoke-$job.out"
   check "  ... job $job ends COMPLETED with exit 0" test $rc -eq 0
 }
-job_block slurm-layout
+readme_block slurm-layout "$SCRATCH/slurm-layout.sh" && job_block slurm-layout
 check "  ... it trained to step 40 ($(last_step "$W/out/smoke"))" \
   test "$(last_step "$W/out/smoke")" = 40
 check "  ... the log says what the README quotes: resumed from the step-20 checkpoint, 320 samples" \
@@ -95,7 +94,7 @@ check "  ... on one node as 2 pipeline stages" \
 # ---- branch from a named checkpoint ----
 check "the checkpoint the README's branch names is still there (checkpoint.keep)" \
   test -f "$W/out/smoke/ckpt/step_00000030.h5"
-job_block slurm-branch
+readme_block slurm-branch "$SCRATCH/slurm-branch.sh" && job_block slurm-branch
 check "  ... the branch trains steps 31..40 into out/branch ($(last_step "$W/out/branch"))" \
   test "$(last_step "$W/out/branch")" = 40
 check "  ... starting from the named file" \
