@@ -691,16 +691,20 @@ static int gather_params(tsr_zero *z) {
                              (size_t)(z->s1 - z->s0), z->dt);
 }
 
+/* The offloaded part's compute copy, formed on the host (fp32: the master itself, else
+ * h_compute), to its place in the device's compute shard. */
+static void offload_send(tsr_zero *z) {
+  const void *src = z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute;
+  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, z->split - z->a0), src,
+               (size_t)(z->a1 - z->split) * z->esz);
+}
+
 /* The compute copy of the offloaded part [split, a1): formed on the host, copied to the
  * device. */
 static void offload_to_compute(tsr_zero *z) {
-  const int64_t nd = z->split - z->a0, nh = z->a1 - z->split;
-  const void *src = z->h_master;
-  if (z->dt != TSR_F32) {
-    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)nh);
-    src = z->h_compute;
-  }
-  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, nd), src, (size_t)nh * z->esz);
+  if (z->dt != TSR_F32)
+    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)(z->a1 - z->split));
+  offload_send(z);
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
@@ -727,9 +731,7 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
     if (!z->host_grads) tsr_ops_read(hg, g + (s - a), (size_t)(b - s) * sizeof(float));
     tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, hg, lr, t,
                                grad_scale, z->h_compute, z->dt);
-    tsr_ops_copy(tsr_dtype_at(c, z->dt, s - a),
-                 z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute,
-                 (size_t)(b - s) * z->esz);
+    offload_send(z); /* AdamW's pass formed the compute copy */
   }
   return gather_params(z);
 }
