@@ -14,7 +14,7 @@ static const char *const known[] = {"nan_grad_step", "hang_step",      "hang_ran
                                     "ckpt_fail_step", "ckpt_fail_rank", "ckpt_host_mb",
                                     "ckpt_cost",     "ckpt_step_time", "ckpt_overlap_s",
                                     "start_sleep",   "start_where",    "host_read_step",
-                                    "offload_host_mb"};
+                                    "offload_host_mb", "offload_piece"};
 enum { N_KNOWN = sizeof known / sizeof known[0], VALUE_LEN = 64 };
 
 static int parsed, status;
@@ -38,7 +38,7 @@ int tsr_fault_init(void) {
       tsr_error("TSR_FAULT: '%.*s' is not key=value with a key of nan_grad_step, hang_step, "
                 "hang_rank, ckpt_sleep, ckpt_step, ckpt_where, ckpt_fail_step, ckpt_fail_rank, "
                 "ckpt_host_mb, ckpt_cost, ckpt_step_time, ckpt_overlap_s, start_sleep, start_where, "
-                "host_read_step, offload_host_mb", (int)len, s);
+                "host_read_step, offload_host_mb, offload_piece", (int)len, s);
       return status = TSR_ERR_INPUT;
     }
     snprintf(value[k], VALUE_LEN, "%.*s", (int)(len - eq - 1), s + eq + 1);

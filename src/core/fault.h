@@ -30,6 +30,9 @@
  *                     a GPU and in the emulation's guarded device memory
  *   offload_host_mb=M a node has M MB of memory available for the optimizer offload's
  *                     page-locked state (session.c)
+ *   offload_piece=N   the offloaded update runs in pieces of N elements (a multiple of 64)
+ *                     instead of TSR_ZERO_OFFLOAD_PIECE, so that small test models are
+ *                     cut into several (zero.c)
  * Nothing here runs unless TSR_FAULT is set; a production run never sets it. */
 #ifndef TSR_FAULT_H
 #define TSR_FAULT_H

@@ -19,6 +19,7 @@
 
 #include "ops/ops.h"
 #include "model/optim.h"
+#include "core/fault.h"
 #include "core/util.h"
 
 /* SLOT_LANDING (host_grads): the reduction has landed, the piece's offloaded part is on
@@ -71,6 +72,21 @@ struct tsr_zero {
                   * (its device part is copied there for the norm) */
   int64_t hg0;
   void *h_compute;
+  /* The offloaded update, in pieces of piece_len elements (host_update): each piece's
+   * gradient copied to the host when it is on the device (d2h_ev, up to
+   * TSR_ZERO_D2H_AHEAD queued ahead), updated by the host's AdamW, its compute copy queued
+   * back to the device at once (h2d_ev: recorded after the last). */
+  int64_t piece_len;
+  void *d2h_ev[TSR_ZERO_D2H_AHEAD], *h2d_ev;
+  /* Stage 3 with host_grads: the host's update of unit u's piece runs when the next
+   * forward first gathers u (lazy_unit, from start_gather); lazy_left units still wait
+   * (lazy_todo[u]), with these arguments. */
+  int lazy;
+  int lazy_left;
+  unsigned char *lazy_todo;
+  tsr_optim_config lz_o;
+  double lz_lr, lz_scale;
+  int64_t lz_t;
   /* Stages 2-3 offloaded, no hybrid replicas: the reduced gradient of the offloaded part
    * lives on the host only (h_grad; no incoming on the device, grad_shard only for the
    * device's part [a0, split), grad_len long).  Each unit's reduce-scatter lands in its
@@ -108,6 +124,8 @@ static void piece(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
 
 static void *compute_shard(tsr_zero *z);
 static float *reduced_grads(tsr_zero *z);
+static void settle(tsr_zero *z);
+static void lazy_unit(tsr_zero *z, int u);
 static const size_t *unit_counts(const tsr_zero *z, int u) { return z->counts + (size_t)u * z->S; }
 
 void tsr_zero_pad_layout(tsr_layout *lay, const tsr_parallel_config *par, const tsr_grid *grid) {
@@ -158,6 +176,7 @@ static void land_on_host(tsr_zero *z, slot *s, int64_t a, int64_t b) {
  * micro-batch, the micro-batches' in turn). */
 static int drain_slot(tsr_zero *z, slot *s) {
   if (s->state != SLOT_LANDING) return 0;
+  settle(z); /* h_grad is the last update's until it has run (the forward runs it) */
   tsr_ops_event_sync(s->ev);
   TSR_CALL(tsr_ops_status());
   float *restrict g = z->h_grad + (s->h0 - z->hg0);
@@ -281,6 +300,7 @@ static slot *find_pslot(tsr_zero *z, int u) {
 
 /* Start gathering unit u into a free slot; NULL when no slot is free. */
 static slot *start_gather(tsr_zero *z, int u) {
+  lazy_unit(z, u); /* the unit's piece of the last update, if it waits */
   slot *s = NULL;
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS && !s; i++)
     if (z->pslots[i].state == SLOT_FREE) s = &z->pslots[i];
@@ -407,8 +427,7 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
   z->mem.adam = 2 * own * F;
   z->mem.params = (z->stage < 3 ? (size_t)z->n : (size_t)len) * z->esz;
   z->mem.grads = z->stage < 2 ? (size_t)z->n * F : 0;
-  z->host_grads = z->stage >= 2 && nh > 0 &&
-                  !(z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1);
+  z->host_grads = z->stage >= 2 && nh > 0;
   /* the norm's ranges split as host_grads needs them: in flat order, at most one across
    * split (its start then begins h_grad) */
   z->hg0 = z->split;
@@ -427,6 +446,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
     const size_t hn = (size_t)(z->a1 - z->hg0);
     if (!(z->h_grad = tsr_ops_host_alloc(hn * F))) goto fail;
     z->mem.host += hn * F;
+    const long long hook = tsr_fault_int("offload_piece", 0); /* tests: several pieces */
+    z->piece_len = hook >= 64 ? hook / 64 * 64 : TSR_ZERO_OFFLOAD_PIECE;
+    for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++)
+      if (!(z->d2h_ev[i] = tsr_ops_event_create())) goto fail;
+    if (!(z->h2d_ev = tsr_ops_event_create())) goto fail;
+    z->lazy = z->stage == 3 && z->host_grads;
+    if (z->lazy && !(z->lazy_todo = tsr_calloc((size_t)z->n_units, 1))) goto fail;
   }
   z->grad_len = z->stage == 0 ? 0 : z->host_grads ? (int64_t)nd : len;
   if (z->grad_len > 0) {
@@ -489,6 +515,10 @@ void tsr_zero_destroy(tsr_zero **zp) {
   if (!zp || !*zp) return;
   tsr_zero *z = *zp;
   if (z->model) tsr_model_set_hooks(z->model, NULL);
+  if (z->offload) tsr_ops_sync(); /* no copy in flight from the buffers freed below */
+  for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++) tsr_ops_event_destroy(&z->d2h_ev[i]);
+  tsr_ops_event_destroy(&z->h2d_ev);
+  tsr_free(&z->lazy_todo);
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_ops_free(&z->gslots[i].buf);
@@ -537,6 +567,7 @@ int64_t tsr_zero_offloaded_length(int64_t own, double fraction) {
 }
 
 tsr_zero_state tsr_zero_state_of(tsr_zero *z) {
+  settle(z); /* the last update, all of it */
   tsr_zero_state st = {{z->master, z->adam_m, z->adam_v},
                        {z->h_master, z->h_m, z->h_v},
                        z->split - z->a0,
@@ -562,6 +593,7 @@ int64_t tsr_zero_grads_on_host(const tsr_zero *z) {
   return z->host_grads ? max64(z->max_piece, 1) : 0;
 }
 void tsr_zero_poison_grad(tsr_zero *z, float v) {
+  settle(z);
   float *g = reduced_grads(z);
   if (z->host_grads && z->split == z->a0)
     g[0] = v; /* page-locked host memory */
@@ -619,7 +651,9 @@ int tsr_zero_begin_step(tsr_zero *z) {
     tsr_ops_zero(z->deferred_buf,
            (size_t)(z->units[z->deferred].end - z->units[z->deferred].begin) * sizeof(float));
   if (z->grad_shard) tsr_ops_zero(z->grad_shard, (size_t)z->grad_len * sizeof(float));
-  if (z->host_grads) memset(z->h_grad, 0, (size_t)(z->a1 - z->hg0) * sizeof(float));
+  /* with the last update still to run (lazy), each piece is cleared once it is used */
+  if (z->host_grads && !z->lazy_left)
+    memset(z->h_grad, 0, (size_t)(z->a1 - z->hg0) * sizeof(float));
   return 0;
 }
 
@@ -632,10 +666,17 @@ int tsr_zero_reduce_grads(tsr_zero *z) {
   TSR_CALL(tsr_comm_waitall(z->n_units, z->unit_handles));
   TSR_CALL(finish_all_grad_slots(z)); /* the incoming area is free again */
   if (z->deferred >= 0) TSR_CALL(reduce_deferred(z));
-  if (z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)
-    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0),
+  if (!(z->stage >= 1 && z->replicate_comm && tsr_comm_size(z->replicate_comm) > 1)) return 0;
+  if (!z->host_grads)
+    return tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)(z->s1 - z->s0),
+                               TSR_F32);
+  /* the device's part on the device, the offloaded part's over host memory (MPI): each
+   * element the same sum of the replicas' values */
+  if (z->grad_len > 0)
+    TSR_CALL(tsr_comm_all_reduce(z->replicate_comm, z->grad_shard, (size_t)z->grad_len,
                                  TSR_F32));
-  return 0;
+  return tsr_comm_all_reduce(z->replicate_comm, z->h_grad + (z->split - z->hg0),
+                             (size_t)(z->a1 - z->split), TSR_F32);
 }
 
 /* The reduced gradient of this rank's shard (stage 0: the full buffer). */
@@ -643,7 +684,10 @@ static float *reduced_grads(tsr_zero *z) {
   if (z->stage == 0) return tsr_model_grads(z->model);
   return z->host_grads && z->split == z->a0 ? z->h_grad : z->grad_shard;
 }
-float *tsr_zero_reduced_grads(tsr_zero *z) { return reduced_grads(z); }
+float *tsr_zero_reduced_grads(tsr_zero *z) {
+  settle(z);
+  return reduced_grads(z);
+}
 
 int tsr_zero_grad_norm(tsr_zero *z, double *norm) {
   /* This rank's ranges (z->norm_ranges, from tsr_zero_create), then sums in rank order,
@@ -708,6 +752,7 @@ static void offload_to_compute(tsr_zero *z) {
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
+  settle(z);
   void *c = compute_shard(z);
   const int64_t nd = z->split - z->a0;
   if (c && nd > 0 && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, nd);
@@ -715,30 +760,91 @@ int tsr_zero_publish_params(tsr_zero *z) {
   return gather_params(z);
 }
 
+/* Queue piece k of [p, q)'s gradient (dg, op memory) to its place in h_grad. */
+static void d2h_piece(tsr_zero *z, int64_t p, int64_t q, const float *dg, int64_t k) {
+  const int64_t a = p + k * z->piece_len, b = min64(q, a + z->piece_len);
+  tsr_ops_copy_async(z->h_grad + (a - z->hg0), dg + (a - p), (size_t)(b - a) * sizeof(float),
+                     z->d2h_ev[k % TSR_ZERO_D2H_AHEAD]);
+}
+
+/* The host's AdamW over [p, q) of the offloaded part [split, a1), in pieces of piece_len.
+ * dg: the gradient of [p, q) in op memory, whose first TSR_ZERO_D2H_AHEAD pieces the
+ * caller queued to h_grad (d2h_piece), the rest queued here as pieces are taken; NULL: it
+ * is in h_grad already (host_grads), each piece then cleared once used when `clear` (the
+ * lazy update: the next step accumulates there meanwhile).  Each piece's new compute copy
+ * (fp32: the master) is queued to the device right behind its update; the ops queued from
+ * then on wait for the last. */
+static void host_update(tsr_zero *z, int64_t p, int64_t q, const float *dg, int clear,
+                        const tsr_optim_config *o, double lr, int64_t t, double scale) {
+  const int64_t P = z->piece_len, n = (q - p + P - 1) / P;
+  for (int64_t k = 0; k < n; k++) {
+    const int64_t a = p + k * P, b = min64(q, a + P), i = a - z->split;
+    float *g = z->h_grad + (a - z->hg0);
+    if (dg) tsr_ops_event_sync(z->d2h_ev[k % TSR_ZERO_D2H_AHEAD]);
+    void *hc = tsr_dtype_at(z->h_compute, z->dt, i); /* NULL in fp32 */
+    tsr_optim_adamw_range_host(o, z->lay, a, b, z->h_master + i, z->h_m + i, z->h_v + i, g, lr,
+                               t, scale, hc, z->dt);
+    if (clear) memset(g, 0, (size_t)(b - a) * sizeof(float));
+    tsr_ops_copy_async(tsr_dtype_at(compute_shard(z), z->dt, a - z->a0),
+                       hc ? hc : (void *)(z->h_master + i), (size_t)(b - a) * z->esz,
+                       z->h2d_ev);
+    if (dg && k + TSR_ZERO_D2H_AHEAD < n) d2h_piece(z, p, q, dg, k + TSR_ZERO_D2H_AHEAD);
+  }
+  tsr_ops_event_wait(z->h2d_ev);
+}
+
+/* The lazy update of unit u's piece, if it still waits: on the host, then to the device
+ * (the gather that follows waits for it). */
+static void lazy_unit(tsr_zero *z, int u) {
+  if (!z->lazy_left || !z->lazy_todo[u]) return;
+  int64_t a, b;
+  piece(z, u, &a, &b);
+  host_update(z, max64(a, z->split), b, NULL, 1, &z->lz_o, z->lz_lr, z->lz_t, z->lz_scale);
+  z->lazy_todo[u] = 0;
+  z->lazy_left--;
+}
+
+/* Whatever of the last update still waits, now. */
+static void settle(tsr_zero *z) {
+  for (int u = 0; u < z->n_units && z->lazy_left; u++) lazy_unit(z, u);
+}
+
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
+  settle(z);
   const int64_t a = z->a0, s = z->split, b = z->a1;
   const float *g = reduced_grads(z);
   void *c = compute_shard(z);
+  /* the offloaded part's gradient starts to the host first (there already with
+   * host_grads), so that its copies run beside the device's AdamW */
+  const float *dg = z->offload && !z->host_grads ? g + (s - a) : NULL;
+  if (z->offload) tsr_ops_event_sync(z->h2d_ev); /* the last copies back are done */
+  for (int64_t k = 0; dg && k < TSR_ZERO_D2H_AHEAD && s + k * z->piece_len < b; k++)
+    d2h_piece(z, s, b, dg, k);
   /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
    * over the shard */
   if (s > a)
     tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
-  if (z->offload) { /* the offloaded part: its gradient to the host (there already with
-                     * host_grads), the host's AdamW, the compute copy back */
-    float *hg = z->h_grad + (s - z->hg0);
-    if (!z->host_grads) tsr_ops_read(hg, g + (s - a), (size_t)(b - s) * sizeof(float));
-    tsr_optim_adamw_range_host(o, z->lay, s, b, z->h_master, z->h_m, z->h_v, hg, lr, t,
-                               grad_scale, z->h_compute, z->dt);
-    offload_send(z); /* AdamW's pass formed the compute copy */
+  if (z->lazy) { /* stage 3: each unit's piece when the next forward first gathers it */
+    z->lz_o = *o;
+    z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
+    for (int u = 0; u < z->n_units; u++) {
+      int64_t pa, pb;
+      piece(z, u, &pa, &pb);
+      z->lazy_todo[u] = pb > max64(pa, s);
+      z->lazy_left += z->lazy_todo[u];
+    }
+    return 0;
   }
+  if (z->offload) host_update(z, s, b, dg, 0, o, lr, t, grad_scale);
   return gather_params(z);
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
+  settle(z);
   const size_t len = (size_t)(z->a1 - z->a0);
   float *full[3] = {master, m, v};
   const tsr_zero_state st = tsr_zero_state_of(z);
@@ -760,6 +866,7 @@ int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
 }
 
 int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
+  settle(z); /* then overwritten */
   const float *full[3] = {master, m, v};
   const tsr_zero_state st = tsr_zero_state_of(z);
   for (int i = 0; i < 3; i++) tsr_zero_state_write(&st, i, full[i] ? full[i] + z->a0 : NULL);

@@ -20,8 +20,13 @@
 # offloaded element within 1% (at ZeRO-3, with that half's gradient on the host, also by
 # its gradient and the landing area less the landing areas of the unit pieces), and
 # checkpoints resume across fractions (0.5 -> 0.25 on one rank, 1 -> 0.5 and 0.5 -> none at
-# dp 2 ZeRO-3), continuing bitwise.  On the CPU the keys are accepted with one log line; a
-# fraction outside [0, 1] is a deck error.
+# dp 2 ZeRO-3), continuing bitwise.  The update cut into many pieces (TSR_FAULT
+# offload_piece) is bitwise too: one rank in bf16 and fp32, dp 2 ZeRO-1 half offloaded, dp 2
+# ZeRO-3 where each unit's piece is updated when the next forward first gathers it (and
+# with a checkpoint and an evaluation after every step: every checkpoint and every
+# evaluation loss equal); and dp 4 as 2 shards x 2 replicas at ZeRO-3, the offloaded
+# gradient all-reduced across the replicas on the host.  On the CPU the keys are accepted
+# with one log line; a fraction outside [0, 1] is a deck error.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
 emu_trainer_setup
@@ -140,6 +145,64 @@ echo "    device memory in use: $m0 MB without, $mh MB with half offloaded ($off
 "$PYTHON_REF" -c "import sys; d = ($m0 - $mh) * 1e6; w = 12 * $off; sys.exit(0 if abs(d - w) <= 0.01 * w else 1)"
 check "  ... it drops by 12 bytes an offloaded element ($m0 - $mh MB against 12 x $off bytes, 1%)" \
   test $? -eq 0
+
+# The update in pieces (TSR_FAULT offload_piece: a few hundred elements instead of 2^21,
+# so that these small shards are cut into many): each piece's gradient copied to the host
+# up to 3 ahead of the host's AdamW, its compute copy queued back behind it; at ZeRO-3 each
+# unit's piece updated when the next forward first gathers the unit.  Bitwise the runs
+# without offload above.
+against() { # against DESCRIPTION BASE NAME NP ARGS...: NAME offloaded, against BASE
+  local what=$1 base=$2 name=$3 np=$4
+  shift 4
+  run "$name" cuda "$np" "$@" $O
+  local r=$?
+  check "$what: it runs" test $r -eq 0
+  [ $r -eq 0 ] || tail -5 "$SCRATCH/$name.out"
+  same_metrics "$base" "$name"
+  check "$what: losses and gradient norms bitwise equal to no offload" test $? -eq 0
+  check "$what: the final checkpoints are bitwise equal" same_ckpt "$base" "$name"
+}
+export TSR_FAULT=offload_piece=1024
+against "pieces of 1024, bf16, one rank" b bp 1
+against "pieces of 1024, fp32, one rank" f fp 1 train.precision=fp32
+against "pieces of 1024, bf16, dp 2 ZeRO-1, half offloaded" z1 z1p 2 parallel.zero_stage=1 $F
+export TSR_FAULT=offload_piece=256
+against "pieces of 256, bf16, dp 2 ZeRO-3, 4 micro-batches a step" z3m z3mp 2 \
+  parallel.zero_stage=3 train.global_batch=8
+check "  ... the run says the update waits for the next forward" grep -q \
+  "at ZeRO-3 each unit's piece when the next forward first gathers the unit" \
+  "$SCRATCH/z3mp.out"
+# a checkpoint and an evaluation after every step of ZeRO-3: both read the last update
+# (the checkpoint completes what the forward has not yet asked for)
+E=(parallel.zero_stage=3 run.max_steps=3 checkpoint.every_steps=1 checkpoint.keep=0
+  run.eval_every=1 run.eval_steps=1 "data.valid=$SCRATCH/data/valid_*.bin")
+unset TSR_FAULT
+run ze cuda 2 "${E[@]}"
+check "ZeRO-3, a checkpoint and an evaluation every step: runs without offload" test $? -eq 0
+export TSR_FAULT=offload_piece=256
+against "ZeRO-3, a checkpoint and an evaluation every step" ze zep 2 "${E[@]}"
+unset TSR_FAULT
+same_step_ckpts() { # every step's checkpoint of runs A and B equal
+  local a b ok=0 n=0
+  for a in "$SCRATCH/$1"/ckpt/step_*.h5; do
+    b="$SCRATCH/$2/ckpt/$(basename "$a")"
+    n=$((n + 1))
+    h5diff "$a" "$b" /model /model >/dev/null && h5diff "$a" "$b" /optim /optim >/dev/null || ok=1
+  done
+  echo "    $n checkpoints compared"
+  [ $n -eq 3 ] && return $ok
+}
+check "  ... every step's checkpoint bitwise equal" same_step_ckpts ze zep
+evals() { "$PYTHON_REF" -c "import json,sys; print([repr(d['val_loss']) for d in map(json.loads, open(sys.argv[1])) if 'val_loss' in d])" "$SCRATCH/$1/metrics.jsonl"; }
+e1=$(evals ze) e2=$(evals zep)
+echo "    evaluation losses: $e1 | $e2"
+check "  ... every evaluation loss bitwise equal (3 of them)" test "$e1" = "$e2" -a "$(echo "$e1" | tr -cd ',' | wc -c)" -eq 2
+# hybrid sharding: dp 4 as 2 shards x 2 replicas at ZeRO-3; the offloaded part's reduced
+# gradient on the host, all-reduced across the replicas there
+pair "bf16, dp 4 = 2 shards x 2 replicas, ZeRO-3" hy 4 parallel.zero_stage=3 \
+  parallel.shard_scope=2 train.global_batch=4
+check "  ... the reduced gradient lives on the host" grep -q \
+  "shard of [0-9]* of [0-9]* elements; the reduced gradient on the host" "$SCRATCH/hy_off.out"
 
 # resumes across fractions, continuing the runs that never stopped
 run rh cuda 1 run.max_steps=1 $O $F
