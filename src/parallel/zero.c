@@ -78,12 +78,16 @@ struct tsr_zero {
    * back to the device at once (h2d_ev: recorded after the last). */
   int64_t piece_len;
   void *d2h_ev[TSR_ZERO_D2H_AHEAD], *h2d_ev;
-  /* Stage 3 with host_grads: the host's update of unit u's piece runs when the next
-   * forward first gathers u (lazy_unit, from start_gather); lazy_left units still wait
-   * (lazy_todo[u]), with these arguments. */
+  /* Stage 3 with host_grads, and stage 0: the host's update of unit u's offloaded range
+   * (upd_range) runs when the next forward first asks for u's parameters (lazy_unit, from
+   * start_gather at stage 3, hook_params_acquire at stage 0); lazy_left units still wait
+   * (lazy_todo[u]), with these arguments.  At stage 0 each unit's gradient was queued to
+   * the host at the update (unit_ev[u] after it; d2h_last the last queued: the next
+   * step's clearing of the gradient waits for it). */
   int lazy;
   int lazy_left;
   unsigned char *lazy_todo;
+  void **unit_ev, *d2h_last;
   tsr_optim_config lz_o;
   double lz_lr, lz_scale;
   int64_t lz_t;
@@ -320,7 +324,10 @@ static slot *start_gather(tsr_zero *z, int u) {
 
 static const void *hook_params_acquire(void *ctx, int u, int next) {
   tsr_zero *z = ctx;
-  if (z->stage < 3) return tsr_dtype_at_c(tsr_model_params(z->model), z->dt, z->units[u].begin);
+  if (z->stage < 3) {
+    lazy_unit(z, u); /* stage 0: the unit's range of the last update, if it waits */
+    return tsr_dtype_at_c(tsr_model_params(z->model), z->dt, z->units[u].begin);
+  }
   if (progress(z)) return NULL;
   slot *s = find_pslot(z, u);
   if (!s && !(s = start_gather(z, u))) {
@@ -451,8 +458,13 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
     for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++)
       if (!(z->d2h_ev[i] = tsr_ops_event_create())) goto fail;
     if (!(z->h2d_ev = tsr_ops_event_create())) goto fail;
-    z->lazy = z->stage == 3 && z->host_grads;
+    z->lazy = (z->stage == 3 && z->host_grads) || z->stage == 0;
     if (z->lazy && !(z->lazy_todo = tsr_calloc((size_t)z->n_units, 1))) goto fail;
+    if (z->lazy && !z->host_grads) {
+      if (!(z->unit_ev = tsr_calloc((size_t)z->n_units, sizeof *z->unit_ev))) goto fail;
+      for (int u = 0; u < z->n_units; u++)
+        if (!(z->unit_ev[u] = tsr_ops_event_create())) goto fail;
+    }
   }
   z->grad_len = z->stage == 0 ? 0 : z->host_grads ? (int64_t)nd : len;
   if (z->grad_len > 0) {
@@ -519,6 +531,8 @@ void tsr_zero_destroy(tsr_zero **zp) {
   for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++) tsr_ops_event_destroy(&z->d2h_ev[i]);
   tsr_ops_event_destroy(&z->h2d_ev);
   tsr_free(&z->lazy_todo);
+  for (int u = 0; z->unit_ev && u < z->n_units; u++) tsr_ops_event_destroy(&z->unit_ev[u]);
+  tsr_free(&z->unit_ev);
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
     tsr_comm_wait(&z->gslots[i].h);
     tsr_ops_free(&z->gslots[i].buf);
@@ -646,6 +660,8 @@ static int reduce_deferred(tsr_zero *z) {
 }
 
 int tsr_zero_begin_step(tsr_zero *z) {
+  /* stage 0's lazy update: its gradient copies to the host are read before it is cleared */
+  if (z->lazy_left && z->d2h_last) tsr_ops_event_wait(z->d2h_last);
   tsr_model_zero_grads(z->model);
   if (z->deferred_buf)
     tsr_ops_zero(z->deferred_buf,
@@ -793,13 +809,26 @@ static void host_update(tsr_zero *z, int64_t p, int64_t q, const float *dg, int 
   tsr_ops_event_wait(z->h2d_ev);
 }
 
-/* The lazy update of unit u's piece, if it still waits: on the host, then to the device
- * (the gather that follows waits for it). */
+/* Unit u's part of the offloaded range [split, a1) of this rank's shard (stage 0: of the
+ * whole buffer), [a, b), empty when a >= b. */
+static void upd_range(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
+  if (z->stage == 0)
+    *a = z->units[u].begin, *b = z->units[u].end;
+  else
+    piece(z, u, a, b);
+  *a = max64(*a, z->split);
+  *b = min64(*b, z->a1);
+}
+
+/* The lazy update of unit u's range, if it still waits: its gradient on the host (stage
+ * 0: waited for), the host's AdamW, the compute copy back to the device (the ops that
+ * follow, the gather or the layer, wait for it). */
 static void lazy_unit(tsr_zero *z, int u) {
   if (!z->lazy_left || !z->lazy_todo[u]) return;
   int64_t a, b;
-  piece(z, u, &a, &b);
-  host_update(z, max64(a, z->split), b, NULL, 1, &z->lz_o, z->lz_lr, z->lz_t, z->lz_scale);
+  upd_range(z, u, &a, &b);
+  if (z->unit_ev) tsr_ops_event_sync(z->unit_ev[u]);
+  host_update(z, a, b, NULL, z->host_grads, &z->lz_o, z->lz_lr, z->lz_t, z->lz_scale);
   z->lazy_todo[u] = 0;
   z->lazy_left--;
 }
@@ -815,27 +844,37 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
   const int64_t a = z->a0, s = z->split, b = z->a1;
   const float *g = reduced_grads(z);
   void *c = compute_shard(z);
-  /* the offloaded part's gradient starts to the host first (there already with
-   * host_grads), so that its copies run beside the device's AdamW */
-  const float *dg = z->offload && !z->host_grads ? g + (s - a) : NULL;
   if (z->offload) tsr_ops_event_sync(z->h2d_ev); /* the last copies back are done */
-  for (int64_t k = 0; dg && k < TSR_ZERO_D2H_AHEAD && s + k * z->piece_len < b; k++)
+  /* the offloaded part's gradient starts to the host first (there already with
+   * host_grads), so that its copies run beside the device's AdamW: stage 0's lazy update
+   * a unit at a time, else the first pieces */
+  const float *dg = z->offload && !z->host_grads ? g + (s - a) : NULL;
+  z->d2h_last = NULL;
+  for (int u = 0; dg && z->lazy && u < z->n_units; u++) {
+    int64_t pa, pb;
+    upd_range(z, u, &pa, &pb);
+    if (pb <= pa) continue;
+    tsr_ops_copy_async(z->h_grad + (pa - z->hg0), g + (pa - a),
+                       (size_t)(pb - pa) * sizeof(float), z->unit_ev[u]);
+    z->d2h_last = z->unit_ev[u];
+  }
+  for (int64_t k = 0; dg && !z->lazy && k < TSR_ZERO_D2H_AHEAD && s + k * z->piece_len < b; k++)
     d2h_piece(z, s, b, dg, k);
   /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
    * over the shard */
   if (s > a)
     tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
-  if (z->lazy) { /* stage 3: each unit's piece when the next forward first gathers it */
+  if (z->lazy) { /* each unit's range when the next forward first needs the unit */
     z->lz_o = *o;
     z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
     for (int u = 0; u < z->n_units; u++) {
       int64_t pa, pb;
-      piece(z, u, &pa, &pb);
-      z->lazy_todo[u] = pb > max64(pa, s);
+      upd_range(z, u, &pa, &pb);
+      z->lazy_todo[u] = pb > pa;
       z->lazy_left += z->lazy_todo[u];
     }
-    return 0;
+    return 0; /* stages 0 and 3: no gather of the whole shard */
   }
   if (z->offload) host_update(z, s, b, dg, 0, o, lr, t, grad_scale);
   return gather_params(z);

@@ -170,7 +170,7 @@ export TSR_FAULT=offload_piece=256
 against "pieces of 256, bf16, dp 2 ZeRO-3, 4 micro-batches a step" z3m z3mp 2 \
   parallel.zero_stage=3 train.global_batch=8
 check "  ... the run says the update waits for the next forward" grep -q \
-  "at ZeRO-3 each unit's piece when the next forward first gathers the unit" \
+  "each unit's part when the next forward first needs the unit" \
   "$SCRATCH/z3mp.out"
 # a checkpoint and an evaluation after every step of ZeRO-3: both read the last update
 # (the checkpoint completes what the forward has not yet asked for)
