@@ -210,12 +210,6 @@ static int shape_of(tsr_model *m, const tsr_model_spec *spec, const tsr_layout *
   m->gpt2 = sz->gpt2;
   m->recompute = sz->recompute;
   m->aoff = sz->act_offload;
-  if (m->aoff && sz->split) {
-    tsr_error("model: train.activation_offload does not run with a split backward (a "
-              "zero-bubble schedule): choose a schedule whose backward is whole, or set "
-              "train.activation_offload = .false.");
-    return TSR_ERR_INPUT;
-  }
   m->B = (int)sz->B, m->T = (int)sz->T, m->C = (int)sz->C, m->hd = (int)sz->hd;
   m->H = (int)sz->H, m->KV = (int)sz->KV, m->F = (int)sz->F, m->V = (int)sz->V;
   m->vocab = (int)mc->vocab_size;
@@ -848,11 +842,23 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     if (pw) REL(m->hooks.params_release(hc, m->head_unit));
     REL(m->hooks.grads_release(hc, head));
   }
+  /* offload: each layer's block comes back a second time (B's copy is gone), the next
+   * lower layer's while this one's weight gradients are computed, as in the backward */
+  int w = m->aoff ? win_take(m) : -1;
+  if (w >= 0) win_load(m, w, sl, base + n - 1);
   for (int q = n - 1; q >= 0; q--) {
     const int i = q0 + q, e = base + q;
     float *gr = grads_acquire(m, 1 + i);
     if (!gr) return TSR_ERR;
-    TSR_CALL(model_layer_bwd_w(m, i, gr, &sl->acts[e], &sl->w[e]));
+    layer_acts *a = &sl->acts[e];
+    if (w >= 0) {
+      const int wp = q > 0 ? win_take(m) : -1;
+      if (wp >= 0) win_load(m, wp, sl, e - 1);
+      tsr_ops_event_wait(m->win[w].ev);
+      a = &m->win[w].acts;
+      w = wp;
+    }
+    TSR_CALL(model_layer_bwd_w(m, i, gr, a, &sl->w[e]));
     REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) {

@@ -120,15 +120,6 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
               opt && act ? " and " : "", act ? "train.activation_offload = .true." : "");
     return 0;
   }
-  if (act && tsr_pp_split_backward(cfg->parallel.schedule)) {
-    if (s->rank == 0)
-      tsr_error("train.activation_offload = .true. does not run with parallel.schedule = '%s', "
-                "whose backward is split in two passes (its W pass would need every layer's "
-                "activations back a second time): choose a schedule whose backward is whole, "
-                "or set train.activation_offload = .false.",
-                tsr_deck_word(cfg, &cfg->parallel.schedule));
-    return TSR_ERR_INPUT;
-  }
   if (act && s->rank == 0)
     tsr_log("offload: every layer's stored activations go to page-locked host memory after "
             "its forward and come back ahead of its backward, on a copy stream; the GPU keeps "
