@@ -72,21 +72,19 @@ struct tsr_zero {
                   * (its device part is copied there for the norm) */
   int64_t hg0;
   void *h_compute;
-  /* The offloaded update, in pieces of piece_len elements (host_update): each piece's
-   * gradient copied to the host when it is on the device (d2h_ev, up to
-   * TSR_ZERO_D2H_AHEAD queued ahead), updated by the host's AdamW, its compute copy queued
-   * back to the device at once (h2d_ev: recorded after the last). */
+  /* The offloaded update (tsr_zero_update): the host's part of unit u (its offloaded range,
+   * upd_range) runs when the next forward first asks for u's parameters (lazy_unit, from
+   * start_gather at stage 3, hook_params_acquire below it), in pieces of piece_len
+   * elements, each piece's compute copy queued back to the device as soon as it is
+   * updated (h2d_ev after the last); lazy_left units still wait (lazy_todo[u]), with these
+   * arguments.  Without host_grads each unit's gradient was queued to the host at the
+   * update (unit_ev[u] after it; d2h_last the last queued: the next step's clearing of
+   * the gradient waits for it).  Stages 1-2 then gather the updated shard a unit at a time
+   * as the forward first asks for it (gather_todo[u]) instead of whole. */
   int64_t piece_len;
-  void *d2h_ev[TSR_ZERO_D2H_AHEAD], *h2d_ev;
-  /* Stage 3 with host_grads, and stage 0: the host's update of unit u's offloaded range
-   * (upd_range) runs when the next forward first asks for u's parameters (lazy_unit, from
-   * start_gather at stage 3, hook_params_acquire at stage 0); lazy_left units still wait
-   * (lazy_todo[u]), with these arguments.  At stage 0 each unit's gradient was queued to
-   * the host at the update (unit_ev[u] after it; d2h_last the last queued: the next
-   * step's clearing of the gradient waits for it). */
-  int lazy;
-  int lazy_left;
-  unsigned char *lazy_todo;
+  void *h2d_ev;
+  int lazy_left, gather_left;
+  unsigned char *lazy_todo, *gather_todo;
   void **unit_ev, *d2h_last;
   tsr_optim_config lz_o;
   double lz_lr, lz_scale;
@@ -296,6 +294,18 @@ static int hook_grads_release(void *ctx, int u) {
 
 /* ---------------------------------------------------------------- parameter slots */
 
+/* Stages 1-2 after a lazy update: unit u's pieces of every rank's shard, updated, to every
+ * rank (the forward asks for the units in the same order on every rank of the group). */
+static int gather_unit(tsr_zero *z, int u) {
+  void *unit = tsr_dtype_at(tsr_model_params_mut(z->model), z->dt, z->units[u].begin);
+  const size_t *cnt = unit_counts(z, u);
+  int64_t at = 0; /* this rank's block of the unit: in place */
+  for (int r = 0; r < z->shard_rank; r++) at += (int64_t)cnt[r];
+  z->gather_todo[u] = 0;
+  z->gather_left--;
+  return tsr_comm_all_gather_v(z->shard_comm, tsr_dtype_at(unit, z->dt, at), unit, cnt, z->dt);
+}
+
 static slot *find_pslot(tsr_zero *z, int u) {
   for (int i = 0; i < TSR_ZERO_PARAM_SLOTS; i++)
     if (z->pslots[i].state != SLOT_FREE && z->pslots[i].unit == u) return &z->pslots[i];
@@ -325,7 +335,8 @@ static slot *start_gather(tsr_zero *z, int u) {
 static const void *hook_params_acquire(void *ctx, int u, int next) {
   tsr_zero *z = ctx;
   if (z->stage < 3) {
-    lazy_unit(z, u); /* stage 0: the unit's range of the last update, if it waits */
+    lazy_unit(z, u); /* the unit's range of the last update, if it waits */
+    if (z->gather_left && z->gather_todo[u] && gather_unit(z, u)) return NULL;
     return tsr_dtype_at_c(tsr_model_params(z->model), z->dt, z->units[u].begin);
   }
   if (progress(z)) return NULL;
@@ -455,12 +466,11 @@ int tsr_zero_create(tsr_zero **out, const tsr_parallel_config *par, const tsr_la
     z->mem.host += hn * F;
     const long long hook = tsr_fault_int("offload_piece", 0); /* tests: several pieces */
     z->piece_len = hook >= 64 ? hook / 64 * 64 : TSR_ZERO_OFFLOAD_PIECE;
-    for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++)
-      if (!(z->d2h_ev[i] = tsr_ops_event_create())) goto fail;
     if (!(z->h2d_ev = tsr_ops_event_create())) goto fail;
-    z->lazy = (z->stage == 3 && z->host_grads) || z->stage == 0;
-    if (z->lazy && !(z->lazy_todo = tsr_calloc((size_t)z->n_units, 1))) goto fail;
-    if (z->lazy && !z->host_grads) {
+    if (!(z->lazy_todo = tsr_calloc((size_t)z->n_units, 1)) ||
+        !(z->gather_todo = tsr_calloc((size_t)z->n_units, 1)))
+      goto fail;
+    if (!z->host_grads) {
       if (!(z->unit_ev = tsr_calloc((size_t)z->n_units, sizeof *z->unit_ev))) goto fail;
       for (int u = 0; u < z->n_units; u++)
         if (!(z->unit_ev[u] = tsr_ops_event_create())) goto fail;
@@ -528,9 +538,9 @@ void tsr_zero_destroy(tsr_zero **zp) {
   tsr_zero *z = *zp;
   if (z->model) tsr_model_set_hooks(z->model, NULL);
   if (z->offload) tsr_ops_sync(); /* no copy in flight from the buffers freed below */
-  for (int i = 0; i < TSR_ZERO_D2H_AHEAD; i++) tsr_ops_event_destroy(&z->d2h_ev[i]);
   tsr_ops_event_destroy(&z->h2d_ev);
   tsr_free(&z->lazy_todo);
+  tsr_free(&z->gather_todo);
   for (int u = 0; z->unit_ev && u < z->n_units; u++) tsr_ops_event_destroy(&z->unit_ev[u]);
   tsr_free(&z->unit_ev);
   for (int i = 0; i < TSR_ZERO_GRAD_SLOTS; i++) {
@@ -660,7 +670,7 @@ static int reduce_deferred(tsr_zero *z) {
 }
 
 int tsr_zero_begin_step(tsr_zero *z) {
-  /* stage 0's lazy update: its gradient copies to the host are read before it is cleared */
+  /* a lazy update's gradient copies to the host (stages 0-1) are read before it is cleared */
   if (z->lazy_left && z->d2h_last) tsr_ops_event_wait(z->d2h_last);
   tsr_model_zero_grads(z->model);
   if (z->deferred_buf)
@@ -773,38 +783,27 @@ int tsr_zero_publish_params(tsr_zero *z) {
   const int64_t nd = z->split - z->a0;
   if (c && nd > 0 && !z->master_is_compute) tsr_model_to_compute(z->model, c, z->master, nd);
   if (c && z->offload) offload_to_compute(z);
+  if (z->gather_left) memset(z->gather_todo, 0, (size_t)z->n_units), z->gather_left = 0;
   return gather_params(z);
 }
 
-/* Queue piece k of [p, q)'s gradient (dg, op memory) to its place in h_grad. */
-static void d2h_piece(tsr_zero *z, int64_t p, int64_t q, const float *dg, int64_t k) {
-  const int64_t a = p + k * z->piece_len, b = min64(q, a + z->piece_len);
-  tsr_ops_copy_async(z->h_grad + (a - z->hg0), dg + (a - p), (size_t)(b - a) * sizeof(float),
-                     z->d2h_ev[k % TSR_ZERO_D2H_AHEAD]);
-}
-
-/* The host's AdamW over [p, q) of the offloaded part [split, a1), in pieces of piece_len.
- * dg: the gradient of [p, q) in op memory, whose first TSR_ZERO_D2H_AHEAD pieces the
- * caller queued to h_grad (d2h_piece), the rest queued here as pieces are taken; NULL: it
- * is in h_grad already (host_grads), each piece then cleared once used when `clear` (the
- * lazy update: the next step accumulates there meanwhile).  Each piece's new compute copy
- * (fp32: the master) is queued to the device right behind its update; the ops queued from
- * then on wait for the last. */
-static void host_update(tsr_zero *z, int64_t p, int64_t q, const float *dg, int clear,
-                        const tsr_optim_config *o, double lr, int64_t t, double scale) {
+/* The host's AdamW over [p, q) of the offloaded part [split, a1), its gradient in h_grad,
+ * in pieces of piece_len; with host_grads each piece's gradient is cleared once used (the
+ * next step accumulates there meanwhile).  Each piece's new compute copy (fp32: the
+ * master) is queued to the device right behind its update, so the copies overlap the
+ * host's work; the ops queued from then on wait for the last. */
+static void host_update(tsr_zero *z, int64_t p, int64_t q) {
   const int64_t P = z->piece_len, n = (q - p + P - 1) / P;
   for (int64_t k = 0; k < n; k++) {
     const int64_t a = p + k * P, b = min64(q, a + P), i = a - z->split;
     float *g = z->h_grad + (a - z->hg0);
-    if (dg) tsr_ops_event_sync(z->d2h_ev[k % TSR_ZERO_D2H_AHEAD]);
     void *hc = tsr_dtype_at(z->h_compute, z->dt, i); /* NULL in fp32 */
-    tsr_optim_adamw_range_host(o, z->lay, a, b, z->h_master + i, z->h_m + i, z->h_v + i, g, lr,
-                               t, scale, hc, z->dt);
-    if (clear) memset(g, 0, (size_t)(b - a) * sizeof(float));
+    tsr_optim_adamw_range_host(&z->lz_o, z->lay, a, b, z->h_master + i, z->h_m + i, z->h_v + i,
+                               g, z->lz_lr, z->lz_t, z->lz_scale, hc, z->dt);
+    if (z->host_grads) memset(g, 0, (size_t)(b - a) * sizeof(float));
     tsr_ops_copy_async(tsr_dtype_at(compute_shard(z), z->dt, a - z->a0),
                        hc ? hc : (void *)(z->h_master + i), (size_t)(b - a) * z->esz,
                        z->h2d_ev);
-    if (dg && k + TSR_ZERO_D2H_AHEAD < n) d2h_piece(z, p, q, dg, k + TSR_ZERO_D2H_AHEAD);
   }
   tsr_ops_event_wait(z->h2d_ev);
 }
@@ -820,15 +819,15 @@ static void upd_range(const tsr_zero *z, int u, int64_t *a, int64_t *b) {
   *b = min64(*b, z->a1);
 }
 
-/* The lazy update of unit u's range, if it still waits: its gradient on the host (stage
- * 0: waited for), the host's AdamW, the compute copy back to the device (the ops that
- * follow, the gather or the layer, wait for it). */
+/* The lazy update of unit u's range, if it still waits: its gradient on the host (without
+ * host_grads: its copy waited for), the host's AdamW, the compute copy back to the device
+ * (the ops that follow, the gather or the layer, wait for it). */
 static void lazy_unit(tsr_zero *z, int u) {
   if (!z->lazy_left || !z->lazy_todo[u]) return;
   int64_t a, b;
   upd_range(z, u, &a, &b);
   if (z->unit_ev) tsr_ops_event_sync(z->unit_ev[u]);
-  host_update(z, a, b, NULL, z->host_grads, &z->lz_o, z->lz_lr, z->lz_t, z->lz_scale);
+  host_update(z, a, b);
   z->lazy_todo[u] = 0;
   z->lazy_left--;
 }
@@ -841,16 +840,14 @@ static void settle(tsr_zero *z) {
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale) {
   settle(z);
-  const int64_t a = z->a0, s = z->split, b = z->a1;
+  const int64_t a = z->a0, s = z->split;
   const float *g = reduced_grads(z);
   void *c = compute_shard(z);
+  /* offloaded: each unit's gradient starts to the host first (there already with
+   * host_grads), so that the copies run beside the device's AdamW */
   if (z->offload) tsr_ops_event_sync(z->h2d_ev); /* the last copies back are done */
-  /* the offloaded part's gradient starts to the host first (there already with
-   * host_grads), so that its copies run beside the device's AdamW: stage 0's lazy update
-   * a unit at a time, else the first pieces */
-  const float *dg = z->offload && !z->host_grads ? g + (s - a) : NULL;
   z->d2h_last = NULL;
-  for (int u = 0; dg && z->lazy && u < z->n_units; u++) {
+  for (int u = 0; z->offload && !z->host_grads && u < z->n_units; u++) {
     int64_t pa, pb;
     upd_range(z, u, &pa, &pb);
     if (pb <= pa) continue;
@@ -858,26 +855,26 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
                        (size_t)(pb - pa) * sizeof(float), z->unit_ev[u]);
     z->d2h_last = z->unit_ev[u];
   }
-  for (int64_t k = 0; dg && !z->lazy && k < TSR_ZERO_D2H_AHEAD && s + k * z->piece_len < b; k++)
-    d2h_piece(z, s, b, dg, k);
   /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
    * over the shard */
   if (s > a)
     tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
-  if (z->lazy) { /* each unit's range when the next forward first needs the unit */
-    z->lz_o = *o;
-    z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
-    for (int u = 0; u < z->n_units; u++) {
-      int64_t pa, pb;
-      upd_range(z, u, &pa, &pb);
-      z->lazy_todo[u] = pb > pa;
-      z->lazy_left += z->lazy_todo[u];
-    }
-    return 0; /* stages 0 and 3: no gather of the whole shard */
+  if (!z->offload) return gather_params(z);
+  /* the host's part of each unit when the next forward first needs the unit, and at
+   * stages 1-2 each unit's gather then too (the device's part included) */
+  z->lz_o = *o;
+  z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
+  z->gather_left = 0;
+  for (int u = 0; u < z->n_units; u++) {
+    int64_t pa, pb;
+    upd_range(z, u, &pa, &pb);
+    z->lazy_todo[u] = pb > pa;
+    z->lazy_left += z->lazy_todo[u];
+    z->gather_todo[u] = z->stage == 1 || z->stage == 2; /* every unit, pieces or not */
+    z->gather_left += z->gather_todo[u];
   }
-  if (z->offload) host_update(z, s, b, dg, 0, o, lr, t, grad_scale);
-  return gather_params(z);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- checkpoints */

@@ -64,10 +64,10 @@ int64_t tsr_zero_padded_length(int64_t n_params, int64_t shard);
  * embedding held, the unit in backward, one in flight) and, at stage 3, parameter slots
  * (the tied embedding, the current unit, the prefetched one, one spare). */
 enum { TSR_ZERO_GRAD_SLOTS = 3, TSR_ZERO_PARAM_SLOTS = 4 };
-/* The offloaded update (parallel.offload) runs in pieces of this many elements (8 MB of
- * fp32 gradient), each piece's gradient copied to the host up to TSR_ZERO_D2H_AHEAD pieces
- * ahead of the host's AdamW, its compute copy queued back as soon as it is updated. */
-enum { TSR_ZERO_OFFLOAD_PIECE = 1 << 21, TSR_ZERO_D2H_AHEAD = 3 };
+/* The host's AdamW of the offloaded update (parallel.offload) runs in pieces of this many
+ * elements (8 MB of fp32 gradient), each piece's compute copy queued back to the device as
+ * soon as it is updated. */
+enum { TSR_ZERO_OFFLOAD_PIECE = 1 << 21 };
 
 int tsr_zero_stage(const tsr_zero *z);
 int64_t tsr_zero_shard_begin(const tsr_zero *z); /* this rank's shard of the flat buffer */
@@ -124,12 +124,12 @@ int tsr_zero_reduce_grads(tsr_zero *z);
  * on every rank. */
 int tsr_zero_grad_norm(tsr_zero *z, double *norm);
 /* AdamW on this rank's shard (optimizer step t, 1-based), refreshing the shard's
- * compute-precision copy in the same pass, then the all-gather of stages 1-2.  At stage 3
- * with the reduced gradient on the host (tsr_zero_grads_on_host) the host's part of it is
- * left to the next forward: unit u's piece is updated and copied to the device when that
- * forward first gathers u, so the host's AdamW overlaps the device computing the units
- * before it; anything that reads the state (tsr_zero_state_of, the gathers, a load)
- * completes what is left first. */
+ * compute-precision copy in the same pass, then the all-gather of stages 1-2.  With
+ * parallel.offload the host's part is left to the next forward: unit u's part is updated
+ * and copied to the device when that forward first asks for u (at stages 1-2 u is then
+ * gathered alone), so the host's AdamW overlaps the device computing the units before
+ * it; anything that reads the state (tsr_zero_state_of, the gathers, a load) completes
+ * what is left first. */
 int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t,
                     double grad_scale);
 /* Master shard -> compute-precision parameters everywhere they are needed. */

@@ -22,9 +22,9 @@
 # checkpoints resume across fractions (0.5 -> 0.25 on one rank, 1 -> 0.5 and 0.5 -> none at
 # dp 2 ZeRO-3), continuing bitwise.  The update cut into many pieces (TSR_FAULT
 # offload_piece) is bitwise too: one rank in bf16 and fp32, dp 2 ZeRO-1 half offloaded, dp 2
-# ZeRO-3 where each unit's piece is updated when the next forward first gathers it (and
-# with a checkpoint and an evaluation after every step: every checkpoint and every
-# evaluation loss equal); and dp 4 as 2 shards x 2 replicas at ZeRO-3, the offloaded
+# ZeRO-3, the unit's parts updated when the next forward first asks for them (and with a
+# checkpoint and an evaluation after every step at ZeRO-1 and ZeRO-3: every checkpoint and
+# every evaluation loss equal); and dp 4 as 2 shards x 2 replicas at ZeRO-3, the offloaded
 # gradient all-reduced across the replicas on the host.  On the CPU the keys are accepted
 # with one log line; a fraction outside [0, 1] is a deck error.
 set -u
@@ -147,10 +147,9 @@ check "  ... it drops by 12 bytes an offloaded element ($m0 - $mh MB against 12 
   test $? -eq 0
 
 # The update in pieces (TSR_FAULT offload_piece: a few hundred elements instead of 2^21,
-# so that these small shards are cut into many): each piece's gradient copied to the host
-# up to 3 ahead of the host's AdamW, its compute copy queued back behind it; at ZeRO-3 each
-# unit's piece updated when the next forward first gathers the unit.  Bitwise the runs
-# without offload above.
+# so that these small shards are cut into many), each unit's part updated when the next
+# forward first asks for the unit (ZeRO 1-2: and gathered then), each piece's compute copy
+# queued back behind it.  Bitwise the runs without offload above.
 against() { # against DESCRIPTION BASE NAME NP ARGS...: NAME offloaded, against BASE
   local what=$1 base=$2 name=$3 np=$4
   shift 4
@@ -196,6 +195,16 @@ check "  ... every step's checkpoint bitwise equal" same_step_ckpts ze zep
 evals() { "$PYTHON_REF" -c "import json,sys; print([repr(d['val_loss']) for d in map(json.loads, open(sys.argv[1])) if 'val_loss' in d])" "$SCRATCH/$1/metrics.jsonl"; }
 e1=$(evals ze) e2=$(evals zep)
 echo "    evaluation losses: $e1 | $e2"
+check "  ... every evaluation loss bitwise equal (3 of them)" test "$e1" = "$e2" -a "$(echo "$e1" | tr -cd ',' | wc -c)" -eq 2
+# the same at ZeRO-1, where each unit is gathered when the forward first asks for it
+E[0]=parallel.zero_stage=1
+run ze1 cuda 2 "${E[@]}"
+check "ZeRO-1, a checkpoint and an evaluation every step: runs without offload" test $? -eq 0
+export TSR_FAULT=offload_piece=256
+against "ZeRO-1, a checkpoint and an evaluation every step" ze1 ze1p 2 "${E[@]}"
+unset TSR_FAULT
+check "  ... every step's checkpoint bitwise equal" same_step_ckpts ze1 ze1p
+e1=$(evals ze1) e2=$(evals ze1p)
 check "  ... every evaluation loss bitwise equal (3 of them)" test "$e1" = "$e2" -a "$(echo "$e1" | tr -cd ',' | wc -c)" -eq 2
 # hybrid sharding: dp 4 as 2 shards x 2 replicas at ZeRO-3; the offloaded part's reduced
 # gradient on the host, all-reduced across the replicas there
