@@ -196,11 +196,11 @@ typedef struct {
     double bubble;        /* 1 - mean busy / pipeline: the closed form's definition */
     double closed_pipeline, closed_step; /* the closed form: busy / (1 - bubble) + tail */
     double tflops_per_gpu;/* model FLOPs per step / step / GPUs */
-    double offload;       /* of the tail, the offloaded update (serial, the stage with the
-                             most) */
-    double offload_overlapped; /* the step less what overlapping it would hide: its copies
-                             and the CPU's AdamW pipelined, behind the last micro-batch's
-                             backward (not implemented) */
+    double offload;       /* of the tail, what the step pays for the offloaded update
+                             (tsr_plan_offload's tail_s, the stage with the most) */
+    double offload_overlapped; /* the step if that update were also hidden behind the last
+                             micro-batch's backward (not implemented: it needs the gradient
+                             norm first) */
     double f, b, w;       /* one micro-batch through the critical stage's chunks */
     double gemm, attention, memory, tp, cp; /* of f + b + w, by kind (cp: the exposed
                                                part of the context-parallel transfers) */

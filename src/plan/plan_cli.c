@@ -232,6 +232,39 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
             o->h2d_bytes / 1e9, p->hw.pcie_gbps);
 }
 
+/* The offloaded update of the stage with the largest shard: its three parts, how the
+ * trainer runs them (tsr_plan_offload_place's case) and what the step pays. */
+static void print_offload(FILE *out, const tsr_plan *p, const tsr_config *cfg,
+                          const tsr_plan_offload *o) {
+  const tsr_hardware *hw = &p->hw;
+  const double per_gpu = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  fprintf(out, "  offloaded update   %10.4f s  of the tail (stage %d, the largest shard), in "
+          "pieces of %.0f elements: gradient to the host %.4g s, the CPU's AdamW %.4g s (%.4g "
+          "GB, %d bytes a parameter, at %.4g GB/s a GPU: %.4g of hardware.cpu_cores = %d at "
+          "cpu_adam_gbps = %.4g, at most host_mem_gbps = %.4g over %d GPUs), compute copy "
+          "back %.4g s (one after the other %.4g s); ", o->tail_s, p->host_stage, o->piece,
+          o->d2h_s, o->cpu_s, o->cpu_bytes / 1e9, half_storage(cfg) ? 30 : 28,
+          o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
+          hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s,
+          o->serial_s);
+  if (o->where == TSR_PLAN_UPDATE_EAGER)
+    fprintf(out, "the three pipelined after the backward (ZeRO 0-1: the gradient is on the "
+            "device): the slowest plus one piece of the other two, %.4g s\n", o->update_s);
+  else
+    fprintf(out, "the gradient already on the host (copied unit by unit during the backward, "
+            "the last of %d units' copy left: %.4g s), then the CPU's AdamW and the copy back "
+            "pipelined, %.4g s%s", o->units, o->last_d2h_s, o->update_s,
+            o->where == TSR_PLAN_UPDATE_HOST_GRADS ? "\n" : "");
+  if (o->where == TSR_PLAN_UPDATE_NEXT_FORWARD)
+    fprintf(out, ", behind the next step's first forward (ZeRO-3: each unit's piece updated "
+            "as that forward first gathers the unit), %.4g s, which hides %.4g s of it\n",
+            o->first_forward_s, fmin(o->update_s, o->first_forward_s));
+  fprintf(out, "  if overlapped      %10.4f s  the step if the offloaded update were also hidden "
+          "behind the last micro-batch's backward (%.4g s less): not implemented, the update "
+          "needs the gradient norm first (clipping, the fp16 skip)\n", p->sim.offload_overlapped,
+          p->t_step - p->sim.offload_overlapped);
+}
+
 static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
   const tsr_plan_stage *st = &p->stages[p->critical];
   const tsr_hardware *hw = &p->hw;
@@ -256,23 +289,9 @@ static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           "the backward they follow\n", p->sim.reduced);
   fprintf(out, "  tail               %10.4f s  tied embedding, gradient norm, AdamW over the "
           "shard%s, parameter gathers after it\n", p->sim.tail,
-          p->sim.offload > 0 ? " (offloaded: on the CPU, between its copies)" : "");
+          p->sim.offload > 0 ? " (its offloaded part on the CPU: below)" : "");
   const tsr_plan_offload *o = &p->stages[p->host_stage].offload;
-  if (o->fraction > 0) {
-    const double per_gpu = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
-    fprintf(out, "  offloaded update   %10.4f s  of the tail, one after the other as the trainer "
-            "runs them (stage %d, the largest shard): gradient to the host %.4g s, the CPU's AdamW %.4g s (%.4g GB, "
-            "%d bytes a parameter, at %.4g GB/s a GPU: %.4g of hardware.cpu_cores = %d at "
-            "cpu_adam_gbps = %.4g, at most host_mem_gbps = %.4g over %d GPUs), compute copy "
-            "back %.4g s\n", o->serial_s, p->host_stage, o->d2h_s, o->cpu_s,
-            o->cpu_bytes / 1e9, half_storage(cfg) ? 30 : 28,
-            o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
-            hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s);
-    fprintf(out, "  if overlapped      %10.4f s  the step with the copies and the CPU's AdamW "
-            "pipelined in pieces (the slowest %.4g s) behind the last micro-batch's backward: "
-            "not implemented, the trainer runs them after it\n", p->sim.offload_overlapped,
-            o->pipelined_s);
-  }
+  if (o->fraction > 0) print_offload(out, p, cfg, o);
   fprintf(out, "  step               %10.4f s  = %.4g tokens/s, %.4g TFLOP/s per GPU, MFU %.3f\n",
           p->t_step, p->tokens_per_s, p->sim.tflops_per_gpu, p->mfu);
   char cpt[48] = "";
@@ -304,10 +323,15 @@ static void json_memory(FILE *out, const tsr_plan_memory *m) {
 }
 
 static void json_offload(FILE *out, const tsr_plan_offload *o) {
-  fprintf(out, "{\"fraction\": %.6g, \"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
+  static const char *const where[] = {"eager", "host_grads", "next_forward"};
+  fprintf(out, "{\"fraction\": %.6g, \"elements\": %.0f, \"piece\": %.0f, "
+          "\"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
           "\"cpu_bytes\": %.0f, \"d2h_s\": %.6g, \"cpu_s\": %.6g, \"h2d_s\": %.6g, "
-          "\"serial_s\": %.6g, \"pipelined_s\": %.6g}", o->fraction, o->d2h_bytes,
-          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s);
+          "\"serial_s\": %.6g, \"pipelined_s\": %.6g, \"case\": \"%s\", \"units\": %d, "
+          "\"last_d2h_s\": %.6g, \"update_s\": %.6g, \"first_forward_s\": %.6g, "
+          "\"tail_s\": %.6g}", o->fraction, o->elements, o->piece, o->d2h_bytes,
+          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s,
+          where[o->where], o->units, o->last_d2h_s, o->update_s, o->first_forward_s, o->tail_s);
 }
 
 static void json_traffic(FILE *out, const tsr_plan_traffic *t) {
