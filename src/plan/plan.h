@@ -156,6 +156,9 @@ typedef struct {
   double t_compute, t_tp, t_cp, t_pp, t_dp, t_optimizer; /* seconds; t_cp: context-parallel
                                          transfers left exposed; t_dp: the exposed part */
   tsr_plan_offload offload; /* parallel.offload: the update's copies and CPU time */
+  double act_bytes;   /* train.activation_offload (a GPU): layer blocks to the host per step,
+                         as many back (plan_cost.c) */
+  double act_exposed; /* of t_compute: their PCIe time the layers do not hide */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless

@@ -230,6 +230,12 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
             "hardware.pcie_gbps = %.4g GB/s each way)\n", "host (offload)", 1, "PCIe",
             (o->d2h_bytes + o->h2d_bytes) / 1e9, o->d2h_s + o->h2d_s, o->d2h_bytes / 1e9,
             o->h2d_bytes / 1e9, p->hw.pcie_gbps);
+  if (st->act_bytes > 0) /* the activation offload's layer blocks, behind the layers */
+    fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  to the host %.4g, back %.4g (behind the "
+            "layers' compute; %.4g s of it not hidden, in the compute time)\n",
+            "host (act offload)", 1, "PCIe", 2 * st->act_bytes / 1e9,
+            2 * tsr_plan_pcie_s(&p->hw, st->act_bytes), st->act_bytes / 1e9,
+            st->act_bytes / 1e9, st->act_exposed);
 }
 
 /* The offloaded update of the stage with the largest shard: its three parts, how the
@@ -317,9 +323,10 @@ static void json_memory(FILE *out, const tsr_plan_memory *m) {
   fprintf(out, "{\"params\": %.0f, \"grads\": %.0f, \"master\": %.0f, \"optim\": %.0f, "
           "\"activations\": %.0f, \"comm\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
           "\"peak\": %.0f, \"in_flight\": %d, \"host\": {\"master\": %.0f, \"optim\": %.0f, "
-          "\"grads\": %.0f, \"staging\": %.0f, \"total\": %.0f}}", m->params, m->grads,
-          m->master, m->optim, m->activations, m->comm, m->workspace, m->total, m->peak,
-          m->in_flight, m->host_master, m->host_optim, m->host_grads, m->host_staging, m->host);
+          "\"grads\": %.0f, \"staging\": %.0f, \"acts\": %.0f, \"total\": %.0f}}", m->params,
+          m->grads, m->master, m->optim, m->activations, m->comm, m->workspace, m->total, m->peak,
+          m->in_flight, m->host_master, m->host_optim, m->host_grads, m->host_staging,
+          m->host_acts, m->host);
 }
 
 static void json_offload(FILE *out, const tsr_plan_offload *o) {
@@ -357,6 +364,8 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   json_traffic(out, st->comm);
   fprintf(out, ",\n     \"offload\": ");
   json_offload(out, &st->offload);
+  fprintf(out, ",\n     \"act_offload\": {\"bytes_to_host\": %.0f, \"bytes_back\": %.0f, "
+          "\"exposed_s\": %.6g}", st->act_bytes, st->act_bytes, st->act_exposed);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"cp\": %.6g, "
           "\"pp\": %.6g, \"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": "
           "{\"end_s\": %.6g, \"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute,
@@ -431,6 +440,11 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   json_offload(out, &p->stages[p->host_stage].offload);
   fprintf(out, ", \"tail_s\": %.6g, \"overlapped_step_s\": %.6g},\n", p->sim.offload,
           p->sim.offload_overlapped);
+  const tsr_plan_stage *cs = &p->stages[p->critical];
+  fprintf(out, "  \"act_offload\": {\"on\": %s, \"stage\": %d, \"bytes_to_host\": %.0f, "
+          "\"bytes_back\": %.0f, \"pcie_s\": %.6g, \"exposed_s\": %.6g},\n",
+          cs->act_bytes > 0 ? "true" : "false", p->critical, cs->act_bytes, cs->act_bytes,
+          2 * tsr_plan_pcie_s(hw, cs->act_bytes), cs->act_exposed);
   fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
           "\"attention_saved\": %.17g, \"recompute\": %.17g, \"executed\": %.17g, "
           "\"gemm_weights\": %lld},\n",

@@ -543,6 +543,11 @@ void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, doub
   }
 }
 
+double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block) {
+  if (layers <= 0 || block <= 0) return t;
+  return t + layers * fmax(0, tsr_plan_pcie_s(hw, block) - t / layers);
+}
+
 /* ---------------------------------------------------------------- as a profile file */
 
 void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw) {

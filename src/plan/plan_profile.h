@@ -178,6 +178,12 @@ tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *
  * chunks): sets where, units, last_d2h_s, update_s, first_forward_s and tail_s. */
 void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward);
 
+/* train.activation_offload: a chunk's time for one micro-batch, `t` seconds of compute
+ * through its `layers` layers (forward or backward), when each layer's block of `block`
+ * bytes crosses PCIe (hardware.pcie_gbps) behind the next layer's compute: t + layers x
+ * max(0, block / pcie - t / layers).  t without blocks or layers. */
+double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block);
+
 /* The profile in deck syntax: the &hardware group with every figure, as a profile file
  * holds it (`tessera plan --print-profile`). */
 void tsr_plan_profile_print(FILE *out, const tsr_hardware *hw);

@@ -37,11 +37,17 @@
  *     or 8 bytes a parameter of the shard off the device, 18 or 16 on the host) and for a
  *     half fraction; the CPU build's column untouched; the PCIe bytes (4 + 2 or 4 a
  *     parameter of the shard), the CPU AdamW's bytes (30 or 28) and their times at the
- *     hardware figures, the step longer by them less the device's AdamW; the built-in
- *     host figures; the host-memory verdict per node; parallel.offload holds the search;
+ *     hardware figures; the step longer by the update the trainer pipelines in pieces (at
+ *     ZeRO 1 after the backward, at ZeRO 2 with the gradient on the host already, at
+ *     ZeRO 3 behind the next first forward) less the device's AdamW, each by hand; the
+ *     gradient on the host with hybrid replicas; the built-in host figures; the
+ *     host-memory verdict per node; parallel.offload holds the search;
  * 11. the activation offload (train.activation_offload): the GPU column's activations and
  *     the host column against a layer's stored set, a row and the 256-byte-rounded block
- *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched.
+ *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched;
+ *     a chunk's forward and backward longer by what PCIe does not hide of a block a layer
+ *     (f + L max(0, block / pcie - f / L)), on a slow link, and by nothing on the H100's;
+ *     the blocks a step moves.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -986,6 +992,37 @@ static void test_offload_state(void) {
            "parameter of the shard on the host");
 }
 
+/* The activation offload's PCIe time for deck c (train.activation_offload on) on grid g,
+ * `block` bytes a layer counted by hand: chunk 0's forward and backward against the same
+ * without the offload, on the H100's 50 GB/s (a block of a few kB: hidden) and at
+ * hardware.pcie_gbps = 0.001 (1 MB/s: a block takes longer than a layer's compute), each
+ * f + L max(0, block / pcie - f / L); and the stage's blocks over a step, m L each way. */
+static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, double block) {
+  for (int slow = 0; slow < 2; slow++) {
+    tsr_config c = *on;
+    c.hardware.pcie_gbps = slow ? 0.001 : 0;
+    tsr_hardware hw;
+    tsr_plan_chunk a, b;
+    tsr_plan p;
+    memset(&p, 0, sizeof p);
+    int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, &b) ||
+             tsr_plan_make(&p, &c, &hw, g, 1);
+    c.train.activation_offload = 0;
+    rc = rc || tsr_plan_chunk_cost(&c, &hw, g, 0, &a);
+    const double L = a.layers, copy = block / (slow ? 1e6 : 50e9);
+    const double f = a.f + L * fmax(0, copy - a.f / L), bw = a.b + L * fmax(0, copy - a.b / L);
+    TU_CHECK(rc == 0 && close_to(b.f, f, 1e-12) && close_to(b.b, bw, 1e-12) &&
+                 (slow ? b.f > a.f && b.b > a.b : b.f == a.f && b.b == a.b) &&
+                 close_to(b.act_exposed, f - a.f + bw - a.b, 1e-9) &&
+                 p.stages[0].act_bytes == g->micro_batches * L * block,
+             "  ... PCIe at %s: a block of %.0f bytes a layer in %.4g us; chunk 0 (%.0f layers) "
+             "forward %.4g -> %.4g us, backward %.4g -> %.4g us; %d micro-batches move %.0f "
+             "bytes each way", slow ? "1 MB/s" : "50 GB/s", block, copy * 1e6, L, a.f * 1e6,
+             b.f * 1e6, a.b * 1e6, b.b * 1e6, g->micro_batches, p.stages[0].act_bytes);
+    tsr_plan_destroy(&p);
+  }
+}
+
 /* train.activation_offload: stage 0 of a llama of 4 layers on pp 2 (1F1B, 2 layers a
  * stage), d_model 64, 4 heads of 16 (2 KV heads), d_ff 160, micro-batches of 2 x 32 tokens,
  * in bf16 and fp32 and every recompute mode.  By hand: a layer's stored set (norm outputs,
@@ -1041,6 +1078,7 @@ static void test_activation_offload(void) {
                "unchanged", half ? "bf16" : "fp32", mode[r], s, L,
                g0.activations - g1.activations, set, row, block, s * L * block, g1.host_acts,
                g1.host - g0.host);
+      act_offload_time(&c, &g, block);
     }
 }
 
