@@ -223,7 +223,7 @@ enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_CP, TSR_PLAN_FIX_CP_COMM, TSR_PLAN_FIX_PP,
        TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
        TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
        TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
-       TSR_PLAN_FIX_OFFLOAD, TSR_PLAN_N_SEARCHED };
+       TSR_PLAN_FIX_OFFLOAD, TSR_PLAN_FIX_ACT_OFFLOAD, TSR_PLAN_N_SEARCHED };
 /* The searched keys that `group.key=value` overrides name (bit k: key k), matched as the
  * deck matches keys, whatever their case; the search holds those at the deck's value. */
 unsigned tsr_plan_search_fixed(int n, char *const *overrides);
@@ -238,7 +238,10 @@ typedef struct {
  * node count (up to 65536) with a layout that fits, and its fastest.  cp > 1 is tried for
  * seq_len >= 16384, and for shorter sequences when nothing fits without it; then, when
  * still nothing fits, the optimizer offload (parallel.offload = 'optimizer' at every ZeRO stage;
- * not on hardware 'cpu', where it moves nothing).  *any_fit: some layout fits on o->nodes. */
+ * not on hardware 'cpu', where it moves nothing); then, when nothing fits even so, the
+ * activation offload as well (train.activation_offload, never with a split backward: the
+ * trainer refuses the zero-bubble schedules with it).  A key the command line holds is not
+ * searched.  *any_fit: some layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

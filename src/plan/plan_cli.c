@@ -510,15 +510,18 @@ static void plan_usage(FILE *out) {
           "  --search        rank every layout that fits (the K fastest, default 10), with\n"
           "                  context parallelism when seq_len >= 16384 or nothing fits\n"
           "                  without it, then the optimizer offload when still nothing\n"
-          "                  fits.  A group.key=value of a key it varies holds it:\n"
-          "                  parallel.{tp, cp, cp_comm, pp, virtual_stages, schedule,\n"
-          "                  sequence_parallel, zero_stage, shard_scope, micro_batches,\n"
-          "                  offload}, train.{micro_batch, recompute}.  When nothing fits,\n"
+          "                  fits, then the activation offload as well when nothing fits\n"
+          "                  even so (never with the zero-bubble schedules, which the\n"
+          "                  trainer refuses with it).  A group.key=value of a key it\n"
+          "                  varies holds it: parallel.{tp, cp, cp_comm, pp,\n"
+          "                  virtual_stages, schedule, sequence_parallel, zero_stage,\n"
+          "                  shard_scope, micro_batches, offload}, train.{micro_batch,\n"
+          "                  recompute, activation_offload}.  When nothing fits,\n"
           "                  it names the smallest larger node count at which a layout does\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
           "                  most F x hardware.hbm_gb (0 < F <= 1, default 1); with\n"
-          "                  parallel.offload a node's host memory must also fit in\n"
-          "                  hardware.host_memory_gb\n"
+          "                  parallel.offload or train.activation_offload a node's host\n"
+          "                  memory must also fit in hardware.host_memory_gb\n"
           "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
           "                  layout fits); without it a plan exits 0 either way\n"
           "  exit codes: 0 planned, 2 bad input or a layout that does not divide, 3 does not\n"
@@ -652,7 +655,7 @@ static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
       "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
-      "parallel.micro_batches=0", NULL, NULL};
+      "parallel.micro_batches=0", NULL, NULL, NULL};
   static char schedule[64];
   if (k != TSR_PLAN_FIX_SCHEDULE) return fixed[k];
   if (!schedule[0])

@@ -47,7 +47,7 @@
  *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched;
  *     a chunk's forward and backward longer by what PCIe does not hide of a block a layer
  *     (f + L max(0, block / pcie - f / L)), on a slow link, and by nothing on the H100's;
- *     the blocks a step moves.
+ *     the blocks a step moves; train.activation_offload holds the search.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -1271,6 +1271,9 @@ static void test_offload_fit(void) {
   char *over[] = {"parallel.offload=none"};
   TU_CHECK(tsr_plan_search_fixed(1, over) == 1u << TSR_PLAN_FIX_OFFLOAD,
            "parallel.offload on the command line holds the search's offload");
+  char *act[] = {"Train.Activation_Offload = T"};
+  TU_CHECK(tsr_plan_search_fixed(1, act) == 1u << TSR_PLAN_FIX_ACT_OFFLOAD,
+           "train.activation_offload on the command line holds the search's activation offload");
 }
 
 int main(void) {
