@@ -640,9 +640,9 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
    * it again with the replay's); the device's AdamW over the rest runs beside it */
   tsr_plan_offload_place(&s->offload, zs, units, s->t_compute / (3.0 * g->micro_batches));
   const tsr_plan_offload *o = &s->offload;
-  const double device = o->elements < own ? tsr_plan_stream_s(hw, (own - o->elements) *
-                                                                     (28.0 + (half_precision(cfg) ? 2 : 4)))
-                                           : 0;
+  const double e = half_precision(cfg) ? 2 : 4;
+  const double device =
+      o->elements < own ? tsr_plan_stream_s(hw, (own - o->elements) * (28.0 + e)) : 0;
   s->t_optimizer = fmax(device + o->last_d2h_s, o->tail_s);
   return 0;
 }

@@ -252,7 +252,8 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
           c.parallel.cp_comm = one_comm ? deck->parallel.cp_comm : cc ? TSR_CP_A2A : TSR_CP_P2P;
           for (int i = 0; i < n_pipes; i++) {
             if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
-            const tsr_schedule_choice kind = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
+            const tsr_schedule_choice kind =
+                FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
             if (c.train.activation_offload && tsr_pp_split_backward(kind))
               continue; /* the trainer refuses it (session.c): a second trip for every block */
             c.parallel.tp = tp;
@@ -394,7 +395,8 @@ static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
         continue;
       candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp, tries[t][0], tries[t][1]};
       rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
-      if (!rc && probe.fit) out->count = list[i], out->offload = tries[t][0], out->act = tries[t][1];
+      if (!rc && probe.fit)
+        out->count = list[i], out->offload = tries[t][0], out->act = tries[t][1];
       tsr_free(&probe.c);
     }
   tsr_free(&list);
@@ -757,7 +759,8 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
       printf("activation offload tried as well, as nothing fits%s: train.activation_offload = "
              ".true., every layer's stored activations in page-locked host memory between its "
              "forward and its backward (with a schedule whose backward is whole: never the "
-             "zero-bubble ones)\n", FIXED(OFFLOAD) ? " without it" : " with the optimizer offload alone");
+             "zero-bubble ones)\n",
+             FIXED(OFFLOAD) ? " without it" : " with the optimizer offload alone");
     print_fixed(cfg, o->fixed, 0);
     if (rows) print_table_head();
     for (int i = 0; i < rows; i++) {
