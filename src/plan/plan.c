@@ -243,14 +243,15 @@ static double other_books(const part *p, int64_t S) {
 
 /* zero.c's buffers besides the state: the shard a reduce-scatter lands in, the unit
  * slots of stages 2-3, the tied unit's accumulator. */
-/* zero.c's host_grads: at ZeRO 2-3 offloaded (fraction off) without hybrid replicas, the
+/* zero.c's host_grads: at ZeRO 2-3 offloaded (fraction off), with or without hybrid
+ * replicas (whose all-reduce of the offloaded part then runs over host memory), the
  * reduced gradient of the offloaded part lives on the host only, the device's shard only
  * covering the rest; each gradient slot then has a landing area of the largest piece of a
  * unit in a shard (at most a unit, at most the shard) instead of one shard-long area.
  * (zero.c's host gradient also starts at the norm range across the split, if any: up to
  * a tensor more, not counted.) */
 static int grads_on_host(const tsr_config *cfg, const tsr_plan_grid *g, double off) {
-  return cfg->parallel.zero_stage >= 2 && off > 0 && g->replicate == 1;
+  return cfg->parallel.zero_stage >= 2 && off > 0;
 }
 
 static double zero_buffers(const tsr_config *cfg, const tsr_plan_grid *g, const part *p,
@@ -605,13 +606,14 @@ static double link_time(const tsr_hardware *hw, const tsr_plan_traffic *t, doubl
  * the critical path; gradient reductions overlap backward (stages 0-1: the last
  * micro-batch's; 2-3: every one's); stage 3's gathers overlap compute; stages 1-2 gather
  * after the update, and the hybrid copies' all-reduce follows the reduction: those are
- * exposed.  AdamW streams the shard's master, m, v and gradient in and out of HBM. */
+ * exposed.  AdamW streams the shard's master, m, v and gradient in and out of HBM; with
+ * parallel.offload the offloaded part's update runs beside it (tsr_plan_offload_place). */
 static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_grid *g,
-                       int stage, tsr_plan_stage *s) {
+                       int stage, int units, tsr_plan_stage *s) {
   const int zs = (int)cfg->parallel.zero_stage;
   const tsr_plan_traffic *dp = &s->comm[zs == 0 ? TSR_PLAN_DP : TSR_PLAN_DP_SHARD];
   const tsr_plan_traffic *tied = &s->comm[TSR_PLAN_TIED], *rep = &s->comm[TSR_PLAN_DP_REPLICATE];
-  s->t_compute = s->t_tp = s->t_cp = 0;
+  s->t_compute = s->t_tp = s->t_cp = s->act_bytes = s->act_exposed = 0;
   for (int c = 0; c < g->pp * g->v; c++) {
     if (tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c) != stage) continue;
     tsr_plan_chunk ch;
@@ -620,6 +622,8 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
     s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp - cp);
     s->t_tp += g->micro_batches * tp;
     s->t_cp += g->micro_batches * cp;
+    s->act_bytes += g->micro_batches * ch.layers * ch.act_block; /* each way */
+    s->act_exposed += g->micro_batches * ch.act_exposed;
   }
   s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;
   const double backward = 2.0 / 3.0 * s->t_compute * (zs < 2 ? 1.0 / g->micro_batches : 1.0);
@@ -632,9 +636,14 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   /* Adam holds 8 bytes per element, on the device or the host */
   const double own = (s->mem[TSR_PLAN_GPU].optim + s->mem[TSR_PLAN_GPU].host_optim) / 8;
   s->offload = tsr_plan_offload_of(cfg, hw, own);
-  s->t_optimizer = tsr_plan_stream_s(hw, (own - tsr_plan_offloaded(own, s->offload.fraction)) *
-                                             (28.0 + (half_precision(cfg) ? 2 : 4))) +
-                   s->offload.serial_s;
+  /* placed with a third of a micro-batch's compute as the first forward (plan_sim.c places
+   * it again with the replay's); the device's AdamW over the rest runs beside it */
+  tsr_plan_offload_place(&s->offload, zs, units, s->t_compute / (3.0 * g->micro_batches));
+  const tsr_plan_offload *o = &s->offload;
+  const double e = half_precision(cfg) ? 2 : 4;
+  const double device =
+      o->elements < own ? tsr_plan_stream_s(hw, (own - o->elements) * (28.0 + e)) : 0;
+  s->t_optimizer = fmax(device + o->last_d2h_s, o->tail_s);
   return 0;
 }
 
@@ -662,7 +671,7 @@ static int plan_stage(tsr_plan *p, const tsr_config *cfg, const part *pt, int s,
   const double tokens = stage_tokens(cfg, &p->grid);
   st->recompute_flops = tokens * stage_recompute(cfg, &p->grid, pt);
   st->flops = tokens * 3.0 * stage_forward(cfg, &p->grid, pt) + st->recompute_flops;
-  TSR_CALL(stage_times(cfg, &p->hw, &p->grid, s, st));
+  TSR_CALL(stage_times(cfg, &p->hw, &p->grid, s, pt->layers + pt->first + pt->last, st));
   st->layers = pt->layers;
   st->done = 1;
   return 0;

@@ -156,6 +156,9 @@ typedef struct {
   double t_compute, t_tp, t_cp, t_pp, t_dp, t_optimizer; /* seconds; t_cp: context-parallel
                                          transfers left exposed; t_dp: the exposed part */
   tsr_plan_offload offload; /* parallel.offload: the update's copies and CPU time */
+  double act_bytes;   /* train.activation_offload (a GPU): layer blocks to the host per step,
+                         as many back (plan_cost.c) */
+  double act_exposed; /* of t_compute: their PCIe time the layers do not hide */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */
   int done;           /* evaluated (a search evaluates stages 0, 1 and pp - 1 only, unless
@@ -196,11 +199,11 @@ typedef struct {
     double bubble;        /* 1 - mean busy / pipeline: the closed form's definition */
     double closed_pipeline, closed_step; /* the closed form: busy / (1 - bubble) + tail */
     double tflops_per_gpu;/* model FLOPs per step / step / GPUs */
-    double offload;       /* of the tail, the offloaded update (serial, the stage with the
-                             most) */
-    double offload_overlapped; /* the step less what overlapping it would hide: its copies
-                             and the CPU's AdamW pipelined, behind the last micro-batch's
-                             backward (not implemented) */
+    double offload;       /* of the tail, what the step pays for the offloaded update
+                             (tsr_plan_offload's tail_s, the stage with the most) */
+    double offload_overlapped; /* the step if that update were also hidden behind the last
+                             micro-batch's backward (not implemented: it needs the gradient
+                             norm first) */
     double f, b, w;       /* one micro-batch through the critical stage's chunks */
     double gemm, attention, memory, tp, cp; /* of f + b + w, by kind (cp: the exposed
                                                part of the context-parallel transfers) */
@@ -220,7 +223,7 @@ enum { TSR_PLAN_FIX_TP, TSR_PLAN_FIX_CP, TSR_PLAN_FIX_CP_COMM, TSR_PLAN_FIX_PP,
        TSR_PLAN_FIX_VIRTUAL_STAGES, TSR_PLAN_FIX_SCHEDULE,
        TSR_PLAN_FIX_SEQUENCE_PARALLEL, TSR_PLAN_FIX_ZERO, TSR_PLAN_FIX_SHARD_SCOPE,
        TSR_PLAN_FIX_MICRO_BATCH, TSR_PLAN_FIX_MICRO_BATCHES, TSR_PLAN_FIX_RECOMPUTE,
-       TSR_PLAN_FIX_OFFLOAD, TSR_PLAN_N_SEARCHED };
+       TSR_PLAN_FIX_OFFLOAD, TSR_PLAN_FIX_ACT_OFFLOAD, TSR_PLAN_N_SEARCHED };
 /* The searched keys that `group.key=value` overrides name (bit k: key k), matched as the
  * deck matches keys, whatever their case; the search holds those at the deck's value. */
 unsigned tsr_plan_search_fixed(int n, char *const *overrides);
@@ -235,7 +238,10 @@ typedef struct {
  * node count (up to 65536) with a layout that fits, and its fastest.  cp > 1 is tried for
  * seq_len >= 16384, and for shorter sequences when nothing fits without it; then, when
  * still nothing fits, the optimizer offload (parallel.offload = 'optimizer' at every ZeRO stage;
- * not on hardware 'cpu', where it moves nothing).  *any_fit: some layout fits on o->nodes. */
+ * not on hardware 'cpu', where it moves nothing); then, when nothing fits even so, the
+ * activation offload as well (train.activation_offload, never with a split backward: the
+ * trainer refuses the zero-bubble schedules with it).  A key the command line holds is not
+ * searched.  *any_fit: some layout fits on o->nodes. */
 int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_plan_search_opts *o,
                     int *any_fit);
 

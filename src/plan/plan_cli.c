@@ -230,6 +230,45 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
             "hardware.pcie_gbps = %.4g GB/s each way)\n", "host (offload)", 1, "PCIe",
             (o->d2h_bytes + o->h2d_bytes) / 1e9, o->d2h_s + o->h2d_s, o->d2h_bytes / 1e9,
             o->h2d_bytes / 1e9, p->hw.pcie_gbps);
+  if (st->act_bytes > 0) /* the activation offload's layer blocks, behind the layers */
+    fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  to the host %.4g, back %.4g (behind the "
+            "layers' compute; %.4g s of it not hidden, in the compute time)\n",
+            "host (act offload)", 1, "PCIe", 2 * st->act_bytes / 1e9,
+            2 * tsr_plan_pcie_s(&p->hw, st->act_bytes), st->act_bytes / 1e9,
+            st->act_bytes / 1e9, st->act_exposed);
+}
+
+/* The offloaded update of the stage with the largest shard: its three parts, how the
+ * trainer runs them (tsr_plan_offload_place's case) and what the step pays. */
+static void print_offload(FILE *out, const tsr_plan *p, const tsr_config *cfg,
+                          const tsr_plan_offload *o) {
+  const tsr_hardware *hw = &p->hw;
+  const double per_gpu = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  fprintf(out, "  offloaded update   %10.4f s  of the tail (stage %d, the largest shard), in "
+          "pieces of %.0f elements: gradient to the host %.4g s, the CPU's AdamW %.4g s (%.4g "
+          "GB, %d bytes a parameter, at %.4g GB/s a GPU: %.4g of hardware.cpu_cores = %d at "
+          "cpu_adam_gbps = %.4g, at most host_mem_gbps = %.4g over %d GPUs), compute copy "
+          "back %.4g s (one after the other %.4g s); ", o->tail_s, p->host_stage, o->piece,
+          o->d2h_s, o->cpu_s, o->cpu_bytes / 1e9, half_storage(cfg) ? 30 : 28,
+          o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
+          hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s,
+          o->serial_s);
+  if (o->where == TSR_PLAN_UPDATE_EAGER)
+    fprintf(out, "the three pipelined after the backward (ZeRO 0-1: the gradient is on the "
+            "device): the slowest plus one piece of the other two, %.4g s\n", o->update_s);
+  else
+    fprintf(out, "the gradient already on the host (copied unit by unit during the backward, "
+            "the last of %d units' copy left: %.4g s), then the CPU's AdamW and the copy back "
+            "pipelined, %.4g s%s", o->units, o->last_d2h_s, o->update_s,
+            o->where == TSR_PLAN_UPDATE_HOST_GRADS ? "\n" : "");
+  if (o->where == TSR_PLAN_UPDATE_NEXT_FORWARD)
+    fprintf(out, ", behind the next step's first forward (ZeRO-3: each unit's piece updated "
+            "as that forward first gathers the unit), %.4g s, which hides %.4g s of it\n",
+            o->first_forward_s, fmin(o->update_s, o->first_forward_s));
+  fprintf(out, "  if overlapped      %10.4f s  the step if the offloaded update were also hidden "
+          "behind the last micro-batch's backward (%.4g s less): not implemented, the update "
+          "needs the gradient norm first (clipping, the fp16 skip)\n", p->sim.offload_overlapped,
+          p->t_step - p->sim.offload_overlapped);
 }
 
 static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
@@ -256,23 +295,9 @@ static void print_time(FILE *out, const tsr_plan *p, const tsr_config *cfg) {
           "the backward they follow\n", p->sim.reduced);
   fprintf(out, "  tail               %10.4f s  tied embedding, gradient norm, AdamW over the "
           "shard%s, parameter gathers after it\n", p->sim.tail,
-          p->sim.offload > 0 ? " (offloaded: on the CPU, between its copies)" : "");
+          p->sim.offload > 0 ? " (its offloaded part on the CPU: below)" : "");
   const tsr_plan_offload *o = &p->stages[p->host_stage].offload;
-  if (o->fraction > 0) {
-    const double per_gpu = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
-    fprintf(out, "  offloaded update   %10.4f s  of the tail, one after the other as the trainer "
-            "runs them (stage %d, the largest shard): gradient to the host %.4g s, the CPU's AdamW %.4g s (%.4g GB, "
-            "%d bytes a parameter, at %.4g GB/s a GPU: %.4g of hardware.cpu_cores = %d at "
-            "cpu_adam_gbps = %.4g, at most host_mem_gbps = %.4g over %d GPUs), compute copy "
-            "back %.4g s\n", o->serial_s, p->host_stage, o->d2h_s, o->cpu_s,
-            o->cpu_bytes / 1e9, half_storage(cfg) ? 30 : 28,
-            o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
-            hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s);
-    fprintf(out, "  if overlapped      %10.4f s  the step with the copies and the CPU's AdamW "
-            "pipelined in pieces (the slowest %.4g s) behind the last micro-batch's backward: "
-            "not implemented, the trainer runs them after it\n", p->sim.offload_overlapped,
-            o->pipelined_s);
-  }
+  if (o->fraction > 0) print_offload(out, p, cfg, o);
   fprintf(out, "  step               %10.4f s  = %.4g tokens/s, %.4g TFLOP/s per GPU, MFU %.3f\n",
           p->t_step, p->tokens_per_s, p->sim.tflops_per_gpu, p->mfu);
   char cpt[48] = "";
@@ -298,16 +323,22 @@ static void json_memory(FILE *out, const tsr_plan_memory *m) {
   fprintf(out, "{\"params\": %.0f, \"grads\": %.0f, \"master\": %.0f, \"optim\": %.0f, "
           "\"activations\": %.0f, \"comm\": %.0f, \"workspace\": %.0f, \"total\": %.0f, "
           "\"peak\": %.0f, \"in_flight\": %d, \"host\": {\"master\": %.0f, \"optim\": %.0f, "
-          "\"grads\": %.0f, \"staging\": %.0f, \"total\": %.0f}}", m->params, m->grads,
-          m->master, m->optim, m->activations, m->comm, m->workspace, m->total, m->peak,
-          m->in_flight, m->host_master, m->host_optim, m->host_grads, m->host_staging, m->host);
+          "\"grads\": %.0f, \"staging\": %.0f, \"acts\": %.0f, \"total\": %.0f}}", m->params,
+          m->grads, m->master, m->optim, m->activations, m->comm, m->workspace, m->total, m->peak,
+          m->in_flight, m->host_master, m->host_optim, m->host_grads, m->host_staging,
+          m->host_acts, m->host);
 }
 
 static void json_offload(FILE *out, const tsr_plan_offload *o) {
-  fprintf(out, "{\"fraction\": %.6g, \"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
+  static const char *const where[] = {"eager", "host_grads", "next_forward"};
+  fprintf(out, "{\"fraction\": %.6g, \"elements\": %.0f, \"piece\": %.0f, "
+          "\"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
           "\"cpu_bytes\": %.0f, \"d2h_s\": %.6g, \"cpu_s\": %.6g, \"h2d_s\": %.6g, "
-          "\"serial_s\": %.6g, \"pipelined_s\": %.6g}", o->fraction, o->d2h_bytes,
-          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s);
+          "\"serial_s\": %.6g, \"pipelined_s\": %.6g, \"case\": \"%s\", \"units\": %d, "
+          "\"last_d2h_s\": %.6g, \"update_s\": %.6g, \"first_forward_s\": %.6g, "
+          "\"tail_s\": %.6g}", o->fraction, o->elements, o->piece, o->d2h_bytes,
+          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s,
+          where[o->where], o->units, o->last_d2h_s, o->update_s, o->first_forward_s, o->tail_s);
 }
 
 static void json_traffic(FILE *out, const tsr_plan_traffic *t) {
@@ -333,6 +364,8 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   json_traffic(out, st->comm);
   fprintf(out, ",\n     \"offload\": ");
   json_offload(out, &st->offload);
+  fprintf(out, ",\n     \"act_offload\": {\"bytes_to_host\": %.0f, \"bytes_back\": %.0f, "
+          "\"exposed_s\": %.6g}", st->act_bytes, st->act_bytes, st->act_exposed);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"cp\": %.6g, "
           "\"pp\": %.6g, \"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": "
           "{\"end_s\": %.6g, \"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute,
@@ -407,6 +440,11 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   json_offload(out, &p->stages[p->host_stage].offload);
   fprintf(out, ", \"tail_s\": %.6g, \"overlapped_step_s\": %.6g},\n", p->sim.offload,
           p->sim.offload_overlapped);
+  const tsr_plan_stage *cs = &p->stages[p->critical];
+  fprintf(out, "  \"act_offload\": {\"on\": %s, \"stage\": %d, \"bytes_to_host\": %.0f, "
+          "\"bytes_back\": %.0f, \"pcie_s\": %.6g, \"exposed_s\": %.6g},\n",
+          cs->act_bytes > 0 ? "true" : "false", p->critical, cs->act_bytes, cs->act_bytes,
+          2 * tsr_plan_pcie_s(hw, cs->act_bytes), cs->act_exposed);
   fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
           "\"attention_saved\": %.17g, \"recompute\": %.17g, \"executed\": %.17g, "
           "\"gemm_weights\": %lld},\n",
@@ -472,15 +510,18 @@ static void plan_usage(FILE *out) {
           "  --search        rank every layout that fits (the K fastest, default 10), with\n"
           "                  context parallelism when seq_len >= 16384 or nothing fits\n"
           "                  without it, then the optimizer offload when still nothing\n"
-          "                  fits.  A group.key=value of a key it varies holds it:\n"
-          "                  parallel.{tp, cp, cp_comm, pp, virtual_stages, schedule,\n"
-          "                  sequence_parallel, zero_stage, shard_scope, micro_batches,\n"
-          "                  offload}, train.{micro_batch, recompute}.  When nothing fits,\n"
+          "                  fits, then the activation offload as well when nothing fits\n"
+          "                  even so (never with the zero-bubble schedules, which the\n"
+          "                  trainer refuses with it).  A group.key=value of a key it\n"
+          "                  varies holds it: parallel.{tp, cp, cp_comm, pp,\n"
+          "                  virtual_stages, schedule, sequence_parallel, zero_stage,\n"
+          "                  shard_scope, micro_batches, offload}, train.{micro_batch,\n"
+          "                  recompute, activation_offload}.  When nothing fits,\n"
           "                  it names the smallest larger node count at which a layout does\n"
           "  --max-mem-frac  fit only when the GPU's peak plus hardware.reserved_gb is at\n"
           "                  most F x hardware.hbm_gb (0 < F <= 1, default 1); with\n"
-          "                  parallel.offload a node's host memory must also fit in\n"
-          "                  hardware.host_memory_gb\n"
+          "                  parallel.offload or train.activation_offload a node's host\n"
+          "                  memory must also fit in hardware.host_memory_gb\n"
           "  --require-fit   exit 3 when the plan does not fit (with --search: when no\n"
           "                  layout fits); without it a plan exits 0 either way\n"
           "  exit codes: 0 planned, 2 bad input or a layout that does not divide, 3 does not\n"
@@ -614,7 +655,7 @@ static const char *neutral(int k) {
   static const char *const fixed[TSR_PLAN_N_SEARCHED] = {
       "parallel.tp=1", "parallel.cp=1", NULL, "parallel.pp=1", "parallel.virtual_stages=1", NULL,
       "parallel.sequence_parallel=F", NULL, "parallel.shard_scope=global", "train.micro_batch=1",
-      "parallel.micro_batches=0", NULL, NULL};
+      "parallel.micro_batches=0", NULL, NULL, NULL};
   static char schedule[64];
   if (k != TSR_PLAN_FIX_SCHEDULE) return fixed[k];
   if (!schedule[0])

@@ -28,7 +28,9 @@
  * its gradient there), and the head's input-gradient sum over tp.  Values are in the
  * storage type (2 bytes for bf16 and fp16, 4 for fp32).  Document masking scales the
  * attention's time by the share of its pairs it computes (tsr_plan_doc_attention_share).  Norm statistics, biases and
- * the optimizer are left out here; plan_sim.c prices AdamW. */
+ * the optimizer are left out here; plan_sim.c prices AdamW.  With train.activation_offload
+ * on a GPU each layer's block crosses PCIe once in the forward and once in the backward,
+ * overlapping the next layer (tsr_plan_act_offload_s): what it does not hide is added. */
 #include "plan_sim.h"
 
 #include <math.h>
@@ -306,6 +308,16 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
     out->b += out->w;
     out->b_tp += out->w_tp;
     out->w = out->w_tp = 0;
+  }
+  /* train.activation_offload on a GPU: each layer's block to the host in the forward and
+   * back in the backward, behind the next layer's compute (model.c's copy stream); the
+   * optimizer offload's copies share the link after the backward, not counted here */
+  if (d.act_offload && strcmp(hw->name, "cpu")) {
+    out->act_block = (double)d.offload_set;
+    const double f = tsr_plan_act_offload_s(hw, out->f, L, out->act_block);
+    const double b = tsr_plan_act_offload_s(hw, out->b, L, out->act_block);
+    out->act_exposed = f - out->f + b - out->b;
+    out->f = f, out->b = b;
   }
   /* the gradient the chunk's units hand to ZeRO */
   out->layers = L;

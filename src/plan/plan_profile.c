@@ -488,13 +488,28 @@ double tsr_plan_offloaded(double own, double f) {
   return fmin(own, ceil(f * own / 64) * 64);
 }
 
+/* Two or three stages of t[] seconds in all, pipelined in pieces of `share` of the whole:
+ * the slowest, plus one piece of each of the others (the fill and the drain). */
+static double pipelined(const double *t, int n, double share) {
+  int slow = 0;
+  for (int i = 1; i < n; i++)
+    if (t[i] > t[slow]) slow = i;
+  double s = t[slow];
+  for (int i = 0; i < n; i++)
+    if (i != slow) s += t[i] * share;
+  return s;
+}
+
 tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own) {
   tsr_plan_offload o;
   memset(&o, 0, sizeof o);
+  o.units = 1;
   o.fraction = strcmp(hw->name, "cpu") ? tsr_plan_offload_fraction(cfg) : 0;
   if (o.fraction <= 0) return o;
   const int half = cfg->train.precision != TSR_F32;
   const double e = half ? 2 : 4, x = tsr_plan_offloaded(own, o.fraction);
+  o.elements = x;
+  o.piece = fmin(TSR_PLAN_OFFLOAD_PIECE, x);
   o.d2h_bytes = 4 * x;
   o.h2d_bytes = e * x;
   o.cpu_bytes = (half ? 30 : 28) * x; /* the 16-bit copy written in AdamW's pass */
@@ -502,8 +517,35 @@ tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *
   o.h2d_s = tsr_plan_pcie_s(hw, o.h2d_bytes);
   o.cpu_s = tsr_plan_cpu_adam_s(hw, o.cpu_bytes);
   o.serial_s = o.d2h_s + o.cpu_s + o.h2d_s;
-  o.pipelined_s = fmax(o.cpu_s, fmax(o.d2h_s, o.h2d_s));
+  const double three[3] = {o.d2h_s, o.cpu_s, o.h2d_s};
+  o.pipelined_s = x > 0 ? pipelined(three, 3, o.piece / x) : 0;
+  o.update_s = o.tail_s = o.pipelined_s;
   return o;
+}
+
+void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward) {
+  o->units = units > 0 ? units : 1;
+  o->where = TSR_PLAN_UPDATE_EAGER;
+  o->last_d2h_s = o->first_forward_s = 0;
+  o->update_s = o->tail_s = o->pipelined_s;
+  if (o->fraction <= 0 || o->elements <= 0 || zero_stage < 2) return;
+  /* host_grads: the gradient crossed during the backward, unit by unit */
+  const double two[2] = {o->cpu_s, o->h2d_s};
+  o->last_d2h_s = o->d2h_s / o->units;
+  o->update_s = pipelined(two, 2, o->piece / o->elements);
+  if (zero_stage == 2) {
+    o->where = TSR_PLAN_UPDATE_HOST_GRADS;
+    o->tail_s = o->last_d2h_s + o->update_s;
+  } else {
+    o->where = TSR_PLAN_UPDATE_NEXT_FORWARD;
+    o->first_forward_s = first_forward;
+    o->tail_s = o->last_d2h_s + fmax(0, o->update_s - first_forward);
+  }
+}
+
+double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block) {
+  if (layers <= 0 || block <= 0) return t;
+  return t + layers * fmax(0, tsr_plan_pcie_s(hw, block) - t / layers);
 }
 
 /* ---------------------------------------------------------------- as a profile file */

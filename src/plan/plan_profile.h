@@ -123,22 +123,66 @@ double tsr_plan_offload_fraction(const tsr_config *cfg);
 double tsr_plan_offloaded(double own, double f);
 
 /* The optimizer offload's update of one GPU's shard (parallel.offload = 'optimizer', a
- * fraction f of its `own` elements), serial after the gradient reduction as zero.c runs it:
- * the gradient to the host (4 f own bytes), the CPU's AdamW (reading master, m, v and the
- * gradient, writing master, m, v: 28 bytes a parameter, and the 16-bit compute copy: 30),
- * the compute copy back (2 or 4 f own bytes); the device's AdamW on the rest.  All 0
- * without offload. */
+ * fraction f of its `own` elements, x of them offloaded), as zero.c runs it: the gradient
+ * to the host (4 x bytes), the CPU's AdamW (reading master, m, v and the gradient, writing
+ * master, m, v: 28 bytes a parameter, and the 16-bit compute copy: 30), the compute copy
+ * back (2 or 4 x bytes), in pieces of TSR_PLAN_OFFLOAD_PIECE elements: a piece's copy to
+ * the host queued ahead, its AdamW on the host once it is there, its copy back queued at
+ * once, so that the three overlap each other and the update takes the slowest of them plus
+ * one piece of each of the other two (filling and draining the pipe).  The device's AdamW
+ * on the rest runs meanwhile.  All 0 without offload. */
+enum { TSR_PLAN_OFFLOAD_PIECE = 1 << 21 };
+/* Where the update sits in the step (tsr_plan_offload_place):
+ *  EAGER         ZeRO 0-1: the reduced gradient is on the device after the backward; all
+ *                three pipelined after it;
+ *  HOST_GRADS    ZeRO 2: each unit's reduced gradient piece went to the host during the
+ *                backward (zero.c's host_grads); the last unit's copy is left, then the
+ *                CPU's AdamW and the copies back pipelined;
+ *  NEXT_FORWARD  ZeRO 3 with host_grads: the CPU's AdamW of unit u's piece and its copy back
+ *                run when the next step's forward first gathers unit u, behind the units
+ *                before it: the step pays what the stage's first forward does not hide. */
+typedef enum {
+  TSR_PLAN_UPDATE_EAGER = 0,
+  TSR_PLAN_UPDATE_HOST_GRADS = 1,
+  TSR_PLAN_UPDATE_NEXT_FORWARD = 2
+} tsr_plan_update_case;
 typedef struct {
   double fraction;          /* f */
+  double elements;          /* x: the offloaded elements */
+  double piece;             /* elements of a piece: min(TSR_PLAN_OFFLOAD_PIECE, x) */
   double d2h_bytes, h2d_bytes, cpu_bytes;
   double d2h_s, cpu_s, h2d_s; /* at hardware.pcie_gbps and the CPU AdamW rate */
-  double serial_s;          /* d2h + cpu + h2d: what the trainer does */
-  double pipelined_s;       /* the three in pieces, overlapped with each other (not
-                               implemented): the slowest of them */
+  double serial_s;          /* d2h + cpu + h2d: the three one after the other (reference) */
+  double pipelined_s;       /* the three pipelined in pieces: the slowest plus one piece of
+                               each of the other two (what the EAGER case pays) */
+  /* tsr_plan_offload_place: */
+  tsr_plan_update_case where;
+  int units;                /* the stage's ZeRO units (layers, embedding, head) */
+  double last_d2h_s;        /* HOST_GRADS, NEXT_FORWARD: the last unit's copy to the host,
+                               d2h / units, left after the backward */
+  double update_s;          /* what runs after the backward (and the last copy): the three
+                               pipelined (EAGER), else the CPU's AdamW and the copy back
+                               pipelined (the slower plus one piece of the other) */
+  double first_forward_s;   /* NEXT_FORWARD: the next step's first forward on the stage,
+                               which hides as much of update_s */
+  double tail_s;            /* what the step pays: update_s (EAGER); last_d2h + update_s
+                               (HOST_GRADS); last_d2h + max(0, update_s - first_forward)
+                               (NEXT_FORWARD) */
 } tsr_plan_offload;
 /* That for `own` elements of a shard (the rank's optimizer state); nothing on hardware
- * 'cpu', where the run is on the host already. */
+ * 'cpu', where the run is on the host already.  Placed as EAGER, with units 1. */
 tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own);
+/* Places the update of o in the step of a stage at ZeRO stage `zero_stage` (host_grads at
+ * 2-3 whenever something is offloaded, with or without hybrid replicas), with `units` ZeRO
+ * units and a first forward of `first_forward` seconds (one micro-batch through its
+ * chunks): sets where, units, last_d2h_s, update_s, first_forward_s and tail_s. */
+void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward);
+
+/* train.activation_offload: a chunk's time for one micro-batch, `t` seconds of compute
+ * through its `layers` layers (forward or backward), when each layer's block of `block`
+ * bytes crosses PCIe (hardware.pcie_gbps) behind the next layer's compute: t + layers x
+ * max(0, block / pcie - t / layers).  t without blocks or layers. */
+double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block);
 
 /* The profile in deck syntax: the &hardware group with every figure, as a profile file
  * holds it (`tessera plan --print-profile`). */

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "deck/deck.h"
+#include "sched/pipeline.h"
 #include "sched/registry.h"
 #include "sched/schedule.h"
 #include "plan.h"
@@ -22,7 +23,7 @@ static const char *const searched[TSR_PLAN_N_SEARCHED] = {
     "parallel.pp",         "parallel.virtual_stages",
     "parallel.schedule",   "parallel.sequence_parallel", "parallel.zero_stage",
     "parallel.shard_scope", "train.micro_batch", "parallel.micro_batches",
-    "train.recompute",     "parallel.offload"};
+    "train.recompute",     "parallel.offload", "train.activation_offload"};
 
 unsigned tsr_plan_search_fixed(int n, char *const *overrides) {
   unsigned fixed = 0;
@@ -49,7 +50,8 @@ typedef struct {
   double mem, step, mfu, tokens_per_s;
   int fits;
   int offload;         /* parallel.offload = 'optimizer' */
-  double host;         /* its page-locked bytes a node */
+  int act;             /* train.activation_offload */
+  double host;         /* the offloads' page-locked bytes a node */
   int fits_host;
   const char *schedule; /* the deck's word (tsr_deck_word: static) */
   tsr_schedule_choice kind;
@@ -64,6 +66,8 @@ typedef struct {
   int with_cp;   /* cp > 1 is tried (cp_values) */
   int offload;   /* parallel.offload = 'optimizer' with ZeRO 1-3 (unless the command line
                     holds parallel.offload) */
+  int act;       /* train.activation_offload (unless the command line holds it); never with a
+                    split backward */
 } candidates;
 
 static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
@@ -93,7 +97,8 @@ static int candidate_of(const tsr_config *c, const tsr_hardware *hw, const tsr_p
                      (int)c->train.micro_batch, r, c->parallel.sequence_parallel && g->tp > 1,
                      g->cp, c->parallel.cp_comm,
                      p.stages[p.worst[TSR_PLAN_GPU]].mem[TSR_PLAN_GPU].peak, p.t_step, p.mfu,
-                     p.tokens_per_s, p.fits, tsr_plan_offload_fraction(c) > 0, p.host_node,
+                     p.tokens_per_s, p.fits, tsr_plan_offload_fraction(c) > 0,
+                     c->train.activation_offload && strcmp(hw->name, "cpu"), p.host_node,
                      p.fits_host, tsr_deck_word(c, &c->parallel.schedule),
                      c->parallel.schedule, c->parallel.shard_scope, 0};
     k->short_gb = (k->mem + hw->reserved_gb * 1e9) / 1e9 - hw->max_mem_frac * hw->hbm_gb;
@@ -194,6 +199,7 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
     c.parallel.offload = cs->offload ? TSR_OFFLOAD_OPTIMIZER : TSR_OFFLOAD_NONE;
     if (cs->offload) c.parallel.offload_fraction = 1; /* the trainer offloads all of it */
   }
+  if (!FIXED(ACT_OFFLOAD)) c.train.activation_offload = cs->act;
   const int64_t G = hw->gpus_per_node, L = deck->model.n_layer;
   const int64_t tp_max = FIXED(TP) ? deck->parallel.tp : G;
   const int64_t pp_max = FIXED(PP) ? deck->parallel.pp : L;
@@ -246,13 +252,17 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
           c.parallel.cp_comm = one_comm ? deck->parallel.cp_comm : cc ? TSR_CP_A2A : TSR_CP_P2P;
           for (int i = 0; i < n_pipes; i++) {
             if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
+            const tsr_schedule_choice kind =
+                FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
+            if (c.train.activation_offload && tsr_pp_split_backward(kind))
+              continue; /* the trainer refuses it (session.c): a second trip for every block */
             c.parallel.tp = tp;
             c.parallel.pp = pp;
             c.parallel.virtual_stages = pipes[i].v;
             c.parallel.sequence_parallel = tp > 1;
             if (FIXED(SEQUENCE_PARALLEL))
               c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
-            c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
+            c.parallel.schedule = kind;
             TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
             if (cs->first_fit && cs->fit) return 0;
           }
@@ -275,8 +285,9 @@ static int by_fit_then_time(const void *a, const void *b) {
 /* The search on `nodes` nodes, ranked (fitting first by predicted step time, then the rest
  * by memory). */
 static int search_on(const tsr_config *deck, const tsr_hardware *hw, int nodes,
-                     const tsr_plan_search_opts *o, int with_cp, int offload, candidates *cs) {
-  *cs = (candidates){NULL, 0, 0, 0, 0, 0, with_cp, offload};
+                     const tsr_plan_search_opts *o, int with_cp, int offload, int act,
+                     candidates *cs) {
+  *cs = (candidates){NULL, 0, 0, 0, 0, 0, with_cp, offload, act};
   const int rc = search_all(deck, hw, nodes * hw->gpus_per_node, o, cs);
   if (!rc && cs->n) qsort(cs->c, (size_t)cs->n, sizeof *cs->c, by_fit_then_time);
   return rc;
@@ -356,15 +367,16 @@ static int larger_counts(const tsr_config *deck, const tsr_hardware *hw, int nod
 /* What the scan above `nodes` found: the smallest node count with a layout that fits (0:
  * none up to `up_to`; `cut`: the scan stopped at MAX_NODES, not where layouts stop
  * dividing), and there the ranked search; `offload`: with the optimizer offload, as a
- * search on that count would try it (`allow_offload`), nothing fitting there without it. */
+ * search on that count would try it (`allow_offload`), nothing fitting there without it;
+ * `act`: with the activation offload too (`allow_act`), nothing fitting without it. */
 typedef struct {
-  int count, up_to, cut, offload;
+  int count, up_to, cut, offload, act;
   candidates there;
 } larger;
 
 static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
                        const tsr_plan_search_opts *o, int with_cp, int allow_offload,
-                       larger *out) {
+                       int allow_act, larger *out) {
   const int bound = (int)(INT_MAX / hw->gpus_per_node < MAX_NODES ? INT_MAX / hw->gpus_per_node
                                                                    : MAX_NODES);
   int *list = NULL, n = 0;
@@ -375,16 +387,21 @@ static int scan_larger(const tsr_config *deck, const tsr_hardware *hw,
     fprintf(stderr, "tessera plan: nothing fits on %d node(s); trying %d larger node count(s) "
             "up to %d ...\n", o->nodes, n, list[n - 1]);
   int rc = 0;
+  /* none; the optimizer offload; the activation offload as well */
+  const int tries[3][2] = {{0, 0}, {1, 0}, {1, 1}};
   for (int i = 0; i < n && !rc && !out->count; i++)
-    for (int off = 0; off <= allow_offload && !rc && !out->count; off++) {
-      candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp, off};
+    for (int t = 0; t < 3 && !rc && !out->count; t++) {
+      if ((tries[t][0] && !tries[t][1] && !allow_offload) || (tries[t][1] && !allow_act))
+        continue;
+      candidates probe = {NULL, 0, 0, 0, 0, 1, with_cp, tries[t][0], tries[t][1]};
       rc = search_all(deck, hw, list[i] * hw->gpus_per_node, o, &probe);
-      if (!rc && probe.fit) out->count = list[i], out->offload = off;
+      if (!rc && probe.fit)
+        out->count = list[i], out->offload = tries[t][0], out->act = tries[t][1];
       tsr_free(&probe.c);
     }
   tsr_free(&list);
   if (!rc && out->count)
-    rc = search_on(deck, hw, out->count, o, with_cp, out->offload, &out->there);
+    rc = search_on(deck, hw, out->count, o, with_cp, out->offload, out->act, &out->there);
   return rc;
 }
 
@@ -397,12 +414,13 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
             "\"zero_stage\": %d, \"shard\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
             "\"sequence_parallel\": %s, \"memory_gb\": %.4f, \"step_s\": %.6g, "
             "\"tokens_per_s\": %.6g, \"mfu\": %.4f, \"fits\": %s, \"offload\": \"%s\", "
-            "\"host_gb_per_node\": %.4f, \"fits_host\": %s}", rank,
+            "\"activation_offload\": %s, \"host_gb_per_node\": %.4f, \"fits_host\": %s}", rank,
             k->tp, k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p", k->pp, k->v, k->schedule,
             k->dp, k->zero, k->shard, k->micro_batch,
             recompute_modes[k->recompute], k->sp ? "true" : "false", k->mem / 1e9, k->step,
             k->tokens_per_s, k->mfu, k->fits ? "true" : "false",
-            k->offload ? "optimizer" : "none", k->host / 1e9, k->fits_host ? "true" : "false");
+            k->offload ? "optimizer" : "none", k->act ? "true" : "false", k->host / 1e9,
+            k->fits_host ? "true" : "false");
     return;
   }
   char r[16], fit[64], cp[24], host[24];
@@ -417,7 +435,7 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
     snprintf(cp, sizeof cp, "%d/%s", k->cp, k->cp_comm == TSR_CP_A2A ? "a2a" : "p2p");
   else
     snprintf(cp, sizeof cp, "1");
-  snprintf(host, sizeof host, k->offload ? "%.0f" : "-", k->host / 1e9);
+  snprintf(host, sizeof host, k->offload || k->act ? "%.0f" : "-", k->host / 1e9);
   fprintf(out, "  %4s %3d %3d %2d %-11s %4d %-6s %4d %5d %4d %-9s %-3s %8.2f %9.3f %11.4g %6.3f "
           "%7s  %s\n", r, k->tp, k->pp, k->v, k->schedule, k->dp, cp, k->zero, k->shard,
           k->micro_batch, recompute_modes[k->recompute], k->sp ? "yes" : "no", k->mem / 1e9,
@@ -425,8 +443,8 @@ static void print_candidate(FILE *out, int rank, const candidate *k, int json) {
 }
 
 /* The columns: cp after dp, as "cp/p2p" or "cp/a2a" (1: none), so that rank, tp and pp
- * stay the first three; "host GB" the optimizer offload's page-locked memory a node ("-":
- * no offload). */
+ * stay the first three; "host GB" the offloads' page-locked memory a node ("-": no
+ * offload). */
 static void print_table_head(void) {
   printf("  %4s %3s %3s %2s %-11s %4s %-6s %4s %5s %4s %-9s %-3s %8s %9s %11s %6s %7s  %s\n",
          "rank", "tp", "pp", "v", "schedule", "dp", "cp", "zero", "shard", "mb", "recompute",
@@ -506,7 +524,9 @@ static void print_larger_text(const tsr_hardware *hw, const tsr_plan_search_opts
   printf("; the smallest node count that fits is %d (%d x %d = %d GPUs, %d layout(s) fit%s); "
          "the fastest there:\n", l->count, l->count, hw->gpus_per_node,
          l->count * hw->gpus_per_node, l->there.fit,
-         l->offload ? " with the optimizer offload, none without it" : "");
+         l->act       ? " with the optimizer and activation offloads, none without them"
+         : l->offload ? " with the optimizer offload, none without it"
+                      : "");
   print_table_head();
   print_candidate(stdout, 1, &l->there.c[0], 0);
 }
@@ -525,6 +545,7 @@ static int replan(const tsr_config *deck, const tsr_hardware *hw, int world, con
   c.parallel.shard_scope = k->scope, c.parallel.zero_stage = zero, c.parallel.micro_batches = 0;
   if (k->offload) c.parallel.offload = TSR_OFFLOAD_OPTIMIZER, c.parallel.offload_fraction = 1;
   else c.parallel.offload = TSR_OFFLOAD_NONE;
+  c.train.activation_offload = k->act;
   c.train.recompute = (tsr_recompute)recompute, c.train.micro_batch = mb;
   if (tsr_plan_layout(&c, world, hw->gpus_per_node, &g, NULL, 0)) return 1;
   return candidate_of(&c, hw, &g, out) ? 1 : 0;
@@ -562,6 +583,14 @@ static int remedies(const tsr_config *deck, const tsr_hardware *hw, int world,
       !replan(deck, hw, world, &off, b->zero, b->recompute, b->micro_batch, &r[n].k) &&
       r[n].k.mem < b->mem)
     r[n].key = "parallel.offload", r[n].value = "optimizer", r[n++].held = !!FIXED(OFFLOAD);
+  /* the activation offload (not with a split backward, which the trainer refuses with it) */
+  candidate act = *b;
+  act.act = 1;
+  if (!b->act && strcmp(hw->name, "cpu") && !tsr_pp_split_backward(b->kind) &&
+      !replan(deck, hw, world, &act, b->zero, b->recompute, b->micro_batch, &r[n].k) &&
+      r[n].k.mem < b->mem)
+    r[n].key = "train.activation_offload", r[n].value = ".true.",
+    r[n++].held = !!FIXED(ACT_OFFLOAD);
   return n;
 }
 
@@ -575,7 +604,7 @@ static void print_shortfall_text(const tsr_config *deck, const tsr_hardware *hw,
                                  const larger *l, const char *room) {
   if (!cs->n) return;
   const candidate *b = &cs->c[0]; /* sorted: the least memory first when none fits */
-  remedy r[5];
+  remedy r[6];
   const int n = remedies(deck, hw, world, o, b, r);
   if (b->short_gb > 0)
     printf("closest to fitting: %.4g GB per GPU with %.1f GB reserved, against %s: short by "
@@ -589,7 +618,8 @@ static void print_shortfall_text(const tsr_config *deck, const tsr_hardware *hw,
   printf("what would close it:\n");
   for (int i = 0; i < n; i++) {
     char what[96];
-    const char *q = r[i].value && (r[i].value[0] < '0' || r[i].value[0] > '9') ? "'" : "";
+    const char *q = r[i].value && (r[i].value[0] < '0' || r[i].value[0] > '9') &&
+                            r[i].value[0] != '.' ? "'" : ""; /* words quoted, not .true. */
     if (r[i].value)
       snprintf(what, sizeof what, "%s = %s%s%s%s", r[i].key, q, r[i].value, q,
                r[i].held ? " (held by the command line)" : "");
@@ -621,7 +651,7 @@ static void print_shortfall_json(const tsr_config *deck, const tsr_hardware *hw,
     return;
   }
   const candidate *b = &cs->c[0];
-  remedy r[5];
+  remedy r[6];
   const int n = remedies(deck, hw, world, o, b, r);
   printf("{\"short_gb\": %.4f, \"hbm_gb_needed\": %.4f, \"layout\": ", b->short_gb,
          hbm_needed(hw, b));
@@ -655,34 +685,39 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
   const int world = o->nodes * hw->gpus_per_node;
   /* cp > 1 for long sequences, or, when nothing fits without it, for any the checks take */
   int with_cp = !FIXED(CP) && cfg->model.seq_len >= CP_FROM_SEQ_LEN;
-  int rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, &cs);
+  int rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, 0, &cs);
   if (!rc && !cs.fit && !with_cp && !FIXED(CP) && cfg->model.seq_len % 4 == 0) {
     tsr_free(&cs.c);
     with_cp = 1;
-    rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, &cs);
+    rc = search_on(cfg, hw, o->nodes, o, with_cp, 0, 0, &cs);
   }
-  /* the optimizer offload, when nothing fits without it (its layouts replace the rows) */
-  int offload = 0;
-  if (!rc && !cs.fit && !FIXED(OFFLOAD) && strcmp(hw->name, "cpu")) {
+  /* the optimizer offload, when nothing fits without it (its layouts replace the rows);
+   * then the activation offload as well, when nothing fits even so */
+  const int on_gpu = strcmp(hw->name, "cpu") != 0;
+  int offload = 0, act = 0;
+  for (int t = 0; t < 2 && !rc && !cs.fit; t++) {
+    if (!on_gpu || (t == 0 ? FIXED(OFFLOAD) : FIXED(ACT_OFFLOAD))) continue;
     candidates off;
-    rc = search_on(cfg, hw, o->nodes, o, with_cp, 1, &off);
+    rc = search_on(cfg, hw, o->nodes, o, with_cp, 1, t, &off);
     if (!rc) {
       tsr_free(&cs.c);
       cs = off;
-      offload = 1;
+      offload |= t == 0, act = t;
     }
   }
   if (!rc && !cs.fit)
-    rc = scan_larger(cfg, hw, o, with_cp, !FIXED(OFFLOAD) && strcmp(hw->name, "cpu"), &more);
+    rc = scan_larger(cfg, hw, o, with_cp, !FIXED(OFFLOAD) && on_gpu, !FIXED(ACT_OFFLOAD) && on_gpu,
+                     &more);
   const int shown = cs.fit < o->top ? cs.fit : o->top;
   char room[96];
   fit_room(room, sizeof room, hw);
   if (!rc && o->json) {
     printf("{\"search\": {\"nodes\": %d, \"gpus_per_node\": %d, \"hardware\": \"%s\", "
            "\"max_mem_frac\": %.6g, \"divide\": %d, \"fit\": %d, \"cp_searched\": %s, "
-           "\"offload_searched\": %s, \"host_memory_gb\": %.6g,\n  ",
+           "\"offload_searched\": %s, \"act_offload_searched\": %s, \"host_memory_gb\": %.6g,\n  ",
            o->nodes, hw->gpus_per_node, hw->name, hw->max_mem_frac, cs.divide, cs.fit,
-           with_cp ? "true" : "false", offload ? "true" : "false", hw->host_memory_gb);
+           with_cp ? "true" : "false", offload ? "true" : "false", act ? "true" : "false",
+           hw->host_memory_gb);
     print_fixed(cfg, o->fixed, 1);
     printf(",\n  ");
     print_deck_layout(cfg, hw, world, &cs, 1, o->deck_invalid);
@@ -720,6 +755,12 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
              "'optimizer' at every ZeRO stage, the shard's master weights and Adam moments in "
              "page-locked host memory (host GB: a node's, against hardware.host_memory_gb = "
              "%.6g)\n", hw->host_memory_gb);
+    if (act)
+      printf("activation offload tried as well, as nothing fits%s: train.activation_offload = "
+             ".true., every layer's stored activations in page-locked host memory between its "
+             "forward and its backward (with a schedule whose backward is whole: never the "
+             "zero-bubble ones)\n",
+             FIXED(OFFLOAD) ? " without it" : " with the optimizer offload alone");
     print_fixed(cfg, o->fixed, 0);
     if (rows) print_table_head();
     for (int i = 0; i < rows; i++) {

@@ -240,14 +240,14 @@ static int stage_link(const tsr_plan_grid *g, int a, int b) {
 
 typedef struct {
   double *f, *b, *w, *reduce, *gather, *p2p, *end, *busy, *reduced, *elems, *first, *back;
-  int *pieces;
+  int *pieces, *units;
 } step_arrays;
 
 static void free_arrays(step_arrays *a) {
   double **d[] = {&a->f,    &a->b,    &a->w,       &a->reduce, &a->gather, &a->p2p,
                   &a->end,  &a->busy, &a->reduced, &a->elems,  &a->first, &a->back};
   for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) tsr_free(d[i]);
-  tsr_free(&a->pieces);
+  tsr_free(&a->pieces), tsr_free(&a->units);
 }
 
 static int alloc_arrays(step_arrays *a, int C, int pp) {
@@ -255,6 +255,7 @@ static int alloc_arrays(step_arrays *a, int C, int pp) {
   double **byc[] = {&a->f, &a->b, &a->w, &a->reduce, &a->gather};
   double **bys[] = {&a->p2p, &a->end, &a->busy, &a->reduced, &a->elems, &a->first, &a->back};
   int ok = (a->pieces = tsr_calloc((size_t)C, sizeof(int))) != NULL;
+  ok &= (a->units = tsr_calloc((size_t)pp, sizeof(int))) != NULL;
   for (int i = 0; i < 5; i++) ok &= (*byc[i] = tsr_calloc((size_t)C, sizeof(double))) != NULL;
   for (int i = 0; i < 7; i++) ok &= (*bys[i] = tsr_calloc((size_t)pp, sizeof(double))) != NULL;
   if (!ok) free_arrays(a);
@@ -279,6 +280,7 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
     a->gather[c] = zs == 3 ? tsr_plan_gather_s(hw, link, S, e * ch.elems) : 0;
     const int s = tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c);
     a->elems[s] += ch.elems;
+    a->units[s] += ch.units;
     a->first[s] += ch.f; /* one micro-batch's forward through the stage's chunks */
     a->back[s] += ch.b + ch.w; /* and its backward */
     if (s == p->sim.critical) {
@@ -300,17 +302,23 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
 
 /* What follows the last reduction on stage s: the gradient norm's pass over the shard,
  * AdamW over it (master, m, v and the gradient in and out, the compute copy out: 28 + 2
- * or 4 bytes per element, as plan.c counts it; with parallel.offload the offloaded part's
- * copies and the CPU's AdamW instead, one after the other, tsr_plan_offload_of: *offload,
- * and *hidden what pipelining those three behind the last micro-batch's backward
- * (`backward`) would take off), the next step's clearing of the gradient
+ * or 4 bytes per element, as plan.c counts it), the next step's clearing of the gradient
  * buffer (zero.c: the whole flat buffer at stages 0-1, the shard at 2-3), then ZeRO 1-2's
  * gather of the updated parameters, less what the profile's gather_overlap hides behind
  * the next step's first forward (Tessera: none; Megatron-LM's --overlap-param-gather
  * waits for each bucket where that forward first needs it), and the hybrid copies'
- * all-reduce. */
-static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
-                         double first_forward, double backward, double *offload,
+ * all-reduce (with the gradient on the host, its offloaded part runs over host memory:
+ * priced on the same link).
+ * With parallel.offload the offloaded part's update (tsr_plan_offload_of, placed by
+ * tsr_plan_offload_place with the stage's `units` and `first_forward`: *offload) runs
+ * beside the device's AdamW over the rest: the stage pays the longer of the two (after the
+ * last unit's copy to the host, which the device's AdamW waits for too: the gradient norm
+ * needs it).  *hidden: what hiding the offloaded update behind the last micro-batch's
+ * backward (`backward`) as well would take off, down to the device's AdamW (not
+ * implemented: the update waits for the gradient norm, which clipping and the fp16 skip
+ * need). */
+static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems, int units,
+                         double first_forward, double backward, tsr_plan_offload *offload,
                          double *hidden) {
   const tsr_plan_grid *g = &p->grid;
   const tsr_hardware *hw = &p->hw;
@@ -318,12 +326,14 @@ static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
   const double e = cfg->train.precision != TSR_F32 ? 2 : 4, own = elems / S;
   const int link = group_link(g->shard, (long)g->shard * g->tp, g->ranks_per_node);
   const int rpn = g->ranks_per_node;
-  const tsr_plan_offload o = tsr_plan_offload_of(cfg, hw, own);
-  *offload = o.serial_s;
-  *hidden = o.serial_s - fmax(0, o.pipelined_s - backward);
-  double t = tsr_plan_stream_s(hw, own * 4) +
-             (o.fraction < 1 ? tsr_plan_stream_s(hw, (1 - o.fraction) * own * (28 + e)) : 0) +
-             o.serial_s + tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
+  tsr_plan_offload o = tsr_plan_offload_of(cfg, hw, own);
+  tsr_plan_offload_place(&o, zs, units, first_forward);
+  *offload = o;
+  const double device = o.elements < own ? tsr_plan_stream_s(hw, (own - o.elements) * (28 + e)) : 0;
+  const double update = fmax(device + o.last_d2h_s, o.tail_s);
+  *hidden = update - fmax(device + o.last_d2h_s, update - backward);
+  double t = tsr_plan_stream_s(hw, own * 4) + update +
+             tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
   if (zs == 1 || zs == 2) /* behind the next step's first forward, as far as it overlaps */
     t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
                      hw->prof.gather_overlap * first_forward);
@@ -360,11 +370,15 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
     st->sim_idle = a.end[s] > 0 ? 1 - a.busy[s] / a.end[s] : 0;
     p->sim.pipeline = fmax(p->sim.pipeline, a.end[s]);
     grads = fmax(grads, a.reduced[s]);
-    double offload, hidden;
-    const double t = stage_tail(p, cfg, a.elems[s], a.first[s], a.back[s], &offload, &hidden);
+    tsr_plan_offload o;
+    double hidden;
+    const double t = stage_tail(p, cfg, a.elems[s], a.units[s], a.first[s], a.back[s], &o,
+                                &hidden);
     tail = fmax(tail, t);
     tail_ov = fmax(tail_ov, t - hidden);
-    off = fmax(off, offload);
+    off = fmax(off, o.tail_s);
+    if (st->done) /* the stage's own update (its padded shard, plan.c) placed the same way */
+      tsr_plan_offload_place(&st->offload, (int)cfg->parallel.zero_stage, a.units[s], a.first[s]);
     busy += a.busy[s] / pp;
     idle += st->sim_idle / pp;
     p->sim.idle_max = fmax(p->sim.idle_max, st->sim_idle);

@@ -20,6 +20,9 @@ typedef struct {
                               all-to-alls); both 0 without cp */
   double gemm, attention, memory; /* of f + b + w, by kind of kernel (the rest is tp) */
   double recompute;        /* of b: what recomputation runs again */
+  double act_block;        /* train.activation_offload (a GPU): one layer's block, bytes,
+                              to the host per layer in the forward, back in the backward */
+  double act_exposed;      /* of f + b: the copies' time the layers do not hide */
   double elems;            /* parameters of the chunk's units on this tp rank */
   int layers, units;       /* its layers; its ZeRO units (layers, embedding, head) */
 } tsr_plan_chunk;

@@ -53,10 +53,11 @@
 #     checked), and its printed profile reads back.
 # 13. When nothing fits, the search lists the layouts closest to fitting, each marked NO
 #     with its shortfall, then the closest one's shortfall in GB per GPU and what would
-#     close it: llm70b on one node of 8 H100s without the optimizer offload (held off by
-#     parallel.offload=none; tests/e2e/plan_offload.sh searches with it) is short by about
-#     79 GB: no memory key helps, the offload or 4 nodes do; with recompute and micro_batch held on a small GPU, releasing either
-#     one closes it.  A deck of 131072-token sequences (134 M tokens a step) is warned
+#     close it: llm70b on one node of 8 H100s without the offloads (held off by
+#     parallel.offload=none train.activation_offload=F; tests/e2e/plan_offload.sh searches
+#     with them) is short by about 79 GB: no memory key helps, the optimizer offload or 4
+#     nodes do; with recompute and micro_batch held on a small GPU (and the activation
+#     offload held off), releasing either one closes it.  A deck of 131072-token sequences (134 M tokens a step) is warned
 #     about, with the numbers, by the planner and at the start of a run.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -466,7 +467,7 @@ sys.exit(0 if ok else 1)" "$SCRATCH/cpu.json" "$SCRATCH/cpu_file.json" "$SCRATCH
 # ---- 13. nothing fits: the closest layouts, the shortfall and what closes it; the batch
 # warning
 "$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --top 3 parallel.offload=none \
-  >"$SCRATCH/short.txt" 2>&1
+  train.activation_offload=F >"$SCRATCH/short.txt" 2>&1
 rc=$?
 sed -n '/^search on/,/^nothing fits/p' "$SCRATCH/short.txt" | sed 's/^/    /'
 gb=$(sed -n 's/^closest to fitting: .* short by \([0-9.]*\) GB per GPU.*/\1/p' "$SCRATCH/short.txt")
@@ -479,14 +480,14 @@ check "  ... and what would close it: the offload (held), 4 nodes, or a GPU of a
     grep -q \"^  parallel.offload = 'optimizer' (held by the command line) *[0-9.]* GB: fits\" '$SCRATCH/short.txt' &&
     grep -q '^  a GPU with more memory (--hardware) *15[0-9.]* GB per GPU' '$SCRATCH/short.txt'"
 "$TESSERA" plan "$big" --nodes 1 --gpus-per-node 8 --search --json parallel.offload=none \
-  >"$SCRATCH/short.json" 2>&1
+  train.activation_offload=F >"$SCRATCH/short.json" 2>&1
 check "  ... the JSON gives the same shortfall" "$PYTHON_REF" -c "
 import json, sys
 c = json.load(open(sys.argv[1]))['search']['closest']
 sys.exit(0 if abs(c['short_gb'] - float(sys.argv[2])) < 0.01 and not c['layout']['fits'] else 1)" \
   "$SCRATCH/short.json" "${gb:-0}"
 "$TESSERA" plan "$tiny" --search --json "${HW[@]}" hardware.hbm_gb=0.045 model.n_layer=6 \
-  train.recompute=none train.micro_batch=4 >"$SCRATCH/held.json" 2>&1
+  train.recompute=none train.micro_batch=4 train.activation_offload=F >"$SCRATCH/held.json" 2>&1
 check "tiny with recompute none and micro_batch 4 held on 45 MB: recompute 'full' or micro_batch 1 closes it" \
   "$PYTHON_REF" -c "
 import json, sys

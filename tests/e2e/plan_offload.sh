@@ -16,7 +16,15 @@
 #     a line naming the keys and the bytes, exit 3 with --require-fit.
 #  4. Bad input: parallel.offload_fraction = 1.5 and parallel.offload = 'cpu' exit 2
 #     naming the key.
-#  5. The trainer on the emulated GPU (emu/emu-tessera.sh; skipped without g++): one rank
+#  5. The activation offload in the search: llm70b at 32768 tokens on one node of 4 H100s
+#     fits only with train.activation_offload as well as the optimizer offload; every
+#     proposed layout carries both and none a zero-bubble schedule (which the trainer
+#     refuses with it); held off on the command line, nothing fits.  The fastest planned
+#     alone: the traffic table's 'host (act offload)' row, in the JSON its layer blocks
+#     each way a step (micro-batches x the host column's blocks / slots); without the
+#     activation offload it does not fit.  On llm7b (1 x 8), where zero-bubble layouts fit,
+#     the activation offload held on drops them from the search.
+#  6. The trainer on the emulated GPU (emu/emu-tessera.sh; skipped without g++): one rank
 #     and dp 2 with ZeRO-3, bf16, offloaded; its memory line after step 1 puts the device
 #     memory in use and the page-locked host memory ZeRO allocated next to the plan's
 #     device and host columns, each within 10%.  A node without the host memory for it
@@ -111,16 +119,35 @@ for st_a, st_b in zip(a['stages'], b['stages']):
     rate = min(11.5 * 112, 394) / 8 * 1e9         # the h100 node's cores over its 8 GPUs
     ok &= abs(o['cpu_s'] - o['cpu_bytes'] / rate) <= 1e-5 * o['cpu_s']
     ok &= abs(o['serial_s'] - (o['d2h_s'] + o['cpu_s'] + o['h2d_s'])) <= 1e-5 * o['serial_s']
+    # in pieces of 2^21 elements: the slowest of the three plus one piece of the others;
+    # ZeRO 2-3 (the gradient on the host): the last unit's copy, then the CPU's AdamW and
+    # the copy back pipelined; ZeRO-3 behind the next step's first forward
+    share = min(2 ** 21, own) / own
+    t3 = [o['d2h_s'], o['cpu_s'], o['h2d_s']]
+    ok &= abs(o['pipelined_s'] - (max(t3) + (sum(t3) - max(t3)) * share)) <= 1e-5 * o['pipelined_s']
+    ok &= o['case'] == ['eager', 'eager', 'host_grads', 'next_forward'][zs]
+    if zs < 2:
+        want = o['pipelined_s']
+    else:
+        t2 = [o['cpu_s'], o['h2d_s']]
+        upd = max(t2) + min(t2) * share
+        last = o['d2h_s'] / o['units']
+        pp = a['layout']['pp']                # units: layers, the embedding, the head
+        ok &= o['units'] == st_a['layers'] + (st_a['stage'] == 0) + (st_a['stage'] == pp - 1)
+        want = last + (upd if zs == 2 else max(0, upd - o['first_forward_s']))
+    ok &= abs(o['tail_s'] - want) <= 1e-5 * want
 m = a['memory']
 u = a['offload']['update']
 print(f"    device {m['gpu']['peak'] / 1e9:.2f} GB a GPU (without offload "
       f"{b['memory']['gpu']['peak'] / 1e9:.2f}); host {m['host_per_gpu'] / 1e9:.2f} GB a GPU, "
-      f"{m['host_per_node'] / 1e9:.1f} GB a node; update {u['serial_s']:.3f} s (PCIe "
-      f"{u['d2h_s'] + u['h2d_s']:.3f}, CPU {u['cpu_s']:.3f}); step {a['time']['step_s']:.2f} s "
-      f"(overlapped {a['offload']['overlapped_step_s']:.2f})")
+      f"{m['host_per_node'] / 1e9:.1f} GB a node; update ({u['case']}) {u['tail_s']:.3f} s "
+      f"(one after the other {u['serial_s']:.3f}: PCIe {u['d2h_s'] + u['h2d_s']:.3f}, CPU "
+      f"{u['cpu_s']:.3f}); step {a['time']['step_s']:.2f} s (also behind the last backward "
+      f"{a['offload']['overlapped_step_s']:.2f})")
 ok &= m['fits'] and m['fits_host'] and m['host_per_node'] == 8 * m['host_per_gpu']
 ok &= not b['memory']['fits'] and a['offload']['offload'] == 'optimizer'
-ok &= a['offload']['overlapped_step_s'] < a['time']['step_s']
+ok &= a['offload']['overlapped_step_s'] <= a['time']['step_s']
+ok &= abs(a['offload']['tail_s'] - u['tail_s']) <= 1e-5 * u['tail_s']
 sys.exit(0 if ok else 1)
 PY
 
@@ -149,7 +176,75 @@ test $rc -eq 2 || bad "parallel.offload = 'cpu': exit $rc, not 2"
 check "parallel.offload = 'cpu': exit 2, naming the key and its choices" \
   grep -q "&parallel offload = 'cpu' is not allowed: choose one of 'none', 'optimizer'" "$SCRATCH/word.txt"
 
-# ---- 5. the trainer on the emulated GPU
+# ---- 5. the activation offload in the search
+AO=(--nodes 1 --gpus-per-node 4 model.seq_len=32768 train.global_batch=16)
+"$TESSERA" plan "$big" "${AO[@]}" --search --top 3 >"$SCRATCH/act.txt" 2>&1
+sed -n '/^search on/,/^  -- these/p' "$SCRATCH/act.txt" | cut -c1-150 | sed 's/^/    /'
+"$TESSERA" plan "$big" "${AO[@]}" --search --json >"$SCRATCH/act.json" 2>&1
+"$TESSERA" plan "$big" "${AO[@]}" --search --json train.activation_offload=F \
+  >"$SCRATCH/act_held.json" 2>&1
+check "llm70b at 32768 tokens on 1 x 4 H100: fits only with the activation offload as well; every layout carries both offloads, none a zero-bubble schedule; held off, none fits" \
+  "$PYTHON_REF" - "$SCRATCH/act.json" "$SCRATCH/act_held.json" "$SCRATCH/act.txt" <<'PY'
+import json, sys
+s, h = (json.load(open(f))['search'] for f in sys.argv[1:3])
+text = open(sys.argv[3]).read()
+l = s['layouts']
+print(f"    {s['fit']} fit; the fastest: tp {l[0]['tp']} cp {l[0]['cp']} zero {l[0]['zero_stage']} "
+      f"{l[0]['recompute']}, {l[0]['memory_gb']:.1f} GB a GPU, {l[0]['host_gb_per_node']:.0f} GB host "
+      f"a node, step {l[0]['step_s']:.1f} s; held off: {h['fit']} fit")
+ok = s['offload_searched'] and s['act_offload_searched'] and s['fit'] > 0 and l
+ok = ok and all(x['activation_offload'] and x['offload'] == 'optimizer' and x['fits'] and
+                not x['schedule'].startswith('zb') and 0 < x['host_gb_per_node'] < 2048 for x in l)
+ok = ok and h['fit'] == 0 and h['offload_searched'] and not h['act_offload_searched']
+ok = ok and h['fixed'].get('train.activation_offload') in ('F', '.false.')
+ok = ok and '\nactivation offload tried as well, as nothing fits with the optimizer offload alone' in text
+sys.exit(0 if ok else 1)
+PY
+L=$("$PYTHON_REF" -c "
+import json, sys
+x = json.load(open(sys.argv[1]))['search']['layouts'][0]
+print(f\"parallel.tp={x['tp']} parallel.cp={x['cp']} parallel.cp_comm={x['cp_comm']} parallel.pp={x['pp']} \"
+      f\"parallel.virtual_stages={x['virtual_stages']} parallel.schedule={x['schedule']} \"
+      f\"parallel.zero_stage={x['zero_stage']} train.micro_batch={x['micro_batch']} \"
+      f\"train.recompute={x['recompute']} parallel.sequence_parallel={'T' if x['sequence_parallel'] else 'F'} \"
+      f\"parallel.offload=optimizer\")" "$SCRATCH/act.json")
+read -r -a ALAY <<<"$L"
+"$TESSERA" plan "$big" "${AO[@]}" "${ALAY[@]}" train.activation_offload=T >"$SCRATCH/act_one.txt" 2>&1
+"$TESSERA" plan "$big" "${AO[@]}" "${ALAY[@]}" train.activation_offload=T --json >"$SCRATCH/act_one.json" 2>&1
+"$TESSERA" plan "$big" "${AO[@]}" "${ALAY[@]}" train.activation_offload=F --json >"$SCRATCH/act_off.json" 2>&1
+grep '^  host (act offload)\|^  fits:' "$SCRATCH/act_one.txt" | cut -c1-170 | sed 's/^/    /'
+check "  ... planned alone: the 'host (act offload)' row; the blocks a step each way = micro-batches x host blocks / slots; without it no fit" \
+  "$PYTHON_REF" - "$SCRATCH/act_one.json" "$SCRATCH/act_off.json" "$SCRATCH/act_one.txt" <<'PY'
+import json, re, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+text = open(sys.argv[3]).read()
+ok = a['memory']['fits'] and not b['memory']['fits'] and a['act_offload']['on'] and not b['act_offload']['on']
+m = a['layout']['micro_batches']
+for st in a['stages']:
+    g, x = st['memory_gpu'], st['act_offload']
+    want = m * g['host']['acts'] / g['in_flight']
+    ok &= want > 0 and abs(x['bytes_to_host'] - want) <= 1e-9 * want and x['bytes_back'] == x['bytes_to_host']
+r = re.search(r"^  host \(act offload\) +1  PCIe +([0-9.]+) ", text, re.M)
+ok = ok and r is not None and abs(float(r.group(1)) * 1e9 - 2 * a['act_offload']['bytes_to_host']) <= 1e-4 * 2 * a['act_offload']['bytes_to_host']
+print(f"    {a['act_offload']['bytes_to_host'] / 1e9:.1f} GB each way a step, {a['act_offload']['pcie_s']:.2f} s "
+      f"of PCIe, {a['act_offload']['exposed_s']:.3f} s not hidden; {a['memory']['gpu']['peak'] / 1e9:.2f} GB a GPU "
+      f"(without: {b['memory']['gpu']['peak'] / 1e9:.2f})")
+sys.exit(0 if ok else 1)
+PY
+for held in "" train.activation_offload=T; do
+  "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 1 --gpus-per-node 8 --search --json \
+    --top 100000 $held >"$SCRATCH/zb${held:+_held}.json" 2>&1
+done
+check "llm7b on 1 x 8: zero-bubble layouts fit, and none is proposed with train.activation_offload held on" \
+  "$PYTHON_REF" - "$SCRATCH/zb.json" "$SCRATCH/zb_held.json" <<'PY'
+import json, sys
+s, h = (json.load(open(f))['search']['layouts'] for f in sys.argv[1:3])
+zb = lambda l: sum(x['schedule'].startswith('zb') for x in l)
+print(f"    without it {len(s)} fit, {zb(s)} zero-bubble; held on {len(h)} fit, {zb(h)} zero-bubble")
+sys.exit(0 if zb(s) > 0 and h and zb(h) == 0 and all(x['activation_offload'] for x in h) else 1)
+PY
+
+# ---- 6. the trainer on the emulated GPU
 if ! command -v g++ >/dev/null || ! command -v "$MPIRUN" >/dev/null 2>&1 ||
   [ ! -d /usr/share/games/fortunes ]; then
   echo "SKIP: the emulated GPU (needs g++, mpirun and fortunes)"

@@ -37,11 +37,17 @@
  *     or 8 bytes a parameter of the shard off the device, 18 or 16 on the host) and for a
  *     half fraction; the CPU build's column untouched; the PCIe bytes (4 + 2 or 4 a
  *     parameter of the shard), the CPU AdamW's bytes (30 or 28) and their times at the
- *     hardware figures, the step longer by them less the device's AdamW; the built-in
- *     host figures; the host-memory verdict per node; parallel.offload holds the search;
+ *     hardware figures; the step longer by the update the trainer pipelines in pieces (at
+ *     ZeRO 1 after the backward, at ZeRO 2 with the gradient on the host already, at
+ *     ZeRO 3 behind the next first forward) less the device's AdamW, each by hand; the
+ *     gradient on the host with hybrid replicas; the built-in host figures; the
+ *     host-memory verdict per node; parallel.offload holds the search;
  * 11. the activation offload (train.activation_offload): the GPU column's activations and
  *     the host column against a layer's stored set, a row and the 256-byte-rounded block
- *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched.
+ *     counted by hand, in bf16 and fp32 and every recompute mode; the CPU column untouched;
+ *     a chunk's forward and backward longer by what PCIe does not hide of a block a layer
+ *     (f + L max(0, block / pcie - f / L)), on a slow link, and by nothing on the H100's;
+ *     the blocks a step moves; train.activation_offload holds the search.
  * No MPI: the model runs without a tp group (tp = 1) here; tests/e2e/plan.sh compares the
  * trainer's measured memory and traffic under real multi-rank layouts. */
 #include <math.h>
@@ -986,6 +992,37 @@ static void test_offload_state(void) {
            "parameter of the shard on the host");
 }
 
+/* The activation offload's PCIe time for deck c (train.activation_offload on) on grid g,
+ * `block` bytes a layer counted by hand: chunk 0's forward and backward against the same
+ * without the offload, on the H100's 50 GB/s (a block of a few kB: hidden) and at
+ * hardware.pcie_gbps = 0.001 (1 MB/s: a block takes longer than a layer's compute), each
+ * f + L max(0, block / pcie - f / L); and the stage's blocks over a step, m L each way. */
+static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, double block) {
+  for (int slow = 0; slow < 2; slow++) {
+    tsr_config c = *on;
+    c.hardware.pcie_gbps = slow ? 0.001 : 0;
+    tsr_hardware hw;
+    tsr_plan_chunk a, b;
+    tsr_plan p;
+    memset(&p, 0, sizeof p);
+    int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, &b) ||
+             tsr_plan_make(&p, &c, &hw, g, 1);
+    c.train.activation_offload = 0;
+    rc = rc || tsr_plan_chunk_cost(&c, &hw, g, 0, &a);
+    const double L = a.layers, copy = block / (slow ? 1e6 : 50e9);
+    const double f = a.f + L * fmax(0, copy - a.f / L), bw = a.b + L * fmax(0, copy - a.b / L);
+    TU_CHECK(rc == 0 && close_to(b.f, f, 1e-12) && close_to(b.b, bw, 1e-12) &&
+                 (slow ? b.f > a.f && b.b > a.b : b.f == a.f && b.b == a.b) &&
+                 close_to(b.act_exposed, f - a.f + bw - a.b, 1e-9) &&
+                 p.stages[0].act_bytes == g->micro_batches * L * block,
+             "  ... PCIe at %s: a block of %.0f bytes a layer in %.4g us; chunk 0 (%.0f layers) "
+             "forward %.4g -> %.4g us, backward %.4g -> %.4g us; %d micro-batches move %.0f "
+             "bytes each way", slow ? "1 MB/s" : "50 GB/s", block, copy * 1e6, L, a.f * 1e6,
+             b.f * 1e6, a.b * 1e6, b.b * 1e6, g->micro_batches, p.stages[0].act_bytes);
+    tsr_plan_destroy(&p);
+  }
+}
+
 /* train.activation_offload: stage 0 of a llama of 4 layers on pp 2 (1F1B, 2 layers a
  * stage), d_model 64, 4 heads of 16 (2 KV heads), d_ff 160, micro-batches of 2 x 32 tokens,
  * in bf16 and fp32 and every recompute mode.  By hand: a layer's stored set (norm outputs,
@@ -1041,14 +1078,34 @@ static void test_activation_offload(void) {
                "unchanged", half ? "bf16" : "fp32", mode[r], s, L,
                g0.activations - g1.activations, set, row, block, s * L * block, g1.host_acts,
                g1.host - g0.host);
+      act_offload_time(&c, &g, block);
     }
+}
+
+/* The update the step pays, by hand (docs/offload.md "What the planner counts"): the
+ * copies and the CPU's AdamW of `own` elements at 50 GB/s and 49.25 GB/s, in pieces of 2^21
+ * elements; ZeRO 0-1 pipelines all three (the slowest plus one piece of each other); ZeRO
+ * 2-3 leave the last of `units` units' copy to the host, then the CPU's AdamW and the copy
+ * back pipelined; ZeRO-3 hides that behind the next first forward `ff`. */
+static double update_by_hand(int z, int half, double own, int units, double ff, double *last) {
+  const double e = half ? 2 : 4, rate = fmin(11.5 * 112, 394.0) / 8 * 1e9;
+  const double d2h = 4 * own / 50e9, h2d = e * own / 50e9, cpu = (half ? 30 : 28) * own / rate;
+  const double share = fmin(2097152, own) / own;
+  *last = 0;
+  if (z < 2) { /* the slowest of the three: the CPU's, at these rates */
+    const double slow = fmax(cpu, fmax(d2h, h2d));
+    return slow + (d2h + cpu + h2d - slow) * share;
+  }
+  *last = d2h / units;
+  const double two = fmax(cpu, h2d) + fmin(cpu, h2d) * share;
+  return *last + (z == 2 ? two : fmax(0, two - ff));
 }
 
 /* The llm7b deck's stage memory and its offloaded update, against zero.c's buffers of the
  * padded shard (tsr_zero_padded_length) and the hardware's figures, by hand. */
 static void test_offload_plan(void) {
   for (int half = 0; half < 2; half++)
-    for (int z = 1; z <= 3; z += 2) {
+    for (int z = 1; z <= 3; z++) {
       tsr_plan p0, p1;
       tsr_config c;
       const int r0 = offload_plan("llm7b", 8, 8, 1, z, half, 0, &p0, NULL);
@@ -1091,19 +1148,65 @@ static void test_offload_plan(void) {
                "GPU (112 cores x 11.5 GB/s, at most 394 / 8): %.4g s", o->d2h_bytes / 1e9,
                o->h2d_bytes / 1e9, e, o->d2h_s, o->h2d_s, o->cpu_bytes / 1e9, half ? 30 : 28,
                cpu_rate / 1e9, o->cpu_s);
-      /* the step: the device's AdamW replaced by the offloaded update, after the backward */
+      /* the step: the device's AdamW replaced by the offloaded update (ZeRO-1: pipelined
+       * after the backward; ZeRO-2: the gradient on the host already; ZeRO-3: also behind
+       * the next first forward), each by hand from the rates; llm7b's 32 layers, the
+       * embedding and the head are 34 units */
       tsr_hardware hw;
       tsr_plan_hardware(&c.hardware, &hw);
-      const double elems = (double)p1.n_params, ownu = elems / 8;
-      const tsr_plan_offload ou = tsr_plan_offload_of(&c, &hw, ownu);
+      const double ownu = (double)p1.n_params / 8, ff = p1.sim.f, back = p1.sim.b + p1.sim.w;
+      double last;
+      const double pays = update_by_hand(z, half, ownu, 34, ff, &last);
       const double adam = tsr_plan_stream_s(&hw, ownu * (28 + e));
-      TU_CHECK(close_to(p1.t_step - p0.t_step, ou.serial_s - adam, 1e-6) &&
-                   p1.sim.offload == ou.serial_s && p1.sim.offload_overlapped < p1.t_step,
-               "  ... the step %.4f s -> %.4f s: + the update %.4f s - the device's AdamW "
-               "%.4f s; overlapped it would be %.4f s", p0.t_step, p1.t_step, ou.serial_s, adam,
-               p1.sim.offload_overlapped);
+      const tsr_plan_update_case want[] = {TSR_PLAN_UPDATE_EAGER, TSR_PLAN_UPDATE_EAGER,
+                                           TSR_PLAN_UPDATE_HOST_GRADS,
+                                           TSR_PLAN_UPDATE_NEXT_FORWARD};
+      const char *what[] = {"", "pipelined after the backward", "the gradient on the host",
+                            "behind the next first forward"};
+      TU_CHECK(close_to(p1.t_step - p0.t_step, pays - adam, 1e-6) &&
+                   close_to(p1.sim.offload, pays, 1e-9) && o->where == want[z] &&
+                   o->units == 34 && (z < 3 || ff > 0) &&
+                   close_to(o->tail_s, update_by_hand(z, half, own, 34, ff, &last), 1e-9) &&
+                   close_to(p1.t_step - p1.sim.offload_overlapped, fmin(pays - last, back), 1e-6),
+               "  ... ZeRO-%d, %s: the step %.4f s -> %.4f s: + the update %.4f s (one after the "
+               "other %.4f s) - the device's AdamW %.4f s; hidden behind the last backward "
+               "(%.4f s) too it would be %.4f s", z, what[z], p0.t_step, p1.t_step, pays,
+               o->serial_s, adam, back, p1.sim.offload_overlapped);
       tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
     }
+  /* hybrid replicas (dp_replicate 2: two nodes, ZeRO-3 sharded over a node's 8 GPUs): the
+   * offloaded part's gradient is on the host too, its all-reduce over host memory */
+  tsr_plan p0, p1;
+  tsr_config c = deck("llm7b");
+  c.parallel.tp = 1, c.parallel.pp = 1, c.parallel.virtual_stages = 1;
+  c.parallel.schedule = TSR_SCHEDULE_1F1B, c.parallel.sequence_parallel = 0;
+  c.parallel.zero_stage = 3, c.parallel.shard_scope = TSR_SHARD_NODE;
+  c.train.precision = TSR_BF16, c.train.micro_batch = 1, c.train.recompute = TSR_RECOMPUTE_FULL;
+  c.hardware.gpus_per_node = 8;
+  tsr_hardware hw;
+  tsr_plan_grid g;
+  memset(&p0, 0, sizeof p0), memset(&p1, 0, sizeof p1);
+  int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_layout(&c, 16, 8, &g, NULL, 0) ||
+           tsr_plan_make(&p0, &c, &hw, &g, 1);
+  c.parallel.offload = TSR_OFFLOAD_OPTIMIZER, c.parallel.offload_fraction = 1;
+  rc = rc || tsr_plan_make(&p1, &c, &hw, &g, 1);
+  if (rc) {
+    TU_CHECK(0, "llm7b on 2 x 8, ZeRO-3 with 2 replicas: no plan");
+  } else {
+    const double own = (double)tsr_zero_padded_length(p1.n_params, 8) / 8;
+    const tsr_plan_memory *g0 = &p0.stages[0].mem[TSR_PLAN_GPU];
+    const tsr_plan_memory *g1 = &p1.stages[0].mem[TSR_PLAN_GPU];
+    const double piece = (g1->host_grads - 4 * own) / (4.0 * TSR_ZERO_GRAD_SLOTS);
+    TU_CHECK(g.shard == 8 && g.replicate == 2 && g0->grads == 4 * own && g1->grads == 0 &&
+                 piece > 0 && piece < own && g1->host == 18 * own + 12 * piece &&
+                 close_to(g0->total - g1->total, 12 * own + 8 * own - 12 * piece, 1e-12) &&
+                 p1.stages[0].offload.where == TSR_PLAN_UPDATE_NEXT_FORWARD,
+             "llm7b bf16 ZeRO-3, shard 8 x replicate 2: the gradient shard (%.3f GB) leaves the "
+             "device for the host (%.3f GB a GPU, 4 B x own + 3 landing pieces of %.4g), the "
+             "device %.3f -> %.3f GB; the update behind the next first forward",
+             g0->grads / 1e9, g1->host_grads / 1e9, piece, g0->total / 1e9, g1->total / 1e9);
+  }
+  tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
 }
 
 /* llm70b on one node of 8 GPUs (tp 8, dp 1, ZeRO 0): without offload it does not fit in 80
@@ -1168,6 +1271,9 @@ static void test_offload_fit(void) {
   char *over[] = {"parallel.offload=none"};
   TU_CHECK(tsr_plan_search_fixed(1, over) == 1u << TSR_PLAN_FIX_OFFLOAD,
            "parallel.offload on the command line holds the search's offload");
+  char *act[] = {"Train.Activation_Offload = T"};
+  TU_CHECK(tsr_plan_search_fixed(1, act) == 1u << TSR_PLAN_FIX_ACT_OFFLOAD,
+           "train.activation_offload on the command line holds the search's activation offload");
 }
 
 int main(void) {
