@@ -613,7 +613,7 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   const int zs = (int)cfg->parallel.zero_stage;
   const tsr_plan_traffic *dp = &s->comm[zs == 0 ? TSR_PLAN_DP : TSR_PLAN_DP_SHARD];
   const tsr_plan_traffic *tied = &s->comm[TSR_PLAN_TIED], *rep = &s->comm[TSR_PLAN_DP_REPLICATE];
-  s->t_compute = s->t_tp = s->t_cp = s->act_bytes = s->act_exposed = 0;
+  s->t_compute = s->t_tp = s->t_cp = s->act_bytes = s->act_back = s->act_exposed = 0;
   for (int c = 0; c < g->pp * g->v; c++) {
     if (tsr_pp_chunk_owner(cfg->parallel.schedule, g->pp, g->v, c) != stage) continue;
     tsr_plan_chunk ch;
@@ -622,7 +622,9 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
     s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp - cp);
     s->t_tp += g->micro_batches * tp;
     s->t_cp += g->micro_batches * cp;
-    s->act_bytes += g->micro_batches * ch.layers * ch.act_block; /* each way */
+    s->act_bytes += g->micro_batches * ch.layers * ch.act_block; /* to the host */
+    s->act_back += g->micro_batches * ch.layers * ch.act_block *
+                   (tsr_pp_split_backward(cfg->parallel.schedule) ? 2 : 1);
     s->act_exposed += g->micro_batches * ch.act_exposed;
   }
   s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;

@@ -157,7 +157,8 @@ typedef struct {
                                          transfers left exposed; t_dp: the exposed part */
   tsr_plan_offload offload; /* parallel.offload: the update's copies and CPU time */
   double act_bytes;   /* train.activation_offload (a GPU): layer blocks to the host per step,
-                         as many back (plan_cost.c) */
+                         as many back (plan_cost.c) ... */
+  double act_back;    /* ... twice as many with a split backward (its W pass) */
   double act_exposed; /* of t_compute: their PCIe time the layers do not hide */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */

@@ -233,9 +233,9 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
   if (st->act_bytes > 0) /* the activation offload's layer blocks, behind the layers */
     fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  to the host %.4g, back %.4g (behind the "
             "layers' compute; %.4g s of it not hidden, in the compute time)\n",
-            "host (act offload)", 1, "PCIe", 2 * st->act_bytes / 1e9,
-            2 * tsr_plan_pcie_s(&p->hw, st->act_bytes), st->act_bytes / 1e9,
-            st->act_bytes / 1e9, st->act_exposed);
+            "host (act offload)", 1, "PCIe", (st->act_bytes + st->act_back) / 1e9,
+            tsr_plan_pcie_s(&p->hw, st->act_bytes + st->act_back), st->act_bytes / 1e9,
+            st->act_back / 1e9, st->act_exposed);
 }
 
 /* The offloaded update of the stage with the largest shard: its three parts, how the
@@ -253,18 +253,17 @@ static void print_offload(FILE *out, const tsr_plan *p, const tsr_config *cfg,
           o->cpu_s > 0 ? o->cpu_bytes / o->cpu_s / 1e9 : 0, hw->cpu_cores / per_gpu,
           hw->cpu_cores, hw->cpu_adam_gbps, hw->host_mem_gbps, (int)per_gpu, o->h2d_s,
           o->serial_s);
-  if (o->where == TSR_PLAN_UPDATE_EAGER)
-    fprintf(out, "the three pipelined after the backward (ZeRO 0-1: the gradient is on the "
-            "device): the slowest plus one piece of the other two, %.4g s\n", o->update_s);
+  if (o->where == TSR_PLAN_UPDATE_DEVICE_GRADS)
+    fprintf(out, "the three pipelined (ZeRO 0-1: the gradient on the device, its units "
+            "queued to the host at the update): the slowest plus one piece of the other two, "
+            "%.4g s", o->update_s);
   else
     fprintf(out, "the gradient already on the host (copied unit by unit during the backward, "
             "the last of %d units' copy left: %.4g s), then the CPU's AdamW and the copy back "
-            "pipelined, %.4g s%s", o->units, o->last_d2h_s, o->update_s,
-            o->where == TSR_PLAN_UPDATE_HOST_GRADS ? "\n" : "");
-  if (o->where == TSR_PLAN_UPDATE_NEXT_FORWARD)
-    fprintf(out, ", behind the next step's first forward (ZeRO-3: each unit's piece updated "
-            "as that forward first gathers the unit), %.4g s, which hides %.4g s of it\n",
-            o->first_forward_s, fmin(o->update_s, o->first_forward_s));
+            "pipelined, %.4g s", o->units, o->last_d2h_s, o->update_s);
+  fprintf(out, ", behind the next step's first forward (each unit's part updated as that "
+          "forward first asks for the unit), %.4g s, which hides %.4g s of it\n",
+          o->first_forward_s, fmin(o->update_s, o->first_forward_s));
   fprintf(out, "  if overlapped      %10.4f s  the step if the offloaded update were also hidden "
           "behind the last micro-batch's backward (%.4g s less): not implemented, the update "
           "needs the gradient norm first (clipping, the fp16 skip)\n", p->sim.offload_overlapped,
@@ -330,7 +329,7 @@ static void json_memory(FILE *out, const tsr_plan_memory *m) {
 }
 
 static void json_offload(FILE *out, const tsr_plan_offload *o) {
-  static const char *const where[] = {"eager", "host_grads", "next_forward"};
+  static const char *const where[] = {"device_grads", "host_grads"};
   fprintf(out, "{\"fraction\": %.6g, \"elements\": %.0f, \"piece\": %.0f, "
           "\"d2h_bytes\": %.0f, \"h2d_bytes\": %.0f, "
           "\"cpu_bytes\": %.0f, \"d2h_s\": %.6g, \"cpu_s\": %.6g, \"h2d_s\": %.6g, "
@@ -365,7 +364,7 @@ static void json_stage(FILE *out, const tsr_plan_stage *st, int s) {
   fprintf(out, ",\n     \"offload\": ");
   json_offload(out, &st->offload);
   fprintf(out, ",\n     \"act_offload\": {\"bytes_to_host\": %.0f, \"bytes_back\": %.0f, "
-          "\"exposed_s\": %.6g}", st->act_bytes, st->act_bytes, st->act_exposed);
+          "\"exposed_s\": %.6g}", st->act_bytes, st->act_back, st->act_exposed);
   fprintf(out, ",\n     \"time_s\": {\"compute\": %.6g, \"tp\": %.6g, \"cp\": %.6g, "
           "\"pp\": %.6g, \"dp_exposed\": %.6g, \"optimizer\": %.6g},\n     \"sim\": "
           "{\"end_s\": %.6g, \"busy_s\": %.6g, \"idle_fraction\": %.6g}}", st->t_compute,
@@ -443,8 +442,8 @@ void tsr_plan_print_json(FILE *out, const tsr_plan *p, const tsr_config *cfg, in
   const tsr_plan_stage *cs = &p->stages[p->critical];
   fprintf(out, "  \"act_offload\": {\"on\": %s, \"stage\": %d, \"bytes_to_host\": %.0f, "
           "\"bytes_back\": %.0f, \"pcie_s\": %.6g, \"exposed_s\": %.6g},\n",
-          cs->act_bytes > 0 ? "true" : "false", p->critical, cs->act_bytes, cs->act_bytes,
-          2 * tsr_plan_pcie_s(hw, cs->act_bytes), cs->act_exposed);
+          cs->act_bytes > 0 ? "true" : "false", p->critical, cs->act_bytes, cs->act_back,
+          tsr_plan_pcie_s(hw, cs->act_bytes + cs->act_back), cs->act_exposed);
   fprintf(out, "  \"flops\": {\"model\": %.17g, \"forward\": %.17g, \"attention\": %.17g, "
           "\"attention_saved\": %.17g, \"recompute\": %.17g, \"executed\": %.17g, "
           "\"gemm_weights\": %lld},\n",

@@ -29,8 +29,9 @@
  * storage type (2 bytes for bf16 and fp16, 4 for fp32).  Document masking scales the
  * attention's time by the share of its pairs it computes (tsr_plan_doc_attention_share).  Norm statistics, biases and
  * the optimizer are left out here; plan_sim.c prices AdamW.  With train.activation_offload
- * on a GPU each layer's block crosses PCIe once in the forward and once in the backward,
- * overlapping the next layer (tsr_plan_act_offload_s): what it does not hide is added. */
+ * on a GPU each layer's block crosses PCIe once in the forward and once in the backward
+ * (and once more in a split backward's W pass), overlapping the next layer
+ * (tsr_plan_act_offload_s): what it does not hide is added. */
 #include "plan_sim.h"
 
 #include <math.h>
@@ -310,14 +311,16 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
     out->w = out->w_tp = 0;
   }
   /* train.activation_offload on a GPU: each layer's block to the host in the forward and
-   * back in the backward, behind the next layer's compute (model.c's copy stream); the
-   * optimizer offload's copies share the link after the backward, not counted here */
+   * back in the backward, behind the next layer's compute (model.c's copy stream), and
+   * with a split backward back once more for the W pass; the optimizer offload's copies
+   * share the link after the backward, not counted here */
   if (d.act_offload && strcmp(hw->name, "cpu")) {
     out->act_block = (double)d.offload_set;
     const double f = tsr_plan_act_offload_s(hw, out->f, L, out->act_block);
     const double b = tsr_plan_act_offload_s(hw, out->b, L, out->act_block);
-    out->act_exposed = f - out->f + b - out->b;
-    out->f = f, out->b = b;
+    const double w = split ? tsr_plan_act_offload_s(hw, out->w, L, out->act_block) : out->w;
+    out->act_exposed = f - out->f + b - out->b + w - out->w;
+    out->f = f, out->b = b, out->w = w;
   }
   /* the gradient the chunk's units hand to ZeRO */
   out->layers = L;

@@ -525,22 +525,18 @@ tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *
 
 void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward) {
   o->units = units > 0 ? units : 1;
-  o->where = TSR_PLAN_UPDATE_EAGER;
-  o->last_d2h_s = o->first_forward_s = 0;
+  o->where = zero_stage < 2 ? TSR_PLAN_UPDATE_DEVICE_GRADS : TSR_PLAN_UPDATE_HOST_GRADS;
+  o->last_d2h_s = 0;
+  o->first_forward_s = first_forward;
   o->update_s = o->tail_s = o->pipelined_s;
-  if (o->fraction <= 0 || o->elements <= 0 || zero_stage < 2) return;
-  /* host_grads: the gradient crossed during the backward, unit by unit */
-  const double two[2] = {o->cpu_s, o->h2d_s};
-  o->last_d2h_s = o->d2h_s / o->units;
-  o->update_s = pipelined(two, 2, o->piece / o->elements);
-  if (zero_stage == 2) {
-    o->where = TSR_PLAN_UPDATE_HOST_GRADS;
-    o->tail_s = o->last_d2h_s + o->update_s;
-  } else {
-    o->where = TSR_PLAN_UPDATE_NEXT_FORWARD;
-    o->first_forward_s = first_forward;
-    o->tail_s = o->last_d2h_s + fmax(0, o->update_s - first_forward);
+  if (o->fraction <= 0 || o->elements <= 0) return;
+  if (zero_stage >= 2) { /* host_grads: the gradient crossed during the backward, unit by unit */
+    const double two[2] = {o->cpu_s, o->h2d_s};
+    o->last_d2h_s = o->d2h_s / o->units;
+    o->update_s = pipelined(two, 2, o->piece / o->elements);
   }
+  /* unit by unit as the next step's first forward first asks for each */
+  o->tail_s = o->last_d2h_s + fmax(0, o->update_s - first_forward);
 }
 
 double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block) {

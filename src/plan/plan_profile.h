@@ -132,19 +132,19 @@ double tsr_plan_offloaded(double own, double f);
  * one piece of each of the other two (filling and draining the pipe).  The device's AdamW
  * on the rest runs meanwhile.  All 0 without offload. */
 enum { TSR_PLAN_OFFLOAD_PIECE = 1 << 21 };
-/* Where the update sits in the step (tsr_plan_offload_place):
- *  EAGER         ZeRO 0-1: the reduced gradient is on the device after the backward; all
- *                three pipelined after it;
- *  HOST_GRADS    ZeRO 2: each unit's reduced gradient piece went to the host during the
+/* Where the update sits in the step (tsr_plan_offload_place).  Either way the CPU's AdamW
+ * of unit u's part and its copy back run when the next step's forward first asks for unit
+ * u, behind the units before it: the step pays what the stage's first forward does not
+ * hide.
+ *  DEVICE_GRADS  ZeRO 0-1: the reduced gradient is on the device after the backward; its
+ *                units' copies to the host are queued at the update, so all three
+ *                pipelined;
+ *  HOST_GRADS    ZeRO 2-3: each unit's reduced gradient piece went to the host during the
  *                backward (zero.c's host_grads); the last unit's copy is left, then the
- *                CPU's AdamW and the copies back pipelined;
- *  NEXT_FORWARD  ZeRO 3 with host_grads: the CPU's AdamW of unit u's piece and its copy back
- *                run when the next step's forward first gathers unit u, behind the units
- *                before it: the step pays what the stage's first forward does not hide. */
+ *                CPU's AdamW and the copies back pipelined. */
 typedef enum {
-  TSR_PLAN_UPDATE_EAGER = 0,
-  TSR_PLAN_UPDATE_HOST_GRADS = 1,
-  TSR_PLAN_UPDATE_NEXT_FORWARD = 2
+  TSR_PLAN_UPDATE_DEVICE_GRADS = 0,
+  TSR_PLAN_UPDATE_HOST_GRADS = 1
 } tsr_plan_update_case;
 typedef struct {
   double fraction;          /* f */
@@ -154,23 +154,23 @@ typedef struct {
   double d2h_s, cpu_s, h2d_s; /* at hardware.pcie_gbps and the CPU AdamW rate */
   double serial_s;          /* d2h + cpu + h2d: the three one after the other (reference) */
   double pipelined_s;       /* the three pipelined in pieces: the slowest plus one piece of
-                               each of the other two (what the EAGER case pays) */
+                               each of the other two (DEVICE_GRADS' update_s) */
   /* tsr_plan_offload_place: */
   tsr_plan_update_case where;
   int units;                /* the stage's ZeRO units (layers, embedding, head) */
-  double last_d2h_s;        /* HOST_GRADS, NEXT_FORWARD: the last unit's copy to the host,
+  double last_d2h_s;        /* HOST_GRADS: the last unit's copy to the host,
                                d2h / units, left after the backward */
   double update_s;          /* what runs after the backward (and the last copy): the three
-                               pipelined (EAGER), else the CPU's AdamW and the copy back
+                               pipelined (DEVICE_GRADS), else the CPU's AdamW and the copy back
                                pipelined (the slower plus one piece of the other) */
-  double first_forward_s;   /* NEXT_FORWARD: the next step's first forward on the stage,
+  double first_forward_s;   /* the next step's first forward on the stage,
                                which hides as much of update_s */
-  double tail_s;            /* what the step pays: update_s (EAGER); last_d2h + update_s
-                               (HOST_GRADS); last_d2h + max(0, update_s - first_forward)
-                               (NEXT_FORWARD) */
+  double tail_s;            /* what the step pays: last_d2h + max(0, update_s -
+                               first_forward) */
 } tsr_plan_offload;
 /* That for `own` elements of a shard (the rank's optimizer state); nothing on hardware
- * 'cpu', where the run is on the host already.  Placed as EAGER, with units 1. */
+ * 'cpu', where the run is on the host already.  Placed as DEVICE_GRADS with units 1 and
+ * no forward to hide it. */
 tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own);
 /* Places the update of o in the step of a stage at ZeRO stage `zero_stage` (host_grads at
  * 2-3 whenever something is offloaded, with or without hybrid replicas), with `units` ZeRO

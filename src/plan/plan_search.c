@@ -66,8 +66,7 @@ typedef struct {
   int with_cp;   /* cp > 1 is tried (cp_values) */
   int offload;   /* parallel.offload = 'optimizer' with ZeRO 1-3 (unless the command line
                     holds parallel.offload) */
-  int act;       /* train.activation_offload (unless the command line holds it); never with a
-                    split backward */
+  int act;       /* train.activation_offload (unless the command line holds it) */
 } candidates;
 
 static const char *const recompute_modes[] = {"none", "selective", "full"}; /* tsr_recompute */
@@ -254,8 +253,6 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
             if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
             const tsr_schedule_choice kind =
                 FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
-            if (c.train.activation_offload && tsr_pp_split_backward(kind))
-              continue; /* the trainer refuses it (session.c): a second trip for every block */
             c.parallel.tp = tp;
             c.parallel.pp = pp;
             c.parallel.virtual_stages = pipes[i].v;
@@ -583,10 +580,10 @@ static int remedies(const tsr_config *deck, const tsr_hardware *hw, int world,
       !replan(deck, hw, world, &off, b->zero, b->recompute, b->micro_batch, &r[n].k) &&
       r[n].k.mem < b->mem)
     r[n].key = "parallel.offload", r[n].value = "optimizer", r[n++].held = !!FIXED(OFFLOAD);
-  /* the activation offload (not with a split backward, which the trainer refuses with it) */
+  /* the activation offload */
   candidate act = *b;
   act.act = 1;
-  if (!b->act && strcmp(hw->name, "cpu") && !tsr_pp_split_backward(b->kind) &&
+  if (!b->act && strcmp(hw->name, "cpu") &&
       !replan(deck, hw, world, &act, b->zero, b->recompute, b->micro_batch, &r[n].k) &&
       r[n].k.mem < b->mem)
     r[n].key = "train.activation_offload", r[n].value = ".true.",

@@ -1021,6 +1021,28 @@ static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, doubl
              b.f * 1e6, a.b * 1e6, b.b * 1e6, g->micro_batches, p.stages[0].act_bytes);
     tsr_plan_destroy(&p);
   }
+  /* ZB-H1 (recompute none): the W pass brings each block back once more, behind its own
+   * compute, w + L max(0, block / pcie - w / L); twice the blocks come back */
+  if (on->train.recompute != TSR_RECOMPUTE_NONE) return;
+  tsr_config c = *on;
+  c.parallel.schedule = TSR_SCHEDULE_ZB_H1;
+  c.hardware.pcie_gbps = 0.001;
+  tsr_hardware hw;
+  tsr_plan_chunk a, b;
+  tsr_plan p;
+  memset(&p, 0, sizeof p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, &b) ||
+           tsr_plan_make(&p, &c, &hw, g, 1);
+  c.train.activation_offload = 0;
+  rc = rc || tsr_plan_chunk_cost(&c, &hw, g, 0, &a);
+  const double L = a.layers, copy = block / 1e6, w = a.w + L * fmax(0, copy - a.w / L);
+  TU_CHECK(rc == 0 && a.w > 0 && close_to(b.w, w, 1e-12) && b.w > a.w &&
+               close_to(b.act_exposed, b.f - a.f + b.b - a.b + w - a.w, 1e-9) &&
+               p.stages[0].act_back == 2 * p.stages[0].act_bytes,
+           "  ... ZB-H1 at 1 MB/s: the W pass %.4g -> %.4g us (each block back a second time); "
+           "%.0f bytes to the host, %.0f back", a.w * 1e6, b.w * 1e6, p.stages[0].act_bytes,
+           p.stages[0].act_back);
+  tsr_plan_destroy(&p);
 }
 
 /* train.activation_offload: stage 0 of a llama of 4 layers on pp 2 (1F1B, 2 layers a
@@ -1094,11 +1116,11 @@ static double update_by_hand(int z, int half, double own, int units, double ff, 
   *last = 0;
   if (z < 2) { /* the slowest of the three: the CPU's, at these rates */
     const double slow = fmax(cpu, fmax(d2h, h2d));
-    return slow + (d2h + cpu + h2d - slow) * share;
+    return fmax(0, slow + (d2h + cpu + h2d - slow) * share - ff);
   }
   *last = d2h / units;
   const double two = fmax(cpu, h2d) + fmin(cpu, h2d) * share;
-  return *last + (z == 2 ? two : fmax(0, two - ff));
+  return *last + fmax(0, two - ff);
 }
 
 /* The llm7b deck's stage memory and its offloaded update, against zero.c's buffers of the
@@ -1148,24 +1170,25 @@ static void test_offload_plan(void) {
                "GPU (112 cores x 11.5 GB/s, at most 394 / 8): %.4g s", o->d2h_bytes / 1e9,
                o->h2d_bytes / 1e9, e, o->d2h_s, o->h2d_s, o->cpu_bytes / 1e9, half ? 30 : 28,
                cpu_rate / 1e9, o->cpu_s);
-      /* the step: the device's AdamW replaced by the offloaded update (ZeRO-1: pipelined
-       * after the backward; ZeRO-2: the gradient on the host already; ZeRO-3: also behind
-       * the next first forward), each by hand from the rates; llm7b's 32 layers, the
-       * embedding and the head are 34 units */
+      /* the step: the device's AdamW replaced by the offloaded update (ZeRO-1: the three
+       * pipelined; ZeRO 2-3: the gradient on the host already), behind the next first
+       * forward, each by hand from the rates; llm7b's 32 layers, the embedding and the
+       * head are 34 units */
       tsr_hardware hw;
       tsr_plan_hardware(&c.hardware, &hw);
       const double ownu = (double)p1.n_params / 8, ff = p1.sim.f, back = p1.sim.b + p1.sim.w;
       double last;
       const double pays = update_by_hand(z, half, ownu, 34, ff, &last);
       const double adam = tsr_plan_stream_s(&hw, ownu * (28 + e));
-      const tsr_plan_update_case want[] = {TSR_PLAN_UPDATE_EAGER, TSR_PLAN_UPDATE_EAGER,
-                                           TSR_PLAN_UPDATE_HOST_GRADS,
-                                           TSR_PLAN_UPDATE_NEXT_FORWARD};
-      const char *what[] = {"", "pipelined after the backward", "the gradient on the host",
-                            "behind the next first forward"};
+      const tsr_plan_update_case want[] = {
+          TSR_PLAN_UPDATE_DEVICE_GRADS, TSR_PLAN_UPDATE_DEVICE_GRADS, TSR_PLAN_UPDATE_HOST_GRADS,
+          TSR_PLAN_UPDATE_HOST_GRADS};
+      const char *what[] = {"", "the three pipelined behind the next first forward",
+                            "the gradient on the host, behind the next first forward",
+                            "the gradient on the host, behind the next first forward"};
       TU_CHECK(close_to(p1.t_step - p0.t_step, pays - adam, 1e-6) &&
                    close_to(p1.sim.offload, pays, 1e-9) && o->where == want[z] &&
-                   o->units == 34 && (z < 3 || ff > 0) &&
+                   o->units == 34 && ff > 0 &&
                    close_to(o->tail_s, update_by_hand(z, half, own, 34, ff, &last), 1e-9) &&
                    close_to(p1.t_step - p1.sim.offload_overlapped, fmin(pays - last, back), 1e-6),
                "  ... ZeRO-%d, %s: the step %.4f s -> %.4f s: + the update %.4f s (one after the "
@@ -1200,7 +1223,7 @@ static void test_offload_plan(void) {
     TU_CHECK(g.shard == 8 && g.replicate == 2 && g0->grads == 4 * own && g1->grads == 0 &&
                  piece > 0 && piece < own && g1->host == 18 * own + 12 * piece &&
                  close_to(g0->total - g1->total, 12 * own + 8 * own - 12 * piece, 1e-12) &&
-                 p1.stages[0].offload.where == TSR_PLAN_UPDATE_NEXT_FORWARD,
+                 p1.stages[0].offload.where == TSR_PLAN_UPDATE_HOST_GRADS,
              "llm7b bf16 ZeRO-3, shard 8 x replicate 2: the gradient shard (%.3f GB) leaves the "
              "device for the host (%.3f GB a GPU, 4 B x own + 3 landing pieces of %.4g), the "
              "device %.3f -> %.3f GB; the update behind the next first forward",
