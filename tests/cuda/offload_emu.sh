@@ -25,7 +25,8 @@
 # ZeRO-3, the unit's parts updated when the next forward first asks for them (and with a
 # checkpoint and an evaluation after every step at ZeRO-1 and ZeRO-3: every checkpoint and
 # every evaluation loss equal); and dp 4 as 2 shards x 2 replicas at ZeRO-3, the offloaded
-# gradient all-reduced across the replicas on the host.  On the CPU the keys are accepted
+# gradient all-reduced across the replicas on the host.  An offloaded dp 2 ZeRO-3
+# checkpoint resumes as tp 2 offloaded, its next loss within 1% of the uninterrupted run's.  On the CPU the keys are accepted
 # with one log line; a fraction outside [0, 1] is a deck error.
 set -u
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -232,6 +233,20 @@ check "dp 2 ZeRO-3: a checkpoint written with half offloaded resumes without off
   grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/r3h.out"
 same_metrics z3 r3h
 check "  ... and continues bitwise" test $? -eq 0
+
+# on another layout: dp 2 ZeRO-3 offloaded, resumed as tp 2 (ZeRO 0) offloaded
+run rl cuda 2 parallel.zero_stage=3 run.max_steps=1 $O
+run rl cuda 2 parallel.tp=2 checkpoint.resume=auto $O
+check "dp 2 ZeRO-3 offloaded resumes as tp 2 offloaded" \
+  grep -q "resumed from .*step_00000001.h5 at step 1" "$SCRATCH/rl.out"
+check "  ... its step 2 loss within 1% of the dp 2 run's that never stopped" \
+  "$PYTHON_REF" - "$SCRATCH/z3/metrics.jsonl" "$SCRATCH/rl/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([d['loss'] for d in map(json.loads, open(p)) if d.get('step') == 2 and 'loss' in d]
+        for p in sys.argv[1:])
+print(f"    step 2: {a} | {b}")
+sys.exit(0 if len(a) == 1 and len(b) == 1 and abs(a[0] - b[0]) <= 0.01 * abs(a[0]) else 1)
+PY
 
 # an offloaded checkpoint resumes without offload, continuing the run that never stopped
 run rs cuda 1 run.max_steps=1 $O
