@@ -89,7 +89,7 @@ struct tsr_zero {
   tsr_optim_config lz_o;
   double lz_lr, lz_scale;
   int64_t lz_t;
-  /* Stages 2-3 offloaded, no hybrid replicas: the reduced gradient of the offloaded part
+  /* Stages 2-3 offloaded: the reduced gradient of the offloaded part
    * lives on the host only (h_grad; no incoming on the device, grad_shard only for the
    * device's part [a0, split), grad_len long).  Each unit's reduce-scatter lands in its
    * slot's `land` (the largest piece long); the piece's device part is added into
