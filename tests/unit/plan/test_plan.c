@@ -992,6 +992,19 @@ static void test_offload_state(void) {
            "parameter of the shard on the host");
 }
 
+/* Chunk 0's cost with the offload (b) and without (a) at hardware.pcie_gbps = pcie (0: the
+ * H100's), and the plan with it (p, destroyed by the caller); 0 or an error. */
+static int act_chunks(tsr_config c, const tsr_plan_grid *g, double pcie, tsr_plan_chunk *a,
+                      tsr_plan_chunk *b, tsr_plan *p) {
+  c.hardware.pcie_gbps = pcie;
+  tsr_hardware hw;
+  memset(p, 0, sizeof *p);
+  int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, b) ||
+           tsr_plan_make(p, &c, &hw, g, 1);
+  c.train.activation_offload = 0;
+  return rc || tsr_plan_chunk_cost(&c, &hw, g, 0, a);
+}
+
 /* The activation offload's PCIe time for deck c (train.activation_offload on) on grid g,
  * `block` bytes a layer counted by hand: chunk 0's forward and backward against the same
  * without the offload, on the H100's 50 GB/s (a block of a few kB: hidden) and at
@@ -999,16 +1012,9 @@ static void test_offload_state(void) {
  * f + L max(0, block / pcie - f / L); and the stage's blocks over a step, m L each way. */
 static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, double block) {
   for (int slow = 0; slow < 2; slow++) {
-    tsr_config c = *on;
-    c.hardware.pcie_gbps = slow ? 0.001 : 0;
-    tsr_hardware hw;
     tsr_plan_chunk a, b;
     tsr_plan p;
-    memset(&p, 0, sizeof p);
-    int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, &b) ||
-             tsr_plan_make(&p, &c, &hw, g, 1);
-    c.train.activation_offload = 0;
-    rc = rc || tsr_plan_chunk_cost(&c, &hw, g, 0, &a);
+    const int rc = act_chunks(*on, g, slow ? 0.001 : 0, &a, &b, &p);
     const double L = a.layers, copy = block / (slow ? 1e6 : 50e9);
     const double f = a.f + L * fmax(0, copy - a.f / L), bw = a.b + L * fmax(0, copy - a.b / L);
     TU_CHECK(rc == 0 && close_to(b.f, f, 1e-12) && close_to(b.b, bw, 1e-12) &&
@@ -1026,15 +1032,9 @@ static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, doubl
   if (on->train.recompute != TSR_RECOMPUTE_NONE) return;
   tsr_config c = *on;
   c.parallel.schedule = TSR_SCHEDULE_ZB_H1;
-  c.hardware.pcie_gbps = 0.001;
-  tsr_hardware hw;
   tsr_plan_chunk a, b;
   tsr_plan p;
-  memset(&p, 0, sizeof p);
-  int rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_chunk_cost(&c, &hw, g, 0, &b) ||
-           tsr_plan_make(&p, &c, &hw, g, 1);
-  c.train.activation_offload = 0;
-  rc = rc || tsr_plan_chunk_cost(&c, &hw, g, 0, &a);
+  const int rc = act_chunks(c, g, 0.001, &a, &b, &p);
   const double L = a.layers, copy = block / 1e6, w = a.w + L * fmax(0, copy - a.w / L);
   TU_CHECK(rc == 0 && a.w > 0 && close_to(b.w, w, 1e-12) && b.w > a.w &&
                close_to(b.act_exposed, b.f - a.f + b.b - a.b + w - a.w, 1e-9) &&
