@@ -8,7 +8,7 @@
 #  (b) call 1: info, the kernel tests, the trainer against the CPU (fp32, bf16, fp16;
 #      mma.sync, cuDNN's stand-in; the bf16 curve), llama at micro-batch 1 for the two
 #      attentions and at the largest micro-batch the planner fits, at micro-batch 1 with the
-#      optimizer offloaded, PyTorch eager, the op
+#      optimizer offloaded, at the largest with the activation offload, PyTorch eager, the op
 #      profile: each part ends with exit 0 and its result lines, and the summary takes the
 #      decisions and results (the cuDNN default, cuDNN against mma.sync, tokens/s against
 #      PyTorch);
@@ -66,6 +66,8 @@ check "(b) llama at the planner's largest micro-batch (4 here), cuDNN and mma.sy
   sh -c "grep -q '^llama attn=cudnn mb=4 .*rc=0' '$R1' && grep -q '^llama attn=mma mb=4 .*rc=0' '$R1'"
 check "(b) llama at micro-batch 1 with the optimizer offloaded: timed" \
   grep -q "^llama attn=cudnn mb=1 offload=optimizer steps=2 step_ms=[0-9.]* .*rc=0" "$R1"
+check "(b) llama at micro-batch 4 with the activation offload: timed" \
+  grep -q "^llama attn=cudnn mb=4 act_offload=1 steps=[0-9]* step_ms=[0-9.]* .*rc=0" "$R1"
 check "(b) PyTorch eager at micro-batch 1 and 4" \
   sh -c "grep -q '^torch mode=eager mb=1 rc=0 step_ms=' '$R1' && grep -q '^torch mode=eager mb=4 rc=0 step_ms=' '$R1'"
 check "(b) the FLOPs of a token from the planner" grep -q "^model name=llama1b flops_per_token=[0-9]" "$R1"
@@ -80,6 +82,8 @@ check "(b) summary: Tessera against PyTorch eager at both micro-batches" \
   sh -c "test \$(grep -c '^RESULT tessera/torch_eager mb' '$S1') -eq 2"
 check "(b) summary: the offloaded run against the same run without it" \
   grep -q "^RESULT offload=optimizer llama1b cudnn mb 1: [0-9.]* ms/step, [0-9.]* GiB; without it " "$S1"
+check "(b) summary: the activation offload's run against the same run without it" \
+  grep -q "^RESULT act_offload=1 llama1b cudnn mb 4: [0-9.]* ms/step, [0-9.]* GiB; without it " "$S1"
 check "(b) the logs came back packed" sh -c "tar tzf '$SCRATCH/o1/logs-call1.tgz' | grep -q 'logs/llama.log'"
 
 # (c) call 2, with call 1's results

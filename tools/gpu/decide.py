@@ -151,7 +151,7 @@ def summary(files):
 
     # llama1b runs
     llama = [r for r in of("llama") if r.get("rc") == "0" and num(r, "step_ms")
-             and not r.get("offload")]
+             and not r.get("offload") and not r.get("act_offload")]
     best = {}
     for r in llama:
         key = (r["attn"], int(num(r, "mb")))
@@ -161,13 +161,15 @@ def summary(files):
         say(f"  llama1b {a:5s} mb {mb:2d}: {num(r, 'step_ms'):8.1f} ms/step, "
             f"{num(r, 'tok_s'):8.0f} tokens/s, {num(r, 'mem_gb', 0):5.1f} GiB"
             + (f", ran: {r.get('ran')}" if r.get("ran") else ""))
-    # the optimizer offload against the same run without it (docs/offload.md)
+    # the optimizer and activation offloads against the same run without (docs/offload.md)
     for r in of("llama"):
-        if not r.get("offload") or r.get("rc") != "0" or not num(r, "step_ms"):
+        if not (r.get("offload") or r.get("act_offload")) or r.get("rc") != "0" \
+                or not num(r, "step_ms"):
             continue
         base = best.get((r["attn"], int(num(r, "mb"))))
         ms = num(r, "step_ms")
-        say(f"RESULT offload={r['offload']} llama1b {r['attn']} mb {r.get('mb')}: {ms:.1f} ms/step, "
+        what = f"offload={r['offload']}" if r.get("offload") else "act_offload=1"
+        say(f"RESULT {what} llama1b {r['attn']} mb {r.get('mb')}: {ms:.1f} ms/step, "
             f"{num(r, 'mem_gb', 0):.1f} GiB"
             + (f"; without it {num(base, 'step_ms'):.1f} ms, {num(base, 'mem_gb', 0):.1f} GiB: "
                f"{ms - num(base, 'step_ms'):+.1f} ms, "
@@ -176,7 +178,8 @@ def summary(files):
     for r in of("llama"):
         if r.get("rc") != "0":
             say(f"  llama1b {r.get('attn')} mb {r.get('mb')}"
-                + (f" offload {r['offload']}" if r.get("offload") else "") + f": exit {r.get('rc')} "
+                + (f" offload {r['offload']}" if r.get("offload") else "")
+                + (" act_offload" if r.get("act_offload") else "") + f": exit {r.get('rc')} "
                 f"({r.get('why', 'see its log')})")
 
     # 2. cuDNN

@@ -17,7 +17,8 @@
 #             bf16, fp16; mma.sync and cuDNN attention; 50 bf16 steps); llama1b step
 #             times for each attention at micro-batch 1 and at the largest micro-batch
 #             that fits, and at micro-batch 1 with the optimizer offloaded (against
-#             the planner's prediction in bench/RESULTS.md); PyTorch eager on the same
+#             the planner's prediction in bench/RESULTS.md), and at that largest
+#             micro-batch with the activation offload; PyTorch eager on the same
 #             model; then, if the budget allows,
 #             one per-op profile of llama1b (TSR_CUDA_PROFILE) with the attention the
 #             summary chose.  At most 7 minutes.
@@ -173,13 +174,14 @@ llama() {
   [ "${TW_DRY:-0}" = 1 ] && seq=32 skip=1
   TSR_CUDA_ATTENTION=$a one "$name" llama1b cuda "${LLAMA[@]}" train.micro_batch=$mb \
     train.global_batch=$mb run.max_steps=$n ${TW_LLAMA_EXTRA:-} \
-    ${TW_OFFLOAD:+parallel.offload=$TW_OFFLOAD} || rc=$?
+    ${TW_OFFLOAD:+parallel.offload=$TW_OFFLOAD} ${TW_ACT:+train.activation_offload=.true.} || rc=$?
   grep -h "^attention:\|^cuda:\|^step\|error\|^memory" "$TW_DIR/runs/$name.out" | cut -c1-200 | tail -8
   local t="" why="" cud=0
   [ $rc = 0 ] && t=$("$PY" "$TOP/tools/gpu/decide.py" steps "$TW_DIR/runs/$name" $skip $mb $seq)
   grep -q "^attention: cuDNN fused" "$TW_DIR/runs/$name.out" && cud=1
   grep -q "out of device memory" "$TW_DIR/runs/$name.out" && why=out_of_memory
-  note llama attn=$a mb=$mb ${TW_OFFLOAD:+offload=$TW_OFFLOAD} $t cudnn=$cud rc=$rc ${why:+why=$why} \
+  note llama attn=$a mb=$mb ${TW_OFFLOAD:+offload=$TW_OFFLOAD} ${TW_ACT:+act_offload=1} $t \
+    cudnn=$cud rc=$rc ${why:+why=$why} \
     ran="$(ran_attention "$name" | sed 's/^attention: //; s/ [[(].*//' | tr ' ' _)"
   return $rc
 }
@@ -219,6 +221,11 @@ part_llama() {
   # and Adam moments in host memory, the host's AdamW on this machine's cores; against
   # the cuDNN mb 1 run above (bench/RESULTS.md has the planner's prediction)
   TW_OFFLOAD=optimizer llama llama_offload_mb1 cudnn 1 $n
+  # the activation offload (docs/offload.md): the largest micro-batch's run again with
+  # every layer's stored activations through host memory: its step time and memory
+  # against the same run without it
+  [ $mb -gt 1 ] && TW_ACT=1 llama "llama_actoff_mb$mb" cudnn $mb $big_n
+  return 0
 }
 
 # torch_run MODE MB STEPS WARM [--compile]: PyTorch on llama1b; its result line
