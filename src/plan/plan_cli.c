@@ -264,6 +264,12 @@ static void print_offload(FILE *out, const tsr_plan *p, const tsr_config *cfg,
   fprintf(out, ", behind the next step's first forward (each unit's part updated as that "
           "forward first asks for the unit), %.4g s, which hides %.4g s of it\n",
           o->first_forward_s, fmin(o->update_s, o->first_forward_s));
+  if (o->where == TSR_PLAN_UPDATE_HOST_GRADS)
+    fprintf(out, "  host gradient work %10.4f s  the gradient on the host: each micro-batch's "
+            "pieces added there as they land, %.4g s against the micro-batch's %.4g s (%d of "
+            "them: %.4g s not hidden), and the gradient norm's pass over it, %.4g s, at the "
+            "CPU AdamW's rate\n", o->accum_exposed_s + o->host_norm_s, o->accum_s, o->micro_s,
+            o->micro_batches, o->accum_exposed_s, o->host_norm_s);
   fprintf(out, "  if overlapped      %10.4f s  the step if the offloaded update were also hidden "
           "behind the last micro-batch's backward (%.4g s less): not implemented, the update "
           "needs the gradient norm first (clipping, the fp16 skip)\n", p->sim.offload_overlapped,
@@ -335,9 +341,12 @@ static void json_offload(FILE *out, const tsr_plan_offload *o) {
           "\"cpu_bytes\": %.0f, \"d2h_s\": %.6g, \"cpu_s\": %.6g, \"h2d_s\": %.6g, "
           "\"serial_s\": %.6g, \"pipelined_s\": %.6g, \"case\": \"%s\", \"units\": %d, "
           "\"last_d2h_s\": %.6g, \"update_s\": %.6g, \"first_forward_s\": %.6g, "
-          "\"tail_s\": %.6g}", o->fraction, o->elements, o->piece, o->d2h_bytes,
-          o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s, o->pipelined_s,
-          where[o->where], o->units, o->last_d2h_s, o->update_s, o->first_forward_s, o->tail_s);
+          "\"tail_s\": %.6g, \"accum_s\": %.6g, \"micro_s\": %.6g, \"micro_batches\": %d, "
+          "\"accum_exposed_s\": %.6g, \"host_norm_s\": %.6g}", o->fraction, o->elements, o->piece,
+          o->d2h_bytes, o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s,
+          o->pipelined_s, where[o->where], o->units, o->last_d2h_s, o->update_s,
+          o->first_forward_s, o->tail_s, o->accum_s, o->micro_s, o->micro_batches,
+          o->accum_exposed_s, o->host_norm_s);
 }
 
 static void json_traffic(FILE *out, const tsr_plan_traffic *t) {

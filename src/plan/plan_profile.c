@@ -523,17 +523,24 @@ tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *
   return o;
 }
 
-void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward) {
+void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward,
+                            double micro, int micro_batches) {
   o->units = units > 0 ? units : 1;
   o->where = zero_stage < 2 ? TSR_PLAN_UPDATE_DEVICE_GRADS : TSR_PLAN_UPDATE_HOST_GRADS;
   o->last_d2h_s = 0;
   o->first_forward_s = first_forward;
   o->update_s = o->tail_s = o->pipelined_s;
   if (o->fraction <= 0 || o->elements <= 0) return;
+  o->accum_s = o->accum_exposed_s = o->host_norm_s = 0;
+  o->micro_s = micro, o->micro_batches = micro_batches;
   if (zero_stage >= 2) { /* host_grads: the gradient crossed during the backward, unit by unit */
     const double two[2] = {o->cpu_s, o->h2d_s};
     o->last_d2h_s = o->d2h_s / o->units;
     o->update_s = pipelined(two, 2, o->piece / o->elements);
+    const double per_byte = o->cpu_bytes > 0 ? o->cpu_s / o->cpu_bytes : 0;
+    o->accum_s = 12 * o->elements * per_byte;
+    o->accum_exposed_s = micro_batches * fmax(0, o->accum_s - micro);
+    o->host_norm_s = 4 * o->elements * per_byte;
   }
   /* unit by unit as the next step's first forward first asks for each */
   o->tail_s = o->last_d2h_s + fmax(0, o->update_s - first_forward);

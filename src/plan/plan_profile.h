@@ -167,6 +167,14 @@ typedef struct {
                                which hides as much of update_s */
   double tail_s;            /* what the step pays: last_d2h + max(0, update_s -
                                first_forward) */
+  /* HOST_GRADS: the host's own work on the gradient, outside the update: each micro-batch's
+   * unit pieces added into the host's gradient as they land (12 bytes an element: read
+   * both, write one) during that micro-batch, of which what its forward and backward
+   * (micro_s) do not hide is exposed, accum_exposed_s over the step's micro_batches; and
+   * the gradient norm's pass over it after the backward (4 bytes an element), host_norm_s;
+   * both at the CPU AdamW's rate in bytes a second.  0 at ZeRO 0-1. */
+  double accum_s, micro_s, accum_exposed_s, host_norm_s;
+  int micro_batches;
 } tsr_plan_offload;
 /* That for `own` elements of a shard (the rank's optimizer state); nothing on hardware
  * 'cpu', where the run is on the host already.  Placed as DEVICE_GRADS with units 1 and
@@ -174,9 +182,12 @@ typedef struct {
 tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *hw, double own);
 /* Places the update of o in the step of a stage at ZeRO stage `zero_stage` (host_grads at
  * 2-3 whenever something is offloaded, with or without hybrid replicas), with `units` ZeRO
- * units and a first forward of `first_forward` seconds (one micro-batch through its
- * chunks): sets where, units, last_d2h_s, update_s, first_forward_s and tail_s. */
-void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward);
+ * units, a first forward of `first_forward` seconds (one micro-batch through its chunks)
+ * and `micro_batches` micro-batches of `micro` seconds each (forward and backward): sets
+ * where, units, last_d2h_s, update_s, first_forward_s, tail_s and the host's gradient
+ * work. */
+void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward,
+                            double micro, int micro_batches);
 
 /* train.activation_offload: a chunk's time for one micro-batch, `t` seconds of compute
  * through its `layers` layers (forward or backward), when each layer's block of `block`

@@ -327,12 +327,15 @@ static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
   const int link = group_link(g->shard, (long)g->shard * g->tp, g->ranks_per_node);
   const int rpn = g->ranks_per_node;
   tsr_plan_offload o = tsr_plan_offload_of(cfg, hw, own);
-  tsr_plan_offload_place(&o, zs, units, first_forward);
+  tsr_plan_offload_place(&o, zs, units, first_forward, first_forward + backward,
+                         p->grid.micro_batches);
   *offload = o;
   const double device = o.elements < own ? tsr_plan_stream_s(hw, (own - o.elements) * (28 + e)) : 0;
   const double update = fmax(device + o.last_d2h_s, o.tail_s);
   *hidden = update - fmax(device + o.last_d2h_s, update - backward);
-  double t = tsr_plan_stream_s(hw, own * 4) + update +
+  /* the host's gradient work (host_grads): the norm's pass, and what the micro-batches do
+   * not hide of its additions; neither can move behind the backward */
+  double t = tsr_plan_stream_s(hw, own * 4) + update + o.host_norm_s + o.accum_exposed_s +
              tsr_plan_stream_s(hw, 4 * (zs < 2 ? elems : own));
   if (zs == 1 || zs == 2) /* behind the next step's first forward, as far as it overlaps */
     t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
@@ -378,7 +381,8 @@ int tsr_plan_sim_step(tsr_plan *p, const tsr_config *cfg) {
     tail_ov = fmax(tail_ov, t - hidden);
     off = fmax(off, o.tail_s);
     if (st->done) /* the stage's own update (its padded shard, plan.c) placed the same way */
-      tsr_plan_offload_place(&st->offload, (int)cfg->parallel.zero_stage, a.units[s], a.first[s]);
+      tsr_plan_offload_place(&st->offload, (int)cfg->parallel.zero_stage, a.units[s], a.first[s],
+                             a.first[s] + a.back[s], g->micro_batches);
     busy += a.busy[s] / pp;
     idle += st->sim_idle / pp;
     p->sim.idle_max = fmax(p->sim.idle_max, st->sim_idle);

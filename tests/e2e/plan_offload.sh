@@ -135,6 +135,10 @@ for st_a, st_b in zip(a['stages'], b['stages']):
         pp = a['layout']['pp']                # units: layers, the embedding, the head
         ok &= o['units'] == st_a['layers'] + (st_a['stage'] == 0) + (st_a['stage'] == pp - 1)
         want = last + max(0, upd - o['first_forward_s'])
+        # the host's own gradient work: 12 B an element a micro-batch, 4 B for the norm
+        ok &= abs(o['accum_s'] - 12 * own / rate) <= 1e-5 * o['accum_s']
+        ok &= abs(o['host_norm_s'] - 4 * own / rate) <= 1e-5 * o['host_norm_s']
+        ok &= abs(o['accum_exposed_s'] - o['micro_batches'] * max(0, o['accum_s'] - o['micro_s'])) <= 1e-6
     ok &= abs(o['tail_s'] - want) <= 1e-5 * want
 m = a['memory']
 u = a['offload']['update']

@@ -1186,17 +1186,50 @@ static void test_offload_plan(void) {
       const char *what[] = {"", "the three pipelined behind the next first forward",
                             "the gradient on the host, behind the next first forward",
                             "the gradient on the host, behind the next first forward"};
-      TU_CHECK(close_to(p1.t_step - p0.t_step, pays - adam, 1e-6) &&
+      /* ZeRO 2-3: the host's gradient work beside it, the norm's pass (4 B an element) and
+       * the micro-batches' additions (12 B) where they outlast the micro-batch */
+      const int m = p1.grid.micro_batches;
+      const double hostw = z < 2 ? 0 : 4 * ownu / cpu_rate +
+                                       m * fmax(0, 12 * ownu / cpu_rate - (ff + back));
+      TU_CHECK(close_to(p1.t_step - p0.t_step, pays + hostw - adam, 1e-6) &&
+                   (z < 2 ? o->host_norm_s == 0 && o->accum_s == 0
+                          : close_to(o->host_norm_s, 4 * own / cpu_rate, 1e-9) &&
+                                close_to(o->accum_s, 12 * own / cpu_rate, 1e-9)) &&
                    close_to(p1.sim.offload, pays, 1e-9) && o->where == want[z] &&
                    o->units == 34 && ff > 0 &&
                    close_to(o->tail_s, update_by_hand(z, half, own, 34, ff, &last), 1e-9) &&
                    close_to(p1.t_step - p1.sim.offload_overlapped, fmin(pays - last, back), 1e-6),
                "  ... ZeRO-%d, %s: the step %.4f s -> %.4f s: + the update %.4f s (one after the "
-               "other %.4f s) - the device's AdamW %.4f s; hidden behind the last backward "
-               "(%.4f s) too it would be %.4f s", z, what[z], p0.t_step, p1.t_step, pays,
-               o->serial_s, adam, back, p1.sim.offload_overlapped);
+               "other %.4f s) + the host's gradient work %.4f s - the device's AdamW %.4f s; "
+               "hidden behind the last backward (%.4f s) too it would be %.4f s", z, what[z],
+               p0.t_step, p1.t_step, pays, o->serial_s, hostw, adam, back,
+               p1.sim.offload_overlapped);
       tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
     }
+  /* the host's additions outlasting the micro-batches: ZeRO-2 with a CPU of 0.05 GB/s a core
+   * (0.7 GB/s a GPU), each micro-batch's 12 B an element exposed beyond its compute */
+  {
+    tsr_config c;
+    tsr_plan q;
+    int rc = offload_plan("llm7b", 8, 8, 1, 2, 1, 1, &q, &c);
+    tsr_plan_destroy(&q);
+    c.hardware.cpu_adam_gbps = 0.05;
+    tsr_hardware hw;
+    tsr_plan_grid g;
+    memset(&q, 0, sizeof q);
+    rc = rc || tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_layout(&c, 8, 8, &g, NULL, 0) ||
+         tsr_plan_make(&q, &c, &hw, &g, 1);
+    const tsr_plan_offload *o = rc ? NULL : &q.stages[0].offload;
+    const double own = rc ? 0 : o->elements, rate = 0.05 * 112 / 8 * 1e9;
+    const double acc = 12 * own / rate, micro = q.sim.f + q.sim.b + q.sim.w;
+    TU_CHECK(!rc && close_to(o->accum_s, acc, 1e-9) && close_to(o->micro_s, micro, 1e-9) &&
+                 acc > micro && o->micro_batches == g.micro_batches &&
+                 close_to(o->accum_exposed_s, g.micro_batches * (acc - micro), 1e-9),
+             "ZeRO-2 with the CPU at 0.7 GB/s a GPU: each micro-batch's additions %.4g s against "
+             "its %.4g s of compute, %.4g s exposed over %d micro-batches", rc ? 0 : o->accum_s,
+             micro, rc ? 0 : o->accum_exposed_s, g.micro_batches);
+    tsr_plan_destroy(&q);
+  }
   /* hybrid replicas (dp_replicate 2: two nodes, ZeRO-3 sharded over a node's 8 GPUs): the
    * offloaded part's gradient is on the host too, its all-reduce over host memory */
   tsr_plan p0, p1;
