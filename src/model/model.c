@@ -85,12 +85,13 @@ static float *alloc_f(tsr_model *m, size_t n) {
   return p;
 }
 
-/* Split backward: what each B pass of a slot leaves for its W pass (model_sizes.c). */
+/* Split backward: what each B pass of a slot leaves for its W pass (model_sizes.c), stored
+ * for the backward as the layers' sets are (counted with them). */
 static int alloc_wstash(tsr_model *m, struct act_slot *sl) {
   const tsr_model_sizes *sz = &m->sz;
-  const size_t N = (size_t)sz->N, C = (size_t)sz->C;
+  const size_t N = (size_t)sz->N, C = (size_t)sz->C, had = m->act_bytes;
   if (!(sl->w = tsr_calloc((size_t)m->Lc, sizeof *sl->w))) return TSR_ERR;
-  for (int q = 0; q < m->Lc; q++) {
+  for (int q = 0; q < m->Lc && !m->aoff; q++) { /* offloaded: in the layers' blocks */
     layer_wstash *w = &sl->w[q];
     if (!(w->d_down = alloc_a(m, N * C)) || !(w->d_o = alloc_a(m, N * C)) ||
         !(w->d_fc = alloc_a(m, N * (size_t)sz->fc_dim)) ||
@@ -98,6 +99,7 @@ static int alloc_wstash(tsr_model *m, struct act_slot *sl) {
         !(w->norm_b = alloc_f(m, 2 * C)))
       return TSR_ERR;
   }
+  m->stored_bytes += m->act_bytes - had;
   if (sz->w_embed && !(sl->w_embed = alloc_a(m, (size_t)sz->w_embed))) return TSR_ERR;
   if (sz->w_head && !(sl->w_head = alloc_f(m, (size_t)sz->w_head))) return TSR_ERR;
   return 0;
@@ -344,6 +346,8 @@ static int alloc_window(tsr_model *m) {
     a->norm1_mean = AT(norm1_mean), a->norm1_rstd = AT(norm1_rstd);
     a->norm2_mean = AT(norm2_mean), a->norm2_rstd = AT(norm2_rstd);
     win->x = AT(x);
+    win->ws.d_down = AT(d_down), win->ws.d_o = AT(d_o), win->ws.d_fc = AT(d_fc);
+    win->ws.d_qkv = AT(d_qkv), win->ws.norm_w = AT(norm_w), win->ws.norm_b = AT(norm_b);
 #undef AT
     share_scratch(m, a, owned_mask(m->recompute));
   }
@@ -780,15 +784,20 @@ static int chunk_backward(tsr_model *m, int chunk, int slot, const void *d_out, 
     if (!pr || (!split && !gr)) return TSR_ERR;
     const void *x = resid(m, sl, e);
     layer_acts *a = &sl->acts[e];
+    layer_wstash *ws = split ? &sl->w[e] : NULL;
+    const int cur = w;
     if (w >= 0) { /* the next lower layer's block comes back while this one runs */
       const int wp = q > 0 ? win_take(m) : -1;
       if (wp >= 0) win_load(m, wp, sl, e - 1);
       tsr_ops_event_wait(m->win[w].ev);
       x = m->win[w].x, a = &m->win[w].acts;
+      if (split) ws = &m->win[w].ws;
       w = wp;
     }
     TSR_CALL(model_layer_recompute(m, i, pr, x, a));
-    TSR_CALL(model_layer_bwd(m, i, pr, gr, x, a, split ? &sl->w[e] : NULL));
+    TSR_CALL(model_layer_bwd(m, i, pr, gr, x, a, ws));
+    /* a split backward's stash for W goes to the host with the block (W brings it back) */
+    if (split && cur >= 0) win_store(m, cur, sl, e);
     REL(m->hooks.params_release(hc, 1 + i));
     if (!split) REL(m->hooks.grads_release(hc, 1 + i));
   }
@@ -842,8 +851,9 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     if (pw) REL(m->hooks.params_release(hc, m->head_unit));
     REL(m->hooks.grads_release(hc, head));
   }
-  /* offload: each layer's block comes back a second time (B's copy is gone), the next
-   * lower layer's while this one's weight gradients are computed, as in the backward */
+  /* offload: each layer's block comes back a second time (its stored set, and the stash B
+   * left for W, which B sent to the host with it), the next lower layer's while this one's
+   * weight gradients are computed, as in the backward */
   int w = m->aoff ? win_take(m) : -1;
   if (w >= 0) win_load(m, w, sl, base + n - 1);
   for (int q = n - 1; q >= 0; q--) {
@@ -851,14 +861,15 @@ int tsr_model_chunk_backward_weight(tsr_model *m, int chunk, int slot) {
     float *gr = grads_acquire(m, 1 + i);
     if (!gr) return TSR_ERR;
     layer_acts *a = &sl->acts[e];
+    const layer_wstash *ws = &sl->w[e];
     if (w >= 0) {
       const int wp = q > 0 ? win_take(m) : -1;
       if (wp >= 0) win_load(m, wp, sl, e - 1);
       tsr_ops_event_wait(m->win[w].ev);
-      a = &m->win[w].acts;
+      a = &m->win[w].acts, ws = &m->win[w].ws;
       w = wp;
     }
-    TSR_CALL(model_layer_bwd_w(m, i, gr, a, &sl->w[e]));
+    TSR_CALL(model_layer_bwd_w(m, i, gr, a, ws));
     REL(m->hooks.grads_release(hc, 1 + i));
   }
   if (!embeds) {

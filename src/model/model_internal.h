@@ -36,11 +36,12 @@ typedef struct { /* what one layer's B pass leaves for its W pass (split backwar
 
 /* Activation offload: where one layer's stored buffers sit in its block (host and device
  * window alike), in bytes, each at a multiple of 256 (-1: not stored, the recompute mode
- * rebuilds it); x is the layer's input (its row of the residual stream); bytes the block's
+ * rebuilds it); x is the layer's input (its row of the residual stream); with a split
+ * backward also what its B pass leaves for W (layer_wstash's buffers); bytes the block's
  * size.  model_sizes.c lays it out. */
 typedef struct {
   int64_t norm1, norm2, qkv, atty, h, fc, act, lse, norm1_mean, norm1_rstd, norm2_mean,
-      norm2_rstd, x, bytes;
+      norm2_rstd, x, d_down, d_o, d_fc, d_qkv, norm_w, norm_b, bytes;
 } offload_layout;
 void model_offload_layout(const tsr_model_sizes *s, int64_t esz, offload_layout *o);
 
@@ -142,6 +143,7 @@ struct tsr_model {
   struct offload_win {
     void *block, *x, *ev;
     layer_acts acts;
+    layer_wstash ws; /* split backward: B's stash for W, in the block too */
   } win[TSR_MODEL_OFFLOAD_WINDOW];
   void *out_ev;
   size_t host_bytes;   /* page-locked bytes of the slots' host blocks */

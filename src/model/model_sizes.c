@@ -121,6 +121,11 @@ void model_offload_layout(const tsr_model_sizes *s, int64_t esz, offload_layout 
   }
   if (own & A_ACT) o->act = place(&at, n->act * esz);
   o->x = place(&at, s->Ns * s->C * esz);
+  if (s->split) { /* B's stash for W goes to the host with the block and comes back for W */
+    o->d_down = place(&at, s->N * s->C * esz), o->d_o = place(&at, s->N * s->C * esz);
+    o->d_fc = place(&at, s->N * s->fc_dim * esz), o->d_qkv = place(&at, s->N * s->qkv_dim * esz);
+    o->norm_w = place(&at, 2 * s->C * 4), o->norm_b = place(&at, 2 * s->C * 4);
+  }
   o->bytes = at;
 }
 
@@ -147,11 +152,13 @@ static double set_bytes(const tsr_model_sizes *s, int which, double ab) {
 /* The layers of a chunk, its residual stream, the input tokens and the document starts
  * (int32), the final norm and its statistics, the logits (stored: they become their own
  * gradient), or with the fused head the targets (int32) instead.  With the activation
- * offload the layers' sets are the window's and the host's, not the slot's, and the
- * residual stream is the chunk's output only. */
+ * offload the layers' sets (and a split backward's stash for W) are the window's and the
+ * host's, not the slot's, and the residual stream is the chunk's output only. */
 double tsr_model_slot_bytes(const tsr_model_sizes *s, double ab) {
-  const double layer = s->act_offload ? 0.0 : set_bytes(s, owned_mask(s->recompute), ab);
-  return s->layers_per_chunk * (layer + (double)s->w_dy * ab + (double)s->w_norm * 4) +
+  const double layer = s->act_offload ? 0.0
+                                      : set_bytes(s, owned_mask(s->recompute), ab) +
+                                            (double)s->w_dy * ab + (double)s->w_norm * 4;
+  return s->layers_per_chunk * layer +
          (double)s->w_embed * ab + (double)s->w_head * 4 +
          (double)s->resid * ab + (double)(s->tokens + s->docs + s->head_targets) * 4 +
          (double)(s->final_norm + s->logits) * ab +

@@ -622,9 +622,10 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
     s->t_compute += g->micro_batches * (ch.f + ch.b + ch.w - tp - cp);
     s->t_tp += g->micro_batches * tp;
     s->t_cp += g->micro_batches * cp;
-    s->act_bytes += g->micro_batches * ch.layers * ch.act_block; /* to the host */
-    s->act_back += g->micro_batches * ch.layers * ch.act_block *
-                   (tsr_pp_split_backward(cfg->parallel.schedule) ? 2 : 1);
+    /* to the host and back: twice each with a split backward (after B, for W) */
+    const int trips = tsr_pp_split_backward(cfg->parallel.schedule) ? 2 : 1;
+    s->act_bytes += g->micro_batches * ch.layers * ch.act_block * trips;
+    s->act_back += g->micro_batches * ch.layers * ch.act_block * trips;
     s->act_exposed += g->micro_batches * ch.act_exposed;
   }
   s->t_pp = s->comm[TSR_PLAN_PP].seconds + tied->seconds;

@@ -156,9 +156,9 @@ typedef struct {
   double t_compute, t_tp, t_cp, t_pp, t_dp, t_optimizer; /* seconds; t_cp: context-parallel
                                          transfers left exposed; t_dp: the exposed part */
   tsr_plan_offload offload; /* parallel.offload: the update's copies and CPU time */
-  double act_bytes;   /* train.activation_offload (a GPU): layer blocks to the host per step,
-                         as many back (plan_cost.c) ... */
-  double act_back;    /* ... twice as many with a split backward (its W pass) */
+  double act_bytes;   /* train.activation_offload (a GPU): layer blocks to the host per step
+                         (twice with a split backward: after the forward and after B) */
+  double act_back;    /* ... and back (twice with a split backward: for B and for W) */
   double act_exposed; /* of t_compute: their PCIe time the layers do not hide */
   double sim_end, sim_busy, sim_idle; /* the replay (plan_sim.h): end of its schedule, time
                                          computing, waits over its window (as logged) */

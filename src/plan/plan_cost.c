@@ -312,12 +312,15 @@ int tsr_plan_chunk_cost(const tsr_config *cfg, const tsr_hardware *hw, const tsr
   }
   /* train.activation_offload on a GPU: each layer's block to the host in the forward and
    * back in the backward, behind the next layer's compute (model.c's copy stream), and
-   * with a split backward back once more for the W pass; the optimizer offload's copies
-   * share the link after the backward, not counted here */
+   * with a split backward to the host again after B (with B's stash for W) and back once
+   * more for the W pass; the optimizer offload's copies share the link after the
+   * backward, not counted here */
   if (d.act_offload && strcmp(hw->name, "cpu")) {
-    out->act_block = (double)d.offload_set;
+    out->act_block = (double)d.offload_set; /* with a split backward B's stash for W too */
     const double f = tsr_plan_act_offload_s(hw, out->f, L, out->act_block);
-    const double b = tsr_plan_act_offload_s(hw, out->b, L, out->act_block);
+    /* a split backward's B pass also sends each block back to the host (with its stash),
+     * on the same copy queue as the next block's load */
+    const double b = tsr_plan_act_offload_s(hw, out->b, L, (split ? 2 : 1) * out->act_block);
     const double w = split ? tsr_plan_act_offload_s(hw, out->w, L, out->act_block) : out->w;
     out->act_exposed = f - out->f + b - out->b + w - out->w;
     out->f = f, out->b = b, out->w = w;

@@ -75,8 +75,9 @@ check "  ... both skip the same $s1 step(s) of 4 (at least one, not all)" \
 stored() { sed -n 's/^activations stored for the backward (rank 0): \([0-9]*\) bytes on the device.*/\1/p' "$SCRATCH/$1.out" | head -1; }
 host() { sed -n 's/^activations stored .* \([0-9]*\) bytes in page-locked host memory.*/\1/p' "$SCRATCH/$1.out" | head -1; }
 inuse() { sed -n 's/^memory at step 1, most on any rank: in use \([0-9.]*\) MB.*/\1/p' "$SCRATCH/$1.out" | head -1; }
-memcheck() { # memcheck NAME ESZ RECOMPUTE SLOTS LAYERS [-]: the numbers of NAME and NAME_act
-  # (-: not the memory in use, which is the fullest rank's, where rank 0's line is stage 0's)
+memcheck() { # memcheck NAME ESZ RECOMPUTE SLOTS LAYERS [-] [zb]: the numbers of NAME and
+  # NAME_act (-: not the memory in use, which is the fullest rank's, where rank 0's line is
+  # stage 0's; zb: a split backward, each layer also keeping B's stash for W, in its block)
   local name=$1
   local d0 d1 h1 u0 u1
   d0=$(stored "$name") d1=$(stored "${name}_act") h1=$(host "${name}_act")
@@ -84,11 +85,13 @@ memcheck() { # memcheck NAME ESZ RECOMPUTE SLOTS LAYERS [-]: the numbers of NAME
   echo "    $name: stored on the device ${d0:-?} bytes without, ${d1:-?} with the offload" \
     "(host ${h1:-?}); in use at step 1 ${u0:-?} MB without, ${u1:-?} MB with"
   [ "${6:-}" = - ] && u0=0 u1=0
-  "$PYTHON_REF" - "$2" "$3" "$4" "$5" "${d0:-x}" "${d1:-x}" "${h1:-x}" "${u0:-x}" "${u1:-x}" <<'PY'
+  "$PYTHON_REF" - "$2" "$3" "$4" "$5" "${d0:-x}" "${d1:-x}" "${h1:-x}" "${u0:-x}" "${u1:-x}" \
+    "${7:-}" <<'PY'
 import sys
 esz, rec, slots, L = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 d0, d1, h1 = (int(a) for a in sys.argv[5:8])
 u0, u1 = (float(a) for a in sys.argv[8:10])
+zb = sys.argv[10] == "zb"
 N, C, H, KV, hd, F = 16, 32, 2, 1, 16, 64  # the test's shapes, micro-batch 1, llama
 qkv, fc = N * (H + 2 * KV) * hd, N * 2 * F
 dt = [N * C, N * C, qkv, N * H * hd, N * C, fc, N * F]     # norm1 norm2 qkv atty h fc act
@@ -100,6 +103,9 @@ elif rec == "selective":
 else:
     keep_dt, keep_f = [], []
 row = N * C * esz
+# B's stash for W: d_down, d_o [N, C], d_fc, d_qkv in the storage type, norm w and b [2C] fp32
+stash_dt, stash_f = ([N * C, N * C, fc, qkv], [2 * C, 2 * C]) if zb else ([], [])
+keep_dt, keep_f = keep_dt + stash_dt, keep_f + stash_f
 layer = sum(n * esz for n in keep_dt) + sum(n * 4 for n in keep_f)
 pad = lambda b: (b + 255) // 256 * 256
 block = sum(pad(n * esz) for n in keep_dt) + sum(pad(n * 4) for n in keep_f) + pad(row)
@@ -139,6 +145,9 @@ pair "bf16, pp 2 ZB-H1, 4 micro-batches" zh 2 parallel.pp=2 parallel.schedule=zb
   train.global_batch=4
 pair "bf16, pp 2 ZB-V (2 chunks a stage), 4 micro-batches" zv 2 parallel.pp=2 \
   parallel.virtual_stages=2 parallel.schedule=zb_v train.global_batch=4
+memcheck zh 2 none 2 2 - zb
+check "pp 2 ZB-H1, stage 0: B's stash for W travels in the layers' blocks too (2 blocks and 2 slots' outputs on the device)" \
+  test $? -eq 0
 # the CPU has nothing to move
 run cpu cpu 1 $A run.max_steps=1
 check "on the CPU the key is accepted, saying there is nothing to move" grep -q \

@@ -249,7 +249,7 @@ sys.exit(0 if zb(s) > 0 and zb(h) > 0 and all(x['activation_offload'] for x in h
 PY
 L=$("$PYTHON_REF" -c "
 import json, sys
-x = [x for x in json.load(open(sys.argv[1]))['search']['layouts'] if x['schedule'].startswith('zb')][0]
+x = [x for x in json.load(open(sys.argv[1]))['search']['layouts'] if x['schedule'] == 'zb_h1'][0]
 print(f\"parallel.tp={x['tp']} parallel.pp={x['pp']} parallel.virtual_stages={x['virtual_stages']} \"
       f\"parallel.schedule={x['schedule']} parallel.zero_stage={x['zero_stage']} \"
       f\"train.micro_batch={x['micro_batch']} train.recompute={x['recompute']} \"
@@ -257,13 +257,17 @@ print(f\"parallel.tp={x['tp']} parallel.pp={x['pp']} parallel.virtual_stages={x[
 read -r -a ZLAY <<<"$L"
 "$TESSERA" plan "$top_srcdir/input/llm7b.nml" --nodes 1 --gpus-per-node 8 "${ZLAY[@]}" \
   train.activation_offload=T --json >"$SCRATCH/zb_one.json" 2>&1
-check "  ... one planned alone (${ZLAY[*]}): every block comes back twice, the W pass's trip too" \
+check "  ... one planned alone (${ZLAY[*]}): every block goes each way twice (after B, for W)" \
   "$PYTHON_REF" - "$SCRATCH/zb_one.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
-x = a['act_offload']
+x, m = a['act_offload'], a['layout']['micro_batches']
 print(f"    {x['bytes_to_host'] / 1e9:.2f} GB to the host a step, {x['bytes_back'] / 1e9:.2f} GB back")
-sys.exit(0 if x['on'] and x['bytes_to_host'] > 0 and abs(x['bytes_back'] - 2 * x['bytes_to_host']) <= 1e-9 * x['bytes_back'] else 1)
+ok = x['on'] and x['bytes_to_host'] > 0 and x['bytes_back'] == x['bytes_to_host']
+st = [s for s in a['stages'] if s['stage'] == x['stage']][0]
+g = st['memory_gpu']
+want = 2 * m * g['host']['acts'] / g['in_flight']
+sys.exit(0 if ok and abs(x['bytes_to_host'] - want) <= 1e-9 * want else 1)
 PY
 
 # ---- 6. the trainer on the emulated GPU

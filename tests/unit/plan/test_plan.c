@@ -1010,7 +1010,8 @@ static int act_chunks(tsr_config c, const tsr_plan_grid *g, double pcie, tsr_pla
  * without the offload, on the H100's 50 GB/s (a block of a few kB: hidden) and at
  * hardware.pcie_gbps = 0.001 (1 MB/s: a block takes longer than a layer's compute), each
  * f + L max(0, block / pcie - f / L); and the stage's blocks over a step, m L each way. */
-static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, double block) {
+static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, double block,
+                             double stash) {
   for (int slow = 0; slow < 2; slow++) {
     tsr_plan_chunk a, b;
     tsr_plan p;
@@ -1027,21 +1028,28 @@ static void act_offload_time(const tsr_config *on, const tsr_plan_grid *g, doubl
              b.f * 1e6, a.b * 1e6, b.b * 1e6, g->micro_batches, p.stages[0].act_bytes);
     tsr_plan_destroy(&p);
   }
-  /* ZB-H1 (recompute none): the W pass brings each block back once more, behind its own
-   * compute, w + L max(0, block / pcie - w / L); twice the blocks come back */
+  /* ZB-H1 (recompute none): each block also holds B's stash for W (`stash` bytes); B sends
+   * it to the host after the layer and loads the next one on the same queue, b + L max(0,
+   * 2 block / pcie - b / L), and the W pass brings it back once more, w + L max(0, block /
+   * pcie - w / L); twice the blocks go each way */
   if (on->train.recompute != TSR_RECOMPUTE_NONE) return;
   tsr_config c = *on;
   c.parallel.schedule = TSR_SCHEDULE_ZB_H1;
   tsr_plan_chunk a, b;
   tsr_plan p;
   const int rc = act_chunks(c, g, 0.001, &a, &b, &p);
-  const double L = a.layers, copy = block / 1e6, w = a.w + L * fmax(0, copy - a.w / L);
-  TU_CHECK(rc == 0 && a.w > 0 && close_to(b.w, w, 1e-12) && b.w > a.w &&
-               close_to(b.act_exposed, b.f - a.f + b.b - a.b + w - a.w, 1e-9) &&
-               p.stages[0].act_back == 2 * p.stages[0].act_bytes,
-           "  ... ZB-H1 at 1 MB/s: the W pass %.4g -> %.4g us (each block back a second time); "
-           "%.0f bytes to the host, %.0f back", a.w * 1e6, b.w * 1e6, p.stages[0].act_bytes,
-           p.stages[0].act_back);
+  const double L = a.layers, zb = block + stash, copy = zb / 1e6;
+  const double f = a.f + L * fmax(0, copy - a.f / L);
+  const double bw = a.b + L * fmax(0, 2 * copy - a.b / L), w = a.w + L * fmax(0, copy - a.w / L);
+  const double moved = 2.0 * g->micro_batches * L * zb;
+  TU_CHECK(rc == 0 && a.w > 0 && b.act_block == zb && close_to(b.f, f, 1e-12) &&
+               close_to(b.b, bw, 1e-12) && close_to(b.w, w, 1e-12) && b.w > a.w &&
+               close_to(b.act_exposed, f - a.f + bw - a.b + w - a.w, 1e-9) &&
+               p.stages[0].act_bytes == moved && p.stages[0].act_back == moved,
+           "  ... ZB-H1 at 1 MB/s: a block of %.0f bytes with B's stash (%.0f); B %.4g -> %.4g "
+           "us (each block back to the host too), W %.4g -> %.4g us (each block back a second "
+           "time); %.0f bytes each way", zb, stash, a.b * 1e6, b.b * 1e6, a.w * 1e6, b.w * 1e6,
+           p.stages[0].act_bytes);
   tsr_plan_destroy(&p);
 }
 
@@ -1100,7 +1108,13 @@ static void test_activation_offload(void) {
                "unchanged", half ? "bf16" : "fp32", mode[r], s, L,
                g0.activations - g1.activations, set, row, block, s * L * block, g1.host_acts,
                g1.host - g0.host);
-      act_offload_time(&c, &g, block);
+      /* B's stash for W (split backward): d_down and d_o [N, C], d_fc [N, 2F], d_qkv
+       * [N, (H + 2 KV) hd] in the storage type, the norms' w and b [2C] each in fp32 */
+      const double r256[6] = {N * C * e, N * C * e, N * 2 * F * e, N * 8 * hd * e, 2 * C * 4,
+                              2 * C * 4};
+      double stash = 0;
+      for (int i = 0; i < 6; i++) stash += ceil(r256[i] / 256) * 256;
+      act_offload_time(&c, &g, block, stash);
     }
 }
 
