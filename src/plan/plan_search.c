@@ -755,8 +755,7 @@ int tsr_plan_search(const tsr_config *cfg, const tsr_hardware *hw, const tsr_pla
     if (act)
       printf("activation offload tried as well, as nothing fits%s: train.activation_offload = "
              ".true., every layer's stored activations in page-locked host memory between its "
-             "forward and its backward (with a schedule whose backward is whole: never the "
-             "zero-bubble ones)\n",
+             "forward and its backward\n",
              FIXED(OFFLOAD) ? " without it" : " with the optimizer offload alone");
     print_fixed(cfg, o->fixed, 0);
     if (rows) print_table_head();

@@ -108,8 +108,7 @@ static int check_offload_host(const tsr_session *s, const tsr_config *cfg) {
 /* parallel.offload and train.activation_offload: a CPU run has nothing to move to the
  * host (one line says so, so the same deck runs everywhere); a GPU run offloads
  * parallel.offload_fraction of the optimizer shard (zero.c) and the stored activations
- * (model.c), the latter with every schedule but the zero-bubble ones, whose W pass would
- * need them back a second time.  Every rank decides the same from the same configuration. */
+ * (model.c).  Every rank decides the same from the same configuration. */
 static int check_offload(const tsr_session *s, const tsr_config *cfg) {
   const int opt = cfg->parallel.offload == TSR_OFFLOAD_OPTIMIZER;
   const int act = cfg->train.activation_offload;
