@@ -761,20 +761,16 @@ static int gather_params(tsr_zero *z) {
                              (size_t)(z->s1 - z->s0), z->dt);
 }
 
-/* The offloaded part's compute copy, formed on the host (fp32: the master itself, else
- * h_compute), to its place in the device's compute shard. */
-static void offload_send(tsr_zero *z) {
-  const void *src = z->dt == TSR_F32 ? (const void *)z->h_master : z->h_compute;
-  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, z->split - z->a0), src,
-               (size_t)(z->a1 - z->split) * z->esz);
-}
-
 /* The compute copy of the offloaded part [split, a1): formed on the host, copied to the
  * device. */
 static void offload_to_compute(tsr_zero *z) {
-  if (z->dt != TSR_F32)
-    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)(z->a1 - z->split));
-  offload_send(z);
+  const int64_t nd = z->split - z->a0, nh = z->a1 - z->split;
+  const void *src = z->h_master;
+  if (z->dt != TSR_F32) {
+    tsr_ops_host_cast(z->dt, z->h_compute, TSR_F32, z->h_master, (long)nh);
+    src = z->h_compute;
+  }
+  tsr_ops_copy(tsr_dtype_at(compute_shard(z), z->dt, nd), src, (size_t)nh * z->esz);
 }
 
 int tsr_zero_publish_params(tsr_zero *z) {
@@ -843,44 +839,40 @@ int tsr_zero_update(tsr_zero *z, const tsr_optim_config *o, double lr, int64_t t
   const int64_t a = z->a0, s = z->split;
   const float *g = reduced_grads(z);
   void *c = compute_shard(z);
-  /* offloaded: each unit's gradient starts to the host first (there already with
+  /* offloaded: the host's part of each unit is left for when the next forward first
+   * needs the unit, and at stages 1-2 each unit's gather then too (the device's part
+   * included); each unit's gradient starts to the host now (there already with
    * host_grads), so that the copies run beside the device's AdamW */
-  if (z->offload) tsr_ops_event_sync(z->h2d_ev); /* the last copies back are done */
-  z->d2h_last = NULL;
-  for (int u = 0; z->offload && !z->host_grads && u < z->n_units; u++) {
-    int64_t pa, pb;
-    upd_range(z, u, &pa, &pb);
-    if (pb <= pa) continue;
-    tsr_ops_copy_async(z->h_grad + (pa - z->hg0), g + (pa - a),
-                       (size_t)(pb - pa) * sizeof(float), z->unit_ev[u]);
-    z->d2h_last = z->unit_ev[u];
+  if (z->offload) {
+    tsr_ops_event_sync(z->h2d_ev); /* the last copies back are done */
+    z->lz_o = *o;
+    z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
+    z->d2h_last = NULL;
+    z->gather_left = 0;
+    for (int u = 0; u < z->n_units; u++) {
+      int64_t pa, pb;
+      upd_range(z, u, &pa, &pb);
+      z->lazy_todo[u] = pb > pa;
+      z->lazy_left += z->lazy_todo[u];
+      z->gather_todo[u] = z->stage == 1 || z->stage == 2; /* every unit, pieces or not */
+      z->gather_left += z->gather_todo[u];
+      if (pb <= pa || z->host_grads) continue;
+      tsr_ops_copy_async(z->h_grad + (pa - z->hg0), g + (pa - a),
+                         (size_t)(pb - pa) * sizeof(float), z->unit_ev[u]);
+      z->d2h_last = z->unit_ev[u];
+    }
   }
   /* the device's part: the compute copy is refreshed inside AdamW's pass, no second pass
    * over the shard */
   if (s > a)
     tsr_optim_adamw_range(o, z->lay, a, s, z->master, z->adam_m, z->adam_v, g, lr, t,
                           grad_scale, z->master_is_compute ? NULL : c, z->dt);
-  if (!z->offload) return gather_params(z);
-  /* the host's part of each unit when the next forward first needs the unit, and at
-   * stages 1-2 each unit's gather then too (the device's part included) */
-  z->lz_o = *o;
-  z->lz_lr = lr, z->lz_t = t, z->lz_scale = grad_scale;
-  z->gather_left = 0;
-  for (int u = 0; u < z->n_units; u++) {
-    int64_t pa, pb;
-    upd_range(z, u, &pa, &pb);
-    z->lazy_todo[u] = pb > pa;
-    z->lazy_left += z->lazy_todo[u];
-    z->gather_todo[u] = z->stage == 1 || z->stage == 2; /* every unit, pieces or not */
-    z->gather_left += z->gather_todo[u];
-  }
-  return 0;
+  return z->offload ? 0 : gather_params(z);
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
-  settle(z);
   const size_t len = (size_t)(z->a1 - z->a0);
   float *full[3] = {master, m, v};
   const tsr_zero_state st = tsr_zero_state_of(z);
@@ -902,9 +894,8 @@ int tsr_zero_gather_state(tsr_zero *z, float *master, float *m, float *v) {
 }
 
 int tsr_zero_scatter_state(tsr_zero *z, const float *master, const float *m, const float *v) {
-  settle(z); /* then overwritten */
   const float *full[3] = {master, m, v};
-  const tsr_zero_state st = tsr_zero_state_of(z);
+  const tsr_zero_state st = tsr_zero_state_of(z); /* settles a waiting update, then overwritten */
   for (int i = 0; i < 3; i++) tsr_zero_state_write(&st, i, full[i] ? full[i] + z->a0 : NULL);
   return tsr_zero_publish_params(z);
 }

@@ -130,10 +130,8 @@ static int check_offload(const tsr_session *s, const tsr_config *cfg) {
                "elements)", cfg->parallel.offload_fraction);
     tsr_log("offload: %s (fp32 master weights, Adam m and v) lives in page-locked host memory "
             "and is updated by the CPU's AdamW after the gradient norm, in pieces whose copies "
-            "to and from the GPU overlap it%s", part,
-            cfg->parallel.zero_stage == 3 || cfg->parallel.zero_stage == 0
-                ? "; each unit's part when the next forward first needs the unit"
-                : "");
+            "to and from the GPU overlap it; each unit's part when the next forward first needs "
+            "the unit", part);
   }
   return (opt && cfg->parallel.offload_fraction > 0) || act ? check_offload_host(s, cfg) : 0;
 }
