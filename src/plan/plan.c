@@ -644,10 +644,8 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   tsr_plan_offload_place(&s->offload, zs, units, s->t_compute / (3.0 * g->micro_batches),
                          s->t_compute / g->micro_batches, g->micro_batches);
   const tsr_plan_offload *o = &s->offload;
-  const double e = half_precision(cfg) ? 2 : 4;
-  const double device =
-      o->elements < own ? tsr_plan_stream_s(hw, (own - o->elements) * (28.0 + e)) : 0;
-  s->t_optimizer = fmax(device + o->last_d2h_s, o->tail_s) + o->host_norm_s + o->accum_exposed_s;
+  s->t_optimizer = tsr_plan_update_s(hw, o, own, half_precision(cfg) ? 2 : 4, NULL) +
+                   o->host_norm_s + o->accum_exposed_s;
   return 0;
 }
 

@@ -546,6 +546,13 @@ void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, doub
   o->tail_s = o->last_d2h_s + fmax(0, o->update_s - first_forward);
 }
 
+double tsr_plan_update_s(const tsr_hardware *hw, const tsr_plan_offload *o, double own, double e,
+                         double *unhidden) {
+  const double device = o->elements < own ? tsr_plan_stream_s(hw, (own - o->elements) * (28 + e)) : 0;
+  if (unhidden) *unhidden = device + o->last_d2h_s;
+  return fmax(device + o->last_d2h_s, o->tail_s);
+}
+
 double tsr_plan_act_offload_s(const tsr_hardware *hw, double t, int layers, double block) {
   if (layers <= 0 || block <= 0) return t;
   return t + layers * fmax(0, tsr_plan_pcie_s(hw, block) - t / layers);

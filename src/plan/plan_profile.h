@@ -188,6 +188,13 @@ tsr_plan_offload tsr_plan_offload_of(const tsr_config *cfg, const tsr_hardware *
  * work. */
 void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, double first_forward,
                             double micro, int micro_batches);
+/* What a stage's optimizer takes in the step with o placed: the device's AdamW over the
+ * `own - elements` elements it keeps (28 + e bytes an element, e the storage type's) beside
+ * the offloaded update, the longer of the two, the device's after the last unit's copy to
+ * the host (the gradient norm needs it); *unhidden (when not NULL): that device part,
+ * which nothing hides.  Without the offload, the device's AdamW over all of own. */
+double tsr_plan_update_s(const tsr_hardware *hw, const tsr_plan_offload *o, double own, double e,
+                         double *unhidden);
 
 /* train.activation_offload: a chunk's time for one micro-batch, `t` seconds of compute
  * through its `layers` layers (forward or backward), when each layer's block of `block`

@@ -10,7 +10,6 @@
 #include <strings.h>
 
 #include "deck/deck.h"
-#include "sched/pipeline.h"
 #include "sched/registry.h"
 #include "sched/schedule.h"
 #include "plan.h"
@@ -251,15 +250,13 @@ static int search_all(const tsr_config *deck, const tsr_hardware *hw, int world,
           c.parallel.cp_comm = one_comm ? deck->parallel.cp_comm : cc ? TSR_CP_A2A : TSR_CP_P2P;
           for (int i = 0; i < n_pipes; i++) {
             if (pp == 1 && pipes[i].v > 1) continue; /* chunks without a pipeline: never proposed */
-            const tsr_schedule_choice kind =
-                FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
             c.parallel.tp = tp;
             c.parallel.pp = pp;
             c.parallel.virtual_stages = pipes[i].v;
             c.parallel.sequence_parallel = tp > 1;
             if (FIXED(SEQUENCE_PARALLEL))
               c.parallel.sequence_parallel = deck->parallel.sequence_parallel;
-            c.parallel.schedule = kind;
+            c.parallel.schedule = FIXED(SCHEDULE) ? deck->parallel.schedule : pipes[i].kind;
             TSR_CALL(search_inner(&c, deck, hw, world, o, cs));
             if (cs->first_fit && cs->fit) return 0;
           }

@@ -330,9 +330,9 @@ static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
   tsr_plan_offload_place(&o, zs, units, first_forward, first_forward + backward,
                          p->grid.micro_batches);
   *offload = o;
-  const double device = o.elements < own ? tsr_plan_stream_s(hw, (own - o.elements) * (28 + e)) : 0;
-  const double update = fmax(device + o.last_d2h_s, o.tail_s);
-  *hidden = update - fmax(device + o.last_d2h_s, update - backward);
+  double unhidden;
+  const double update = tsr_plan_update_s(hw, &o, own, e, &unhidden);
+  *hidden = update - fmax(unhidden, update - backward);
   /* the host's gradient work (host_grads): the norm's pass, and what the micro-batches do
    * not hide of its additions; neither can move behind the backward */
   double t = tsr_plan_stream_s(hw, own * 4) + update + o.host_norm_s + o.accum_exposed_s +
