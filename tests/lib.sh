@@ -176,11 +176,19 @@ print(f"    {len(rows[0])} steps: {rows[0][-1] if rows[0] else ()}")
 sys.exit(0 if rows[0] == rows[1] and len(rows[0]) >= 2 else 1)
 PY
 }
-# same_ckpt A B: the final checkpoints of runs A and B: /model and /optim datasets equal
+# same_ckpt_file A B: checkpoint files A and B hold equal /model and /optim datasets
+same_ckpt_file() {
+  h5diff "$1" "$2" /model /model >/dev/null && h5diff "$1" "$2" /optim /optim >/dev/null
+}
+# same_ckpt A B: the final checkpoints of runs A and B (under $SCRATCH) the same so
 same_ckpt() {
-  local a b
-  a=$(ls "$SCRATCH/$1"/ckpt/step_*.h5 | tail -1) b=$(ls "$SCRATCH/$2"/ckpt/step_*.h5 | tail -1)
-  h5diff "$a" "$b" /model /model >/dev/null && h5diff "$a" "$b" /optim /optim >/dev/null
+  same_ckpt_file "$(ls "$SCRATCH/$1"/ckpt/step_*.h5 | tail -1)" \
+    "$(ls "$SCRATCH/$2"/ckpt/step_*.h5 | tail -1)"
+}
+# skips NAME: the steps run NAME (under $SCRATCH) skipped (its metrics.jsonl)
+skips() {
+  "$PYTHON_REF" -c "import json,sys; print(sum(json.loads(l).get('step_skipped', 0) for l in open(sys.argv[1])))" \
+    "$SCRATCH/$1/metrics.jsonl"
 }
 
 # The fortunes corpus (SentencePiece BPE, 2048 pieces), built once per build tree and
