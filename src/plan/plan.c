@@ -633,9 +633,6 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   const double grads = link_time(hw, dp, dp->bytes[TSR_COMM_ALL_REDUCE] +
                                              dp->bytes[TSR_COMM_REDUCE_SCATTER]);
   const double gathers = link_time(hw, dp, dp->bytes[TSR_COMM_ALL_GATHER]);
-  s->t_dp = fmax(0.0, grads - backward) +
-            (zs == 3 ? fmax(0.0, gathers - s->t_compute) : gathers) +
-            link_time(hw, rep, rep->total);
   /* Adam holds 8 bytes per element, on the device or the host */
   const double own = (s->mem[TSR_PLAN_GPU].optim + s->mem[TSR_PLAN_GPU].host_optim) / 8;
   s->offload = tsr_plan_offload_of(cfg, hw, own);
@@ -643,7 +640,21 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
    * it again with the replay's); the device's AdamW over the rest runs beside it */
   tsr_plan_offload_place(&s->offload, zs, units, s->t_compute / (3.0 * g->micro_batches),
                          s->t_compute / g->micro_batches, g->micro_batches);
-  const tsr_plan_offload *o = &s->offload;
+  tsr_plan_offload *o = &s->offload;
+  /* the replicas' all-reduce: with the gradient on the host its offloaded part runs over
+   * host memory after the device's (tsr_plan_replica_all_reduce_s) */
+  const double on_host = o->where == TSR_PLAN_UPDATE_HOST_GRADS && own > 0 && g->replicate > 1
+                             ? fmin(1.0, o->elements / own) : 0;
+  o->replica_host_bytes = on_host * rep->total;
+  o->replica_host_s = on_host > 0 ? tsr_plan_host_all_reduce_s(
+                                        hw, rep->inter_node ? TSR_LINK_INTER : TSR_LINK_INTRA,
+                                        g->replicate, on_host * rep->total / ring_all(g->replicate))
+                                  : 0;
+  s->comm[TSR_PLAN_DP_REPLICATE].seconds =
+      link_time(hw, rep, rep->total - o->replica_host_bytes) + o->replica_host_s;
+  s->t_dp = fmax(0.0, grads - backward) +
+            (zs == 3 ? fmax(0.0, gathers - s->t_compute) : gathers) +
+            rep->seconds;
   s->t_optimizer = tsr_plan_update_s(hw, o, own, half_precision(cfg) ? 2 : 4, NULL) +
                    o->host_norm_s + o->accum_exposed_s;
   return 0;

@@ -225,6 +225,11 @@ static void print_traffic(FILE *out, const tsr_plan *p) {
             t->total / 1e9, t->seconds, kinds[0] ? kinds : "-");
   }
   const tsr_plan_offload *o = &st->offload;
+  if (o->replica_host_bytes > 0) /* of dp_replicate's row, the part over host memory */
+    fprintf(out, "  %-13s %5s  %-10s %12.4f %10.4f  of dp_replicate's: the offloaded part's "
+            "all-reduce over host memory (MPI), after the device's part (at the slowest of "
+            "the link, the GPU's share of host_mem_gbps and one core's adds)\n",
+            "  host part", "", "host", o->replica_host_bytes / 1e9, o->replica_host_s);
   if (o->fraction > 0) /* the offload's copies between this GPU and its host */
     fprintf(out, "  %-13s %5d  %-10s %12.4f %10.4f  to the host %.4g, back %.4g (at "
             "hardware.pcie_gbps = %.4g GB/s each way)\n", "host (offload)", 1, "PCIe",
@@ -342,11 +347,12 @@ static void json_offload(FILE *out, const tsr_plan_offload *o) {
           "\"serial_s\": %.6g, \"pipelined_s\": %.6g, \"case\": \"%s\", \"units\": %d, "
           "\"last_d2h_s\": %.6g, \"update_s\": %.6g, \"first_forward_s\": %.6g, "
           "\"tail_s\": %.6g, \"accum_s\": %.6g, \"micro_s\": %.6g, \"micro_batches\": %d, "
-          "\"accum_exposed_s\": %.6g, \"host_norm_s\": %.6g}", o->fraction, o->elements, o->piece,
+          "\"accum_exposed_s\": %.6g, \"host_norm_s\": %.6g, \"replica_host_bytes\": %.0f, "
+          "\"replica_host_s\": %.6g}", o->fraction, o->elements, o->piece,
           o->d2h_bytes, o->h2d_bytes, o->cpu_bytes, o->d2h_s, o->cpu_s, o->h2d_s, o->serial_s,
           o->pipelined_s, where[o->where], o->units, o->last_d2h_s, o->update_s,
           o->first_forward_s, o->tail_s, o->accum_s, o->micro_s, o->micro_batches,
-          o->accum_exposed_s, o->host_norm_s);
+          o->accum_exposed_s, o->host_norm_s, o->replica_host_bytes, o->replica_host_s);
 }
 
 static void json_traffic(FILE *out, const tsr_plan_traffic *t) {

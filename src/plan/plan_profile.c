@@ -472,6 +472,32 @@ double tsr_plan_all_reduce_s(const tsr_hardware *hw, int link, int t, double byt
   return tsr_plan_link_s(hw, link, 2.0 * (t - 1) / t * bytes, 2 * rounds(t));
 }
 
+double tsr_plan_host_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes) {
+  if (t < 2 || bytes <= 0) return 0;
+  const int inter = link == TSR_LINK_INTER;
+  const double wire = 2.0 * (t - 1) / t * bytes;
+  /* a ring's reduce-scatter half: each byte sent read, each received written, then the
+   * sum reads it and its own operand and writes the result (5 passes); the all-gather
+   * half: sent and received (2); through a node's shared memory every byte is also copied
+   * into the shared segment first (one read and one write more) */
+  const double passes = inter ? 3.5 : 4.5;
+  const double gpus = hw->gpus_per_node > 0 ? hw->gpus_per_node : 1;
+  const double memory =
+      hw->host_mem_gbps > 0 ? wire * passes / (hw->host_mem_gbps / gpus * 1e9) : INFINITY;
+  /* the rank's one thread adds the reduce-scatter half's bytes: 12 bytes of memory an
+   * element, at one core's streaming rate */
+  const double adds = hw->cpu_adam_gbps > 0 ? wire / 2 * 3 / (hw->cpu_adam_gbps * 1e9) : INFINITY;
+  const double network = inter ? tsr_plan_link_s(hw, link, wire, 0) : 0;
+  return 2 * rounds(t) * hw->prof.link_latency_s[inter] + fmax(network, fmax(memory, adds));
+}
+
+double tsr_plan_replica_all_reduce_s(const tsr_hardware *hw, int link, int t, double own,
+                                     const tsr_plan_offload *o) {
+  const double host = o && o->where == TSR_PLAN_UPDATE_HOST_GRADS ? fmin(own, o->elements) : 0;
+  return tsr_plan_all_reduce_s(hw, link, t, 4 * (own - host)) +
+         tsr_plan_host_all_reduce_s(hw, link, t, 4 * host);
+}
+
 double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t, double bytes) {
   if (t < 2 || bytes <= 0) return 0;
   return tsr_plan_link_s(hw, link, (double)(t - 1) / t * bytes, rounds(t));

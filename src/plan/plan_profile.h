@@ -114,6 +114,13 @@ double tsr_plan_link_s(const tsr_hardware *hw, int link, double bytes, double me
 double tsr_plan_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes);
 double tsr_plan_gather_s(const tsr_hardware *hw, int link, int t,
                          double bytes); /* or a reduce-scatter */
+/* An all-reduce of `bytes` of host memory over t ranks through MPI (the offloaded
+ * gradient's part with hybrid replicas, zero.c): the ring's bytes at the slowest of the
+ * network (across nodes; within one, shared memory needs none), the GPU's share of the
+ * node's host_mem_gbps (3.5 passes over memory a byte on the wire across nodes, 4.5
+ * through shared memory) and one core adding the reduce-scatter half at cpu_adam_gbps;
+ * plus the latency of its rounds. */
+double tsr_plan_host_all_reduce_s(const tsr_hardware *hw, int link, int t, double bytes);
 
 /* The fraction of the shard a GPU run offloads: parallel.offload_fraction with
  * parallel.offload = 'optimizer', else 0 (a CPU run offloads nothing: its column never). */
@@ -175,6 +182,10 @@ typedef struct {
    * both at the CPU AdamW's rate in bytes a second.  0 at ZeRO 0-1. */
   double accum_s, micro_s, accum_exposed_s, host_norm_s;
   int micro_batches;
+  /* HOST_GRADS with hybrid replicas (plan.c): the ring bytes of the offloaded part's
+   * all-reduce over host memory and its time (tsr_plan_host_all_reduce_s), after the
+   * device part's; 0 otherwise */
+  double replica_host_bytes, replica_host_s;
 } tsr_plan_offload;
 /* That for `own` elements of a shard (the rank's optimizer state); nothing on hardware
  * 'cpu', where the run is on the host already.  Placed as DEVICE_GRADS with units 1 and
@@ -195,6 +206,12 @@ void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, doub
  * which nothing hides.  Without the offload, the device's AdamW over all of own. */
 double tsr_plan_update_s(const tsr_hardware *hw, const tsr_plan_offload *o, double own, double e,
                          double *unhidden);
+/* The hybrid replicas' all-reduce of a stage's fp32 gradient shard of `own` elements over
+ * t copies, as zero.c runs it: the device's part on the link, then, with the gradient on
+ * the host (o placed as HOST_GRADS), the offloaded part over host memory
+ * (tsr_plan_host_all_reduce_s), one after the other.  o may be NULL (nothing offloaded). */
+double tsr_plan_replica_all_reduce_s(const tsr_hardware *hw, int link, int t, double own,
+                                     const tsr_plan_offload *o);
 
 /* train.activation_offload: a chunk's time for one micro-batch, `t` seconds of compute
  * through its `layers` layers (forward or backward), when each layer's block of `block`

@@ -307,8 +307,8 @@ static int chunk_inputs(tsr_plan *p, const tsr_config *cfg, step_arrays *a) {
  * gather of the updated parameters, less what the profile's gather_overlap hides behind
  * the next step's first forward (Tessera: none; Megatron-LM's --overlap-param-gather
  * waits for each bucket where that forward first needs it), and the hybrid copies'
- * all-reduce (with the gradient on the host, its offloaded part runs over host memory:
- * priced on the same link).
+ * all-reduce (with the gradient on the host, its offloaded part then runs over host
+ * memory: tsr_plan_replica_all_reduce_s).
  * With parallel.offload the offloaded part's update (tsr_plan_offload_of, placed by
  * tsr_plan_offload_place with the stage's `units` and `first_forward`: *offload) runs
  * beside the device's AdamW over the rest: the stage pays the longer of the two (after the
@@ -341,8 +341,8 @@ static double stage_tail(const tsr_plan *p, const tsr_config *cfg, double elems,
     t += fmax(0, tsr_plan_gather_s(hw, link, S, e * elems) -
                      hw->prof.gather_overlap * first_forward);
   if (zs > 0 && g->replicate > 1)
-    t += tsr_plan_all_reduce_s(hw, group_link(g->dpcp, (long)g->dpcp * g->tp, rpn), g->replicate,
-                               4 * own);
+    t += tsr_plan_replica_all_reduce_s(hw, group_link(g->dpcp, (long)g->dpcp * g->tp, rpn),
+                                       g->replicate, own, &o);
   return t;
 }
 

@@ -277,6 +277,31 @@ if ! command -v g++ >/dev/null || ! command -v "$MPIRUN" >/dev/null 2>&1 ||
   finish
 fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 TSR_GEMM_PROBE_N=64
+# hybrid replicas at ZeRO-3 with the optimizer offloaded: the replicas' all-reduce of the
+# offloaded gradient runs over host memory, a row of its own under dp_replicate and in the
+# JSON; without the offload it stays on the network
+HY=(--nodes 2 --gpus-per-node 8 parallel.tp=1 parallel.pp=1 parallel.zero_stage=3
+  "parallel.shard_scope='node'")
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" "${HY[@]}" "parallel.offload='optimizer'" >"$SCRATCH/hy.txt" 2>&1
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" "${HY[@]}" "parallel.offload='optimizer'" --json \
+  >"$SCRATCH/hy.json" 2>&1
+"$TESSERA" plan "$top_srcdir/input/llm7b.nml" "${HY[@]}" --json >"$SCRATCH/hy0.json" 2>&1
+grep -E '^  (dp_replicate|  host part)' "$SCRATCH/hy.txt" | cut -c1-110 | sed 's/^/    /'
+check "llm7b ZeRO-3 on 2 nodes, 2 replicas, offloaded: the all-reduce over host memory, slower than the network's" \
+  "$PYTHON_REF" - "$SCRATCH/hy.json" "$SCRATCH/hy0.json" "$SCRATCH/hy.txt" <<'PY'
+import json, re, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+o, o0 = a['stages'][0]['offload'], b['stages'][0]['offload']
+own = a['stages'][0]['memory_gpu']['host']['master'] / 4
+txt = open(sys.argv[3]).read()
+ok = o['case'] == 'host_grads' and abs(o['replica_host_bytes'] - 4 * own) <= 4
+ok &= o0['replica_host_bytes'] == 0 and o0['replica_host_s'] == 0
+# at least the network's time for the same bytes (50 GB/s a GPU), and its row in the table
+ok &= o['replica_host_s'] >= o['replica_host_bytes'] / 50e9
+m = re.search(r'^    host part +host +([0-9.]+) +([0-9.]+)', txt, re.M)
+ok &= bool(m) and abs(float(m.group(2)) - o['replica_host_s']) <= 1e-4
+sys.exit(0 if ok else 1)
+PY
 EMU="$SCRATCH/tessera-emu"
 emu_link tessera "$EMU"
 bytes_corpus computers

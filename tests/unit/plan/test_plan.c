@@ -1275,8 +1275,54 @@ static void test_offload_plan(void) {
              "device for the host (%.3f GB a GPU, 4 B x own + 3 landing pieces of %.4g), the "
              "device %.3f -> %.3f GB; the update behind the next first forward",
              g0->grads / 1e9, g1->host_grads / 1e9, piece, g0->total / 1e9, g1->total / 1e9);
+    /* the replicas' all-reduce: on the network without the offload; with it the whole
+     * shard's over host memory, at the slowest of the network, the GPU's share of the
+     * node's memory bandwidth (3.5 passes a byte on the wire) and one core's adds (the
+     * reduce-scatter half, 3 bytes moved a byte added), after 2 rounds of latency */
+    const tsr_plan_traffic *r0 = &p0.stages[0].comm[TSR_PLAN_DP_REPLICATE];
+    const tsr_plan_traffic *r1 = &p1.stages[0].comm[TSR_PLAN_DP_REPLICATE];
+    const tsr_plan_offload *o1 = &p1.stages[0].offload;
+    const double wire = 4 * own; /* 2 (t - 1) / t of the 4-byte shard, t = 2 */
+    const double net = wire / (hw.inter_node_gbps * 1e9 * hw.prof.link_eff[TSR_LINK_INTER]);
+    const double memory = wire * 3.5 / (hw.host_mem_gbps / 8 * 1e9);
+    const double adds = wire / 2 * 3 / (hw.cpu_adam_gbps * 1e9);
+    const double want = 2 * hw.prof.link_latency_s[TSR_LINK_INTER] + fmax(net, fmax(memory, adds));
+    TU_CHECK(r0->inter_node && close_to(r0->seconds, net, 1e-12) && o1->replica_host_bytes == wire &&
+                 close_to(o1->replica_host_s, want, 1e-12) && r1->seconds == o1->replica_host_s &&
+                 p1.stages[0].t_dp - p0.stages[0].t_dp > 0.9 * (want - net),
+             "llm7b ZeRO-3 2 replicas across nodes: the all-reduce %.4g s on the network, "
+             "%.4g s over host memory offloaded (network %.4g, memory %.4g, adds %.4g)",
+             r0->seconds, o1->replica_host_s, net, memory, adds);
   }
   tsr_plan_destroy(&p0), tsr_plan_destroy(&p1);
+  /* within one node (shards of 4, 2 replicas on the same 8 GPUs): NVLink on the device,
+   * shared memory on the host (4.5 passes a byte, no network term); with the built-in
+   * core's rate the adds bind, at 100 GB/s a core the memory */
+  c.parallel.shard_scope = 4;
+  for (int fast = 0; fast < 2; fast++) {
+    tsr_plan p2;
+    tsr_plan_grid g2;
+    memset(&p2, 0, sizeof p2);
+    c.hardware.cpu_adam_gbps = fast ? 100 : 0;
+    rc = tsr_plan_hardware(&c.hardware, &hw) || tsr_plan_layout(&c, 8, 8, &g2, NULL, 0) ||
+         tsr_plan_make(&p2, &c, &hw, &g2, 1);
+    if (rc) {
+      TU_CHECK(0, "llm7b on 1 x 8, ZeRO-3 shards of 4 with 2 replicas: no plan");
+    } else {
+      const double own = (double)tsr_zero_padded_length(p2.n_params, 4) / 4, wire = 4 * own;
+      const tsr_plan_traffic *r = &p2.stages[0].comm[TSR_PLAN_DP_REPLICATE];
+      const double memory = wire * 4.5 / (hw.host_mem_gbps / 8 * 1e9);
+      const double adds = wire / 2 * 3 / (hw.cpu_adam_gbps * 1e9);
+      const double want = 2 * hw.prof.link_latency_s[TSR_LINK_INTRA] + fmax(memory, adds);
+      TU_CHECK(g2.shard == 4 && g2.replicate == 2 && !r->inter_node &&
+                   p2.stages[0].offload.replica_host_bytes == wire &&
+                   close_to(r->seconds, want, 1e-12) && (fast ? memory > adds : adds > memory),
+               "llm7b ZeRO-3 2 replicas in a node, offloaded, cores at %.4g GB/s: %.4g s over "
+               "shared memory (memory %.4g, adds %.4g)", hw.cpu_adam_gbps, r->seconds, memory,
+               adds);
+    }
+    tsr_plan_destroy(&p2);
+  }
 }
 
 /* llm70b on one node of 8 GPUs (tp 8, dp 1, ZeRO 0): without offload it does not fit in 80
