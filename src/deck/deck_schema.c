@@ -15,7 +15,7 @@ const char *const deck_group_name[N_GROUP] = {"run",   "model", "parallel",  "tr
 static const char *const group_help[N_GROUP] = {
     "run identity, length, logging and evaluation",
     "transformer shape",
-    "parallel layout: tensor (tp) x data (dp) x pipeline (pp); dp = world size / (tp*pp)",
+    "parallel layout: tensor (tp) x context (cp) x data (dp) x pipeline (pp); dp = world size / (tp*cp*pp)",
     "batch, precision and activation recompute",
     "AdamW and the learning-rate schedule",
     "token shards (see tools/tsr-prepare)",
@@ -255,7 +255,7 @@ const key_def deck_schema[] = {
          "0: the built-in figure)"),
     REAL(hardware, host_mem_gbps, "0", 0, 0, LO,
          "host memory GB/s a node's cores reach together, the CPU AdamW's ceiling (0: "
-         "built-in, 430 for h100 and h200, 287 for a100: 0.7 of their DDR peaks)"),
+         "built-in, 394 for h100 and h200, 287 for a100: 0.7 of their DDR peaks)"),
     CHOICE(hardware, implementation, "tessera", "tessera|reference",
            "whose kernels the profile describes: Tessera's as measured, or a well-tuned stack "
            "(cuBLAS GEMMs, FlashAttention-class attention, overlapped tp collectives); plan "
