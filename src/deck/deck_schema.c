@@ -152,7 +152,7 @@ const key_def deck_schema[] = {
     CHOICE(optim, decay, "cosine", "cosine|linear|wsd|constant", "decay after warmup"),
     INT(optim, decay_steps, "0", 0, 0, LO, "length of warmup + decay (0 = run.max_steps)"),
     REAL(optim, wsd_decay_frac, "0.2", 0, 1, LO | HI | LO_OPEN,
-         "wsd: fraction of decay_steps spent decaying"),
+         "wsd: fraction of the steps after warmup (decay_steps - warmup_steps) spent decaying"),
     REAL(optim, beta1, "0.9", 0, 1, LO | HI | HI_OPEN, "Adam first-moment decay"),
     REAL(optim, beta2, "0.95", 0, 1, LO | HI | HI_OPEN, "Adam second-moment decay"),
     REAL(optim, eps, "1e-8", 0, 1, LO | HI | LO_OPEN, "Adam epsilon"),
