@@ -505,15 +505,19 @@ void tsr_deck_help(FILE *out) {
                "! comments, strings in quotes, logicals .true./.false.  Override any key on the\n"
                "command line as group.key=value.\n");
   for (int g = 0; g < N_GROUP; g++) {
-    fprintf(out, "\n&%s  (%s)\n  %-18s %-8s %-12s %-34s %s\n", deck_group_name[g], group_help[g], "key", "type",
-            "default", "allowed", "meaning");
+    int w = 18; /* the key column: as wide as the group's longest key */
+    for (int k = 0; k < deck_n_keys; k++)
+      if (deck_schema[k].group == g && (int)strlen(deck_schema[k].name) > w)
+        w = (int)strlen(deck_schema[k].name);
+    fprintf(out, "\n&%s  (%s)\n  %-*s %-8s %-12s %-34s %s\n", deck_group_name[g], group_help[g], w,
+            "key", "type", "default", "allowed", "meaning");
     for (int k = 0; k < deck_n_keys; k++) {
       if (deck_schema[k].group != g) continue;
       char v[VALBUF], a[128];
       deck_fmt_value(&def, k, v, sizeof v);
       allowed(&deck_schema[k], a, sizeof a);
-      fprintf(out, "  %-18s %-8s %-12s %-34s %s\n", deck_schema[k].name, type_name[deck_schema[k].type], v, a,
-              deck_schema[k].help);
+      fprintf(out, "  %-*s %-8s %-12s %-34s %s\n", w, deck_schema[k].name,
+              type_name[deck_schema[k].type], v, a, deck_schema[k].help);
     }
   }
 }

@@ -33,6 +33,15 @@ expect() {
 
 expect "--help-deck lists micro_batch" 0 "micro_batch" -- "$bin" --help-deck
 expect "--help-deck lists rope_theta" 0 "rope_theta" -- "$bin" --help-deck
+# each group's columns line up, its longest key included (attention_fp32_bwd_efficiency)
+misaligned=$("$bin" --help-deck | awk '/^&/ { w = 0; next }
+  /^  [^ ]/ { match($0, /^  [^ ]+ +/); if (w == 0) w = RLENGTH; else if (RLENGTH != w) print $1 }')
+if [ -z "$misaligned" ] && "$bin" --help-deck | grep -q '^  attention_fp32_bwd_efficiency '; then
+  echo "PASS: --help-deck: every group's type column at one offset"
+else
+  echo "FAIL: --help-deck: keys whose columns do not line up: $misaligned"
+  fail=1
+fi
 
 cat >bad.nml <<'NML'
 ! line 1: a deck with one bad value
