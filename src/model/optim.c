@@ -29,15 +29,25 @@ double tsr_optim_clip_scale(double grad_norm, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-/* host: the host's kernel on host buffers (tsr_ops_host_adamw), else the ops' backend's */
+/* host: the host's kernel on host buffers (tsr_ops_host_adamw), else the ops' backend's.
+ * AdamW is element-wise, so a run of adjacent tensors with the same weight decay is one
+ * call (a kernel launch on a device) with the same bits as one call a tensor: a llama
+ * layer's nine tensors are four runs (norm, the attention's matrices, norm, the MLP's). */
 static void adamw_range(int host, const tsr_optim_config *o, const tsr_layout *lay,
                         int64_t begin, int64_t end, float *master, float *m, float *v,
                         const float *grad, double lr, int64_t step, double grad_scale,
                         void *compute, tsr_dtype dt) {
   for (int i = 0; i < lay->n_tensors; i++) {
     const tsr_tensor *t = &lay->tensors[i];
+    int j = i; /* the run's last tensor */
+    while (j + 1 < lay->n_tensors && lay->tensors[j + 1].decay == t->decay &&
+           lay->tensors[j + 1].offset == lay->tensors[j].offset + lay->tensors[j].numel &&
+           lay->tensors[j + 1].offset < end)
+      j++;
+    const tsr_tensor *u = &lay->tensors[j];
+    i = j;
     const int64_t a = t->offset > begin ? t->offset : begin;
-    const int64_t b = t->offset + t->numel < end ? t->offset + t->numel : end;
+    const int64_t b = u->offset + u->numel < end ? u->offset + u->numel : end;
     if (a >= b) continue;
     const double wd = t->decay ? o->weight_decay : 0.0;
     const int64_t k = a - begin;

@@ -218,7 +218,42 @@ int main(void) {
     tsr_config *cfg = &c6;
     float *mm = tsr_calloc((size_t)big.lay->n_flat, sizeof(float));
     float *vv = tsr_calloc((size_t)big.lay->n_flat, sizeof(float));
+    /* the reference: one AdamW call a tensor, each with its own weight decay, over the whole
+     * buffer and over a range cut inside two tensors */
+    const long nf = (long)big.lay->n_flat;
+    float *ref3 = tsr_calloc((size_t)(3 * nf), sizeof(float)), *rng3 = tsr_calloc((size_t)(3 * nf), sizeof(float));
+    memcpy(ref3, big.master, (size_t)nf * sizeof(float));
+    memcpy(rng3, big.master, (size_t)nf * sizeof(float));
+    const float *gr = tsr_model_grads(big.model);
+    const tsr_tensor *ts = big.lay->tensors;
+    const int64_t r0 = ts[1].offset + ts[1].numel / 2, r1 = ts[6].offset + ts[6].numel / 3;
+    for (int i = 0; i < big.lay->n_tensors; i++) {
+      const float wd = ts[i].decay ? (float)cfg->optim.weight_decay : 0.0f;
+      const int64_t o = ts[i].offset, a = o > r0 ? o : r0, b = o + ts[i].numel < r1 ? o + ts[i].numel : r1;
+      tsr_ops_adamw(ref3 + o, ref3 + nf + o, ref3 + 2 * nf + o, gr + o, (long)ts[i].numel, 1e-2f,
+                    (float)cfg->optim.beta1, (float)cfg->optim.beta2, (float)cfg->optim.eps, wd, 1,
+                    1.0f, NULL, TSR_F32);
+      if (a < b)
+        tsr_ops_adamw(rng3 + a, rng3 + nf + a, rng3 + 2 * nf + a, gr + a, (long)(b - a), 1e-2f,
+                      (float)cfg->optim.beta1, (float)cfg->optim.beta2, (float)cfg->optim.eps, wd,
+                      1, 1.0f, NULL, TSR_F32);
+    }
+    float *rp = tsr_calloc((size_t)(3 * nf), sizeof(float));
+    memcpy(rp, big.master, (size_t)nf * sizeof(float));
+    tsr_optim_adamw_range(&cfg->optim, big.lay, r0, r1, rp + r0, rp + nf + r0, rp + 2 * nf + r0,
+                          gr + r0, 1e-2, 1, 1.0, NULL, TSR_F32);
     tsr_optim_adamw(&cfg->optim, big.lay, big.master, mm, vv, tsr_model_grads(big.model), 1e-2, 1, 1.0);
+    int decays = 0;
+    for (int i = 1; i < big.lay->n_tensors; i++) decays += ts[i].decay != ts[i - 1].decay;
+    TU_CHECK(decays > 1 && !memcmp(big.master, ref3, (size_t)nf * 4) &&
+                 !memcmp(mm, ref3 + nf, (size_t)nf * 4) && !memcmp(vv, ref3 + 2 * nf, (size_t)nf * 4) &&
+                 !memcmp(rp, rng3, (size_t)(3 * nf) * 4),
+             "%s: AdamW over runs of tensors (%d tensors, %d changes of weight decay) bitwise one call "
+             "a tensor, over the whole buffer and over [%lld, %lld)", archs[ai], big.lay->n_tensors,
+             decays, (long long)r0, (long long)r1);
+    tsr_free(&ref3);
+    tsr_free(&rng3);
+    tsr_free(&rp);
     tsr_model_set_params(big.model, big.master);
     double after;
     tsr_model_forward(big.model, in, tg, &after);
