@@ -6,7 +6,8 @@
 #   steps   1-150  tp 2 x pp 2 (1F1B, 4 micro-batches per step), then checkpoint and stop
 #   steps 151-300  resumed from that checkpoint on dp 2 x tp 2 with ZeRO-1 (the checkpoint
 #                  reshards on load; the sample stream continues where it stopped)
-# Output under out/tiny/ (log, metrics.jsonl, ckpt/).  Extra arguments go to both runs.
+# Output under out/tiny/ (log, metrics.jsonl, ckpt/).  Extra arguments (group.key=value)
+# go to both runs and to the evaluation: run.out_dir=DIR puts all of it in DIR.
 set -euo pipefail
 cd "$(dirname "$0")"
 ./build.sh
@@ -16,5 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 common=(input/tiny.nml optim.decay_steps=300 "$@")
 mpirun -np 4 src/tessera "${common[@]}" parallel.tp=2 parallel.pp=2 run.max_steps=150
 mpirun -np 4 src/tessera "${common[@]}" parallel.tp=2 parallel.zero_stage=1 run.max_steps=300
-src/tessera eval input/tiny.nml
-echo "run-demo: log out/tiny/tessera.log, metrics out/tiny/metrics.jsonl, checkpoints out/tiny/ckpt/"
+src/tessera eval input/tiny.nml "$@"
+out=out/tiny
+for a in "$@"; do case $a in run.out_dir=*) out=${a#run.out_dir=} out=${out//\'/} ;; esac; done
+echo "run-demo: log $out/tessera.log, metrics $out/metrics.jsonl, checkpoints $out/ckpt/"
