@@ -282,6 +282,19 @@ static void test_overrides(void) {
            c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
            !strcmp(c.run.out_dir, "a \"b\"");
   result(ok, "good overrides: bare words, quotes, spaces, d exponent, later wins over the deck", errbuf);
+  /* bare words as a shell user types them, one that starts with a digit included, each
+   * over the deck's value */
+  const char *words[] = {"parallel.schedule=1f1b", "parallel.shard_scope=node",
+                         "train.recompute=selective", "optim.decay=wsd", "checkpoint.resume=auto"};
+  rc = parse(&c,
+             "&parallel schedule = 'gpipe', shard_scope = 'global' /\n&train recompute = 'full' /\n"
+             "&optim decay = 'linear' /\n&checkpoint resume = 'none' /",
+             5, (char **)words, 1);
+  result(rc == 0 && c.parallel.schedule == TSR_SCHEDULE_1F1B &&
+             c.parallel.shard_scope == TSR_SHARD_NODE &&
+             c.train.recompute == TSR_RECOMPUTE_SELECTIVE && c.optim.decay == TSR_DECAY_WSD &&
+             !strcmp(c.checkpoint.resume, "auto"),
+         "bare-word overrides: schedule=1f1b, shard_scope=node, recompute, decay, resume", errbuf);
   rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
   result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
   rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
