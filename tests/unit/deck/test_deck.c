@@ -295,6 +295,16 @@ static void test_overrides(void) {
              c.train.recompute == TSR_RECOMPUTE_SELECTIVE && c.optim.decay == TSR_DECAY_WSD &&
              !strcmp(c.checkpoint.resume, "auto"),
          "bare-word overrides: schedule=1f1b, shard_scope=node, recompute, decay, resume", errbuf);
+  /* the head: gpt2's is the embedding and llama's its own, unless the deck says */
+  int tie[4];
+  char *untie[] = {"model.tie_embeddings=F"};
+  tie[0] = parse(&c, "&model arch = 'gpt2' /", 0, NULL, 1) ? -9 : c.model.tie_embeddings;
+  tie[1] = parse(&c, "&model arch = 'gpt2', tie_embeddings = .false. /", 0, NULL, 1)
+               ? -9 : c.model.tie_embeddings;
+  tie[2] = parse(&c, "&model arch = 'gpt2' /", 1, untie, 1) ? -9 : c.model.tie_embeddings;
+  tie[3] = parse(&c, "&model arch = 'llama' /", 0, NULL, 1) ? -9 : c.model.tie_embeddings;
+  result(tie[0] == 1 && tie[1] == 0 && tie[2] == 0 && tie[3] == 0,
+         "tie_embeddings not given: gpt2 tied, llama untied; .false. unties gpt2", errbuf);
   rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
   result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
   rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
@@ -548,8 +558,10 @@ static void test_schema_covers_config(void) {
               : fields[i].type == 'n' ? *(const int64_t *)p == TSR_SHARD_NODE
               : fields[i].type == 'R' ? *(const double *)p == 0.5
                                       : !strcmp(p, fields[i].value);
-    /* and nothing else moved (but a glob's default name, and where it was given) */
+    /* and nothing else moved (but a glob's default name, and where it was given; gpt2's
+     * head, tied when the deck does not say) */
     memcpy((char *)&c + fields[i].off, (const char *)&dflt + fields[i].off, fields[i].size);
+    if (!strcmp(fields[i].key, "model.arch")) c.model.tie_embeddings = dflt.model.tie_embeddings;
     if (fields[i].type == 'S' || fields[i].type == 'R') {
       memcpy(c.data.names, dflt.data.names, sizeof c.data.names);
       memcpy(c.data.valid_weights, dflt.data.valid_weights, sizeof c.data.valid_weights);
