@@ -305,6 +305,17 @@ static void test_overrides(void) {
   tie[3] = parse(&c, "&model arch = 'llama' /", 0, NULL, 1) ? -9 : c.model.tie_embeddings;
   result(tie[0] == 1 && tie[1] == 0 && tie[2] == 0 && tie[3] == 0,
          "tie_embeddings not given: gpt2 tied, llama untied; .false. unties gpt2", errbuf);
+  /* a repeat count, in the deck and in an override's value (deck syntax) */
+  char *rep[] = {"data.valid_weights=2*0.25"};
+  rc = parse(&c,
+             "&data train = 'a/x_*.bin', 'b/x_*.bin', 'c/x_*.bin', weights = 3*0.5,\n"
+             "  valid = 'a/v_*.bin', 'b/v_*.bin' /",
+             1, rep, 1);
+  result(rc == 0 && c.data.n_weights == 3 && c.data.weights[0] == 0.5 &&
+             c.data.weights[2] == 0.5 && c.data.n_valid_weights == 2 &&
+             c.data.valid_weights[0] == 0.25 && c.data.valid_weights[1] == 0.25,
+         "repeat counts: weights = 3*0.5 in the deck, valid_weights=2*0.25 on the command line",
+         errbuf);
   rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
   result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
   rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
