@@ -1046,6 +1046,9 @@ static void cross_checks(parser *P) {
   const int lr = deck_key_id(GI_optim, "lr"), min_lr = deck_key_id(GI_optim, "min_lr"),
             warm = deck_key_id(GI_optim, "warmup_steps"),
             dsteps = deck_key_id(GI_optim, "decay_steps");
+  /* gpt2's head is the embedding unless the deck unties it; llama's is its own unless tied */
+  if (!P->set_seq[deck_key_id(GI_model, "tie_embeddings")] && c->model.arch == TSR_ARCH_GPT2)
+    c->model.tie_embeddings = 1;
   layout_checks(P);
   data_checks(P);
   if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {

@@ -83,7 +83,9 @@ const key_def deck_schema[] = {
     INT(model, rope_original_context, "8192", 1, 1048576, LO | HI,
         "llama3: the context length the model was pre-trained at"),
     REAL(model, norm_eps, "1e-5", 0, 1, LO | HI | LO_OPEN, "epsilon of RMSNorm / LayerNorm"),
-    LOGI(model, tie_embeddings, ".false.", "LM head shares the embedding matrix"),
+    LOGI(model, tie_embeddings, ".false.",
+         "LM head shares the embedding matrix; when not given, .true. for gpt2 and .false. "
+         "for llama"),
     REAL(model, init_std, "0.02", 0, 1, LO | HI | LO_OPEN, "std of the normal init of weights"),
     INT(parallel, tp, "1", 1, 65536, LO | HI, "tensor-parallel ranks (inside a node)"),
     INT(parallel, pp, "1", 1, 65536, LO | HI, "pipeline stages"),

@@ -1,5 +1,6 @@
 #!/bin/bash
-# deck_cli.sh — the trainer's command line around the deck: `tessera --help-deck`, a bad deck
+# deck_cli.sh — the trainer's command line around the deck: `tessera --help-deck` (every
+# stable key under its group, the choice keys' words), a bad deck
 # exits 2 with `file:line:col:`, a misspelt override gets "did you mean", and a bad override
 # value is located as `<command line>:argN:col`.  Exit 0 pass, 1 fail, 77 skip (no binary).
 top_srcdir=${top_srcdir:-.}
@@ -42,6 +43,53 @@ else
   echo "FAIL: --help-deck: keys whose columns do not line up: $misaligned"
   fail=1
 fi
+
+# The deck keys other tools and job scripts rely on, by group, and the words of the choice
+# keys among them: each must stay listed under its group with every word (a rename or a
+# dropped word breaks decks and scripts in the field).
+"$bin" --help-deck >help.txt 2>&1
+stable_keys="run.name run.out_dir run.seed run.max_steps run.log_every run.eval_every
+  run.eval_steps run.step_timeout_s model.arch model.n_layer model.d_model model.n_head
+  model.n_kv_head model.d_ff model.vocab_size model.seq_len model.rope_theta model.norm_eps
+  model.tie_embeddings model.rope_scaling model.rope_factor model.rope_low_freq_factor
+  model.rope_high_freq_factor model.rope_original_context model.max_positions parallel.tp
+  parallel.pp parallel.cp parallel.cp_comm parallel.offload parallel.zero_stage
+  parallel.shard_scope parallel.ranks_per_node parallel.schedule parallel.micro_batches
+  parallel.virtual_stages parallel.sequence_parallel train.micro_batch train.global_batch
+  train.precision train.recompute train.grad_clip train.activation_offload optim.lr
+  optim.min_lr optim.warmup_steps optim.decay optim.decay_steps optim.beta1 optim.beta2
+  optim.eps optim.weight_decay data.train data.valid data.shuffle data.weights data.names
+  data.document_mask checkpoint.dir checkpoint.every_steps checkpoint.every_minutes
+  checkpoint.keep checkpoint.resume checkpoint.save_initial checkpoint.init_from"
+listed=$(awk '/^&[a-z]/ { g = substr($1, 2); next } g && /^  [a-z]/ { print g "." $1 }' help.txt)
+missing=""
+for k in $stable_keys; do grep -qx -- "$k" <<<"$listed" || missing="$missing $k"; done
+if [ -z "$missing" ]; then
+  echo "PASS: --help-deck lists every stable key under its group"
+else
+  echo "FAIL: --help-deck lacks:$missing"
+  fail=1
+fi
+# KEY WORD...: the help line of KEY (under any group) shows each 'WORD'
+words() {
+  local key=$1 line
+  shift
+  line=$(grep -E "^  $key +" help.txt | head -1)
+  for w in "$@"; do
+    grep -qF -- "'$w'" <<<"$line" || { echo "FAIL: --help-deck: $key lacks '$w'"; fail=1; return; }
+  done
+  echo "PASS: --help-deck: $key takes $*"
+}
+words arch llama gpt2
+words precision fp32 bf16 fp16
+words recompute none selective full
+words decay cosine linear wsd constant
+words resume auto none
+words shard_scope node global
+words rope_scaling none llama3
+words cp_comm p2p a2a
+words offload none optimizer
+words schedule gpipe 1f1b interleaved
 
 cat >bad.nml <<'NML'
 ! line 1: a deck with one bad value

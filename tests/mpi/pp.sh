@@ -41,7 +41,7 @@ case_() { # case_ DESCRIPTION REF NAME NP overrides...
   check "$what: losses (and val loss) == single rank (rel ${TOL:-1e-5})" test $? -eq 0
 }
 run ref 1
-run refg 1 model.arch=gpt2 model.n_kv_head=4
+run refg 1 model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.false.
 run reft 1 model.arch=gpt2 model.n_kv_head=4 model.tie_embeddings=.true.
 case_ "pp 2, 1F1B" ref pp2 2 parallel.pp=2
 case_ "pp 4, 1F1B" ref pp4 4 parallel.pp=4
@@ -53,8 +53,8 @@ case_ "tp 2 x pp 2" ref t2p2 4 parallel.tp=2 parallel.pp=2
 case_ "dp 2 x pp 2, zero 1" ref d2p2 4 parallel.pp=2 parallel.zero_stage=1
 case_ "dp 2 x tp 2 x pp 2, zero 3 (8 ranks)" ref d2t2p2 8 parallel.pp=2 parallel.tp=2 \
   parallel.zero_stage=3
-case_ "gpt2 (biases, learned positions) on pp 2" refg g2 2 model.arch=gpt2 model.n_kv_head=4 \
-  parallel.pp=2
+case_ "gpt2 untied (biases, learned positions) on pp 2" refg g2 2 model.arch=gpt2 \
+  model.n_kv_head=4 model.tie_embeddings=.false. parallel.pp=2
 # zero bubble (ZB-H1): the backward split into B and W, W delayed into the cool-down
 case_ "pp 2, zb_h1" ref zb2 2 parallel.pp=2 parallel.schedule=zb_h1
 case_ "pp 4, zb_h1" ref zb4 4 parallel.pp=4 parallel.schedule=zb_h1

@@ -54,6 +54,15 @@ for k in llama gpt2; do
   "$IMPORT" "$S/hf_$k" --out "$S/imp_$k" --name $k --seq-len 64 >"$S/imp_$k.out" 2>&1
   check "$k: tsr-import (exit $?) writes $k.h5 and $k.nml" \
     sh -c "test -f '$S/imp_$k/$k.h5' && test -f '$S/imp_$k/$k.nml' && ! ls '$S/imp_$k' | grep -q tmp"
+  check "$k: ... one checkpoint and one deck there, the checkpoint of step 0" "$PYTHON_REF" -c '
+import os, sys, h5py
+d, k = sys.argv[1:3]
+files = os.listdir(d)
+assert [n for n in files if n.endswith(".h5")] == [k + ".h5"], files
+assert [n for n in files if n.endswith(".nml")] == [k + ".nml"], files
+with h5py.File(os.path.join(d, k + ".h5"), "r") as f:
+    assert int(f.attrs["step"]) == 0 and int(f.attrs["complete"]) == 1, dict(f.attrs)
+' "$S/imp_$k" "$k"
   DECK=$S/imp_$k/$k.nml
   ref=$(hf loss "$S/hf_$k" "$S/data/valid_*.bin" 64 2 2)
   tsr eval "$DECK" "${RUN[@]}" run.out_dir="$S/ev1_$k" >"$S/ev1_$k.out" 2>&1

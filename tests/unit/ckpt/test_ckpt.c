@@ -151,9 +151,13 @@ static uint64_t ref_checksum(const float *x, int64_t n) {
 static void check_dataset(hid_t file, const char *name, int ndim, hsize_t r, hsize_t c,
                           const float *x) {
   hsize_t dims[2] = {0, 0};
-  int got_ndim = -1, same = 0, sum_ok = 0;
+  int got_ndim = -1, same = 0, sum_ok = 0, f32 = 0;
   hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
   if (d >= 0) {
+    /* stored as little-endian IEEE binary32, whatever the reader converts to */
+    hid_t ty = H5Dget_type(d);
+    f32 = ty >= 0 && H5Tequal(ty, H5T_IEEE_F32LE) > 0;
+    if (ty >= 0) H5Tclose(ty);
     hid_t s = H5Dget_space(d);
     got_ndim = H5Sget_simple_extent_ndims(s);
     H5Sget_simple_extent_dims(s, dims, NULL);
@@ -172,14 +176,15 @@ static void check_dataset(hid_t file, const char *name, int ndim, hsize_t r, hsi
     }
     H5Dclose(d);
   }
-  int shape_ok = got_ndim == ndim && dims[0] == r && (ndim == 1 || dims[1] == c);
+  int shape_ok = f32 && got_ndim == ndim && dims[0] == r && (ndim == 1 || dims[1] == c);
   if (x)
-    check(shape_ok && same && sum_ok, "%s: shape %s, data bitwise, checksum = reference formula",
+    check(shape_ok && same && sum_ok,
+          "%s: fp32 LE, shape %s, data bitwise, checksum = reference formula",
           name, ndim == 1 ? "[n]" : "[r, c]");
   else if (ndim == 1)
-    check(shape_ok, "%s has shape [%llu]", name, (unsigned long long)r);
+    check(shape_ok, "%s is fp32 LE of shape [%llu]", name, (unsigned long long)r);
   else
-    check(shape_ok, "%s has shape [%llu, %llu]", name, (unsigned long long)r,
+    check(shape_ok, "%s is fp32 LE of shape [%llu, %llu]", name, (unsigned long long)r,
           (unsigned long long)c);
 }
 
@@ -294,6 +299,19 @@ static void test_gpt2(const char *root) {
           (long long)complete, (long long)step);
     check(strcmp(deck, kDeck) == 0 && strcmp(arch, "gpt2") == 0,
           "gpt2: deck text and arch stored verbatim");
+    /* the root attributes other tools read by name (docs/formats.md) */
+    static const char *const root_attrs[] = {
+        "format_version", "step",   "tokens", "data_cursor", "skipped",  "loss_scale",
+        "seed",           "deck",   "layout", "arch",        "n_layer",  "d_model",
+        "n_head",         "n_kv_head", "d_ff", "vocab_size", "seq_len",  "tie_embeddings",
+        "max_positions",  "tokenizer", "complete"};
+    int missing = 0;
+    for (size_t i = 0; i < sizeof root_attrs / sizeof root_attrs[0]; i++)
+      if (H5Aexists(f, root_attrs[i]) <= 0) {
+        printf("  root attribute '%s' is missing\n", root_attrs[i]);
+        missing++;
+      }
+    check(missing == 0, "gpt2: every documented root attribute is present (%d missing)", missing);
     H5Fclose(f);
   }
   if (system("command -v h5dump >/dev/null 2>&1") == 0) {

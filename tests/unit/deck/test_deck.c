@@ -282,6 +282,40 @@ static void test_overrides(void) {
            c.parallel.shard_scope == 4 && c.checkpoint.dir[0] == 0 &&
            !strcmp(c.run.out_dir, "a \"b\"");
   result(ok, "good overrides: bare words, quotes, spaces, d exponent, later wins over the deck", errbuf);
+  /* bare words as a shell user types them, one that starts with a digit included, each
+   * over the deck's value */
+  const char *words[] = {"parallel.schedule=1f1b", "parallel.shard_scope=node",
+                         "train.recompute=selective", "optim.decay=wsd", "checkpoint.resume=auto"};
+  rc = parse(&c,
+             "&parallel schedule = 'gpipe', shard_scope = 'global' /\n&train recompute = 'full' /\n"
+             "&optim decay = 'linear' /\n&checkpoint resume = 'none' /",
+             5, (char **)words, 1);
+  result(rc == 0 && c.parallel.schedule == TSR_SCHEDULE_1F1B &&
+             c.parallel.shard_scope == TSR_SHARD_NODE &&
+             c.train.recompute == TSR_RECOMPUTE_SELECTIVE && c.optim.decay == TSR_DECAY_WSD &&
+             !strcmp(c.checkpoint.resume, "auto"),
+         "bare-word overrides: schedule=1f1b, shard_scope=node, recompute, decay, resume", errbuf);
+  /* the head: gpt2's is the embedding and llama's its own, unless the deck says */
+  int tie[4];
+  char *untie[] = {"model.tie_embeddings=F"};
+  tie[0] = parse(&c, "&model arch = 'gpt2' /", 0, NULL, 1) ? -9 : c.model.tie_embeddings;
+  tie[1] = parse(&c, "&model arch = 'gpt2', tie_embeddings = .false. /", 0, NULL, 1)
+               ? -9 : c.model.tie_embeddings;
+  tie[2] = parse(&c, "&model arch = 'gpt2' /", 1, untie, 1) ? -9 : c.model.tie_embeddings;
+  tie[3] = parse(&c, "&model arch = 'llama' /", 0, NULL, 1) ? -9 : c.model.tie_embeddings;
+  result(tie[0] == 1 && tie[1] == 0 && tie[2] == 0 && tie[3] == 0,
+         "tie_embeddings not given: gpt2 tied, llama untied; .false. unties gpt2", errbuf);
+  /* a repeat count, in the deck and in an override's value (deck syntax) */
+  char *rep[] = {"data.valid_weights=2*0.25"};
+  rc = parse(&c,
+             "&data train = 'a/x_*.bin', 'b/x_*.bin', 'c/x_*.bin', weights = 3*0.5,\n"
+             "  valid = 'a/v_*.bin', 'b/v_*.bin' /",
+             1, rep, 1);
+  result(rc == 0 && c.data.n_weights == 3 && c.data.weights[0] == 0.5 &&
+             c.data.weights[2] == 0.5 && c.data.n_valid_weights == 2 &&
+             c.data.valid_weights[0] == 0.25 && c.data.valid_weights[1] == 0.25,
+         "repeat counts: weights = 3*0.5 in the deck, valid_weights=2*0.25 on the command line",
+         errbuf);
   rc = parse(&c, "&model n_layer = 2 /", 0, NULL, 1);
   result(rc == 0 && c.data.shuffle == 1, "data.shuffle defaults to .true.", errbuf);
   rc = parse(&c, "&data shuffle = .false. /", 0, NULL, 1);
@@ -535,8 +569,10 @@ static void test_schema_covers_config(void) {
               : fields[i].type == 'n' ? *(const int64_t *)p == TSR_SHARD_NODE
               : fields[i].type == 'R' ? *(const double *)p == 0.5
                                       : !strcmp(p, fields[i].value);
-    /* and nothing else moved (but a glob's default name, and where it was given) */
+    /* and nothing else moved (but a glob's default name, and where it was given; gpt2's
+     * head, tied when the deck does not say) */
     memcpy((char *)&c + fields[i].off, (const char *)&dflt + fields[i].off, fields[i].size);
+    if (!strcmp(fields[i].key, "model.arch")) c.model.tie_embeddings = dflt.model.tie_embeddings;
     if (fields[i].type == 'S' || fields[i].type == 'R') {
       memcpy(c.data.names, dflt.data.names, sizeof c.data.names);
       memcpy(c.data.valid_weights, dflt.data.valid_weights, sizeof c.data.valid_weights);

@@ -4,7 +4,8 @@
  *  - gradient accumulation: k micro-batches of b with dloss = 1/k equal one batch of k*b
  *    (relative 1e-5: only the summation order differs);
  *  - the initial loss is ~ln(vocab) (weights N(0, 0.02) give near-uniform logits);
- *  - an AdamW step on a batch lowers the loss on that batch. */
+ *  - an AdamW step on a batch lowers the loss on that batch;
+ *  - the clipping factor is clip_grad_norm_'s, to the last bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,23 @@ static double max_rel(const float *a, const float *b, long n) {
   return num / (den > 0 ? den : 1);
 }
 
+/* Clipping scales the gradients by max_norm / (norm + 1e-6) when that is below 1, as
+ * torch.nn.utils.clip_grad_norm_ does (the 1e-6 too: a reference compared at 1e-5 cannot
+ * see it, so it is pinned here exactly); 0 turns clipping off. */
+static void test_clip_scale(void) {
+  const double norms[] = {3.0, 1.0, 0.5, 1e-7, 250.0};
+  int ok = 1;
+  for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+    const double want = 1.0 / (norms[i] + 1e-6) < 1.0 ? 1.0 / (norms[i] + 1e-6) : 1.0;
+    if (tsr_optim_clip_scale(norms[i], 1.0) != want) ok = 0;
+  }
+  TU_CHECK(ok && tsr_optim_clip_scale(5.0, 0.0) == 1.0,
+           "clip scale = min(1, max_norm / (norm + 1e-6)) exactly; max_norm 0 = off");
+}
+
 int main(void) {
   tsr_cpu_open(0);
+  test_clip_scale();
   const char *archs[] = {"llama", "gpt2"}, *precs[] = {"fp32", "bf16"};
   const char *modes[] = {"none", "selective", "full"};
   int32_t in[6 * 12], tg[6 * 12];
