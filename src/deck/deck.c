@@ -1048,6 +1048,11 @@ static void cross_checks(parser *P) {
             dsteps = deck_key_id(GI_optim, "decay_steps");
   layout_checks(P);
   data_checks(P);
+  if (!c->run.out_dir[0]) { /* the log, metrics.jsonl and ckpt/ go there */
+    int ids[] = {deck_key_id(GI_run, "out_dir")};
+    XERR(ids, "run.out_dir is empty: name the directory for the log, metrics.jsonl and ckpt/ "
+         "(e.g. 'out/%s'; '.' for the current one)", c->run.name[0] ? c->run.name : "run");
+  }
   if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {
     int ids[] = {deck_key_id(GI_checkpoint, "mpiio_hints")};
     XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "
