@@ -332,11 +332,14 @@ static void unknown_group(parser *P, const loc_t *l, const char *p, size_t n) {
     int d = edit_distance(deck_group_name[g], p, n);
     if (d < bestd) best = g, bestd = d;
   }
-  if (close_enough(bestd, n))
+  if (close_enough(bestd, n)) {
     errat(P, l, "unknown group '&%s'; did you mean '&%s'?", s, deck_group_name[best]);
-  else
-    errat(P, l, "unknown group '&%s'; the groups are &run &model &parallel &train &optim &data "
-          "&checkpoint", s);
+    return;
+  }
+  char all[160] = ""; /* every group, from the schema */
+  for (int g = 0; g < N_GROUP; g++)
+    snprintf(all + strlen(all), sizeof all - strlen(all), " &%s", deck_group_name[g]);
+  errat(P, l, "unknown group '&%s'; the groups are%s", s, all);
 }
 
 /* What an error about one value names: where it is, the key ("&model n_layer"), the value

@@ -54,6 +54,9 @@ typedef struct {
 static const bad_case bad[] = {
     {"&modle n_layer = 2 /", 1, "1:1", "unknown group '&modle'; did you mean '&model'?"},
     {"&run\n  out_dir = ''\n/", 1, "2:3", "run.out_dir is empty: name the directory"},
+    {"&gpu gpus_per_node = 4 /", 1, "1:1",
+     "unknown group '&gpu'; the groups are &run &model &parallel &train &optim &data "
+     "&checkpoint &hardware"},
     {"&checkpoint\n  mpiio_hints = 'romio_cb_write=enable,striping'\n/", 1, "2:3",
      "checkpoint.mpiio_hints: item 2 ('striping') is not key=value"},
     {"&checkpoint mpiio_hints = 'a=b,,c' /", 1, "1:13",
