@@ -128,6 +128,43 @@ static void plan_link_probe(int rank, int world) {
     tsr_plan_set_cpu_link(one_way[0], BIG / (one_way[1] - one_way[0]));
 }
 
+/* Optimal-string-alignment distance of two short words (edits and adjacent swaps). */
+static int word_distance(const char *a, const char *b) {
+  const size_t na = strlen(a), nb = strlen(b);
+  if (na > 15 || nb > 15) return 99;
+  int d[16][16];
+  for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= na; i++)
+    for (size_t j = 1; j <= nb; j++) {
+      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[na][nb];
+}
+
+/* After "no deck 'WORD'" for the first argument: a word that reads as a subcommand says
+ * what was meant (`tessera train DECK`, `tessera evl DECK`). */
+static void subcommand_hint(const char *word) {
+  if (strchr(word, '/') || strchr(word, '.')) return;
+  if (!strcmp(word, "train") || !strcmp(word, "pretrain")) {
+    fprintf(stderr, "note: training takes no subcommand: tessera DECK [group.key=value ...]\n");
+    return;
+  }
+  static const char *const sub[] = {"eval", "plan", "generate"};
+  for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
+    if (word_distance(word, sub[i]) <= (strlen(sub[i]) <= 4 ? 1 : 2) ||
+        (strlen(word) >= 3 && !strncmp(word, sub[i], strlen(word)))) { /* gen, gener */
+      fprintf(stderr, "note: did you mean the subcommand '%s'? tessera %s DECK ...\n", sub[i],
+              sub[i]);
+      return;
+    }
+}
+
 /* Rank 0 parses; everyone gets the outcome and the config.  checkpoint_deck (eval): a
  * checkpoint file in place of the deck brings the deck it was written with. */
 static int load_config(tsr_config *cfg, const char *deck, int n_over, char **over, int world,
@@ -138,6 +175,7 @@ static int load_config(tsr_config *cfg, const char *deck, int n_over, char **ove
     if (deck) {
       char path[PATH_MAX];
       rc = tsr_deck_path(deck, path, sizeof path);
+      if (rc && !checkpoint_deck) subcommand_hint(deck);
       if (!rc && checkpoint_deck && tsr_ckpt_is_checkpoint(path)) /* with its deck */
         rc = tsr_ckpt_deck_load(cfg, path, n_over, over, world);
       else if (!rc)
@@ -249,15 +287,7 @@ int main(int argc, char **argv) {
     }
     goto out;
   }
-  /* A first argument without '=' is the deck; otherwise the embedded default. */
-  const char *deck = NULL;
-  if (a < argc && !strchr(argv[a], '=')) deck = argv[a++];
-  if (!deck && !strcmp(mode, "eval")) {
-    if (rank == 0) usage(stderr);
-    rc = TSR_ERR_INPUT;
-    goto out;
-  }
-  /* eval's one option: --tokenizer PATH (or =PATH), taken out of the overrides */
+  /* eval's one option: --tokenizer PATH (or =PATH), taken out of the arguments */
   const char *tokenizer = NULL;
   for (int i = a; !strcmp(mode, "eval") && i < argc; i++) {
     const int joined = !strncmp(argv[i], "--tokenizer=", 12);
@@ -273,15 +303,35 @@ int main(int argc, char **argv) {
     argc -= take;
     i--;
   }
+  /* the options left: --help anywhere (`tessera eval --help`), or a mistake, before the deck
+   * is looked for (it named '--bogus' a deck that was not there) */
+  for (int i = a; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      if (rank == 0) usage(stdout);
+      goto out;
+    }
+  }
   for (int i = a; i < argc; i++) {
     if (argv[i][0] == '-') {
       if (rank == 0) {
-        fprintf(stderr, "error: unknown option '%s'\n", argv[i]);
+        fprintf(stderr, "error: unknown option '%s'%s\n", argv[i],
+                strcmp(mode, "eval") ? "" : " of tessera eval (its one option is --tokenizer)");
         usage(stderr);
       }
       rc = TSR_ERR_INPUT;
       goto out;
     }
+  }
+  /* A first argument without '=' is the deck; otherwise the embedded default. */
+  const char *deck = NULL;
+  if (a < argc && !strchr(argv[a], '=')) deck = argv[a++];
+  if (!deck && !strcmp(mode, "eval")) {
+    if (rank == 0) {
+      fprintf(stderr, "error: tessera eval needs a deck or a checkpoint file\n");
+      usage(stderr);
+    }
+    rc = TSR_ERR_INPUT;
+    goto out;
   }
 
   tsr_config cfg;

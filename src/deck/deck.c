@@ -332,11 +332,14 @@ static void unknown_group(parser *P, const loc_t *l, const char *p, size_t n) {
     int d = edit_distance(deck_group_name[g], p, n);
     if (d < bestd) best = g, bestd = d;
   }
-  if (close_enough(bestd, n))
+  if (close_enough(bestd, n)) {
     errat(P, l, "unknown group '&%s'; did you mean '&%s'?", s, deck_group_name[best]);
-  else
-    errat(P, l, "unknown group '&%s'; the groups are &run &model &parallel &train &optim &data "
-          "&checkpoint", s);
+    return;
+  }
+  char all[160] = ""; /* every group, from the schema */
+  for (int g = 0; g < N_GROUP; g++)
+    snprintf(all + strlen(all), sizeof all - strlen(all), " &%s", deck_group_name[g]);
+  errat(P, l, "unknown group '&%s'; the groups are%s", s, all);
 }
 
 /* What an error about one value names: where it is, the key ("&model n_layer"), the value
@@ -1051,6 +1054,11 @@ static void cross_checks(parser *P) {
     c->model.tie_embeddings = 1;
   layout_checks(P);
   data_checks(P);
+  if (!c->run.out_dir[0]) { /* the log, metrics.jsonl and ckpt/ go there */
+    int ids[] = {deck_key_id(GI_run, "out_dir")};
+    XERR(ids, "run.out_dir is empty: name the directory for the log, metrics.jsonl and ckpt/ "
+         "(e.g. 'out/%s'; '.' for the current one)", c->run.name[0] ? c->run.name : "run");
+  }
   if (hints_bad(c->checkpoint.mpiio_hints, r[0], sizeof r[0])) {
     int ids[] = {deck_key_id(GI_checkpoint, "mpiio_hints")};
     XERR(ids, "checkpoint.mpiio_hints: %s; write 'key=value,key=value' (e.g. "

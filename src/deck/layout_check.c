@@ -139,6 +139,22 @@ static void check_model(const tsr_config *c, issues *is) {
   }
 }
 
+/* The largest divisor of q (>= 1) below mb, for the message that suggests a micro-batch: q
+ * itself when it is below mb, else the best divisor pair d, q/d with d up to 10^6 (exact for
+ * q up to 10^12; past that a divisor that works, maybe not the largest), 0 for none.  The
+ * bounds have no upper limit, so this never counts down from mb (micro_batch = 10^12 spun
+ * for hours after its message). */
+static long long divisor_below(long long q, long long mb) {
+  if (q < mb) return q;
+  long long best = 0;
+  for (long long d = 1; d <= 1000000 && d <= q / d; d++)
+    if (q % d == 0) {
+      if (d < mb && d > best) best = d;
+      if (q / d < mb && q / d > best) best = q / d;
+    }
+  return best;
+}
+
 /* On `world` ranks: dp, the batch split into micro-batches, the pipeline's micro-batches,
  * the shard group. */
 static void check_world(const tsr_config *c, int world, issues *is) {
@@ -170,9 +186,7 @@ static void check_world(const tsr_config *c, int world, issues *is) {
     /* what would work: the nearest multiples of micro_batch * dp, and the largest
      * micro-batch below this one that divides the global batch's share of a dp rank */
     const long long lo = gb / per * per, hi = lo + per;
-    long long mb_ok = 0;
-    for (long long b = mb - 1; b >= 1 && gb % dp == 0 && !mb_ok; b--)
-      if ((gb / dp) % b == 0) mb_ok = b;
+    const long long mb_ok = gb % dp ? 0 : divisor_below(gb / dp, mb);
     char how[200];
     int n = lo ? snprintf(how, sizeof how, ": train.global_batch = %lld or %lld would do", lo, hi)
                : snprintf(how, sizeof how, ": train.global_batch = %lld would do", hi);

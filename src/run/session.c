@@ -253,9 +253,20 @@ static int open_set(tsr_data **d, const tsr_config *cfg, int valid, int i, int n
   const char *glob = valid ? dc->valid_glob[i] : dc->train_glob[i];
   const char *at = valid ? dc->valid_at[i] : dc->train_at[i];
   const char *name = valid ? dc->valid_names[i] : dc->names[i];
+  char which[TSR_SET_NAME + 64] = "";
+  if (n > 1) snprintf(which, sizeof which, " value %d (dataset '%s')", i + 1, name);
+  struct stat st;
+  if (glob[0] && !strpbrk(glob, "*?[")) { /* one file named as it is: there, and a file */
+    const int gone = stat(glob, &st) != 0;
+    if (gone || S_ISDIR(st.st_mode)) {
+      tsr_error("%s%sdata.%s%s: %s '%s'%s%s; give token shard files or a glob such as "
+                "'DIR/train_*.bin' (make them with tools/tsr-prepare)", at, at[0] ? ": " : "",
+                valid ? "valid" : "train", which, gone ? "cannot find" : "a directory, not a file:",
+                glob, gone ? ": " : "", gone ? strerror(errno) : "");
+      return TSR_ERR_INPUT;
+    }
+  }
   if (tsr_data_n_matches(glob) == 0) {
-    char which[TSR_SET_NAME + 64] = "";
-    if (n > 1) snprintf(which, sizeof which, " value %d (dataset '%s')", i + 1, name);
     tsr_error("%s%sdata.%s%s: no files match the data glob '%s'; check the path, or create "
               "shards with tools/tsr-prepare", at, at[0] ? ": " : "", valid ? "valid" : "train",
               which, glob);
@@ -291,8 +302,12 @@ static int open_data(tsr_session *s, const tsr_config *cfg, int training) {
   int rc = 0;
   tsr_error_hold(why, sizeof why);
   if (training && dc->n_train == 1 && !dc->train_glob[0][0]) {
-    tsr_error("&data train is empty: set it to a path or glob of token shards (make them with "
-              "tools/tsr-prepare)");
+    if (dc->train_at[0][0]) /* set, to '': where (the deck's place, or the override's) */
+      tsr_error("%s: data.train is empty: set it to a path or glob of token shards (make them "
+                "with tools/tsr-prepare)", dc->train_at[0]);
+    else
+      tsr_error("data.train is not set: give &data train = a path or glob of token shards, in "
+                "the deck or as data.train=... (make them with tools/tsr-prepare)");
     rc = TSR_ERR_INPUT;
   }
   if (!rc && training) rc = open_train(s, cfg, seed);

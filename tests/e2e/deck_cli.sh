@@ -2,7 +2,9 @@
 # deck_cli.sh — the trainer's command line around the deck: `tessera --help-deck` (every
 # stable key under its group, the choice keys' words), a bad deck
 # exits 2 with `file:line:col:`, a misspelt override gets "did you mean", and a bad override
-# value is located as `<command line>:argN:col`.  Exit 0 pass, 1 fail, 77 skip (no binary).
+# value is located as `<command line>:argN:col`; `eval --help` is the usage, an unknown option
+# is named as one (not looked for as a deck), and `tessera train DECK` or a misspelt
+# subcommand says what was meant.  Exit 0 pass, 1 fail, 77 skip (no binary).
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
 if [ ! -x "$top_builddir/src/tessera" ]; then
@@ -119,5 +121,20 @@ expect "second override is arg2" 2 "<command line>:arg2:" \
   -- "$bin" "$deck" run.max_steps=1 train.micro_batch=0
 expect "missing deck file: exit 2, cannot open" 2 "cannot open" \
   -- "$bin" "$tmp/no_such_deck.nml"
+
+# the subcommands' mistakes: each says what to change, none is taken for a deck name
+expect "eval --help: the usage, exit 0" 0 "usage: tessera" -- "$bin" eval --help
+expect "an unknown option before the deck: named as an option" 2 "unknown option '--bogus'" \
+  -- "$bin" --bogus "$deck"
+expect "eval's unknown option: eval's one option named" 2 "its one option is --tokenizer" \
+  -- "$bin" eval "$deck" --tokens 5
+expect "eval with only its option: needs a deck" 2 "tessera eval needs a deck" \
+  -- "$bin" eval --tokenizer x.model
+expect "tessera train DECK: no such subcommand, said so" 2 "training takes no subcommand" \
+  -- "$bin" train "$deck"
+expect "a misspelt subcommand: did you mean" 2 "did you mean the subcommand 'eval'?" \
+  -- "$bin" evl "$deck"
+expect "a shortened subcommand: did you mean" 2 "did you mean the subcommand 'generate'?" \
+  -- "$bin" gen "$deck"
 
 exit $fail

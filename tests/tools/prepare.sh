@@ -350,5 +350,23 @@ for bad in tokens:0 tokens:x words; do
   fi
 done
 
+# --out that cannot be a directory (a file in the way, an unwritable parent): exit 2 naming
+# --out, never a Python traceback (it was FileExistsError, exit 1)
+: >"$tmp/a_file"
+for out in "$tmp/a_file" "$tmp/a_file/sub"; do
+  run --out "$out" --tokenizer bytes "$tmp/book.txt"
+  rc=$?
+  if [ $rc = 2 ] && grep -q "error: --out '$out': cannot create the output directory" "$tmp/out.txt" &&
+    ! grep -q Traceback "$tmp/out.txt"; then
+    pass "--out $out (not a directory): exit 2"
+  else
+    cat "$tmp/out.txt"; fail "--out $out (not a directory): exit $rc"
+  fi
+done
+# --prefix names the spm model: with another tokenizer it is ignored, and said so
+run --out "$tmp/pfx" --tokenizer bytes --prefix mine "$tmp/book.txt" &&
+  grep -q "warning: --prefix is ignored with --tokenizer bytes" "$tmp/out.txt" &&
+  pass "--prefix with bytes: a warning" || { cat "$tmp/out.txt"; fail "--prefix with bytes: no warning"; }
+
 echo "prepare.sh: $failed failed"
 [ "$failed" = 0 ]

@@ -53,6 +53,10 @@ typedef struct {
 
 static const bad_case bad[] = {
     {"&modle n_layer = 2 /", 1, "1:1", "unknown group '&modle'; did you mean '&model'?"},
+    {"&run\n  out_dir = ''\n/", 1, "2:3", "run.out_dir is empty: name the directory"},
+    {"&gpu gpus_per_node = 4 /", 1, "1:1",
+     "unknown group '&gpu'; the groups are &run &model &parallel &train &optim &data "
+     "&checkpoint &hardware"},
     {"&checkpoint\n  mpiio_hints = 'romio_cb_write=enable,striping'\n/", 1, "2:3",
      "checkpoint.mpiio_hints: item 2 ('striping') is not key=value"},
     {"&checkpoint mpiio_hints = 'a=b,,c' /", 1, "1:13",
@@ -252,6 +256,7 @@ static const bad_override bad_ov[] = {
      "expects an integer or 'auto', got 'sometimes'"},
     {"", {"run.seed=1,2"}, "<command line>:arg1:12", "&run seed expects one value, got 2"},
     {"", {"model.n_layer="}, "<command line>:arg1:1", "&model n_layer has no value after '='"},
+    {"", {"run.out_dir=''"}, "<command line>:arg1:1", "run.out_dir is empty"},
     {"", {"model.n_layer=3 /"}, "<command line>:arg1:17", "unexpected '/' in the value of model.n_layer"},
     {"", {"data.train='abc"}, "<command line>:arg1:12", "unterminated string: missing closing '"},
     {"", {"data.shuffle=maybe"}, "<command line>:arg1:14", "&data shuffle expects a logical"},
