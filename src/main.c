@@ -128,25 +128,6 @@ static void plan_link_probe(int rank, int world) {
     tsr_plan_set_cpu_link(one_way[0], BIG / (one_way[1] - one_way[0]));
 }
 
-/* Optimal-string-alignment distance of two short words (edits and adjacent swaps). */
-static int word_distance(const char *a, const char *b) {
-  const size_t na = strlen(a), nb = strlen(b);
-  if (na > 15 || nb > 15) return 99;
-  int d[16][16];
-  for (size_t i = 0; i <= na; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
-  for (size_t i = 1; i <= na; i++)
-    for (size_t j = 1; j <= nb; j++) {
-      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1;
-      d[i][j] = v;
-    }
-  return d[na][nb];
-}
-
 /* After "no deck 'WORD'" for the first argument: a word that reads as a subcommand says
  * what was meant (`tessera train DECK`, `tessera evl DECK`). */
 static void subcommand_hint(const char *word) {
@@ -157,7 +138,7 @@ static void subcommand_hint(const char *word) {
   }
   static const char *const sub[] = {"eval", "plan", "generate"};
   for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
-    if (word_distance(word, sub[i]) <= (strlen(sub[i]) <= 4 ? 1 : 2) ||
+    if (tsr_deck_word_distance(word, sub[i]) <= (strlen(sub[i]) <= 4 ? 1 : 2) ||
         (strlen(word) >= 3 && !strncmp(word, sub[i], strlen(word)))) { /* gen, gener */
       fprintf(stderr, "note: did you mean the subcommand '%s'? tessera %s DECK ...\n", sub[i],
               sub[i]);

@@ -39,7 +39,8 @@ static void show(char *out, size_t cap, const char *p, size_t n) {
   out[o] = 0;
 }
 
-/* Optimal-string-alignment distance (edits + adjacent swaps), case-insensitive. */
+/* Optimal-string-alignment distance (edits + adjacent swaps), case-insensitive, of a and
+ * the first nb characters of b. */
 static int edit_distance(const char *a, const char *b, size_t nb) {
   size_t na = strlen(a);
   if (na > 63 || nb > 63) return 99;
@@ -59,6 +60,7 @@ static int edit_distance(const char *a, const char *b, size_t nb) {
     }
   return d[na][nb];
 }
+int tsr_deck_word_distance(const char *a, const char *b) { return edit_distance(a, b, strlen(b)); }
 static int close_enough(int dist, size_t n) { return dist <= (n <= 3 ? 1 : n <= 6 ? 2 : 3); }
 
 

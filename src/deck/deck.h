@@ -35,6 +35,9 @@ int tsr_deck_load(tsr_config *cfg, const char *path, int n_overrides, char **ove
 
 /* Every key: group, name, type, default, range / choices, help. */
 void tsr_deck_help(FILE *out);
+/* The distance the deck's "did you mean" measures: edits and adjacent swaps,
+ * case-insensitive (99 for words over 63 characters). */
+int tsr_deck_word_distance(const char *a, const char *b);
 
 /* The deck's word for the value of a choice key of cfg, given the address of its field:
  * tsr_deck_word(cfg, &cfg->train.recompute) is "selective" (for logs; "?" for a field
