@@ -643,13 +643,10 @@ static int stage_times(const tsr_config *cfg, const tsr_hardware *hw, const tsr_
   tsr_plan_offload *o = &s->offload;
   /* the replicas' all-reduce: with the gradient on the host its offloaded part runs over
    * host memory after the device's (tsr_plan_replica_all_reduce_s) */
-  const double on_host = o->where == TSR_PLAN_UPDATE_HOST_GRADS && own > 0 && g->replicate > 1
-                             ? fmin(1.0, o->elements / own) : 0;
-  o->replica_host_bytes = on_host * rep->total;
-  o->replica_host_s = on_host > 0 ? tsr_plan_host_all_reduce_s(
-                                        hw, rep->inter_node ? TSR_LINK_INTER : TSR_LINK_INTRA,
-                                        g->replicate, on_host * rep->total / ring_all(g->replicate))
-                                  : 0;
+  const double host = g->replicate > 1 ? tsr_plan_replica_host_elems(o, own) : 0;
+  o->replica_host_bytes = ring_all(g->replicate) * 4 * host;
+  o->replica_host_s = tsr_plan_host_all_reduce_s(
+      hw, rep->inter_node ? TSR_LINK_INTER : TSR_LINK_INTRA, g->replicate, 4 * host);
   s->comm[TSR_PLAN_DP_REPLICATE].seconds =
       link_time(hw, rep, rep->total - o->replica_host_bytes) + o->replica_host_s;
   s->t_dp = fmax(0.0, grads - backward) +

@@ -491,9 +491,13 @@ double tsr_plan_host_all_reduce_s(const tsr_hardware *hw, int link, int t, doubl
   return 2 * rounds(t) * hw->prof.link_latency_s[inter] + fmax(network, fmax(memory, adds));
 }
 
+double tsr_plan_replica_host_elems(const tsr_plan_offload *o, double own) {
+  return o && o->where == TSR_PLAN_UPDATE_HOST_GRADS ? fmin(own, o->elements) : 0;
+}
+
 double tsr_plan_replica_all_reduce_s(const tsr_hardware *hw, int link, int t, double own,
                                      const tsr_plan_offload *o) {
-  const double host = o && o->where == TSR_PLAN_UPDATE_HOST_GRADS ? fmin(own, o->elements) : 0;
+  const double host = tsr_plan_replica_host_elems(o, own);
   return tsr_plan_all_reduce_s(hw, link, t, 4 * (own - host)) +
          tsr_plan_host_all_reduce_s(hw, link, t, 4 * host);
 }

@@ -206,6 +206,10 @@ void tsr_plan_offload_place(tsr_plan_offload *o, int zero_stage, int units, doub
  * which nothing hides.  Without the offload, the device's AdamW over all of own. */
 double tsr_plan_update_s(const tsr_hardware *hw, const tsr_plan_offload *o, double own, double e,
                          double *unhidden);
+/* Of a stage's gradient shard of `own` elements, those whose hybrid replicas' all-reduce
+ * runs over host memory: the offloaded ones when o is placed as HOST_GRADS, else 0 (o may
+ * be NULL). */
+double tsr_plan_replica_host_elems(const tsr_plan_offload *o, double own);
 /* The hybrid replicas' all-reduce of a stage's fp32 gradient shard of `own` elements over
  * t copies, as zero.c runs it: the device's part on the link, then, with the gradient on
  * the host (o placed as HOST_GRADS), the offloaded part over host memory
