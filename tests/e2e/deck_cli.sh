@@ -36,10 +36,11 @@ expect() {
 
 expect "--help-deck lists micro_batch" 0 "micro_batch" -- "$bin" --help-deck
 expect "--help-deck lists rope_theta" 0 "rope_theta" -- "$bin" --help-deck
+"$bin" --help-deck >help.txt 2>&1
 # each group's columns line up, its longest key included (attention_fp32_bwd_efficiency)
-misaligned=$("$bin" --help-deck | awk '/^&/ { w = 0; next }
-  /^  [^ ]/ { match($0, /^  [^ ]+ +/); if (w == 0) w = RLENGTH; else if (RLENGTH != w) print $1 }')
-if [ -z "$misaligned" ] && "$bin" --help-deck | grep -q '^  attention_fp32_bwd_efficiency '; then
+misaligned=$(awk '/^&/ { w = 0; next }
+  /^  [^ ]/ { match($0, /^  [^ ]+ +/); if (w == 0) w = RLENGTH; else if (RLENGTH != w) print $1 }' help.txt)
+if [ -z "$misaligned" ] && grep -q '^  attention_fp32_bwd_efficiency ' help.txt; then
   echo "PASS: --help-deck: every group's type column at one offset"
 else
   echo "FAIL: --help-deck: keys whose columns do not line up: $misaligned"
@@ -49,7 +50,6 @@ fi
 # The deck keys other tools and job scripts rely on, by group, and the words of the choice
 # keys among them: each must stay listed under its group with every word (a rename or a
 # dropped word breaks decks and scripts in the field).
-"$bin" --help-deck >help.txt 2>&1
 stable_keys="run.name run.out_dir run.seed run.max_steps run.log_every run.eval_every
   run.eval_steps run.step_timeout_s model.arch model.n_layer model.d_model model.n_head
   model.n_kv_head model.d_ff model.vocab_size model.seq_len model.rope_theta model.norm_eps
